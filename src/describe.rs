@@ -1,0 +1,61 @@
+//! What `describe` says about the CreateOS provider.
+
+use crate::config::{DEFAULT_API_URL, DEFAULT_SHAPE, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, SECRET_FIELD, SHAPES};
+use crate::types::{Capabilities, ProviderDescription, SecretField};
+use serde_json::json;
+
+/// The header that carries the API key.
+pub const SECRET_HEADER: &str = "X-Api-Key";
+/// The host environment variable that may hold the API key.
+pub const SECRET_ENV_VAR: &str = "CREATEOS_API_KEY";
+/// Minimum gap between request starts per API origin (about 300 requests
+/// per minute per client, as the reference provider spaces them).
+pub const REQUEST_SPACING_MS: u32 = 300;
+
+/// The provider's description.
+pub fn description() -> ProviderDescription {
+    ProviderDescription {
+        driver_key: "createos".into(),
+        display_name: "CreateOS".into(),
+        config_schema: config_schema(),
+        capabilities: Capabilities::REUSABLE_LEASES | Capabilities::INCREMENTAL_OUTPUT,
+        secrets: vec![SecretField {
+            config_field: SECRET_FIELD.into(),
+            header: SECRET_HEADER.into(),
+            env_var: Some(SECRET_ENV_VAR.into()),
+        }],
+        request_spacing_ms: REQUEST_SPACING_MS,
+    }
+}
+
+/// The JSON Schema of the config object.
+pub fn config_schema() -> String {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "CreateOS sandbox provider config",
+        "type": "object",
+        "properties": {
+            "apiUrl": {
+                "type": "string",
+                "default": DEFAULT_API_URL,
+                "description": "CreateOS API URL: https, or http for loopback hosts; optional /v1 suffix."
+            },
+            "apiKey": {
+                "description": "The API key or a secret reference. Resolved and sent by the host; never given to the provider. Defaults to the host's CREATEOS_API_KEY."
+            },
+            "shape": { "type": "string", "enum": SHAPES, "default": DEFAULT_SHAPE },
+            "rootfs": { "type": "string", "minLength": 1, "maxLength": 200 },
+            "region": { "type": "string", "minLength": 1, "maxLength": 200 },
+            "timeoutMs": {
+                "type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "default": DEFAULT_TIMEOUT_MS,
+                "description": "Default command timeout, and the budget of each lifecycle operation."
+            },
+            "reuseLease": {
+                "type": "boolean", "default": false,
+                "description": "Pause released sandboxes for reuse instead of deleting them."
+            }
+        },
+        "additionalProperties": true
+    })
+    .to_string()
+}

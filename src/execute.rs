@@ -1,0 +1,429 @@
+//! Running one command: the spec's execute steps 1–9.
+//!
+//! After the process is created, every path that did not see a valid exit
+//! frame (deadline, cancellation, stream error, sequence gap, 410, bad
+//! frame) ends with `DELETE .../processes/{pid}?grace_ms=1000` under a fresh
+//! deadline. Only `tree_exited: true` or a 404 confirms termination; anything
+//! else replaces the outcome with `cleanup-failed`, carrying the output
+//! captured so far.
+
+use crate::api::{self, ApiError};
+use crate::frames::{parse_frame, ExitStatus, Frame, FrameError, LineSplitter, StreamId};
+use crate::output::{Tail, Utf8Decoder};
+use crate::platform::{random_hex, Method, Platform, Request, TransportError, Wait, MS};
+use crate::script;
+use crate::types::{
+    CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, PartialOutput,
+    ProviderError,
+};
+use serde_json::{json, Value};
+
+/// Budget of each request made before the command runs.
+pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Fresh budget of the cleanup `DELETE`, whatever time is left.
+pub const CLEANUP_TIMEOUT_MS: u64 = 30_000;
+/// Budget of the best-effort removal of the staged stdin file.
+pub const STDIN_REMOVAL_TIMEOUT_MS: u64 = 10_000;
+/// The grace the server gives the tree between SIGTERM and SIGKILL.
+pub const GRACE_MS: u64 = 1_000;
+/// How often `/connect` is reopened after a retryable failure.
+pub const MAX_RECONNECTS: u32 = 3;
+/// The pause before a reconnect.
+pub const RECONNECT_DELAY_MS: u64 = 250;
+
+/// Runs `request` in sandbox `sandbox_id`; `default_timeout_ms` applies when
+/// the request sets no timeout.
+pub fn execute(
+    platform: &mut dyn Platform,
+    sandbox_id: &str,
+    default_timeout_ms: u64,
+    request: &ExecuteRequest,
+) -> Result<ExecuteResult, ProviderError> {
+    script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
+    let timeout_ms = request.timeout_ms.unwrap_or(default_timeout_ms);
+    if timeout_ms == 0 || timeout_ms > crate::config::MAX_TIMEOUT_MS {
+        return Err(ProviderError::InvalidRequest(format!(
+            "timeout must be from 1 to {} ms",
+            crate::config::MAX_TIMEOUT_MS
+        )));
+    }
+    if !api::is_valid_id(sandbox_id) {
+        return Err(ProviderError::ForeignLease("the lease has an invalid sandbox id".into()));
+    }
+    let stdin_path = request
+        .stdin
+        .as_ref()
+        .map(|_| format!("/tmp/paperclip-stdin-{}", random_hex(platform, 16)));
+    let result = run(platform, sandbox_id, timeout_ms, request, stdin_path.as_deref());
+    if let Some(path) = &stdin_path {
+        remove_staged_stdin(platform, sandbox_id, path);
+    }
+    result
+}
+
+fn run(
+    platform: &mut dyn Platform,
+    sandbox_id: &str,
+    timeout_ms: u64,
+    request: &ExecuteRequest,
+    stdin_path: Option<&str>,
+) -> Result<ExecuteResult, ProviderError> {
+    if let (Some(path), Some(stdin)) = (stdin_path, &request.stdin) {
+        let upload = Request {
+            method: Method::Put,
+            path: api::file_path(sandbox_id, path),
+            body: Some(("application/octet-stream", stdin.clone())),
+        };
+        let wait = request_wait(platform, true);
+        api::call(platform, &upload, wait).map_err(|e| e.into_provider_error("stage-stdin"))?;
+    }
+    if platform.cancelled() {
+        return Err(ProviderError::Cancelled);
+    }
+    let process_id = create_process(platform, sandbox_id, request, stdin_path)?;
+    let deadline = platform.now().saturating_add(timeout_ms.saturating_mul(MS));
+    let mut run = Run::new(sandbox_id, &process_id, deadline);
+    let stop = run.close_stdin(platform).unwrap_or_else(|| run.follow(platform));
+    run.finish(platform, stop)
+}
+
+/// `POST /processes`. Any outcome but a definite rejection or a valid id
+/// means a process may exist that cannot be cleaned up by id.
+fn create_process(
+    platform: &mut dyn Platform,
+    sandbox_id: &str,
+    request: &ExecuteRequest,
+    stdin_path: Option<&str>,
+) -> Result<String, ProviderError> {
+    let mut body = json!({
+        "cmd": "/bin/bash",
+        "args": ["-lc", script::build(request, stdin_path)],
+    });
+    if let Some(cwd) = &request.cwd {
+        body["cwd"] = Value::String(cwd.clone());
+    }
+    let create = api::json_request(
+        Method::Post,
+        format!("{}/processes", api::sandbox_path(sandbox_id)),
+        Some(body),
+    );
+    // Not cancellable: once sent, only an answer tells whether it started.
+    let wait = request_wait(platform, false);
+    let unconfirmed = |cause| {
+        ProviderError::CleanupFailed(CleanupFailure {
+            sandbox_id: Some(sandbox_id.to_string()),
+            process_id: None,
+            phase: CleanupPhase::ProcessCreation,
+            cause,
+            partial: Some(empty_partial()),
+        })
+    };
+    match api::call(platform, &create, wait) {
+        Ok(data) => api::id_field(&data, "process_id").map_err(|e| unconfirmed(api::cleanup_cause(e))),
+        Err(ApiError::Status(status)) if status < 500 => {
+            Err(ApiError::Status(status).into_provider_error("create-process"))
+        }
+        Err(error) => Err(unconfirmed(api::cleanup_cause(error))),
+    }
+}
+
+/// Why following the output stopped.
+enum Stop {
+    /// A valid exit frame arrived: the command is done.
+    Exited(ExitStatus),
+    /// The command deadline passed.
+    TimedOut,
+    /// The host asked to stop.
+    Cancelled,
+    /// The stream failed; the error is returned after cleanup.
+    Failed(ProviderError),
+}
+
+/// How one `/connect` response ended.
+enum StreamEnd {
+    Stop(Stop),
+    /// Reconnect (transport error, 5xx, 429, end without exit frame).
+    Retry(ProviderError),
+}
+
+/// One running command: its ids, deadline, and the output read so far.
+struct Run {
+    sandbox_id: String,
+    process_id: String,
+    deadline: u64,
+    cursor: u64,
+    stdout: Stream,
+    stderr: Stream,
+}
+
+#[derive(Default)]
+struct Stream {
+    decoder: Utf8Decoder,
+    tail: Tail,
+}
+
+impl Run {
+    fn new(sandbox_id: &str, process_id: &str, deadline: u64) -> Run {
+        Run {
+            sandbox_id: sandbox_id.to_string(),
+            process_id: process_id.to_string(),
+            deadline,
+            cursor: 0,
+            stdout: Stream::default(),
+            stderr: Stream::default(),
+        }
+    }
+
+    fn process_path(&self) -> String {
+        api::process_path(&self.sandbox_id, &self.process_id)
+    }
+
+    fn command_wait(&self) -> Wait {
+        Wait {
+            deadline: self.deadline,
+            cancellable: true,
+        }
+    }
+
+    /// `POST .../stdin/close`; 409 (already closed) is fine. Returns a stop
+    /// when the command cannot go on.
+    fn close_stdin(&mut self, platform: &mut dyn Platform) -> Option<Stop> {
+        let close = api::json_request(Method::Post, format!("{}/stdin/close", self.process_path()), None);
+        let wait = Wait {
+            deadline: self.deadline.min(platform.now().saturating_add(REQUEST_TIMEOUT_MS * MS)),
+            cancellable: true,
+        };
+        match api::call(platform, &close, wait) {
+            Ok(_) | Err(ApiError::Status(409)) => None,
+            Err(ApiError::Transport(TransportError::Cancelled)) => Some(Stop::Cancelled),
+            Err(ApiError::Transport(TransportError::Deadline)) if platform.now() >= self.deadline => {
+                Some(Stop::TimedOut)
+            }
+            Err(error) => Some(Stop::Failed(error.into_provider_error("close-stdin"))),
+        }
+    }
+
+    /// Follows `/connect` until the exit frame, the deadline, cancellation
+    /// or a fatal error, reconnecting from the cursor a bounded number of times.
+    fn follow(&mut self, platform: &mut dyn Platform) -> Stop {
+        let mut reconnects = 0;
+        loop {
+            let connect = Request {
+                method: Method::Get,
+                path: format!("{}/connect?after={}", self.process_path(), self.cursor),
+                body: None,
+            };
+            let retry = match platform.open(&connect, self.command_wait()) {
+                Err(TransportError::Deadline) => return Stop::TimedOut,
+                Err(TransportError::Cancelled) => return Stop::Cancelled,
+                Err(error) => transport_error("connect", &error),
+                Ok((200, mut body)) => match self.read_stream(platform, body.as_mut()) {
+                    StreamEnd::Stop(stop) => return stop,
+                    StreamEnd::Retry(error) => error,
+                },
+                Ok((status, _)) if status == 429 || status >= 500 => rejected("connect", status),
+                Ok((status, _)) => return Stop::Failed(rejected("connect", status)),
+            };
+            if reconnects == MAX_RECONNECTS {
+                return Stop::Failed(retry);
+            }
+            reconnects += 1;
+            let until = platform.now().saturating_add(RECONNECT_DELAY_MS * MS);
+            match platform.sleep_until(until, self.command_wait()) {
+                Err(TransportError::Cancelled) => return Stop::Cancelled,
+                Err(_) => return Stop::TimedOut,
+                Ok(()) => {}
+            }
+        }
+    }
+
+    fn read_stream(&mut self, platform: &mut dyn Platform, body: &mut dyn crate::platform::BodyReader) -> StreamEnd {
+        let mut lines = LineSplitter::default();
+        loop {
+            let chunk = match body.next_chunk(self.command_wait()) {
+                Err(TransportError::Deadline) => return StreamEnd::Stop(Stop::TimedOut),
+                Err(TransportError::Cancelled) => return StreamEnd::Stop(Stop::Cancelled),
+                Err(error) => return StreamEnd::Retry(transport_error("connect", &error)),
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => {
+                    if let Some(line) = lines.finish() {
+                        if let Some(stop) = self.handle_line(platform, &line) {
+                            return StreamEnd::Stop(stop);
+                        }
+                    }
+                    return StreamEnd::Retry(invalid("connect", "the output stream ended without an exit frame"));
+                }
+            };
+            let complete = match lines.push(&chunk) {
+                Ok(complete) => complete,
+                Err(error) => return StreamEnd::Stop(Stop::Failed(frame_error(&error))),
+            };
+            for line in complete {
+                if let Some(stop) = self.handle_line(platform, &line) {
+                    return StreamEnd::Stop(stop);
+                }
+            }
+        }
+    }
+
+    /// Applies one frame; returns a stop on the exit frame or a fatal frame.
+    fn handle_line(&mut self, platform: &mut dyn Platform, line: &[u8]) -> Option<Stop> {
+        match parse_frame(line) {
+            Err(error) => Some(Stop::Failed(frame_error(&error))),
+            Ok(None) | Ok(Some(Frame::Heartbeat)) => None,
+            Ok(Some(Frame::Exit(status))) => Some(Stop::Exited(status)),
+            Ok(Some(Frame::Error(error))) => Some(Stop::Failed(invalid(
+                "connect",
+                &format!("the server reported a stream error: {error}"),
+            ))),
+            Ok(Some(Frame::Data { seq, .. })) if seq <= self.cursor => None,
+            Ok(Some(Frame::Data { seq, .. })) if seq != self.cursor + 1 => Some(Stop::Failed(invalid(
+                "connect",
+                &format!("output sequence gap after {}: output was lost", self.cursor),
+            ))),
+            Ok(Some(Frame::Data { seq, stream, bytes })) => {
+                self.cursor = seq;
+                let target = match stream {
+                    StreamId::Stdout => &mut self.stdout,
+                    StreamId::Stderr => &mut self.stderr,
+                };
+                let text = target.decoder.push(&bytes);
+                if !text.is_empty() {
+                    platform.emit_output(stream, &text);
+                    target.tail.push(&text);
+                }
+                None
+            }
+        }
+    }
+
+    /// Flushes the decoders (an incomplete trailing character becomes U+FFFD).
+    fn flush_output(&mut self, platform: &mut dyn Platform) {
+        for (id, stream) in [(StreamId::Stdout, &mut self.stdout), (StreamId::Stderr, &mut self.stderr)] {
+            let rest = stream.decoder.finish();
+            if !rest.is_empty() {
+                platform.emit_output(id, &rest);
+                stream.tail.push(&rest);
+            }
+        }
+    }
+
+    fn partial(&self, timed_out: bool) -> PartialOutput {
+        PartialOutput {
+            stdout: self.stdout.tail.text(),
+            stderr: self.stderr.tail.text(),
+            timed_out,
+            output_truncated: self.truncated(),
+        }
+    }
+
+    fn truncated(&self) -> bool {
+        self.stdout.tail.truncated() || self.stderr.tail.truncated()
+    }
+
+    /// Turns a stop into the outcome, deleting the process tree first on
+    /// every path but a clean exit.
+    fn finish(mut self, platform: &mut dyn Platform, stop: Stop) -> Result<ExecuteResult, ProviderError> {
+        self.flush_output(platform);
+        let timed_out = matches!(stop, Stop::TimedOut);
+        let after_cleanup = match stop {
+            Stop::Exited(ExitStatus::Code(code)) => return Ok(self.result(Some(code), None, false)),
+            Stop::Exited(ExitStatus::Signal(signal)) => return Ok(self.result(None, Some(signal), false)),
+            Stop::TimedOut => Ok(()),
+            Stop::Cancelled => Err(ProviderError::Cancelled),
+            Stop::Failed(error) => Err(error),
+        };
+        if let Err(cause) = self.terminate(platform) {
+            return Err(ProviderError::CleanupFailed(CleanupFailure {
+                sandbox_id: Some(self.sandbox_id.clone()),
+                process_id: Some(self.process_id.clone()),
+                phase: CleanupPhase::ProcessTermination,
+                cause,
+                partial: Some(self.partial(timed_out)),
+            }));
+        }
+        after_cleanup.map(|()| self.result(None, None, true))
+    }
+
+    fn result(&self, exit_code: Option<i32>, signal: Option<String>, timed_out: bool) -> ExecuteResult {
+        ExecuteResult {
+            exit_code,
+            signal,
+            timed_out,
+            stdout: self.stdout.tail.text(),
+            stderr: self.stderr.tail.text(),
+            process_id: self.process_id.clone(),
+            output_truncated: self.truncated(),
+        }
+    }
+
+    /// `DELETE .../processes/{pid}?grace_ms=1000` with a fresh deadline;
+    /// `Ok` only when the server proved the tree exited (or it is gone).
+    fn terminate(&self, platform: &mut dyn Platform) -> Result<(), CleanupCause> {
+        let delete = Request {
+            method: Method::Delete,
+            path: format!("{}?grace_ms={GRACE_MS}", self.process_path()),
+            body: None,
+        };
+        let wait = Wait {
+            deadline: platform.now().saturating_add(CLEANUP_TIMEOUT_MS * MS),
+            cancellable: false,
+        };
+        match api::call(platform, &delete, wait) {
+            Ok(data) => match data.get("tree_exited") {
+                Some(Value::Bool(true)) => Ok(()),
+                Some(Value::Bool(false)) | None | Some(Value::Null) => Err(CleanupCause::TreeStillRunning),
+                Some(_) => Err(CleanupCause::InvalidResponse("`tree_exited` is not a boolean".into())),
+            },
+            Err(ApiError::Status(404)) => Ok(()),
+            Err(error) => Err(api::cleanup_cause(error)),
+        }
+    }
+}
+
+/// Best effort: `exec /bin/rm -f -- <path>`; failures are ignored because
+/// the file holds only the command's own input and lives in the sandbox.
+fn remove_staged_stdin(platform: &mut dyn Platform, sandbox_id: &str, path: &str) {
+    let remove = api::json_request(
+        Method::Post,
+        format!("{}/exec", api::sandbox_path(sandbox_id)),
+        Some(json!({ "cmd": "/bin/rm", "args": ["-f", "--", path] })),
+    );
+    let wait = Wait {
+        deadline: platform.now().saturating_add(STDIN_REMOVAL_TIMEOUT_MS * MS),
+        cancellable: false,
+    };
+    let _ = api::call(platform, &remove, wait);
+}
+
+fn request_wait(platform: &dyn Platform, cancellable: bool) -> Wait {
+    Wait {
+        deadline: platform.now().saturating_add(REQUEST_TIMEOUT_MS * MS),
+        cancellable,
+    }
+}
+
+fn empty_partial() -> PartialOutput {
+    PartialOutput {
+        stdout: String::new(),
+        stderr: String::new(),
+        timed_out: false,
+        output_truncated: false,
+    }
+}
+
+fn rejected(operation: &str, status: u16) -> ProviderError {
+    ApiError::Status(status).into_provider_error(operation)
+}
+
+fn invalid(operation: &str, reason: &str) -> ProviderError {
+    ApiError::Invalid(reason.into()).into_provider_error(operation)
+}
+
+fn frame_error(error: &FrameError) -> ProviderError {
+    invalid("connect", &error.to_string())
+}
+
+fn transport_error(operation: &str, error: &TransportError) -> ProviderError {
+    ApiError::Transport(error.clone()).into_provider_error(operation)
+}

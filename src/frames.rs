@@ -1,0 +1,266 @@
+//! The NDJSON frames of `GET .../processes/{pid}/connect`.
+//!
+//! [`LineSplitter`] cuts a byte stream into lines (bounded at 1 MiB);
+//! [`parse_frame`] turns one line into a [`Frame`] or a [`FrameError`].
+
+use base64::Engine as _;
+use serde_json::Value;
+
+/// The longest line accepted, without its newline.
+pub const MAX_LINE_BYTES: usize = 1024 * 1024;
+
+/// Which output stream a data frame carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamId {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// How a process ended, from its exit frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// It exited with this code.
+    Code(i32),
+    /// A signal (for example `SIGKILL`) ended it.
+    Signal(String),
+}
+
+/// One frame of the output stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// Output bytes of one stream.
+    Data {
+        /// The frame's sequence number (>= 1).
+        seq: u64,
+        /// The stream the bytes belong to.
+        stream: StreamId,
+        /// The decoded bytes.
+        bytes: Vec<u8>,
+    },
+    /// The terminal frame.
+    Exit(ExitStatus),
+    /// A keep-alive; ignored.
+    Heartbeat,
+    /// The server reports a fatal stream error (for example `output_offset_expired`).
+    Error(String),
+}
+
+/// Why a line is not a valid frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// The line is longer than [`MAX_LINE_BYTES`].
+    LineTooLong,
+    /// The line is not a JSON object.
+    NotJson,
+    /// The `type` is missing or not one of the known ones.
+    UnknownType,
+    /// A data frame's `seq` is missing, not an integer, or below 1.
+    InvalidSeq,
+    /// A data frame's `stream` is missing or unknown.
+    InvalidStream,
+    /// A data frame's `data_base64` is missing or not padded standard base64.
+    InvalidBase64,
+    /// An exit frame has neither an integer `exit_code` nor a string `signal`.
+    MissingExitStatus,
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FrameError::LineTooLong => "an output frame is longer than 1 MiB",
+            FrameError::NotJson => "an output frame is not a JSON object",
+            FrameError::UnknownType => "an output frame has an unknown type",
+            FrameError::InvalidSeq => "a data frame has an invalid seq",
+            FrameError::InvalidStream => "a data frame has an invalid stream",
+            FrameError::InvalidBase64 => "a data frame has invalid base64",
+            FrameError::MissingExitStatus => "the exit frame has no exit status",
+        })
+    }
+}
+
+/// Parses one line (without its newline). Blank lines give `Ok(None)`.
+pub fn parse_frame(line: &[u8]) -> Result<Option<Frame>, FrameError> {
+    if line.len() > MAX_LINE_BYTES {
+        return Err(FrameError::LineTooLong);
+    }
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: Value = serde_json::from_slice(line).map_err(|_| FrameError::NotJson)?;
+    let object = value.as_object().ok_or(FrameError::NotJson)?;
+    let frame = match object.get("type").and_then(Value::as_str) {
+        Some("data") => {
+            let seq = object
+                .get("seq")
+                .and_then(Value::as_u64)
+                .filter(|seq| *seq >= 1)
+                .ok_or(FrameError::InvalidSeq)?;
+            let stream = match object.get("stream").and_then(Value::as_str) {
+                Some("stdout") => StreamId::Stdout,
+                Some("stderr") => StreamId::Stderr,
+                _ => return Err(FrameError::InvalidStream),
+            };
+            let encoded = object
+                .get("data_base64")
+                .and_then(Value::as_str)
+                .ok_or(FrameError::InvalidBase64)?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(encoded)
+                .map_err(|_| FrameError::InvalidBase64)?;
+            Frame::Data { seq, stream, bytes }
+        }
+        Some("exit") => {
+            let code = object.get("exit_code").filter(|v| !v.is_null());
+            let signal = object.get("signal").filter(|v| !v.is_null());
+            match (code, signal) {
+                (Some(code), _) => Frame::Exit(ExitStatus::Code(
+                    code.as_i64()
+                        .and_then(|c| i32::try_from(c).ok())
+                        .ok_or(FrameError::MissingExitStatus)?,
+                )),
+                (None, Some(signal)) => Frame::Exit(ExitStatus::Signal(
+                    signal
+                        .as_str()
+                        .filter(|s| !s.is_empty() && s.len() <= 64)
+                        .ok_or(FrameError::MissingExitStatus)?
+                        .to_string(),
+                )),
+                (None, None) => return Err(FrameError::MissingExitStatus),
+            }
+        }
+        Some("heartbeat") => Frame::Heartbeat,
+        Some("error") => Frame::Error(
+            object
+                .get("error")
+                .and_then(Value::as_str)
+                .map(|e| e.chars().take(100).filter(|c| !c.is_control()).collect())
+                .unwrap_or_else(|| "unspecified".to_string()),
+        ),
+        _ => return Err(FrameError::UnknownType),
+    };
+    Ok(Some(frame))
+}
+
+/// Cuts a byte stream into newline-terminated lines, keeping an unfinished
+/// line across chunks. A line over [`MAX_LINE_BYTES`] is an error as soon
+/// as it is seen, so memory stays bounded.
+#[derive(Debug, Default)]
+pub struct LineSplitter {
+    partial: Vec<u8>,
+}
+
+impl LineSplitter {
+    /// Adds a chunk and returns the complete lines it finished.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Vec<u8>>, FrameError> {
+        let mut lines = Vec::new();
+        let mut rest = chunk;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+            let mut line = std::mem::take(&mut self.partial);
+            line.extend_from_slice(&rest[..i]);
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            if line.len() > MAX_LINE_BYTES {
+                return Err(FrameError::LineTooLong);
+            }
+            lines.push(line);
+            rest = &rest[i + 1..];
+        }
+        self.partial.extend_from_slice(rest);
+        if self.partial.len() > MAX_LINE_BYTES + 1 {
+            return Err(FrameError::LineTooLong);
+        }
+        Ok(lines)
+    }
+
+    /// Ends the stream: the final line without a newline, if any.
+    pub fn finish(&mut self) -> Option<Vec<u8>> {
+        let line = std::mem::take(&mut self.partial);
+        (!line.is_empty()).then_some(line)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_frames_decode() {
+        let frame = parse_frame(br#"{"type":"data","seq":3,"stream":"stderr","data_base64":"4oKs"}"#);
+        assert_eq!(
+            frame,
+            Ok(Some(Frame::Data {
+                seq: 3,
+                stream: StreamId::Stderr,
+                bytes: "€".as_bytes().to_vec()
+            }))
+        );
+    }
+
+    #[test]
+    fn exit_heartbeat_and_error_frames_decode() {
+        assert_eq!(
+            parse_frame(br#"{"type":"exit","exit_code":7}"#),
+            Ok(Some(Frame::Exit(ExitStatus::Code(7))))
+        );
+        assert_eq!(
+            parse_frame(br#"{"type":"exit","exit_code":null,"signal":"SIGKILL"}"#),
+            Ok(Some(Frame::Exit(ExitStatus::Signal("SIGKILL".into()))))
+        );
+        assert_eq!(parse_frame(br#"{"type":"heartbeat"}"#), Ok(Some(Frame::Heartbeat)));
+        assert_eq!(
+            parse_frame(br#"{"type":"error","error":"output_offset_expired"}"#),
+            Ok(Some(Frame::Error("output_offset_expired".into())))
+        );
+        assert_eq!(parse_frame(b"  "), Ok(None));
+    }
+
+    #[test]
+    fn invalid_frames_are_typed_errors() {
+        let cases: &[(&[u8], FrameError)] = &[
+            (b"not json", FrameError::NotJson),
+            (b"[1]", FrameError::NotJson),
+            (br#"{"type":"bogus"}"#, FrameError::UnknownType),
+            (br#"{"seq":1}"#, FrameError::UnknownType),
+            (br#"{"type":"data","seq":0,"stream":"stdout","data_base64":""}"#, FrameError::InvalidSeq),
+            (br#"{"type":"data","seq":"1","stream":"stdout","data_base64":""}"#, FrameError::InvalidSeq),
+            (br#"{"type":"data","seq":1.5,"stream":"stdout","data_base64":""}"#, FrameError::InvalidSeq),
+            (br#"{"type":"data","seq":1,"stream":"stdin","data_base64":""}"#, FrameError::InvalidStream),
+            (br#"{"type":"data","seq":1,"stream":"stdout","data_base64":"!!"}"#, FrameError::InvalidBase64),
+            (br#"{"type":"data","seq":1,"stream":"stdout","data_base64":"4oK"}"#, FrameError::InvalidBase64),
+            (br#"{"type":"data","seq":1,"stream":"stdout"}"#, FrameError::InvalidBase64),
+            (br#"{"type":"exit"}"#, FrameError::MissingExitStatus),
+            (br#"{"type":"exit","exit_code":"1"}"#, FrameError::MissingExitStatus),
+            (br#"{"type":"exit","exit_code":99999999999}"#, FrameError::MissingExitStatus),
+        ];
+        for (line, error) in cases {
+            assert_eq!(parse_frame(line), Err(error.clone()), "{}", String::from_utf8_lossy(line));
+        }
+        assert_eq!(parse_frame(&vec![b' '; MAX_LINE_BYTES + 1]), Err(FrameError::LineTooLong));
+    }
+
+    #[test]
+    fn lines_split_across_chunks_and_final_line_without_newline() {
+        let mut splitter = LineSplitter::default();
+        assert_eq!(splitter.push(b"ab").unwrap(), Vec::<Vec<u8>>::new());
+        assert_eq!(splitter.push(b"c\r\nde\n\nf").unwrap(), vec![b"abc".to_vec(), b"de".to_vec(), b"".to_vec()]);
+        assert_eq!(splitter.finish(), Some(b"f".to_vec()));
+        assert_eq!(splitter.finish(), None);
+    }
+
+    #[test]
+    fn an_endless_line_is_refused_with_bounded_memory() {
+        let mut splitter = LineSplitter::default();
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut result = Ok(Vec::new());
+        for _ in 0..20 {
+            result = splitter.push(&chunk);
+            if result.is_err() {
+                break;
+            }
+        }
+        assert_eq!(result, Err(FrameError::LineTooLong));
+    }
+}

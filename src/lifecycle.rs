@@ -1,0 +1,435 @@
+//! Lease lifecycle: acquire, resume, release, destroy, probe and realize.
+//!
+//! Sandbox state transitions are asynchronous: they are observed by polling
+//! `GET /sandboxes/{id}` every 250 ms, bounded by the operation's deadline
+//! (the config's `timeoutMs`).
+
+use crate::api::{self, ApiError};
+use crate::config::Config;
+use crate::lease::{self, LeaseMetadata, MARKER_PATH, WORKSPACE_ROOT};
+use crate::platform::{random_hex, Instant, Method, Platform, Request, Wait, MS};
+use crate::types::{
+    AcquireRequest, CleanupFailure, CleanupPhase, EnvironmentContext, InvalidResponse, Lease,
+    ProbeReport, ProviderError, ResumeOutcome, TerminationAction, TerminationReceipt,
+    WorkspaceRequest,
+};
+use serde_json::{json, Map, Value};
+
+/// How often a transition is polled.
+pub const POLL_INTERVAL_MS: u64 = 250;
+/// Fresh budget of a cleanup delete after a failed setup.
+pub const CLEANUP_TIMEOUT_MS: u64 = 30_000;
+
+/// States after which a sandbox will never run again.
+const GONE_STATES: &[&str] = &["error", "failed", "destroying", "destroyed"];
+
+/// One lifecycle operation: the platform, the config and its deadline.
+pub struct Lifecycle<'a> {
+    platform: &'a mut dyn Platform,
+    config: &'a Config,
+    deadline: Instant,
+}
+
+impl<'a> Lifecycle<'a> {
+    /// Starts an operation whose budget is the config's `timeoutMs`.
+    pub fn new(platform: &'a mut dyn Platform, config: &'a Config) -> Lifecycle<'a> {
+        let deadline = platform.now().saturating_add(config.timeout_ms.saturating_mul(MS));
+        Lifecycle {
+            platform,
+            config,
+            deadline,
+        }
+    }
+
+    fn wait(&self) -> Wait {
+        Wait {
+            deadline: self.deadline,
+            cancellable: true,
+        }
+    }
+
+    fn call(&mut self, request: &Request) -> Result<Map<String, Value>, ApiError> {
+        let wait = self.wait();
+        api::call(self.platform, request, wait)
+    }
+
+    /// Creates a sandbox, waits until it runs, creates the workspace and
+    /// writes the marker. On a failure after creation the sandbox is
+    /// deleted; if that fails too, the result is `cleanup-failed`.
+    pub fn acquire(&mut self, ctx: &EnvironmentContext, request: &AcquireRequest) -> Result<Lease, ProviderError> {
+        if request.requested_expires_at.is_some() {
+            return Err(ProviderError::Unsupported(
+                "CreateOS sandboxes cannot be given an expiry time".into(),
+            ));
+        }
+        let cwd = match &request.requested_cwd {
+            Some(cwd) => workspace_path(cwd)?,
+            None => WORKSPACE_ROOT.to_string(),
+        };
+        let sandbox_id = self.create_sandbox()?;
+        let marker = random_hex(self.platform, 16);
+        let metadata = LeaseMetadata {
+            provider: lease::PROVIDER.into(),
+            sandbox_id: sandbox_id.clone(),
+            environment_id: ctx.environment_id.clone(),
+            api_origin: self.config.api_origin.clone(),
+            shape: self.config.shape.clone(),
+            rootfs: self.config.rootfs.clone(),
+            region: self.config.region.clone(),
+            workspace_root: WORKSPACE_ROOT.into(),
+            cwd,
+            marker,
+            reusable: self.config.reuse_lease,
+        };
+        match self.prepare(&metadata) {
+            Ok(()) => Ok(metadata.to_lease()),
+            Err(error) => match self.delete_sandbox(&sandbox_id) {
+                Ok(_) => Err(error),
+                Err(cause) => Err(ProviderError::CleanupFailed(CleanupFailure {
+                    sandbox_id: Some(sandbox_id),
+                    process_id: None,
+                    phase: CleanupPhase::LeaseSetup,
+                    cause,
+                    partial: None,
+                })),
+            },
+        }
+    }
+
+    /// `POST /sandboxes`. The API has no idempotency key, so an answer that
+    /// is not a definite rejection or a valid id leaves a sandbox that may
+    /// exist and cannot be found: `cleanup-failed` without a sandbox id.
+    fn create_sandbox(&mut self) -> Result<String, ProviderError> {
+        let mut body = json!({ "shape": self.config.shape, "ingress_enabled": false });
+        if let Some(rootfs) = &self.config.rootfs {
+            body["rootfs"] = Value::String(rootfs.clone());
+        }
+        if let Some(region) = &self.config.region {
+            body["region"] = Value::String(region.clone());
+        }
+        let create = api::json_request(Method::Post, "/v1/sandboxes".into(), Some(body));
+        // Not cancellable: once sent, only the answer says whether it exists.
+        let wait = Wait {
+            deadline: self.deadline,
+            cancellable: false,
+        };
+        let unconfirmed = |error| {
+            ProviderError::CleanupFailed(CleanupFailure {
+                sandbox_id: None,
+                process_id: None,
+                phase: CleanupPhase::LeaseSetup,
+                cause: api::cleanup_cause(error),
+                partial: None,
+            })
+        };
+        match api::call(self.platform, &create, wait) {
+            Ok(data) => api::id_field(&data, "id").map_err(unconfirmed),
+            Err(ApiError::Status(status)) if status < 500 => {
+                Err(ApiError::Status(status).into_provider_error("create-sandbox"))
+            }
+            Err(error) => Err(unconfirmed(error)),
+        }
+    }
+
+    fn prepare(&mut self, metadata: &LeaseMetadata) -> Result<(), ProviderError> {
+        let id = &metadata.sandbox_id;
+        match self.wait_for_state(id, &["running"], "wait-running")? {
+            State::Reached => {}
+            State::Gone(_) => return Err(invalid("wait-running", "the sandbox failed while starting")),
+        }
+        self.exec_checked(id, "/bin/mkdir", &["-p", "--", &metadata.workspace_root, &metadata.cwd], "create-workspace")?;
+        let write = Request {
+            method: Method::Put,
+            path: api::file_path(id, MARKER_PATH),
+            body: Some(("application/octet-stream", metadata.marker.clone().into_bytes())),
+        };
+        self.call(&write).map_err(|e| e.into_provider_error("write-marker"))?;
+        Ok(())
+    }
+
+    /// Resumes a released lease: `expired` only when the sandbox is provably
+    /// gone or not the leased one.
+    pub fn resume(&mut self, ctx: &EnvironmentContext, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
+        let metadata = lease::check(lease, ctx, self.config)?;
+        let id = &metadata.sandbox_id;
+        let data = match self.get_sandbox(id) {
+            Err(ApiError::Status(404)) => return Ok(expired("the sandbox no longer exists")),
+            other => other.map_err(|e| e.into_provider_error("get-sandbox"))?,
+        };
+        for (field, want) in [
+            ("shape", Some(&metadata.shape)),
+            ("rootfs", metadata.rootfs.as_ref()),
+            ("region", metadata.region.as_ref()),
+        ] {
+            if let (Some(want), Some(have)) = (want, data.get(field).and_then(Value::as_str)) {
+                if want != have {
+                    return Ok(expired(&format!("the sandbox's {field} changed")));
+                }
+            }
+        }
+        let status = api::string_field(&data, "status")
+            .map_err(|e| e.into_provider_error("get-sandbox"))?
+            .to_string();
+        if GONE_STATES.contains(&status.as_str()) {
+            return Ok(expired(&format!("the sandbox is {status}")));
+        }
+        if status != "running" {
+            if matches!(status.as_str(), "paused" | "pausing") {
+                self.transition(id, "resume", "paused")?;
+            }
+            if let State::Gone(state) = self.wait_for_state(id, &["running"], "resume")? {
+                return Ok(expired(&format!("the sandbox is {state}")));
+            }
+        }
+        let read = Request {
+            method: Method::Get,
+            path: api::file_path(id, MARKER_PATH),
+            body: None,
+        };
+        let wait = self.wait();
+        match api::call_raw(self.platform, &read, wait) {
+            Ok(bytes) if bytes == metadata.marker.as_bytes() => Ok(ResumeOutcome::Resumed(metadata.to_lease())),
+            Ok(_) => Ok(expired("the workspace marker does not match: another sandbox")),
+            Err(ApiError::Status(404)) => Ok(expired("the workspace marker is missing")),
+            Err(error) => Err(error.into_provider_error("read-marker")),
+        }
+    }
+
+    /// Pauses a reusable lease (config `reuseLease` and the lease agree), or
+    /// deletes the sandbox.
+    pub fn release(&mut self, ctx: &EnvironmentContext, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        let metadata = lease::check(lease, ctx, self.config)?;
+        let id = metadata.sandbox_id.clone();
+        if !(metadata.reusable && self.config.reuse_lease) {
+            return self.destroy_checked(&id);
+        }
+        match self.get_sandbox(&id) {
+            Err(ApiError::Status(404)) => return Ok(receipt(&id, TerminationAction::AlreadyGone)),
+            Err(error) => return Err(error.into_provider_error("get-sandbox")),
+            Ok(_) => {}
+        }
+        self.transition(&id, "pause", "running")?;
+        match self.wait_for_state(&id, &["paused"], "pause")? {
+            State::Reached => Ok(receipt(&id, TerminationAction::Paused)),
+            State::Gone(_) => Ok(receipt(&id, TerminationAction::AlreadyGone)),
+        }
+    }
+
+    /// Deletes the sandbox of a lease; 404 is success.
+    pub fn destroy(&mut self, ctx: &EnvironmentContext, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        let metadata = lease::check(lease, ctx, self.config)?;
+        self.destroy_checked(&metadata.sandbox_id)
+    }
+
+    fn destroy_checked(&mut self, id: &str) -> Result<TerminationReceipt, ProviderError> {
+        match self.delete_sandbox(id) {
+            Ok(action) => Ok(receipt(id, action)),
+            Err(cause) => Err(ProviderError::CleanupFailed(CleanupFailure {
+                sandbox_id: Some(id.to_string()),
+                process_id: None,
+                phase: CleanupPhase::SandboxDeletion,
+                cause,
+                partial: None,
+            })),
+        }
+    }
+
+    /// Makes the remote working directory and returns its path.
+    pub fn realize(&mut self, ctx: &EnvironmentContext, lease: &Lease, request: &WorkspaceRequest) -> Result<String, ProviderError> {
+        let metadata = lease::check(lease, ctx, self.config)?;
+        let path = match &request.remote_path {
+            Some(path) => workspace_path(path)?,
+            None => metadata.cwd.clone(),
+        };
+        self.exec_checked(&metadata.sandbox_id, "/bin/mkdir", &["-p", "--", &path], "realize-workspace")?;
+        Ok(path)
+    }
+
+    /// Creates a sandbox, runs `/bin/echo <marker>`, and always deletes it.
+    pub fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
+        let mut diagnostics = Vec::new();
+        let id = self.create_sandbox()?;
+        diagnostics.push(format!("created sandbox {id} (shape {})", self.config.shape));
+        let marker = format!("paperclip-probe-{}", random_hex(self.platform, 8));
+        let outcome = self.probe_run(&id, &marker, &mut diagnostics);
+        match self.delete_sandbox(&id) {
+            Ok(_) => diagnostics.push(format!("deleted sandbox {id}")),
+            Err(cause) => {
+                return Err(ProviderError::CleanupFailed(CleanupFailure {
+                    sandbox_id: Some(id),
+                    process_id: None,
+                    phase: CleanupPhase::SandboxDeletion,
+                    cause,
+                    partial: None,
+                }))
+            }
+        }
+        let echoed = outcome?;
+        let ok = echoed.trim_end() == marker;
+        Ok(ProbeReport {
+            ok,
+            summary: if ok {
+                format!("CreateOS at {} created, ran and deleted a sandbox", self.config.api_origin)
+            } else {
+                "the probe command did not print its marker".into()
+            },
+            diagnostics,
+        })
+    }
+
+    fn probe_run(&mut self, id: &str, marker: &str, diagnostics: &mut Vec<String>) -> Result<String, ProviderError> {
+        match self.wait_for_state(id, &["running"], "wait-running")? {
+            State::Reached => diagnostics.push("sandbox is running".into()),
+            State::Gone(state) => return Err(invalid("wait-running", &format!("the sandbox became {state}"))),
+        }
+        let result = self.exec(id, "/bin/echo", &[marker], "probe-exec")?;
+        diagnostics.push(format!("/bin/echo exited {}", result.exit_code));
+        Ok(result.stdout)
+    }
+
+    fn get_sandbox(&mut self, id: &str) -> Result<Map<String, Value>, ApiError> {
+        let get = Request {
+            method: Method::Get,
+            path: api::sandbox_path(id),
+            body: None,
+        };
+        let data = self.call(&get)?;
+        if data.get("id").and_then(Value::as_str) != Some(id) {
+            return Err(ApiError::Invalid("the sandbox in the response is another one".into()));
+        }
+        Ok(data)
+    }
+
+    /// Polls until the sandbox is in one of `wanted`, or in a gone state.
+    fn wait_for_state(&mut self, id: &str, wanted: &[&str], operation: &str) -> Result<State, ProviderError> {
+        loop {
+            let data = match self.get_sandbox(id) {
+                Err(ApiError::Status(404)) => return Ok(State::Gone("deleted".into())),
+                other => other.map_err(|e| e.into_provider_error(operation))?,
+            };
+            let status = api::string_field(&data, "status").map_err(|e| e.into_provider_error(operation))?;
+            if wanted.contains(&status) {
+                return Ok(State::Reached);
+            }
+            if GONE_STATES.contains(&status) {
+                return Ok(State::Gone(status.to_string()));
+            }
+            let until = self.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
+            let wait = self.wait();
+            self.platform
+                .sleep_until(until, wait)
+                .map_err(|e| ApiError::Transport(e).into_provider_error(operation))?;
+        }
+    }
+
+    /// `POST /sandboxes/{id}/{verb}`; a 409 (conflicting state) is re-read by
+    /// the caller's wait, unless the sandbox is not in `from` at all.
+    fn transition(&mut self, id: &str, verb: &str, from: &str) -> Result<(), ProviderError> {
+        let post = api::json_request(Method::Post, format!("{}/{verb}", api::sandbox_path(id)), None);
+        match self.call(&post) {
+            Ok(_) => Ok(()),
+            Err(ApiError::Status(409)) => {
+                let data = self.get_sandbox(id).map_err(|e| e.into_provider_error(verb))?;
+                let status = api::string_field(&data, "status").map_err(|e| e.into_provider_error(verb))?;
+                if status == from {
+                    Err(ApiError::Status(409).into_provider_error(verb))
+                } else {
+                    Ok(())
+                }
+            }
+            Err(error) => Err(error.into_provider_error(verb)),
+        }
+    }
+
+    /// `DELETE /sandboxes/{id}` with a fresh deadline, not cancellable.
+    fn delete_sandbox(&mut self, id: &str) -> Result<TerminationAction, crate::types::CleanupCause> {
+        let delete = Request {
+            method: Method::Delete,
+            path: api::sandbox_path(id),
+            body: None,
+        };
+        let wait = Wait {
+            deadline: self.platform.now().saturating_add(CLEANUP_TIMEOUT_MS * MS),
+            cancellable: false,
+        };
+        match api::call(self.platform, &delete, wait) {
+            Ok(_) => Ok(TerminationAction::Deleted),
+            Err(ApiError::Status(404)) => Ok(TerminationAction::AlreadyGone),
+            Err(error) => Err(api::cleanup_cause(error)),
+        }
+    }
+
+    fn exec(&mut self, id: &str, cmd: &str, args: &[&str], operation: &str) -> Result<ExecOutput, ProviderError> {
+        let exec = api::json_request(
+            Method::Post,
+            format!("{}/exec", api::sandbox_path(id)),
+            Some(json!({ "cmd": cmd, "args": args })),
+        );
+        let data = self.call(&exec).map_err(|e| e.into_provider_error(operation))?;
+        let result = data
+            .get("result")
+            .and_then(Value::as_object)
+            .ok_or_else(|| invalid(operation, "the response has no `result` object"))?;
+        let exit_code = result
+            .get("exit_code")
+            .and_then(Value::as_i64)
+            .ok_or_else(|| invalid(operation, "the result has no integer `exit_code`"))?;
+        let stdout = result.get("stdout").and_then(Value::as_str).unwrap_or_default().to_string();
+        Ok(ExecOutput { exit_code, stdout })
+    }
+
+    fn exec_checked(&mut self, id: &str, cmd: &str, args: &[&str], operation: &str) -> Result<(), ProviderError> {
+        let result = self.exec(id, cmd, args, operation)?;
+        if result.exit_code == 0 {
+            Ok(())
+        } else {
+            Err(invalid(operation, &format!("{cmd} exited {}", result.exit_code)))
+        }
+    }
+}
+
+/// The state a wait ended in.
+enum State {
+    /// One of the wanted states.
+    Reached,
+    /// A state the sandbox never leaves, or deleted.
+    Gone(String),
+}
+
+struct ExecOutput {
+    exit_code: i64,
+    stdout: String,
+}
+
+/// Resolves a requested directory inside the workspace: relative paths go
+/// under the workspace root; `..`, NUL and empty paths are refused.
+pub fn workspace_path(path: &str) -> Result<String, ProviderError> {
+    if path.is_empty() || path.contains('\0') || path.split('/').any(|part| part == "..") {
+        return Err(ProviderError::InvalidRequest(
+            "the workspace path must be non-empty, without `..` or NUL".into(),
+        ));
+    }
+    Ok(if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("{WORKSPACE_ROOT}/{path}")
+    })
+}
+
+fn expired(reason: &str) -> ResumeOutcome {
+    ResumeOutcome::Expired(reason.to_string())
+}
+
+fn receipt(id: &str, action: TerminationAction) -> TerminationReceipt {
+    TerminationReceipt {
+        sandbox_id: id.to_string(),
+        action,
+    }
+}
+
+fn invalid(operation: &str, reason: &str) -> ProviderError {
+    ProviderError::InvalidResponse(InvalidResponse {
+        operation: operation.into(),
+        reason: reason.into(),
+    })
+}

@@ -1,0 +1,220 @@
+//! Validation of a command request and the bash script that runs it.
+//!
+//! Every value is single-quoted, so the shell never interprets it: a `'`
+//! inside a value becomes `'"'"'` (close the quote, a double-quoted `'`,
+//! reopen). The script is run as `/bin/bash -lc <script>`.
+
+use crate::types::ExecuteRequest;
+
+/// Why a request was refused before any network request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidRequest(pub String);
+
+/// Checks a request the way the spec's step 1 requires: a command, env
+/// names matching `^[A-Za-z_][A-Za-z0-9_]*$`, and no NUL in any value.
+pub fn validate(request: &ExecuteRequest) -> Result<(), InvalidRequest> {
+    if request.command.is_empty() {
+        return Err(InvalidRequest("command must not be empty".into()));
+    }
+    if request.command.contains('\0') {
+        return Err(InvalidRequest("command contains a NUL character".into()));
+    }
+    if let Some(i) = request.args.iter().position(|a| a.contains('\0')) {
+        return Err(InvalidRequest(format!(
+            "argument {i} contains a NUL character"
+        )));
+    }
+    if let Some(cwd) = &request.cwd {
+        if cwd.is_empty() {
+            return Err(InvalidRequest("cwd must not be empty".into()));
+        }
+        if cwd.contains('\0') {
+            return Err(InvalidRequest("cwd contains a NUL character".into()));
+        }
+    }
+    for (name, value) in &request.env {
+        if !is_env_name(name) {
+            return Err(InvalidRequest(format!(
+                "environment variable name `{}` is invalid (must match ^[A-Za-z_][A-Za-z0-9_]*$)",
+                name.escape_default()
+            )));
+        }
+        if value.contains('\0') {
+            return Err(InvalidRequest(format!(
+                "environment variable `{name}` contains a NUL character"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// True for a portable environment variable name.
+pub fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// Single-quotes a value for bash.
+pub fn quote(value: &str) -> String {
+    let mut quoted = String::with_capacity(value.len() + 2);
+    quoted.push('\'');
+    for c in value.chars() {
+        if c == '\'' {
+            quoted.push_str("'\"'\"'");
+        } else {
+            quoted.push(c);
+        }
+    }
+    quoted.push('\'');
+    quoted
+}
+
+/// Builds the script of a validated request.
+///
+/// `cd -- '<cwd>' || exit` when a cwd is given, then
+/// `exec env -- K='v' ... '<command>' '<arg>' ... < '<stdin file>'` (the
+/// redirect only when stdin was staged). `env` applies the variables to the
+/// command alone, and its `--` keeps a command starting with `-` from being
+/// read as an option. GNU env reads every leading `NAME=VALUE` word as an
+/// assignment, so a command whose name contains `=` is started through
+/// `/bin/bash -c 'exec -- "$@"' bash` instead, which takes it literally.
+pub fn build(request: &ExecuteRequest, stdin_path: Option<&str>) -> String {
+    let mut script = String::new();
+    if let Some(cwd) = &request.cwd {
+        script.push_str("cd -- ");
+        script.push_str(&quote(cwd));
+        script.push_str(" || exit\n");
+    }
+    script.push_str("exec env --");
+    for (name, value) in &request.env {
+        script.push(' ');
+        script.push_str(name);
+        script.push('=');
+        script.push_str(&quote(value));
+    }
+    if request.command.contains('=') {
+        script.push_str(" /bin/bash -c 'exec -- \"$@\"' bash");
+    }
+    script.push(' ');
+    script.push_str(&quote(&request.command));
+    for arg in &request.args {
+        script.push(' ');
+        script.push_str(&quote(arg));
+    }
+    if let Some(path) = stdin_path {
+        script.push_str(" < ");
+        script.push_str(&quote(path));
+    }
+    script
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn request(command: &str, args: &[&str]) -> ExecuteRequest {
+        ExecuteRequest {
+            command: command.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            cwd: None,
+            env: Vec::new(),
+            stdin: None,
+            timeout_ms: None,
+        }
+    }
+
+    /// Runs a script the way the sandbox does and returns its stdout.
+    fn run(script: &str) -> String {
+        let out = Command::new("/bin/bash")
+            .arg("-c")
+            .arg(script)
+            .output()
+            .expect("bash runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn quoting_closes_and_reopens_around_single_quotes() {
+        assert_eq!(quote("a'b"), "'a'\"'\"'b'");
+        assert_eq!(quote(""), "''");
+        assert_eq!(quote("$(x) `y` \\ \" ;|&"), "'$(x) `y` \\ \" ;|&'");
+    }
+
+    #[test]
+    fn hostile_arguments_reach_the_command_verbatim() {
+        let hostile = [
+            "'; rm -rf / #",
+            "$(touch /tmp/pwned)",
+            "`id`",
+            "a\nb",
+            "--help",
+            "*",
+            "\\'\"",
+            "€ ünïcödé",
+            "",
+        ];
+        let req = request("printf", &["%s|"]);
+        let mut req = req;
+        req.args.extend(hostile.iter().map(|s| s.to_string()));
+        let expected: String = hostile.iter().map(|s| format!("{s}|")).collect();
+        assert_eq!(run(&build(&req, None)), expected);
+    }
+
+    #[test]
+    fn env_and_cwd_are_applied_without_interpretation() {
+        let dir = std::env::temp_dir().join("createos script cwd 'q' $(x)");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut req = request("sh", &["-c", "pwd; printf '%s' \"$HOSTILE\""]);
+        req.cwd = Some(dir.to_string_lossy().into_owned());
+        req.env = vec![("HOSTILE".into(), "'$(id)' \"`x`\" ; exit 3".into())];
+        let out = run(&build(&req, None));
+        assert_eq!(out, format!("{}\n'$(id)' \"`x`\" ; exit 3", dir.display()));
+    }
+
+    #[test]
+    fn a_missing_cwd_fails_the_command_instead_of_running_elsewhere() {
+        let mut req = request("echo", &["ran"]);
+        req.cwd = Some("/nonexistent/dir".into());
+        assert_eq!(run(&build(&req, None)), "");
+    }
+
+    #[test]
+    fn commands_with_dashes_or_equals_are_taken_literally() {
+        let req = request("-l", &[]);
+        assert_eq!(run(&format!("{} 2>/dev/null; echo $?", build(&req, None).replace("exec ", ""))), "127\n");
+        let req = request("A=1", &[]);
+        let out = Command::new("/bin/bash").arg("-c").arg(build(&req, None)).output().unwrap();
+        assert!(!out.status.success());
+        assert!(out.stdout.is_empty(), "env must not print the environment");
+    }
+
+    #[test]
+    fn stdin_comes_from_the_staged_file() {
+        let path = std::env::temp_dir().join("createos-script-stdin 'x'");
+        std::fs::write(&path, "from file").unwrap();
+        let req = request("cat", &[]);
+        assert_eq!(run(&build(&req, Some(&path.to_string_lossy()))), "from file");
+    }
+
+    #[test]
+    fn validation_refuses_bad_input() {
+        assert!(validate(&request("", &[])).is_err());
+        assert!(validate(&request("a\0", &[])).is_err());
+        assert!(validate(&request("ls", &["\0"])).is_err());
+        for name in ["", "1A", "A-B", "A B", "É", "A=B"] {
+            let mut req = request("ls", &[]);
+            req.env = vec![(name.into(), "v".into())];
+            assert!(validate(&req).is_err(), "{name:?}");
+        }
+        let mut req = request("ls", &[]);
+        req.env = vec![("_ok_1".into(), "v".into())];
+        assert!(validate(&req).is_ok());
+        req.env = vec![("OK".into(), "a\0".into())];
+        assert!(validate(&req).is_err());
+        req.env.clear();
+        req.cwd = Some("/a\0".into());
+        assert!(validate(&req).is_err());
+    }
+}

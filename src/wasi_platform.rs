@@ -1,0 +1,275 @@
+//! [`Platform`] over the component's WASI imports: `wasi:http` for
+//! requests, `wasi:clocks` for deadlines, `wasi:random`, and the host
+//! interface for live output and cancellation.
+//!
+//! Every wait polls the operation's pollable together with a deadline
+//! pollable and, when cancellable, the host's cancellation pollable: no
+//! busy-waiting, and a stuck server can never hold the component past its
+//! deadline.
+
+use crate::bindings::sandbox::provider::host;
+use crate::bindings::wasi::clocks::monotonic_clock;
+use crate::bindings::wasi::http::outgoing_handler;
+use crate::bindings::wasi::http::types::{
+    ErrorCode, Fields, FutureIncomingResponse, IncomingBody, IncomingResponse, Method as HttpMethod,
+    OutgoingBody, OutgoingRequest, Scheme,
+};
+use crate::bindings::wasi::io::poll::{poll, Pollable};
+use crate::bindings::wasi::io::streams::{InputStream, OutputStream, StreamError};
+use crate::config::Origin;
+use crate::frames::StreamId;
+use crate::platform::{BodyReader, Instant, Method, Platform, Request, Response, TransportError, Wait};
+
+/// How many bytes are read from a body stream at a time.
+const READ_CHUNK: u64 = 64 * 1024;
+
+/// The platform of one operation.
+pub struct WasiPlatform {
+    origin: Origin,
+    cancellation: Pollable,
+}
+
+impl WasiPlatform {
+    /// A platform sending to `origin`.
+    pub fn new(origin: Origin) -> WasiPlatform {
+        WasiPlatform {
+            origin,
+            cancellation: host::cancellation(),
+        }
+    }
+
+    fn request(&self, request: &Request) -> Result<(OutgoingRequest, Option<Vec<u8>>), TransportError> {
+        let headers = Fields::new();
+        if let Some((content_type, _)) = &request.body {
+            headers
+                .append("content-type", content_type.as_bytes())
+                .map_err(|_| TransportError::Other("invalid request header".into()))?;
+        }
+        let outgoing = OutgoingRequest::new(headers);
+        let method = match request.method {
+            Method::Get => HttpMethod::Get,
+            Method::Post => HttpMethod::Post,
+            Method::Put => HttpMethod::Put,
+            Method::Delete => HttpMethod::Delete,
+        };
+        let scheme = if self.origin.https { Scheme::Https } else { Scheme::Http };
+        let invalid = |what: &str| TransportError::Other(format!("invalid request {what}"));
+        outgoing.set_method(&method).map_err(|()| invalid("method"))?;
+        outgoing.set_scheme(Some(&scheme)).map_err(|()| invalid("scheme"))?;
+        outgoing
+            .set_authority(Some(&self.origin.authority))
+            .map_err(|()| invalid("authority"))?;
+        outgoing
+            .set_path_with_query(Some(&request.path))
+            .map_err(|()| invalid("path"))?;
+        Ok((outgoing, request.body.as_ref().map(|(_, bytes)| bytes.clone())))
+    }
+
+    /// Sends a request and waits for the response head.
+    fn start(&mut self, request: &Request, wait: Wait) -> Result<IncomingResponse, TransportError> {
+        let (outgoing, body) = self.request(request)?;
+        let outgoing_body = outgoing
+            .body()
+            .map_err(|()| TransportError::Other("request body unavailable".into()))?;
+        let future = outgoing_handler::handle(outgoing, None).map_err(|code| error_code(&code))?;
+        {
+            let stream = outgoing_body
+                .write()
+                .map_err(|()| TransportError::Other("request body stream unavailable".into()))?;
+            if let Some(bytes) = &body {
+                self.write_all(&stream, bytes, wait)?;
+            }
+        }
+        OutgoingBody::finish(outgoing_body, None).map_err(|code| error_code(&code))?;
+        self.await_response(&future, wait)
+    }
+
+    fn write_all(&self, stream: &OutputStream, mut bytes: &[u8], wait: Wait) -> Result<(), TransportError> {
+        while !bytes.is_empty() {
+            let permitted = stream.check_write().map_err(stream_error)?;
+            if permitted == 0 {
+                self.block_on(&stream.subscribe(), wait)?;
+                continue;
+            }
+            let n = bytes.len().min(usize::try_from(permitted).unwrap_or(usize::MAX));
+            stream.write(&bytes[..n]).map_err(stream_error)?;
+            bytes = &bytes[n..];
+        }
+        stream.flush().map_err(stream_error)?;
+        loop {
+            if stream.check_write().map_err(stream_error)? > 0 {
+                return Ok(());
+            }
+            self.block_on(&stream.subscribe(), wait)?;
+        }
+    }
+
+    fn await_response(&self, future: &FutureIncomingResponse, wait: Wait) -> Result<IncomingResponse, TransportError> {
+        loop {
+            match future.get() {
+                Some(Ok(Ok(response))) => return Ok(response),
+                Some(Ok(Err(code))) => return Err(error_code(&code)),
+                Some(Err(())) => return Err(TransportError::Other("response already taken".into())),
+                None => self.block_on(&future.subscribe(), wait)?,
+            }
+        }
+    }
+
+    /// Blocks until `pollable` is ready, or the deadline passes, or (when
+    /// cancellable) the host cancels.
+    fn block_on(&self, pollable: &Pollable, wait: Wait) -> Result<(), TransportError> {
+        block_on(pollable, &self.cancellation, wait)
+    }
+}
+
+fn block_on(pollable: &Pollable, cancellation: &Pollable, wait: Wait) -> Result<(), TransportError> {
+    if wait.cancellable && cancellation.ready() {
+        return Err(TransportError::Cancelled);
+    }
+    let deadline = monotonic_clock::subscribe_instant(wait.deadline);
+    let mut set = vec![pollable, &deadline];
+    if wait.cancellable {
+        set.push(cancellation);
+    }
+    let ready = poll(&set);
+    if ready.contains(&0) {
+        Ok(())
+    } else if ready.contains(&2) {
+        Err(TransportError::Cancelled)
+    } else {
+        Err(TransportError::Deadline)
+    }
+}
+
+impl Platform for WasiPlatform {
+    fn now(&self) -> Instant {
+        monotonic_clock::now()
+    }
+
+    fn send(&mut self, request: &Request, wait: Wait, max_body: usize) -> Result<Response, TransportError> {
+        let response = self.start(request, wait)?;
+        let status = response.status();
+        let mut reader = WasiBody::new(response, self.cancellation_handle())?;
+        let mut body = Vec::new();
+        while let Some(chunk) = reader.next_chunk(wait)? {
+            if body.len() + chunk.len() > max_body {
+                return Err(TransportError::TooLarge);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Response { status, body })
+    }
+
+    fn open(&mut self, request: &Request, wait: Wait) -> Result<(u16, Box<dyn BodyReader>), TransportError> {
+        let response = self.start(request, wait)?;
+        let status = response.status();
+        Ok((status, Box::new(WasiBody::new(response, self.cancellation_handle())?)))
+    }
+
+    fn sleep_until(&mut self, until: Instant, wait: Wait) -> Result<(), TransportError> {
+        let timer = monotonic_clock::subscribe_instant(until.min(wait.deadline));
+        self.block_on(&timer, wait)?;
+        if until > wait.deadline {
+            return Err(TransportError::Deadline);
+        }
+        Ok(())
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancellation.ready()
+    }
+
+    fn random_bytes(&mut self, len: usize) -> Vec<u8> {
+        crate::bindings::wasi::random::random::get_random_bytes(len as u64)
+    }
+
+    fn emit_output(&mut self, stream: StreamId, chunk: &str) {
+        let stream = match stream {
+            StreamId::Stdout => host::OutputStream::Stdout,
+            StreamId::Stderr => host::OutputStream::Stderr,
+        };
+        host::emit_output(stream, chunk);
+    }
+}
+
+impl WasiPlatform {
+    /// A second handle on the cancellation signal, for a body reader that
+    /// outlives this borrow.
+    fn cancellation_handle(&self) -> Pollable {
+        host::cancellation()
+    }
+}
+
+/// A response body being read. Fields drop in order: the stream before the
+/// body, the body before the response, as WASI requires of child resources.
+struct WasiBody {
+    stream: InputStream,
+    _body: IncomingBody,
+    _response: IncomingResponse,
+    cancellation: Pollable,
+}
+
+impl WasiBody {
+    fn new(response: IncomingResponse, cancellation: Pollable) -> Result<WasiBody, TransportError> {
+        let body = response
+            .consume()
+            .map_err(|()| TransportError::Other("response body unavailable".into()))?;
+        let stream = body
+            .stream()
+            .map_err(|()| TransportError::Other("response body stream unavailable".into()))?;
+        Ok(WasiBody {
+            stream,
+            _body: body,
+            _response: response,
+            cancellation,
+        })
+    }
+}
+
+impl BodyReader for WasiBody {
+    fn next_chunk(&mut self, wait: Wait) -> Result<Option<Vec<u8>>, TransportError> {
+        loop {
+            match self.stream.read(READ_CHUNK) {
+                Ok(bytes) if bytes.is_empty() => block_on(&self.stream.subscribe(), &self.cancellation, wait)?,
+                Ok(bytes) => return Ok(Some(bytes)),
+                Err(StreamError::Closed) => return Ok(None),
+                Err(StreamError::LastOperationFailed(error)) => {
+                    return Err(TransportError::Connection(error.to_debug_string()))
+                }
+            }
+        }
+    }
+}
+
+fn stream_error(error: StreamError) -> TransportError {
+    match error {
+        StreamError::Closed => TransportError::Connection("the request body stream closed".into()),
+        StreamError::LastOperationFailed(error) => TransportError::Connection(error.to_debug_string()),
+    }
+}
+
+/// Maps a wasi-http error code; the host's denial is its own kind.
+fn error_code(code: &ErrorCode) -> TransportError {
+    match code {
+        ErrorCode::HttpRequestDenied => TransportError::Denied("the host does not allow this request".into()),
+        // The host's own timeouts are connection failures: only the
+        // provider's deadline pollable means "the deadline passed".
+        ErrorCode::ConnectionTimeout
+        | ErrorCode::ConnectionReadTimeout
+        | ErrorCode::ConnectionWriteTimeout
+        | ErrorCode::HttpResponseTimeout
+        | ErrorCode::DnsTimeout
+        | ErrorCode::DnsError(_)
+        | ErrorCode::DestinationNotFound
+        | ErrorCode::DestinationUnavailable
+        | ErrorCode::DestinationIpProhibited
+        | ErrorCode::DestinationIpUnroutable
+        | ErrorCode::ConnectionRefused
+        | ErrorCode::ConnectionTerminated
+        | ErrorCode::ConnectionLimitReached
+        | ErrorCode::TlsProtocolError
+        | ErrorCode::TlsCertificateError
+        | ErrorCode::TlsAlertReceived(_) => TransportError::Connection(format!("{code:?}")),
+        other => TransportError::Other(format!("{other:?}")),
+    }
+}
