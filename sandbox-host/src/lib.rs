@@ -1,1 +1,52 @@
+//! Host runtime for `sandbox-provider` WebAssembly components.
+//!
+//! This crate is the only place that knows wasmtime. It loads a provider
+//! component ([`ProviderComponent`]), runs one fresh instance per operation
+//! ([`ProviderInstance`]) with a memory cap and an epoch deadline, forwards
+//! live output to a callback, offers cancellation as a `wasi:io` pollable,
+//! and routes every `wasi:http` request through a pluggable [`Transport`]
+//! — usually a [`Guard`] (one allowed origin, secret header, pacing, limits)
+//! in front of [`NetworkTransport`] or, in tests, [`ScriptedTransport`].
+//!
+//! ```no_run
+//! use sandbox_host::{new_engine, HostOptions, ProviderComponent};
+//! # fn main() -> anyhow::Result<()> {
+//! let engine = new_engine()?;
+//! let component = ProviderComponent::load(&engine, "createos_provider.wasm")?;
+//! let description = component.instantiate(HostOptions::new())?.describe()?;
+//! println!("{}", description.display_name);
+//! # Ok(()) }
+//! ```
 
+mod bindings;
+mod body;
+mod cancel;
+mod component;
+mod engine;
+mod host_impl;
+mod http_hook;
+mod instance;
+mod network;
+mod options;
+mod pacing;
+mod policy;
+mod scripted;
+mod state;
+mod transport;
+
+pub use bindings::{types, PROVIDER_INTERFACE};
+pub use cancel::CancelToken;
+pub use component::ProviderComponent;
+pub use engine::{new_engine, shared_engine, EPOCH_TICK};
+pub use instance::{trap_of, ProviderInstance};
+pub use network::NetworkTransport;
+pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
+pub use pacing::Pacer;
+pub use policy::{Guard, Origin, Policy};
+pub use scripted::{RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport};
+pub use transport::{
+    BodySender, DenyAll, ErrorCode, OutgoingRequest, RequestTimeouts, ResponseBody, Transport,
+    TransportFuture, TransportResponse,
+};
+/// The wasmtime trap codes, for matching [`trap_of`].
+pub use wasmtime::Trap;

@@ -1,0 +1,35 @@
+//! The generated bindings of the `sandbox-provider` WIT world, wrapped once.
+//!
+//! Only this module runs `bindgen!`. Everything WASI comes from
+//! `wasmtime-wasi` / `wasmtime-wasi-http` (mapped with `with:`), so the only
+//! generated code is our own `types`, `host` and `provider` interfaces.
+
+#[allow(missing_docs, clippy::all)]
+mod generated {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "sandbox:provider/sandbox-provider",
+        imports: { default: trappable },
+        with: {
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+            "wasi:random": wasmtime_wasi::p2::bindings::random,
+            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+        },
+        require_store_data_send: true,
+    });
+}
+
+/// The records, variants and enums of the contract (`sandbox:provider/types`),
+/// plus [`OutputStream`](types::OutputStream) from the `host` interface.
+pub mod types {
+    pub use super::generated::sandbox::provider::host::OutputStream;
+    pub use super::generated::sandbox::provider::types::*;
+}
+
+pub(crate) use generated::exports::sandbox::provider::provider as exports_provider;
+pub(crate) use generated::sandbox::provider::host;
+pub(crate) use generated::{SandboxProvider, SandboxProviderPre};
+
+/// The fully qualified name of the interface a provider component must export.
+pub const PROVIDER_INTERFACE: &str = "sandbox:provider/provider@0.1.0";

@@ -1,0 +1,118 @@
+//! Loading a provider component: compile once, link WASI p2 + wasi-http +
+//! our `host` interface, check the export, pre-instantiate.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Engine, Store};
+
+use crate::bindings::{host, SandboxProviderPre, PROVIDER_INTERFACE};
+use crate::engine::ticks_for;
+use crate::instance::ProviderInstance;
+use crate::options::HostOptions;
+use crate::state::HostState;
+
+/// A compiled, linked, pre-instantiated provider component. Cheap to clone
+/// and shareable across threads; [`instantiate`](Self::instantiate) makes a
+/// fresh, isolated instance per operation.
+#[derive(Clone)]
+pub struct ProviderComponent {
+    component: Component,
+    pre: SandboxProviderPre<HostState>,
+}
+
+impl ProviderComponent {
+    /// Compiles the component at `path` (made by [`new_engine`](crate::new_engine)).
+    pub fn load(engine: &Engine, path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading provider component {}", path.display()))?;
+        Self::from_bytes(engine, &bytes)
+            .with_context(|| format!("loading provider component {}", path.display()))
+    }
+
+    /// Compiles a component from its binary (or WAT text).
+    pub fn from_bytes(engine: &Engine, bytes: &[u8]) -> Result<Self> {
+        let component = Component::new(engine, bytes)
+            .map_err(anyhow::Error::from)
+            .context("compiling the provider component")?;
+        Self::from_component(engine, component)
+    }
+
+    /// Links and pre-instantiates an already compiled component.
+    pub fn from_component(engine: &Engine, component: Component) -> Result<Self> {
+        check_exports(engine, &component)?;
+        let linker = linker(engine)?;
+        let instance_pre = linker
+            .instantiate_pre(&component)
+            .map_err(anyhow::Error::from)
+            .context("the component imports something this host does not provide")?;
+        let pre = SandboxProviderPre::new(instance_pre)
+            .map_err(anyhow::Error::from)
+            .context("the component's exports do not match the sandbox-provider world")?;
+        Ok(ProviderComponent { component, pre })
+    }
+
+    /// The compiled component (for example to serialize it).
+    pub fn component(&self) -> &Component {
+        &self.component
+    }
+
+    /// The engine it was compiled with.
+    pub fn engine(&self) -> &Engine {
+        self.pre.engine()
+    }
+
+    /// A fresh store and instance for one operation.
+    pub fn instantiate(&self, options: HostOptions) -> Result<ProviderInstance> {
+        let deadline = Instant::now() + options.deadline;
+        let mut store = Store::new(self.engine(), HostState::new(&options, deadline));
+        store.limiter(|state| &mut state.limits);
+        store.set_epoch_deadline(ticks_for(options.deadline));
+        store.epoch_deadline_trap();
+        let bindings = self
+            .pre
+            .instantiate(&mut store)
+            .map_err(anyhow::Error::from)
+            .context("instantiating the provider component")?;
+        Ok(ProviderInstance::new(store, bindings, options))
+    }
+}
+
+fn linker(engine: &Engine) -> Result<Linker<HostState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
+    host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+    // `types` holds only types, but a component still imports it.
+    linker.instance("sandbox:provider/types@0.1.0")?;
+    Ok(linker)
+}
+
+fn check_exports(engine: &Engine, component: &Component) -> Result<()> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty
+        .exports(engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    if exports.iter().any(|name| name == PROVIDER_INTERFACE) {
+        return Ok(());
+    }
+    let (unversioned, _) = PROVIDER_INTERFACE
+        .split_once('@')
+        .expect("the interface name has a version");
+    if let Some(other) = exports
+        .iter()
+        .find(|name| name.split_once('@').map(|(n, _)| n) == Some(unversioned))
+    {
+        bail!("the component exports {other}, but this host supports only {PROVIDER_INTERFACE}");
+    }
+    let listed = if exports.is_empty() {
+        "nothing".to_owned()
+    } else {
+        exports.join(", ")
+    };
+    bail!("the component does not export {PROVIDER_INTERFACE} (it exports {listed}); is it a sandbox-provider component?")
+}

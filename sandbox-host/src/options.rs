@@ -1,0 +1,180 @@
+//! What a host gives one provider instance: transport, output sink,
+//! cancellation, limits.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::bindings::types::OutputStream;
+use crate::cancel::CancelToken;
+use crate::transport::{DenyAll, Transport};
+
+/// Receives the live output a guest forwards with `host.emit-output`.
+pub type OutputSink = Arc<dyn Fn(OutputStream, &str) + Send + Sync>;
+
+/// What happens to the guest's own standard error (its debug prints).
+/// The guest's stdout is always discarded and its stdin is empty.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GuestStderr {
+    /// Dropped (the default).
+    #[default]
+    Discard,
+    /// Written to the host's stderr.
+    Inherit,
+    /// Kept in memory (up to 1 MiB, the rest dropped); read it with
+    /// [`ProviderInstance::guest_stderr`](crate::ProviderInstance::guest_stderr).
+    Capture,
+}
+
+/// Options for one instance (one operation). Cheap to clone.
+#[derive(Clone)]
+pub struct HostOptions {
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) output: OutputSink,
+    pub(crate) cancel: CancelToken,
+    pub(crate) memory_limit: usize,
+    pub(crate) deadline: Duration,
+    pub(crate) stderr: GuestStderr,
+}
+
+impl HostOptions {
+    /// Default cap on the instance's linear memory.
+    pub const DEFAULT_MEMORY_LIMIT: usize = 256 * 1024 * 1024;
+    /// Default wall-clock deadline of the instance.
+    pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(15 * 60);
+
+    /// Deny-all transport, output discarded, a fresh cancel token, 256 MiB,
+    /// 15 minutes, guest stderr discarded.
+    pub fn new() -> Self {
+        HostOptions {
+            transport: Arc::new(DenyAll),
+            output: Arc::new(|_, _| {}),
+            cancel: CancelToken::new(),
+            memory_limit: Self::DEFAULT_MEMORY_LIMIT,
+            deadline: Self::DEFAULT_DEADLINE,
+            stderr: GuestStderr::Discard,
+        }
+    }
+
+    /// Where the guest's `wasi:http` requests go (usually a [`Guard`](crate::Guard)).
+    pub fn with_transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    /// Calls `sink` for each `host.emit-output` chunk, in order, on the
+    /// thread running the operation.
+    pub fn with_output(
+        mut self,
+        sink: impl Fn(OutputStream, &str) + Send + Sync + 'static,
+    ) -> Self {
+        self.output = Arc::new(sink);
+        self
+    }
+
+    /// Like [`with_output`](Self::with_output) with a shared sink.
+    pub fn with_output_sink(mut self, sink: OutputSink) -> Self {
+        self.output = sink;
+        self
+    }
+
+    /// The token whose [`cancel`](CancelToken::cancel) makes the guest's
+    /// `host.cancellation()` pollable ready.
+    pub fn with_cancel(mut self, token: CancelToken) -> Self {
+        self.cancel = token;
+        self
+    }
+
+    /// Caps the instance's linear memory; growing beyond traps.
+    pub fn with_memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = bytes;
+        self
+    }
+
+    /// Traps the guest once `deadline` has passed since instantiation (epoch
+    /// interruption, checked while guest code runs, so a guest blocked in a
+    /// host call is stopped when that call returns). The HTTP requests of
+    /// the instance are bounded by the same deadline.
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// What happens to the guest's stderr.
+    pub fn with_guest_stderr(mut self, stderr: GuestStderr) -> Self {
+        self.stderr = stderr;
+        self
+    }
+
+    /// The cancel token these options carry.
+    pub fn cancel_token(&self) -> &CancelToken {
+        &self.cancel
+    }
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for HostOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostOptions")
+            .field("cancel", &self.cancel)
+            .field("memory_limit", &self.memory_limit)
+            .field("deadline", &self.deadline)
+            .field("stderr", &self.stderr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Collects emitted output in order; give [`sink`](Self::sink) to
+/// [`HostOptions::with_output_sink`]. Clones share the record.
+#[derive(Clone, Default)]
+pub struct OutputCapture {
+    chunks: Arc<Mutex<Vec<(OutputStream, String)>>>,
+}
+
+impl OutputCapture {
+    /// An empty capture.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A sink appending to this capture.
+    pub fn sink(&self) -> OutputSink {
+        let chunks = self.chunks.clone();
+        Arc::new(move |stream, chunk| {
+            chunks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((stream, chunk.to_owned()));
+        })
+    }
+
+    /// Every chunk so far, in the order emitted.
+    pub fn chunks(&self) -> Vec<(OutputStream, String)> {
+        self.chunks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The concatenated chunks of one stream.
+    pub fn text(&self, stream: OutputStream) -> String {
+        self.chunks()
+            .into_iter()
+            .filter(|(s, _)| *s == stream)
+            .map(|(_, c)| c)
+            .collect()
+    }
+}
+
+impl fmt::Debug for OutputCapture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutputCapture")
+            .field("chunks", &self.chunks().len())
+            .finish()
+    }
+}

@@ -1,0 +1,382 @@
+//! Scenarios for the host runtime, run against a tiny test provider
+//! component (tests/fixtures/test-provider, built on first use) and, when
+//! it has been built, the real CreateOS provider.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sandbox_host::types::{
+    EnvironmentContext, ExecuteRequest, Lease, OutputStream, ProviderError, TransportKind,
+};
+use sandbox_host::{
+    shared_engine, trap_of, CancelToken, ErrorCode, HostOptions, OutputCapture, Pacer, Policy,
+    ProviderComponent, ScriptedChunk, ScriptedResponse, ScriptedTransport, Transport, Trap,
+    PROVIDER_INTERFACE,
+};
+
+const API: &str = "http://api.test";
+
+fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate is inside the workspace")
+        .to_path_buf()
+}
+
+/// Builds the test provider once per test binary and compiles it once.
+fn test_provider() -> &'static ProviderComponent {
+    static COMPONENT: OnceLock<ProviderComponent> = OnceLock::new();
+    COMPONENT.get_or_init(|| {
+        let manifest =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/test-provider/Cargo.toml");
+        let target_dir = workspace_dir().join("target/sandbox-host-fixtures");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "--manifest-path",
+            ])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target_dir)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .status()
+            .expect("running cargo to build the test provider");
+        assert!(
+            status.success(),
+            "building the test provider failed (is `rustup target add wasm32-wasip2` done?)"
+        );
+        let wasm = target_dir.join("wasm32-wasip2/release/test_provider.wasm");
+        let engine = shared_engine().expect("engine");
+        ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"))
+    })
+}
+
+fn ctx(config: &str) -> EnvironmentContext {
+    EnvironmentContext {
+        driver_key: "test".into(),
+        company_id: "company".into(),
+        environment_id: "env".into(),
+        issue_id: None,
+        config: config.into(),
+    }
+}
+
+fn lease() -> Lease {
+    Lease {
+        provider_lease_id: "sb-1".into(),
+        metadata: "{}".into(),
+        expires_at: None,
+    }
+}
+
+/// A scripted API behind a guard that allows only `API` and injects the key.
+fn guarded(script: &ScriptedTransport, pacer: Pacer, spacing: Duration) -> Arc<dyn Transport> {
+    let policy = Policy::for_origin(API)
+        .unwrap()
+        .with_secret_header("X-Api-Key", "sekret-123")
+        .unwrap()
+        .with_pacer(pacer)
+        .with_request_spacing(spacing);
+    Arc::new(policy.guard(script.shared()))
+}
+
+fn transport_kind(outcome: Result<impl std::fmt::Debug, ProviderError>) -> TransportKind {
+    match outcome {
+        Err(ProviderError::TransportFailed(failure)) => failure.kind,
+        other => panic!("expected transport-failed, got {other:?}"),
+    }
+}
+
+#[test]
+fn describe_returns_the_providers_description() {
+    let mut instance = test_provider().instantiate(HostOptions::new()).unwrap();
+    let description = instance.describe().unwrap();
+    assert_eq!(description.driver_key, "test");
+    assert_eq!(description.secrets[0].header, "X-Api-Key");
+}
+
+#[test]
+fn a_component_without_the_provider_export_is_refused_clearly() {
+    // An empty component: magic, component version, component layer.
+    let empty = b"\0asm\x0d\x00\x01\x00";
+    let engine = shared_engine().unwrap();
+    let error = ProviderComponent::from_bytes(&engine, empty)
+        .err()
+        .expect("must be refused");
+    let message = format!("{error:#}");
+    assert!(message.contains(PROVIDER_INTERFACE), "{message}");
+}
+
+#[test]
+fn requests_are_recorded_with_the_secret_and_bodies_stream_to_output() {
+    let script = ScriptedTransport::new(|_| {
+        ScriptedResponse::ndjson(
+            vec![
+                ScriptedChunk::now("{\"seq\":1}\n"),
+                ScriptedChunk::after(Duration::from_millis(50), "{\"seq\":2}\n"),
+            ],
+            None,
+        )
+    });
+    let output = OutputCapture::new();
+    let options = HostOptions::new()
+        .with_transport(guarded(&script, Pacer::new(), Duration::ZERO))
+        .with_output_sink(output.sink());
+    let mut instance = test_provider().instantiate(options).unwrap();
+
+    let report = instance
+        .probe(&ctx("http://api.test/v1/things?limit=1"))
+        .unwrap()
+        .unwrap();
+
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.diagnostics, vec!["{\"seq\":1}\n{\"seq\":2}\n"]);
+    assert_eq!(
+        output.chunks(),
+        vec![
+            (OutputStream::Stdout, "{\"seq\":1}\n".to_owned()),
+            (OutputStream::Stdout, "{\"seq\":2}\n".to_owned()),
+        ]
+    );
+    let requests = script.requests();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request.method, "GET");
+    assert_eq!(request.path_and_query, "/v1/things?limit=1");
+    assert_eq!(request.path(), "/v1/things");
+    assert_eq!(request.header("x-api-key"), Some("sekret-123"));
+    assert_eq!(request.header("x-test"), Some("fixture"));
+}
+
+#[test]
+fn another_origin_is_denied_before_reaching_the_transport() {
+    let script = ScriptedTransport::new(|_| ScriptedResponse::status(200));
+    let options = HostOptions::new().with_transport(guarded(&script, Pacer::new(), Duration::ZERO));
+    let mut instance = test_provider().instantiate(options).unwrap();
+
+    for url in [
+        "http://evil.test/v1",
+        "https://api.test/v1",
+        "http://api.test:8080/",
+    ] {
+        let outcome = instance.probe(&ctx(url)).unwrap();
+        assert_eq!(transport_kind(outcome), TransportKind::Denied, "{url}");
+    }
+    assert!(script.requests().is_empty());
+}
+
+#[test]
+fn a_reset_mid_body_reaches_the_guest_as_a_connection_error() {
+    let script = ScriptedTransport::new(|_| {
+        ScriptedResponse::ndjson(
+            vec![ScriptedChunk::now("{\"seq\":1}\n")],
+            Some(ErrorCode::ConnectionTerminated),
+        )
+    });
+    let output = OutputCapture::new();
+    let options = HostOptions::new()
+        .with_transport(guarded(&script, Pacer::new(), Duration::ZERO))
+        .with_output_sink(output.sink());
+    let mut instance = test_provider().instantiate(options).unwrap();
+
+    let outcome = instance.probe(&ctx("http://api.test/v1")).unwrap();
+
+    // wasmtime-wasi-http 48 turns a body error into an `io-error` whose
+    // `http-error-code` is none; its debug text names the cause.
+    match outcome {
+        Err(ProviderError::TransportFailed(failure)) => {
+            assert_eq!(failure.kind, TransportKind::Connection);
+            assert!(
+                failure.detail.contains("connection terminated"),
+                "{failure:?}"
+            );
+        }
+        other => panic!("expected transport-failed, got {other:?}"),
+    }
+    assert_eq!(output.text(OutputStream::Stdout), "{\"seq\":1}\n");
+}
+
+#[test]
+fn an_error_code_from_the_transport_reaches_the_guest() {
+    let script = ScriptedTransport::new(|_| ScriptedResponse::Error(ErrorCode::ConnectionRefused));
+    let options = HostOptions::new().with_transport(guarded(&script, Pacer::new(), Duration::ZERO));
+    let mut instance = test_provider().instantiate(options).unwrap();
+    let outcome = instance.probe(&ctx("http://api.test/v1")).unwrap();
+    assert_eq!(transport_kind(outcome), TransportKind::Connection);
+}
+
+#[test]
+fn cancelling_wakes_a_guest_waiting_on_a_request_that_never_answers() {
+    let script = ScriptedTransport::new(|_| ScriptedResponse::Hang);
+    let cancel = CancelToken::new();
+    let options = HostOptions::new()
+        .with_transport(guarded(&script, Pacer::new(), Duration::ZERO))
+        .with_cancel(cancel.clone());
+    let mut instance = test_provider().instantiate(options).unwrap();
+
+    let started = Instant::now();
+    let canceller = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(200));
+        cancel.cancel();
+    });
+    let outcome = instance.probe(&ctx("http://api.test/v1")).unwrap();
+    canceller.join().unwrap();
+
+    assert!(
+        matches!(outcome, Err(ProviderError::Cancelled)),
+        "{outcome:?}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(script.requests().len(), 1);
+}
+
+#[test]
+fn execute_returns_once_cancelled_from_another_thread() {
+    let mut instance = test_provider().instantiate(HostOptions::new()).unwrap();
+    let cancel = instance.cancel_token();
+    let canceller = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(100));
+        cancel.cancel();
+    });
+    let request = ExecuteRequest {
+        command: "sleep".into(),
+        args: vec!["300".into()],
+        cwd: None,
+        env: vec![],
+        stdin: None,
+        timeout_ms: None,
+    };
+    let outcome = instance.execute(&ctx(""), &lease(), &request).unwrap();
+    canceller.join().unwrap();
+    assert!(
+        matches!(outcome, Err(ProviderError::Cancelled)),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn an_already_cancelled_token_is_ready_at_once() {
+    let cancel = CancelToken::new();
+    cancel.cancel();
+    let script = ScriptedTransport::new(|_| ScriptedResponse::Hang);
+    let options = HostOptions::new()
+        .with_transport(guarded(&script, Pacer::new(), Duration::ZERO))
+        .with_cancel(cancel);
+    let mut instance = test_provider().instantiate(options).unwrap();
+    let outcome = instance.probe(&ctx("http://api.test/v1")).unwrap();
+    assert!(
+        matches!(outcome, Err(ProviderError::Cancelled)),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn request_starts_are_spaced_across_parallel_instances() {
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let script = {
+        let starts = starts.clone();
+        ScriptedTransport::new(move |_| {
+            starts.lock().unwrap().push(Instant::now());
+            ScriptedResponse::status(200)
+        })
+    };
+    let transport = guarded(&script, Pacer::new(), Duration::from_millis(150));
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let transport = transport.clone();
+            thread::spawn(move || {
+                let options = HostOptions::new().with_transport(transport);
+                let mut instance = test_provider().instantiate(options).unwrap();
+                instance.probe(&ctx("http://api.test/v1")).unwrap().unwrap()
+            })
+        })
+        .collect();
+    for worker in workers {
+        assert!(worker.join().unwrap().ok);
+    }
+    let mut starts = starts.lock().unwrap().clone();
+    starts.sort();
+    assert_eq!(starts.len(), 3);
+    for pair in starts.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(gap >= Duration::from_millis(140), "gap {gap:?}");
+    }
+}
+
+#[test]
+fn a_guest_panic_is_a_trap_and_the_instance_is_then_refused() {
+    let mut instance = test_provider().instantiate(HostOptions::new()).unwrap();
+    let error = instance.validate_config("trap").unwrap_err();
+    assert_eq!(
+        trap_of(&error),
+        Some(Trap::UnreachableCodeReached),
+        "{error:#}"
+    );
+    assert!(instance.has_trapped());
+    let again = instance.describe().unwrap_err();
+    assert!(
+        format!("{again:#}").contains("trapped earlier"),
+        "{again:#}"
+    );
+}
+
+#[test]
+fn a_spinning_guest_is_interrupted_at_its_deadline() {
+    let options = HostOptions::new().with_deadline(Duration::from_millis(200));
+    let mut instance = test_provider().instantiate(options).unwrap();
+    let started = Instant::now();
+    let error = instance.validate_config("spin").unwrap_err();
+    assert_eq!(trap_of(&error), Some(Trap::Interrupt), "{error:#}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn memory_beyond_the_limit_traps() {
+    let options = HostOptions::new().with_memory_limit(64 * 1024 * 1024);
+    let mut instance = test_provider().instantiate(options).unwrap();
+    let error = instance.validate_config("grow").unwrap_err();
+    assert!(instance.has_trapped(), "{error:#}");
+}
+
+#[test]
+fn the_deadline_also_bounds_a_request_that_never_answers() {
+    let script = ScriptedTransport::new(|_| ScriptedResponse::Hang);
+    let options = HostOptions::new()
+        .with_transport(guarded(&script, Pacer::new(), Duration::ZERO))
+        .with_deadline(Duration::from_millis(300));
+    let mut instance = test_provider().instantiate(options).unwrap();
+    let started = Instant::now();
+    // The guest gets `HTTP-response-timeout` at the deadline and is then
+    // interrupted by the epoch deadline at its next check: either way the
+    // call returns promptly.
+    match instance.probe(&ctx("http://api.test/v1")) {
+        Err(error) => assert_eq!(trap_of(&error), Some(Trap::Interrupt), "{error:#}"),
+        Ok(outcome) => assert_eq!(transport_kind(outcome), TransportKind::Deadline),
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn the_real_createos_provider_describes_itself_when_built() {
+    let wasm = workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
+    if !wasm.exists() {
+        eprintln!("skipped: {} not built yet (run ./build.sh)", wasm.display());
+        return;
+    }
+    let engine = shared_engine().unwrap();
+    let component = ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"));
+    let description = component
+        .instantiate(HostOptions::new())
+        .unwrap()
+        .describe()
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    assert_eq!(description.driver_key, "createos");
+}
