@@ -12,9 +12,9 @@ use sandbox_host::types::{
     EnvironmentContext, ExecuteRequest, Lease, OutputStream, ProviderError, TransportKind,
 };
 use sandbox_host::{
-    shared_engine, trap_of, CancelToken, ErrorCode, HostOptions, OutputCapture, Pacer, Policy,
-    ProviderComponent, ScriptedChunk, ScriptedResponse, ScriptedTransport, Transport, Trap,
-    PROVIDER_INTERFACE,
+    shared_engine, trap_of, CancelToken, ErrorCode, HostOptions, NetworkTransport, OutputCapture,
+    Pacer, Policy, ProviderComponent, ScriptedChunk, ScriptedResponse, ScriptedTransport,
+    Transport, Trap, PROVIDER_INTERFACE,
 };
 
 const API: &str = "http://api.test";
@@ -379,4 +379,86 @@ fn the_real_createos_provider_describes_itself_when_built() {
         .describe()
         .unwrap_or_else(|e| panic!("{e:#}"));
     assert_eq!(description.driver_key, "createos");
+}
+
+/// A minimal HTTP/1.1 server on a loopback port: `/redirect` answers 302 to
+/// another origin, `/big` sends 64 KiB, anything else `hello`. Returns the
+/// origin and the request heads it received.
+fn tiny_server() -> (String, Arc<Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    let heads = Arc::new(Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
+            seen.lock().unwrap().push(head);
+            let (status, extra, body) = match path.as_str() {
+                "/redirect" => (
+                    "302 Found",
+                    "location: http://127.0.0.1:1/stolen\r\n",
+                    String::new(),
+                ),
+                "/big" => ("200 OK", "", "x".repeat(64 * 1024)),
+                _ => ("200 OK", "", "hello".to_owned()),
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\n{extra}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (origin, heads)
+}
+
+#[test]
+fn the_network_transport_injects_the_secret_and_follows_no_redirect() {
+    let (origin, heads) = tiny_server();
+    let policy = Policy::for_origin(&origin)
+        .unwrap()
+        .with_secret_header("X-Api-Key", "net-secret")
+        .unwrap()
+        .with_pacer(Pacer::new())
+        .with_max_response_bytes(1024);
+    let transport: Arc<dyn Transport> = Arc::new(policy.guard(Arc::new(NetworkTransport::new())));
+    let options = HostOptions::new().with_transport(transport);
+    let mut instance = test_provider().instantiate(options).unwrap();
+
+    let hello = instance
+        .probe(&ctx(&format!("{origin}/hello")))
+        .unwrap()
+        .unwrap();
+    assert_eq!(hello.diagnostics, vec!["hello"]);
+
+    let redirect = instance
+        .probe(&ctx(&format!("{origin}/redirect")))
+        .unwrap()
+        .unwrap();
+    assert_eq!(redirect.summary, "status 302");
+
+    let big = instance.probe(&ctx(&format!("{origin}/big"))).unwrap();
+    match big {
+        Err(ProviderError::TransportFailed(failure)) => {
+            assert!(failure.detail.contains("size"), "{failure:?}")
+        }
+        other => panic!("expected the size cap, got {other:?}"),
+    }
+
+    let heads = heads.lock().unwrap().clone();
+    assert_eq!(heads.len(), 3, "{heads:?}");
+    assert!(heads[0].starts_with("GET /hello HTTP/1.1"), "{}", heads[0]);
+    assert!(heads[0]
+        .to_ascii_lowercase()
+        .contains("x-api-key: net-secret"));
+    assert!(heads[1].starts_with("GET /redirect "));
+    assert!(heads[2].starts_with("GET /big "));
 }
