@@ -1,0 +1,40 @@
+//! `createos-local`: a local, CreateOS-compatible sandbox server ("LocalStack
+//! for CreateOS") that runs commands as real Linux processes.
+//!
+//! It implements the server side of the API in `shared/spec/createos-api.md`
+//! under `/v1`, with the JSend envelope and `X-Api-Key` auth. Each sandbox is
+//! a directory; commands run in it under bubblewrap with a PID namespace per
+//! process, or — where bubblewrap cannot run — as plain process groups (see
+//! [`isolation`] for exactly what each mode guarantees).
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use createos_local::{FaultAction, FaultRule, Server};
+//! let server = Server::builder().api_key("test-key").start().await?;
+//! println!("{} ({})", server.base_url(), server.isolation());
+//! server.faults().add(
+//!     FaultRule::new("DELETE", "/v1/sandboxes/*/processes/*", FaultAction::TreeNotExited).always(),
+//! );
+//! let report = server.shutdown().await;
+//! assert!(report.all_exited());
+//! # Ok(()) }
+//! ```
+//!
+//! Limits worth knowing: no PTYs (`kind` is always `process`), no fork, no
+//! ingress, no rate limiting, sandboxes share the host network, and the
+//! `shape` only is validated and echoed (no CPU or memory limits are applied).
+
+pub mod api;
+pub mod confine;
+pub mod faults;
+pub mod isolation;
+pub mod journal;
+pub mod procfs;
+pub mod server;
+pub mod store;
+pub mod supervisor;
+pub mod util;
+
+pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};
+pub use isolation::{IsolationMode, IsolationPreference};
+pub use server::{BackgroundServer, RunningServer, Server, ServerBuilder, ShutdownReport};

@@ -1,1 +1,105 @@
-fn main() {}
+//! `createos-local --port 0 --api-key KEY`: serves the CreateOS API on
+//! loopback, prints `listening on http://127.0.0.1:<port>` once on stdout,
+//! logs to stderr, and on SIGINT/SIGTERM terminates every process tree it
+//! started (exit status 1 if any survived).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use createos_local::{IsolationPreference, Server};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Isolation {
+    /// bwrap if it works here, else process groups.
+    Auto,
+    /// bwrap or fail.
+    Bwrap,
+    /// Unconfined process groups.
+    ProcessGroup,
+}
+
+/// A local CreateOS-compatible sandbox server that runs real processes.
+#[derive(Debug, Parser)]
+#[command(name = "createos-local", version)]
+struct Cli {
+    /// Loopback port to listen on (0 = any free port).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// The API key clients must send in X-Api-Key.
+    #[arg(long, env = "CREATEOS_API_KEY", hide_env_values = true)]
+    api_key: String,
+    /// Directory for sandbox roots (default: a temporary directory).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
+    /// Isolation mode.
+    #[arg(long, value_enum, default_value_t = Isolation::Auto)]
+    isolation: Isolation,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("createos-local: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(run(cli))
+}
+
+async fn run(cli: Cli) -> ExitCode {
+    let mut builder = Server::builder().api_key(cli.api_key).port(cli.port);
+    if let Some(dir) = cli.data_dir {
+        builder = builder.data_dir(dir);
+    }
+    builder = builder.isolation(match cli.isolation {
+        Isolation::Auto => IsolationPreference::Auto,
+        Isolation::Bwrap => IsolationPreference::RequireBwrap,
+        Isolation::ProcessGroup => IsolationPreference::ProcessGroup,
+    });
+    let server = match builder.start().await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("createos-local: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    if writeln!(out, "listening on {}", server.base_url())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        eprintln!("createos-local: cannot write to stdout");
+    }
+    drop(out);
+    wait_for_signal().await;
+    eprintln!("createos-local: shutting down");
+    if server.shutdown().await.all_exited() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The HTTP surface: router, shared state and the middleware chain
+//! (request recording → fault injection → API-key check → handler).
+
+pub mod admin;
+pub mod envelope;
+pub mod files;
+pub mod processes;
+pub mod sandboxes;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::Router;
+
+use crate::faults::{FaultAction, Faults, RecordedRequest};
+use crate::isolation::IsolationMode;
+use crate::store::Store;
+use envelope::{envelope_for, ApiError};
+
+/// Everything handlers share.
+#[derive(Debug)]
+pub struct AppState {
+    /// The expected `X-Api-Key`.
+    pub api_key: String,
+    /// Fault rules and the request record.
+    pub faults: Faults,
+    /// Sandboxes.
+    pub store: Store,
+    /// Isolation in force.
+    pub mode: IsolationMode,
+    /// bwrap binary (bwrap mode only).
+    pub bwrap: Option<PathBuf>,
+    /// Where sandbox roots live.
+    pub data_dir: PathBuf,
+    /// Duration of the asynchronous sandbox transitions.
+    pub transition_delay: Duration,
+    /// Journal capacity per process.
+    pub journal_capacity: usize,
+}
+
+/// Shared state handle.
+pub type Shared = Arc<AppState>;
+
+/// The fault (if any) that a handler must apply itself (stream faults and
+/// `tree_exited` overrides).
+#[derive(Debug, Clone)]
+pub struct InjectedFault(pub FaultAction);
+
+/// Builds the router.
+pub fn router(state: Shared) -> Router {
+    let v1 = Router::new()
+        .route("/sandboxes", post(sandboxes::create))
+        .route(
+            "/sandboxes/{id}",
+            get(sandboxes::get_one).delete(sandboxes::delete),
+        )
+        .route("/sandboxes/{id}/pause", post(sandboxes::pause))
+        .route("/sandboxes/{id}/resume", post(sandboxes::resume))
+        .route(
+            "/sandboxes/{id}/files",
+            put(files::put_file).get(files::get_file),
+        )
+        .route("/sandboxes/{id}/exec", post(processes::exec))
+        .route("/sandboxes/{id}/processes", post(processes::create))
+        .route(
+            "/sandboxes/{id}/processes/{pid}",
+            get(processes::get_one).delete(processes::delete),
+        )
+        .route(
+            "/sandboxes/{id}/processes/{pid}/stdin/close",
+            post(processes::close_stdin),
+        )
+        .route(
+            "/sandboxes/{id}/processes/{pid}/connect",
+            get(processes::connect),
+        )
+        .route("/sandboxes/{id}/processes/{pid}/wait", get(processes::wait))
+        .route(
+            "/sandboxes/{id}/processes/{pid}/signal",
+            post(processes::signal),
+        )
+        .fallback(|| async { ApiError::not_found("route") });
+    let admin = Router::new()
+        .route(
+            "/faults",
+            get(admin::list_faults)
+                .post(admin::add_fault)
+                .delete(admin::clear_faults),
+        )
+        .route(
+            "/requests",
+            get(admin::list_requests).delete(admin::clear_requests),
+        )
+        .route("/info", get(admin::info));
+    Router::new()
+        .nest("/v1", v1)
+        .nest("/_admin", admin)
+        .fallback(|| async { ApiError::not_found("route") })
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .layer(middleware::from_fn_with_state(state.clone(), faults))
+        .layer(middleware::from_fn_with_state(state.clone(), record))
+        .with_state(state)
+}
+
+async fn record(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    let method = req.method().to_string();
+    let path = req.uri().path().to_string();
+    let mut resp = next.run(req).await;
+    let fault = resp.extensions_mut().remove::<InjectedFault>().map(|f| f.0);
+    if !path.starts_with("/_admin") {
+        state.faults.record(RecordedRequest {
+            method,
+            path,
+            status: resp.status().as_u16(),
+            fault,
+        });
+    }
+    resp
+}
+
+async fn faults(State(state): State<Shared>, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_string();
+    if path.starts_with("/_admin") {
+        return next.run(req).await;
+    }
+    let Some(action) = state.faults.take(req.method().as_str(), &path) else {
+        return next.run(req).await;
+    };
+    let mut resp = match &action {
+        FaultAction::Status { status } => {
+            let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            envelope_for(
+                code,
+                "injected",
+                "injected fault",
+                Some(serde_json::json!({ "injected": true })),
+            )
+        }
+        FaultAction::Delay { ms } => {
+            tokio::time::sleep(Duration::from_millis(*ms)).await;
+            next.run(req).await
+        }
+        other => {
+            req.extensions_mut().insert(InjectedFault(other.clone()));
+            next.run(req).await
+        }
+    };
+    resp.extensions_mut().insert(InjectedFault(action));
+    resp
+}
+
+async fn auth(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    let given = req
+        .headers()
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !constant_time_eq(given.as_bytes(), state.api_key.as_bytes()) {
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong X-Api-Key",
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Looks up a sandbox or answers 404.
+pub fn sandbox(state: &AppState, id: &str) -> Result<Arc<crate::store::Sandbox>, ApiError> {
+    state
+        .store
+        .get(id)
+        .ok_or_else(|| ApiError::not_found("sandbox"))
+}
+
+/// Looks up a process or answers 404.
+pub fn process(
+    state: &AppState,
+    id: &str,
+    pid: &str,
+) -> Result<(Arc<crate::store::Sandbox>, Arc<crate::supervisor::Process>), ApiError> {
+    let sb = sandbox(state, id)?;
+    let p = sb
+        .process(pid)
+        .ok_or_else(|| ApiError::not_found("process"))?;
+    Ok((sb, p))
+}

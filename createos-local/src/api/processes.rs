@@ -1,0 +1,432 @@
+//! Managed processes, their output stream, and one-shot `exec`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::envelope::{ok, success, ApiError};
+use super::sandboxes::{parse_json, require_running};
+use super::{process, sandbox, InjectedFault, Shared};
+use crate::faults::FaultAction;
+use crate::journal::{ExitStatus, Frame, Replay, StreamKind};
+use crate::store::Sandbox;
+use crate::supervisor::{build_env, Process, StartRequest};
+
+/// Default cwd when the request has none. The spec is silent; `/` is what a
+/// process started by a VM agent most plausibly gets.
+const DEFAULT_CWD: &str = "/";
+
+/// Body of `POST .../processes` (and of `exec`, which ignores `env`/`cwd`
+/// unless given).
+#[derive(Debug, Deserialize)]
+pub struct CreateBody {
+    cmd: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    cwd: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    /// `exec` only: give up (and kill the tree) after this long.
+    timeout_ms: Option<u64>,
+}
+
+async fn start(
+    state: &Shared,
+    sb: &Sandbox,
+    body: CreateBody,
+    capacity: usize,
+) -> Result<Arc<Process>, ApiError> {
+    require_running(sb)?;
+    let cmd = body
+        .cmd
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| ApiError::bad_request("cmd is required"))?;
+    if cmd.contains('\0') || body.args.iter().any(|a| a.contains('\0')) {
+        return Err(ApiError::bad_request("cmd and args must not contain NUL"));
+    }
+    let cwd = body.cwd.unwrap_or_else(|| DEFAULT_CWD.to_string());
+    let root = sb.root.clone();
+    let c = cwd.clone();
+    let host_cwd = tokio::task::spawn_blocking(move || crate::confine::resolve_dir(&root, &c))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(|e| ApiError::bad_request(format!("invalid cwd {cwd:?}: {e:?}")))?;
+    let env =
+        build_env(&state.mode, &sb.root, &sb.spec.env, &body.env).map_err(ApiError::bad_request)?;
+    let id = format!("proc-{}", crate::util::random_hex(8));
+    let req = StartRequest {
+        cmd,
+        args: body.args,
+        cwd,
+        host_cwd,
+        env,
+        root: sb.root.clone(),
+        journal_capacity: capacity,
+    };
+    Ok(Process::start(id, state.bwrap.clone(), &state.mode, req).await)
+}
+
+/// `POST .../processes`.
+pub async fn create(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let sb = sandbox(&state, &id)?;
+    let body: CreateBody = parse_json(&body)?;
+    let p = start(&state, &sb, body, state.journal_capacity).await?;
+    sb.add_process(p.clone());
+    Ok(success(StatusCode::CREATED, p.to_json()))
+}
+
+/// `POST .../exec`: runs to completion and answers the buffered output.
+/// Processes the command left behind are terminated afterwards (a one-shot
+/// command owns nothing that outlives it here). Output is capped at 64 MiB
+/// per call; `timeout_ms` (an extension, default 10 minutes) bounds the run.
+pub async fn exec(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let sb = sandbox(&state, &id)?;
+    let body: CreateBody = parse_json(&body)?;
+    let timeout = Duration::from_millis(body.timeout_ms.unwrap_or(600_000));
+    let started = Instant::now();
+    let p = start(&state, &sb, body, 64 * 1024 * 1024).await?;
+    p.close_stdin();
+    let finished = p.wait(false, timeout).await;
+    let t = p.terminate(Duration::from_millis(200)).await;
+    if !finished {
+        return Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            "exec timed out; the command was terminated",
+        ));
+    }
+    if !t.verified {
+        eprintln!(
+            "createos-local: exec {} left {} process(es) that could not be terminated",
+            p.id,
+            t.survivors.len()
+        );
+    }
+    let exit_code = match p.exit() {
+        Some(ExitStatus::Code(c)) => c,
+        Some(ExitStatus::Signal(s)) => 128 + signal_number(&s),
+        None => -1,
+    };
+    let stdout = String::from_utf8_lossy(&p.collect(StreamKind::Stdout)).into_owned();
+    let stderr = String::from_utf8_lossy(&p.collect(StreamKind::Stderr)).into_owned();
+    Ok(ok(json!({
+        "result": { "exit_code": exit_code, "stdout": stdout, "stderr": stderr },
+        "exec_ms": started.elapsed().as_millis() as u64,
+    })))
+}
+
+fn signal_number(name: &str) -> i32 {
+    crate::isolation::signal_from_name(name).map_or(0, |s| s.as_raw())
+}
+
+/// `GET .../processes/{pid}`.
+pub async fn get_one(
+    State(state): State<Shared>,
+    Path((id, pid)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let (_, p) = process(&state, &id, &pid)?;
+    Ok(ok(p.to_json()))
+}
+
+/// `?grace_ms=`.
+#[derive(Debug, Deserialize)]
+pub struct DeleteQuery {
+    grace_ms: Option<u64>,
+}
+
+/// `DELETE .../processes/{pid}?grace_ms=N` (default 1000, at most 60000):
+/// SIGTERM to the whole tree, wait, SIGKILL the rest, verify with a fresh
+/// scan. A verified process is forgotten (later requests get 404); an
+/// unverified one stays so that a retry can try again.
+pub async fn delete(
+    State(state): State<Shared>,
+    Path((id, pid)): Path<(String, String)>,
+    Query(q): Query<DeleteQuery>,
+    fault: Option<Extension<InjectedFault>>,
+) -> Result<Response, ApiError> {
+    let (sb, p) = process(&state, &id, &pid)?;
+    let grace = Duration::from_millis(q.grace_ms.unwrap_or(1000).min(60_000));
+    let t = p.terminate(grace).await;
+    if t.verified {
+        sb.remove_process(&p.id);
+    }
+    let mut data = p.to_json();
+    data["tree_exited"] = json!(t.verified);
+    if matches!(
+        fault,
+        Some(Extension(InjectedFault(FaultAction::TreeNotExited)))
+    ) {
+        data["tree_exited"] = json!(false);
+    }
+    if !t.verified {
+        data["survivors"] = json!(t.survivors);
+    }
+    Ok(ok(data))
+}
+
+/// `POST .../stdin/close`.
+pub async fn close_stdin(
+    State(state): State<Shared>,
+    Path((id, pid)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let (_, p) = process(&state, &id, &pid)?;
+    if p.close_stdin() {
+        Ok(ok(json!({ "process_id": p.id, "stdin": "closed" })))
+    } else {
+        Err(ApiError::conflict("stdin is already closed"))
+    }
+}
+
+/// Body of `POST .../signal`.
+#[derive(Debug, Deserialize)]
+pub struct SignalBody {
+    signal: Option<String>,
+}
+
+/// `POST .../signal {signal}`: delivered to every process of the tree.
+pub async fn signal(
+    State(state): State<Shared>,
+    Path((id, pid)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let (_, p) = process(&state, &id, &pid)?;
+    let body: SignalBody = parse_json(&body)?;
+    let name = body.signal.unwrap_or_else(|| "SIGTERM".to_string());
+    let sig = crate::isolation::signal_from_name(&name)
+        .ok_or_else(|| ApiError::bad_request(format!("unknown signal {name:?}")))?;
+    let hit = p.signal(sig);
+    Ok(ok(
+        json!({ "process_id": p.id, "signal": name, "delivered_to": hit }),
+    ))
+}
+
+/// `?scope=&timeout_ms=`.
+#[derive(Debug, Deserialize)]
+pub struct WaitQuery {
+    scope: Option<String>,
+    timeout_ms: Option<u64>,
+}
+
+/// `GET .../wait?scope=tree|process&timeout_ms=N` (default 30 s, at most
+/// 10 min): 408 with the ManagedProcess in `data` when it timed out.
+pub async fn wait(
+    State(state): State<Shared>,
+    Path((id, pid)): Path<(String, String)>,
+    Query(q): Query<WaitQuery>,
+) -> Result<Response, ApiError> {
+    let (_, p) = process(&state, &id, &pid)?;
+    let tree = match q.scope.as_deref() {
+        None | Some("tree") => true,
+        Some("process") | Some("leader") => false,
+        Some(other) => return Err(ApiError::bad_request(format!("unknown scope {other:?}"))),
+    };
+    let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(30_000).min(600_000));
+    if p.wait(tree, timeout).await {
+        Ok(ok(p.to_json()))
+    } else {
+        Err(
+            ApiError::new(StatusCode::REQUEST_TIMEOUT, "timeout", "wait timed out")
+                .with_extra(p.to_json()),
+        )
+    }
+}
+
+/// `?after=`.
+#[derive(Debug, Deserialize)]
+pub struct ConnectQuery {
+    after: Option<u64>,
+}
+
+/// Heartbeat interval of `/connect`.
+const HEARTBEAT: Duration = Duration::from_secs(5);
+
+fn data_line(f: &Frame) -> Vec<u8> {
+    let v = json!({
+        "type": "data",
+        "seq": f.seq,
+        "stream": f.stream,
+        "data_base64": base64::engine::general_purpose::STANDARD.encode(&f.data),
+    });
+    line(&v)
+}
+
+fn line(v: &Value) -> Vec<u8> {
+    let mut out = v.to_string().into_bytes();
+    out.push(b'\n');
+    out
+}
+
+fn exit_line(e: &ExitStatus) -> Vec<u8> {
+    match e {
+        ExitStatus::Code(c) => line(&json!({ "type": "exit", "exit_code": c })),
+        ExitStatus::Signal(s) => line(&json!({ "type": "exit", "signal": s })),
+    }
+}
+
+struct Follow {
+    proc: Arc<Process>,
+    rx: tokio::sync::watch::Receiver<u64>,
+    cursor: u64,
+    sent: u64,
+    fault: Option<FaultAction>,
+    abort_next: bool,
+    done: bool,
+}
+
+enum Step {
+    Chunk(Vec<u8>),
+    Abort,
+    End,
+}
+
+impl Follow {
+    async fn next(&mut self) -> Step {
+        if self.done {
+            return Step::End;
+        }
+        if self.abort_next {
+            return self.next_abort();
+        }
+        loop {
+            self.rx.borrow_and_update();
+            let (replay, exit) = self
+                .proc
+                .with_journal(|j| (j.after(self.cursor), j.exit().cloned()));
+            let frames = match replay {
+                Replay::Expired => {
+                    self.done = true;
+                    return Step::Chunk(line(
+                        &json!({ "type": "error", "error": "output_offset_expired" }),
+                    ));
+                }
+                Replay::Frames(f) => f,
+            };
+            if !frames.is_empty() {
+                return self.frames(frames);
+            }
+            if let Some(e) = exit {
+                self.done = true;
+                return Step::Chunk(exit_line(&e));
+            }
+            match tokio::time::timeout(HEARTBEAT, self.rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    self.done = true;
+                    return Step::End;
+                }
+                Err(_) => return Step::Chunk(line(&json!({ "type": "heartbeat" }))),
+            }
+        }
+    }
+
+    fn frames(&mut self, frames: Vec<Frame>) -> Step {
+        let limit = match &self.fault {
+            Some(FaultAction::ResetAfterFrames { frames })
+            | Some(FaultAction::MalformedFrame { frames }) => Some(*frames),
+            _ => None,
+        };
+        let mut out = Vec::new();
+        for f in frames {
+            if limit.is_some_and(|l| self.sent >= l) {
+                break;
+            }
+            out.extend(data_line(&f));
+            self.cursor = f.seq;
+            self.sent += 1;
+        }
+        if limit.is_some_and(|l| self.sent >= l) {
+            match self.fault.take() {
+                Some(FaultAction::ResetAfterFrames { .. }) => {
+                    self.abort_next = true;
+                    if out.is_empty() {
+                        return self.next_abort();
+                    }
+                }
+                Some(FaultAction::MalformedFrame { .. }) => {
+                    out.extend_from_slice(b"{\"type\":\"data\",\"seq\":\"not-a-number\",\n");
+                    self.done = true;
+                }
+                _ => {}
+            }
+        }
+        Step::Chunk(out)
+    }
+
+    fn next_abort(&mut self) -> Step {
+        self.abort_next = false;
+        self.done = true;
+        Step::Abort
+    }
+}
+
+/// `GET .../connect?after=N`: NDJSON frames with `seq > N`, then live output
+/// until the exit frame. 410 when frames after `N` were evicted.
+pub async fn connect(
+    State(state): State<Shared>,
+    Path((id, pid)): Path<(String, String)>,
+    Query(q): Query<ConnectQuery>,
+    fault: Option<Extension<InjectedFault>>,
+) -> Result<Response, ApiError> {
+    let (_, p) = process(&state, &id, &pid)?;
+    let after = q.after.unwrap_or(0);
+    let rx = p.subscribe();
+    if matches!(p.with_journal(|j| j.after(after)), Replay::Expired) {
+        let oldest = p.with_journal(|j| j.oldest_seq());
+        return Err(ApiError::new(
+            StatusCode::GONE,
+            "output_offset_expired",
+            "output after this cursor was evicted",
+        )
+        .with_extra(json!({ "error": "output_offset_expired", "oldest_seq": oldest })));
+    }
+    let mut follow = Follow {
+        proc: p,
+        rx,
+        cursor: after,
+        sent: 0,
+        fault: fault.map(|Extension(InjectedFault(f))| f),
+        abort_next: false,
+        done: false,
+    };
+    if matches!(
+        follow.fault,
+        Some(FaultAction::ResetAfterFrames { frames: 0 })
+    ) {
+        follow.abort_next = true;
+    }
+    let stream = futures_util::stream::unfold(follow, |mut f| async move {
+        match f.next().await {
+            Step::Chunk(c) => Some((Ok::<_, std::io::Error>(Bytes::from(c)), f)),
+            Step::Abort => Some((
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "injected connection reset",
+                )),
+                f,
+            )),
+            Step::End => None,
+        }
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}

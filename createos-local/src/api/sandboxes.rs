@@ -1,0 +1,189 @@
+//! `POST/GET/DELETE /v1/sandboxes[/{id}]` and pause / resume.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::envelope::{ok, success, ApiError};
+use super::{sandbox, Shared};
+use crate::store::{finish_later, Sandbox, SandboxSpec, Status, SHAPES};
+
+/// Body of `POST /sandboxes`.
+#[derive(Debug, Deserialize)]
+pub struct CreateBody {
+    shape: Option<String>,
+    rootfs: Option<String>,
+    region: Option<String>,
+    #[serde(default)]
+    ingress_enabled: bool,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+fn valid_env_name(k: &str) -> bool {
+    let mut chars = k.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// Parses a JSON body, answering 400 on malformed input.
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// `POST /sandboxes`.
+pub async fn create(
+    State(state): State<Shared>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let body: CreateBody = parse_json(&body)?;
+    let shape = body
+        .shape
+        .ok_or_else(|| ApiError::bad_request("shape is required"))?;
+    if !SHAPES.contains(&shape.as_str()) {
+        return Err(ApiError::bad_request(format!("unknown shape {shape:?}"))
+            .with_extra(json!({ "shapes": SHAPES })));
+    }
+    if let Some(bad) = body
+        .env
+        .iter()
+        .find(|(k, v)| !valid_env_name(k) || v.contains('\0'))
+    {
+        return Err(ApiError::bad_request(format!(
+            "invalid env entry {:?}",
+            bad.0
+        )));
+    }
+    let id = format!("sb-{}", crate::util::random_hex(8));
+    let root = state.data_dir.join(&id);
+    crate::isolation::prepare_root(&root)
+        .map_err(|e| ApiError::internal(format!("cannot create sandbox root: {e}")))?;
+    let sb = Arc::new(Sandbox::new(
+        id,
+        SandboxSpec {
+            shape,
+            rootfs: body.rootfs,
+            region: body.region,
+            ingress_enabled: body.ingress_enabled,
+            env: body.env,
+        },
+        root,
+    ));
+    state.store.insert(sb.clone());
+    let data = sb.to_json(&state.mode);
+    // `creating` → `running` after the transition delay.
+    finish_later(sb, 0, state.transition_delay, Status::Running, |_| {});
+    Ok(success(StatusCode::CREATED, data))
+}
+
+/// `GET /sandboxes/{id}`.
+pub async fn get_one(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let sb = sandbox(&state, &id)?;
+    Ok(ok(sb.to_json(&state.mode)))
+}
+
+/// `DELETE /sandboxes/{id}`: terminates every process tree, removes the
+/// root. Answers 500 (and keeps the sandbox, status `error`) if a process
+/// survived, so that a retry can try again.
+pub async fn delete(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let sb = sandbox(&state, &id)?;
+    sb.force(Status::Destroying);
+    let mut survivors = Vec::new();
+    for p in sb.processes() {
+        let t = p.terminate(std::time::Duration::from_millis(500)).await;
+        survivors.extend(t.survivors);
+        if t.verified {
+            sb.remove_process(&p.id);
+        }
+    }
+    if !survivors.is_empty() {
+        sb.force(Status::Error);
+        return Err(ApiError::internal(format!(
+            "{} process(es) survived termination",
+            survivors.len()
+        )));
+    }
+    state.store.remove(&id);
+    let root = sb.root.clone();
+    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&root))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    if let Err(e) = removed {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!("createos-local: could not remove sandbox root of {id}: {e}");
+        }
+    }
+    Ok(ok(json!({ "id": id, "status": Status::Destroyed })))
+}
+
+/// `POST /sandboxes/{id}/pause`.
+pub async fn pause(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let sb = sandbox(&state, &id)?;
+    let generation = sb
+        .transition(&[Status::Running], Status::Pausing)
+        .map_err(|cur| conflict("pause", cur))?;
+    finish_later(
+        sb,
+        generation,
+        state.transition_delay,
+        Status::Paused,
+        |sb| {
+            for p in sb.processes() {
+                p.freeze(true);
+            }
+        },
+    );
+    Ok(ok(json!({ "id": id, "status": Status::Pausing })))
+}
+
+/// `POST /sandboxes/{id}/resume`.
+pub async fn resume(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let sb = sandbox(&state, &id)?;
+    let generation = sb
+        .transition(&[Status::Paused], Status::Resuming)
+        .map_err(|cur| conflict("resume", cur))?;
+    finish_later(
+        sb,
+        generation,
+        state.transition_delay,
+        Status::Running,
+        |sb| {
+            for p in sb.processes() {
+                p.freeze(false);
+            }
+        },
+    );
+    Ok(ok(json!({ "id": id, "status": Status::Resuming })))
+}
+
+fn conflict(op: &str, cur: Status) -> ApiError {
+    ApiError::conflict(format!("cannot {op} a sandbox that is {}", json!(cur)))
+        .with_extra(json!({ "current_status": cur }))
+}
+
+/// 409 unless the sandbox accepts commands (`running`).
+pub fn require_running(sb: &Sandbox) -> Result<(), ApiError> {
+    match sb.status() {
+        Status::Running => Ok(()),
+        other => Err(ApiError::conflict(format!("sandbox is {}", json!(other)))
+            .with_extra(json!({ "current_status": other }))),
+    }
+}

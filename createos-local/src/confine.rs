@@ -1,0 +1,236 @@
+//! Files API confinement: every path is resolved *inside* a sandbox root.
+//!
+//! Request paths must be absolute, contain no `..`, `.` or empty-name tricks
+//! that matter, no NUL, and must not lie under a host system directory that
+//! bwrap mounts read-only (see [`crate::isolation::SYSTEM_DIRS`]).
+//!
+//! Resolution uses `openat2(2)` with `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`
+//! relative to an fd of the sandbox root: the kernel resolves every symlink
+//! as if the root were `/`, the way processes inside a bwrap sandbox see
+//! them, and `..` can never climb above the root. A symlink such as
+//! `/tmp/l -> /etc/passwd` therefore names `<root>/etc/passwd` (an empty
+//! mount point), never the host file, and there is no window between a check
+//! and the use of the path. Parent directories are created one component at
+//! a time with `mkdirat` on an fd resolved the same way. The last component
+//! of a write is opened with `O_NOFOLLOW` semantics relative to its parent fd
+//! (a symlink there is replaced atomically with a temporary file and
+//! `renameat`, so a link is never followed on write).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use rustix::fs::{Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
+
+use crate::isolation::SYSTEM_DIRS;
+
+/// Why a path was refused or could not be used.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PathError {
+    /// Not absolute, contains `..`, NUL, or is the root itself.
+    Invalid(&'static str),
+    /// Under a read-only host system directory.
+    SystemDir,
+    /// The file (or a parent) does not exist.
+    NotFound,
+    /// A directory where a file was wanted, or the other way round.
+    NotAFile,
+    /// Another I/O failure.
+    Io(String),
+}
+
+/// Checks the lexical form of a request path and splits it into components.
+pub fn components(path: &str) -> Result<Vec<&str>, PathError> {
+    if path.contains('\0') {
+        return Err(PathError::Invalid("path contains NUL"));
+    }
+    if !path.starts_with('/') {
+        return Err(PathError::Invalid("path must be absolute"));
+    }
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
+    if parts.contains(&"..") {
+        return Err(PathError::Invalid("path must not contain '..'"));
+    }
+    Ok(parts)
+}
+
+fn check_file_path(path: &str) -> Result<Vec<&str>, PathError> {
+    let parts = components(path)?;
+    match parts.first() {
+        None => Err(PathError::Invalid("path names the root directory")),
+        Some(first) if SYSTEM_DIRS.contains(first) => Err(PathError::SystemDir),
+        Some(_) => Ok(parts),
+    }
+}
+
+fn map_errno(e: Errno) -> PathError {
+    match e {
+        Errno::NOENT => PathError::NotFound,
+        Errno::ISDIR | Errno::NOTDIR => PathError::NotAFile,
+        Errno::LOOP => PathError::Invalid("too many symlinks"),
+        other => PathError::Io(other.to_string()),
+    }
+}
+
+fn resolve_flags() -> ResolveFlags {
+    ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS
+}
+
+fn open_root(root: &Path) -> Result<OwnedFd, PathError> {
+    rustix::fs::open(
+        root,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(map_errno)
+}
+
+fn open_in_root(root: &OwnedFd, rel: &str, flags: OFlags) -> Result<OwnedFd, PathError> {
+    let rel = if rel.is_empty() { "." } else { rel };
+    rustix::fs::openat2(
+        root,
+        rel,
+        flags | OFlags::CLOEXEC,
+        Mode::empty(),
+        resolve_flags(),
+    )
+    .map_err(map_errno)
+}
+
+/// Reads a whole file inside the sandbox root.
+pub fn read_file(root: &Path, path: &str) -> Result<Vec<u8>, PathError> {
+    let parts = check_file_path(path)?;
+    let rootfd = open_root(root)?;
+    let fd = open_in_root(&rootfd, &parts.join("/"), OFlags::RDONLY)?;
+    let mut file = File::from(fd);
+    let meta = file.metadata().map_err(|e| PathError::Io(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(PathError::NotAFile);
+    }
+    let mut buf = Vec::new();
+    file.read_to_end(&mut buf)
+        .map_err(|e| PathError::Io(e.to_string()))?;
+    Ok(buf)
+}
+
+/// Opens (creating as needed) the directory `parts` inside the root.
+fn ensure_dir(rootfd: &OwnedFd, parts: &[&str]) -> Result<OwnedFd, PathError> {
+    let mut dir = open_in_root(rootfd, "", OFlags::DIRECTORY | OFlags::RDONLY)?;
+    for (i, name) in parts.iter().enumerate() {
+        let prefix = parts[..=i].join("/");
+        match open_in_root(rootfd, &prefix, OFlags::DIRECTORY | OFlags::RDONLY) {
+            Ok(fd) => dir = fd,
+            Err(PathError::NotFound) => {
+                // `name` is a single component (no '/', no '..'): mkdirat on
+                // the already-confined parent fd cannot leave the root.
+                match rustix::fs::mkdirat(&dir, *name, Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(Errno::EXIST) => {}
+                    Err(e) => return Err(map_errno(e)),
+                }
+                dir = open_in_root(rootfd, &prefix, OFlags::DIRECTORY | OFlags::RDONLY)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(dir)
+}
+
+/// Writes a whole file inside the sandbox root, creating parent directories.
+/// The write goes to a temporary file in the same directory that is then
+/// renamed over the target, so readers never see a half-written file and a
+/// symlink at the target is replaced, not followed.
+pub fn write_file(root: &Path, path: &str, data: &[u8]) -> Result<(), PathError> {
+    let parts = check_file_path(path)?;
+    let (name, parents) = parts
+        .split_last()
+        .ok_or(PathError::Invalid("path names the root directory"))?;
+    let rootfd = open_root(root)?;
+    let dir = ensure_dir(&rootfd, parents)?;
+    let tmp_name = format!(".createos-local-tmp-{}", crate::util::random_hex(8));
+    let fd = rustix::fs::openat(
+        &dir,
+        tmp_name.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(map_errno)?;
+    let mut file = File::from(fd);
+    let written = file.write_all(data).and_then(|()| file.flush());
+    drop(file);
+    if let Err(e) = written {
+        let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), rustix::fs::AtFlags::empty());
+        return Err(PathError::Io(e.to_string()));
+    }
+    // A directory at the target makes rename fail with EISDIR/ENOTEMPTY.
+    if let Err(e) = rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, *name) {
+        let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), rustix::fs::AtFlags::empty());
+        return Err(match e {
+            Errno::ISDIR | Errno::NOTEMPTY | Errno::EXIST => PathError::NotAFile,
+            other => map_errno(other),
+        });
+    }
+    Ok(())
+}
+
+/// Resolves a directory inside the root and returns its real host path (used
+/// to validate a process `cwd`, and as the host cwd in fallback mode).
+pub fn resolve_dir(root: &Path, path: &str) -> Result<std::path::PathBuf, PathError> {
+    let parts = components(path)?;
+    let rootfd = open_root(root)?;
+    let fd = open_in_root(
+        &rootfd,
+        &parts.join("/"),
+        OFlags::DIRECTORY | OFlags::RDONLY,
+    )?;
+    let real = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&fd)
+    ))
+    .map_err(|e| PathError::Io(e.to_string()))?;
+    Ok(real)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp_root() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("confine-test-{}", crate::util::random_hex(6)));
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        dir
+    }
+
+    #[test]
+    fn lexical_checks() {
+        assert!(matches!(components("rel/path"), Err(PathError::Invalid(_))));
+        assert!(matches!(components("/a/../b"), Err(PathError::Invalid(_))));
+        assert!(matches!(check_file_path("/"), Err(PathError::Invalid(_))));
+        assert_eq!(check_file_path("/etc/passwd"), Err(PathError::SystemDir));
+        assert_eq!(components("/a//./b").ok(), Some(vec!["a", "b"]));
+    }
+
+    #[test]
+    fn symlinks_resolve_inside_root() {
+        let root = tmp_root();
+        let outside = tmp_root();
+        std::fs::write(outside.join("secret"), b"host").expect("write");
+        std::fs::create_dir_all(root.join("tmp")).expect("mkdir");
+        std::os::unix::fs::symlink(outside.join("secret"), root.join("tmp/abs")).expect("ln");
+        std::os::unix::fs::symlink("../../../../../../..", root.join("tmp/up")).expect("ln");
+        assert_eq!(read_file(&root, "/tmp/abs"), Err(PathError::NotFound));
+        write_file(&root, "/tmp/up/x/file", b"in").expect("write via up link");
+        assert_eq!(std::fs::read(root.join("x/file")).expect("read"), b"in");
+        write_file(&root, "/tmp/abs", b"replaced").expect("write over link");
+        assert_eq!(
+            std::fs::read(outside.join("secret")).expect("read"),
+            b"host"
+        );
+        let _ = std::fs::remove_dir_all(&root);
+        let _ = std::fs::remove_dir_all(&outside);
+    }
+}

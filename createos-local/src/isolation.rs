@@ -1,0 +1,536 @@
+//! How commands are confined: bubblewrap with a PID namespace, or a plain
+//! process-group fallback.
+//!
+//! # `bwrap` mode
+//! Each managed process (and each one-shot exec) runs as
+//! `bwrap --bind <sandbox root> / --ro-bind /usr /usr ... --unshare-pid ...`.
+//! The command sees the sandbox root as `/`: its own `/tmp`,
+//! `/paperclip-workspace`, `/root`, with the host's system directories
+//! (`/usr`, `/etc`, `/opt` and the `/bin`, `/lib*`, `/sbin` links) mounted
+//! read-only. bubblewrap's own init is PID 1 of the new namespace; the
+//! command is PID 2. All capabilities are dropped. The network is shared
+//! with the host (CreateOS sandboxes have outbound network too).
+//!
+//! The *leader* is the command; bwrap's outer process exits with the
+//! leader's status, which bwrap folds into `128 + N` for a signal (see
+//! [`crate::supervisor`] for how that is reported). The *tree* is every
+//! process in the PID namespace; processes cannot leave a PID namespace, so
+//! `setsid`, double forks and daemons stay visible. When the namespace's init
+//! is killed the kernel kills everything left in it, which makes the final
+//! SIGKILL and its verification (a fresh `/proc` scan finding nothing in the
+//! namespace) reliable.
+//!
+//! # `process-group` fallback
+//! Used when bwrap is missing or cannot create namespaces here (detected at
+//! start-up by running a trivial sandboxed `true`). The command runs
+//! directly on the host in a new session (`setsid`), **not** confined:
+//! absolute paths such as `/tmp` or `/paperclip-workspace` refer to the
+//! host's file system. The server does not rewrite command lines. It only
+//! maps the requested `cwd` to the same path under the sandbox root
+//! (`<root>/paperclip-workspace` for `/paperclip-workspace`), and exports
+//! `CREATEOS_LOCAL_ISOLATION=process-group` and `CREATEOS_LOCAL_ROOT=<root>`
+//! so that scripts can tell. The mode is logged at start-up, exposed by
+//! [`crate::RunningServer::isolation`], `GET /_admin/info` and in every
+//! sandbox as `local_isolation`.
+//!
+//! The tree is found by a fresh `/proc` scan of: the leader's session and
+//! process group, descendants of every process seen in the tree before
+//! (`pid` + start time, so reused pids are not mistaken), and processes
+//! whose initial environment carries the per-process marker variable. A
+//! process that calls `setsid`, clears its environment *and* is reparented
+//! before any scan saw it cannot be found: in this mode `tree_exited: true`
+//! means "no member could be found", which is weaker than in `bwrap` mode.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use rustix::process::{Pid, Signal};
+use serde::Serialize;
+
+use crate::procfs::{self, ProcInfo};
+
+/// Which isolation the server uses for every command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsolationMode {
+    /// bubblewrap with a PID namespace per process.
+    Bwrap,
+    /// Unconfined process groups (see the module docs for what that means).
+    ProcessGroup,
+}
+
+impl IsolationMode {
+    /// Stable name used in logs and JSON: `bwrap` or `process-group`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Bwrap => "bwrap",
+            Self::ProcessGroup => "process-group",
+        }
+    }
+}
+
+impl fmt::Display for IsolationMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the embedding host asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsolationPreference {
+    /// bwrap when it works here, otherwise the process-group fallback.
+    #[default]
+    Auto,
+    /// bwrap or fail to start.
+    RequireBwrap,
+    /// Always the process-group fallback (useful to test that mode).
+    ProcessGroup,
+}
+
+/// Host system directories mounted read-only into bwrap sandboxes. The Files
+/// API refuses paths under them (their content is the host's, not the
+/// sandbox's).
+pub const SYSTEM_DIRS: &[&str] = &[
+    "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+];
+
+/// Directories every sandbox root starts with.
+const SANDBOX_DIRS: &[&str] = &[
+    "tmp",
+    "paperclip-workspace",
+    "root",
+    "var/tmp",
+    "dev",
+    "proc",
+];
+
+/// The environment variable that marks every process the server starts.
+pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
+
+/// Creates a sandbox root: its own directories plus mount points (or copies
+/// of the host's symlinks) for the read-only system directories.
+pub fn prepare_root(root: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(root)?;
+    for dir in SANDBOX_DIRS {
+        std::fs::create_dir_all(root.join(dir))?;
+    }
+    for dir in SYSTEM_DIRS {
+        let host = Path::new("/").join(dir);
+        let Ok(meta) = std::fs::symlink_metadata(&host) else {
+            continue;
+        };
+        let inside = root.join(dir);
+        if std::fs::symlink_metadata(&inside).is_ok() {
+            continue;
+        }
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&host)?, &inside)?;
+        } else if meta.is_dir() {
+            std::fs::create_dir_all(&inside)?;
+        }
+    }
+    Ok(())
+}
+
+/// Everything needed to start one command.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    /// The sandbox root on the host.
+    pub root: PathBuf,
+    /// Program (resolved through `PATH` inside the sandbox).
+    pub cmd: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Working directory as the sandbox sees it (absolute).
+    pub cwd: String,
+    /// In fallback mode: the host directory that `cwd` maps to.
+    pub host_cwd: PathBuf,
+    /// The complete environment (the server's own is never inherited).
+    pub env: Vec<(String, String)>,
+    /// Value of [`MARKER_VAR`] for this process.
+    pub marker: String,
+}
+
+/// A spawned command before its tree identity is known.
+pub struct Spawned {
+    /// The direct child (bwrap's outer process, or the command itself).
+    pub child: tokio::process::Child,
+    /// bwrap's `--json-status-fd` read end (bwrap mode only).
+    pub status_pipe: Option<OwnedFd>,
+}
+
+/// The minimal environment every command starts from.
+pub fn base_env(mode: &IsolationMode, root: &Path) -> Vec<(String, String)> {
+    let mut env = vec![
+        (
+            "PATH".to_string(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        ),
+        ("HOME".to_string(), "/root".to_string()),
+        ("LANG".to_string(), "C.UTF-8".to_string()),
+        (
+            "CREATEOS_LOCAL_ISOLATION".to_string(),
+            mode.as_str().to_string(),
+        ),
+    ];
+    if *mode == IsolationMode::ProcessGroup {
+        env.push((
+            "CREATEOS_LOCAL_ROOT".to_string(),
+            root.display().to_string(),
+        ));
+        env.push(("HOME".to_string(), root.join("root").display().to_string()));
+    }
+    env
+}
+
+/// Starts the command with piped stdio in a new session.
+pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned> {
+    let (mut cmd, status_pipe, status_raw) = match bwrap {
+        Some(bwrap) => {
+            let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+            let raw = write.as_raw_fd();
+            let mut cmd = std::process::Command::new(bwrap);
+            cmd.args(bwrap_args(&spec.root, &spec.cwd, raw));
+            cmd.arg("--").arg(&spec.cmd).args(&spec.args);
+            cmd.current_dir("/");
+            (cmd, Some((read, write)), Some(raw))
+        }
+        None => {
+            let mut cmd = std::process::Command::new(&spec.cmd);
+            cmd.args(&spec.args).current_dir(&spec.host_cwd);
+            (cmd, None, None)
+        }
+    };
+    cmd.env_clear();
+    for (k, v) in &spec.env {
+        cmd.env(k, v);
+    }
+    cmd.env(MARKER_VAR, &spec.marker);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (setsid, fcntl) on memory it owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::setsid()?;
+            if let Some(raw) = status_raw {
+                // Let exactly this child inherit the status pipe.
+                let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+            }
+            Ok(())
+        });
+    }
+    let child = tokio::process::Command::from(cmd)
+        .kill_on_drop(false)
+        .spawn()?;
+    // The write end must close in the parent, or the pipe never ends.
+    let status_pipe = status_pipe.map(|(read, write)| {
+        drop(write);
+        read
+    });
+    Ok(Spawned { child, status_pipe })
+}
+
+fn bwrap_args(root: &Path, cwd: &str, status_fd: i32) -> Vec<String> {
+    let mut args = vec![
+        "--bind".to_string(),
+        root.display().to_string(),
+        "/".to_string(),
+    ];
+    for dir in SYSTEM_DIRS {
+        let host = Path::new("/").join(dir);
+        let Ok(meta) = std::fs::symlink_metadata(&host) else {
+            continue;
+        };
+        // Symlinks (`/bin -> usr/bin`) were copied into the root by
+        // `prepare_root`; real directories are bind-mounted read-only.
+        if meta.is_dir() {
+            let h = host.display().to_string();
+            args.extend(["--ro-bind".to_string(), h.clone(), h]);
+        }
+    }
+    args.extend(
+        [
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--unshare-pid",
+            "--cap-drop",
+            "ALL",
+            "--json-status-fd",
+        ]
+        .map(String::from),
+    );
+    args.push(status_fd.to_string());
+    args.extend(["--chdir".to_string(), cwd.to_string()]);
+    args
+}
+
+/// Runs a trivial command under bwrap to see whether namespaces work here.
+/// Returns the bwrap path on success, or a reason on failure.
+pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
+    let bwrap = find_in_path("bwrap").ok_or_else(|| "bwrap not found in PATH".to_string())?;
+    prepare_root(probe_root).map_err(|e| format!("cannot prepare probe root: {e}"))?;
+    let spec = SpawnSpec {
+        root: probe_root.to_path_buf(),
+        cmd: "/bin/sh".to_string(),
+        args: vec!["-c".to_string(), "test -d /paperclip-workspace".to_string()],
+        cwd: "/".to_string(),
+        host_cwd: probe_root.to_path_buf(),
+        env: base_env(&IsolationMode::Bwrap, probe_root),
+        marker: "probe".to_string(),
+    };
+    let spawned = spawn(Some(&bwrap), &spec).map_err(|e| format!("cannot run bwrap: {e}"))?;
+    // bwrap must be able to write its status (a closed pipe kills it with
+    // SIGPIPE before it lets the sandbox run).
+    if let Some(pipe) = spawned.status_pipe {
+        drain_pipe(pipe);
+    }
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        spawned.child.wait_with_output(),
+    )
+    .await
+    .map_err(|_| "bwrap probe timed out".to_string())?
+    .map_err(|e| format!("bwrap probe failed: {e}"))?;
+    if out.status.success() {
+        Ok(bwrap)
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        Err(format!(
+            "bwrap probe failed ({}): {}",
+            out.status,
+            err.trim()
+        ))
+    }
+}
+
+/// Reads a pipe to its end in the background and discards the bytes.
+pub fn drain_pipe(pipe: OwnedFd) {
+    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(pipe) else {
+        return;
+    };
+    tokio::spawn(async move {
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut rx, &mut sink).await;
+    });
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Identity of a process tree, used to signal it and to verify it is gone.
+#[derive(Debug)]
+pub enum Tree {
+    /// Everything in one PID namespace (bwrap mode).
+    Namespace {
+        /// Host pid of bwrap's init inside the namespace (its PID 1).
+        init_pid: i32,
+        /// The namespace inode.
+        ns: u64,
+    },
+    /// Session, process group, descendants and marker (fallback mode).
+    Group {
+        /// The leader's host pid (also its session and group id).
+        leader: i32,
+        /// Start time of the leader, to tell a reused pid apart.
+        leader_start: Option<u64>,
+        /// `MARKER=value` bytes to look for in `/proc/PID/environ`.
+        marker: Vec<u8>,
+        /// Every member seen so far, as (pid, start time).
+        known: HashSet<(i32, u64)>,
+    },
+    /// The process never started (spawn failed): the tree is empty.
+    Empty,
+}
+
+impl Tree {
+    /// A fallback-mode tree rooted at `leader`.
+    pub fn group(leader: i32, marker: &str) -> Self {
+        let leader_start = procfs::stat(leader).map(|p| p.starttime);
+        let mut known = HashSet::new();
+        if let Some(start) = leader_start {
+            known.insert((leader, start));
+        }
+        Tree::Group {
+            leader,
+            leader_start,
+            marker: format!("{MARKER_VAR}={marker}").into_bytes(),
+            known,
+        }
+    }
+
+    /// A fresh scan of the live (non-zombie) members of the tree.
+    pub fn members(&mut self) -> Vec<ProcInfo> {
+        match self {
+            Tree::Empty => Vec::new(),
+            Tree::Namespace { ns, .. } => procfs::live_in_namespace(*ns),
+            Tree::Group {
+                leader,
+                leader_start,
+                marker,
+                known,
+            } => {
+                let snap: Vec<ProcInfo> = procfs::snapshot()
+                    .into_iter()
+                    .filter(|p| !p.is_zombie())
+                    .collect();
+                let mut found: HashSet<(i32, u64)> = HashSet::new();
+                for p in &snap {
+                    let is_leader = p.pid == *leader && Some(p.starttime) == *leader_start;
+                    // A foreign process could reuse the leader's pid and
+                    // become a session leader; only trust sid/pgid matches
+                    // from processes other than that pid unless it is the
+                    // real leader.
+                    let by_session =
+                        (p.sid == *leader || p.pgid == *leader) && (p.pid != *leader || is_leader);
+                    if is_leader
+                        || by_session
+                        || known.contains(&(p.pid, p.starttime))
+                        || procfs::environ_contains(p.pid, marker)
+                    {
+                        found.insert((p.pid, p.starttime));
+                    }
+                }
+                // Descendants of known or found members (fixpoint).
+                let mut parents: HashSet<i32> = found
+                    .iter()
+                    .chain(known.iter())
+                    .map(|(pid, _)| *pid)
+                    .collect();
+                loop {
+                    let mut grew = false;
+                    for p in &snap {
+                        if parents.contains(&p.ppid) && found.insert((p.pid, p.starttime)) {
+                            parents.insert(p.pid);
+                            grew = true;
+                        }
+                    }
+                    if !grew {
+                        break;
+                    }
+                }
+                known.extend(found.iter().copied());
+                snap.into_iter()
+                    .filter(|p| found.contains(&(p.pid, p.starttime)))
+                    .collect()
+            }
+        }
+    }
+
+    /// Whether the tree is gone according to a fresh scan.
+    pub fn is_gone(&mut self) -> bool {
+        match self {
+            // Cheap check first: init exits only when its namespace is empty.
+            Tree::Namespace { init_pid, ns } => {
+                let init_alive = procfs::stat(*init_pid).is_some_and(|p| !p.is_zombie())
+                    && procfs::pid_namespace(*init_pid) == Some(*ns);
+                !init_alive && procfs::live_in_namespace(*ns).is_empty()
+            }
+            _ => self.members().is_empty(),
+        }
+    }
+
+    /// Sends `sig` to every member. In a namespace bwrap's init is skipped
+    /// (it ignores signals it has no handler for) except for SIGKILL, which
+    /// takes the whole namespace down. Returns how many processes were hit.
+    pub fn signal(&mut self, sig: Signal) -> usize {
+        let init = match self {
+            Tree::Namespace { init_pid, .. } => Some(*init_pid),
+            _ => None,
+        };
+        let mut hit = 0;
+        for p in self.members() {
+            if Some(p.pid) == init && sig != Signal::KILL {
+                continue;
+            }
+            if let Some(pid) = Pid::from_raw(p.pid) {
+                if rustix::process::kill_process(pid, sig).is_ok() {
+                    hit += 1;
+                }
+                // A stopped process (paused sandbox) must be able to act on
+                // the signal.
+                if sig != Signal::KILL && sig != Signal::STOP {
+                    let _ = rustix::process::kill_process(pid, Signal::CONT);
+                }
+            }
+        }
+        hit
+    }
+
+    /// Stops (`SIGSTOP`) or continues (`SIGCONT`) every member, bwrap's init
+    /// included.
+    pub fn freeze(&mut self, stop: bool) {
+        let sig = if stop { Signal::STOP } else { Signal::CONT };
+        for p in self.members() {
+            if let Some(pid) = Pid::from_raw(p.pid) {
+                let _ = rustix::process::kill_process(pid, sig);
+            }
+        }
+    }
+}
+
+/// Signal names the API accepts, with the `SIG` prefix.
+pub fn signal_from_name(name: &str) -> Option<Signal> {
+    let short = name.strip_prefix("SIG").unwrap_or(name);
+    Some(match short {
+        "HUP" => Signal::HUP,
+        "INT" => Signal::INT,
+        "QUIT" => Signal::QUIT,
+        "KILL" => Signal::KILL,
+        "USR1" => Signal::USR1,
+        "USR2" => Signal::USR2,
+        "TERM" => Signal::TERM,
+        "CONT" => Signal::CONT,
+        "STOP" => Signal::STOP,
+        "ALRM" => Signal::ALARM,
+        "ABRT" => Signal::ABORT,
+        "PIPE" => Signal::PIPE,
+        "WINCH" => Signal::WINCH,
+        "TSTP" => Signal::TSTP,
+        _ => return None,
+    })
+}
+
+/// `SIGNAME` for a raw signal number (as reported by `wait`).
+pub fn signal_name(raw: i32) -> String {
+    let table = [
+        (Signal::HUP, "SIGHUP"),
+        (Signal::INT, "SIGINT"),
+        (Signal::QUIT, "SIGQUIT"),
+        (Signal::ILL, "SIGILL"),
+        (Signal::TRAP, "SIGTRAP"),
+        (Signal::ABORT, "SIGABRT"),
+        (Signal::BUS, "SIGBUS"),
+        (Signal::FPE, "SIGFPE"),
+        (Signal::KILL, "SIGKILL"),
+        (Signal::USR1, "SIGUSR1"),
+        (Signal::SEGV, "SIGSEGV"),
+        (Signal::USR2, "SIGUSR2"),
+        (Signal::PIPE, "SIGPIPE"),
+        (Signal::ALARM, "SIGALRM"),
+        (Signal::TERM, "SIGTERM"),
+        (Signal::CONT, "SIGCONT"),
+        (Signal::STOP, "SIGSTOP"),
+        (Signal::TSTP, "SIGTSTP"),
+        (Signal::WINCH, "SIGWINCH"),
+        (Signal::XCPU, "SIGXCPU"),
+        (Signal::XFSZ, "SIGXFSZ"),
+        (Signal::SYS, "SIGSYS"),
+    ];
+    table
+        .iter()
+        .find(|(s, _)| s.as_raw() == raw)
+        .map_or_else(|| format!("SIG{raw}"), |(_, n)| (*n).to_string())
+}

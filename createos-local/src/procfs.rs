@@ -1,0 +1,108 @@
+//! Small, read-only views of `/proc` used to find and verify process trees.
+//!
+//! Every function here takes a *fresh* look at `/proc`; nothing is cached.
+//! A process can appear or vanish between two reads; callers that need a
+//! verdict ("nothing is left") repeat the scan after killing.
+
+use std::fs;
+
+/// What we need to know about one live process.
+#[derive(Debug, Clone)]
+pub struct ProcInfo {
+    /// Host pid.
+    pub pid: i32,
+    /// Parent pid.
+    pub ppid: i32,
+    /// Process group id.
+    pub pgid: i32,
+    /// Session id.
+    pub sid: i32,
+    /// Single-letter state from `/proc/PID/stat` (`Z` = zombie).
+    pub state: char,
+    /// Start time in clock ticks since boot; with `pid` it names a process
+    /// unambiguously (pids are reused, start times are not).
+    pub starttime: u64,
+}
+
+impl ProcInfo {
+    /// A zombie has exited; it only waits to be reaped.
+    pub fn is_zombie(&self) -> bool {
+        self.state == 'Z' || self.state == 'X'
+    }
+}
+
+/// Parses `/proc/PID/stat`. `None` when the process is gone.
+pub fn stat(pid: i32) -> Option<ProcInfo> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces or ')'.
+    let close = text.rfind(')')?;
+    let mut rest = text.get(close + 1..)?.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    let pgid = rest.next()?.parse().ok()?;
+    let sid = rest.next()?.parse().ok()?;
+    // Fields 7..=21 are skipped; field 22 (starttime) follows.
+    let starttime = rest.nth(15)?.parse().ok()?;
+    Some(ProcInfo {
+        pid,
+        ppid,
+        pgid,
+        sid,
+        state,
+        starttime,
+    })
+}
+
+/// All pids currently listed in `/proc`.
+pub fn all_pids() -> Vec<i32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect()
+}
+
+/// A snapshot of every live process.
+pub fn snapshot() -> Vec<ProcInfo> {
+    all_pids().into_iter().filter_map(stat).collect()
+}
+
+/// The pid-namespace inode of a process (`/proc/PID/ns/pid`).
+pub fn pid_namespace(pid: i32) -> Option<u64> {
+    let link = fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    let text = link.to_str()?;
+    text.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// Whether the initial environment of `pid` contains the exact `KEY=VALUE`
+/// entry. Processes can replace their environment on `exec`; this is a hint,
+/// not a proof.
+pub fn environ_contains(pid: i32, entry: &[u8]) -> bool {
+    match fs::read(format!("/proc/{pid}/environ")) {
+        Ok(bytes) => bytes.split(|b| *b == 0).any(|e| e == entry),
+        Err(_) => false,
+    }
+}
+
+/// Live (non-zombie) processes whose pid namespace is `ns`.
+pub fn live_in_namespace(ns: u64) -> Vec<ProcInfo> {
+    snapshot()
+        .into_iter()
+        .filter(|p| !p.is_zombie() && pid_namespace(p.pid) == Some(ns))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_stat_and_namespace() {
+        let me = std::process::id() as i32;
+        let info = stat(me).expect("own stat");
+        assert_eq!(info.pid, me);
+        assert!(!info.is_zombie());
+        assert!(pid_namespace(me).is_some());
+    }
+}

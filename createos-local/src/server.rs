@@ -1,0 +1,456 @@
+//! Starting and stopping the server: [`Server::builder`] → [`RunningServer`],
+//! or [`RunningServer::start_in_background`] → [`BackgroundServer`] for
+//! synchronous hosts.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::api::{router, AppState};
+use crate::faults::Faults;
+use crate::isolation::{self, IsolationMode, IsolationPreference};
+use crate::store::Store;
+
+/// Entry point: `Server::builder()`.
+#[derive(Debug)]
+pub struct Server;
+
+impl Server {
+    /// A builder with defaults: loopback port 0 (any free port), a fresh
+    /// temporary data directory, isolation `Auto`, 300 ms transitions, 1 MiB
+    /// journals.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+}
+
+/// Configures a server before [`ServerBuilder::start`].
+#[derive(Debug, Clone)]
+pub struct ServerBuilder {
+    api_key: String,
+    addr: SocketAddr,
+    data_dir: Option<PathBuf>,
+    isolation: IsolationPreference,
+    transition_delay: Duration,
+    journal_capacity: usize,
+    faults: Faults,
+    quiet: bool,
+}
+
+impl Default for ServerBuilder {
+    fn default() -> Self {
+        Self {
+            api_key: String::new(),
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir: None,
+            isolation: IsolationPreference::Auto,
+            transition_delay: Duration::from_millis(300),
+            journal_capacity: crate::journal::DEFAULT_CAPACITY,
+            faults: Faults::default(),
+            quiet: false,
+        }
+    }
+}
+
+impl ServerBuilder {
+    /// The key every request must carry in `X-Api-Key` (required, non-empty).
+    pub fn api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = key.into();
+        self
+    }
+
+    /// The listen address (default `127.0.0.1:0`). Non-loopback addresses
+    /// are refused by [`ServerBuilder::start`]: this server runs arbitrary
+    /// commands for whoever holds the key.
+    pub fn addr(mut self, addr: SocketAddr) -> Self {
+        self.addr = addr;
+        self
+    }
+
+    /// Shortcut for a loopback port (0 = any free port).
+    pub fn port(mut self, port: u16) -> Self {
+        self.addr = SocketAddr::from(([127, 0, 0, 1], port));
+        self
+    }
+
+    /// Where sandbox roots are created. Default: a new directory under the
+    /// system temp dir, removed at shutdown. A given directory is kept
+    /// (only the sandbox roots inside it are removed).
+    pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// Isolation preference (default [`IsolationPreference::Auto`]).
+    pub fn isolation(mut self, pref: IsolationPreference) -> Self {
+        self.isolation = pref;
+        self
+    }
+
+    /// How long pause, resume and create stay in their transitional status.
+    pub fn transition_delay(mut self, d: Duration) -> Self {
+        self.transition_delay = d;
+        self
+    }
+
+    /// Output journal capacity per process, in bytes (default 1 MiB).
+    pub fn journal_capacity(mut self, bytes: usize) -> Self {
+        self.journal_capacity = bytes;
+        self
+    }
+
+    /// Pre-configured fault rules (the same handle is returned by
+    /// [`RunningServer::faults`]).
+    pub fn faults(mut self, faults: Faults) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// Suppresses the start-up and shutdown log lines on stderr.
+    pub fn quiet(mut self, quiet: bool) -> Self {
+        self.quiet = quiet;
+        self
+    }
+
+    /// Detects isolation, binds, and starts serving on the current tokio
+    /// runtime.
+    pub async fn start(self) -> std::io::Result<RunningServer> {
+        use std::io::{Error, ErrorKind};
+        if self.api_key.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "an API key is required",
+            ));
+        }
+        if !self.addr.ip().is_loopback() {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                "createos-local only listens on loopback addresses",
+            ));
+        }
+        let (data_dir, owned) = match self.data_dir {
+            Some(d) => (d, false),
+            None => (
+                std::env::temp_dir().join(format!(
+                    "createos-local-{}-{}",
+                    std::process::id(),
+                    crate::util::random_hex(4)
+                )),
+                true,
+            ),
+        };
+        std::fs::create_dir_all(&data_dir)?;
+        let (mode, bwrap, why) = match self.isolation {
+            IsolationPreference::ProcessGroup => {
+                (IsolationMode::ProcessGroup, None, "requested".to_string())
+            }
+            pref => {
+                let probe = data_dir.join(".bwrap-probe");
+                let result = isolation::probe_bwrap(&probe).await;
+                let _ = std::fs::remove_dir_all(&probe);
+                match result {
+                    Ok(path) => (IsolationMode::Bwrap, Some(path), "bwrap works".to_string()),
+                    Err(e) if pref == IsolationPreference::RequireBwrap => {
+                        return Err(Error::other(format!("bwrap required but unusable: {e}")));
+                    }
+                    Err(e) => (IsolationMode::ProcessGroup, None, e),
+                }
+            }
+        };
+        if !self.quiet {
+            match mode {
+                IsolationMode::Bwrap => eprintln!(
+                    "createos-local: isolation mode bwrap (PID namespace per process, sandbox root as /)"
+                ),
+                IsolationMode::ProcessGroup => eprintln!(
+                    "createos-local: isolation mode process-group ({why}); commands are NOT confined: \
+                     absolute paths refer to the host file system, only cwd is mapped into the sandbox root"
+                ),
+            }
+        }
+        let listener = TcpListener::bind(self.addr).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(AppState {
+            api_key: self.api_key,
+            faults: self.faults.clone(),
+            store: Store::default(),
+            mode: mode.clone(),
+            bwrap,
+            data_dir: data_dir.clone(),
+            transition_delay: self.transition_delay,
+            journal_capacity: self.journal_capacity,
+        });
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let app = router(state.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop_rx.await;
+                })
+                .await;
+        });
+        Ok(RunningServer {
+            addr,
+            state,
+            mode,
+            stop: Some(stop_tx),
+            task: Some(task),
+            owned_data_dir: owned,
+            quiet: self.quiet,
+        })
+    }
+}
+
+/// A server serving on a loopback port.
+#[derive(Debug)]
+pub struct RunningServer {
+    addr: SocketAddr,
+    state: Arc<AppState>,
+    mode: IsolationMode,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+    owned_data_dir: bool,
+    quiet: bool,
+}
+
+/// What shutdown found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Managed processes (and unfinished execs) that were still known.
+    pub processes: usize,
+    /// Host pids still alive after termination (empty = verified).
+    pub survivors: Vec<i32>,
+    /// Ids of processes whose tree could not be verified gone.
+    pub unverified: Vec<String>,
+}
+
+impl ShutdownReport {
+    /// Every process tree was verified gone.
+    pub fn all_exited(&self) -> bool {
+        self.unverified.is_empty() && self.survivors.is_empty()
+    }
+}
+
+impl RunningServer {
+    /// Starts a server with `api_key` on its own tokio runtime thread, for
+    /// synchronous hosts.
+    pub fn start_in_background(api_key: impl Into<String>) -> std::io::Result<BackgroundServer> {
+        BackgroundServer::start(Server::builder().api_key(api_key))
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>` (no trailing slash, no `/v1`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Fault rules and the request record.
+    pub fn faults(&self) -> &Faults {
+        &self.state.faults
+    }
+
+    /// The isolation mode in force.
+    pub fn isolation(&self) -> &IsolationMode {
+        &self.mode
+    }
+
+    /// Where sandbox roots live.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.state.data_dir
+    }
+
+    /// Terminates every process tree (SIGTERM, 500 ms grace, SIGKILL,
+    /// verification), stops serving, removes sandbox roots, and reports
+    /// survivors (also logged to stderr).
+    pub async fn shutdown(mut self) -> ShutdownReport {
+        let report = terminate_all(&self.state).await;
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            // Open `/connect` streams end with their exit frames; do not wait
+            // forever for idle keep-alive connections.
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(3), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        for sb in self.state.store.all() {
+            let _ = std::fs::remove_dir_all(&sb.root);
+        }
+        if self.owned_data_dir {
+            let _ = std::fs::remove_dir_all(&self.state.data_dir);
+        }
+        if !self.quiet {
+            if report.all_exited() {
+                eprintln!(
+                    "createos-local: shutdown: {} process tree(s) terminated, none survived",
+                    report.processes
+                );
+            } else {
+                eprintln!(
+                    "createos-local: shutdown: {} process tree(s) NOT verified gone (pids still alive: {:?})",
+                    report.unverified.len(),
+                    report.survivors
+                );
+            }
+        }
+        report
+    }
+}
+
+async fn terminate_all(state: &AppState) -> ShutdownReport {
+    let mut report = ShutdownReport::default();
+    let mut tasks = Vec::new();
+    for sb in state.store.all() {
+        sb.force(crate::store::Status::Destroying);
+        for p in sb.processes() {
+            report.processes += 1;
+            tasks.push(tokio::spawn(async move {
+                let t = p.terminate(Duration::from_millis(500)).await;
+                (p.id.clone(), t)
+            }));
+        }
+    }
+    for t in tasks {
+        match t.await {
+            Ok((id, t)) => {
+                if !t.verified {
+                    report.unverified.push(id);
+                    report.survivors.extend(t.survivors);
+                }
+            }
+            Err(e) => report.unverified.push(format!("<task failed: {e}>")),
+        }
+    }
+    report
+}
+
+/// A server running on its own runtime thread. Dropping it shuts it down
+/// (prefer [`BackgroundServer::shutdown`] to get the report).
+#[derive(Debug)]
+pub struct BackgroundServer {
+    addr: SocketAddr,
+    faults: Faults,
+    mode: IsolationMode,
+    stop: Option<std::sync::mpsc::Sender<std::sync::mpsc::Sender<ShutdownReport>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BackgroundServer {
+    /// Starts `builder` on a new thread with its own multi-thread runtime
+    /// and blocks until it listens (or failed to).
+    pub fn start(builder: ServerBuilder) -> std::io::Result<Self> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) =
+            std::sync::mpsc::channel::<std::sync::mpsc::Sender<ShutdownReport>>();
+        let thread = std::thread::Builder::new()
+            .name("createos-local".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let server = match builder.start().await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let info = (
+                        server.addr(),
+                        server.faults().clone(),
+                        server.isolation().clone(),
+                    );
+                    let _ = ready_tx.send(Ok(info));
+                    // Wait for a shutdown request (or the handle being dropped).
+                    let reply = tokio::task::spawn_blocking(move || stop_rx.recv().ok())
+                        .await
+                        .ok()
+                        .flatten();
+                    let report = server.shutdown().await;
+                    if let Some(reply) = reply {
+                        let _ = reply.send(report);
+                    }
+                });
+            })?;
+        let (addr, faults, mode) = ready_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("server thread ended before listening"))??;
+        Ok(Self {
+            addr,
+            faults,
+            mode,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Fault rules and the request record.
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
+    /// The isolation mode in force.
+    pub fn isolation(&self) -> &IsolationMode {
+        &self.mode
+    }
+
+    /// Shuts down (blocking) and returns the report.
+    pub fn shutdown(mut self) -> ShutdownReport {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> ShutdownReport {
+        let mut report = ShutdownReport::default();
+        if let Some(stop) = self.stop.take() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            if stop.send(tx).is_ok() {
+                if let Ok(r) = rx.recv() {
+                    report = r;
+                }
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        report
+    }
+}
+
+impl Drop for BackgroundServer {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}

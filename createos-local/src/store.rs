@@ -1,0 +1,229 @@
+//! The sandbox store: sandboxes, their status machine and their processes.
+//!
+//! Status transitions follow the spec's vocabulary. `POST /sandboxes` answers
+//! `creating` and becomes `running` after the configured transition delay;
+//! pause goes `pausing` → `paused` (every process tree of the sandbox is then
+//! stopped with `SIGSTOP`), resume goes `resuming` → `running` (`SIGCONT`).
+//! A pause or resume that does not start from `running` / `paused` is a 409
+//! conflict. Delete is synchronous: the sandbox is `destroying` while its
+//! process trees are terminated and its root is removed, and is gone (404)
+//! afterwards.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::isolation::IsolationMode;
+use crate::supervisor::Process;
+
+/// Sandbox status values from the spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// Being created.
+    Creating,
+    /// Ready for commands.
+    Running,
+    /// Pause accepted, not finished.
+    Pausing,
+    /// Processes stopped.
+    Paused,
+    /// Resume accepted, not finished.
+    Resuming,
+    /// Never produced by this server (no fork support).
+    Forking,
+    /// Never produced by this server.
+    Error,
+    /// Delete in progress.
+    Destroying,
+    /// Deleted (only visible in the delete answer).
+    Destroyed,
+    /// Never produced by this server.
+    Failed,
+}
+
+/// The shapes of the spec's catalog (as of 2026-09).
+pub const SHAPES: &[&str] = &[
+    "s-1vcpu-256mb",
+    "s-0.25vcpu-512mb",
+    "s-0.5vcpu-1gb",
+    "s-1vcpu-1gb",
+    "s-1vcpu-2gb",
+    "s-2vcpu-2gb",
+    "s-2vcpu-4gb",
+    "s-4vcpu-4gb",
+    "s-4vcpu-8gb",
+    "s-8vcpu-8gb",
+    "s-8vcpu-16gb",
+];
+
+/// What a client asked for when creating a sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    /// One of [`SHAPES`].
+    pub shape: String,
+    /// Echoed back; the local server always uses the host's system files.
+    pub rootfs: Option<String>,
+    /// Echoed back.
+    pub region: Option<String>,
+    /// Echoed back; there is no ingress locally.
+    pub ingress_enabled: bool,
+    /// Environment declared for the sandbox; processes may override only
+    /// these keys.
+    pub env: BTreeMap<String, String>,
+}
+
+/// One sandbox.
+#[derive(Debug)]
+pub struct Sandbox {
+    /// `sb-<hex>`.
+    pub id: String,
+    /// The creation request.
+    pub spec: SandboxSpec,
+    /// The sandbox's root directory on the host.
+    pub root: PathBuf,
+    /// Creation time (RFC 3339).
+    pub created_at: String,
+    status: Mutex<(Status, u64)>,
+    processes: Mutex<HashMap<String, Arc<Process>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Sandbox {
+    /// A new sandbox in state `creating`.
+    pub fn new(id: String, spec: SandboxSpec, root: PathBuf) -> Self {
+        Self {
+            id,
+            spec,
+            root,
+            created_at: crate::util::now_rfc3339(),
+            status: Mutex::new((Status::Creating, 0)),
+            processes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Current status.
+    pub fn status(&self) -> Status {
+        lock(&self.status).0
+    }
+
+    /// Moves from `from` to `to`; returns the transition's generation, or
+    /// the current status on conflict.
+    pub fn transition(&self, from: &[Status], to: Status) -> Result<u64, Status> {
+        let mut s = lock(&self.status);
+        if from.contains(&s.0) {
+            s.0 = to;
+            s.1 += 1;
+            Ok(s.1)
+        } else {
+            Err(s.0)
+        }
+    }
+
+    /// Finishes an asynchronous transition if nothing else happened since.
+    pub fn complete(&self, generation: u64, to: Status) -> bool {
+        let mut s = lock(&self.status);
+        if s.1 == generation {
+            s.0 = to;
+            s.1 += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Sets the status unconditionally.
+    pub fn force(&self, to: Status) {
+        let mut s = lock(&self.status);
+        s.0 = to;
+        s.1 += 1;
+    }
+
+    /// Registers a process.
+    pub fn add_process(&self, p: Arc<Process>) {
+        lock(&self.processes).insert(p.id.clone(), p);
+    }
+
+    /// Looks a process up.
+    pub fn process(&self, id: &str) -> Option<Arc<Process>> {
+        lock(&self.processes).get(id).cloned()
+    }
+
+    /// Forgets a process (after a verified delete).
+    pub fn remove_process(&self, id: &str) {
+        lock(&self.processes).remove(id);
+    }
+
+    /// All processes.
+    pub fn processes(&self) -> Vec<Arc<Process>> {
+        lock(&self.processes).values().cloned().collect()
+    }
+
+    /// The `data` object of GET/POST answers.
+    pub fn to_json(&self, mode: &IsolationMode) -> Value {
+        json!({
+            "id": self.id,
+            "status": self.status(),
+            "shape": self.spec.shape,
+            "rootfs": self.spec.rootfs,
+            "region": self.spec.region,
+            "ingress_enabled": self.spec.ingress_enabled,
+            "env_keys": self.spec.env.keys().collect::<Vec<_>>(),
+            "created_at": self.created_at,
+            "local_isolation": mode.as_str(),
+        })
+    }
+}
+
+/// All sandboxes of one server.
+#[derive(Debug, Default)]
+pub struct Store {
+    sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
+}
+
+impl Store {
+    /// Adds a sandbox.
+    pub fn insert(&self, sb: Arc<Sandbox>) {
+        lock(&self.sandboxes).insert(sb.id.clone(), sb);
+    }
+
+    /// Looks a sandbox up.
+    pub fn get(&self, id: &str) -> Option<Arc<Sandbox>> {
+        lock(&self.sandboxes).get(id).cloned()
+    }
+
+    /// Removes a sandbox.
+    pub fn remove(&self, id: &str) -> Option<Arc<Sandbox>> {
+        lock(&self.sandboxes).remove(id)
+    }
+
+    /// All sandboxes.
+    pub fn all(&self) -> Vec<Arc<Sandbox>> {
+        lock(&self.sandboxes).values().cloned().collect()
+    }
+}
+
+/// Runs an asynchronous transition: after `delay`, applies `effect` and
+/// moves to `to` unless something else changed the status meanwhile.
+pub fn finish_later(
+    sb: Arc<Sandbox>,
+    generation: u64,
+    delay: Duration,
+    to: Status,
+    effect: impl FnOnce(&Sandbox) + Send + 'static,
+) {
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        if sb.status() != Status::Destroying {
+            effect(&sb);
+            sb.complete(generation, to);
+        }
+    });
+}

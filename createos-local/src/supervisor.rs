@@ -1,0 +1,540 @@
+//! The process supervisor: starts managed processes, journals their output,
+//! tracks leader and tree exit, and terminates trees with verification.
+//!
+//! Lifecycle of one process:
+//! 1. spawn (see [`crate::isolation`]); in bwrap mode the status pipe tells
+//!    the host pid of the namespace's init and the namespace inode before the
+//!    create request is answered;
+//! 2. two reader tasks append stdout / stderr chunks to the [`Journal`];
+//! 3. when the leader exits, output already written is drained (until both
+//!    pipes end, or no new bytes for 100 ms, at most 1 s — orphans may keep
+//!    the pipes open), then the exit is recorded; the exit frame follows the
+//!    last data frame, and output written by orphans later is dropped;
+//! 4. a watcher polls the tree (every 100 ms) until it is gone and then sets
+//!    `tree_exited`.
+//!
+//! Exit status in bwrap mode: bwrap reports a leader killed by signal N as
+//! exit code `128 + N`. The server reports `signal` instead of `exit_code`
+//! only when the status is `128 + N` *and* the server itself delivered
+//! signal N to that tree; otherwise the code is reported as is. In fallback
+//! mode the leader is the server's direct child and the status is exact.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rustix::process::Signal;
+use serde_json::{json, Value};
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+
+use crate::isolation::{self, IsolationMode, SpawnSpec, Tree};
+use crate::journal::{ExitStatus, Journal, StreamKind};
+
+/// Process states from the spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcState {
+    /// Spawned, tree not yet known.
+    Starting,
+    /// Leader alive.
+    Running,
+    /// A delete is terminating the tree.
+    Terminating,
+    /// Leader exited.
+    Exited,
+    /// Could not be started.
+    Failed,
+}
+
+impl ProcState {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Running => "running",
+            Self::Terminating => "terminating",
+            Self::Exited => "exited",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: ProcState,
+    pid: i32,
+    leader_exited: bool,
+    tree_exited: bool,
+    finished_at: Option<String>,
+    exit: Option<ExitStatus>,
+    delivered: HashSet<i32>,
+    journal: Journal,
+}
+
+/// One managed process (or one-shot exec).
+#[derive(Debug)]
+pub struct Process {
+    /// `proc-<hex>`.
+    pub id: String,
+    /// Program.
+    pub cmd: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Working directory as the sandbox sees it.
+    pub cwd: String,
+    /// Creation time (RFC 3339).
+    pub created_at: String,
+    inner: Mutex<Inner>,
+    tree: Mutex<Tree>,
+    stdin: Mutex<Option<tokio::process::ChildStdin>>,
+    stdin_closed: AtomicBool,
+    changed: watch::Sender<u64>,
+    version: AtomicU64,
+    bytes_read: AtomicU64,
+    terminate_lock: tokio::sync::Mutex<()>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct StartRequest {
+    /// Program.
+    pub cmd: String,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Sandbox-visible cwd (absolute, already validated).
+    pub cwd: String,
+    /// Host path of the cwd (fallback mode).
+    pub host_cwd: PathBuf,
+    /// Full environment.
+    pub env: Vec<(String, String)>,
+    /// Sandbox root.
+    pub root: PathBuf,
+    /// Journal capacity in bytes.
+    pub journal_capacity: usize,
+}
+
+/// The outcome of a terminate call.
+#[derive(Debug, Clone)]
+pub struct Termination {
+    /// A fresh scan found no process of the tree.
+    pub verified: bool,
+    /// Pids found alive by the final scan.
+    pub survivors: Vec<i32>,
+}
+
+impl Process {
+    /// Starts a process and its supervision tasks.
+    pub async fn start(
+        id: String,
+        bwrap: Option<PathBuf>,
+        mode: &IsolationMode,
+        req: StartRequest,
+    ) -> Arc<Process> {
+        let marker = format!("{}-{}", id, crate::util::random_hex(4));
+        let (changed, _) = watch::channel(0);
+        let proc = Arc::new(Process {
+            id,
+            cmd: req.cmd.clone(),
+            args: req.args.clone(),
+            cwd: req.cwd.clone(),
+            created_at: crate::util::now_rfc3339(),
+            inner: Mutex::new(Inner {
+                state: ProcState::Starting,
+                pid: 0,
+                leader_exited: false,
+                tree_exited: false,
+                finished_at: None,
+                exit: None,
+                delivered: HashSet::new(),
+                journal: Journal::new(req.journal_capacity),
+            }),
+            tree: Mutex::new(Tree::Empty),
+            stdin: Mutex::new(None),
+            stdin_closed: AtomicBool::new(false),
+            changed,
+            version: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
+            terminate_lock: tokio::sync::Mutex::new(()),
+        });
+        let spec = SpawnSpec {
+            root: req.root.clone(),
+            cmd: req.cmd.clone(),
+            args: req.args.clone(),
+            cwd: req.cwd.clone(),
+            host_cwd: req.host_cwd.clone(),
+            env: req.env.clone(),
+            marker: marker.clone(),
+        };
+        let spawned = match isolation::spawn(bwrap.as_deref(), &spec) {
+            Ok(s) => s,
+            Err(e) => {
+                // Like a shell: report the failure on stderr, exit 127.
+                let msg = format!("createos-local: cannot start {}: {e}\n", req.cmd);
+                proc.push(StreamKind::Stderr, Bytes::from(msg));
+                proc.finish_leader(ExitStatus::Code(127), ProcState::Failed);
+                proc.set_tree_exited();
+                return proc;
+            }
+        };
+        let mut child = spawned.child;
+        let outer_pid = child.id().map_or(0, |p| p as i32);
+        let tree = match (mode, spawned.status_pipe) {
+            (IsolationMode::Bwrap, Some(pipe)) => namespace_tree(pipe, outer_pid).await,
+            _ => Tree::group(outer_pid, &marker),
+        };
+        let leader_pid = match &tree {
+            Tree::Namespace { init_pid, .. } => find_child(*init_pid).await.unwrap_or(outer_pid),
+            _ => outer_pid,
+        };
+        *lock(&proc.tree) = tree;
+        *lock(&proc.stdin) = child.stdin.take();
+        {
+            let mut inner = lock(&proc.inner);
+            inner.pid = leader_pid;
+            inner.state = ProcState::Running;
+        }
+        let readers: Vec<_> = [
+            child
+                .stdout
+                .take()
+                .map(|s| spawn_reader(proc.clone(), StreamKind::Stdout, s)),
+            child
+                .stderr
+                .take()
+                .map(|s| spawn_reader(proc.clone(), StreamKind::Stderr, s)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let p = proc.clone();
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            p.drain(&readers).await;
+            let exit = match status {
+                Ok(st) => p.map_status(st),
+                Err(_) => ExitStatus::Code(-1),
+            };
+            p.finish_leader(exit, ProcState::Exited);
+            p.watch_tree().await;
+        });
+        proc
+    }
+
+    fn bump(&self) {
+        let v = self.version.fetch_add(1, Ordering::SeqCst) + 1;
+        self.changed.send_replace(v);
+    }
+
+    fn push(&self, stream: StreamKind, data: Bytes) {
+        self.bytes_read
+            .fetch_add(data.len() as u64, Ordering::SeqCst);
+        lock(&self.inner).journal.push(stream, data);
+        self.bump();
+    }
+
+    async fn drain(&self, readers: &[tokio::task::JoinHandle<()>]) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut last = self.bytes_read.load(Ordering::SeqCst);
+        loop {
+            if readers.iter().all(|r| r.is_finished()) || Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let now = self.bytes_read.load(Ordering::SeqCst);
+            if now == last {
+                return;
+            }
+            last = now;
+        }
+    }
+
+    fn map_status(&self, st: std::process::ExitStatus) -> ExitStatus {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = st.signal() {
+            return ExitStatus::Signal(isolation::signal_name(sig));
+        }
+        let code = st.code().unwrap_or(-1);
+        let delivered = lock(&self.inner).delivered.clone();
+        let in_namespace = matches!(*lock(&self.tree), Tree::Namespace { .. });
+        if in_namespace && code > 128 && delivered.contains(&(code - 128)) {
+            return ExitStatus::Signal(isolation::signal_name(code - 128));
+        }
+        ExitStatus::Code(code)
+    }
+
+    fn finish_leader(&self, exit: ExitStatus, state: ProcState) {
+        {
+            let mut inner = lock(&self.inner);
+            inner.journal.set_exit(exit.clone());
+            inner.exit = Some(exit);
+            inner.leader_exited = true;
+            inner.finished_at = Some(crate::util::now_rfc3339());
+            inner.state = state;
+        }
+        self.bump();
+    }
+
+    fn set_tree_exited(&self) {
+        lock(&self.inner).tree_exited = true;
+        self.bump();
+    }
+
+    async fn watch_tree(&self) {
+        loop {
+            if lock(&self.inner).tree_exited {
+                return;
+            }
+            if lock(&self.tree).is_gone() {
+                self.set_tree_exited();
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A receiver that changes whenever output, exit or tree state changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Runs `f` on the journal.
+    pub fn with_journal<R>(&self, f: impl FnOnce(&Journal) -> R) -> R {
+        f(&lock(&self.inner).journal)
+    }
+
+    /// `(leader_exited, tree_exited)`.
+    pub fn exited(&self) -> (bool, bool) {
+        let inner = lock(&self.inner);
+        (inner.leader_exited, inner.tree_exited)
+    }
+
+    /// The recorded exit of the leader.
+    pub fn exit(&self) -> Option<ExitStatus> {
+        lock(&self.inner).exit.clone()
+    }
+
+    /// Closes stdin; `false` when it was already closed.
+    pub fn close_stdin(&self) -> bool {
+        if self.stdin_closed.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        drop(lock(&self.stdin).take());
+        true
+    }
+
+    /// Sends a signal to every process of the tree. Returns how many were hit.
+    pub fn signal(&self, sig: Signal) -> usize {
+        lock(&self.inner).delivered.insert(sig.as_raw());
+        lock(&self.tree).signal(sig)
+    }
+
+    /// Stops or continues the whole tree (sandbox pause / resume).
+    pub fn freeze(&self, stop: bool) {
+        lock(&self.tree).freeze(stop);
+    }
+
+    /// Waits until the leader (or, with `tree`, the whole tree) has exited.
+    /// Returns `false` on timeout.
+    pub async fn wait(&self, tree: bool, timeout: Duration) -> bool {
+        let mut rx = self.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            rx.borrow_and_update();
+            let (leader, whole) = self.exited();
+            if (tree && whole) || (!tree && leader) {
+                return true;
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return false,
+            }
+        }
+    }
+
+    /// Terminates the tree: SIGTERM to every member, up to `grace` for it to
+    /// go, then SIGKILL, then a fresh scan decides `verified`.
+    pub async fn terminate(&self, grace: Duration) -> Termination {
+        let _guard = self.terminate_lock.lock().await;
+        if !self.tree_gone() {
+            {
+                let mut inner = lock(&self.inner);
+                if !inner.leader_exited {
+                    inner.state = ProcState::Terminating;
+                }
+            }
+            self.signal(Signal::TERM);
+            self.poll_gone(grace).await;
+            // SIGKILL until nothing is found (forking loops need repeats).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !self.tree_gone() && Instant::now() < deadline {
+                self.signal(Signal::KILL);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        // Give the leader's exit a moment to be recorded for the answer.
+        let _ = self.wait(false, Duration::from_secs(2)).await;
+        let survivors: Vec<i32> = lock(&self.tree).members().iter().map(|p| p.pid).collect();
+        let verified = survivors.is_empty() && self.tree_gone();
+        if verified {
+            self.set_tree_exited();
+        }
+        Termination {
+            verified,
+            survivors,
+        }
+    }
+
+    fn tree_gone(&self) -> bool {
+        lock(&self.tree).is_gone()
+    }
+
+    async fn poll_gone(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if self.tree_gone() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The ManagedProcess object of the spec.
+    pub fn to_json(&self) -> Value {
+        let inner = lock(&self.inner);
+        let mut v = json!({
+            "process_id": self.id,
+            "kind": "process",
+            "pid": inner.pid,
+            "state": inner.state.as_str(),
+            "leader_exited": inner.leader_exited,
+            "tree_exited": inner.tree_exited,
+            "created_at": self.created_at,
+            "finished_at": inner.finished_at,
+            "cmd": self.cmd,
+            "args": self.args,
+            "cwd": self.cwd,
+            "output": {
+                "oldest_seq": inner.journal.oldest_seq(),
+                "newest_seq": inner.journal.newest_seq(),
+                "bytes": inner.journal.retained_bytes(),
+            },
+        });
+        if let Value::Object(map) = &mut v {
+            match &inner.exit {
+                Some(ExitStatus::Code(c)) => {
+                    map.insert("exit_code".into(), json!(c));
+                }
+                Some(ExitStatus::Signal(s)) => {
+                    map.insert("signal".into(), json!(s));
+                }
+                None => {}
+            }
+        }
+        v
+    }
+
+    /// All retained output of one stream (for one-shot exec).
+    pub fn collect(&self, stream: StreamKind) -> Vec<u8> {
+        let inner = lock(&self.inner);
+        let mut out = Vec::new();
+        if let crate::journal::Replay::Frames(frames) = inner.journal.after(0) {
+            for f in frames.iter().filter(|f| f.stream == stream) {
+                out.extend_from_slice(&f.data);
+            }
+        }
+        out
+    }
+}
+
+fn spawn_reader<R>(proc: Arc<Process>, stream: StreamKind, mut r: R) -> tokio::task::JoinHandle<()>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match r.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => proc.push(stream, Bytes::copy_from_slice(&buf[..n])),
+            }
+        }
+    })
+}
+
+/// Reads bwrap's `--json-status-fd` first line: `{"child-pid": N, ...,
+/// "pid-namespace": M}`. When bwrap fails before that (bad cwd, …) the tree
+/// is the outer process alone, tracked as a group.
+async fn namespace_tree(pipe: std::os::fd::OwnedFd, outer_pid: i32) -> Tree {
+    let fallback = || Tree::group(outer_pid, "\0");
+    let Ok(rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(pipe) else {
+        return fallback();
+    };
+    let mut reader = tokio::io::BufReader::new(rx);
+    let mut line = String::new();
+    let read = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio::io::AsyncBufReadExt::read_line(&mut reader, &mut line),
+    )
+    .await;
+    if !matches!(read, Ok(Ok(n)) if n > 0) {
+        return fallback();
+    }
+    // Keep reading: bwrap writes its exit status later and would die of
+    // SIGPIPE if the pipe were closed.
+    tokio::spawn(async move {
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut reader, &mut sink).await;
+    });
+    let v: Value = serde_json::from_str(line.trim()).unwrap_or(Value::Null);
+    match (v["child-pid"].as_i64(), v["pid-namespace"].as_u64()) {
+        (Some(init), Some(ns)) => Tree::Namespace {
+            init_pid: init as i32,
+            ns,
+        },
+        _ => fallback(),
+    }
+}
+
+/// The first child of `parent` (the command under bwrap's init), if it shows
+/// up within a short time. A command that exits at once is never seen.
+async fn find_child(parent: i32) -> Option<i32> {
+    for _ in 0..20 {
+        if let Some(p) = crate::procfs::snapshot()
+            .into_iter()
+            .find(|p| p.ppid == parent)
+        {
+            return Some(p.pid);
+        }
+        if crate::procfs::stat(parent).is_none() {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Builds the environment of a process: base, then the sandbox's declared
+/// values, then per-process overrides (only for declared keys).
+pub fn build_env(
+    mode: &IsolationMode,
+    root: &std::path::Path,
+    declared: &BTreeMap<String, String>,
+    overrides: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, String> {
+    if let Some(bad) = overrides.keys().find(|k| !declared.contains_key(*k)) {
+        return Err(format!(
+            "env key {bad:?} was not declared when the sandbox was created"
+        ));
+    }
+    let mut env = isolation::base_env(mode, root);
+    let mut merged = declared.clone();
+    merged.extend(overrides.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.extend(merged);
+    Ok(env)
+}

@@ -1,0 +1,82 @@
+//! Small helpers: random ids and RFC 3339 timestamps (no extra crates).
+
+use std::io::Read;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// `n` random bytes as lowercase hex, from `/dev/urandom`. Falls back to a
+/// time-and-counter mix if `/dev/urandom` cannot be read (ids stay unique
+/// within the process, they are just not unpredictable then).
+pub fn random_hex(n: usize) -> String {
+    let mut buf = vec![0u8; n];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_ok();
+    if !ok {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut x = nanos ^ COUNTER.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed);
+        for b in &mut buf {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *b = x as u8;
+        }
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The current time as RFC 3339 UTC with milliseconds,
+/// e.g. `2026-12-02T16:28:08.123Z`.
+pub fn now_rfc3339() -> String {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    format_rfc3339(d.as_secs(), d.subsec_millis())
+}
+
+fn format_rfc3339(secs: u64, millis: u32) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Howard Hinnant's days-to-civil algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_dates() {
+        assert_eq!(format_rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_rfc3339(951_782_400, 5), "2000-02-29T00:00:00.005Z");
+        assert_eq!(format_rfc3339(1_796_229_000, 0), "2026-12-02T16:30:00.000Z");
+    }
+
+    #[test]
+    fn random_hex_has_the_right_length() {
+        assert_eq!(random_hex(8).len(), 16);
+        assert_ne!(random_hex(8), random_hex(8));
+    }
+}
