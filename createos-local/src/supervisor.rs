@@ -511,9 +511,7 @@ async fn find_child(parent: i32) -> Option<i32> {
         {
             return Some(p.pid);
         }
-        if crate::procfs::stat(parent).is_none() {
-            return None;
-        }
+        crate::procfs::stat(parent)?;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     None

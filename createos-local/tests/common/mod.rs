@@ -1,0 +1,278 @@
+//! Test harness: an in-process server, a small JSON client, and `/proc`
+//! scans for marked processes.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use createos_local::{IsolationMode, IsolationPreference, RunningServer, Server};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+pub const KEY: &str = "test-key-123";
+
+pub struct Harness {
+    pub server: RunningServer,
+    pub http: reqwest::Client,
+    pub base: String,
+}
+
+pub type R<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+impl Harness {
+    pub async fn start() -> Self {
+        Self::start_with(IsolationPreference::Auto).await
+    }
+
+    pub async fn start_with(pref: IsolationPreference) -> Self {
+        let server = Server::builder()
+            .api_key(KEY)
+            .isolation(pref)
+            .transition_delay(Duration::from_millis(150))
+            .quiet(true)
+            .start()
+            .await
+            .expect("server starts");
+        let base = server.base_url();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(120))
+            .build()
+            .expect("client");
+        Self { server, http, base }
+    }
+
+    pub fn bwrap(&self) -> bool {
+        *self.server.isolation() == IsolationMode::Bwrap
+    }
+
+    /// A JSON request with the key; returns status and parsed body.
+    pub async fn req(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut rb = self
+            .http
+            .request(method, format!("{}{}", self.base, path))
+            .header("X-Api-Key", KEY);
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let resp = rb.send().await.expect("request sent");
+        let status = resp.status();
+        let bytes = resp.bytes().await.expect("body");
+        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (status, v)
+    }
+
+    pub async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.req(Method::GET, path, None).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.req(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> (StatusCode, Value) {
+        self.req(Method::DELETE, path, None).await
+    }
+
+    /// Creates a sandbox (optionally with declared env) and waits for `running`.
+    pub async fn sandbox_with_env(&self, env: Value) -> String {
+        let (st, v) = self
+            .post(
+                "/v1/sandboxes",
+                json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false, "env": env}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+        let id = v["data"]["id"].as_str().expect("id").to_string();
+        self.wait_status(&id, "running").await;
+        id
+    }
+
+    pub async fn sandbox(&self) -> String {
+        self.sandbox_with_env(json!({})).await
+    }
+
+    pub async fn wait_status(&self, id: &str, want: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (st, v) = self.get(&format!("/v1/sandboxes/{id}")).await;
+            assert_eq!(st, StatusCode::OK, "{v}");
+            if v["data"]["status"] == want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sandbox never became {want}: {v}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Starts `bash -c script` as a managed process; returns its id.
+    pub async fn spawn(&self, sb: &str, script: &str) -> String {
+        self.spawn_body(sb, json!({"cmd": "/bin/bash", "args": ["-c", script]}))
+            .await
+    }
+
+    pub async fn spawn_body(&self, sb: &str, body: Value) -> String {
+        let (st, v) = self
+            .post(&format!("/v1/sandboxes/{sb}/processes"), body)
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+        v["data"]["process_id"]
+            .as_str()
+            .expect("process_id")
+            .to_string()
+    }
+
+    /// Reads a whole `/connect` stream (until the server ends it).
+    pub async fn connect(&self, sb: &str, pid: &str, after: u64) -> R<(StatusCode, Vec<Value>)> {
+        let resp = self
+            .http
+            .get(format!(
+                "{}/v1/sandboxes/{sb}/processes/{pid}/connect?after={after}",
+                self.base
+            ))
+            .header("X-Api-Key", KEY)
+            .send()
+            .await?;
+        let status = resp.status();
+        let body = resp.bytes().await?;
+        if !status.is_success() {
+            return Ok((
+                status,
+                vec![serde_json::from_slice(&body).unwrap_or(Value::Null)],
+            ));
+        }
+        let frames = body
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                serde_json::from_slice(l)
+                    .unwrap_or(Value::String(String::from_utf8_lossy(l).into()))
+            })
+            .collect();
+        Ok((status, frames))
+    }
+
+    pub async fn delete_process(&self, sb: &str, pid: &str, grace_ms: u64) -> (StatusCode, Value) {
+        self.delete(&format!(
+            "/v1/sandboxes/{sb}/processes/{pid}?grace_ms={grace_ms}"
+        ))
+        .await
+    }
+
+    pub async fn wait_tree(&self, sb: &str, pid: &str) -> Value {
+        let (st, v) = self
+            .get(&format!(
+                "/v1/sandboxes/{sb}/processes/{pid}/wait?scope=tree&timeout_ms=60000"
+            ))
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        v["data"].clone()
+    }
+
+    pub async fn exec(&self, sb: &str, script: &str) -> Value {
+        let (st, v) = self
+            .post(
+                &format!("/v1/sandboxes/{sb}/exec"),
+                json!({"cmd": "/bin/bash", "args": ["-c", script]}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        v["data"]["result"].clone()
+    }
+}
+
+/// Concatenated bytes of one stream from data frames; also checks that seq
+/// numbers are contiguous from `after + 1`.
+pub fn stream_bytes(frames: &[Value], stream: &str, after: u64) -> Vec<u8> {
+    let mut expect = after + 1;
+    let mut out = Vec::new();
+    for f in frames.iter().filter(|f| f["type"] == "data") {
+        assert_eq!(f["seq"].as_u64(), Some(expect), "seq gap in {f}");
+        expect += 1;
+        if f["stream"] == stream {
+            let b64 = f["data_base64"].as_str().expect("data_base64");
+            out.extend(
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .expect("padded base64"),
+            );
+        }
+    }
+    out
+}
+
+pub fn exit_frame(frames: &[Value]) -> Value {
+    let last = frames.last().cloned().unwrap_or(Value::Null);
+    assert_eq!(
+        last["type"], "exit",
+        "last frame is the exit frame: {frames:?}"
+    );
+    last
+}
+
+/// A unique marker for this test's processes.
+pub fn marker(name: &str) -> String {
+    format!("cl-mark-{name}-{}-{}", std::process::id(), nanos())
+}
+
+fn nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// Host pids of live (non-zombie) processes whose argv or environment
+/// contains `marker`.
+pub fn marked_pids(marker: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rfind(')')
+                    .map(|i| s[i + 1..].trim_start().starts_with('Z'))
+            })
+            .unwrap_or(true);
+        if zombie {
+            continue;
+        }
+        let hit = ["cmdline", "environ"].iter().any(|f| {
+            std::fs::read(format!("/proc/{pid}/{f}"))
+                .map(|b| b.windows(marker.len()).any(|w| w == marker.as_bytes()))
+                .unwrap_or(false)
+        });
+        if hit {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits (generously) until at least `n` marked processes are visible.
+pub async fn wait_marked(marker: &str, n: usize) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let pids = marked_pids(marker);
+        if pids.len() >= n || Instant::now() > deadline {
+            return pids;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
