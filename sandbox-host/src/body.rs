@@ -46,11 +46,27 @@ impl ResponseBody {
     /// A body that yields each `(delay, chunk)` after sleeping `delay`, then
     /// ends cleanly or, with `end = Some(code)`, fails with `code`.
     pub fn chunks(chunks: Vec<(Duration, Bytes)>, end: Option<ErrorCode>) -> Self {
-        Self::new(ChunkedBody {
-            chunks: chunks.into(),
-            end,
-            sleep: None,
-        })
+        if chunks.iter().all(|(delay, _)| delay.is_zero()) {
+            return Self::new(ChunkedBody {
+                chunks: chunks.into(),
+                end,
+            });
+        }
+        // Delays are slept on a thread of their own: the body may be polled
+        // outside any tokio runtime, where tokio timers cannot run.
+        let (sender, body) = Self::channel();
+        std::thread::spawn(move || {
+            for (delay, chunk) in chunks {
+                std::thread::sleep(delay);
+                if !sender.send(chunk) {
+                    return;
+                }
+            }
+            if let Some(code) = end {
+                sender.fail(code);
+            }
+        });
+        body
     }
 
     /// A body fed from the returned [`BodySender`], from any thread, frame
@@ -112,10 +128,10 @@ impl fmt::Debug for BodySender {
     }
 }
 
+/// Chunks that are all ready at once.
 struct ChunkedBody {
     chunks: VecDeque<(Duration, Bytes)>,
     end: Option<ErrorCode>,
-    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Body for ChunkedBody {
@@ -124,25 +140,13 @@ impl Body for ChunkedBody {
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
+        _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ErrorCode>>> {
         let this = &mut *self;
-        let Some((delay, _)) = this.chunks.front() else {
-            return Poll::Ready(this.end.take().map(Err));
-        };
-        if !delay.is_zero() {
-            // The sleep is created lazily: only now are we inside the runtime.
-            let delay = *delay;
-            let sleep = this
-                .sleep
-                .get_or_insert_with(|| Box::pin(tokio::time::sleep(delay)));
-            if sleep.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            this.sleep = None;
+        match this.chunks.pop_front() {
+            Some((_, chunk)) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+            None => Poll::Ready(this.end.take().map(Err)),
         }
-        let (_, chunk) = this.chunks.pop_front().expect("checked above");
-        Poll::Ready(Some(Ok(Frame::data(chunk))))
     }
 
     fn is_end_stream(&self) -> bool {

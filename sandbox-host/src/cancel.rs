@@ -37,6 +37,11 @@ impl CancelToken {
         *self.state.borrow()
     }
 
+    /// The shared state; clones of one token share it.
+    pub(crate) fn shared(&self) -> &Arc<watch::Sender<bool>> {
+        &self.state
+    }
+
     /// The host-side pollable the `cancellation` import hands to the guest.
     pub(crate) fn pollable(&self) -> CancelPollable {
         CancelPollable {

@@ -9,6 +9,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
 
 use crate::bindings::{host, SandboxProviderPre, PROVIDER_INTERFACE};
+use crate::cache::ArtifactCache;
 use crate::engine::ticks_for;
 use crate::instance::ProviderInstance;
 use crate::options::HostOptions;
@@ -33,7 +34,24 @@ impl ProviderComponent {
             .with_context(|| format!("loading provider component {}", path.display()))
     }
 
-    /// Compiles a component from its binary (or WAT text).
+    /// Like [`load`](Self::load), but reuses the compiled artifact from
+    /// `cache` when the same bytes were compiled before.
+    pub fn load_cached(
+        engine: &Engine,
+        path: impl AsRef<Path>,
+        cache: &ArtifactCache,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path)
+            .with_context(|| format!("reading provider component {}", path.display()))?;
+        let component = cache
+            .load(engine, &bytes)
+            .with_context(|| format!("loading provider component {}", path.display()))?;
+        Self::from_component(engine, component)
+            .with_context(|| format!("loading provider component {}", path.display()))
+    }
+
+    /// Compiles a component from its binary.
     pub fn from_bytes(engine: &Engine, bytes: &[u8]) -> Result<Self> {
         let component = Component::new(engine, bytes)
             .map_err(anyhow::Error::from)

@@ -20,29 +20,35 @@
 
 mod bindings;
 mod body;
+mod cache;
 mod cancel;
 mod component;
 mod engine;
 mod host_impl;
 mod http_hook;
 mod instance;
+mod lease_store;
 mod network;
 mod options;
 mod pacing;
 mod policy;
+mod runtime;
 mod scripted;
 mod state;
 mod transport;
 
 pub use bindings::{types, PROVIDER_INTERFACE};
+pub use cache::ArtifactCache;
 pub use cancel::CancelToken;
 pub use component::ProviderComponent;
 pub use engine::{new_engine, shared_engine, EPOCH_TICK};
 pub use instance::{trap_of, ProviderInstance};
+pub use lease_store::{LeaseRecord, LeaseState, LeaseStore};
 pub use network::NetworkTransport;
 pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
 pub use pacing::Pacer;
 pub use policy::{Guard, Origin, Policy};
+pub use runtime::{Environment, SandboxRuntime, Secrets};
 pub use scripted::{RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport};
 pub use transport::{
     BodySender, DenyAll, ErrorCode, OutgoingRequest, RequestTimeouts, ResponseBody, Transport,

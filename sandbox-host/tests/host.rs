@@ -2,80 +2,21 @@
 //! component (tests/fixtures/test-provider, built on first use) and, when
 //! it has been built, the real CreateOS provider.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sandbox_host::types::{
-    EnvironmentContext, ExecuteRequest, Lease, OutputStream, ProviderError, TransportKind,
-};
+use sandbox_host::types::{ExecuteRequest, OutputStream, ProviderError, TransportKind};
 use sandbox_host::{
     shared_engine, trap_of, CancelToken, ErrorCode, HostOptions, NetworkTransport, OutputCapture,
     Pacer, Policy, ProviderComponent, ScriptedChunk, ScriptedResponse, ScriptedTransport,
     Transport, Trap, PROVIDER_INTERFACE,
 };
 
+mod common;
+use common::{ctx, lease, test_provider, workspace_dir};
+
 const API: &str = "http://api.test";
-
-fn workspace_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the crate is inside the workspace")
-        .to_path_buf()
-}
-
-/// Builds the test provider once per test binary and compiles it once.
-fn test_provider() -> &'static ProviderComponent {
-    static COMPONENT: OnceLock<ProviderComponent> = OnceLock::new();
-    COMPONENT.get_or_init(|| {
-        let manifest =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/test-provider/Cargo.toml");
-        let target_dir = workspace_dir().join("target/sandbox-host-fixtures");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--release",
-                "--target",
-                "wasm32-wasip2",
-                "--manifest-path",
-            ])
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(&target_dir)
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .status()
-            .expect("running cargo to build the test provider");
-        assert!(
-            status.success(),
-            "building the test provider failed (is `rustup target add wasm32-wasip2` done?)"
-        );
-        let wasm = target_dir.join("wasm32-wasip2/release/test_provider.wasm");
-        let engine = shared_engine().expect("engine");
-        ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"))
-    })
-}
-
-fn ctx(config: &str) -> EnvironmentContext {
-    EnvironmentContext {
-        driver_key: "test".into(),
-        company_id: "company".into(),
-        environment_id: "env".into(),
-        issue_id: None,
-        config: config.into(),
-    }
-}
-
-fn lease() -> Lease {
-    Lease {
-        provider_lease_id: "sb-1".into(),
-        metadata: "{}".into(),
-        expires_at: None,
-    }
-}
 
 /// A scripted API behind a guard that allows only `API` and injects the key.
 fn guarded(script: &ScriptedTransport, pacer: Pacer, spacing: Duration) -> Arc<dyn Transport> {
@@ -247,8 +188,8 @@ fn execute_returns_once_cancelled_from_another_thread() {
         cancel.cancel();
     });
     let request = ExecuteRequest {
-        command: "sleep".into(),
-        args: vec!["300".into()],
+        command: "wait-cancel".into(),
+        args: vec![],
         cwd: None,
         env: vec![],
         stdin: None,
@@ -461,4 +402,44 @@ fn the_network_transport_injects_the_secret_and_follows_no_redirect() {
         .contains("x-api-key: net-secret"));
     assert!(heads[1].starts_with("GET /redirect "));
     assert!(heads[2].starts_with("GET /big "));
+}
+
+#[test]
+fn the_artifact_cache_reuses_a_compiled_component() {
+    let dir = std::env::temp_dir().join(format!("sandbox-host-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = sandbox_host::ArtifactCache::new(&dir);
+    let engine = shared_engine().unwrap();
+    let wasm = workspace_dir()
+        .join("target/sandbox-host-fixtures/wasm32-wasip2/release/test_provider.wasm");
+    test_provider(); // makes sure it is built
+    let bytes = std::fs::read(&wasm).unwrap();
+    let artifact = cache.artifact_path(&engine, &bytes);
+
+    let first = ProviderComponent::load_cached(&engine, &wasm, &cache).unwrap();
+    assert!(artifact.is_file());
+    let stored = std::fs::metadata(&artifact).unwrap().modified().unwrap();
+    let second = ProviderComponent::load_cached(&engine, &wasm, &cache).unwrap();
+    assert_eq!(
+        std::fs::metadata(&artifact).unwrap().modified().unwrap(),
+        stored
+    );
+    for component in [first, second] {
+        let description = component
+            .instantiate(HostOptions::new())
+            .unwrap()
+            .describe()
+            .unwrap();
+        assert_eq!(description.driver_key, "test");
+    }
+
+    // A corrupt artifact is recompiled, not trusted.
+    std::fs::write(&artifact, b"garbage").unwrap();
+    let third = ProviderComponent::load_cached(&engine, &wasm, &cache).unwrap();
+    assert!(third
+        .instantiate(HostOptions::new())
+        .unwrap()
+        .describe()
+        .is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
 }

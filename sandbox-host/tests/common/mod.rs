@@ -1,0 +1,69 @@
+//! Shared test helpers: the test provider component, built and compiled
+//! once per test binary.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use sandbox_host::types::{EnvironmentContext, Lease};
+use sandbox_host::{shared_engine, ProviderComponent};
+
+pub fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate is inside the workspace")
+        .to_path_buf()
+}
+
+/// Builds the test provider once per test binary and compiles it once.
+pub fn test_provider() -> &'static ProviderComponent {
+    static COMPONENT: OnceLock<ProviderComponent> = OnceLock::new();
+    COMPONENT.get_or_init(|| {
+        let manifest =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/test-provider/Cargo.toml");
+        let target_dir = workspace_dir().join("target/sandbox-host-fixtures");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--release",
+                "--target",
+                "wasm32-wasip2",
+                "--manifest-path",
+            ])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target_dir)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .status()
+            .expect("running cargo to build the test provider");
+        assert!(
+            status.success(),
+            "building the test provider failed (is `rustup target add wasm32-wasip2` done?)"
+        );
+        let wasm = target_dir.join("wasm32-wasip2/release/test_provider.wasm");
+        let engine = shared_engine().expect("engine");
+        ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"))
+    })
+}
+
+pub fn ctx(config: &str) -> EnvironmentContext {
+    EnvironmentContext {
+        driver_key: "test".into(),
+        company_id: "company".into(),
+        environment_id: "env".into(),
+        issue_id: None,
+        config: config.into(),
+    }
+}
+
+pub fn lease() -> Lease {
+    Lease {
+        provider_lease_id: "sb-1".into(),
+        metadata: "{}".into(),
+        expires_at: None,
+    }
+}

@@ -1,0 +1,258 @@
+//! Scenarios for the lease runtime: durable poison, sweep, cancellation
+//! before release, secrets kept from the component.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use sandbox_host::types::{AcquireRequest, ExecuteRequest, OutputStream, ProviderError};
+use sandbox_host::{
+    CancelToken, LeaseState, LeaseStore, OutputCapture, Pacer, SandboxRuntime, ScriptedResponse,
+    ScriptedTransport, Secrets,
+};
+
+mod common;
+use common::test_provider;
+
+fn store_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sandbox-host-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir.join("leases.sqlite")
+}
+
+fn runtime(store: Arc<LeaseStore>, script: &ScriptedTransport) -> SandboxRuntime {
+    SandboxRuntime::new(test_provider().clone(), store, script.shared())
+        .unwrap()
+        .with_pacer(Pacer::new())
+}
+
+fn acquire(run_id: &str) -> AcquireRequest {
+    AcquireRequest {
+        run_id: run_id.into(),
+        requested_cwd: None,
+        workspace_mode: None,
+        requested_expires_at: None,
+    }
+}
+
+fn command(command: &str, args: &[&str]) -> ExecuteRequest {
+    ExecuteRequest {
+        command: command.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        cwd: None,
+        env: vec![],
+        stdin: None,
+        timeout_ms: Some(10_000),
+    }
+}
+
+fn no_http() -> ScriptedTransport {
+    ScriptedTransport::new(|_| ScriptedResponse::status(500))
+}
+
+#[test]
+fn cleanup_failed_poisons_durably_and_sweep_destroys() {
+    let path = store_path("poison");
+    let script = no_http();
+    let lease_id = {
+        let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script);
+        let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+        let record = rt.acquire(&env, &acquire("r1")).unwrap().unwrap();
+        assert_eq!(record.state, LeaseState::Active);
+        assert_eq!(record.lease.as_ref().unwrap().provider_lease_id, "sb-r1");
+
+        let outcome = rt
+            .execute(
+                &env,
+                &record.id,
+                &command("cleanup-fail", &[]),
+                None,
+                CancelToken::new(),
+            )
+            .unwrap();
+        assert!(
+            matches!(outcome, Err(ProviderError::CleanupFailed(_))),
+            "{outcome:?}"
+        );
+        let poisoned = rt.store().get(&record.id).unwrap().unwrap();
+        assert_eq!(poisoned.state, LeaseState::Poisoned);
+
+        let refused = rt
+            .execute(
+                &env,
+                &record.id,
+                &command("echo", &["hi"]),
+                None,
+                CancelToken::new(),
+            )
+            .unwrap_err();
+        assert!(format!("{refused:#}").contains("poisoned"), "{refused:#}");
+        assert!(rt.release(&env, &record.id).is_err());
+        assert!(rt.resume(&env, &record.id).is_err());
+        record.id
+    };
+
+    // A new store on the same file (as a restarted host would open it).
+    let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script);
+    let record = rt.store().get(&lease_id).unwrap().unwrap();
+    assert_eq!(record.state, LeaseState::Poisoned);
+    assert!(record.reason.unwrap().contains("cleanup failed"));
+
+    let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    let swept = rt.sweep(&env).unwrap();
+    assert_eq!(swept.len(), 1);
+    assert!(swept[0].1.is_ok(), "{swept:?}");
+    assert_eq!(swept[0].0.state, LeaseState::Destroyed);
+    assert!(rt.sweep(&env).unwrap().is_empty());
+}
+
+#[test]
+fn a_failed_destroy_keeps_the_lease_poisoned() {
+    let script = no_http();
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let env = rt
+        .environment("co", "env", r#"{"mode":"destroy-fails"}"#, &Secrets::none())
+        .unwrap();
+    let record = rt.acquire(&env, &acquire("r2")).unwrap().unwrap();
+    let outcome = rt.destroy(&env, &record.id).unwrap();
+    assert!(matches!(outcome, Err(ProviderError::CleanupFailed(_))));
+    assert_eq!(
+        rt.store().get(&record.id).unwrap().unwrap().state,
+        LeaseState::Poisoned
+    );
+}
+
+#[test]
+fn a_trap_during_execute_poisons_the_lease() {
+    let script = no_http();
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    let record = rt.acquire(&env, &acquire("r3")).unwrap().unwrap();
+    let error = rt
+        .execute(
+            &env,
+            &record.id,
+            &command("trap", &[]),
+            None,
+            CancelToken::new(),
+        )
+        .unwrap_err();
+    assert!(sandbox_host::trap_of(&error).is_some(), "{error:#}");
+    let record = rt.store().get(&record.id).unwrap().unwrap();
+    assert_eq!(record.state, LeaseState::Poisoned);
+    assert!(record.reason.unwrap().contains("trapped"));
+}
+
+#[test]
+fn an_acquire_whose_cleanup_failed_is_poisoned_for_sweep() {
+    let script = no_http();
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    let outcome = rt.acquire(&env, &acquire("fail-cleanup")).unwrap();
+    assert!(matches!(outcome, Err(ProviderError::CleanupFailed(_))));
+    let records = rt.store().needing_sweep().unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].state, LeaseState::Poisoned);
+    assert_eq!(
+        records[0].lease.as_ref().unwrap().provider_lease_id,
+        "sb-half"
+    );
+}
+
+#[test]
+fn release_cancels_a_running_command_and_waits_for_it() {
+    let script = no_http();
+    let rt = Arc::new(runtime(
+        Arc::new(LeaseStore::open_in_memory().unwrap()),
+        &script,
+    ));
+    let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    let record = rt.acquire(&env, &acquire("r4")).unwrap().unwrap();
+
+    let output = OutputCapture::new();
+    let worker = {
+        let (rt, env, id, sink) = (rt.clone(), env.clone(), record.id.clone(), output.sink());
+        thread::spawn(move || {
+            rt.execute(
+                &env,
+                &id,
+                &command("wait-cancel", &[]),
+                Some(sink),
+                CancelToken::new(),
+            )
+        })
+    };
+    thread::sleep(Duration::from_millis(300));
+    assert!(!worker.is_finished());
+    let receipt = rt.release(&env, &record.id).unwrap().unwrap();
+    assert_eq!(
+        output.text(OutputStream::Stderr),
+        "cleanup done\n",
+        "release returned before the command's cleanup did"
+    );
+    let outcome = worker.join().unwrap().unwrap();
+    assert!(
+        matches!(outcome, Err(ProviderError::Cancelled)),
+        "{outcome:?}"
+    );
+    assert_eq!(receipt.sandbox_id, "sb-r4");
+    assert_eq!(
+        rt.store().get(&record.id).unwrap().unwrap().state,
+        LeaseState::Released
+    );
+}
+
+#[test]
+fn the_secret_reaches_the_server_but_never_the_component() {
+    let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let config = r#"{"apiKey":"only-the-host-knows","url":"http://api.test/v1/ping"}"#;
+    let env = rt
+        .environment("co", "env", config, &Secrets::none())
+        .unwrap();
+    assert!(!env.context().config.contains("only-the-host-knows"));
+
+    let output = OutputCapture::new();
+    let report = rt.probe(&env, Some(output.sink())).unwrap().unwrap();
+
+    // The server got the key; the component (which reports everything it
+    // read and received) never had it.
+    let requests = script.requests();
+    assert_eq!(requests[0].header("x-api-key"), Some("only-the-host-knows"));
+    assert!(report.ok);
+    assert!(!format!("{report:?}").contains("only-the-host-knows"));
+    assert!(!format!("{:?}", output.chunks()).contains("only-the-host-knows"));
+}
+
+#[test]
+fn exit_codes_and_output_come_back_from_execute() {
+    let script = no_http();
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    let record = rt.acquire(&env, &acquire("r5")).unwrap().unwrap();
+    let output = OutputCapture::new();
+    let result = rt
+        .execute(
+            &env,
+            &record.id,
+            &command("echo", &["hello", "world"]),
+            Some(output.sink()),
+            CancelToken::new(),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.exit_code, Some(0));
+    assert_eq!(output.text(OutputStream::Stdout), "hello world\n");
+    let result = rt
+        .execute(
+            &env,
+            &record.id,
+            &command("exit", &["7"]),
+            None,
+            CancelToken::new(),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.exit_code, Some(7));
+}
