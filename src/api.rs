@@ -5,7 +5,9 @@
 //! rejection carries the operation and the status only.
 
 use crate::platform::{Method, Platform, Request, Response, TransportError, Wait};
-use crate::types::{ApiRejection, CleanupCause, InvalidResponse, ProviderError, TransportFailure, TransportKind};
+use crate::types::{
+    ApiRejection, CleanupCause, InvalidResponse, ProviderError, TransportFailure, TransportKind,
+};
 use serde_json::{Map, Value};
 
 /// The largest non-streamed response body accepted (8 MiB).
@@ -66,7 +68,10 @@ pub fn cleanup_cause(error: ApiError) -> CleanupCause {
 
 /// True for an id the spec allows: `^[A-Za-z0-9_-]{1,200}$`.
 pub fn is_valid_id(id: &str) -> bool {
-    (1..=200).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    (1..=200).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Percent-encodes a query value (everything but unreserved characters).
@@ -100,19 +105,29 @@ pub fn parse_envelope(response: &Response) -> Result<Map<String, Value>, ApiErro
     let value: Value = serde_json::from_slice(&response.body)
         .map_err(|_| ApiError::Invalid("the response is not JSON".into()))?;
     let Value::Object(mut envelope) = value else {
-        return Err(ApiError::Invalid("the response is not a JSON object".into()));
+        return Err(ApiError::Invalid(
+            "the response is not a JSON object".into(),
+        ));
     };
     if envelope.get("status").and_then(Value::as_str) != Some("success") {
-        return Err(ApiError::Invalid("the response envelope is not a success".into()));
+        return Err(ApiError::Invalid(
+            "the response envelope is not a success".into(),
+        ));
     }
     match envelope.remove("data") {
         Some(Value::Object(data)) => Ok(data),
-        _ => Err(ApiError::Invalid("the response envelope has no data object".into())),
+        _ => Err(ApiError::Invalid(
+            "the response envelope has no data object".into(),
+        )),
     }
 }
 
 /// Sends a request and reads its success envelope.
-pub fn call(platform: &mut dyn Platform, request: &Request, wait: Wait) -> Result<Map<String, Value>, ApiError> {
+pub fn call(
+    platform: &mut dyn Platform,
+    request: &Request,
+    wait: Wait,
+) -> Result<Map<String, Value>, ApiError> {
     let response = platform
         .send(request, wait, MAX_RESPONSE_BYTES)
         .map_err(ApiError::Transport)?;
@@ -120,7 +135,11 @@ pub fn call(platform: &mut dyn Platform, request: &Request, wait: Wait) -> Resul
 }
 
 /// Sends a request whose success answer is raw bytes (`GET /files`).
-pub fn call_raw(platform: &mut dyn Platform, request: &Request, wait: Wait) -> Result<Vec<u8>, ApiError> {
+pub fn call_raw(
+    platform: &mut dyn Platform,
+    request: &Request,
+    wait: Wait,
+) -> Result<Vec<u8>, ApiError> {
     let response = platform
         .send(request, wait, MAX_RESPONSE_BYTES)
         .map_err(ApiError::Transport)?;
@@ -144,7 +163,9 @@ pub fn id_field(data: &Map<String, Value>, field: &str) -> Result<String, ApiErr
     if is_valid_id(id) {
         Ok(id.to_string())
     } else {
-        Err(ApiError::Invalid(format!("the response has an invalid `{field}`")))
+        Err(ApiError::Invalid(format!(
+            "the response has an invalid `{field}`"
+        )))
     }
 }
 
@@ -160,7 +181,10 @@ pub fn process_path(sandbox_id: &str, process_id: &str) -> String {
 
 /// The `/files` path of a file in a sandbox.
 pub fn file_path(sandbox_id: &str, path: &str) -> String {
-    format!("/v1/sandboxes/{sandbox_id}/files?path={}", encode_query_value(path))
+    format!(
+        "/v1/sandboxes/{sandbox_id}/files?path={}",
+        encode_query_value(path)
+    )
 }
 
 #[cfg(test)]
@@ -176,14 +200,24 @@ mod tests {
 
     #[test]
     fn a_success_envelope_gives_its_data() {
-        let data = parse_envelope(&response(201, r#"{"status":"success","data":{"id":"sb-1"}}"#)).unwrap();
+        let data = parse_envelope(&response(
+            201,
+            r#"{"status":"success","data":{"id":"sb-1"}}"#,
+        ))
+        .unwrap();
         assert_eq!(id_field(&data, "id").unwrap(), "sb-1");
     }
 
     #[test]
     fn anything_else_is_an_error_without_the_body() {
-        assert_eq!(parse_envelope(&response(500, "secret body")), Err(ApiError::Status(500)));
-        assert_eq!(parse_envelope(&response(302, "")), Err(ApiError::Status(302)));
+        assert_eq!(
+            parse_envelope(&response(500, "secret body")),
+            Err(ApiError::Status(500))
+        );
+        assert_eq!(
+            parse_envelope(&response(302, "")),
+            Err(ApiError::Status(302))
+        );
         for body in [
             "secret body",
             "[]",
@@ -211,6 +245,9 @@ mod tests {
 
     #[test]
     fn query_values_are_percent_encoded() {
-        assert_eq!(encode_query_value("/tmp/a b&c=d%€"), "/tmp/a%20b%26c%3Dd%25%E2%82%AC");
+        assert_eq!(
+            encode_query_value("/tmp/a b&c=d%€"),
+            "/tmp/a%20b%26c%3Dd%25%E2%82%AC"
+        );
     }
 }

@@ -42,7 +42,10 @@ impl Guest for Component {
         Lifecycle::new(&mut platform, &config).probe()
     }
 
-    fn acquire_lease(ctx: EnvironmentContext, request: AcquireRequest) -> Result<Lease, ProviderError> {
+    fn acquire_lease(
+        ctx: EnvironmentContext,
+        request: AcquireRequest,
+    ) -> Result<Lease, ProviderError> {
         let (config, mut platform) = setup(&ctx)?;
         Lifecycle::new(&mut platform, &config).acquire(&ctx, &request)
     }
@@ -52,27 +55,41 @@ impl Guest for Component {
         Lifecycle::new(&mut platform, &config).resume(&ctx, &lease)
     }
 
-    fn release_lease(ctx: EnvironmentContext, lease: Lease) -> Result<TerminationReceipt, ProviderError> {
+    fn release_lease(
+        ctx: EnvironmentContext,
+        lease: Lease,
+    ) -> Result<TerminationReceipt, ProviderError> {
         let (config, mut platform) = setup(&ctx)?;
         Lifecycle::new(&mut platform, &config).release(&ctx, &lease)
     }
 
-    fn destroy_lease(ctx: EnvironmentContext, lease: Lease) -> Result<TerminationReceipt, ProviderError> {
+    fn destroy_lease(
+        ctx: EnvironmentContext,
+        lease: Lease,
+    ) -> Result<TerminationReceipt, ProviderError> {
         let (config, mut platform) = setup(&ctx)?;
         Lifecycle::new(&mut platform, &config).destroy(&ctx, &lease)
     }
 
-    fn realize_workspace(ctx: EnvironmentContext, lease: Lease, request: WorkspaceRequest) -> Result<String, ProviderError> {
+    fn realize_workspace(
+        ctx: EnvironmentContext,
+        lease: Lease,
+        request: WorkspaceRequest,
+    ) -> Result<String, ProviderError> {
         let (config, mut platform) = setup(&ctx)?;
         Lifecycle::new(&mut platform, &config).realize(&ctx, &lease, &request)
     }
 
-    fn execute(ctx: EnvironmentContext, lease: Lease, request: ExecuteRequest) -> Result<ExecuteResult, ProviderError> {
+    fn execute(
+        ctx: EnvironmentContext,
+        lease: Lease,
+        request: ExecuteRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
         let (config, mut platform) = setup(&ctx)?;
         // Validation comes before anything else, the lease check included,
         // so bad input never causes a request.
         crate::script::validate(&request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
         let metadata = lease::check(&lease, &ctx, &config)?;
-        execute::execute(&mut platform, &metadata.sandbox_id, config.timeout_ms, &request)
+        execute::execute(&mut platform, &config, &metadata.sandbox_id, &request)
     }
 }

@@ -12,6 +12,8 @@ pub const DEFAULT_API_URL: &str = "https://api.sb.createos.sh";
 pub const DEFAULT_SHAPE: &str = "s-1vcpu-1gb";
 /// The command timeout used when neither the config nor the request sets one.
 pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;
+/// The budget of one API request (and of each cleanup request) by default.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// The longest timeout accepted (24 hours).
 pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
 /// The config field that holds the API key (removed by the host).
@@ -39,6 +41,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "rootfs",
     "region",
     "timeoutMs",
+    "requestTimeoutMs",
     "reuseLease",
 ];
 
@@ -55,6 +58,9 @@ pub struct Config {
     pub region: Option<String>,
     /// The default command timeout and the lifecycle operation budget.
     pub timeout_ms: u64,
+    /// The budget of each API request outside a command's run, and the
+    /// fresh budget of each cleanup request.
+    pub request_timeout_ms: u64,
     /// Whether released leases are paused for reuse instead of deleted.
     pub reuse_lease: bool,
 }
@@ -152,24 +158,17 @@ pub fn validate(json: &str) -> Validation {
     for (field, value) in [("rootfs", &rootfs), ("region", &region)] {
         if let Some(value) = value {
             if value.is_empty() || value.len() > 200 || value.chars().any(char::is_control) {
-                errors.push(format!(
-                    "{field}: must be 1 to 200 printable characters"
-                ));
+                errors.push(format!("{field}: must be 1 to 200 printable characters"));
             }
         }
     }
-    let timeout_ms = match object.get("timeoutMs") {
-        None | Some(Value::Null) => DEFAULT_TIMEOUT_MS,
-        Some(value) => match value.as_u64() {
-            Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => ms,
-            _ => {
-                errors.push(format!(
-                    "timeoutMs: must be an integer from 1 to {MAX_TIMEOUT_MS}"
-                ));
-                DEFAULT_TIMEOUT_MS
-            }
-        },
-    };
+    let timeout_ms = milliseconds(&object, "timeoutMs", DEFAULT_TIMEOUT_MS, &mut errors);
+    let request_timeout_ms = milliseconds(
+        &object,
+        "requestTimeoutMs",
+        DEFAULT_REQUEST_TIMEOUT_MS,
+        &mut errors,
+    );
     let reuse_lease = match object.get("reuseLease") {
         None | Some(Value::Null) => false,
         Some(Value::Bool(b)) => *b,
@@ -192,6 +191,7 @@ pub fn validate(json: &str) -> Validation {
         rootfs,
         region,
         timeout_ms,
+        request_timeout_ms,
         reuse_lease,
     };
     let mut normalized = Map::new();
@@ -208,6 +208,10 @@ pub fn validate(json: &str) -> Validation {
         normalized.insert("region".into(), Value::String(region.clone()));
     }
     normalized.insert("timeoutMs".into(), Value::from(config.timeout_ms));
+    normalized.insert(
+        "requestTimeoutMs".into(),
+        Value::from(config.request_timeout_ms),
+    );
     normalized.insert("reuseLease".into(), Value::Bool(config.reuse_lease));
     Validation {
         normalized: Some(Value::Object(normalized).to_string()),
@@ -228,7 +232,11 @@ impl Validation {
     }
 }
 
-fn optional_string(object: &Map<String, Value>, field: &str, errors: &mut Vec<String>) -> Option<String> {
+fn optional_string(
+    object: &Map<String, Value>,
+    field: &str,
+    errors: &mut Vec<String>,
+) -> Option<String> {
     match object.get(field) {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s.clone()),
@@ -236,6 +244,27 @@ fn optional_string(object: &Map<String, Value>, field: &str, errors: &mut Vec<St
             errors.push(format!("{field}: must be a string"));
             None
         }
+    }
+}
+
+/// A duration field in milliseconds, from 1 to [`MAX_TIMEOUT_MS`].
+fn milliseconds(
+    object: &Map<String, Value>,
+    field: &str,
+    default: u64,
+    errors: &mut Vec<String>,
+) -> u64 {
+    match object.get(field) {
+        None | Some(Value::Null) => default,
+        Some(value) => match value.as_u64() {
+            Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => ms,
+            _ => {
+                errors.push(format!(
+                    "{field}: must be an integer from 1 to {MAX_TIMEOUT_MS}"
+                ));
+                default
+            }
+        },
     }
 }
 
@@ -288,7 +317,10 @@ pub fn normalize_api_url(url: &str) -> Result<String, String> {
     }
     let default_port = if https { 443 } else { 80 };
     Ok(match port {
-        Some(port) if port != default_port => format!("{scheme}://{host}:{port}", scheme = if https { "https" } else { "http" }),
+        Some(port) if port != default_port => format!(
+            "{scheme}://{host}:{port}",
+            scheme = if https { "https" } else { "http" }
+        ),
         _ => format!("{}://{host}", if https { "https" } else { "http" }),
     })
 }
@@ -300,7 +332,11 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
             .ok_or_else(|| "has an invalid IPv6 host".to_string())?;
         let (host, rest) = authority.split_at(end + 1);
         let inner = &host[1..host.len() - 1];
-        if inner.is_empty() || !inner.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
+        if inner.is_empty()
+            || !inner
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        {
             return Err("has an invalid IPv6 host".to_string());
         }
         match rest {
@@ -319,9 +355,11 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
     if !host.starts_with('[') {
         let valid = !host.is_empty()
             && host.len() <= 253
-            && host
-                .split('.')
-                .all(|label| !label.is_empty() && label.len() <= 63 && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'));
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
         if !valid {
             return Err("has an invalid host".to_string());
         }
@@ -345,10 +383,22 @@ mod tests {
         for (url, origin) in [
             ("https://api.sb.createos.sh", "https://api.sb.createos.sh"),
             ("https://api.sb.createos.sh/", "https://api.sb.createos.sh"),
-            ("https://API.sb.createos.sh/v1", "https://api.sb.createos.sh"),
-            ("https://api.sb.createos.sh/v1/", "https://api.sb.createos.sh"),
-            ("https://api.sb.createos.sh:443/v1", "https://api.sb.createos.sh"),
-            ("https://api.example.com:8443", "https://api.example.com:8443"),
+            (
+                "https://API.sb.createos.sh/v1",
+                "https://api.sb.createos.sh",
+            ),
+            (
+                "https://api.sb.createos.sh/v1/",
+                "https://api.sb.createos.sh",
+            ),
+            (
+                "https://api.sb.createos.sh:443/v1",
+                "https://api.sb.createos.sh",
+            ),
+            (
+                "https://api.example.com:8443",
+                "https://api.example.com:8443",
+            ),
             ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080"),
             ("http://localhost:9", "http://localhost:9"),
             ("http://[::1]:7000/", "http://[::1]:7000"),
@@ -377,7 +427,10 @@ mod tests {
             "http://localhost.evil.com",
         ] {
             let err = normalize_api_url(url).expect_err(url);
-            assert!(!err.contains("secret") && !err.contains("createos"), "{err}");
+            assert!(
+                !err.contains("secret") && !err.contains("createos"),
+                "{err}"
+            );
         }
     }
 

@@ -1,6 +1,9 @@
 //! What `describe` says about the CreateOS provider.
 
-use crate::config::{DEFAULT_API_URL, DEFAULT_SHAPE, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, SECRET_FIELD, SHAPES};
+use crate::config::{
+    DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_SHAPE, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS,
+    SECRET_FIELD, SHAPES,
+};
 use crate::types::{Capabilities, ProviderDescription, SecretField};
 use serde_json::json;
 
@@ -49,6 +52,10 @@ pub fn config_schema() -> String {
             "timeoutMs": {
                 "type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "default": DEFAULT_TIMEOUT_MS,
                 "description": "Default command timeout, and the budget of each lifecycle operation."
+            },
+            "requestTimeoutMs": {
+                "type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "default": DEFAULT_REQUEST_TIMEOUT_MS,
+                "description": "Budget of each API request outside a command's run; each cleanup request gets it afresh."
             },
             "reuseLease": {
                 "type": "boolean", "default": false,

@@ -8,6 +8,7 @@
 //! captured so far.
 
 use crate::api::{self, ApiError};
+use crate::config::Config;
 use crate::frames::{parse_frame, ExitStatus, Frame, FrameError, LineSplitter, StreamId};
 use crate::output::{Tail, Utf8Decoder};
 use crate::platform::{random_hex, Method, Platform, Request, TransportError, Wait, MS};
@@ -18,12 +19,6 @@ use crate::types::{
 };
 use serde_json::{json, Value};
 
-/// Budget of each request made before the command runs.
-pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
-/// Fresh budget of the cleanup `DELETE`, whatever time is left.
-pub const CLEANUP_TIMEOUT_MS: u64 = 30_000;
-/// Budget of the best-effort removal of the staged stdin file.
-pub const STDIN_REMOVAL_TIMEOUT_MS: u64 = 10_000;
 /// The grace the server gives the tree between SIGTERM and SIGKILL.
 pub const GRACE_MS: u64 = 1_000;
 /// How often `/connect` is reopened after a retryable failure.
@@ -31,14 +26,18 @@ pub const MAX_RECONNECTS: u32 = 3;
 /// The pause before a reconnect.
 pub const RECONNECT_DELAY_MS: u64 = 250;
 
-/// Runs `request` in sandbox `sandbox_id`; `default_timeout_ms` applies when
-/// the request sets no timeout.
+/// Runs `request` in sandbox `sandbox_id`. The config's `timeoutMs`
+/// applies when the request sets no timeout; its `requestTimeoutMs` bounds
+/// each request outside the command's run, and each cleanup request gets
+/// that budget afresh.
 pub fn execute(
     platform: &mut dyn Platform,
+    config: &Config,
     sandbox_id: &str,
-    default_timeout_ms: u64,
     request: &ExecuteRequest,
 ) -> Result<ExecuteResult, ProviderError> {
+    let default_timeout_ms = config.timeout_ms;
+    let budget = config.request_timeout_ms.saturating_mul(MS);
     script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
     let timeout_ms = request.timeout_ms.unwrap_or(default_timeout_ms);
     if timeout_ms == 0 || timeout_ms > crate::config::MAX_TIMEOUT_MS {
@@ -48,21 +47,31 @@ pub fn execute(
         )));
     }
     if !api::is_valid_id(sandbox_id) {
-        return Err(ProviderError::ForeignLease("the lease has an invalid sandbox id".into()));
+        return Err(ProviderError::ForeignLease(
+            "the lease has an invalid sandbox id".into(),
+        ));
     }
     let stdin_path = request
         .stdin
         .as_ref()
         .map(|_| format!("/tmp/paperclip-stdin-{}", random_hex(platform, 16)));
-    let result = run(platform, sandbox_id, timeout_ms, request, stdin_path.as_deref());
+    let result = run(
+        platform,
+        budget,
+        sandbox_id,
+        timeout_ms,
+        request,
+        stdin_path.as_deref(),
+    );
     if let Some(path) = &stdin_path {
-        remove_staged_stdin(platform, sandbox_id, path);
+        remove_staged_stdin(platform, budget, sandbox_id, path);
     }
     result
 }
 
 fn run(
     platform: &mut dyn Platform,
+    budget: u64,
     sandbox_id: &str,
     timeout_ms: u64,
     request: &ExecuteRequest,
@@ -74,16 +83,18 @@ fn run(
             path: api::file_path(sandbox_id, path),
             body: Some(("application/octet-stream", stdin.clone())),
         };
-        let wait = request_wait(platform, true);
+        let wait = request_wait(platform, budget, true);
         api::call(platform, &upload, wait).map_err(|e| e.into_provider_error("stage-stdin"))?;
     }
     if platform.cancelled() {
         return Err(ProviderError::Cancelled);
     }
-    let process_id = create_process(platform, sandbox_id, request, stdin_path)?;
+    let process_id = create_process(platform, budget, sandbox_id, request, stdin_path)?;
     let deadline = platform.now().saturating_add(timeout_ms.saturating_mul(MS));
-    let mut run = Run::new(sandbox_id, &process_id, deadline);
-    let stop = run.close_stdin(platform).unwrap_or_else(|| run.follow(platform));
+    let mut run = Run::new(sandbox_id, &process_id, deadline, budget);
+    let stop = run
+        .close_stdin(platform)
+        .unwrap_or_else(|| run.follow(platform));
     run.finish(platform, stop)
 }
 
@@ -91,6 +102,7 @@ fn run(
 /// means a process may exist that cannot be cleaned up by id.
 fn create_process(
     platform: &mut dyn Platform,
+    budget: u64,
     sandbox_id: &str,
     request: &ExecuteRequest,
     stdin_path: Option<&str>,
@@ -108,7 +120,7 @@ fn create_process(
         Some(body),
     );
     // Not cancellable: once sent, only an answer tells whether it started.
-    let wait = request_wait(platform, false);
+    let wait = request_wait(platform, budget, false);
     let unconfirmed = |cause| {
         ProviderError::CleanupFailed(CleanupFailure {
             sandbox_id: Some(sandbox_id.to_string()),
@@ -119,7 +131,9 @@ fn create_process(
         })
     };
     match api::call(platform, &create, wait) {
-        Ok(data) => api::id_field(&data, "process_id").map_err(|e| unconfirmed(api::cleanup_cause(e))),
+        Ok(data) => {
+            api::id_field(&data, "process_id").map_err(|e| unconfirmed(api::cleanup_cause(e)))
+        }
         Err(ApiError::Status(status)) if status < 500 => {
             Err(ApiError::Status(status).into_provider_error("create-process"))
         }
@@ -151,6 +165,7 @@ struct Run {
     sandbox_id: String,
     process_id: String,
     deadline: u64,
+    budget: u64,
     cursor: u64,
     stdout: Stream,
     stderr: Stream,
@@ -163,11 +178,12 @@ struct Stream {
 }
 
 impl Run {
-    fn new(sandbox_id: &str, process_id: &str, deadline: u64) -> Run {
+    fn new(sandbox_id: &str, process_id: &str, deadline: u64, budget: u64) -> Run {
         Run {
             sandbox_id: sandbox_id.to_string(),
             process_id: process_id.to_string(),
             deadline,
+            budget,
             cursor: 0,
             stdout: Stream::default(),
             stderr: Stream::default(),
@@ -188,15 +204,23 @@ impl Run {
     /// `POST .../stdin/close`; 409 (already closed) is fine. Returns a stop
     /// when the command cannot go on.
     fn close_stdin(&mut self, platform: &mut dyn Platform) -> Option<Stop> {
-        let close = api::json_request(Method::Post, format!("{}/stdin/close", self.process_path()), None);
+        let close = api::json_request(
+            Method::Post,
+            format!("{}/stdin/close", self.process_path()),
+            None,
+        );
         let wait = Wait {
-            deadline: self.deadline.min(platform.now().saturating_add(REQUEST_TIMEOUT_MS * MS)),
+            deadline: self
+                .deadline
+                .min(platform.now().saturating_add(self.budget)),
             cancellable: true,
         };
         match api::call(platform, &close, wait) {
             Ok(_) | Err(ApiError::Status(409)) => None,
             Err(ApiError::Transport(TransportError::Cancelled)) => Some(Stop::Cancelled),
-            Err(ApiError::Transport(TransportError::Deadline)) if platform.now() >= self.deadline => {
+            Err(ApiError::Transport(TransportError::Deadline))
+                if platform.now() >= self.deadline =>
+            {
                 Some(Stop::TimedOut)
             }
             Err(error) => Some(Stop::Failed(error.into_provider_error("close-stdin"))),
@@ -237,7 +261,11 @@ impl Run {
         }
     }
 
-    fn read_stream(&mut self, platform: &mut dyn Platform, body: &mut dyn crate::platform::BodyReader) -> StreamEnd {
+    fn read_stream(
+        &mut self,
+        platform: &mut dyn Platform,
+        body: &mut dyn crate::platform::BodyReader,
+    ) -> StreamEnd {
         let mut lines = LineSplitter::default();
         loop {
             let chunk = match body.next_chunk(self.command_wait()) {
@@ -251,7 +279,10 @@ impl Run {
                             return StreamEnd::Stop(stop);
                         }
                     }
-                    return StreamEnd::Retry(invalid("connect", "the output stream ended without an exit frame"));
+                    return StreamEnd::Retry(invalid(
+                        "connect",
+                        "the output stream ended without an exit frame",
+                    ));
                 }
             };
             let complete = match lines.push(&chunk) {
@@ -277,10 +308,12 @@ impl Run {
                 &format!("the server reported a stream error: {error}"),
             ))),
             Ok(Some(Frame::Data { seq, .. })) if seq <= self.cursor => None,
-            Ok(Some(Frame::Data { seq, .. })) if seq != self.cursor + 1 => Some(Stop::Failed(invalid(
-                "connect",
-                &format!("output sequence gap after {}: output was lost", self.cursor),
-            ))),
+            Ok(Some(Frame::Data { seq, .. })) if seq != self.cursor + 1 => {
+                Some(Stop::Failed(invalid(
+                    "connect",
+                    &format!("output sequence gap after {}: output was lost", self.cursor),
+                )))
+            }
             Ok(Some(Frame::Data { seq, stream, bytes })) => {
                 self.cursor = seq;
                 let target = match stream {
@@ -299,7 +332,10 @@ impl Run {
 
     /// Flushes the decoders (an incomplete trailing character becomes U+FFFD).
     fn flush_output(&mut self, platform: &mut dyn Platform) {
-        for (id, stream) in [(StreamId::Stdout, &mut self.stdout), (StreamId::Stderr, &mut self.stderr)] {
+        for (id, stream) in [
+            (StreamId::Stdout, &mut self.stdout),
+            (StreamId::Stderr, &mut self.stderr),
+        ] {
             let rest = stream.decoder.finish();
             if !rest.is_empty() {
                 platform.emit_output(id, &rest);
@@ -323,12 +359,20 @@ impl Run {
 
     /// Turns a stop into the outcome, deleting the process tree first on
     /// every path but a clean exit.
-    fn finish(mut self, platform: &mut dyn Platform, stop: Stop) -> Result<ExecuteResult, ProviderError> {
+    fn finish(
+        mut self,
+        platform: &mut dyn Platform,
+        stop: Stop,
+    ) -> Result<ExecuteResult, ProviderError> {
         self.flush_output(platform);
         let timed_out = matches!(stop, Stop::TimedOut);
         let after_cleanup = match stop {
-            Stop::Exited(ExitStatus::Code(code)) => return Ok(self.result(Some(code), None, false)),
-            Stop::Exited(ExitStatus::Signal(signal)) => return Ok(self.result(None, Some(signal), false)),
+            Stop::Exited(ExitStatus::Code(code)) => {
+                return Ok(self.result(Some(code), None, false))
+            }
+            Stop::Exited(ExitStatus::Signal(signal)) => {
+                return Ok(self.result(None, Some(signal), false))
+            }
             Stop::TimedOut => Ok(()),
             Stop::Cancelled => Err(ProviderError::Cancelled),
             Stop::Failed(error) => Err(error),
@@ -345,7 +389,12 @@ impl Run {
         after_cleanup.map(|()| self.result(None, None, true))
     }
 
-    fn result(&self, exit_code: Option<i32>, signal: Option<String>, timed_out: bool) -> ExecuteResult {
+    fn result(
+        &self,
+        exit_code: Option<i32>,
+        signal: Option<String>,
+        timed_out: bool,
+    ) -> ExecuteResult {
         ExecuteResult {
             exit_code,
             signal,
@@ -366,14 +415,18 @@ impl Run {
             body: None,
         };
         let wait = Wait {
-            deadline: platform.now().saturating_add(CLEANUP_TIMEOUT_MS * MS),
+            deadline: platform.now().saturating_add(self.budget),
             cancellable: false,
         };
         match api::call(platform, &delete, wait) {
             Ok(data) => match data.get("tree_exited") {
                 Some(Value::Bool(true)) => Ok(()),
-                Some(Value::Bool(false)) | None | Some(Value::Null) => Err(CleanupCause::TreeStillRunning),
-                Some(_) => Err(CleanupCause::InvalidResponse("`tree_exited` is not a boolean".into())),
+                Some(Value::Bool(false)) | None | Some(Value::Null) => {
+                    Err(CleanupCause::TreeStillRunning)
+                }
+                Some(_) => Err(CleanupCause::InvalidResponse(
+                    "`tree_exited` is not a boolean".into(),
+                )),
             },
             Err(ApiError::Status(404)) => Ok(()),
             Err(error) => Err(api::cleanup_cause(error)),
@@ -383,22 +436,22 @@ impl Run {
 
 /// Best effort: `exec /bin/rm -f -- <path>`; failures are ignored because
 /// the file holds only the command's own input and lives in the sandbox.
-fn remove_staged_stdin(platform: &mut dyn Platform, sandbox_id: &str, path: &str) {
+fn remove_staged_stdin(platform: &mut dyn Platform, budget: u64, sandbox_id: &str, path: &str) {
     let remove = api::json_request(
         Method::Post,
         format!("{}/exec", api::sandbox_path(sandbox_id)),
         Some(json!({ "cmd": "/bin/rm", "args": ["-f", "--", path] })),
     );
     let wait = Wait {
-        deadline: platform.now().saturating_add(STDIN_REMOVAL_TIMEOUT_MS * MS),
+        deadline: platform.now().saturating_add(budget),
         cancellable: false,
     };
     let _ = api::call(platform, &remove, wait);
 }
 
-fn request_wait(platform: &dyn Platform, cancellable: bool) -> Wait {
+fn request_wait(platform: &dyn Platform, budget: u64, cancellable: bool) -> Wait {
     Wait {
-        deadline: platform.now().saturating_add(REQUEST_TIMEOUT_MS * MS),
+        deadline: platform.now().saturating_add(budget),
         cancellable,
     }
 }

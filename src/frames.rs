@@ -188,7 +188,8 @@ mod tests {
 
     #[test]
     fn data_frames_decode() {
-        let frame = parse_frame(br#"{"type":"data","seq":3,"stream":"stderr","data_base64":"4oKs"}"#);
+        let frame =
+            parse_frame(br#"{"type":"data","seq":3,"stream":"stderr","data_base64":"4oKs"}"#);
         assert_eq!(
             frame,
             Ok(Some(Frame::Data {
@@ -209,7 +210,10 @@ mod tests {
             parse_frame(br#"{"type":"exit","exit_code":null,"signal":"SIGKILL"}"#),
             Ok(Some(Frame::Exit(ExitStatus::Signal("SIGKILL".into()))))
         );
-        assert_eq!(parse_frame(br#"{"type":"heartbeat"}"#), Ok(Some(Frame::Heartbeat)));
+        assert_eq!(
+            parse_frame(br#"{"type":"heartbeat"}"#),
+            Ok(Some(Frame::Heartbeat))
+        );
         assert_eq!(
             parse_frame(br#"{"type":"error","error":"output_offset_expired"}"#),
             Ok(Some(Frame::Error("output_offset_expired".into())))
@@ -224,28 +228,66 @@ mod tests {
             (b"[1]", FrameError::NotJson),
             (br#"{"type":"bogus"}"#, FrameError::UnknownType),
             (br#"{"seq":1}"#, FrameError::UnknownType),
-            (br#"{"type":"data","seq":0,"stream":"stdout","data_base64":""}"#, FrameError::InvalidSeq),
-            (br#"{"type":"data","seq":"1","stream":"stdout","data_base64":""}"#, FrameError::InvalidSeq),
-            (br#"{"type":"data","seq":1.5,"stream":"stdout","data_base64":""}"#, FrameError::InvalidSeq),
-            (br#"{"type":"data","seq":1,"stream":"stdin","data_base64":""}"#, FrameError::InvalidStream),
-            (br#"{"type":"data","seq":1,"stream":"stdout","data_base64":"!!"}"#, FrameError::InvalidBase64),
-            (br#"{"type":"data","seq":1,"stream":"stdout","data_base64":"4oK"}"#, FrameError::InvalidBase64),
-            (br#"{"type":"data","seq":1,"stream":"stdout"}"#, FrameError::InvalidBase64),
+            (
+                br#"{"type":"data","seq":0,"stream":"stdout","data_base64":""}"#,
+                FrameError::InvalidSeq,
+            ),
+            (
+                br#"{"type":"data","seq":"1","stream":"stdout","data_base64":""}"#,
+                FrameError::InvalidSeq,
+            ),
+            (
+                br#"{"type":"data","seq":1.5,"stream":"stdout","data_base64":""}"#,
+                FrameError::InvalidSeq,
+            ),
+            (
+                br#"{"type":"data","seq":1,"stream":"stdin","data_base64":""}"#,
+                FrameError::InvalidStream,
+            ),
+            (
+                br#"{"type":"data","seq":1,"stream":"stdout","data_base64":"!!"}"#,
+                FrameError::InvalidBase64,
+            ),
+            (
+                br#"{"type":"data","seq":1,"stream":"stdout","data_base64":"4oK"}"#,
+                FrameError::InvalidBase64,
+            ),
+            (
+                br#"{"type":"data","seq":1,"stream":"stdout"}"#,
+                FrameError::InvalidBase64,
+            ),
             (br#"{"type":"exit"}"#, FrameError::MissingExitStatus),
-            (br#"{"type":"exit","exit_code":"1"}"#, FrameError::MissingExitStatus),
-            (br#"{"type":"exit","exit_code":99999999999}"#, FrameError::MissingExitStatus),
+            (
+                br#"{"type":"exit","exit_code":"1"}"#,
+                FrameError::MissingExitStatus,
+            ),
+            (
+                br#"{"type":"exit","exit_code":99999999999}"#,
+                FrameError::MissingExitStatus,
+            ),
         ];
         for (line, error) in cases {
-            assert_eq!(parse_frame(line), Err(error.clone()), "{}", String::from_utf8_lossy(line));
+            assert_eq!(
+                parse_frame(line),
+                Err(error.clone()),
+                "{}",
+                String::from_utf8_lossy(line)
+            );
         }
-        assert_eq!(parse_frame(&vec![b' '; MAX_LINE_BYTES + 1]), Err(FrameError::LineTooLong));
+        assert_eq!(
+            parse_frame(&vec![b' '; MAX_LINE_BYTES + 1]),
+            Err(FrameError::LineTooLong)
+        );
     }
 
     #[test]
     fn lines_split_across_chunks_and_final_line_without_newline() {
         let mut splitter = LineSplitter::default();
         assert_eq!(splitter.push(b"ab").unwrap(), Vec::<Vec<u8>>::new());
-        assert_eq!(splitter.push(b"c\r\nde\n\nf").unwrap(), vec![b"abc".to_vec(), b"de".to_vec(), b"".to_vec()]);
+        assert_eq!(
+            splitter.push(b"c\r\nde\n\nf").unwrap(),
+            vec![b"abc".to_vec(), b"de".to_vec(), b"".to_vec()]
+        );
         assert_eq!(splitter.finish(), Some(b"f".to_vec()));
         assert_eq!(splitter.finish(), None);
     }

@@ -55,7 +55,11 @@ impl LeaseMetadata {
 
 /// Reads a lease's metadata and checks it belongs to this provider, this
 /// environment and this API origin.
-pub fn check(lease: &Lease, ctx: &EnvironmentContext, config: &Config) -> Result<LeaseMetadata, ProviderError> {
+pub fn check(
+    lease: &Lease,
+    ctx: &EnvironmentContext,
+    config: &Config,
+) -> Result<LeaseMetadata, ProviderError> {
     let foreign = |why: &str| ProviderError::ForeignLease(why.to_string());
     let metadata: LeaseMetadata = serde_json::from_str(&lease.metadata)
         .map_err(|_| foreign("the lease metadata was not written by the CreateOS provider"))?;

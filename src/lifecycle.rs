@@ -17,8 +17,6 @@ use serde_json::{json, Map, Value};
 
 /// How often a transition is polled.
 pub const POLL_INTERVAL_MS: u64 = 250;
-/// Fresh budget of a cleanup delete after a failed setup.
-pub const CLEANUP_TIMEOUT_MS: u64 = 30_000;
 
 /// States after which a sandbox will never run again.
 const GONE_STATES: &[&str] = &["error", "failed", "destroying", "destroyed"];
@@ -33,7 +31,9 @@ pub struct Lifecycle<'a> {
 impl<'a> Lifecycle<'a> {
     /// Starts an operation whose budget is the config's `timeoutMs`.
     pub fn new(platform: &'a mut dyn Platform, config: &'a Config) -> Lifecycle<'a> {
-        let deadline = platform.now().saturating_add(config.timeout_ms.saturating_mul(MS));
+        let deadline = platform
+            .now()
+            .saturating_add(config.timeout_ms.saturating_mul(MS));
         Lifecycle {
             platform,
             config,
@@ -56,7 +56,11 @@ impl<'a> Lifecycle<'a> {
     /// Creates a sandbox, waits until it runs, creates the workspace and
     /// writes the marker. On a failure after creation the sandbox is
     /// deleted; if that fails too, the result is `cleanup-failed`.
-    pub fn acquire(&mut self, ctx: &EnvironmentContext, request: &AcquireRequest) -> Result<Lease, ProviderError> {
+    pub fn acquire(
+        &mut self,
+        ctx: &EnvironmentContext,
+        request: &AcquireRequest,
+    ) -> Result<Lease, ProviderError> {
         if request.requested_expires_at.is_some() {
             return Err(ProviderError::Unsupported(
                 "CreateOS sandboxes cannot be given an expiry time".into(),
@@ -135,21 +139,36 @@ impl<'a> Lifecycle<'a> {
         let id = &metadata.sandbox_id;
         match self.wait_for_state(id, &["running"], "wait-running")? {
             State::Reached => {}
-            State::Gone(_) => return Err(invalid("wait-running", "the sandbox failed while starting")),
+            State::Gone(_) => {
+                return Err(invalid("wait-running", "the sandbox failed while starting"))
+            }
         }
-        self.exec_checked(id, "/bin/mkdir", &["-p", "--", &metadata.workspace_root, &metadata.cwd], "create-workspace")?;
+        self.exec_checked(
+            id,
+            "/bin/mkdir",
+            &["-p", "--", &metadata.workspace_root, &metadata.cwd],
+            "create-workspace",
+        )?;
         let write = Request {
             method: Method::Put,
             path: api::file_path(id, MARKER_PATH),
-            body: Some(("application/octet-stream", metadata.marker.clone().into_bytes())),
+            body: Some((
+                "application/octet-stream",
+                metadata.marker.clone().into_bytes(),
+            )),
         };
-        self.call(&write).map_err(|e| e.into_provider_error("write-marker"))?;
+        self.call(&write)
+            .map_err(|e| e.into_provider_error("write-marker"))?;
         Ok(())
     }
 
     /// Resumes a released lease: `expired` only when the sandbox is provably
     /// gone or not the leased one.
-    pub fn resume(&mut self, ctx: &EnvironmentContext, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
+    pub fn resume(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+    ) -> Result<ResumeOutcome, ProviderError> {
         let metadata = lease::check(lease, ctx, self.config)?;
         let id = &metadata.sandbox_id;
         let data = match self.get_sandbox(id) {
@@ -188,8 +207,12 @@ impl<'a> Lifecycle<'a> {
         };
         let wait = self.wait();
         match api::call_raw(self.platform, &read, wait) {
-            Ok(bytes) if bytes == metadata.marker.as_bytes() => Ok(ResumeOutcome::Resumed(metadata.to_lease())),
-            Ok(_) => Ok(expired("the workspace marker does not match: another sandbox")),
+            Ok(bytes) if bytes == metadata.marker.as_bytes() => {
+                Ok(ResumeOutcome::Resumed(metadata.to_lease()))
+            }
+            Ok(_) => Ok(expired(
+                "the workspace marker does not match: another sandbox",
+            )),
             Err(ApiError::Status(404)) => Ok(expired("the workspace marker is missing")),
             Err(error) => Err(error.into_provider_error("read-marker")),
         }
@@ -197,7 +220,11 @@ impl<'a> Lifecycle<'a> {
 
     /// Pauses a reusable lease (config `reuseLease` and the lease agree), or
     /// deletes the sandbox.
-    pub fn release(&mut self, ctx: &EnvironmentContext, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+    pub fn release(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+    ) -> Result<TerminationReceipt, ProviderError> {
         let metadata = lease::check(lease, ctx, self.config)?;
         let id = metadata.sandbox_id.clone();
         if !(metadata.reusable && self.config.reuse_lease) {
@@ -216,7 +243,11 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// Deletes the sandbox of a lease; 404 is success.
-    pub fn destroy(&mut self, ctx: &EnvironmentContext, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+    pub fn destroy(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+    ) -> Result<TerminationReceipt, ProviderError> {
         let metadata = lease::check(lease, ctx, self.config)?;
         self.destroy_checked(&metadata.sandbox_id)
     }
@@ -235,13 +266,23 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// Makes the remote working directory and returns its path.
-    pub fn realize(&mut self, ctx: &EnvironmentContext, lease: &Lease, request: &WorkspaceRequest) -> Result<String, ProviderError> {
+    pub fn realize(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+        request: &WorkspaceRequest,
+    ) -> Result<String, ProviderError> {
         let metadata = lease::check(lease, ctx, self.config)?;
         let path = match &request.remote_path {
             Some(path) => workspace_path(path)?,
             None => metadata.cwd.clone(),
         };
-        self.exec_checked(&metadata.sandbox_id, "/bin/mkdir", &["-p", "--", &path], "realize-workspace")?;
+        self.exec_checked(
+            &metadata.sandbox_id,
+            "/bin/mkdir",
+            &["-p", "--", &path],
+            "realize-workspace",
+        )?;
         Ok(path)
     }
 
@@ -249,7 +290,10 @@ impl<'a> Lifecycle<'a> {
     pub fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
         let mut diagnostics = Vec::new();
         let id = self.create_sandbox()?;
-        diagnostics.push(format!("created sandbox {id} (shape {})", self.config.shape));
+        diagnostics.push(format!(
+            "created sandbox {id} (shape {})",
+            self.config.shape
+        ));
         let marker = format!("paperclip-probe-{}", random_hex(self.platform, 8));
         let outcome = self.probe_run(&id, &marker, &mut diagnostics);
         match self.delete_sandbox(&id) {
@@ -269,7 +313,10 @@ impl<'a> Lifecycle<'a> {
         Ok(ProbeReport {
             ok,
             summary: if ok {
-                format!("CreateOS at {} created, ran and deleted a sandbox", self.config.api_origin)
+                format!(
+                    "CreateOS at {} created, ran and deleted a sandbox",
+                    self.config.api_origin
+                )
             } else {
                 "the probe command did not print its marker".into()
             },
@@ -277,10 +324,20 @@ impl<'a> Lifecycle<'a> {
         })
     }
 
-    fn probe_run(&mut self, id: &str, marker: &str, diagnostics: &mut Vec<String>) -> Result<String, ProviderError> {
+    fn probe_run(
+        &mut self,
+        id: &str,
+        marker: &str,
+        diagnostics: &mut Vec<String>,
+    ) -> Result<String, ProviderError> {
         match self.wait_for_state(id, &["running"], "wait-running")? {
             State::Reached => diagnostics.push("sandbox is running".into()),
-            State::Gone(state) => return Err(invalid("wait-running", &format!("the sandbox became {state}"))),
+            State::Gone(state) => {
+                return Err(invalid(
+                    "wait-running",
+                    &format!("the sandbox became {state}"),
+                ))
+            }
         }
         let result = self.exec(id, "/bin/echo", &[marker], "probe-exec")?;
         diagnostics.push(format!("/bin/echo exited {}", result.exit_code));
@@ -295,19 +352,27 @@ impl<'a> Lifecycle<'a> {
         };
         let data = self.call(&get)?;
         if data.get("id").and_then(Value::as_str) != Some(id) {
-            return Err(ApiError::Invalid("the sandbox in the response is another one".into()));
+            return Err(ApiError::Invalid(
+                "the sandbox in the response is another one".into(),
+            ));
         }
         Ok(data)
     }
 
     /// Polls until the sandbox is in one of `wanted`, or in a gone state.
-    fn wait_for_state(&mut self, id: &str, wanted: &[&str], operation: &str) -> Result<State, ProviderError> {
+    fn wait_for_state(
+        &mut self,
+        id: &str,
+        wanted: &[&str],
+        operation: &str,
+    ) -> Result<State, ProviderError> {
         loop {
             let data = match self.get_sandbox(id) {
                 Err(ApiError::Status(404)) => return Ok(State::Gone("deleted".into())),
                 other => other.map_err(|e| e.into_provider_error(operation))?,
             };
-            let status = api::string_field(&data, "status").map_err(|e| e.into_provider_error(operation))?;
+            let status =
+                api::string_field(&data, "status").map_err(|e| e.into_provider_error(operation))?;
             if wanted.contains(&status) {
                 return Ok(State::Reached);
             }
@@ -325,12 +390,19 @@ impl<'a> Lifecycle<'a> {
     /// `POST /sandboxes/{id}/{verb}`; a 409 (conflicting state) is re-read by
     /// the caller's wait, unless the sandbox is not in `from` at all.
     fn transition(&mut self, id: &str, verb: &str, from: &str) -> Result<(), ProviderError> {
-        let post = api::json_request(Method::Post, format!("{}/{verb}", api::sandbox_path(id)), None);
+        let post = api::json_request(
+            Method::Post,
+            format!("{}/{verb}", api::sandbox_path(id)),
+            None,
+        );
         match self.call(&post) {
             Ok(_) => Ok(()),
             Err(ApiError::Status(409)) => {
-                let data = self.get_sandbox(id).map_err(|e| e.into_provider_error(verb))?;
-                let status = api::string_field(&data, "status").map_err(|e| e.into_provider_error(verb))?;
+                let data = self
+                    .get_sandbox(id)
+                    .map_err(|e| e.into_provider_error(verb))?;
+                let status =
+                    api::string_field(&data, "status").map_err(|e| e.into_provider_error(verb))?;
                 if status == from {
                     Err(ApiError::Status(409).into_provider_error(verb))
                 } else {
@@ -342,14 +414,20 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// `DELETE /sandboxes/{id}` with a fresh deadline, not cancellable.
-    fn delete_sandbox(&mut self, id: &str) -> Result<TerminationAction, crate::types::CleanupCause> {
+    fn delete_sandbox(
+        &mut self,
+        id: &str,
+    ) -> Result<TerminationAction, crate::types::CleanupCause> {
         let delete = Request {
             method: Method::Delete,
             path: api::sandbox_path(id),
             body: None,
         };
         let wait = Wait {
-            deadline: self.platform.now().saturating_add(CLEANUP_TIMEOUT_MS * MS),
+            deadline: self
+                .platform
+                .now()
+                .saturating_add(self.config.request_timeout_ms.saturating_mul(MS)),
             cancellable: false,
         };
         match api::call(self.platform, &delete, wait) {
@@ -359,13 +437,21 @@ impl<'a> Lifecycle<'a> {
         }
     }
 
-    fn exec(&mut self, id: &str, cmd: &str, args: &[&str], operation: &str) -> Result<ExecOutput, ProviderError> {
+    fn exec(
+        &mut self,
+        id: &str,
+        cmd: &str,
+        args: &[&str],
+        operation: &str,
+    ) -> Result<ExecOutput, ProviderError> {
         let exec = api::json_request(
             Method::Post,
             format!("{}/exec", api::sandbox_path(id)),
             Some(json!({ "cmd": cmd, "args": args })),
         );
-        let data = self.call(&exec).map_err(|e| e.into_provider_error(operation))?;
+        let data = self
+            .call(&exec)
+            .map_err(|e| e.into_provider_error(operation))?;
         let result = data
             .get("result")
             .and_then(Value::as_object)
@@ -374,16 +460,29 @@ impl<'a> Lifecycle<'a> {
             .get("exit_code")
             .and_then(Value::as_i64)
             .ok_or_else(|| invalid(operation, "the result has no integer `exit_code`"))?;
-        let stdout = result.get("stdout").and_then(Value::as_str).unwrap_or_default().to_string();
+        let stdout = result
+            .get("stdout")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
         Ok(ExecOutput { exit_code, stdout })
     }
 
-    fn exec_checked(&mut self, id: &str, cmd: &str, args: &[&str], operation: &str) -> Result<(), ProviderError> {
+    fn exec_checked(
+        &mut self,
+        id: &str,
+        cmd: &str,
+        args: &[&str],
+        operation: &str,
+    ) -> Result<(), ProviderError> {
         let result = self.exec(id, cmd, args, operation)?;
         if result.exit_code == 0 {
             Ok(())
         } else {
-            Err(invalid(operation, &format!("{cmd} exited {}", result.exit_code)))
+            Err(invalid(
+                operation,
+                &format!("{cmd} exited {}", result.exit_code),
+            ))
         }
     }
 }

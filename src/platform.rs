@@ -96,9 +96,18 @@ pub trait Platform {
     /// Now, on the monotonic clock.
     fn now(&self) -> Instant;
     /// Sends a request and reads its whole body (at most `max_body` bytes).
-    fn send(&mut self, request: &Request, wait: Wait, max_body: usize) -> Result<Response, TransportError>;
+    fn send(
+        &mut self,
+        request: &Request,
+        wait: Wait,
+        max_body: usize,
+    ) -> Result<Response, TransportError>;
     /// Sends a request and returns its status and a reader of its body.
-    fn open(&mut self, request: &Request, wait: Wait) -> Result<(u16, Box<dyn BodyReader>), TransportError>;
+    fn open(
+        &mut self,
+        request: &Request,
+        wait: Wait,
+    ) -> Result<(u16, Box<dyn BodyReader>), TransportError>;
     /// Sleeps until `until` (or the wait's deadline, or cancellation).
     fn sleep_until(&mut self, until: Instant, wait: Wait) -> Result<(), TransportError>;
     /// True once the host has asked the operation to stop.

@@ -183,9 +183,19 @@ mod tests {
     #[test]
     fn commands_with_dashes_or_equals_are_taken_literally() {
         let req = request("-l", &[]);
-        assert_eq!(run(&format!("{} 2>/dev/null; echo $?", build(&req, None).replace("exec ", ""))), "127\n");
+        assert_eq!(
+            run(&format!(
+                "{} 2>/dev/null; echo $?",
+                build(&req, None).replace("exec ", "")
+            )),
+            "127\n"
+        );
         let req = request("A=1", &[]);
-        let out = Command::new("/bin/bash").arg("-c").arg(build(&req, None)).output().unwrap();
+        let out = Command::new("/bin/bash")
+            .arg("-c")
+            .arg(build(&req, None))
+            .output()
+            .unwrap();
         assert!(!out.status.success());
         assert!(out.stdout.is_empty(), "env must not print the environment");
     }
@@ -195,7 +205,10 @@ mod tests {
         let path = std::env::temp_dir().join("createos-script-stdin 'x'");
         std::fs::write(&path, "from file").unwrap();
         let req = request("cat", &[]);
-        assert_eq!(run(&build(&req, Some(&path.to_string_lossy()))), "from file");
+        assert_eq!(
+            run(&build(&req, Some(&path.to_string_lossy()))),
+            "from file"
+        );
     }
 
     #[test]

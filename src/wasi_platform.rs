@@ -11,14 +11,16 @@ use crate::bindings::sandbox::provider::host;
 use crate::bindings::wasi::clocks::monotonic_clock;
 use crate::bindings::wasi::http::outgoing_handler;
 use crate::bindings::wasi::http::types::{
-    ErrorCode, Fields, FutureIncomingResponse, IncomingBody, IncomingResponse, Method as HttpMethod,
-    OutgoingBody, OutgoingRequest, Scheme,
+    ErrorCode, Fields, FutureIncomingResponse, IncomingBody, IncomingResponse,
+    Method as HttpMethod, OutgoingBody, OutgoingRequest, Scheme,
 };
 use crate::bindings::wasi::io::poll::{poll, Pollable};
 use crate::bindings::wasi::io::streams::{InputStream, OutputStream, StreamError};
 use crate::config::Origin;
 use crate::frames::StreamId;
-use crate::platform::{BodyReader, Instant, Method, Platform, Request, Response, TransportError, Wait};
+use crate::platform::{
+    BodyReader, Instant, Method, Platform, Request, Response, TransportError, Wait,
+};
 
 /// How many bytes are read from a body stream at a time.
 const READ_CHUNK: u64 = 64 * 1024;
@@ -38,7 +40,10 @@ impl WasiPlatform {
         }
     }
 
-    fn request(&self, request: &Request) -> Result<(OutgoingRequest, Option<Vec<u8>>), TransportError> {
+    fn request(
+        &self,
+        request: &Request,
+    ) -> Result<(OutgoingRequest, Option<Vec<u8>>), TransportError> {
         let headers = Fields::new();
         if let Some((content_type, _)) = &request.body {
             headers
@@ -52,17 +57,28 @@ impl WasiPlatform {
             Method::Put => HttpMethod::Put,
             Method::Delete => HttpMethod::Delete,
         };
-        let scheme = if self.origin.https { Scheme::Https } else { Scheme::Http };
+        let scheme = if self.origin.https {
+            Scheme::Https
+        } else {
+            Scheme::Http
+        };
         let invalid = |what: &str| TransportError::Other(format!("invalid request {what}"));
-        outgoing.set_method(&method).map_err(|()| invalid("method"))?;
-        outgoing.set_scheme(Some(&scheme)).map_err(|()| invalid("scheme"))?;
+        outgoing
+            .set_method(&method)
+            .map_err(|()| invalid("method"))?;
+        outgoing
+            .set_scheme(Some(&scheme))
+            .map_err(|()| invalid("scheme"))?;
         outgoing
             .set_authority(Some(&self.origin.authority))
             .map_err(|()| invalid("authority"))?;
         outgoing
             .set_path_with_query(Some(&request.path))
             .map_err(|()| invalid("path"))?;
-        Ok((outgoing, request.body.as_ref().map(|(_, bytes)| bytes.clone())))
+        Ok((
+            outgoing,
+            request.body.as_ref().map(|(_, bytes)| bytes.clone()),
+        ))
     }
 
     /// Sends a request and waits for the response head.
@@ -84,14 +100,21 @@ impl WasiPlatform {
         self.await_response(&future, wait)
     }
 
-    fn write_all(&self, stream: &OutputStream, mut bytes: &[u8], wait: Wait) -> Result<(), TransportError> {
+    fn write_all(
+        &self,
+        stream: &OutputStream,
+        mut bytes: &[u8],
+        wait: Wait,
+    ) -> Result<(), TransportError> {
         while !bytes.is_empty() {
             let permitted = stream.check_write().map_err(stream_error)?;
             if permitted == 0 {
                 self.block_on(&stream.subscribe(), wait)?;
                 continue;
             }
-            let n = bytes.len().min(usize::try_from(permitted).unwrap_or(usize::MAX));
+            let n = bytes
+                .len()
+                .min(usize::try_from(permitted).unwrap_or(usize::MAX));
             stream.write(&bytes[..n]).map_err(stream_error)?;
             bytes = &bytes[n..];
         }
@@ -104,12 +127,18 @@ impl WasiPlatform {
         }
     }
 
-    fn await_response(&self, future: &FutureIncomingResponse, wait: Wait) -> Result<IncomingResponse, TransportError> {
+    fn await_response(
+        &self,
+        future: &FutureIncomingResponse,
+        wait: Wait,
+    ) -> Result<IncomingResponse, TransportError> {
         loop {
             match future.get() {
                 Some(Ok(Ok(response))) => return Ok(response),
                 Some(Ok(Err(code))) => return Err(error_code(&code)),
-                Some(Err(())) => return Err(TransportError::Other("response already taken".into())),
+                Some(Err(())) => {
+                    return Err(TransportError::Other("response already taken".into()))
+                }
                 None => self.block_on(&future.subscribe(), wait)?,
             }
         }
@@ -122,7 +151,11 @@ impl WasiPlatform {
     }
 }
 
-fn block_on(pollable: &Pollable, cancellation: &Pollable, wait: Wait) -> Result<(), TransportError> {
+fn block_on(
+    pollable: &Pollable,
+    cancellation: &Pollable,
+    wait: Wait,
+) -> Result<(), TransportError> {
     if wait.cancellable && cancellation.ready() {
         return Err(TransportError::Cancelled);
     }
@@ -146,7 +179,12 @@ impl Platform for WasiPlatform {
         monotonic_clock::now()
     }
 
-    fn send(&mut self, request: &Request, wait: Wait, max_body: usize) -> Result<Response, TransportError> {
+    fn send(
+        &mut self,
+        request: &Request,
+        wait: Wait,
+        max_body: usize,
+    ) -> Result<Response, TransportError> {
         let response = self.start(request, wait)?;
         let status = response.status();
         let mut reader = WasiBody::new(response, self.cancellation_handle())?;
@@ -160,10 +198,17 @@ impl Platform for WasiPlatform {
         Ok(Response { status, body })
     }
 
-    fn open(&mut self, request: &Request, wait: Wait) -> Result<(u16, Box<dyn BodyReader>), TransportError> {
+    fn open(
+        &mut self,
+        request: &Request,
+        wait: Wait,
+    ) -> Result<(u16, Box<dyn BodyReader>), TransportError> {
         let response = self.start(request, wait)?;
         let status = response.status();
-        Ok((status, Box::new(WasiBody::new(response, self.cancellation_handle())?)))
+        Ok((
+            status,
+            Box::new(WasiBody::new(response, self.cancellation_handle())?),
+        ))
     }
 
     fn sleep_until(&mut self, until: Instant, wait: Wait) -> Result<(), TransportError> {
@@ -230,7 +275,9 @@ impl BodyReader for WasiBody {
     fn next_chunk(&mut self, wait: Wait) -> Result<Option<Vec<u8>>, TransportError> {
         loop {
             match self.stream.read(READ_CHUNK) {
-                Ok(bytes) if bytes.is_empty() => block_on(&self.stream.subscribe(), &self.cancellation, wait)?,
+                Ok(bytes) if bytes.is_empty() => {
+                    block_on(&self.stream.subscribe(), &self.cancellation, wait)?
+                }
                 Ok(bytes) => return Ok(Some(bytes)),
                 Err(StreamError::Closed) => return Ok(None),
                 Err(StreamError::LastOperationFailed(error)) => {
@@ -244,14 +291,18 @@ impl BodyReader for WasiBody {
 fn stream_error(error: StreamError) -> TransportError {
     match error {
         StreamError::Closed => TransportError::Connection("the request body stream closed".into()),
-        StreamError::LastOperationFailed(error) => TransportError::Connection(error.to_debug_string()),
+        StreamError::LastOperationFailed(error) => {
+            TransportError::Connection(error.to_debug_string())
+        }
     }
 }
 
 /// Maps a wasi-http error code; the host's denial is its own kind.
 fn error_code(code: &ErrorCode) -> TransportError {
     match code {
-        ErrorCode::HttpRequestDenied => TransportError::Denied("the host does not allow this request".into()),
+        ErrorCode::HttpRequestDenied => {
+            TransportError::Denied("the host does not allow this request".into())
+        }
         // The host's own timeouts are connection failures: only the
         // provider's deadline pollable means "the deadline passed".
         ErrorCode::ConnectionTimeout

@@ -1,0 +1,441 @@
+//! acquire, resume, release, destroy, probe and realize.
+
+use crate::support::*;
+use sandbox_host::types::*;
+use sandbox_host::ScriptedResponse;
+use serde_json::{json, Value};
+
+fn sandbox_path() -> String {
+    format!("/v1/sandboxes/{SANDBOX}")
+}
+
+fn acquire_request() -> AcquireRequest {
+    AcquireRequest {
+        run_id: "run-1".into(),
+        requested_cwd: Some("project".into()),
+        workspace_mode: None,
+        requested_expires_at: None,
+    }
+}
+
+fn status(s: &str) -> ScriptedResponse {
+    ScriptedResponse::jsend_success(json!({"id": SANDBOX, "status": s, "shape": "s-1vcpu-1gb"}))
+}
+
+fn is_get_sandbox(req: &sandbox_host::RecordedRequest) -> bool {
+    req.method == "GET" && req.path() == sandbox_path()
+}
+
+#[test]
+fn acquire_creates_waits_prepares_and_marks() {
+    let fake = Fake::with(|req, n| (is_get_sandbox(req) && n < 2).then(|| status("creating")));
+    let lease = fake
+        .instance()
+        .acquire_lease(&ctx(), &acquire_request())
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.provider_lease_id, SANDBOX);
+    let create = &fake.requests_to("POST /v1/sandboxes")[0];
+    assert_eq!(
+        create.body_json().unwrap(),
+        json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false})
+    );
+    assert_eq!(
+        fake.requests_to(&format!("GET {}", sandbox_path())).len(),
+        3,
+        "polled until running"
+    );
+    let mkdir = &fake.requests_to(&format!("POST {}/exec", sandbox_path()))[0];
+    assert_eq!(
+        mkdir.body_json().unwrap(),
+        json!({"cmd": "/bin/mkdir", "args": ["-p", "--", "/paperclip-workspace", "/paperclip-workspace/project"]})
+    );
+    let marker = &fake.requests_to(&format!("PUT {}/files", sandbox_path()))[0];
+    assert_eq!(
+        query_param(marker, "path"),
+        "/paperclip-workspace/.paperclip-lease-marker"
+    );
+    let metadata: Value = serde_json::from_str(&lease.metadata).unwrap();
+    assert_eq!(metadata["sandboxId"], SANDBOX);
+    assert_eq!(metadata["environmentId"], "env-1");
+    assert_eq!(metadata["cwd"], "/paperclip-workspace/project");
+    assert_eq!(
+        metadata["marker"].as_str().unwrap().as_bytes(),
+        &marker.body[..]
+    );
+    assert!(fake
+        .requests_to(&format!("DELETE {}", sandbox_path()))
+        .is_empty());
+}
+
+#[test]
+fn acquire_refuses_an_expiry_before_creating_anything() {
+    let fake = Fake::new();
+    let mut request = acquire_request();
+    request.requested_expires_at = Some("2030-01-01T00:00:00Z".into());
+    let error = fake
+        .instance()
+        .acquire_lease(&ctx(), &request)
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(error, ProviderError::Unsupported(_)), "{error:?}");
+    assert!(fake.calls().is_empty());
+}
+
+#[test]
+fn a_failed_setup_deletes_the_sandbox_and_reports_the_setup_error() {
+    let fake = Fake::with(|req, _| req.path().ends_with("/exec").then(|| error_answer(500)));
+    let error = fake
+        .instance()
+        .acquire_lease(&ctx(), &acquire_request())
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&error, ProviderError::ApiRejected(r) if r.status == 500 && r.operation == "create-workspace"),
+        "{error:?}"
+    );
+    assert_no_body(&error);
+    assert_eq!(
+        fake.calls().last().unwrap(),
+        &format!("DELETE {}", sandbox_path())
+    );
+}
+
+#[test]
+fn a_failed_setup_with_a_failed_delete_is_a_cleanup_failure() {
+    let fake = Fake::with(|req, _| {
+        if req.path().ends_with("/files") {
+            return Some(error_answer(503));
+        }
+        (req.method == "DELETE").then(|| error_answer(500))
+    });
+    match fake
+        .instance()
+        .acquire_lease(&ctx(), &acquire_request())
+        .unwrap()
+    {
+        Err(ProviderError::CleanupFailed(failure)) => {
+            assert_eq!(failure.phase, CleanupPhase::LeaseSetup);
+            assert_eq!(failure.sandbox_id.as_deref(), Some(SANDBOX));
+            assert_matches_cause(failure.cause, |c| {
+                matches!(c, CleanupCause::HttpStatus(500))
+            });
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_sandbox_that_fails_to_start_is_deleted() {
+    let fake = Fake::with(|req, _| is_get_sandbox(req).then(|| status("failed")));
+    let error = fake
+        .instance()
+        .acquire_lease(&ctx(), &acquire_request())
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(error, ProviderError::InvalidResponse(_)),
+        "{error:?}"
+    );
+    assert_eq!(
+        fake.calls().last().unwrap(),
+        &format!("DELETE {}", sandbox_path())
+    );
+}
+
+#[test]
+fn an_ambiguous_sandbox_creation_is_a_cleanup_failure_without_an_id() {
+    for answer in [
+        error_answer(502),
+        ScriptedResponse::Error(ErrorCode::ConnectionTerminated),
+        ScriptedResponse::jsend_success(json!({"id": "bad id"})),
+    ] {
+        let answer = std::sync::Mutex::new(Some(answer));
+        let fake = Fake::with(move |req, _| {
+            (req.path() == "/v1/sandboxes").then(|| answer.lock().unwrap().take().unwrap())
+        });
+        match fake
+            .instance()
+            .acquire_lease(&ctx(), &acquire_request())
+            .unwrap()
+        {
+            Err(ProviderError::CleanupFailed(failure)) => {
+                assert_eq!(failure.phase, CleanupPhase::LeaseSetup);
+                assert_eq!(failure.sandbox_id, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(fake.calls().len(), 1);
+    }
+}
+
+#[test]
+fn a_rejected_sandbox_creation_is_an_api_rejection() {
+    let fake = Fake::with(|req, _| (req.path() == "/v1/sandboxes").then(|| error_answer(401)));
+    let error = fake
+        .instance()
+        .acquire_lease(&ctx(), &acquire_request())
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&error, ProviderError::ApiRejected(r) if r.status == 401 && r.operation == "create-sandbox"),
+        "{error:?}"
+    );
+}
+
+/// A fake whose marker file holds `marker-123`, as the default lease says.
+fn with_marker(
+    extra: impl Fn(&sandbox_host::RecordedRequest, usize) -> Option<ScriptedResponse>
+        + Send
+        + Sync
+        + 'static,
+) -> Fake {
+    Fake::with(move |req, n| {
+        extra(req, n).or_else(|| {
+            (req.method == "GET" && req.path().ends_with("/files")).then(|| {
+                ScriptedResponse::Full {
+                    status: 200,
+                    headers: vec![],
+                    body: "marker-123".into(),
+                }
+            })
+        })
+    })
+}
+
+fn resume(fake: &Fake) -> Result<ResumeOutcome, ProviderError> {
+    fake.instance().resume_lease(&ctx(), &lease()).unwrap()
+}
+
+#[test]
+fn resume_checks_the_marker() {
+    let fake = with_marker(|_, _| None);
+    assert!(
+        matches!(resume(&fake), Ok(ResumeOutcome::Resumed(l)) if l.provider_lease_id == SANDBOX)
+    );
+    let marker = &fake.requests_to(&format!("GET {}/files", sandbox_path()))[0];
+    assert_eq!(
+        query_param(marker, "path"),
+        "/paperclip-workspace/.paperclip-lease-marker"
+    );
+}
+
+#[test]
+fn resume_wakes_a_paused_sandbox() {
+    let fake = with_marker(|req, n| {
+        is_get_sandbox(req).then(|| match n {
+            0 => status("paused"),
+            1 => status("resuming"),
+            _ => status("running"),
+        })
+    });
+    assert!(matches!(resume(&fake), Ok(ResumeOutcome::Resumed(_))));
+    assert_eq!(
+        fake.requests_to(&format!("POST {}/resume", sandbox_path()))
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn resume_expires_only_when_provably_gone() {
+    let gone: Vec<Box<dyn Fn() -> ScriptedResponse + Send + Sync>> = vec![
+        Box::new(|| error_answer(404)),
+        Box::new(|| status("destroyed")),
+        Box::new(|| status("failed")),
+        Box::new(|| {
+            ScriptedResponse::jsend_success(
+                json!({"id": SANDBOX, "status": "running", "shape": "s-8vcpu-16gb"}),
+            )
+        }),
+    ];
+    for answer in gone {
+        let fake = with_marker(move |req, _| is_get_sandbox(req).then(&answer));
+        assert!(
+            matches!(resume(&fake), Ok(ResumeOutcome::Expired(_))),
+            "{:?}",
+            resume(&fake)
+        );
+    }
+    let wrong_marker = Fake::with(|req, _| {
+        (req.method == "GET" && req.path().ends_with("/files")).then(|| ScriptedResponse::Full {
+            status: 200,
+            headers: vec![],
+            body: "other".into(),
+        })
+    });
+    assert!(matches!(
+        resume(&wrong_marker),
+        Ok(ResumeOutcome::Expired(_))
+    ));
+    let no_marker = Fake::new();
+    assert!(matches!(resume(&no_marker), Ok(ResumeOutcome::Expired(_))));
+}
+
+#[test]
+fn transient_failures_on_resume_are_errors_not_expiry() {
+    let transient: Vec<Box<dyn Fn() -> ScriptedResponse + Send + Sync>> = vec![
+        Box::new(|| error_answer(500)),
+        Box::new(|| error_answer(429)),
+        Box::new(|| ScriptedResponse::Error(ErrorCode::ConnectionRefused)),
+        Box::new(|| {
+            ScriptedResponse::jsend_success(json!({"id": "sb-other", "status": "running"}))
+        }),
+    ];
+    for answer in transient {
+        let fake = with_marker(move |req, _| is_get_sandbox(req).then(&answer));
+        let outcome = resume(&fake);
+        assert!(outcome.is_err(), "{outcome:?}");
+        assert_no_body(&outcome);
+    }
+    let marker_500 = Fake::with(|req, _| {
+        (req.method == "GET" && req.path().ends_with("/files")).then(|| error_answer(500))
+    });
+    assert!(resume(&marker_500).is_err());
+}
+
+fn reusable_ctx() -> EnvironmentContext {
+    ctx_with(json!({"apiUrl": API_URL, "reuseLease": true, "requestTimeoutMs": 1500}).to_string())
+}
+
+fn reusable_lease() -> Lease {
+    Lease {
+        provider_lease_id: SANDBOX.into(),
+        metadata: metadata(true).to_string(),
+        expires_at: None,
+    }
+}
+
+#[test]
+fn release_pauses_a_reusable_lease() {
+    let fake = Fake::with(|req, n| {
+        is_get_sandbox(req).then(|| status(["running", "pausing", "paused"][n.min(2)]))
+    });
+    let receipt = fake
+        .instance()
+        .release_lease(&reusable_ctx(), &reusable_lease())
+        .unwrap()
+        .unwrap();
+    assert_eq!(receipt.action, TerminationAction::Paused);
+    assert_eq!(
+        fake.requests_to(&format!("POST {}/pause", sandbox_path()))
+            .len(),
+        1
+    );
+    assert!(fake
+        .requests_to(&format!("DELETE {}", sandbox_path()))
+        .is_empty());
+}
+
+#[test]
+fn release_deletes_a_lease_that_is_not_reusable() {
+    let fake = Fake::new();
+    let receipt = fake
+        .instance()
+        .release_lease(&ctx(), &lease())
+        .unwrap()
+        .unwrap();
+    assert_eq!(receipt.action, TerminationAction::Deleted);
+    assert_eq!(fake.calls(), vec![format!("DELETE {}", sandbox_path())]);
+}
+
+#[test]
+fn destroy_treats_404_as_gone_and_failures_as_cleanup_failures() {
+    let fake = Fake::new();
+    assert_eq!(
+        fake.instance()
+            .destroy_lease(&ctx(), &lease())
+            .unwrap()
+            .unwrap()
+            .action,
+        TerminationAction::Deleted
+    );
+    let gone = Fake::with(|req, _| (req.method == "DELETE").then(|| error_answer(404)));
+    assert_eq!(
+        gone.instance()
+            .destroy_lease(&ctx(), &lease())
+            .unwrap()
+            .unwrap()
+            .action,
+        TerminationAction::AlreadyGone
+    );
+    for answer in [error_answer(500), error_answer(403)] {
+        let answer = std::sync::Mutex::new(Some(answer));
+        let failing = Fake::with(move |req, _| {
+            (req.method == "DELETE").then(|| answer.lock().unwrap().take().unwrap())
+        });
+        match failing.instance().destroy_lease(&ctx(), &lease()).unwrap() {
+            Err(ProviderError::CleanupFailed(failure)) => {
+                assert_eq!(failure.phase, CleanupPhase::SandboxDeletion);
+                assert_eq!(failure.sandbox_id.as_deref(), Some(SANDBOX));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[test]
+fn probe_creates_echoes_and_always_deletes() {
+    let fake = Fake::new();
+    let report = fake.instance().probe(&ctx()).unwrap().unwrap();
+    assert!(report.ok, "{report:?}");
+    let echo = &fake.requests_to(&format!("POST {}/exec", sandbox_path()))[0];
+    let body = echo.body_json().unwrap();
+    assert_eq!(body["cmd"], "/bin/echo");
+    assert!(body["args"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("paperclip-probe-"));
+    assert_eq!(
+        fake.calls().last().unwrap(),
+        &format!("DELETE {}", sandbox_path())
+    );
+
+    let failing_exec =
+        Fake::with(|req, _| req.path().ends_with("/exec").then(|| error_answer(500)));
+    assert!(failing_exec.instance().probe(&ctx()).unwrap().is_err());
+    assert_eq!(
+        failing_exec.calls().last().unwrap(),
+        &format!("DELETE {}", sandbox_path()),
+        "deleted anyway"
+    );
+
+    let failing_delete = Fake::with(|req, _| (req.method == "DELETE").then(|| error_answer(500)));
+    let error = failing_delete
+        .instance()
+        .probe(&ctx())
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&error, ProviderError::CleanupFailed(f) if f.phase == CleanupPhase::SandboxDeletion),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn realize_makes_the_workspace_directory() {
+    let fake = Fake::new();
+    let request = WorkspaceRequest {
+        remote_path: Some("sub/dir".into()),
+    };
+    let cwd = fake
+        .instance()
+        .realize_workspace(&ctx(), &lease(), &request)
+        .unwrap()
+        .unwrap();
+    assert_eq!(cwd, "/paperclip-workspace/sub/dir");
+    let mkdir = &fake.requests_to(&format!("POST {}/exec", sandbox_path()))[0];
+    assert_eq!(
+        mkdir.body_json().unwrap(),
+        json!({"cmd": "/bin/mkdir", "args": ["-p", "--", "/paperclip-workspace/sub/dir"]})
+    );
+    let escape = WorkspaceRequest {
+        remote_path: Some("../etc".into()),
+    };
+    let error = fake
+        .instance()
+        .realize_workspace(&ctx(), &lease(), &escape)
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(error, ProviderError::InvalidRequest(_)));
+}
