@@ -414,13 +414,16 @@ pub async fn connect(
     let stream = futures_util::stream::unfold(follow, |mut f| async move {
         match f.next().await {
             Step::Chunk(c) => Some((Ok::<_, std::io::Error>(Bytes::from(c)), f)),
-            Step::Abort => Some((
-                Err(std::io::Error::new(
+            Step::Abort => {
+                // Let hyper flush the frames already produced; an error right
+                // away can discard its write buffer.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let err = std::io::Error::new(
                     std::io::ErrorKind::ConnectionReset,
                     "injected connection reset",
-                )),
-                f,
-            )),
+                );
+                Some((Err(err), f))
+            }
             Step::End => None,
         }
     });

@@ -191,11 +191,9 @@ impl Harness {
 /// Concatenated bytes of one stream from data frames; also checks that seq
 /// numbers are contiguous from `after + 1`.
 pub fn stream_bytes(frames: &[Value], stream: &str, after: u64) -> Vec<u8> {
-    let mut expect = after + 1;
     let mut out = Vec::new();
-    for f in frames.iter().filter(|f| f["type"] == "data") {
+    for (expect, f) in (after + 1..).zip(frames.iter().filter(|f| f["type"] == "data")) {
         assert_eq!(f["seq"].as_u64(), Some(expect), "seq gap in {f}");
-        expect += 1;
         if f["stream"] == stream {
             let b64 = f["data_base64"].as_str().expect("data_base64");
             out.extend(

@@ -1,0 +1,104 @@
+//! The `createos-local` binary: one `listening on` line, key from the
+//! environment, and SIGTERM terminates every process tree it started.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{marked_pids, marker, wait_marked};
+use serde_json::{json, Value};
+
+#[tokio::test]
+async fn binary_prints_address_and_cleans_up_on_sigterm() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_createos-local"))
+        .args(["--port", "0"])
+        .env("CREATEOS_API_KEY", "cli-key")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn binary");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().expect("a line").expect("utf8 line");
+    let base = first
+        .strip_prefix("listening on ")
+        .expect("listening line")
+        .to_string();
+    assert!(base.starts_with("http://127.0.0.1:"), "{first}");
+    let port: u16 = base
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    assert_ne!(port, 0);
+
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("client");
+    let call = |method: reqwest::Method, path: &str, body: Value| {
+        http.request(method, format!("{base}{path}"))
+            .header("X-Api-Key", "cli-key")
+            .json(&body)
+            .send()
+    };
+    let resp = call(reqwest::Method::GET, "/_admin/info", json!({}))
+        .await
+        .expect("info");
+    assert_eq!(resp.status(), 200);
+    let m = marker("cli");
+    let resp = call(
+        reqwest::Method::POST,
+        "/v1/sandboxes",
+        json!({"shape": "s-1vcpu-256mb", "ingress_enabled": false, "env": {"TEST_MARKER": m}}),
+    )
+    .await
+    .expect("create");
+    let v: Value = resp.json().await.expect("json");
+    let sb = v["data"]["id"].as_str().expect("id").to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v: Value = call(
+            reqwest::Method::GET,
+            &format!("/v1/sandboxes/{sb}"),
+            json!({}),
+        )
+        .await
+        .expect("get")
+        .json()
+        .await
+        .expect("json");
+        if v["data"]["status"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let resp = call(
+        reqwest::Method::POST,
+        &format!("/v1/sandboxes/{sb}/processes"),
+        json!({"cmd": "/bin/bash", "args": ["-c", "trap '' TERM; sleep 60 & sleep 60; :"]}),
+    )
+    .await
+    .expect("spawn");
+    assert_eq!(resp.status(), 201);
+    assert!(wait_marked(&m, 2).await.len() >= 2);
+
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("sigterm");
+    let status = tokio::task::spawn_blocking(move || child.wait().map(|s| (s, child)))
+        .await
+        .expect("join")
+        .expect("wait");
+    let (status, mut child) = status;
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut err);
+    }
+    assert!(status.success(), "exit {status}; stderr: {err}");
+    assert!(err.contains("isolation mode"), "{err}");
+    assert!(err.contains("none survived"), "{err}");
+    assert!(marked_pids(&m).is_empty());
+}
