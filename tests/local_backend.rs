@@ -1,0 +1,231 @@
+//! The real component, under wasmtime, against the real local backend
+//! (`createos-local`) running real processes: the HTTP capability is the
+//! host's network transport behind its policy guard, with the API key
+//! injected by the host and never seen by the component.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use createos_local::{BackgroundServer, Server};
+use sandbox_host::types::*;
+use sandbox_host::{
+    shared_engine, Guard, HostOptions, NetworkTransport, Policy, ProviderComponent,
+    ProviderInstance,
+};
+use std::sync::Arc;
+
+const KEY: &str = "local-test-key-3f9c";
+
+fn component() -> &'static ProviderComponent {
+    static COMPONENT: OnceLock<ProviderComponent> = OnceLock::new();
+    COMPONENT.get_or_init(|| {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/wasm32-wasip2/release/createos_provider.wasm");
+        assert!(
+            path.exists(),
+            "{} is missing: run ./build.sh first",
+            path.display()
+        );
+        ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap()
+    })
+}
+
+struct Local {
+    server: BackgroundServer,
+    ctx: EnvironmentContext,
+}
+
+impl Local {
+    fn start() -> Local {
+        let server = BackgroundServer::start(Server::builder().api_key(KEY).quiet(true))
+            .expect("server starts");
+        let config = serde_json::json!({
+            "apiUrl": server.base_url(),
+            "timeoutMs": 60_000,
+            "requestTimeoutMs": 15_000,
+        });
+        let ctx = EnvironmentContext {
+            driver_key: "createos".into(),
+            company_id: "company".into(),
+            environment_id: "env-local".into(),
+            issue_id: None,
+            config: config.to_string(),
+        };
+        Local { server, ctx }
+    }
+
+    fn instance(&self) -> ProviderInstance {
+        let policy = Policy::for_origin(&self.server.base_url())
+            .unwrap()
+            .with_secret_header("X-Api-Key", KEY)
+            .unwrap()
+            .with_request_spacing(Duration::from_millis(300));
+        let guard = Guard::new(policy, Arc::new(NetworkTransport::new()));
+        component()
+            .instantiate(HostOptions::new().with_transport(Arc::new(guard)))
+            .unwrap()
+    }
+
+    fn acquire(&self) -> Lease {
+        let request = AcquireRequest {
+            run_id: "run".into(),
+            requested_cwd: None,
+            workspace_mode: None,
+            requested_expires_at: None,
+        };
+        self.instance()
+            .acquire_lease(&self.ctx, &request)
+            .unwrap()
+            .expect("lease acquired")
+    }
+
+    fn run(
+        &self,
+        lease: &Lease,
+        command: &str,
+        args: &[&str],
+        timeout_ms: Option<u64>,
+    ) -> ExecuteResult {
+        let request = ExecuteRequest {
+            command: command.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            cwd: None,
+            env: vec![],
+            stdin: None,
+            timeout_ms,
+        };
+        self.instance()
+            .execute(&self.ctx, lease, &request)
+            .unwrap()
+            .expect("confirmed result")
+    }
+}
+
+/// Processes of this machine whose command line contains `needle`.
+fn survivors(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(needle) {
+                found.push(format!(
+                    "{}: {cmdline}",
+                    entry.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn echo_background_children_and_sigterm_ignorers_leave_no_survivor() {
+    let local = Local::start();
+    let lease = local.acquire();
+
+    let echo = local.run(&lease, "echo", &["hello"], None);
+    assert_eq!(echo.exit_code, Some(0));
+    assert_eq!(echo.stdout, "hello\n");
+    assert!(!echo.timed_out);
+
+    let exit7 = local.run(
+        &lease,
+        "sh",
+        &["-c", "echo out; echo err >&2; exit 7"],
+        None,
+    );
+    assert_eq!(
+        (
+            exit7.exit_code,
+            exit7.stdout.as_str(),
+            exit7.stderr.as_str()
+        ),
+        (Some(7), "out\n", "err\n")
+    );
+
+    let children = local.run(
+        &lease,
+        "sh",
+        &["-c", "sleep 6171 & sleep 6172"],
+        Some(1_000),
+    );
+    assert!(children.timed_out, "{children:?}");
+    assert_eq!(children.exit_code, None);
+    assert!(
+        survivors("sleep 617").is_empty(),
+        "{:?}",
+        survivors("sleep 617")
+    );
+
+    let stubborn = local.run(
+        &lease,
+        "sh",
+        &["-c", "trap '' TERM; echo ready; sleep 6173; sleep 6174"],
+        Some(1_000),
+    );
+    assert!(stubborn.timed_out);
+    assert_eq!(stubborn.stdout, "ready\n", "partial output kept");
+    assert!(
+        survivors("sleep 617").is_empty(),
+        "{:?}",
+        survivors("sleep 617")
+    );
+
+    let receipt = local
+        .instance()
+        .destroy_lease(&local.ctx, &lease)
+        .unwrap()
+        .unwrap();
+    assert_eq!(receipt.action, TerminationAction::Deleted);
+    let report = local.server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}
+
+#[test]
+fn a_wrong_key_is_a_typed_rejection() {
+    let local = Local::start();
+    let policy = Policy::for_origin(&local.server.base_url())
+        .unwrap()
+        .with_secret_header("X-Api-Key", "wrong")
+        .unwrap();
+    let guard = Guard::new(policy, Arc::new(NetworkTransport::new()));
+    let mut instance = component()
+        .instantiate(HostOptions::new().with_transport(Arc::new(guard)))
+        .unwrap();
+    let error = instance
+        .acquire_lease(
+            &local.ctx,
+            &AcquireRequest {
+                run_id: "r".into(),
+                requested_cwd: None,
+                workspace_mode: None,
+                requested_expires_at: None,
+            },
+        )
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&error, ProviderError::ApiRejected(r) if r.status == 401),
+        "{error:?}"
+    );
+    assert!(!format!("{error:?}").contains("wrong"));
+}
+
+#[test]
+fn probe_against_the_local_backend() {
+    let local = Local::start();
+    let report = local
+        .instance()
+        .probe(&local.ctx)
+        .unwrap()
+        .expect("probe works");
+    assert!(report.ok, "{report:?}");
+}
