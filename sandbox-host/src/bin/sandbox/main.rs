@@ -1,1 +1,269 @@
-fn main() {}
+//! `sandbox`: run commands in sandboxes through any sandbox-provider
+//! component. See `sandbox --help`.
+
+mod backend;
+mod exec;
+mod report;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+
+use backend::Setup;
+
+/// Exit status when the sandbox itself failed (config, API, transport, trap).
+pub const EXIT_SANDBOX_ERROR: u8 = 125;
+/// Exit status when the command hit its timeout (as `timeout(1)`).
+pub const EXIT_TIMED_OUT: u8 = 124;
+/// Exit status when cleanup could not be confirmed: something may still
+/// run; the lease was poisoned and destroyed (or left for `lease sweep`).
+pub const EXIT_CLEANUP_FAILED: u8 = 120;
+/// Exit status after Ctrl-C (the command was cancelled and cleaned up).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+/// Run commands in sandboxes through a sandbox-provider WebAssembly component.
+///
+/// With no options, `sandbox run -- CMD` uses the CreateOS provider built by
+/// ./build.sh and an embedded CreateOS-compatible backend on a loopback port.
+///
+/// Exit status of `run` and `lease exec`: the command's own; 124 when it
+/// timed out; 120 when cleanup could not be confirmed (lease poisoned); 125
+/// for a sandbox failure; 130 after Ctrl-C.
+#[derive(Debug, Parser)]
+#[command(name = "sandbox", version)]
+struct Cli {
+    #[command(flatten)]
+    global: Global,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every subcommand takes.
+#[derive(Debug, Args, Clone)]
+pub struct Global {
+    /// The provider component (default: createos_provider.wasm built by ./build.sh).
+    #[arg(long, global = true, env = "SANDBOX_PROVIDER", value_name = "FILE")]
+    pub provider: Option<PathBuf>,
+    /// The provider config, a JSON object.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The provider's API URL (overrides the config's `apiUrl`); without it
+    /// and without `apiUrl`, an embedded local backend is started.
+    #[arg(long, global = true, value_name = "URL")]
+    pub api_url: Option<String>,
+    /// A file holding the API key (else the config, else the provider's
+    /// declared environment variable, for example CREATEOS_API_KEY).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// Where the lease store lives (default: $XDG_DATA_HOME/sandbox or ~/.local/share/sandbox).
+    #[arg(long, global = true, env = "SANDBOX_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The company (tenant) id.
+    #[arg(long, global = true, default_value = "local")]
+    pub company: String,
+    /// The environment id.
+    #[arg(long, global = true, default_value = "default")]
+    pub environment: String,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Show the provider component's own stderr (debugging).
+    #[arg(long, global = true)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Acquire a sandbox, run one command with live output, release it.
+    Run(RunArgs),
+    /// Show the provider's description (driver key, schema, capabilities).
+    Describe,
+    /// Validate the config (no network).
+    ValidateConfig,
+    /// Create a sandbox, run a marker command in it, delete it.
+    Probe,
+    /// Manage leases kept in the lease store.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
+}
+
+/// A command to run and its limits.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// How long the command may run (for example 30s, 500ms, 5m).
+    #[arg(long, value_parser = parse_duration, value_name = "DUR")]
+    pub timeout: Option<Duration>,
+    /// The working directory inside the sandbox.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+    /// Extra environment variables, NAME=VALUE.
+    #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    /// The command and its arguments.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum LeaseCommand {
+    /// Acquire a lease and print its id (needs a backend that outlives this
+    /// process: --api-url or apiUrl).
+    Acquire {
+        /// The run the lease is for.
+        #[arg(long, default_value = "cli")]
+        run_id: String,
+    },
+    /// Run a command on an active lease.
+    Exec {
+        /// The lease id (from `lease acquire` or `lease list`).
+        lease: String,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Release a lease (pause or delete it).
+    Release {
+        /// The lease id.
+        lease: String,
+    },
+    /// Destroy a lease's sandbox; clears a poisoned lease.
+    Destroy {
+        /// The lease id.
+        lease: String,
+    },
+    /// List the leases in the store.
+    List,
+    /// Destroy every poisoned lease.
+    Sweep,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("sandbox: {error:#}");
+            ExitCode::from(EXIT_SANDBOX_ERROR)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<u8> {
+    let global = cli.global;
+    match cli.command {
+        Command::Describe => {
+            let setup = Setup::provider_only(&global)?;
+            report::description(setup.runtime.description(), global.json);
+            Ok(0)
+        }
+        Command::ValidateConfig => {
+            let setup = Setup::provider_only(&global)?;
+            let config = backend::read_config(&global)?;
+            let validation = setup.runtime.validate_config(&config)?;
+            report::validation(&validation, global.json);
+            Ok(if validation.ok { 0 } else { 1 })
+        }
+        Command::Probe => {
+            let setup = Setup::with_backend(&global, true)?;
+            let env = setup.environment(&global)?;
+            let outcome = setup.runtime.probe(&env, None)?;
+            let code = report::probe(&outcome, global.json);
+            setup.finish();
+            Ok(code)
+        }
+        Command::Run(args) => {
+            let setup = Setup::with_backend(&global, true)?;
+            let code = exec::run(&setup, &global, &args);
+            setup.finish();
+            code
+        }
+        Command::Lease(command) => lease(&global, command),
+    }
+}
+
+fn lease(global: &Global, command: LeaseCommand) -> Result<u8> {
+    match command {
+        LeaseCommand::Acquire { run_id } => {
+            let setup = Setup::with_backend(global, false)?;
+            let env = setup.environment(global)?;
+            exec::acquire(&setup, &env, &run_id, global.json)
+        }
+        LeaseCommand::Exec { lease, run } => {
+            let setup = Setup::for_stored_leases(global)?;
+            let env = setup.environment_of(global, &lease)?;
+            exec::exec(&setup, &env, &lease, &run)
+        }
+        LeaseCommand::Release { lease } => {
+            let setup = Setup::for_stored_leases(global)?;
+            let env = setup.environment_of(global, &lease)?;
+            let outcome = setup.runtime.release(&env, &lease)?;
+            Ok(report::termination(
+                "released",
+                &lease,
+                &outcome,
+                global.json,
+            ))
+        }
+        LeaseCommand::Destroy { lease } => {
+            let setup = Setup::for_stored_leases(global)?;
+            let env = setup.environment_of(global, &lease)?;
+            let outcome = setup.runtime.destroy(&env, &lease)?;
+            Ok(report::termination(
+                "destroyed",
+                &lease,
+                &outcome,
+                global.json,
+            ))
+        }
+        LeaseCommand::List => {
+            let setup = Setup::for_stored_leases(global)?;
+            report::leases(&setup.runtime.store().list()?, global.json);
+            Ok(0)
+        }
+        LeaseCommand::Sweep => {
+            let setup = Setup::for_stored_leases(global)?;
+            exec::sweep(&setup, global)
+        }
+    }
+}
+
+/// Parses `500ms`, `30s`, `5m`, `1h`, or a plain number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?} (try 30s, 500ms, 5m)"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {text:?} (use ms, s, m or h)"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3 days").is_err());
+    }
+}

@@ -1,0 +1,379 @@
+//! Running commands: `run` (acquire, execute, release), `lease exec`,
+//! `lease acquire`, `lease sweep`, and Ctrl-C.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use anyhow::{Context, Result};
+use sandbox_host::types::{
+    AcquireRequest, ExecuteRequest, ExecuteResult, OutputStream, ProviderError, WorkspaceRequest,
+};
+use sandbox_host::{trap_of, CancelToken, Environment, LeaseState, OutputSink};
+
+use crate::backend::{show_progress, Setup};
+use crate::report;
+use crate::{
+    Global, RunArgs, EXIT_CLEANUP_FAILED, EXIT_INTERRUPTED, EXIT_SANDBOX_ERROR, EXIT_TIMED_OUT,
+};
+
+/// `run`: acquire, execute with live output, release (or destroy when
+/// cleanup could not be confirmed).
+pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
+    let env = setup.environment(global)?;
+    let cancel = interrupt_token();
+    if show_progress() {
+        eprintln!("sandbox: creating a sandbox…");
+    }
+    let request = AcquireRequest {
+        run_id: "cli-run".into(),
+        requested_cwd: args.cwd.clone(),
+        workspace_mode: None,
+        requested_expires_at: None,
+    };
+    let record = match setup.runtime.acquire(&env, &request)? {
+        Ok(record) => record,
+        Err(error @ ProviderError::CleanupFailed(_)) => {
+            eprintln!(
+                "sandbox: setting up the sandbox failed and its cleanup could not be confirmed: {}",
+                report::error_text(&error)
+            );
+            eprintln!("sandbox: the lease is poisoned; `sandbox lease sweep` destroys it");
+            return Ok(EXIT_CLEANUP_FAILED);
+        }
+        Err(error) => {
+            eprintln!(
+                "sandbox: acquiring a sandbox failed: {}",
+                report::error_text(&error)
+            );
+            return Ok(EXIT_SANDBOX_ERROR);
+        }
+    };
+    if show_progress() {
+        eprintln!("sandbox: sandbox ready");
+    }
+    let code = execute_and_settle(setup, &env, &record.id, args, cancel, true);
+    Ok(code)
+}
+
+/// `lease exec`: execute on an existing lease; the lease stays active
+/// unless cleanup failed (then it is destroyed).
+pub fn exec(setup: &Setup, env: &Environment, lease_id: &str, args: &RunArgs) -> Result<u8> {
+    let cancel = interrupt_token();
+    Ok(execute_and_settle(
+        setup, env, lease_id, args, cancel, false,
+    ))
+}
+
+/// `lease acquire`: prints the new lease id.
+pub fn acquire(setup: &Setup, env: &Environment, run_id: &str, json: bool) -> Result<u8> {
+    let request = AcquireRequest {
+        run_id: run_id.into(),
+        requested_cwd: None,
+        workspace_mode: None,
+        requested_expires_at: None,
+    };
+    match setup.runtime.acquire(env, &request)? {
+        Ok(record) => {
+            report::lease_acquired(&record, json);
+            Ok(0)
+        }
+        Err(error) => {
+            eprintln!(
+                "sandbox: acquiring a lease failed: {}",
+                report::error_text(&error)
+            );
+            Ok(match error {
+                ProviderError::CleanupFailed(_) => EXIT_CLEANUP_FAILED,
+                _ => EXIT_SANDBOX_ERROR,
+            })
+        }
+    }
+}
+
+/// `lease sweep`: destroys every poisoned lease, environment by environment.
+pub fn sweep(setup: &Setup, global: &Global) -> Result<u8> {
+    let mut groups: BTreeMap<(String, String, String), String> = BTreeMap::new();
+    for record in setup.runtime.store().needing_sweep()? {
+        groups
+            .entry((
+                record.provider.clone(),
+                record.company_id.clone(),
+                record.environment_id.clone(),
+            ))
+            .or_insert(record.id);
+    }
+    let mut failures = 0;
+    let mut results = Vec::new();
+    for ((_, _, _), any_lease) in groups {
+        let env = setup.environment_of(global, &any_lease)?;
+        for (record, outcome) in setup.runtime.sweep(&env)? {
+            if outcome.is_err() {
+                failures += 1;
+            }
+            results.push((record, outcome));
+        }
+    }
+    report::swept(&results, global.json);
+    Ok(if failures == 0 { 0 } else { 1 })
+}
+
+fn execute_and_settle(
+    setup: &Setup,
+    env: &Environment,
+    lease_id: &str,
+    args: &RunArgs,
+    cancel: CancelToken,
+    release: bool,
+) -> u8 {
+    let code = match execute(setup, env, lease_id, args, cancel) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("sandbox: {error:#}");
+            EXIT_SANDBOX_ERROR
+        }
+    };
+    let settled = settle(setup, env, lease_id, release).unwrap_or_else(|error| {
+        eprintln!("sandbox: {error:#}");
+        EXIT_SANDBOX_ERROR
+    });
+    combine(code, settled)
+}
+
+/// The command's status, unless settling the lease failed: a cleanup
+/// failure always wins, and any failure beats a success.
+fn combine(command: u8, settled: u8) -> u8 {
+    if settled == EXIT_CLEANUP_FAILED || (command == 0 && settled != 0) {
+        settled
+    } else {
+        command
+    }
+}
+
+fn execute(
+    setup: &Setup,
+    env: &Environment,
+    lease_id: &str,
+    args: &RunArgs,
+    cancel: CancelToken,
+) -> Result<u8> {
+    let workspace = WorkspaceRequest {
+        remote_path: args.cwd.clone(),
+    };
+    let cwd = match setup.runtime.realize_workspace(env, lease_id, &workspace)? {
+        Ok(cwd) => cwd,
+        Err(error) => {
+            eprintln!(
+                "sandbox: preparing the workspace failed: {}",
+                report::error_text(&error)
+            );
+            return Ok(EXIT_SANDBOX_ERROR);
+        }
+    };
+    let (command, rest) = args.command.split_first().context("no command given")?;
+    let mut environment = Vec::new();
+    for pair in &args.env {
+        let (name, value) = pair
+            .split_once('=')
+            .with_context(|| format!("--env {pair:?} is not NAME=VALUE"))?;
+        environment.push((name.to_owned(), value.to_owned()));
+    }
+    let request = ExecuteRequest {
+        command: command.clone(),
+        args: rest.to_vec(),
+        cwd: Some(cwd),
+        env: environment,
+        stdin: None,
+        timeout_ms: args
+            .timeout
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+    };
+    let streamed = Arc::new(AtomicBool::new(false));
+    let sink: OutputSink = {
+        let streamed = streamed.clone();
+        Arc::new(move |stream, chunk: &str| {
+            streamed.store(true, Ordering::Relaxed);
+            match stream {
+                OutputStream::Stdout => {
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(chunk.as_bytes());
+                    let _ = out.flush();
+                }
+                OutputStream::Stderr => {
+                    let mut err = std::io::stderr().lock();
+                    let _ = err.write_all(chunk.as_bytes());
+                    let _ = err.flush();
+                }
+            }
+        })
+    };
+    let outcome = setup
+        .runtime
+        .execute(env, lease_id, &request, Some(sink), cancel);
+    let streamed = streamed.load(Ordering::Relaxed);
+    Ok(match outcome {
+        Ok(Ok(result)) => finished(&result, streamed, args),
+        Ok(Err(ProviderError::Cancelled)) => {
+            eprintln!("sandbox: cancelled; the command was stopped and cleaned up");
+            EXIT_INTERRUPTED
+        }
+        Ok(Err(ProviderError::CleanupFailed(failure))) => {
+            if let (Some(partial), false) = (&failure.partial, streamed) {
+                print_output(&partial.stdout, &partial.stderr);
+            }
+            eprintln!(
+                "sandbox: cleanup failed: it could not be confirmed that the command stopped ({:?}, {:?}); the lease is poisoned and will be destroyed",
+                failure.phase, failure.cause
+            );
+            EXIT_CLEANUP_FAILED
+        }
+        Ok(Err(error)) => {
+            eprintln!(
+                "sandbox: the command could not run: {}",
+                report::error_text(&error)
+            );
+            EXIT_SANDBOX_ERROR
+        }
+        Err(error) => {
+            let what = match trap_of(&error) {
+                Some(trap) => format!("the provider component trapped ({trap})"),
+                None => "the host failed".to_owned(),
+            };
+            eprintln!("sandbox: {what}: {error:#}");
+            eprintln!(
+                "sandbox: termination is unknown; the lease is poisoned and will be destroyed"
+            );
+            EXIT_CLEANUP_FAILED
+        }
+    })
+}
+
+fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
+    if !streamed {
+        print_output(&result.stdout, &result.stderr);
+    }
+    if result.output_truncated {
+        eprintln!("sandbox: note: older output was dropped to respect the output cap");
+    }
+    if result.timed_out {
+        let limit = args
+            .timeout
+            .map(|t| format!(" after {t:?}"))
+            .unwrap_or_default();
+        eprintln!("sandbox: the command timed out{limit} and was terminated");
+        return EXIT_TIMED_OUT;
+    }
+    match (result.exit_code, &result.signal) {
+        (Some(code), _) => u8::try_from(code.clamp(0, 255)).unwrap_or(1),
+        (None, Some(signal)) => 128 + signal_number(signal).unwrap_or(0),
+        (None, None) => EXIT_SANDBOX_ERROR,
+    }
+}
+
+fn print_output(stdout: &str, stderr: &str) {
+    let _ = std::io::stdout().write_all(stdout.as_bytes());
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().write_all(stderr.as_bytes());
+}
+
+fn signal_number(name: &str) -> Option<u8> {
+    let name = name.strip_prefix("SIG").unwrap_or(name);
+    Some(match name {
+        "HUP" => 1,
+        "INT" => 2,
+        "QUIT" => 3,
+        "ABRT" => 6,
+        "KILL" => 9,
+        "SEGV" => 11,
+        "PIPE" => 13,
+        "ALRM" => 14,
+        "TERM" => 15,
+        _ => return None,
+    })
+}
+
+/// After the command: destroy a poisoned lease, or release a healthy one
+/// when `release`. Returns the exit status this step implies.
+fn settle(setup: &Setup, env: &Environment, lease_id: &str, release: bool) -> Result<u8> {
+    let state = setup
+        .runtime
+        .store()
+        .get(lease_id)?
+        .map(|record| record.state);
+    match state {
+        Some(LeaseState::Poisoned) => destroy_poisoned(setup, env, lease_id),
+        Some(LeaseState::Active) if release => match setup.runtime.release(env, lease_id) {
+            Ok(Ok(_)) => Ok(0),
+            Ok(Err(error)) => {
+                eprintln!(
+                    "sandbox: releasing the sandbox failed: {}",
+                    report::error_text(&error)
+                );
+                if setup.runtime.store().get(lease_id)?.map(|r| r.state)
+                    == Some(LeaseState::Poisoned)
+                {
+                    destroy_poisoned(setup, env, lease_id)
+                } else {
+                    Ok(EXIT_SANDBOX_ERROR)
+                }
+            }
+            Err(error) => {
+                eprintln!("sandbox: releasing the sandbox failed: {error:#}");
+                destroy_poisoned(setup, env, lease_id)
+            }
+        },
+        _ => Ok(0),
+    }
+}
+
+fn destroy_poisoned(setup: &Setup, env: &Environment, lease_id: &str) -> Result<u8> {
+    match setup.runtime.destroy(env, lease_id) {
+        Ok(Ok(_)) => eprintln!("sandbox: the poisoned sandbox was destroyed"),
+        Ok(Err(error)) => eprintln!(
+            "sandbox: destroying the poisoned sandbox failed ({}); it stays poisoned for `sandbox lease sweep`",
+            report::error_text(&error)
+        ),
+        Err(error) => eprintln!(
+            "sandbox: destroying the poisoned sandbox failed ({error:#}); it stays poisoned for `sandbox lease sweep`"
+        ),
+    }
+    Ok(EXIT_CLEANUP_FAILED)
+}
+
+/// A token cancelled by the first Ctrl-C; a second Ctrl-C exits at once.
+fn interrupt_token() -> CancelToken {
+    static TOKEN: OnceLock<CancelToken> = OnceLock::new();
+    static STARTED: Mutex<bool> = Mutex::new(false);
+    let token = TOKEN.get_or_init(CancelToken::new).clone();
+    let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+    if !*started {
+        *started = true;
+        let token = token.clone();
+        let spawned = std::thread::Builder::new()
+            .name("sandbox-ctrl-c".into())
+            .spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                runtime.block_on(async {
+                    if tokio::signal::ctrl_c().await.is_err() {
+                        return;
+                    }
+                    eprintln!("\nsandbox: interrupted; stopping the command and cleaning up (Ctrl-C again to abandon)");
+                    token.cancel();
+                    if tokio::signal::ctrl_c().await.is_ok() {
+                        eprintln!("sandbox: abandoned; the sandbox may still exist");
+                        std::process::exit(i32::from(EXIT_INTERRUPTED));
+                    }
+                });
+            });
+        if spawned.is_err() {
+            eprintln!("sandbox: warning: Ctrl-C handling is unavailable");
+        }
+    }
+    token
+}

@@ -1,0 +1,243 @@
+//! Printing results for people (text) and programs (`--json`).
+
+use sandbox_host::types::{
+    ConfigValidation, ProbeReport, ProviderDescription, ProviderError, TerminationReceipt,
+};
+use sandbox_host::{LeaseRecord, LeaseState};
+use serde_json::{json, Value};
+
+use crate::{EXIT_CLEANUP_FAILED, EXIT_SANDBOX_ERROR};
+
+/// One line about a provider error, for people.
+pub fn error_text(error: &ProviderError) -> String {
+    match error {
+        ProviderError::InvalidConfig(problems) => {
+            format!("invalid config: {}", problems.join("; "))
+        }
+        ProviderError::InvalidRequest(why) => format!("invalid request: {why}"),
+        ProviderError::ForeignLease(why) => format!("the lease belongs elsewhere: {why}"),
+        ProviderError::Unsupported(what) => format!("unsupported: {what}"),
+        ProviderError::ApiRejected(r) => {
+            format!("the API rejected {} with HTTP {}", r.operation, r.status)
+        }
+        ProviderError::TransportFailed(f) => {
+            format!(
+                "{} failed in transport ({:?}): {}",
+                f.operation, f.kind, f.detail
+            )
+        }
+        ProviderError::InvalidResponse(r) => {
+            format!("invalid answer to {}: {}", r.operation, r.reason)
+        }
+        ProviderError::Cancelled => "cancelled".to_owned(),
+        ProviderError::CleanupFailed(f) => format!(
+            "cleanup failed in {:?} ({:?}) for sandbox {}",
+            f.phase,
+            f.cause,
+            f.sandbox_id.as_deref().unwrap_or("<unknown>")
+        ),
+    }
+}
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+pub fn description(d: &ProviderDescription, as_json: bool) {
+    let capabilities: Vec<String> = format!("{:?}", d.capabilities)
+        .split(['(', ')', '|', ' '])
+        .filter(|s| !s.is_empty() && *s != "Capabilities")
+        .map(str::to_owned)
+        .collect();
+    if as_json {
+        let schema: Value = serde_json::from_str(&d.config_schema).unwrap_or(Value::Null);
+        print_json(&json!({
+            "driverKey": d.driver_key,
+            "displayName": d.display_name,
+            "configSchema": schema,
+            "capabilities": capabilities,
+            "secrets": d.secrets.iter().map(|s| json!({
+                "configField": s.config_field, "header": s.header, "envVar": s.env_var,
+            })).collect::<Vec<_>>(),
+            "requestSpacingMs": d.request_spacing_ms,
+        }));
+        return;
+    }
+    println!("{} ({})", d.display_name, d.driver_key);
+    println!("capabilities: {}", capabilities.join(", "));
+    for s in &d.secrets {
+        let env = s
+            .env_var
+            .as_deref()
+            .map(|v| format!(", or ${v}"))
+            .unwrap_or_default();
+        println!(
+            "secret: config field {} sent as {}{env}",
+            s.config_field, s.header
+        );
+    }
+    println!("request spacing: {} ms", d.request_spacing_ms);
+}
+
+pub fn validation(v: &ConfigValidation, as_json: bool) {
+    if as_json {
+        let normalized = v
+            .normalized_config
+            .as_deref()
+            .and_then(|c| serde_json::from_str::<Value>(c).ok());
+        print_json(&json!({
+            "ok": v.ok, "warnings": v.warnings, "errors": v.errors,
+            "normalizedConfig": normalized, "apiOrigin": v.api_origin,
+        }));
+        return;
+    }
+    println!("{}", if v.ok { "config ok" } else { "config invalid" });
+    for e in &v.errors {
+        println!("error: {e}");
+    }
+    for w in &v.warnings {
+        println!("warning: {w}");
+    }
+    if let Some(origin) = &v.api_origin {
+        println!("api origin: {origin}");
+    }
+}
+
+pub fn probe(outcome: &Result<ProbeReport, ProviderError>, as_json: bool) -> u8 {
+    match outcome {
+        Ok(report) => {
+            if as_json {
+                print_json(&json!({
+                    "ok": report.ok, "summary": report.summary, "diagnostics": report.diagnostics,
+                }));
+            } else {
+                println!("{}", report.summary);
+                for line in &report.diagnostics {
+                    println!("  {line}");
+                }
+            }
+            if report.ok {
+                0
+            } else {
+                1
+            }
+        }
+        Err(error) => {
+            if as_json {
+                print_json(&json!({ "ok": false, "error": error_text(error) }));
+            }
+            eprintln!("sandbox: probe failed: {}", error_text(error));
+            exit_for(error)
+        }
+    }
+}
+
+pub fn termination(
+    verb: &str,
+    lease: &str,
+    outcome: &Result<TerminationReceipt, ProviderError>,
+    as_json: bool,
+) -> u8 {
+    match outcome {
+        Ok(receipt) => {
+            if as_json {
+                print_json(&json!({
+                    "lease": lease, "sandboxId": receipt.sandbox_id,
+                    "action": format!("{:?}", receipt.action).to_lowercase(),
+                }));
+            } else {
+                println!(
+                    "{verb} {lease} (sandbox {}: {:?})",
+                    receipt.sandbox_id, receipt.action
+                );
+            }
+            0
+        }
+        Err(error) => {
+            eprintln!("sandbox: {lease}: {}", error_text(error));
+            exit_for(error)
+        }
+    }
+}
+
+fn exit_for(error: &ProviderError) -> u8 {
+    match error {
+        ProviderError::CleanupFailed(_) => EXIT_CLEANUP_FAILED,
+        _ => EXIT_SANDBOX_ERROR,
+    }
+}
+
+fn lease_json(r: &LeaseRecord) -> Value {
+    json!({
+        "id": r.id, "provider": r.provider, "companyId": r.company_id,
+        "environmentId": r.environment_id, "runId": r.run_id, "state": r.state.as_str(),
+        "reason": r.reason,
+        "providerLeaseId": r.lease.as_ref().map(|l| l.provider_lease_id.clone()),
+        "expiresAt": r.lease.as_ref().and_then(|l| l.expires_at.clone()),
+        "createdMs": r.created_ms, "updatedMs": r.updated_ms,
+    })
+}
+
+pub fn lease_acquired(r: &LeaseRecord, as_json: bool) {
+    if as_json {
+        print_json(&lease_json(r));
+    } else {
+        println!("{}", r.id);
+    }
+}
+
+pub fn leases(records: &[LeaseRecord], as_json: bool) {
+    if as_json {
+        print_json(&Value::Array(records.iter().map(lease_json).collect()));
+        return;
+    }
+    if records.is_empty() {
+        println!("no leases");
+        return;
+    }
+    for r in records {
+        let sandbox = r
+            .lease
+            .as_ref()
+            .map_or("-", |l| l.provider_lease_id.as_str());
+        let reason = match (r.state, &r.reason) {
+            (LeaseState::Active, _) | (_, None) => String::new(),
+            (_, Some(reason)) => format!("  ({reason})"),
+        };
+        println!(
+            "{}  {:<9}  {}  {}/{}  sandbox {sandbox}{reason}",
+            r.id, r.state, r.provider, r.company_id, r.environment_id
+        );
+    }
+}
+
+pub fn swept(results: &[(LeaseRecord, Result<(), String>)], as_json: bool) {
+    if as_json {
+        print_json(&Value::Array(
+            results
+                .iter()
+                .map(|(r, outcome)| {
+                    let mut value = lease_json(r);
+                    value["swept"] = json!(outcome.is_ok());
+                    if let Err(e) = outcome {
+                        value["error"] = json!(e);
+                    }
+                    value
+                })
+                .collect(),
+        ));
+        return;
+    }
+    if results.is_empty() {
+        println!("nothing to sweep");
+    }
+    for (r, outcome) in results {
+        match outcome {
+            Ok(()) => println!("{}: destroyed", r.id),
+            Err(e) => println!("{}: {} ({e})", r.id, r.state),
+        }
+    }
+}
