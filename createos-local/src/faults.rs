@@ -164,6 +164,9 @@ pub struct RecordedRequest {
     pub fault: Option<FaultAction>,
 }
 
+/// The request record keeps the newest this many requests.
+pub const MAX_RECORDED: usize = 10_000;
+
 #[derive(Debug, Default)]
 struct State {
     rules: Vec<FaultRule>,
@@ -235,7 +238,11 @@ impl Faults {
     }
 
     pub(crate) fn record(&self, req: RecordedRequest) {
-        self.lock().requests.push(req);
+        let mut state = self.lock();
+        if state.requests.len() >= MAX_RECORDED {
+            state.requests.remove(0);
+        }
+        state.requests.push(req);
     }
 }
 

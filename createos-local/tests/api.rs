@@ -552,3 +552,80 @@ fn background_server_for_sync_hosts() {
     assert_eq!(status.ok(), Some(StatusCode::OK));
     assert!(bg.shutdown().all_exited());
 }
+
+#[tokio::test]
+async fn slow_live_reader_gets_offset_expired_frame() {
+    let h =
+        Harness::start_builder(createos_local::Server::builder().journal_capacity(64 * 1024)).await;
+    let sb = h.sandbox().await;
+    // Wait for a go file so the reader is connected before output starts.
+    let go = if h.bwrap() {
+        "/tmp/go".to_string()
+    } else {
+        format!("{}/tmp/go", h.server.data_dir().join(&sb).display())
+    };
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done; head -c 41943040 /dev/zero | tr '\\0' b"
+    );
+    let pid = h.spawn(&sb, &script).await;
+    let mut resp = h
+        .http
+        .get(format!(
+            "{}/v1/sandboxes/{sb}/processes/{pid}/connect?after=0",
+            h.base
+        ))
+        .header("X-Api-Key", KEY)
+        .send()
+        .await
+        .expect("head");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (st, _) = h
+        .http
+        .put(format!("{}/v1/sandboxes/{sb}/files?path=/tmp/go", h.base))
+        .header("X-Api-Key", KEY)
+        .body("go")
+        .send()
+        .await
+        .map(|r| (r.status(), ()))
+        .expect("put go");
+    assert_eq!(st, StatusCode::OK);
+    // Do not read until the producer is done: the journal moves on.
+    let mp = h.wait_tree(&sb, &pid).await;
+    assert_eq!(mp["exit_code"], 0, "{mp}");
+    let mut body = Vec::new();
+    while let Some(c) = resp.chunk().await.expect("chunk") {
+        body.extend_from_slice(&c);
+    }
+    let frames: Vec<Value> = body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("json line"))
+        .collect();
+    let last = frames.last().expect("frames");
+    assert_eq!(last["type"], "error", "{last}");
+    assert_eq!(last["error"], "output_offset_expired");
+    let _ = stream_bytes(&frames, "stdout", 0);
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+#[tokio::test]
+async fn idle_stream_sends_heartbeats() {
+    let h = Harness::start().await;
+    let sb = h.sandbox().await;
+    let pid = h.spawn(&sb, "sleep 6; echo late").await;
+    let (_, frames) = h.connect(&sb, &pid, 0).await.expect("connect");
+    assert!(
+        frames.iter().any(|f| f["type"] == "heartbeat"),
+        "{frames:?}"
+    );
+    assert_eq!(stream_bytes(&frames, "stdout", 0), b"late\n");
+    assert_eq!(exit_frame(&frames)["exit_code"], 0);
+    let (st, v) = h
+        .get(&format!(
+            "/v1/sandboxes/{sb}/processes/{pid}/wait?scope=process&timeout_ms=30000"
+        ))
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["data"]["leader_exited"], true);
+    assert!(h.server.shutdown().await.all_exited());
+}

@@ -20,14 +20,27 @@ pub struct Harness {
 pub type R<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 impl Harness {
+    /// Auto isolation, or the process-group fallback when
+    /// `CREATEOS_LOCAL_TEST_ISOLATION=process-group` (to run the whole
+    /// suite in that mode).
     pub async fn start() -> Self {
-        Self::start_with(IsolationPreference::Auto).await
+        let pref = match std::env::var("CREATEOS_LOCAL_TEST_ISOLATION").as_deref() {
+            Ok("process-group") => IsolationPreference::ProcessGroup,
+            _ => IsolationPreference::Auto,
+        };
+        Self::start_with(pref).await
     }
 
     pub async fn start_with(pref: IsolationPreference) -> Self {
-        let server = Server::builder()
+        Self::start_builder(Server::builder().isolation(pref)).await
+    }
+
+    pub async fn start_builder(mut builder: createos_local::ServerBuilder) -> Self {
+        if std::env::var("CREATEOS_LOCAL_TEST_ISOLATION").as_deref() == Ok("process-group") {
+            builder = builder.isolation(IsolationPreference::ProcessGroup);
+        }
+        let server = builder
             .api_key(KEY)
-            .isolation(pref)
             .transition_delay(Duration::from_millis(150))
             .quiet(true)
             .start()
