@@ -480,3 +480,176 @@ fn frame_error(error: &FrameError) -> ProviderError {
 fn transport_error(operation: &str, error: &TransportError) -> ProviderError {
     ApiError::Transport(error.clone()).into_provider_error(operation)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::platform::fake::{ok, Answer, FakePlatform};
+    use crate::platform::Instant;
+
+    const PROCESS: &str = "/v1/sandboxes/sb/processes/p1";
+
+    fn config() -> Config {
+        crate::config::parse(r#"{"requestTimeoutMs": 2000}"#).unwrap()
+    }
+
+    fn request(timeout_ms: Option<u64>) -> ExecuteRequest {
+        ExecuteRequest {
+            command: "echo".into(),
+            args: vec!["hi".into()],
+            cwd: None,
+            env: vec![],
+            stdin: None,
+            timeout_ms,
+        }
+    }
+
+    fn frame(seq: u64, text: &str) -> Vec<u8> {
+        use base64::Engine as _;
+        let data = base64::engine::general_purpose::STANDARD.encode(text);
+        format!("{{\"type\":\"data\",\"seq\":{seq},\"stream\":\"stdout\",\"data_base64\":\"{data}\"}}\n").into_bytes()
+    }
+
+    /// A fake sandbox whose `/connect` gives `connect` and DELETE gives `delete`.
+    fn sandbox(
+        connect: impl Fn() -> Vec<Result<Vec<u8>, TransportError>> + 'static,
+        delete: impl Fn() -> Answer + 'static,
+    ) -> FakePlatform {
+        FakePlatform::new(move |req| match (req.method, req.path.as_str()) {
+            (Method::Post, "/v1/sandboxes/sb/processes") => ok(json!({"process_id": "p1"})),
+            (Method::Get, p) if p.starts_with(&format!("{PROCESS}/connect")) => {
+                Answer::Stream(200, connect())
+            }
+            (Method::Delete, p) if p.starts_with(PROCESS) => delete(),
+            _ => ok(json!({})),
+        })
+    }
+
+    fn deleted() -> Answer {
+        ok(json!({"tree_exited": true}))
+    }
+
+    #[test]
+    fn the_exit_frame_gives_the_result_without_a_delete() {
+        let mut platform = sandbox(
+            || {
+                vec![
+                    Ok(frame(1, "hi\n")),
+                    Ok(b"{\"type\":\"exit\",\"exit_code\":0}\n".to_vec()),
+                ]
+            },
+            deleted,
+        );
+        let result = execute(&mut platform, &config(), "sb", &request(None)).unwrap();
+        assert_eq!(
+            (result.exit_code, result.stdout.as_str()),
+            (Some(0), "hi\n")
+        );
+        assert_eq!(
+            platform.calls(),
+            vec![
+                "POST /V1/SANDBOXES/SB/PROCESSES".to_string(),
+                format!("POST {PROCESS}/STDIN/CLOSE").to_uppercase(),
+                format!("GET {PROCESS}/CONNECT?AFTER=0").to_uppercase(),
+            ]
+        );
+        assert_eq!(
+            platform.output,
+            vec![(StreamId::Stdout, "hi\n".to_string())]
+        );
+    }
+
+    #[test]
+    fn a_timeout_deletes_with_a_fresh_deadline_and_keeps_partial_output() {
+        let mut platform = sandbox(|| vec![Ok(frame(1, "part"))], deleted);
+        let result = execute(&mut platform, &config(), "sb", &request(Some(5_000))).unwrap();
+        assert!(result.timed_out);
+        assert_eq!(result.stdout, "part");
+        let (delete, wait) = platform.requests.last().unwrap();
+        assert_eq!(delete.method, Method::Delete);
+        assert_eq!(delete.path, format!("{PROCESS}?grace_ms=1000"));
+        let connect_deadline: Instant = platform.requests[2].1.deadline;
+        assert_eq!(
+            wait.deadline,
+            connect_deadline + 2_000 * MS,
+            "fresh budget after the deadline"
+        );
+        assert!(!wait.cancellable, "cleanup cannot be cancelled");
+    }
+
+    #[test]
+    fn an_unconfirmed_delete_replaces_the_timeout_result() {
+        let mut platform = sandbox(
+            || vec![Ok(frame(1, "part"))],
+            || ok(json!({"tree_exited": false})),
+        );
+        match execute(&mut platform, &config(), "sb", &request(Some(5_000))) {
+            Err(ProviderError::CleanupFailed(failure)) => {
+                assert!(matches!(failure.cause, CleanupCause::TreeStillRunning));
+                assert_eq!(failure.partial.unwrap().stdout, "part");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn cancellation_deletes_then_reports_cancelled() {
+        let mut platform = sandbox(|| vec![Ok(frame(1, "x"))], deleted);
+        platform.cancel_at = Some(platform.now() + 100 * MS);
+        let outcome = execute(&mut platform, &config(), "sb", &request(Some(60_000)));
+        assert!(
+            matches!(outcome, Err(ProviderError::Cancelled)),
+            "{outcome:?}"
+        );
+        assert_eq!(platform.requests.last().unwrap().0.method, Method::Delete);
+    }
+
+    #[test]
+    fn a_transport_error_on_creation_is_unconfirmed() {
+        let mut platform =
+            FakePlatform::new(|_| Answer::Fail(TransportError::Connection("reset".into())));
+        match execute(&mut platform, &config(), "sb", &request(None)) {
+            Err(ProviderError::CleanupFailed(failure)) => {
+                assert!(matches!(failure.phase, CleanupPhase::ProcessCreation));
+                assert_eq!(failure.process_id, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(platform.requests.len(), 1);
+    }
+
+    #[test]
+    fn reconnects_resume_from_the_cursor() {
+        let attempts = std::cell::Cell::new(0);
+        let mut platform = sandbox(
+            move || {
+                attempts.set(attempts.get() + 1);
+                if attempts.get() == 1 {
+                    vec![
+                        Ok(frame(1, "a")),
+                        Err(TransportError::Connection("reset".into())),
+                    ]
+                } else {
+                    vec![
+                        Ok(frame(1, "a")),
+                        Ok(frame(2, "b")),
+                        // A final line without newline, parsed at the end of the stream.
+                        Ok(b"{\"type\":\"exit\",\"exit_code\":1}".to_vec()),
+                        Err(TransportError::Other("end".into())),
+                    ]
+                }
+            },
+            deleted,
+        );
+        let result = execute(&mut platform, &config(), "sb", &request(None)).unwrap();
+        assert_eq!((result.stdout.as_str(), result.exit_code), ("ab", Some(1)));
+        assert!(
+            platform
+                .calls()
+                .iter()
+                .any(|c| c.ends_with("CONNECT?AFTER=1")),
+            "{:?}",
+            platform.calls()
+        );
+    }
+}
