@@ -131,7 +131,7 @@ async fn files_round_trip_and_confinement() {
     };
     let get = |p: String| h.http.get(url(&p)).header("X-Api-Key", KEY).send();
 
-    let data: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let data: Vec<u8> = (0..=255u8).cycle().take(3 * 1024 * 1024 + 7).collect();
     let resp = put("/paperclip-workspace/a/b/c.bin".into(), data.clone())
         .await
         .expect("put");
@@ -147,6 +147,41 @@ async fn files_round_trip_and_confinement() {
         std::fs::read(root.join("paperclip-workspace/a/b/c.bin")).expect("on disk"),
         data
     );
+
+    // Missing parameter, wrong method: still the JSend envelope.
+    let resp = h
+        .http
+        .get(format!("{}/v1/sandboxes/{sb}/files", h.base))
+        .header("X-Api-Key", KEY)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+    let v: Value = resp.json().await.expect("envelope");
+    assert_eq!(v["status"], "fail");
+    let resp = h
+        .http
+        .patch(format!("{}/v1/sandboxes/{sb}", h.base))
+        .header("X-Api-Key", KEY)
+        .send()
+        .await
+        .expect("patch");
+    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let v: Value = resp.json().await.expect("envelope");
+    assert_eq!(v["status"], "fail");
+    let resp = h
+        .http
+        .get(format!(
+            "{}/v1/sandboxes/{sb}/processes/p/connect?after=x",
+            h.base
+        ))
+        .header("X-Api-Key", KEY)
+        .send()
+        .await
+        .expect("get");
+    assert!(resp.status().is_client_error());
+    let v: Value = resp.json().await.expect("envelope");
+    assert_eq!(v["status"], "fail");
 
     // Lexically invalid paths.
     for bad in ["relative/x", "/tmp/../../etc/passwd", "/tmp/..", "/"] {

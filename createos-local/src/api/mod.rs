@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -51,6 +51,9 @@ pub type Shared = Arc<AppState>;
 /// `tree_exited` overrides).
 #[derive(Debug, Clone)]
 pub struct InjectedFault(pub FaultAction);
+
+/// Largest request body accepted (file uploads): 256 MiB.
+pub const MAX_BODY: usize = 256 * 1024 * 1024;
 
 /// Builds the router.
 pub fn router(state: Shared) -> Router {
@@ -102,6 +105,8 @@ pub fn router(state: Shared) -> Router {
         .nest("/v1", v1)
         .nest("/_admin", admin)
         .fallback(|| async { ApiError::not_found("route") })
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(middleware::from_fn(envelope_errors))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn_with_state(state.clone(), faults))
         .layer(middleware::from_fn_with_state(state.clone(), record))
@@ -153,6 +158,35 @@ async fn faults(State(state): State<Shared>, mut req: Request, next: Next) -> Re
     };
     resp.extensions_mut().insert(InjectedFault(action));
     resp
+}
+
+/// Wraps axum's own rejections (bad query, wrong method, body too large …),
+/// which are plain text, into the JSend envelope. Answers that are already
+/// JSON, and successes, pass unchanged.
+async fn envelope_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let body = axum::body::to_bytes(resp.into_body(), 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&body);
+    let message = if text.trim().is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("request failed")
+            .to_string()
+    } else {
+        text.trim().to_string()
+    };
+    envelope_for(status, "rejected", &message, None)
 }
 
 async fn auth(State(state): State<Shared>, req: Request, next: Next) -> Response {

@@ -101,8 +101,11 @@ pub async fn delete(
     let sb = sandbox(&state, &id)?;
     sb.force(Status::Destroying);
     let mut survivors = Vec::new();
-    for p in sb.processes() {
+    let terminations = sb.processes().into_iter().map(|p| async move {
         let t = p.terminate(std::time::Duration::from_millis(500)).await;
+        (p, t)
+    });
+    for (p, t) in futures_util::future::join_all(terminations).await {
         survivors.extend(t.survivors);
         if t.verified {
             sb.remove_process(&p.id);
