@@ -48,7 +48,7 @@ pub use network::NetworkTransport;
 pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
 pub use pacing::Pacer;
 pub use policy::{Guard, Origin, Policy};
-pub use runtime::{Environment, SandboxRuntime, Secrets};
+pub use runtime::{action_name, Environment, SandboxRuntime, Secrets};
 pub use scripted::{RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport};
 pub use transport::{
     BodySender, DenyAll, ErrorCode, OutgoingRequest, RequestTimeouts, ResponseBody, Transport,

@@ -280,3 +280,39 @@ impl Transport for Guard {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Origin;
+
+    #[test]
+    fn origins_parse_with_default_ports_and_reject_paths() {
+        let origin = Origin::parse("https://API.example.com").unwrap();
+        assert_eq!(origin.to_string(), "https://api.example.com:443");
+        assert_eq!(
+            Origin::parse("http://127.0.0.1:8080/").unwrap().to_string(),
+            "http://127.0.0.1:8080"
+        );
+        assert_eq!(Origin::parse("http://[::1]").unwrap().port(), 80);
+        for bad in [
+            "ftp://x",
+            "https://x/v1",
+            "https://x?q",
+            "https://u:p@x",
+            "x",
+            "https://x#f",
+        ] {
+            assert!(Origin::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_origin_matches_only_its_scheme_host_and_port() {
+        let origin = Origin::parse("http://api.test").unwrap();
+        let of = |uri: &str| Origin::of_uri(&uri.parse().unwrap());
+        assert_eq!(of("http://api.test:80/v1?x").as_ref(), Some(&origin));
+        assert_ne!(of("https://api.test/v1").as_ref(), Some(&origin));
+        assert_ne!(of("http://api.test.evil/v1").as_ref(), Some(&origin));
+        assert_eq!(of("http://u@api.test/"), None);
+    }
+}

@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use crate::bindings::types::{
     AcquireRequest, ConfigValidation, EnvironmentContext, ExecuteRequest, ExecuteResult, Lease,
-    ProbeReport, ProviderDescription, ProviderError, ResumeOutcome, TerminationReceipt,
-    WorkspaceRequest,
+    ProbeReport, ProviderDescription, ProviderError, ResumeOutcome, TerminationAction,
+    TerminationReceipt, WorkspaceRequest,
 };
 use crate::cancel::CancelToken;
 use crate::component::ProviderComponent;
@@ -374,7 +374,7 @@ impl SandboxRuntime {
             self.store.set_state(
                 &record.id,
                 LeaseState::Released,
-                Some(&format!("released: {:?}", receipt.action)),
+                Some(&format!("released: {}", action_name(receipt.action))),
             )?;
         }
         self.poison_on_failure(&record.id, "release-lease", &outcome)?;
@@ -407,7 +407,7 @@ impl SandboxRuntime {
             Ok(Ok(receipt)) => self.store.set_state(
                 &record.id,
                 LeaseState::Destroyed,
-                Some(&format!("destroyed: {:?}", receipt.action)),
+                Some(&format!("destroyed: {}", action_name(receipt.action))),
             )?,
             Ok(Err(error)) => self
                 .store
@@ -664,6 +664,15 @@ impl Drop for RunningGuard<'_> {
             }
         }
         self.runtime.finished.notify_all();
+    }
+}
+
+/// `paused`, `deleted` or `already gone`.
+pub fn action_name(action: TerminationAction) -> &'static str {
+    match action {
+        TerminationAction::Paused => "paused",
+        TerminationAction::Deleted => "deleted",
+        TerminationAction::AlreadyGone => "already gone",
     }
 }
 

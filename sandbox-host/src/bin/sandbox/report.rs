@@ -3,7 +3,7 @@
 use sandbox_host::types::{
     ConfigValidation, ProbeReport, ProviderDescription, ProviderError, TerminationReceipt,
 };
-use sandbox_host::{LeaseRecord, LeaseState};
+use sandbox_host::{action_name, LeaseRecord, LeaseState};
 use serde_json::{json, Value};
 
 use crate::{EXIT_CLEANUP_FAILED, EXIT_SANDBOX_ERROR};
@@ -146,12 +146,13 @@ pub fn termination(
             if as_json {
                 print_json(&json!({
                     "lease": lease, "sandboxId": receipt.sandbox_id,
-                    "action": format!("{:?}", receipt.action).to_lowercase(),
+                    "action": action_name(receipt.action),
                 }));
             } else {
                 println!(
                     "{verb} {lease} (sandbox {}: {:?})",
-                    receipt.sandbox_id, receipt.action
+                    receipt.sandbox_id,
+                    action_name(receipt.action)
                 );
             }
             0

@@ -1,0 +1,128 @@
+//! The runtime with the real CreateOS provider against an in-process
+//! createos-local with injected faults. Skipped until ./build.sh ran.
+
+#![cfg(feature = "local-backend")]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
+use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError};
+use sandbox_host::{
+    shared_engine, CancelToken, LeaseState, LeaseStore, NetworkTransport, Pacer, ProviderComponent,
+    SandboxRuntime, Secrets,
+};
+
+mod common;
+
+fn provider() -> Option<ProviderComponent> {
+    let wasm: PathBuf =
+        common::workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
+    if !wasm.is_file() {
+        eprintln!("skipped: {} not built yet (run ./build.sh)", wasm.display());
+        return None;
+    }
+    Some(
+        ProviderComponent::load(&shared_engine().unwrap(), &wasm)
+            .unwrap_or_else(|e| panic!("{e:#}")),
+    )
+}
+
+#[test]
+fn an_unconfirmed_termination_poisons_the_lease_durably_and_sweep_destroys_it() {
+    let Some(component) = provider() else { return };
+    let server =
+        BackgroundServer::start(Server::builder().api_key("real-key").quiet(true)).unwrap();
+    server.faults().add(
+        FaultRule::new(
+            "DELETE",
+            "/v1/sandboxes/*/processes/*",
+            FaultAction::TreeNotExited,
+        )
+        .always(),
+    );
+    let dir = std::env::temp_dir().join(format!("sandbox-real-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("leases.sqlite");
+    let config = format!(r#"{{"apiUrl":"{}","timeoutMs":20000}}"#, server.base_url());
+    let secrets = Secrets::none().with("apiKey", "real-key");
+    let runtime = |store| {
+        SandboxRuntime::new(component.clone(), store, Arc::new(NetworkTransport::new()))
+            .unwrap()
+            .with_pacer(Pacer::new())
+    };
+
+    let lease_id = {
+        let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()));
+        let env = rt.environment("co", "env", &config, &secrets).unwrap();
+        let request = AcquireRequest {
+            run_id: "real".into(),
+            requested_cwd: None,
+            workspace_mode: None,
+            requested_expires_at: None,
+        };
+        let record = rt.acquire(&env, &request).unwrap().unwrap();
+        let command = ExecuteRequest {
+            command: "sleep".into(),
+            args: vec!["30".into()],
+            cwd: None,
+            env: vec![],
+            stdin: None,
+            timeout_ms: Some(1000),
+        };
+        let outcome = rt
+            .execute(&env, &record.id, &command, None, CancelToken::new())
+            .unwrap();
+        assert!(
+            matches!(outcome, Err(ProviderError::CleanupFailed(_))),
+            "{outcome:?}"
+        );
+        record.id
+    };
+
+    let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()));
+    assert_eq!(
+        rt.store().get(&lease_id).unwrap().unwrap().state,
+        LeaseState::Poisoned
+    );
+    let env = rt.environment("co", "env", &config, &secrets).unwrap();
+    let swept = rt.sweep(&env).unwrap();
+    assert_eq!(swept.len(), 1, "{swept:?}");
+    assert!(swept[0].1.is_ok(), "{swept:?}");
+    assert_eq!(
+        rt.store().get(&lease_id).unwrap().unwrap().state,
+        LeaseState::Destroyed
+    );
+    let report = server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}
+
+#[test]
+fn a_wrong_api_key_is_a_typed_rejection_and_the_right_one_reaches_the_server() {
+    let Some(component) = provider() else { return };
+    let server = BackgroundServer::start(Server::builder().api_key("right").quiet(true)).unwrap();
+    let rt = SandboxRuntime::new(
+        component,
+        Arc::new(LeaseStore::open_in_memory().unwrap()),
+        Arc::new(NetworkTransport::new()),
+    )
+    .unwrap()
+    .with_pacer(Pacer::new());
+    let config = format!(r#"{{"apiUrl":"{}","apiKey":"wrong"}}"#, server.base_url());
+    let env = rt
+        .environment("co", "env", &config, &Secrets::none())
+        .unwrap();
+    let outcome = rt.probe(&env, None).unwrap();
+    assert!(
+        matches!(outcome, Err(ProviderError::ApiRejected(_))),
+        "{outcome:?}"
+    );
+
+    let config = format!(r#"{{"apiUrl":"{}","apiKey":"right"}}"#, server.base_url());
+    let env = rt
+        .environment("co", "env", &config, &Secrets::none())
+        .unwrap();
+    let report = rt.probe(&env, None).unwrap().unwrap();
+    assert!(report.ok, "{report:?}");
+    server.shutdown();
+}
