@@ -82,6 +82,18 @@ async fn sandbox_lifecycle_and_validation() {
         .await;
     assert_eq!(st, StatusCode::CONFLICT);
     h.wait_status(&id, "paused").await;
+    // The process is really stopped while the sandbox is paused.
+    let (_, v) = h.get(&format!("/v1/sandboxes/{id}/processes/{pid}")).await;
+    let host_pid = v["data"]["pid"].as_i64().expect("pid");
+    let stat = std::fs::read_to_string(format!("/proc/{host_pid}/stat")).expect("stat");
+    let state = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .trim_start()
+        .chars()
+        .next();
+    assert_eq!(state, Some('T'), "{stat}");
     let (st, _) = h
         .post(
             &format!("/v1/sandboxes/{id}/processes"),

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use super::envelope::{ok, success, ApiError};
 use super::sandboxes::{parse_json, require_running};
-use super::{process, sandbox, InjectedFault, Shared};
+use super::{process, sandbox, AppState, InjectedFault, Shared};
 use crate::faults::FaultAction;
 use crate::journal::{ExitStatus, Frame, Replay, StreamKind};
 use crate::store::Sandbox;
@@ -40,7 +40,7 @@ pub struct CreateBody {
 }
 
 async fn start(
-    state: &Shared,
+    state: &AppState,
     sb: &Sandbox,
     body: CreateBody,
     capacity: usize,
@@ -75,7 +75,19 @@ async fn start(
     Ok(Process::start(id, state.bwrap.clone(), &state.mode, req).await)
 }
 
-/// `POST .../processes`.
+/// Runs `fut` as its own task so that it completes (and registers or cleans
+/// up what it started) even when the client goes away mid-request.
+async fn detached<T: Send + 'static>(
+    fut: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::spawn(fut)
+        .await
+        .map_err(|e| ApiError::internal(format!("request task failed: {e}")))?
+}
+
+/// `POST .../processes`. The process is registered before the answer is
+/// sent, in a task of its own: a client that times out leaves a process that
+/// sandbox delete and shutdown still find.
 pub async fn create(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -83,15 +95,22 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
     let body: CreateBody = parse_json(&body)?;
-    let p = start(&state, &sb, body, state.journal_capacity).await?;
-    sb.add_process(p.clone());
+    let p = detached(async move {
+        let p = start(&state, &sb, body, state.journal_capacity).await?;
+        sb.add_process(p.clone());
+        Ok(p)
+    })
+    .await?;
     Ok(success(StatusCode::CREATED, p.to_json()))
 }
 
 /// `POST .../exec`: runs to completion and answers the buffered output.
 /// Processes the command left behind are terminated afterwards (a one-shot
 /// command owns nothing that outlives it here). Output is capped at 64 MiB
-/// per call; `timeout_ms` (an extension, default 10 minutes) bounds the run.
+/// per call (the oldest output is dropped beyond that); `timeout_ms` (an
+/// extension, default 10 minutes) bounds the run. While it runs, the exec is
+/// registered like a managed process, so shutdown and sandbox delete
+/// terminate it even if the client has gone away.
 pub async fn exec(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -101,35 +120,41 @@ pub async fn exec(
     let body: CreateBody = parse_json(&body)?;
     let timeout = Duration::from_millis(body.timeout_ms.unwrap_or(600_000));
     let started = Instant::now();
-    let p = start(&state, &sb, body, 64 * 1024 * 1024).await?;
-    p.close_stdin();
-    let finished = p.wait(false, timeout).await;
-    let t = p.terminate(Duration::from_millis(200)).await;
-    if !finished {
-        return Err(ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "timeout",
-            "exec timed out; the command was terminated",
-        ));
-    }
-    if !t.verified {
-        eprintln!(
-            "createos-local: exec {} left {} process(es) that could not be terminated",
-            p.id,
-            t.survivors.len()
-        );
-    }
-    let exit_code = match p.exit() {
-        Some(ExitStatus::Code(c)) => c,
-        Some(ExitStatus::Signal(s)) => 128 + signal_number(&s),
-        None => -1,
-    };
-    let stdout = String::from_utf8_lossy(&p.collect(StreamKind::Stdout)).into_owned();
-    let stderr = String::from_utf8_lossy(&p.collect(StreamKind::Stderr)).into_owned();
-    Ok(ok(json!({
-        "result": { "exit_code": exit_code, "stdout": stdout, "stderr": stderr },
-        "exec_ms": started.elapsed().as_millis() as u64,
-    })))
+    detached(async move {
+        let p = start(&state, &sb, body, 64 * 1024 * 1024).await?;
+        sb.add_process(p.clone());
+        p.close_stdin();
+        let finished = p.wait(false, timeout).await;
+        let t = p.terminate(Duration::from_millis(200)).await;
+        if t.verified {
+            sb.remove_process(&p.id);
+        } else {
+            eprintln!(
+                "createos-local: exec {} left {} process(es) that could not be terminated",
+                p.id,
+                t.survivors.len()
+            );
+        }
+        if !finished {
+            return Err(ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "timeout",
+                "exec timed out; the command was terminated",
+            ));
+        }
+        let exit_code = match p.exit() {
+            Some(ExitStatus::Code(c)) => c,
+            Some(ExitStatus::Signal(s)) => 128 + signal_number(&s),
+            None => -1,
+        };
+        let stdout = String::from_utf8_lossy(&p.collect(StreamKind::Stdout)).into_owned();
+        let stderr = String::from_utf8_lossy(&p.collect(StreamKind::Stderr)).into_owned();
+        Ok(ok(json!({
+            "result": { "exit_code": exit_code, "stdout": stdout, "stderr": stderr },
+            "exec_ms": started.elapsed().as_millis() as u64,
+        })))
+    })
+    .await
 }
 
 fn signal_number(name: &str) -> i32 {
