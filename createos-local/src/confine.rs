@@ -41,6 +41,18 @@ pub enum PathError {
     Io(String),
 }
 
+impl std::fmt::Display for PathError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Invalid(why) => f.write_str(why),
+            Self::SystemDir => f.write_str("host system directories are read-only"),
+            Self::NotFound => f.write_str("no such file or directory in the sandbox"),
+            Self::NotAFile => f.write_str("wrong file type"),
+            Self::Io(msg) => write!(f, "I/O error: {msg}"),
+        }
+    }
+}
+
 /// Checks the lexical form of a request path and splits it into components.
 pub fn components(path: &str) -> Result<Vec<&str>, PathError> {
     if path.contains('\0') {

@@ -53,6 +53,18 @@ pub enum FaultAction {
     /// Process `DELETE` only: terminate as usual but report
     /// `tree_exited: false`.
     TreeNotExited,
+    /// Handle the request normally (its effects happen, e.g. a process is
+    /// created), then abort the connection instead of delivering the answer:
+    /// the client sees a transport error and cannot know the outcome.
+    DropResponse,
+    /// Answer `status` with exactly `body` (as `application/json`) without
+    /// running the handler — for invalid envelopes, bad ids, missing fields.
+    Respond {
+        /// HTTP status.
+        status: u16,
+        /// Raw body text.
+        body: String,
+    },
 }
 
 /// How many times a rule applies.

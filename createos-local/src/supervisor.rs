@@ -185,7 +185,7 @@ impl Process {
         let mut child = spawned.child;
         let outer_pid = child.id().map_or(0, |p| p as i32);
         let tree = match (mode, spawned.status_pipe) {
-            (IsolationMode::Bwrap, Some(pipe)) => namespace_tree(pipe, outer_pid).await,
+            (IsolationMode::Bwrap, Some(pipe)) => namespace_tree(pipe, outer_pid, &marker).await,
             _ => Tree::group(outer_pid, &marker),
         };
         let leader_pid = match &tree {
@@ -470,8 +470,8 @@ where
 /// Reads bwrap's `--json-status-fd` first line: `{"child-pid": N, ...,
 /// "pid-namespace": M}`. When bwrap fails before that (bad cwd, …) the tree
 /// is the outer process alone, tracked as a group.
-async fn namespace_tree(pipe: std::os::fd::OwnedFd, outer_pid: i32) -> Tree {
-    let fallback = || Tree::group(outer_pid, "\0");
+async fn namespace_tree(pipe: std::os::fd::OwnedFd, outer_pid: i32, marker: &str) -> Tree {
+    let fallback = || Tree::group(outer_pid, marker);
     let Ok(rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(pipe) else {
         return fallback();
     };

@@ -676,3 +676,49 @@ async fn idle_stream_sends_heartbeats() {
     assert_eq!(v["data"]["leader_exited"], true);
     assert!(h.server.shutdown().await.all_exited());
 }
+
+#[tokio::test]
+async fn injected_dropped_response_and_raw_body() {
+    let h = Harness::start().await;
+    let m = marker("dropped");
+    let sb = h.sandbox_with_env(json!({"TEST_MARKER": m})).await;
+    let faults = h.server.faults();
+    // The process is created, but the client only sees a transport error.
+    faults.add(FaultRule::new(
+        "POST",
+        "/v1/sandboxes/*/processes",
+        FaultAction::DropResponse,
+    ));
+    let sent = h
+        .http
+        .post(format!("{}/v1/sandboxes/{sb}/processes", h.base))
+        .header("X-Api-Key", KEY)
+        .json(&json!({"cmd": "/bin/bash", "args": ["-c", "sleep 60; :"]}))
+        .send()
+        .await;
+    let outcome = match sent {
+        Err(_) => Err(()),
+        Ok(resp) => resp.bytes().await.map_err(|_| ()),
+    };
+    assert!(outcome.is_err(), "the client must see a transport error");
+    assert!(!common::wait_marked(&m, 1).await.is_empty(), "it did start");
+
+    // A raw, invalid answer.
+    faults.add(FaultRule::new(
+        "GET",
+        "/v1/sandboxes/*",
+        FaultAction::Respond {
+            status: 200,
+            body: r#"{"status":"success","data":{"id":"bad id!"}}"#.into(),
+        },
+    ));
+    let (st, v) = h.get(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["data"]["id"], "bad id!");
+
+    // Deleting the sandbox (and shutdown) still finds the orphan.
+    let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert!(marked_pids(&m).is_empty());
+    assert!(h.server.shutdown().await.all_exited());
+}

@@ -147,6 +147,28 @@ async fn faults(State(state): State<Shared>, mut req: Request, next: Next) -> Re
                 Some(serde_json::json!({ "injected": true })),
             )
         }
+        FaultAction::Respond { status, body } => {
+            let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::OK);
+            (
+                code,
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                body.clone(),
+            )
+                .into_response()
+        }
+        FaultAction::DropResponse => {
+            let handled = next.run(req).await;
+            // Consume the real answer so that its work is complete, then
+            // fail the body before anything useful reaches the client.
+            let _ = axum::body::to_bytes(handled.into_body(), MAX_BODY).await;
+            let failing = futures_util::stream::once(async {
+                Err::<axum::body::Bytes, _>(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "injected dropped response",
+                ))
+            });
+            (StatusCode::OK, axum::body::Body::from_stream(failing)).into_response()
+        }
         FaultAction::Delay { ms } => {
             tokio::time::sleep(Duration::from_millis(*ms)).await;
             next.run(req).await

@@ -59,7 +59,7 @@ async fn start(
     let host_cwd = tokio::task::spawn_blocking(move || crate::confine::resolve_dir(&root, &c))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?
-        .map_err(|e| ApiError::bad_request(format!("invalid cwd {cwd:?}: {e:?}")))?;
+        .map_err(|e| ApiError::bad_request(format!("invalid cwd {cwd:?}: {e}")))?;
     let env =
         build_env(&state.mode, &sb.root, &sb.spec.env, &body.env).map_err(ApiError::bad_request)?;
     let id = format!("proc-{}", crate::util::random_hex(8));
