@@ -182,6 +182,7 @@ pub fn base_env(mode: &IsolationMode, root: &Path) -> Vec<(String, String)> {
             "CREATEOS_LOCAL_ROOT".to_string(),
             root.display().to_string(),
         ));
+        env.retain(|(k, _)| k != "HOME");
         env.push(("HOME".to_string(), root.join("root").display().to_string()));
     }
     env
@@ -262,13 +263,16 @@ fn bwrap_args(root: &Path, cwd: &str, status_fd: i32) -> Vec<String> {
             "--proc",
             "/proc",
             "--unshare-pid",
-            "--cap-drop",
-            "ALL",
             "--json-status-fd",
         ]
         .map(String::from),
     );
     args.push(status_fd.to_string());
+    // As root bwrap would keep capabilities (and with them the power to
+    // undo the read-only mounts); unprivileged bwrap drops them itself.
+    if rustix::process::geteuid().is_root() {
+        args.extend(["--cap-drop".to_string(), "ALL".to_string()]);
+    }
     args.extend(["--chdir".to_string(), cwd.to_string()]);
     args
 }

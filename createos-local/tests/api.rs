@@ -290,6 +290,28 @@ async fn exec_cwd_and_env() {
         let r = h.exec(&sb, "echo mine > /tmp/own && cat /tmp/own").await;
         assert_eq!(r["stdout"], "mine\n");
         assert!(h.server.data_dir().join(&sb).join("tmp/own").exists());
+        // System directories are read-only and capabilities are gone.
+        let r = h
+            .exec(
+                &sb,
+                "touch /usr/cl-probe 2>/dev/null && echo wrote || echo ro",
+            )
+            .await;
+        assert_eq!(r["stdout"], "ro\n");
+        let r = h.exec(&sb, "grep CapEff /proc/self/status").await;
+        assert!(
+            r["stdout"]
+                .as_str()
+                .is_some_and(|s| s.trim().ends_with("0000000000000000")),
+            "{r}"
+        );
+        // Its own PID namespace: the command does not see host processes.
+        let r = h.exec(&sb, "ls /proc | grep -c '^[0-9]'").await;
+        let n: u32 = r["stdout"]
+            .as_str()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(999);
+        assert!(n < 10, "sees {n} processes");
     } else {
         let host = h.server.data_dir().join(&sb).join("paperclip-workspace");
         assert_eq!(out, format!("{}\nbonjour\n", host.display()));
