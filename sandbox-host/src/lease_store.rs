@@ -104,6 +104,10 @@ pub struct LeaseRecord {
     pub created_ms: i64,
     /// Last change, milliseconds since the Unix epoch.
     pub updated_ms: i64,
+    /// The host process running a command on the lease right now, if any.
+    /// If that process is gone, it died mid-command: sweep poisons and
+    /// destroys the lease.
+    pub busy_pid: Option<u32>,
 }
 
 impl LeaseRecord {
@@ -144,6 +148,7 @@ impl LeaseRecord {
                 lease,
                 created_ms: row.get("created_ms")?,
                 updated_ms: row.get("updated_ms")?,
+                busy_pid: row.get("busy_pid")?,
             },
             state,
         ))
@@ -170,7 +175,8 @@ CREATE TABLE IF NOT EXISTS leases (
     metadata          TEXT,
     expires_at        TEXT,
     created_ms        INTEGER NOT NULL,
-    updated_ms        INTEGER NOT NULL
+    updated_ms        INTEGER NOT NULL,
+    busy_pid          INTEGER
 );
 CREATE INDEX IF NOT EXISTS leases_state ON leases(state);
 ";
@@ -199,6 +205,13 @@ impl LeaseStore {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA)
             .context("creating the lease store schema")?;
+        // Stores made before `busy_pid` existed.
+        let has_busy: bool = conn
+            .prepare("SELECT 1 FROM pragma_table_info('leases') WHERE name = 'busy_pid'")?
+            .exists([])?;
+        if !has_busy {
+            conn.execute_batch("ALTER TABLE leases ADD COLUMN busy_pid INTEGER")?;
+        }
         Ok(LeaseStore {
             conn: Mutex::new(conn),
         })
@@ -288,6 +301,22 @@ impl LeaseStore {
         Ok(())
     }
 
+    /// Marks the lease busy with a command of this process.
+    pub fn mark_busy(&self, id: &str) -> Result<()> {
+        self.conn().execute(
+            "UPDATE leases SET busy_pid = ?2 WHERE id = ?1",
+            params![id, std::process::id()],
+        )?;
+        Ok(())
+    }
+
+    /// Clears the busy mark once no command of this process runs on the lease.
+    pub fn clear_busy(&self, id: &str) -> Result<()> {
+        self.conn()
+            .execute("UPDATE leases SET busy_pid = NULL WHERE id = ?1", [id])?;
+        Ok(())
+    }
+
     /// The lease with host id `id`.
     pub fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
         let found = self
@@ -306,11 +335,15 @@ impl LeaseStore {
         self.query("SELECT * FROM leases ORDER BY created_ms, id", [])
     }
 
-    /// Leases a sweep must handle: `poisoned` ones, and `acquiring` ones
-    /// whose acquire never finished.
+    /// Leases a sweep may have to handle: `poisoned` ones, `acquiring` ones
+    /// (an acquire that may never have finished), and busy `active` ones (a
+    /// command whose host may have died).
     pub fn needing_sweep(&self) -> Result<Vec<LeaseRecord>> {
         self.query(
-            "SELECT * FROM leases WHERE state IN ('poisoned', 'acquiring') ORDER BY created_ms, id",
+            "SELECT * FROM leases
+             WHERE state IN ('poisoned', 'acquiring')
+                OR (state = 'active' AND busy_pid IS NOT NULL)
+             ORDER BY created_ms, id",
             [],
         )
     }

@@ -103,15 +103,14 @@ pub struct Policy {
     secret: Option<SecretHeader>,
     spacing: Duration,
     pacer: Pacer,
-    max_timeout: Duration,
+    max_timeout: Option<Duration>,
     max_response_bytes: u64,
 }
 
 impl Policy {
-    /// Default clamp for each per-phase timeout.
-    pub const DEFAULT_MAX_TIMEOUT: Duration = Duration::from_secs(120);
-    /// Default cap on one response body.
-    pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 16 * 1024 * 1024;
+    /// Default cap on one response body (streamed bodies count too, so it
+    /// is generous: NDJSON output streams of long commands are large).
+    pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 1024 * 1024 * 1024;
 
     /// Allows only `origin`; no secret, no spacing, the global [`Pacer`].
     pub fn new(origin: Origin) -> Self {
@@ -120,7 +119,7 @@ impl Policy {
             secret: None,
             spacing: Duration::ZERO,
             pacer: Pacer::global(),
-            max_timeout: Self::DEFAULT_MAX_TIMEOUT,
+            max_timeout: None,
             max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
@@ -155,10 +154,11 @@ impl Policy {
         self
     }
 
-    /// Clamps every per-phase timeout to at most `max` (and always to the
-    /// operation's remaining deadline).
+    /// Clamps every per-phase timeout to at most `max`. Without it, only the
+    /// operation's remaining deadline bounds them (long polls such as a
+    /// process `wait` legitimately take minutes).
     pub fn with_max_timeout(mut self, max: Duration) -> Self {
-        self.max_timeout = max;
+        self.max_timeout = Some(max);
         self
     }
 
@@ -183,12 +183,13 @@ impl Policy {
         Guard::new(self, inner)
     }
 
-    fn clamp(&self, requested: Option<Duration>, remaining: Option<Duration>) -> Duration {
-        let clamped = requested.unwrap_or(self.max_timeout).min(self.max_timeout);
-        match remaining {
-            Some(remaining) => clamped.min(remaining),
-            None => clamped,
-        }
+    /// The smallest of what the guest asked for, the policy maximum and the
+    /// remaining deadline (none of them: no limit is set).
+    fn clamp(&self, requested: Option<Duration>, remaining: Option<Duration>) -> Option<Duration> {
+        [requested, self.max_timeout, remaining]
+            .into_iter()
+            .flatten()
+            .min()
     }
 }
 
@@ -197,7 +198,7 @@ impl Policy {
 /// - another origin: `HTTP-request-denied`, and `inner` never sees it;
 /// - the secret header is added only here, so only for the allowed origin;
 /// - request starts are spaced with the policy's pacer;
-/// - per-phase timeouts are clamped to the policy maximum and the
+/// - per-phase timeouts are clamped to the policy maximum (if any) and the
 ///   operation's remaining deadline; a response head that has not come by the
 ///   deadline is `HTTP-response-timeout`, and so is a body not done by then;
 /// - the response body is capped.
@@ -261,9 +262,9 @@ impl Transport for Guard {
             }
             let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             request.timeouts = RequestTimeouts {
-                connect: Some(policy.clamp(request.timeouts.connect, remaining)),
-                first_byte: Some(policy.clamp(request.timeouts.first_byte, remaining)),
-                between_bytes: Some(policy.clamp(request.timeouts.between_bytes, remaining)),
+                connect: policy.clamp(request.timeouts.connect, remaining),
+                first_byte: policy.clamp(request.timeouts.first_byte, remaining),
+                between_bytes: policy.clamp(request.timeouts.between_bytes, remaining),
             };
             let sent = inner.send(request);
             let mut response = match deadline {

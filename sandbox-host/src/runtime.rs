@@ -304,7 +304,7 @@ impl SandboxRuntime {
             .timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(env.timeout);
-        let _running = self.register(&record.id, cancel.clone());
+        let _running = self.register(&record.id, cancel.clone())?;
         let outcome = self
             .instance(env, timeout + GRACE, cancel, output)
             .and_then(|mut instance| instance.execute(&env.ctx, &lease, request));
@@ -419,10 +419,11 @@ impl SandboxRuntime {
         outcome
     }
 
-    /// Destroys every poisoned lease of `env`'s environment, and marks
+    /// Destroys every poisoned lease of `env`'s environment; poisons and
+    /// destroys active leases whose command's host process died; marks
     /// `unknown` those stuck in `acquiring` for longer than the
-    /// environment's timeout plus a minute. Returns each lease and what
-    /// happened to it.
+    /// environment's timeout plus a minute. Returns each lease handled and
+    /// what happened to it.
     pub fn sweep(&self, env: &Environment) -> Result<Vec<(LeaseRecord, Result<(), String>)>> {
         let stale_before =
             now_ms() - i64::try_from((env.timeout + GRACE * 2).as_millis()).unwrap_or(i64::MAX);
@@ -443,6 +444,22 @@ impl SandboxRuntime {
                     Err("acquire never finished; marked unknown".to_owned())
                 }
                 LeaseState::Acquiring => continue,
+                LeaseState::Active => {
+                    let Some(pid) = record.busy_pid.filter(|pid| !process_alive(*pid)) else {
+                        continue;
+                    };
+                    self.store.poison(
+                        &record.id,
+                        &format!(
+                            "the host (pid {pid}) died while a command ran; termination unknown"
+                        ),
+                    )?;
+                    match self.destroy(env, &record.id) {
+                        Ok(Ok(_)) => Ok(()),
+                        Ok(Err(error)) => Err(format!("{error:?}")),
+                        Err(error) => Err(format!("{error:#}")),
+                    }
+                }
                 _ => match self.destroy(env, &record.id) {
                     Ok(Ok(_)) => Ok(()),
                     Ok(Err(error)) => Err(format!("{error:?}")),
@@ -600,18 +617,18 @@ impl SandboxRuntime {
         Ok((value.to_string(), resolved))
     }
 
-    fn register(&self, id: &str, token: CancelToken) -> RunningGuard<'_> {
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(id.to_owned())
-            .or_default()
-            .push(token.clone());
-        RunningGuard {
+    fn register(&self, id: &str, token: CancelToken) -> Result<RunningGuard<'_>> {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let tokens = running.entry(id.to_owned()).or_default();
+        if tokens.is_empty() {
+            self.store.mark_busy(id)?;
+        }
+        tokens.push(token.clone());
+        Ok(RunningGuard {
             runtime: self,
             id: id.to_owned(),
             token,
-        }
+        })
     }
 
     /// Cancels the lease's running commands and waits until they returned.
@@ -661,10 +678,16 @@ impl Drop for RunningGuard<'_> {
             }
             if tokens.is_empty() {
                 running.remove(&self.id);
+                let _ = self.runtime.store.clear_busy(&self.id);
             }
         }
         self.runtime.finished.notify_all();
     }
+}
+
+/// Whether process `pid` still runs (this process counts as alive).
+fn process_alive(pid: u32) -> bool {
+    pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// `paused`, `deleted` or `already gone`.

@@ -256,3 +256,72 @@ fn exit_codes_and_output_come_back_from_execute() {
         .unwrap();
     assert_eq!(result.exit_code, Some(7));
 }
+
+const CHILD_ENV: &str = "SANDBOX_HOST_TEST_CHILD_STORE";
+
+/// Run in a child process: acquire, start a command that never ends, and
+/// signal readiness; the parent kills this process.
+fn child_host(path: &str) {
+    let script = no_http();
+    let rt = runtime(Arc::new(LeaseStore::open(path).unwrap()), &script);
+    let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    let record = rt.acquire(&env, &acquire("doomed")).unwrap().unwrap();
+    let ready = format!("{path}.ready");
+    thread::spawn(move || {
+        thread::sleep(Duration::from_millis(500));
+        std::fs::write(ready, "").unwrap();
+    });
+    let _ = rt.execute(
+        &env,
+        &record.id,
+        &command("wait-cancel", &[]),
+        None,
+        CancelToken::new(),
+    );
+    panic!("the parent should have killed this process");
+}
+
+#[test]
+fn a_host_killed_mid_command_leaves_the_lease_for_sweep() {
+    if let Ok(path) = std::env::var(CHILD_ENV) {
+        child_host(&path);
+        return;
+    }
+    let path = store_path("killed");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_host_killed_mid_command_leaves_the_lease_for_sweep",
+        ])
+        .env(CHILD_ENV, &path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = PathBuf::from(format!("{}.ready", path.display()));
+    let started = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the child never got ready"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "the child ended early");
+        thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let script = no_http();
+    let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script);
+    let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    let swept = rt.sweep(&env).unwrap();
+    assert_eq!(swept.len(), 1, "{swept:?}");
+    assert!(swept[0].1.is_ok(), "{swept:?}");
+    let record = &swept[0].0;
+    assert_eq!(record.state, LeaseState::Destroyed);
+    assert_eq!(
+        record.lease.as_ref().unwrap().provider_lease_id,
+        "sb-doomed"
+    );
+}
