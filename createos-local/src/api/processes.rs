@@ -50,8 +50,13 @@ async fn start(
         .cmd
         .filter(|c| !c.is_empty())
         .ok_or_else(|| ApiError::bad_request("cmd is required"))?;
-    if cmd.contains('\0') || body.args.iter().any(|a| a.contains('\0')) {
-        return Err(ApiError::bad_request("cmd and args must not contain NUL"));
+    if cmd.contains('\0')
+        || body.args.iter().any(|a| a.contains('\0'))
+        || body.env.values().any(|v| v.contains('\0'))
+    {
+        return Err(ApiError::bad_request(
+            "cmd, args and env values must not contain NUL",
+        ));
     }
     let cwd = body.cwd.unwrap_or_else(|| DEFAULT_CWD.to_string());
     let root = sb.root.clone();
