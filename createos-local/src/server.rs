@@ -311,6 +311,29 @@ impl RunningServer {
     }
 }
 
+impl Drop for RunningServer {
+    /// A server dropped without [`RunningServer::shutdown`] (a panicking
+    /// test, an early return) still kills its process trees with SIGKILL —
+    /// best effort and unverified — stops serving and removes its files.
+    fn drop(&mut self) {
+        if self.stop.is_none() {
+            return;
+        }
+        for sb in self.state.store.all() {
+            for p in sb.processes() {
+                p.kill_now();
+            }
+            let _ = std::fs::remove_dir_all(&sb.root);
+        }
+        if self.owned_data_dir {
+            let _ = std::fs::remove_dir_all(&self.state.data_dir);
+        }
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
 async fn terminate_all(state: &AppState) -> ShutdownReport {
     let mut report = ShutdownReport::default();
     let mut tasks = Vec::new();

@@ -390,6 +390,13 @@ impl Process {
         }
     }
 
+    /// SIGKILL to the whole tree at once, without waiting or verifying (for
+    /// `Drop` paths that cannot await).
+    pub fn kill_now(&self) {
+        lock(&self.inner).delivered.insert(Signal::KILL.as_raw());
+        lock(&self.tree).signal(Signal::KILL);
+    }
+
     fn tree_gone(&self) -> bool {
         lock(&self.tree).is_gone()
     }

@@ -85,15 +85,24 @@ async fn sandbox_lifecycle_and_validation() {
     // The process is really stopped while the sandbox is paused.
     let (_, v) = h.get(&format!("/v1/sandboxes/{id}/processes/{pid}")).await;
     let host_pid = v["data"]["pid"].as_i64().expect("pid");
-    let stat = std::fs::read_to_string(format!("/proc/{host_pid}/stat")).expect("stat");
-    let state = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .trim_start()
-        .chars()
-        .next();
-    assert_eq!(state, Some('T'), "{stat}");
+    // (A stop takes effect when the process next runs: poll, a loaded
+    // machine may take a moment.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{host_pid}/stat")).expect("stat");
+        let state = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .chars()
+            .next();
+        if state == Some('T') {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not stopped: {stat}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let (st, _) = h
         .post(
             &format!("/v1/sandboxes/{id}/processes"),

@@ -129,3 +129,24 @@ both_modes! {
     orphan_keeps_tree_alive => leader_exit_with_orphan;
     shutdown => shutdown_terminates_everything;
 }
+
+/// A server dropped without `shutdown()` (e.g. a panicking test) still kills
+/// what it started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_server_kills_its_trees() {
+    let h = Harness::start().await;
+    let m = marker("dropped-server");
+    let sb = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
+    h.spawn(&sb, "trap '' TERM; sleep 60 & sleep 60; :").await;
+    assert!(wait_marked(&m, 2).await.len() >= 2);
+    drop(h);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !marked_pids(&m).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            marked_pids(&m)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
