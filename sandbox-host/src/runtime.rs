@@ -504,6 +504,14 @@ impl SandboxRuntime {
         {
             bail!("lease {id} belongs to another provider or environment");
         }
+        if let Some(pid) = record
+            .busy_pid
+            .filter(|pid| *pid != std::process::id() && process_alive(*pid))
+        {
+            bail!(
+                "cannot {what} lease {id}: a command runs on it in process {pid}; stop that first"
+            );
+        }
         if !allowed.contains(&record.state) {
             let why = record
                 .reason
