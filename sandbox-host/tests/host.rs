@@ -229,7 +229,7 @@ fn request_starts_are_spaced_across_parallel_instances() {
             ScriptedResponse::status(200)
         })
     };
-    let transport = guarded(&script, Pacer::new(), Duration::from_millis(150));
+    let transport = guarded(&script, Pacer::new(), Duration::from_millis(300));
     let workers: Vec<_> = (0..3)
         .map(|_| {
             let transport = transport.clone();
@@ -248,7 +248,9 @@ fn request_starts_are_spaced_across_parallel_instances() {
     assert_eq!(starts.len(), 3);
     for pair in starts.windows(2) {
         let gap = pair[1] - pair[0];
-        assert!(gap >= Duration::from_millis(140), "gap {gap:?}");
+        // Starts are reserved 300 ms apart; allow for a late wake-up of the
+        // earlier request on a loaded machine.
+        assert!(gap >= Duration::from_millis(200), "gap {gap:?}");
     }
 }
 
