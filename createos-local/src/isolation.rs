@@ -13,7 +13,7 @@
 //!
 //! The *leader* is the command; bwrap's outer process exits with the
 //! leader's status, which bwrap folds into `128 + N` for a signal (see
-//! [`crate::supervisor`] for how that is reported). The *tree* is every
+//! the supervisor module for how that is reported). The *tree* is every
 //! process in the PID namespace; processes cannot leave a PID namespace, so
 //! `setsid`, double forks and daemons stay visible. When the namespace's init
 //! is killed the kernel kills everything left in it, which makes the final

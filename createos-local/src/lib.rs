@@ -24,16 +24,16 @@
 //! ingress, no rate limiting, sandboxes share the host network, and the
 //! `shape` only is validated and echoed (no CPU or memory limits are applied).
 
-pub mod api;
-pub mod confine;
+pub(crate) mod api;
+pub(crate) mod confine;
 pub mod faults;
 pub mod isolation;
 pub mod journal;
-pub mod procfs;
+pub(crate) mod procfs;
 pub mod server;
-pub mod store;
-pub mod supervisor;
-pub mod util;
+pub(crate) mod store;
+pub(crate) mod supervisor;
+pub(crate) mod util;
 
 pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};
 pub use isolation::{IsolationMode, IsolationPreference};

@@ -35,6 +35,7 @@ pub enum Status {
     /// Resume accepted, not finished.
     Resuming,
     /// Never produced by this server (no fork support).
+    #[allow(dead_code)] // part of the spec's vocabulary
     Forking,
     /// Never produced by this server.
     Error,
@@ -43,6 +44,7 @@ pub enum Status {
     /// Deleted (only visible in the delete answer).
     Destroyed,
     /// Never produced by this server.
+    #[allow(dead_code)] // part of the spec's vocabulary
     Failed,
 }
 
