@@ -109,6 +109,7 @@ pub struct SandboxRuntime {
     store: Arc<LeaseStore>,
     transport: Arc<dyn Transport>,
     pacer: Pacer,
+    spacing: Option<Duration>,
     stderr: GuestStderr,
     running: Mutex<HashMap<String, Vec<CancelToken>>>,
     finished: Condvar,
@@ -129,6 +130,7 @@ impl SandboxRuntime {
             store,
             transport,
             pacer: Pacer::global(),
+            spacing: None,
             stderr: GuestStderr::Discard,
             running: Mutex::new(HashMap::new()),
             finished: Condvar::new(),
@@ -138,6 +140,14 @@ impl SandboxRuntime {
     /// Uses `pacer` for request spacing instead of the global one.
     pub fn with_pacer(mut self, pacer: Pacer) -> Self {
         self.pacer = pacer;
+        self
+    }
+
+    /// Spaces request starts by `spacing` instead of the provider's declared
+    /// `request-spacing-ms` (for example zero for a local test backend that
+    /// has no rate limit; never lower it for the real service).
+    pub fn with_request_spacing(mut self, spacing: Duration) -> Self {
+        self.spacing = Some(spacing);
         self
     }
 
@@ -191,9 +201,9 @@ impl SandboxRuntime {
             .context("the provider returned no api-origin for the config")?;
         let mut policy = Policy::for_origin(&origin)?
             .with_pacer(self.pacer.clone())
-            .with_request_spacing(Duration::from_millis(u64::from(
+            .with_request_spacing(self.spacing.unwrap_or(Duration::from_millis(u64::from(
                 self.description.request_spacing_ms,
-            )));
+            ))));
         for (header, value) in &resolved {
             policy = policy.with_secret_header(header, value)?;
         }

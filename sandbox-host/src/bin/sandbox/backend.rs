@@ -58,8 +58,10 @@ impl Setup {
         }
         let local = LocalBackend::start()?;
         let store = Arc::new(LeaseStore::open_in_memory()?);
+        // The embedded backend has no rate limit to respect.
+        let runtime = runtime(global, store)?.with_request_spacing(std::time::Duration::ZERO);
         Ok(Setup {
-            runtime: runtime(global, store)?,
+            runtime,
             local: Some(local),
         })
     }
