@@ -8,6 +8,11 @@
 //! — usually a [`Guard`] (one allowed origin, secret header, pacing, limits)
 //! in front of [`NetworkTransport`] or, in tests, [`ScriptedTransport`].
 //!
+//! On top of that, [`SandboxRuntime`] keeps leases in a durable
+//! [`LeaseStore`] (poisoned on `cleanup-failed` or a trap, destroyed by
+//! `sweep`), and [`ArtifactCache`] keeps compiled components on disk. The
+//! `sandbox` binary is the command-line front end.
+//!
 //! ```no_run
 //! use sandbox_host::{new_engine, HostOptions, ProviderComponent};
 //! # fn main() -> anyhow::Result<()> {
