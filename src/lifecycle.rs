@@ -193,6 +193,12 @@ impl<'a> Lifecycle<'a> {
             return Ok(expired(&format!("the sandbox is {status}")));
         }
         if status != "running" {
+            if status == "pausing" {
+                // A pause still in progress cannot be resumed yet.
+                if let State::Gone(state) = self.wait_for_state(id, &["paused"], "resume")? {
+                    return Ok(expired(&format!("the sandbox is {state}")));
+                }
+            }
             if matches!(status.as_str(), "paused" | "pausing") {
                 self.transition(id, "resume", "paused")?;
             }

@@ -238,6 +238,24 @@ fn resume_wakes_a_paused_sandbox() {
 }
 
 #[test]
+fn resume_waits_for_a_pause_in_progress_before_resuming() {
+    let fake = with_marker(|req, n| {
+        is_get_sandbox(req).then(|| match n {
+            0 | 1 => status("pausing"),
+            2 => status("paused"),
+            _ => status("running"),
+        })
+    });
+    assert!(matches!(resume(&fake), Ok(ResumeOutcome::Resumed(_))));
+    let calls = fake.calls();
+    let resume_at = calls
+        .iter()
+        .position(|c| c.ends_with("/resume"))
+        .expect("resumed");
+    assert_eq!(resume_at, 3, "resume only once paused: {calls:?}");
+}
+
+#[test]
 fn resume_expires_only_when_provably_gone() {
     let gone: Vec<Box<dyn Fn() -> ScriptedResponse + Send + Sync>> = vec![
         Box::new(|| error_answer(404)),
