@@ -131,12 +131,20 @@ pub fn parse_frame(line: &[u8]) -> Result<Option<Frame>, FrameError> {
             }
         }
         Some("heartbeat") => Frame::Heartbeat,
+        // Only a well-formed error code is kept: the text is server data and
+        // must not carry anything (a reflected secret, a body) into errors.
         Some("error") => Frame::Error(
             object
                 .get("error")
                 .and_then(Value::as_str)
-                .map(|e| e.chars().take(100).filter(|c| !c.is_control()).collect())
-                .unwrap_or_else(|| "unspecified".to_string()),
+                .filter(|code| {
+                    (1..=64).contains(&code.len())
+                        && code
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+                })
+                .unwrap_or("unrecognised")
+                .to_string(),
         ),
         _ => return Err(FrameError::UnknownType),
     };
@@ -217,6 +225,10 @@ mod tests {
         assert_eq!(
             parse_frame(br#"{"type":"error","error":"output_offset_expired"}"#),
             Ok(Some(Frame::Error("output_offset_expired".into())))
+        );
+        assert_eq!(
+            parse_frame(br#"{"type":"error","error":"key sk-123 rejected"}"#),
+            Ok(Some(Frame::Error("unrecognised".into())))
         );
         assert_eq!(parse_frame(b"  "), Ok(None));
     }

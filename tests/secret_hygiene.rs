@@ -353,7 +353,6 @@ fn a_server_reflecting_the_key_cannot_make_an_error_carry_it() {
 /// code matching `^[a-z0-9_]{1,64}$` (e.g. `output_offset_expired`), else
 /// say `unspecified`. Remove the `ignore` once fixed.
 #[test]
-#[ignore = "known bug: a stream error frame's text reaches the error (src/execute.rs handle_line)"]
 fn a_stream_error_frame_reflecting_the_key_does_not_leak() {
     let leaks = reflected_leaks(|name| name == "stream error frame");
     assert!(
