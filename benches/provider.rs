@@ -1,6 +1,990 @@
-//! Benchmarks of the provider component against its baselines (see
-//! BENCHMARKS.md). Placeholder until the benchmark suite lands.
+//! `cargo bench --bench provider` (after `./build.sh`): the figures of
+//! BENCHMARKS.md, each measured in this run next to its baseline.
+//!
+//! 1. cold start: compile once; instantiate per call vs a Node.js plugin
+//!    worker process answering one JSON-RPC request over stdio;
+//! 2. per-command overhead: `execute` of `true` through the component vs a
+//!    native Rust client making the same requests to the same backend;
+//! 3. output path: 64 MiB of output (split UTF-8 included), component vs
+//!    the same decoding code run natively, and the instance's memory
+//!    high-water with the 4 Mi character cap;
+//! 4. concurrency: 100 concurrent commands through one host;
+//! 5. cancellation and exit latency;
+//! 6. component size and instance memory.
+//!
+//! Arguments that do not start with `-` select sections by number or name
+//! (`cargo bench --bench provider -- 2 output`). Targets are reported,
+//! never asserted; a wrong result (bad output, failed command) panics.
+
+// `ProviderError` is the WIT variant (its cleanup case carries the partial
+// output); it is returned once per command, so its size is no concern.
+#![allow(clippy::result_large_err)]
+
+#[path = "provider/net.rs"]
+mod net;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use createos_local::{BackgroundServer, Server};
+use net::{ExitStamp, NativeClient, Recorder, Replay};
+use sandbox_host::types::{
+    AcquireRequest, EnvironmentContext, ExecuteRequest, ExecuteResult, Lease, ProviderError,
+};
+use sandbox_host::{
+    new_engine, CancelToken, Guard, HostOptions, NetworkTransport, Pacer, Policy,
+    ProviderComponent, Transport,
+};
+
+const KEY: &str = "bench-key-5c0ffee";
+const MIB: u64 = 1024 * 1024;
+/// The output of section 3: 64 MiB.
+const OUTPUT_BYTES: u64 = 64 * MIB;
+/// The repeated line of section 3 (39 bytes: 1-, 2-, 3- and 4-byte characters,
+/// so reads of any power-of-two size split characters).
+const OUTPUT_LINE: &str = "héllo € 𝄞 wörld — 0123456789\n";
+/// Request spacing of section 4.
+const CONCURRENT_SPACING: Duration = Duration::from_millis(5);
+const CONCURRENT_COMMANDS: usize = 100;
+
+// ---------------------------------------------------------------- report
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Met,
+    Missed,
+    Info,
+    Skipped,
+}
+
+struct Row {
+    section: &'static str,
+    figure: String,
+    value: String,
+    baseline: String,
+    ratio: String,
+    target: String,
+    status: Status,
+}
+
+#[derive(Default)]
+struct Report {
+    rows: Vec<Row>,
+    notes: Vec<String>,
+}
+
+impl Report {
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &mut self,
+        section: &'static str,
+        figure: impl Into<String>,
+        value: impl Into<String>,
+        baseline: impl Into<String>,
+        ratio: impl Into<String>,
+        target: impl Into<String>,
+        status: Status,
+    ) {
+        let row = Row {
+            section,
+            figure: figure.into(),
+            value: value.into(),
+            baseline: baseline.into(),
+            ratio: ratio.into(),
+            target: target.into(),
+            status,
+        };
+        eprintln!(
+            "  [{}] {}: {} | {} | {}",
+            row.section, row.figure, row.value, row.baseline, row.ratio
+        );
+        self.rows.push(row);
+    }
+
+    fn info(&mut self, section: &'static str, figure: impl Into<String>, value: impl Into<String>) {
+        self.row(section, figure, value, "", "", "", Status::Info);
+    }
+
+    fn note(&mut self, note: impl Into<String>) {
+        let note = note.into();
+        eprintln!("  note: {note}");
+        self.notes.push(note);
+    }
+
+    fn print(&self, machine: &str, total: Duration) {
+        println!();
+        println!("## Results ({machine}; whole run {:.1} s)", secs(total));
+        println!();
+        println!("| # | figure | measured | baseline | ratio | target | status |");
+        println!("|---|---|---|---|---|---|---|");
+        for r in &self.rows {
+            let status = match r.status {
+                Status::Met => "met",
+                Status::Missed => "**missed**",
+                Status::Info => "",
+                Status::Skipped => "skipped",
+            };
+            println!(
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                r.section, r.figure, r.value, r.baseline, r.ratio, r.target, status
+            );
+        }
+        if !self.notes.is_empty() {
+            println!();
+            for n in &self.notes {
+                println!("- {n}");
+            }
+        }
+    }
+}
+
+fn met(ok: bool) -> Status {
+    if ok {
+        Status::Met
+    } else {
+        Status::Missed
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// A duration with a unit that keeps three significant digits or so.
+fn fmt(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{:.1} µs", s * 1e6)
+    }
+}
+
+fn median(samples: &[Duration]) -> Duration {
+    let mut v = samples.to_vec();
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn max(samples: &[Duration]) -> Duration {
+    samples.iter().copied().max().unwrap_or_default()
+}
+
+fn mbps(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let date = Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    format!("{cores} cores, {cpu}, {date}")
+}
+
+// ---------------------------------------------------------------- setup
+
+struct Bench {
+    component: ProviderComponent,
+    compile: Duration,
+    wasm: PathBuf,
+    server: BackgroundServer,
+    base: String,
+    ctx: EnvironmentContext,
+    lease: Lease,
+    sandbox: String,
+}
+
+impl Bench {
+    /// A guard for the backend's origin with `spacing` (its own pacer) in
+    /// front of `inner`.
+    fn guard(&self, spacing: Duration, inner: Arc<dyn Transport>) -> Arc<Guard> {
+        let policy = Policy::for_origin(&self.base)
+            .unwrap()
+            .with_secret_header("X-Api-Key", KEY)
+            .unwrap()
+            .with_request_spacing(spacing)
+            .with_pacer(Pacer::new());
+        Arc::new(Guard::new(policy, inner))
+    }
+
+    fn network(&self) -> Arc<Guard> {
+        self.guard(Duration::ZERO, Arc::new(NetworkTransport::new()))
+    }
+
+    fn execute(
+        &self,
+        options: HostOptions,
+        request: &ExecuteRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        self.component
+            .instantiate(options)
+            .unwrap()
+            .execute(&self.ctx, &self.lease, request)
+            .unwrap()
+    }
+
+    fn requests_recorded(&self) -> usize {
+        self.server.faults().requests().len()
+    }
+}
+
+fn request(command: &str, args: &[&str], timeout_ms: Option<u64>) -> ExecuteRequest {
+    ExecuteRequest {
+        command: command.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        cwd: None,
+        env: vec![],
+        stdin: None,
+        timeout_ms,
+    }
+}
+
+fn setup() -> Bench {
+    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/wasm32-wasip2/release/createos_provider.wasm");
+    if !wasm.exists() {
+        eprintln!("{} is missing: run ./build.sh first", wasm.display());
+        std::process::exit(2);
+    }
+    let engine = new_engine().expect("engine");
+    let started = Instant::now();
+    let component = ProviderComponent::load(&engine, &wasm).expect("the component loads");
+    let compile = started.elapsed();
+    let server = BackgroundServer::start(
+        Server::builder()
+            .api_key(KEY)
+            .quiet(true)
+            // Section 3's 64 MiB must stay replayable (and a slow reader
+            // must not lose output): keep it all.
+            .journal_capacity((OUTPUT_BYTES + 32 * MIB) as usize),
+    )
+    .expect("createos-local starts");
+    let base = server.base_url();
+    let ctx = EnvironmentContext {
+        driver_key: "createos".into(),
+        company_id: "company".into(),
+        environment_id: "env-bench".into(),
+        issue_id: None,
+        config: serde_json::json!({
+            "apiUrl": base,
+            "timeoutMs": 120_000,
+            "requestTimeoutMs": 30_000,
+        })
+        .to_string(),
+    };
+    let mut bench = Bench {
+        component,
+        compile,
+        wasm,
+        server,
+        base,
+        ctx,
+        lease: Lease {
+            provider_lease_id: String::new(),
+            metadata: String::new(),
+            expires_at: None,
+        },
+        sandbox: String::new(),
+    };
+    let lease = bench
+        .component
+        .instantiate(HostOptions::new().with_transport(bench.network()))
+        .unwrap()
+        .acquire_lease(
+            &bench.ctx,
+            &AcquireRequest {
+                run_id: "bench".into(),
+                requested_cwd: None,
+                workspace_mode: None,
+                requested_expires_at: None,
+            },
+        )
+        .unwrap()
+        .expect("a lease on the local backend");
+    bench.sandbox = lease.provider_lease_id.clone();
+    bench.lease = lease;
+    bench
+}
+
+// ---------------------------------------------------------------- 1
+
+fn cold_start(b: &Bench, report: &mut Report) {
+    const N: usize = 200;
+    report.info(
+        "1",
+        "compile + link + pre-instantiate the component (once)",
+        fmt(b.compile),
+    );
+    for _ in 0..10 {
+        drop(b.component.instantiate(HostOptions::new()).unwrap());
+    }
+    let mut instantiate = Vec::with_capacity(N);
+    let mut with_describe = Vec::with_capacity(N);
+    for _ in 0..N {
+        let t = Instant::now();
+        let instance = b.component.instantiate(HostOptions::new()).unwrap();
+        instantiate.push(t.elapsed());
+        drop(instance);
+        let t = Instant::now();
+        let mut instance = b.component.instantiate(HostOptions::new()).unwrap();
+        let description = instance.describe().unwrap();
+        with_describe.push(t.elapsed());
+        assert_eq!(description.driver_key, "createos");
+    }
+    let node = node_worker();
+    let (inst, desc) = (median(&instantiate), median(&with_describe));
+    match node {
+        Ok(node) => {
+            let n = median(&node);
+            let r1 = secs(n) / secs(inst);
+            let r2 = secs(n) / secs(desc);
+            let base = format!("Node worker spawn → answer {}", fmt(n));
+            report.row(
+                "1",
+                format!("instantiate, per call (median of {N})"),
+                fmt(inst),
+                base.clone(),
+                format!("{r1:.0}x faster"),
+                "≥100x",
+                met(r1 >= 100.0),
+            );
+            report.row(
+                "1",
+                "instantiate + `describe` (one answer, like the worker)",
+                fmt(desc),
+                base,
+                format!("{r2:.0}x faster"),
+                "≥100x",
+                met(r2 >= 100.0),
+            );
+        }
+        Err(why) => {
+            report.row(
+                "1",
+                format!("instantiate, per call (median of {N})"),
+                fmt(inst),
+                format!("Node baseline skipped: {why}"),
+                "",
+                "≥100x",
+                Status::Skipped,
+            );
+            report.info("1", "instantiate + `describe`", fmt(desc));
+        }
+    }
+}
+
+/// Spawn → answer of a Node worker process loading a no-op plugin and
+/// answering one JSON-RPC request over stdio.
+fn node_worker() -> Result<Vec<Duration>, String> {
+    const N: usize = 10;
+    let version = Command::new("node")
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("`node` not found ({e})"))?;
+    if !version.status.success() {
+        return Err("`node --version` failed".into());
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/node");
+    let worker = dir.join("worker.js");
+    let plugin = dir.join("noop-plugin.js");
+    let mut times = Vec::new();
+    // One warm-up for the file cache, then N measured.
+    for i in 0..=N {
+        let t = Instant::now();
+        let mut child = Command::new("node")
+            .arg(&worker)
+            .arg(&plugin)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"describe\",\"params\":{}}\n")
+            .map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        let elapsed = t.elapsed();
+        drop(stdin);
+        let _ = child.wait();
+        if !line.contains("\"result\"") || !line.contains("noop") {
+            return Err(format!("unexpected worker answer {line:?}"));
+        }
+        if i > 0 {
+            times.push(elapsed);
+        }
+    }
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_string();
+    eprintln!("  node {version}: {} runs", times.len());
+    Ok(times)
+}
+
+// ---------------------------------------------------------------- 2
+
+fn per_command(b: &Bench, report: &mut Report) {
+    const WARMUP: usize = 3;
+    const N: usize = 30;
+    let request = request("true", &[], None);
+    let body = net::create_body(&request);
+    let fresh = NativeClient::new(&b.base, KEY, false);
+    let pooled = NativeClient::new(&b.base, KEY, true);
+    let guard = b.network();
+    let (mut component, mut native, mut native_pooled) = (vec![], vec![], vec![]);
+    let (mut component_requests, mut native_requests) = (0, 0);
+    for i in 0..WARMUP + N {
+        let before = b.requests_recorded();
+        let t = Instant::now();
+        let result = b
+            .execute(HostOptions::new().with_transport(guard.clone()), &request)
+            .expect("`true` runs");
+        let took = t.elapsed();
+        assert_eq!(result.exit_code, Some(0), "{result:?}");
+        let middle = b.requests_recorded();
+
+        let t = Instant::now();
+        let outcome = fresh.run(&b.sandbox, &body).expect("native run");
+        let took_native = t.elapsed();
+        assert!(matches!(
+            outcome.exit,
+            Some(createos_provider::frames::ExitStatus::Code(0))
+        ));
+        let after = b.requests_recorded();
+
+        let t = Instant::now();
+        pooled.run(&b.sandbox, &body).expect("native run");
+        let took_pooled = t.elapsed();
+        if i >= WARMUP {
+            component.push(took);
+            native.push(took_native);
+            native_pooled.push(took_pooled);
+            component_requests += middle - before;
+            native_requests += after - middle;
+        }
+    }
+    let (c, n, p) = (median(&component), median(&native), median(&native_pooled));
+    let ratio = secs(c) / secs(n);
+    report.row(
+        "2",
+        format!("`execute` of `true`, instantiate included (median of {N}, spacing 0)"),
+        fmt(c),
+        format!("native ureq client, new connection per request: {}", fmt(n)),
+        format!("{ratio:.2}x"),
+        "≤1.3x",
+        met(ratio <= 1.3),
+    );
+    report.row(
+        "2",
+        "same, component overhead in absolute terms",
+        format!("+{}", fmt(c.saturating_sub(n))),
+        format!("native ureq with keep-alive: {}", fmt(p)),
+        format!("{:.2}x vs keep-alive", secs(c) / secs(p)),
+        "",
+        Status::Info,
+    );
+    report.row(
+        "2",
+        "HTTP requests per command",
+        format!("{:.1}", component_requests as f64 / N as f64),
+        format!("native: {:.1}", native_requests as f64 / N as f64),
+        "",
+        "",
+        Status::Info,
+    );
+}
+
+// ---------------------------------------------------------------- 3
+
+/// The expected text of section 3: `OUTPUT_LINE` repeated, cut at
+/// `OUTPUT_BYTES` (possibly inside a character, which decodes to U+FFFD).
+fn expected_output() -> String {
+    let line = OUTPUT_LINE.as_bytes();
+    let bytes: Vec<u8> = line
+        .iter()
+        .copied()
+        .cycle()
+        .take(OUTPUT_BYTES as usize)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn last_chars(text: &str, n: usize) -> &str {
+    let count = text.chars().count();
+    if count <= n {
+        return text;
+    }
+    let cut = text.char_indices().nth(count - n).map_or(0, |(i, _)| i);
+    &text[cut..]
+}
+
+fn output_request() -> ExecuteRequest {
+    let script = format!(
+        "yes '{}' | head -c {OUTPUT_BYTES}",
+        OUTPUT_LINE.trim_end_matches('\n')
+    );
+    request("/bin/sh", &["-c", &script], Some(120_000))
+}
+
+/// Runs `request` through the component with a byte-counting sink.
+fn counted(
+    b: &Bench,
+    transport: Arc<dyn Transport>,
+    memory: Option<usize>,
+    request: &ExecuteRequest,
+) -> (
+    Duration,
+    Result<Result<ExecuteResult, ProviderError>, String>,
+    u64,
+) {
+    let emitted = Arc::new(AtomicU64::new(0));
+    let counter = emitted.clone();
+    let mut options = HostOptions::new()
+        .with_transport(transport)
+        .with_output(move |_, chunk| {
+            counter.fetch_add(chunk.len() as u64, Ordering::Relaxed);
+        });
+    if let Some(bytes) = memory {
+        options = options.with_memory_limit(bytes);
+    }
+    let t = Instant::now();
+    let outcome = match b.component.instantiate(options) {
+        Ok(mut instance) => instance
+            .execute(&b.ctx, &b.lease, request)
+            .map_err(|e| format!("{e:#}")),
+        Err(e) => Err(format!("{e:#}")),
+    };
+    (t.elapsed(), outcome, emitted.load(Ordering::Relaxed))
+}
+
+fn check_output(result: &ExecuteResult, expected_tail: &str, what: &str) {
+    assert_eq!(result.exit_code, Some(0), "{what}: exit");
+    assert!(result.output_truncated, "{what}: truncation flag");
+    assert!(
+        result.stdout == expected_tail,
+        "{what}: the tail differs from the last 4 Mi characters ({} vs {} bytes)",
+        result.stdout.len(),
+        expected_tail.len()
+    );
+}
+
+fn output_path(b: &Bench, report: &mut Report) {
+    const REPEAT: usize = 3;
+    let request = output_request();
+    let expected = expected_output();
+    let tail = last_chars(&expected, createos_provider::output::MAX_OUTPUT_CHARS);
+    let text_bytes = expected.len() as u64;
+
+    // End to end against createos-local: the component…
+    let (e2e, outcome, emitted) = counted(b, b.network(), None, &request);
+    let result = outcome.unwrap().expect("the 64 MiB command runs");
+    check_output(&result, tail, "component, end to end");
+    assert_eq!(emitted, text_bytes, "component: live output bytes");
+    // …and the native client with the same decoding code.
+    let body = net::create_body(&request);
+    let client = NativeClient::new(&b.base, KEY, false);
+    let t = Instant::now();
+    let native = client.run(&b.sandbox, &body).expect("native 64 MiB run");
+    let native_e2e = t.elapsed();
+    assert_eq!(native.stdout, tail, "native, end to end: tail");
+    assert!(native.truncated);
+    assert_eq!(native.emitted, text_bytes);
+    let ndjson = Bytes::from(
+        client
+            .replay(&b.sandbox, &result.process_id)
+            .expect("replay of the component's run"),
+    );
+
+    // Decoding only, over the same NDJSON bytes in 64 KiB chunks.
+    let replay: Arc<dyn Transport> = b.guard(Duration::ZERO, Arc::new(Replay::new(ndjson.clone())));
+    let mut component_decode = vec![];
+    let mut native_decode = vec![];
+    for _ in 0..REPEAT {
+        let (took, outcome, emitted) = counted(b, replay.clone(), None, &request);
+        let result = outcome.unwrap().expect("replayed run");
+        check_output(&result, tail, "component, replay");
+        assert_eq!(emitted, text_bytes);
+        component_decode.push(took);
+
+        let t = Instant::now();
+        let mut decoder = net::Decoder::default();
+        let mut exited = false;
+        for chunk in ndjson.chunks(net::READ_CHUNK) {
+            if decoder.push(chunk).expect("valid frames") {
+                exited = true;
+                break;
+            }
+        }
+        assert!(exited);
+        let (stdout, _, truncated) = decoder.finish();
+        native_decode.push(t.elapsed());
+        assert!(truncated && stdout == tail, "native decode: tail");
+    }
+    let (c, n) = (median(&component_decode), median(&native_decode));
+    let (cm, nm) = (mbps(OUTPUT_BYTES, c), mbps(OUTPUT_BYTES, n));
+    report.row(
+        "3",
+        format!(
+            "decode 64 MiB output ({:.1} MB NDJSON) in the component (median of {REPEAT})",
+            ndjson.len() as f64 / 1e6
+        ),
+        format!("{cm:.0} MB/s ({})", fmt(c)),
+        format!("same code native: {nm:.0} MB/s ({})", fmt(n)),
+        format!("{:.2}x", cm / nm),
+        "≥0.5x",
+        met(cm / nm >= 0.5),
+    );
+    let (ce, ne) = (mbps(OUTPUT_BYTES, e2e), mbps(OUTPUT_BYTES, native_e2e));
+    report.row(
+        "3",
+        "64 MiB command end to end through createos-local",
+        format!("{ce:.0} MB/s ({})", fmt(e2e)),
+        format!("native client: {ne:.0} MB/s ({})", fmt(native_e2e)),
+        format!("{:.2}x", ce / ne),
+        "",
+        Status::Info,
+    );
+
+    // Memory high-water: the smallest linear-memory cap (HostOptions::
+    // with_memory_limit, a StoreLimits that traps on failed growth) under
+    // which the replayed 64 MiB run still completes correctly.
+    let t = Instant::now();
+    let (high_water, probes) = smallest_cap(64 * MIB as usize, 256 * MIB as usize, |cap| {
+        let (_, outcome, _) = counted(b, replay.clone(), Some(cap), &request);
+        matches!(outcome, Ok(Ok(r)) if r.stdout == tail)
+    });
+    report.row(
+        "3",
+        "instance memory high-water, 64 MiB output, 4 Mi char cap",
+        format!("{:.1} MiB", high_water as f64 / MIB as f64),
+        format!(
+            "tail kept: {:.1} MiB of text",
+            tail.len() as f64 / MIB as f64
+        ),
+        "",
+        "",
+        Status::Info,
+    );
+    report.note(format!(
+        "memory high-water = smallest `HostOptions::with_memory_limit` cap (64 KiB resolution) \
+         under which the replayed 64 MiB run completes; {probes} runs, {:.1} s. sandbox-host \
+         exposes no memory size of a live instance.",
+        secs(t.elapsed())
+    ));
+}
+
+/// The smallest `cap` (a multiple of 64 KiB, below `limit`) for which `ok(cap)`
+/// holds, by bisection from `guess`; also the number of probes.
+fn smallest_cap(guess: usize, limit: usize, ok: impl Fn(usize) -> bool) -> (usize, usize) {
+    const PAGE: usize = 64 * 1024;
+    let mut probes = 0;
+    let mut probe = |cap: usize| {
+        probes += 1;
+        ok(cap)
+    };
+    // Find a working upper bound.
+    let mut hi = guess;
+    while !probe(hi) {
+        assert!(hi < limit, "no cap up to {limit} bytes works");
+        hi = (hi * 2).min(limit);
+    }
+    let mut lo = 0; // fails
+    while hi - lo > PAGE {
+        let mid = (lo + (hi - lo) / 2) / PAGE * PAGE;
+        let mid = mid.max(lo + PAGE);
+        if probe(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    (hi, probes)
+}
+
+// ---------------------------------------------------------------- 4
+
+fn concurrency(b: &Bench, report: &mut Report) {
+    let recorder = Arc::new(Recorder::new(Arc::new(NetworkTransport::new())));
+    let guard = b.guard(CONCURRENT_SPACING, recorder.clone());
+    let barrier = Arc::new(Barrier::new(CONCURRENT_COMMANDS + 1));
+    let started = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..CONCURRENT_COMMANDS)
+            .map(|i| {
+                let guard = guard.clone();
+                let barrier = barrier.clone();
+                scope.spawn(move || {
+                    let request = request("echo", &[&format!("bench-{i}")], Some(120_000));
+                    barrier.wait();
+                    let result = b.execute(HostOptions::new().with_transport(guard), &request);
+                    matches!(&result, Ok(r) if r.exit_code == Some(0)
+                        && r.stdout == format!("bench-{i}\n")
+                        && !r.timed_out)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let started = Instant::now();
+        let correct = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|ok| *ok)
+            .count();
+        (started.elapsed(), correct)
+    });
+    let (wall, correct) = started;
+    let mut starts: Vec<Instant> = recorder.sent().iter().map(|s| s.at).collect();
+    starts.sort();
+    let gaps: Vec<Duration> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    let min_gap = gaps.iter().copied().min().unwrap_or_default();
+    let floor = CONCURRENT_SPACING * (starts.len().saturating_sub(1)) as u32;
+    report.row(
+        "4",
+        format!("{CONCURRENT_COMMANDS} concurrent `echo`s, one host, one instance each"),
+        format!("wall {}", fmt(wall)),
+        format!(
+            "pacing floor {} ({} requests × {})",
+            fmt(floor),
+            starts.len(),
+            fmt(CONCURRENT_SPACING)
+        ),
+        format!("{:.2}x floor", secs(wall) / secs(floor)),
+        "",
+        Status::Info,
+    );
+    report.row(
+        "4",
+        "results correct",
+        format!("{correct}/{CONCURRENT_COMMANDS}"),
+        "",
+        "",
+        "all",
+        met(correct == CONCURRENT_COMMANDS),
+    );
+    report.row(
+        "4",
+        "minimum gap between request starts (one origin)",
+        fmt(min_gap),
+        format!("spacing {}", fmt(CONCURRENT_SPACING)),
+        format!("median gap {}", fmt(median(&gaps))),
+        "≥ spacing",
+        met(min_gap >= CONCURRENT_SPACING),
+    );
+}
+
+// ---------------------------------------------------------------- 5
+
+fn latencies(b: &Bench, report: &mut Report) {
+    const CANCELS: usize = 5;
+    const EXITS: usize = 15;
+    // Cancellation: `sleep 30` is running and followed; cancel the token,
+    // note when the DELETE reaches the transport under the guard.
+    let request = request("sleep", &["30"], Some(60_000));
+    let (mut to_delete, mut to_return) = (vec![], vec![]);
+    for _ in 0..CANCELS {
+        let recorder = Arc::new(Recorder::new(Arc::new(NetworkTransport::new())));
+        let guard = b.guard(Duration::ZERO, recorder.clone());
+        let token = CancelToken::new();
+        let options = HostOptions::new()
+            .with_transport(guard)
+            .with_cancel(token.clone());
+        let (cancelled_at, outcome, returned_at) = std::thread::scope(|scope| {
+            let run = scope.spawn(|| {
+                let outcome = b.execute(options, &request);
+                (outcome, Instant::now())
+            });
+            let wait_start = Instant::now();
+            while !recorder.sent().iter().any(|s| s.path.ends_with("/connect")) {
+                assert!(wait_start.elapsed() < Duration::from_secs(20), "no connect");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            // Let the guest settle into waiting on the stream.
+            std::thread::sleep(Duration::from_millis(100));
+            let cancelled_at = Instant::now();
+            token.cancel();
+            let (outcome, returned_at) = run.join().unwrap();
+            (cancelled_at, outcome, returned_at)
+        });
+        assert!(
+            matches!(outcome, Err(ProviderError::Cancelled)),
+            "{outcome:?}"
+        );
+        let delete = recorder
+            .sent()
+            .into_iter()
+            .find(|s| s.method == http::Method::DELETE)
+            .expect("a DELETE after cancellation");
+        to_delete.push(delete.at.saturating_duration_since(cancelled_at));
+        to_return.push(returned_at - cancelled_at);
+    }
+    let (d, dm) = (median(&to_delete), max(&to_delete));
+    report.row(
+        "5",
+        format!("cancel signalled → DELETE sent (median of {CANCELS})"),
+        fmt(d),
+        format!("max {}", fmt(dm)),
+        "",
+        "≤50 ms",
+        met(dm <= Duration::from_millis(50)),
+    );
+    report.info(
+        "5",
+        "cancel signalled → `execute` returns `cancelled` (DELETE answered, tree gone)",
+        fmt(median(&to_return)),
+    );
+
+    // Exit: the host's HTTP layer (our reader of `/connect`) receives the
+    // chunk with the exit frame → `execute` returns.
+    let stamp = Arc::new(ExitStamp::new(Arc::new(NetworkTransport::new())));
+    let guard = b.guard(Duration::ZERO, stamp.clone());
+    let request = request_true();
+    let mut exit = vec![];
+    for i in 0..EXITS + 2 {
+        let result = b
+            .execute(HostOptions::new().with_transport(guard.clone()), &request)
+            .expect("`true` runs");
+        let returned = Instant::now();
+        assert_eq!(result.exit_code, Some(0));
+        let stamped = *stamp.stamps().last().expect("an exit frame was seen");
+        if i >= 2 {
+            exit.push(returned - stamped);
+        }
+    }
+    let (e, em) = (median(&exit), max(&exit));
+    report.row(
+        "5",
+        format!("exit frame received by the host → `execute` returns (median of {EXITS})"),
+        fmt(e),
+        format!("max {}", fmt(em)),
+        "",
+        "≤5 ms",
+        met(e <= Duration::from_millis(5)),
+    );
+}
+
+fn request_true() -> ExecuteRequest {
+    request("true", &[], None)
+}
+
+// ---------------------------------------------------------------- 6
+
+fn size_and_memory(b: &Bench, report: &mut Report) {
+    let size = std::fs::metadata(&b.wasm).unwrap().len();
+    let kib = size as f64 / 1024.0;
+    report.row(
+        "6",
+        "component size (release, `./build.sh`)",
+        format!("{kib:.0} KiB ({size} bytes)"),
+        "",
+        format!("{:.0}% of target", kib / 400.0 * 100.0),
+        "≤400 KiB",
+        met(kib <= 400.0),
+    );
+    let (fresh, _) = smallest_cap(MIB as usize, 256 * MIB as usize, |cap| {
+        b.component
+            .instantiate(HostOptions::new().with_memory_limit(cap))
+            .and_then(|mut i| i.describe())
+            .is_ok()
+    });
+    report.row(
+        "6",
+        "instance memory: instantiate + `describe`",
+        format!("{:.2} MiB", fresh as f64 / MIB as f64),
+        "",
+        "",
+        "",
+        Status::Info,
+    );
+    let exit_only = b.guard(
+        Duration::ZERO,
+        Arc::new(Replay::new(Bytes::from_static(
+            b"{\"type\":\"exit\",\"exit_code\":0}\n",
+        ))),
+    );
+    let request = request_true();
+    let (command, _) = smallest_cap(MIB as usize, 256 * MIB as usize, |cap| {
+        let (_, outcome, _) = counted(b, exit_only.clone(), Some(cap), &request);
+        matches!(outcome, Ok(Ok(r)) if r.exit_code == Some(0))
+    });
+    report.row(
+        "6",
+        "instance memory: `execute` of `true`",
+        format!("{:.2} MiB", command as f64 / MIB as f64),
+        "",
+        "",
+        "",
+        Status::Info,
+    );
+}
+
+// ---------------------------------------------------------------- main
+
+/// A section: its number, its name, and what runs it.
+type Section = (&'static str, &'static str, fn(&Bench, &mut Report));
 
 fn main() {
-    println!("no benchmarks yet");
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let selected = |number: &str, name: &str| {
+        filters.is_empty()
+            || filters
+                .iter()
+                .any(|f| f == number || name.contains(f.as_str()))
+    };
+    let started = Instant::now();
+    let machine = machine();
+    eprintln!("provider benchmarks on {machine}");
+    let bench = setup();
+    let mut report = Report::default();
+    report.note(format!(
+        "backend: createos-local at {} (isolation {:?}); the component's HTTP goes through \
+         sandbox-host's Guard (spacing 0 except in 4) and NetworkTransport",
+        bench.base,
+        bench.server.isolation()
+    ));
+    let sections: [Section; 6] = [
+        ("1", "cold", cold_start),
+        ("2", "command", per_command),
+        ("3", "output", output_path),
+        ("4", "concurrency", concurrency),
+        ("5", "latency", latencies),
+        ("6", "size", size_and_memory),
+    ];
+    for (number, name, run) in sections {
+        if selected(number, name) {
+            eprintln!("section {number} ({name})…");
+            let t = Instant::now();
+            run(&bench, &mut report);
+            eprintln!("section {number} done in {:.1} s", secs(t.elapsed()));
+        }
+    }
+    let shutdown = bench.server.shutdown();
+    if !shutdown.all_exited() {
+        report.note(format!(
+            "createos-local shutdown found survivors: {shutdown:?}"
+        ));
+    }
+    report.print(&machine, started.elapsed());
 }
