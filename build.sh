@@ -8,7 +8,13 @@ if ! rustup target list --installed | grep -qx "$target"; then
   echo "installing Rust target $target" >&2
   rustup target add "$target"
 fi
-cargo build --release --target "$target" -p createos-provider --lib
+# Size settings for the component only (goal <= 400 KiB); the host's
+# release build keeps the workspace's plain release profile.
+CARGO_PROFILE_RELEASE_OPT_LEVEL=s \
+CARGO_PROFILE_RELEASE_LTO=true \
+CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+CARGO_PROFILE_RELEASE_PANIC=abort \
+  cargo build --release --target "$target" -p createos-provider --lib
 wasm="target/$target/release/createos_provider.wasm"
 size=$(stat -c %s "$wasm")
 echo "component: $PWD/$wasm"

@@ -80,6 +80,24 @@ impl Guest for Component {
         Lifecycle::new(&mut platform, &config).realize(&ctx, &lease, &request)
     }
 
+    fn sync_in(
+        ctx: EnvironmentContext,
+        lease: Lease,
+        files: Vec<FileUpload>,
+    ) -> Result<SyncReport, ProviderError> {
+        let (config, mut platform) = setup(&ctx)?;
+        Lifecycle::new(&mut platform, &config).sync_in(&ctx, &lease, &files)
+    }
+
+    fn sync_out(
+        ctx: EnvironmentContext,
+        lease: Lease,
+        remote_paths: Vec<String>,
+    ) -> Result<Vec<FileDownload>, ProviderError> {
+        let (config, mut platform) = setup(&ctx)?;
+        Lifecycle::new(&mut platform, &config).sync_out(&ctx, &lease, &remote_paths)
+    }
+
     fn execute(
         ctx: EnvironmentContext,
         lease: Lease,

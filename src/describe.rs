@@ -21,7 +21,9 @@ pub fn description() -> ProviderDescription {
         driver_key: "createos".into(),
         display_name: "CreateOS".into(),
         config_schema: config_schema(),
-        capabilities: Capabilities::REUSABLE_LEASES | Capabilities::INCREMENTAL_OUTPUT,
+        capabilities: Capabilities::REUSABLE_LEASES
+            | Capabilities::INCREMENTAL_OUTPUT
+            | Capabilities::NATIVE_SYNC,
         secrets: vec![SecretField {
             config_field: SECRET_FIELD.into(),
             header: SECRET_HEADER.into(),

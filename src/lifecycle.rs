@@ -9,9 +9,9 @@ use crate::config::Config;
 use crate::lease::{self, LeaseMetadata, MARKER_PATH, WORKSPACE_ROOT};
 use crate::platform::{random_hex, Instant, Method, Platform, Request, Wait, MS};
 use crate::types::{
-    AcquireRequest, CleanupFailure, CleanupPhase, EnvironmentContext, InvalidResponse, Lease,
-    ProbeReport, ProviderError, ResumeOutcome, TerminationAction, TerminationReceipt,
-    WorkspaceRequest,
+    AcquireRequest, CleanupFailure, CleanupPhase, EnvironmentContext, FileDownload, FileUpload,
+    InvalidResponse, Lease, ProbeReport, ProviderError, ResumeOutcome, SyncReport,
+    TerminationAction, TerminationReceipt, WorkspaceRequest,
 };
 use serde_json::{json, Map, Value};
 
@@ -254,6 +254,13 @@ impl<'a> Lifecycle<'a> {
         ctx: &EnvironmentContext,
         lease: &Lease,
     ) -> Result<TerminationReceipt, ProviderError> {
+        // A host that recorded a failed setup (`cleanup-failed` in phase
+        // `lease-setup`) has only the sandbox id, never metadata: destroying
+        // by that id is the only way to clear it.
+        let setup_record = matches!(lease.metadata.trim(), "" | "{}");
+        if setup_record && api::is_valid_id(&lease.provider_lease_id) {
+            return self.destroy_checked(&lease.provider_lease_id);
+        }
         let metadata = lease::check(lease, ctx, self.config)?;
         self.destroy_checked(&metadata.sandbox_id)
     }
@@ -290,6 +297,64 @@ impl<'a> Lifecycle<'a> {
             "realize-workspace",
         )?;
         Ok(path)
+    }
+
+    /// Writes files into the sandbox with `PUT /files` (parents are created
+    /// by the API). Every path is checked before the first request.
+    pub fn sync_in(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+        files: &[FileUpload],
+    ) -> Result<SyncReport, ProviderError> {
+        let metadata = lease::check(lease, ctx, self.config)?;
+        let paths = files
+            .iter()
+            .map(|f| workspace_path(&f.remote_path))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut report = SyncReport { files: 0, bytes: 0 };
+        for (file, path) in files.iter().zip(paths) {
+            let write = Request {
+                method: Method::Put,
+                path: api::file_path(&metadata.sandbox_id, &path),
+                body: Some(("application/octet-stream", file.contents.clone())),
+            };
+            self.call(&write)
+                .map_err(|e| e.into_provider_error("sync-in"))?;
+            report.files += 1;
+            report.bytes += file.contents.len() as u64;
+        }
+        Ok(report)
+    }
+
+    /// Reads files out of the sandbox with `GET /files`.
+    pub fn sync_out(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+        remote_paths: &[String],
+    ) -> Result<Vec<FileDownload>, ProviderError> {
+        let metadata = lease::check(lease, ctx, self.config)?;
+        let paths = remote_paths
+            .iter()
+            .map(|p| workspace_path(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            let read = Request {
+                method: Method::Get,
+                path: api::file_path(&metadata.sandbox_id, &path),
+                body: None,
+            };
+            let wait = self.wait();
+            let contents = api::call_raw(self.platform, &read, wait)
+                .map_err(|e| e.into_provider_error("sync-out"))?;
+            files.push(FileDownload {
+                remote_path: path,
+                contents,
+            });
+        }
+        Ok(files)
     }
 
     /// Creates a sandbox, runs `/bin/echo <marker>`, and always deletes it.

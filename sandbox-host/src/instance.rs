@@ -5,9 +5,9 @@ use wasmtime::Store;
 
 use crate::bindings::exports_provider::Guest;
 use crate::bindings::types::{
-    AcquireRequest, ConfigValidation, EnvironmentContext, ExecuteRequest, ExecuteResult, Lease,
-    ProbeReport, ProviderDescription, ProviderError, ResumeOutcome, TerminationReceipt,
-    WorkspaceRequest,
+    AcquireRequest, ConfigValidation, EnvironmentContext, ExecuteRequest, ExecuteResult,
+    FileDownload, FileUpload, Lease, ProbeReport, ProviderDescription, ProviderError,
+    ResumeOutcome, SyncReport, TerminationReceipt, WorkspaceRequest,
 };
 use crate::bindings::SandboxProvider;
 use crate::cancel::CancelToken;
@@ -125,6 +125,28 @@ impl ProviderInstance {
     ) -> Result<Result<String, ProviderError>> {
         self.call("realize-workspace", |g, s| {
             g.call_realize_workspace(s, ctx, lease, request)
+        })
+    }
+
+    /// `sync-in`: copies files into the sandbox.
+    pub fn sync_in(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+        files: &[FileUpload],
+    ) -> Result<Result<SyncReport, ProviderError>> {
+        self.call("sync-in", |g, s| g.call_sync_in(s, ctx, lease, files))
+    }
+
+    /// `sync-out`: reads files out of the sandbox.
+    pub fn sync_out(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+        remote_paths: &[String],
+    ) -> Result<Result<Vec<FileDownload>, ProviderError>> {
+        self.call("sync-out", |g, s| {
+            g.call_sync_out(s, ctx, lease, remote_paths)
         })
     }
 

@@ -21,7 +21,8 @@ fn describe_declares_the_secret_header_and_spacing() {
     assert!(description
         .capabilities
         .contains(Capabilities::REUSABLE_LEASES));
-    assert!(!description.capabilities.contains(Capabilities::NATIVE_SYNC));
+    assert!(description.capabilities.contains(Capabilities::NATIVE_SYNC));
+    assert!(!description.capabilities.contains(Capabilities::LOGIN_PTY));
     let schema: serde_json::Value = serde_json::from_str(&description.config_schema).unwrap();
     assert_eq!(schema["type"], "object");
     assert!(schema["properties"]["apiUrl"].is_object());

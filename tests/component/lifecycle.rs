@@ -457,3 +457,99 @@ fn realize_makes_the_workspace_directory() {
         .unwrap_err();
     assert!(matches!(error, ProviderError::InvalidRequest(_)));
 }
+
+#[test]
+fn sync_in_writes_files_and_sync_out_reads_them_back() {
+    let fake = Fake::new();
+    let files = vec![
+        FileUpload {
+            remote_path: "src/main.rs".into(),
+            contents: b"fn main() {}".to_vec(),
+        },
+        FileUpload {
+            remote_path: "/tmp/data.bin".into(),
+            contents: vec![0, 255, 1],
+        },
+    ];
+    let report = fake
+        .instance()
+        .sync_in(&ctx(), &lease(), &files)
+        .unwrap()
+        .unwrap();
+    assert_eq!((report.files, report.bytes), (2, 15));
+    let puts = fake.requests_to(&format!("PUT {}/files", sandbox_path()));
+    assert_eq!(
+        query_param(&puts[0], "path"),
+        "/paperclip-workspace/src/main.rs"
+    );
+    assert_eq!(&puts[1].body[..], &[0, 255, 1]);
+    let paths = vec!["src/main.rs".to_string(), "/tmp/data.bin".to_string()];
+    let downloads = fake
+        .instance()
+        .sync_out(&ctx(), &lease(), &paths)
+        .unwrap()
+        .unwrap();
+    assert_eq!(downloads[0].remote_path, "/paperclip-workspace/src/main.rs");
+    assert_eq!(downloads[0].contents, b"fn main() {}");
+    assert_eq!(downloads[1].contents, vec![0, 255, 1]);
+}
+
+#[test]
+fn sync_refuses_bad_paths_before_any_request_and_reports_missing_files() {
+    let fake = Fake::new();
+    let files = vec![
+        FileUpload {
+            remote_path: "ok".into(),
+            contents: vec![],
+        },
+        FileUpload {
+            remote_path: "../../etc/passwd".into(),
+            contents: vec![],
+        },
+    ];
+    let error = fake
+        .instance()
+        .sync_in(&ctx(), &lease(), &files)
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(error, ProviderError::InvalidRequest(_)),
+        "{error:?}"
+    );
+    assert!(fake.calls().is_empty());
+    let error = fake
+        .instance()
+        .sync_out(&ctx(), &lease(), &["missing".to_string()])
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(&error, ProviderError::ApiRejected(r) if r.status == 404 && r.operation == "sync-out"),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn destroy_accepts_the_bare_sandbox_id_of_a_failed_setup() {
+    let fake = Fake::new();
+    let record = Lease {
+        provider_lease_id: SANDBOX.into(),
+        metadata: "{}".into(),
+        expires_at: None,
+    };
+    let receipt = fake
+        .instance()
+        .destroy_lease(&ctx(), &record)
+        .unwrap()
+        .unwrap();
+    assert_eq!(receipt.action, TerminationAction::Deleted);
+    assert_eq!(fake.calls(), vec![format!("DELETE {}", sandbox_path())]);
+    let bad = Lease {
+        provider_lease_id: "../x".into(),
+        metadata: "{}".into(),
+        expires_at: None,
+    };
+    assert!(matches!(
+        fake.instance().destroy_lease(&ctx(), &bad).unwrap(),
+        Err(ProviderError::ForeignLease(_))
+    ));
+}
