@@ -613,12 +613,8 @@ impl SandboxRuntime {
         for field in &self.description.secrets {
             let in_config = object.remove(&field.config_field);
             let secret = match in_config {
-                Some(Value::String(secret)) => Some(secret),
                 Some(Value::Null) | None => None,
-                Some(_) => bail!(
-                    "config field {} must be a string (secret references are not supported)",
-                    field.config_field
-                ),
+                Some(reference) => Some(resolve_secret(&field.config_field, &reference)?),
             }
             .or_else(|| secrets.values.get(&field.config_field).cloned())
             .or_else(|| {
@@ -721,4 +717,64 @@ fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Resolves a secret config value: the secret itself (a string), or a
+/// reference `{"env": "VAR"}` (an environment variable of the host) or
+/// `{"file": "/path"}` (a file's contents, trailing newline removed).
+/// Errors name the field and the reference, never a secret.
+fn resolve_secret(field: &str, value: &Value) -> Result<String> {
+    let reference = match value {
+        Value::String(secret) => return Ok(secret.clone()),
+        Value::Object(reference) if reference.len() == 1 => reference,
+        _ => bail!(
+            "config field {field} must be the secret, {{\"env\": \"VAR\"}} or {{\"file\": \"/path\"}}"
+        ),
+    };
+    match (reference.get("env"), reference.get("file")) {
+        (Some(Value::String(var)), _) => std::env::var(var)
+            .with_context(|| format!("config field {field}: environment variable {var} is not set")),
+        (_, Some(Value::String(path))) => std::fs::read_to_string(path)
+            .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
+            .with_context(|| format!("config field {field}: cannot read secret file {path}")),
+        _ => bail!(
+            "config field {field} must be the secret, {{\"env\": \"VAR\"}} or {{\"file\": \"/path\"}}"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod secret_tests {
+    use super::resolve_secret;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_resolve_from_values_env_and_files() {
+        assert_eq!(resolve_secret("apiKey", &json!("k1")).unwrap(), "k1");
+        std::env::set_var("SANDBOX_HOST_TEST_SECRET", "k2");
+        assert_eq!(
+            resolve_secret("apiKey", &json!({"env": "SANDBOX_HOST_TEST_SECRET"})).unwrap(),
+            "k2"
+        );
+        let file = std::env::temp_dir().join(format!("sandbox-host-secret-{}", std::process::id()));
+        std::fs::write(&file, "k3\n").unwrap();
+        assert_eq!(
+            resolve_secret("apiKey", &json!({"file": file})).unwrap(),
+            "k3"
+        );
+        std::fs::remove_file(&file).unwrap();
+    }
+
+    #[test]
+    fn bad_references_are_clear_errors_without_secrets() {
+        for bad in [
+            json!(5),
+            json!({"env": "SANDBOX_HOST_UNSET_VAR"}),
+            json!({"file": "/nonexistent/x"}),
+            json!({"vault": "x"}),
+        ] {
+            let error = resolve_secret("apiKey", &bad).unwrap_err();
+            assert!(format!("{error:#}").contains("apiKey"), "{error:#}");
+        }
+    }
 }
