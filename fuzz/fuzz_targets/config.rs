@@ -22,7 +22,10 @@ fn check(text: &str) {
         assert!(again.warnings.is_empty(), "{:?}", again.warnings);
         assert_eq!(again.config.as_ref(), Some(config));
         assert_eq!(again.normalized.as_deref(), Some(normalized.as_str()));
-        assert_eq!(normalize_api_url(&config.api_origin).as_deref(), Ok(config.api_origin.as_str()));
+        assert_eq!(
+            normalize_api_url(&config.api_origin).as_deref(),
+            Ok(config.api_origin.as_str())
+        );
     }
 }
 
@@ -30,7 +33,10 @@ fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     check(&text);
 
-    let mid = text.char_indices().nth(text.chars().count() / 2).map_or(text.len(), |(i, _)| i);
+    let mid = text
+        .char_indices()
+        .nth(text.chars().count() / 2)
+        .map_or(text.len(), |(i, _)| i);
     let url = format!("{}{CANARY}{}", &text[..mid], &text[mid..]);
     let config = json!({ "apiUrl": url, "shape": text.as_ref() }).to_string();
     check(&config);
@@ -38,7 +44,10 @@ fuzz_target!(|data: &[u8]| {
     for message in validation.errors.iter().chain(&validation.warnings) {
         // `shape` is echoed (64 printable characters); the URL never is.
         let without_shape = message.replace(&text.chars().take(64).collect::<String>(), "");
-        assert!(!without_shape.contains(CANARY) || text.contains(CANARY), "{message}");
+        assert!(
+            !without_shape.contains(CANARY) || text.contains(CANARY),
+            "{message}"
+        );
     }
     if let Ok(origin) = normalize_api_url(&url) {
         assert_eq!(normalize_api_url(&origin), Ok(origin.clone()));

@@ -16,7 +16,11 @@ fuzz_target!(|data: &[u8]| {
     }
     let raw = u16::from_le_bytes([data[0], data[1]]);
     // Half the inputs get a 2xx so the body parser is what is fuzzed.
-    let status = if raw & 1 == 0 { 200 + (raw >> 1) % 100 } else { raw >> 1 };
+    let status = if raw & 1 == 0 {
+        200 + (raw >> 1) % 100
+    } else {
+        raw >> 1
+    };
     let body = data[2..].to_vec();
     let response = Response {
         status,

@@ -103,8 +103,7 @@ fuzz_target!(|data: &[u8]| {
     }
     if too_long {
         assert!(
-            reference.iter().any(|l| l.len() > MAX_LINE_BYTES)
-                || unfinished.len() > MAX_LINE_BYTES,
+            reference.iter().any(|l| l.len() > MAX_LINE_BYTES) || unfinished.len() > MAX_LINE_BYTES,
             "a line over the limit was reported where none is"
         );
     } else {
