@@ -111,6 +111,7 @@ pub struct SandboxRuntime {
     pacer: Pacer,
     spacing: Option<Duration>,
     stderr: GuestStderr,
+    grace: Duration,
     running: Mutex<HashMap<String, Vec<CancelToken>>>,
     finished: Condvar,
 }
@@ -132,6 +133,7 @@ impl SandboxRuntime {
             pacer: Pacer::global(),
             spacing: None,
             stderr: GuestStderr::Discard,
+            grace: GRACE,
             running: Mutex::new(HashMap::new()),
             finished: Condvar::new(),
         })
@@ -148,6 +150,14 @@ impl SandboxRuntime {
     /// has no rate limit; never lower it for the real service).
     pub fn with_request_spacing(mut self, spacing: Duration) -> Self {
         self.spacing = Some(spacing);
+        self
+    }
+
+    /// How long an instance may run past an operation's own timeout before
+    /// the epoch deadline stops it (default 30 s, as the contract's host
+    /// timing says); a stopped `execute` poisons its lease.
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
         self
     }
 
@@ -245,7 +255,7 @@ impl SandboxRuntime {
     ) -> Result<Result<LeaseRecord, ProviderError>> {
         let record = self.store.begin_acquire(&env.ctx, &request.run_id)?;
         let outcome = self
-            .instance(env, env.timeout + GRACE, CancelToken::new(), None)
+            .instance(env, env.timeout + self.grace, CancelToken::new(), None)
             .and_then(|mut instance| instance.acquire_lease(&env.ctx, request));
         match outcome {
             Ok(Ok(lease)) => {
@@ -316,7 +326,7 @@ impl SandboxRuntime {
             .unwrap_or(env.timeout);
         let _running = self.register(&record.id, cancel.clone())?;
         let outcome = self
-            .instance(env, timeout + GRACE, cancel, output)
+            .instance(env, timeout + self.grace, cancel, output)
             .and_then(|mut instance| instance.execute(&env.ctx, &lease, request));
         self.poison_on_failure(&record.id, "execute", &outcome)?;
         outcome
@@ -331,7 +341,7 @@ impl SandboxRuntime {
     ) -> Result<Result<String, ProviderError>> {
         let (record, lease) = self.usable(env, lease_id, "realize a workspace on")?;
         let outcome = self
-            .instance(env, env.timeout + GRACE, CancelToken::new(), None)
+            .instance(env, env.timeout + self.grace, CancelToken::new(), None)
             .and_then(|mut i| i.realize_workspace(&env.ctx, &lease, request));
         self.poison_on_failure(&record.id, "realize-workspace", &outcome)?;
         outcome
@@ -350,7 +360,7 @@ impl SandboxRuntime {
             "resume",
         )?;
         let outcome = self
-            .instance(env, env.timeout + GRACE, CancelToken::new(), None)
+            .instance(env, env.timeout + self.grace, CancelToken::new(), None)
             .and_then(|mut i| i.resume_lease(&env.ctx, &lease));
         match &outcome {
             Ok(Ok(ResumeOutcome::Resumed(lease))) => {
@@ -378,7 +388,7 @@ impl SandboxRuntime {
         self.stop_running(lease_id);
         let (record, lease) = self.lease_for(env, lease_id, &[LeaseState::Active], "release")?;
         let outcome = self
-            .instance(env, env.timeout + GRACE, CancelToken::new(), None)
+            .instance(env, env.timeout + self.grace, CancelToken::new(), None)
             .and_then(|mut i| i.release_lease(&env.ctx, &lease));
         if let Ok(Ok(receipt)) = &outcome {
             self.store.set_state(
@@ -411,7 +421,7 @@ impl SandboxRuntime {
             "destroy",
         )?;
         let outcome = self
-            .instance(env, env.timeout + GRACE, CancelToken::new(), None)
+            .instance(env, env.timeout + self.grace, CancelToken::new(), None)
             .and_then(|mut i| i.destroy_lease(&env.ctx, &lease));
         match &outcome {
             Ok(Ok(receipt)) => self.store.set_state(
@@ -435,8 +445,8 @@ impl SandboxRuntime {
     /// environment's timeout plus a minute. Returns each lease handled and
     /// what happened to it.
     pub fn sweep(&self, env: &Environment) -> Result<Vec<(LeaseRecord, Result<(), String>)>> {
-        let stale_before =
-            now_ms() - i64::try_from((env.timeout + GRACE * 2).as_millis()).unwrap_or(i64::MAX);
+        let stale_before = now_ms()
+            - i64::try_from((env.timeout + self.grace * 2).as_millis()).unwrap_or(i64::MAX);
         let mut report = Vec::new();
         for record in self.store.needing_sweep()? {
             if record.environment_id != env.ctx.environment_id

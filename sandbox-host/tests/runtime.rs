@@ -145,6 +145,35 @@ fn a_trap_during_execute_poisons_the_lease() {
 }
 
 #[test]
+fn a_spin_or_unbounded_allocation_during_execute_poisons_durably() {
+    for (name, guest) in [("spin", "spin"), ("alloc", "alloc"), ("trap", "trap")] {
+        let path = store_path(name);
+        let script = no_http();
+        let lease_id = {
+            let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script)
+                .with_grace(Duration::from_millis(500));
+            let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+            let record = rt.acquire(&env, &acquire(name)).unwrap().unwrap();
+            let mut request = command(guest, &[]);
+            request.timeout_ms = Some(100);
+            // The outer error: a trap (epoch interrupt) or the memory
+            // limit's growth failure, never a typed result.
+            let outcome = rt.execute(&env, &record.id, &request, None, CancelToken::new());
+            assert!(outcome.is_err(), "{name}: {outcome:?}");
+            record.id
+        };
+        // A new store on the same file, as after a host restart.
+        let store = LeaseStore::open(&path).unwrap();
+        let record = store.get(&lease_id).unwrap().unwrap();
+        assert_eq!(record.state, LeaseState::Poisoned, "{name}");
+        assert!(
+            record.reason.unwrap().contains("termination unknown"),
+            "{name}"
+        );
+    }
+}
+
+#[test]
 fn an_acquire_whose_cleanup_failed_is_poisoned_for_sweep() {
     let script = no_http();
     let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
