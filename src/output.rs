@@ -16,6 +16,12 @@ pub struct Utf8Decoder {
 impl Utf8Decoder {
     /// Decodes a chunk; the result never ends inside a character.
     pub fn push(&mut self, bytes: &[u8]) -> String {
+        if self.pending.is_empty() {
+            // The common case: no character carried over, so no copy first.
+            if let Ok(text) = std::str::from_utf8(bytes) {
+                return text.to_owned();
+            }
+        }
         let mut input = std::mem::take(&mut self.pending);
         input.extend_from_slice(bytes);
         let mut text = String::with_capacity(input.len());
@@ -85,11 +91,16 @@ impl Tail {
 
     /// Appends text, dropping the oldest characters beyond the cap.
     pub fn push(&mut self, text: &str) {
+        self.push_owned(text.to_owned());
+    }
+
+    /// Appends text it takes ownership of (no copy).
+    pub fn push_owned(&mut self, text: String) {
         if text.is_empty() {
             return;
         }
         self.chars += text.chars().count();
-        self.chunks.push_back(text.to_string());
+        self.chunks.push_back(text);
         while self.chars > self.cap {
             let excess = self.chars - self.cap;
             let Some(front) = self.chunks.front_mut() else {

@@ -5,14 +5,21 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Hands out request start times at least `spacing` apart per key (an
-/// origin). Cloning shares the schedule.
+/// The start of the last request to one key, behind a fair async lock.
+type LastStart = Arc<tokio::sync::Mutex<Option<Instant>>>;
+
+/// Spaces the *actual* starts of requests at least `spacing` apart per key
+/// (an origin). Cloning shares the schedule.
 ///
-/// Slots are reserved in call order: a caller that reserved a slot and then
-/// gave up leaves a gap, which is harmless (spacing only ever grows).
+/// Each key has a fair (FIFO) lock holding the instant its last request
+/// started. A caller takes the lock, sleeps until that instant plus the
+/// spacing, records its own start and lets the next caller in. Spacing is
+/// measured from when a request really went, so a caller that wakes late
+/// (a busy machine) pushes the next one back instead of crowding it. A
+/// caller that gives up while waiting (its deadline) just leaves the queue.
 #[derive(Clone, Debug, Default)]
 pub struct Pacer {
-    next_start: Arc<Mutex<HashMap<String, Instant>>>,
+    keys: Arc<Mutex<HashMap<String, LastStart>>>,
 }
 
 impl Pacer {
@@ -27,24 +34,19 @@ impl Pacer {
         GLOBAL.get_or_init(Pacer::new).clone()
     }
 
-    /// Reserves the next start slot for `key` and returns when it is.
-    pub fn reserve(&self, key: &str, spacing: Duration) -> Instant {
-        let now = Instant::now();
-        let mut next = self.next_start.lock().unwrap_or_else(|e| e.into_inner());
-        let slot = match next.get(key) {
-            Some(&at) if at > now => at,
-            _ => now,
-        };
-        next.insert(key.to_owned(), slot + spacing);
-        slot
-    }
-
-    /// Waits until a reserved start slot for `key` has come.
+    /// Waits until a request to `key` may start, and records that it does.
     pub async fn wait_turn(&self, key: &str, spacing: Duration) {
         if spacing.is_zero() {
             return;
         }
-        let slot = self.reserve(key, spacing);
-        tokio::time::sleep_until(slot.into()).await;
+        let last_start = {
+            let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+            keys.entry(key.to_owned()).or_default().clone()
+        };
+        let mut last = last_start.lock().await;
+        if let Some(at) = *last {
+            tokio::time::sleep_until((at + spacing).into()).await;
+        }
+        *last = Some(Instant::now());
     }
 }
