@@ -3,32 +3,17 @@
 //! host's network transport behind its policy guard, with the API key
 //! injected by the host and never seen by the component.
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use createos_local::{BackgroundServer, Server};
 use sandbox_host::types::*;
-use sandbox_host::{
-    shared_engine, Guard, HostOptions, NetworkTransport, Policy, ProviderComponent,
-    ProviderInstance,
-};
+use sandbox_host::{Guard, HostOptions, NetworkTransport, Policy, ProviderInstance};
 use std::sync::Arc;
 
 const KEY: &str = "local-test-key-3f9c";
 
-fn component() -> &'static ProviderComponent {
-    static COMPONENT: OnceLock<ProviderComponent> = OnceLock::new();
-    COMPONENT.get_or_init(|| {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target/wasm32-wasip2/release/createos_provider.wasm");
-        assert!(
-            path.exists(),
-            "{} is missing: run ./build.sh first",
-            path.display()
-        );
-        ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap()
-    })
-}
+mod common;
+use common::component;
 
 struct Local {
     server: BackgroundServer,

@@ -11,33 +11,22 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
-    shared_engine, Guard, HostOptions, LeaseStore, NetworkTransport, Policy, ProviderComponent,
-    SandboxRuntime, ScriptedChunk, ScriptedResponse, ScriptedTransport, Secrets,
+    Guard, HostOptions, LeaseStore, NetworkTransport, Policy, SandboxRuntime, ScriptedChunk,
+    ScriptedResponse, ScriptedTransport, Secrets,
 };
 use serde_json::json;
 
 /// The canary: if these bytes show up anywhere but the server, a secret leaked.
 const CANARY: &str = "canary-key-7Hq2xZ9vQmW4";
 
-fn component() -> &'static ProviderComponent {
-    static COMPONENT: OnceLock<ProviderComponent> = OnceLock::new();
-    COMPONENT.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target/wasm32-wasip2/release/createos_provider.wasm");
-        assert!(
-            path.exists(),
-            "{} is missing: run ./build.sh first",
-            path.display()
-        );
-        ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap()
-    })
-}
+mod common;
+use common::component;
 
 fn assert_clean(what: &str, text: &str) {
     assert!(

@@ -14,31 +14,17 @@
 #![allow(clippy::result_large_err)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use createos_local::{BackgroundServer, IsolationMode, IsolationPreference, Server};
 use sandbox_host::types::*;
-use sandbox_host::{
-    shared_engine, CancelToken, Guard, HostOptions, NetworkTransport, Policy, ProviderComponent,
-    ProviderInstance,
-};
+use sandbox_host::{CancelToken, Guard, HostOptions, NetworkTransport, Policy, ProviderInstance};
 use serde_json::json;
 
 const KEY: &str = "torture-key";
 
-fn component() -> &'static ProviderComponent {
-    static COMPONENT: OnceLock<ProviderComponent> = OnceLock::new();
-    COMPONENT.get_or_init(|| {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("target/wasm32-wasip2/release/createos_provider.wasm");
-        assert!(
-            path.exists(),
-            "{} is missing: run ./build.sh first",
-            path.display()
-        );
-        ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap()
-    })
-}
+mod common;
+use common::component;
 
 /// Live processes (zombies excluded) whose command line contains `tag`.
 fn survivors(tag: &str) -> Vec<String> {

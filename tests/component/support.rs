@@ -2,15 +2,14 @@
 //! helpers to build contexts, leases and requests.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
 use sandbox_host::types::*;
 use sandbox_host::{
-    shared_engine, CancelToken, HostOptions, OutputCapture, ProviderComponent, ProviderInstance,
-    RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport,
+    CancelToken, HostOptions, OutputCapture, ProviderInstance, RecordedRequest, ScriptedChunk,
+    ScriptedResponse, ScriptedTransport,
 };
 use serde_json::{json, Value};
 
@@ -23,25 +22,9 @@ pub const PROCESS: &str = "proc-1";
 /// The origin of the test config.
 pub const API_URL: &str = "https://api.createos.test";
 
-/// The component built by `./build.sh`, compiled once per test binary.
-pub fn component() -> &'static ProviderComponent {
-    static COMPONENT: OnceLock<ProviderComponent> = OnceLock::new();
-    COMPONENT.get_or_init(|| {
-        let path = std::env::var_os("CREATEOS_PROVIDER_WASM")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                    .join("target/wasm32-wasip2/release/createos_provider.wasm")
-            });
-        assert!(
-            path.exists(),
-            "{} is missing: run ./build.sh first",
-            path.display()
-        );
-        let engine = shared_engine().expect("engine");
-        ProviderComponent::load(&engine, &path).expect("component loads")
-    })
-}
+#[path = "../common/mod.rs"]
+mod common;
+pub use common::component;
 
 /// A scripted answer to one request, or `None` for the fake's default.
 pub type Override = dyn Fn(&RecordedRequest, usize) -> Option<ScriptedResponse> + Send + Sync;
