@@ -8,7 +8,9 @@
 //! 3. output path: 64 MiB of output (split UTF-8 included), component vs
 //!    the same decoding code run natively, and the instance's memory
 //!    high-water with the 4 Mi character cap;
-//! 4. concurrency: 100 concurrent commands through one host;
+//! 4. rate budget: `execute` of `true` against an instant backend under
+//!    CreateOS's declared limit vs the old fixed 300 ms gap, and 300
+//!    commands against a backend enforcing the limit (429s, floor);
 //! 5. cancellation and exit latency;
 //! 6. component size and instance memory.
 //!
@@ -37,8 +39,8 @@ use sandbox_host::types::{
     AcquireRequest, EnvironmentContext, ExecuteRequest, ExecuteResult, Lease, ProviderError,
 };
 use sandbox_host::{
-    new_engine, CancelToken, Guard, HostOptions, NetworkTransport, Pacer, Policy,
-    ProviderComponent, Transport,
+    new_engine, CancelToken, Guard, HostOptions, NetworkTransport, Policy, ProviderComponent,
+    RateBudget, RateLimit, ScriptedChunk, ScriptedResponse, ScriptedTransport, Transport,
 };
 
 const KEY: &str = "bench-key-5c0ffee";
@@ -48,9 +50,6 @@ const OUTPUT_BYTES: u64 = 64 * MIB;
 /// The repeated line of section 3 (39 bytes: 1-, 2-, 3- and 4-byte characters,
 /// so reads of any power-of-two size split characters).
 const OUTPUT_LINE: &str = "héllo € 𝄞 wörld — 0123456789\n";
-/// Request spacing of section 4.
-const CONCURRENT_SPACING: Duration = Duration::from_millis(5);
-const CONCURRENT_COMMANDS: usize = 100;
 
 // ---------------------------------------------------------------- report
 
@@ -215,20 +214,20 @@ struct Bench {
 }
 
 impl Bench {
-    /// A guard for the backend's origin with `spacing` (its own pacer) in
-    /// front of `inner`.
-    fn guard(&self, spacing: Duration, inner: Arc<dyn Transport>) -> Arc<Guard> {
+    /// A guard for the backend's origin spending `limit` (its own budget)
+    /// in front of `inner`.
+    fn guard(&self, limit: Option<RateLimit>, inner: Arc<dyn Transport>) -> Arc<Guard> {
         let policy = Policy::for_origin(&self.base)
             .unwrap()
             .with_secret_header("X-Api-Key", KEY)
             .unwrap()
-            .with_request_spacing(spacing)
-            .with_pacer(Pacer::new());
+            .with_rate_limit(limit)
+            .with_rate_budget(RateBudget::in_memory());
         Arc::new(Guard::new(policy, inner))
     }
 
     fn network(&self) -> Arc<Guard> {
-        self.guard(Duration::ZERO, Arc::new(NetworkTransport::new()))
+        self.guard(None, Arc::new(NetworkTransport::new()))
     }
 
     fn execute(
@@ -618,7 +617,7 @@ fn output_path(b: &Bench, report: &mut Report) {
     );
 
     // Decoding only, over the same NDJSON bytes in 64 KiB chunks.
-    let replay: Arc<dyn Transport> = b.guard(Duration::ZERO, Arc::new(Replay::new(ndjson.clone())));
+    let replay: Arc<dyn Transport> = b.guard(None, Arc::new(Replay::new(ndjson.clone())));
     let mut component_decode = vec![];
     let mut native_decode = vec![];
     for _ in 0..REPEAT {
@@ -761,86 +760,189 @@ fn smallest_cap(guess: usize, limit: usize, ok: impl Fn(usize) -> bool) -> (usiz
 
 // ---------------------------------------------------------------- 4
 
-fn concurrency(b: &Bench, report: &mut Report) {
-    let recorder = Arc::new(Recorder::new(Arc::new(NetworkTransport::new())));
-    let guard = b.guard(CONCURRENT_SPACING, recorder.clone());
-    let barrier = Arc::new(Barrier::new(CONCURRENT_COMMANDS + 1));
-    let started = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..CONCURRENT_COMMANDS)
-            .map(|i| {
-                let guard = guard.clone();
-                let barrier = barrier.clone();
-                scope.spawn(move || {
-                    let request = request("echo", &[&format!("bench-{i}")], Some(120_000));
-                    barrier.wait();
-                    let result = b.execute(HostOptions::new().with_transport(guard), &request);
-                    matches!(&result, Ok(r) if r.exit_code == Some(0)
-                        && r.stdout == format!("bench-{i}\n")
-                        && !r.timed_out)
-                })
-            })
-            .collect();
-        barrier.wait();
-        let started = Instant::now();
-        let correct = handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .filter(|ok| *ok)
-            .count();
-        (started.elapsed(), correct)
-    });
-    let (wall, correct) = started;
-    let mut starts: Vec<Instant> = recorder.sent().iter().map(|s| s.at).collect();
-    starts.sort();
-    let gaps: Vec<Duration> = starts.windows(2).map(|w| w[1] - w[0]).collect();
-    let min_gap = gaps.iter().copied().min().unwrap_or_default();
-    let below = gaps.iter().filter(|g| **g < CONCURRENT_SPACING).count();
-    let far_below = gaps.iter().filter(|g| **g < CONCURRENT_SPACING / 2).count();
-    let floor = CONCURRENT_SPACING * (starts.len().saturating_sub(1)) as u32;
+/// CreateOS's declared limit (300 requests per 60 s).
+fn createos_limit() -> RateLimit {
+    RateLimit::new(300, Duration::from_secs(60))
+}
+
+/// An instant CreateOS: every request answered at once, `connect` with an
+/// exit frame. Per-command latency here is the host's and the budget's.
+fn instant_createos() -> ScriptedTransport {
+    ScriptedTransport::new(|request| {
+        let path = request.path();
+        if path.ends_with("/connect") {
+            ScriptedResponse::ndjson(
+                vec![ScriptedChunk::now(
+                    &b"{\"type\":\"exit\",\"exit_code\":0}\n"[..],
+                )],
+                None,
+            )
+        } else if path.ends_with("/processes") {
+            ScriptedResponse::jsend_success(serde_json::json!({"process_id": "p-instant"}))
+        } else {
+            ScriptedResponse::jsend_success(serde_json::json!({}))
+        }
+    })
+}
+
+/// The old metronome, as the baseline: request starts at least `gap` apart.
+struct FixedGap {
+    inner: Arc<dyn Transport>,
+    gap: Duration,
+    last: Arc<tokio::sync::Mutex<Option<Instant>>>,
+}
+
+impl Transport for FixedGap {
+    fn send(&self, request: sandbox_host::OutgoingRequest) -> sandbox_host::TransportFuture {
+        let (inner, gap, last) = (self.inner.clone(), self.gap, self.last.clone());
+        Box::pin(async move {
+            {
+                let mut last = last.lock().await;
+                if let Some(at) = *last {
+                    tokio::time::sleep_until((at + gap).into()).await;
+                }
+                *last = Some(Instant::now());
+            }
+            inner.send(request).await
+        })
+    }
+}
+
+fn budget(b: &Bench, report: &mut Report) {
+    const N: usize = 10;
+    let request = request_true();
+    let instant = instant_createos();
+    let mut run = |transport: Arc<dyn Transport>| -> (Duration, f64) {
+        let mut times = vec![];
+        let before = instant.requests().len();
+        for _ in 0..N {
+            let t = Instant::now();
+            let result = b.execute(
+                HostOptions::new().with_transport(transport.clone()),
+                &request,
+            );
+            times.push(t.elapsed());
+            assert!(
+                matches!(&result, Ok(r) if r.exit_code == Some(0)),
+                "{result:?}"
+            );
+        }
+        let requests = (instant.requests().len() - before) as f64 / N as f64;
+        (median(&times), requests)
+    };
+    let budgeted = run(b.guard(Some(createos_limit()), instant.shared()));
+    let metronome = run(b.guard(
+        None,
+        Arc::new(FixedGap {
+            inner: instant.shared(),
+            gap: Duration::from_millis(300),
+            last: Arc::default(),
+        }),
+    ));
     report.row(
         "4",
-        format!("{CONCURRENT_COMMANDS} concurrent `echo`s, one host, one instance each"),
-        format!("wall {}", fmt(wall)),
-        format!(
-            "pacing floor {} ({} requests × {})",
-            fmt(floor),
-            starts.len(),
-            fmt(CONCURRENT_SPACING)
-        ),
-        format!("{:.2}x floor", secs(wall) / secs(floor)),
+        format!("`execute` of `true` on a held lease, instant backend, CreateOS's limit 300/60 s (median of {N})"),
+        fmt(budgeted.0),
+        format!("fixed 300 ms gap: {}", fmt(metronome.0)),
+        format!("{:.3}x", secs(budgeted.0) / secs(metronome.0)),
+        "≤100 ms",
+        met(budgeted.0 <= Duration::from_millis(100)),
+    );
+    report.row(
+        "4",
+        "HTTP requests per command (no stdin)",
+        format!("{:.1}", budgeted.1),
+        "",
+        "",
         "",
         Status::Info,
     );
+    sustained(b, report);
+}
+
+/// 300 commands (8 at a time) against createos-local enforcing CreateOS's
+/// 300-request limit over a window scaled from 60 s to 6 s (same budget
+/// shape, a tenth of the wait): no 429, and the wall time against the
+/// floor the limit imposes.
+fn sustained(b: &Bench, report: &mut Report) {
+    const COMMANDS: usize = 300;
+    const WORKERS: usize = 8;
+    let limit = RateLimit::new(300, Duration::from_secs(6));
+    let server = BackgroundServer::start(
+        Server::builder()
+            .api_key(KEY)
+            .quiet(true)
+            .rate_limit(limit.requests, limit.window),
+    )
+    .expect("createos-local starts");
+    let base = server.base_url();
+    let budget = RateBudget::in_memory();
+    let policy = Policy::for_origin(&base)
+        .unwrap()
+        .with_secret_header("X-Api-Key", KEY)
+        .unwrap()
+        .with_rate_budget(budget.clone())
+        .with_rate_limit(Some(limit));
+    let guard: Arc<dyn Transport> = Arc::new(Guard::new(policy, Arc::new(NetworkTransport::new())));
+    let mut ctx = b.ctx.clone();
+    ctx.config = serde_json::json!({"apiUrl": base, "timeoutMs": 120_000}).to_string();
+    let lease = b
+        .component
+        .instantiate(HostOptions::new().with_transport(guard.clone()))
+        .unwrap()
+        .acquire_lease(
+            &ctx,
+            &AcquireRequest {
+                run_id: "sustained".into(),
+                requested_cwd: None,
+                workspace_mode: None,
+                requested_expires_at: None,
+            },
+        )
+        .unwrap()
+        .expect("a lease on the limited backend");
+    let before = server.faults().requests().len();
+    let next = AtomicU64::new(0);
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..WORKERS {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                if i >= COMMANDS {
+                    break;
+                }
+                let word = format!("s{i}");
+                let result = b
+                    .component
+                    .instantiate(HostOptions::new().with_transport(guard.clone()))
+                    .unwrap()
+                    .execute(&ctx, &lease, &request("echo", &[&word], Some(120_000)))
+                    .unwrap();
+                assert!(
+                    matches!(&result, Ok(r) if r.stdout == format!("{word}\n")),
+                    "{result:?}"
+                );
+            });
+        }
+    });
+    let wall = started.elapsed();
+    let records = server.faults().requests();
+    let requests = records.len() - before;
+    let refused = records.iter().filter(|r| r.status == 429).count();
+    // The earliest the last of `requests` can start when the window already
+    // holds the acquire's requests: whole windows beyond the first budget.
+    let in_window = before + requests;
+    let floor = limit.window * ((in_window.saturating_sub(1)) / limit.requests as usize) as u32;
     report.row(
         "4",
-        "results correct",
-        format!("{correct}/{CONCURRENT_COMMANDS}"),
-        "",
-        "",
-        "all",
-        met(correct == CONCURRENT_COMMANDS),
+        format!("{COMMANDS} `echo`s, {WORKERS} at a time, backend enforcing 300 per 6 s"),
+        format!("wall {}, {refused} × 429", fmt(wall)),
+        format!("floor {} ({in_window} requests)", fmt(floor)),
+        format!("{:.2}x floor", secs(wall) / secs(floor).max(0.001)),
+        "0 × 429, ≤1.10x",
+        met(refused == 0 && secs(wall) <= 1.10 * secs(floor)),
     );
-    report.row(
-        "4",
-        "minimum gap between request starts (one origin)",
-        fmt(min_gap),
-        format!("spacing {}", fmt(CONCURRENT_SPACING)),
-        format!(
-            "{below} of {} gaps < spacing ({far_below} < half); median {}",
-            gaps.len(),
-            fmt(median(&gaps))
-        ),
-        "≥ spacing",
-        met(min_gap >= CONCURRENT_SPACING),
-    );
-    if below > 0 {
-        report.note(
-            "section 4: `Pacer::reserve` spaces the *reserved slots*; a waiter that wakes \
-             late (100 threads on 2 cores) starts just before the next slot's owner, so actual \
-             request starts (taken by a recording transport inside the guard, right after \
-             pacing) can come closer than the spacing",
-        );
-    }
+    server.shutdown();
 }
 
 // ---------------------------------------------------------------- 5
@@ -854,7 +956,7 @@ fn latencies(b: &Bench, report: &mut Report) {
     let (mut to_delete, mut to_return) = (vec![], vec![]);
     for _ in 0..CANCELS {
         let recorder = Arc::new(Recorder::new(Arc::new(NetworkTransport::new())));
-        let guard = b.guard(Duration::ZERO, recorder.clone());
+        let guard = b.guard(None, recorder.clone());
         let token = CancelToken::new();
         let options = HostOptions::new()
             .with_transport(guard)
@@ -907,7 +1009,7 @@ fn latencies(b: &Bench, report: &mut Report) {
     // Exit: the host's HTTP layer (our reader of `/connect`) receives the
     // chunk with the exit frame → `execute` returns.
     let stamp = Arc::new(ExitStamp::new(Arc::new(NetworkTransport::new())));
-    let guard = b.guard(Duration::ZERO, stamp.clone());
+    let guard = b.guard(None, stamp.clone());
     let request = request_true();
     let mut exit = vec![];
     for i in 0..EXITS + 2 {
@@ -967,7 +1069,7 @@ fn size_and_memory(b: &Bench, report: &mut Report) {
         Status::Info,
     );
     let exit_only = b.guard(
-        Duration::ZERO,
+        None,
         Arc::new(Replay::new(Bytes::from_static(
             b"{\"type\":\"exit\",\"exit_code\":0}\n",
         ))),
@@ -1011,7 +1113,7 @@ fn main() {
     let mut report = Report::default();
     report.note(format!(
         "backend: createos-local at {} (isolation {:?}); the component's HTTP goes through \
-         sandbox-host's Guard (spacing 0 except in 4) and NetworkTransport",
+         sandbox-host's Guard (no rate limit except in 4) and NetworkTransport",
         bench.base,
         bench.server.isolation()
     ));
@@ -1019,7 +1121,7 @@ fn main() {
         ("1", "cold", cold_start),
         ("2", "command", per_command),
         ("3", "output", output_path),
-        ("4", "concurrency", concurrency),
+        ("4", "budget", budget),
         ("5", "latency", latencies),
         ("6", "size", size_and_memory),
     ];

@@ -4,16 +4,17 @@ use crate::config::{
     DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_SHAPE, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS,
     SECRET_FIELD, SHAPES,
 };
-use crate::types::{Capabilities, ProviderDescription, SecretField};
+use crate::types::{Capabilities, ProviderDescription, RateLimit, SecretField};
 use serde_json::json;
 
 /// The header that carries the API key.
 pub const SECRET_HEADER: &str = "X-Api-Key";
 /// The host environment variable that may hold the API key.
 pub const SECRET_ENV_VAR: &str = "CREATEOS_API_KEY";
-/// Minimum gap between request starts per API origin (about 300 requests
-/// per minute per client, as the reference provider spaces them).
-pub const REQUEST_SPACING_MS: u32 = 300;
+/// CreateOS's rate limit: about 300 requests per minute per client.
+pub const RATE_LIMIT_REQUESTS: u32 = 300;
+/// The window of [`RATE_LIMIT_REQUESTS`], in milliseconds.
+pub const RATE_LIMIT_WINDOW_MS: u32 = 60_000;
 
 /// The provider's description.
 pub fn description() -> ProviderDescription {
@@ -29,7 +30,11 @@ pub fn description() -> ProviderDescription {
             header: SECRET_HEADER.into(),
             env_var: Some(SECRET_ENV_VAR.into()),
         }],
-        request_spacing_ms: REQUEST_SPACING_MS,
+        rate_limit: Some(RateLimit {
+            requests: RATE_LIMIT_REQUESTS,
+            window_ms: RATE_LIMIT_WINDOW_MS,
+            per_second: None,
+        }),
     }
 }
 

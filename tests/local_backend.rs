@@ -44,7 +44,10 @@ impl Local {
             .unwrap()
             .with_secret_header("X-Api-Key", KEY)
             .unwrap()
-            .with_request_spacing(Duration::from_millis(300));
+            .with_rate_limit(Some(sandbox_host::RateLimit::new(
+                300,
+                Duration::from_secs(60),
+            )));
         let guard = Guard::new(policy, Arc::new(NetworkTransport::new()));
         component()
             .instantiate(HostOptions::new().with_transport(Arc::new(guard)))

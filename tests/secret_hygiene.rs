@@ -12,7 +12,6 @@
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::*;
@@ -96,7 +95,7 @@ fn the_key_reaches_the_server_and_nothing_else() {
         Arc::new(NetworkTransport::new()),
     )
     .unwrap()
-    .with_request_spacing(Duration::ZERO);
+    .with_rate_limit(None);
     let config = json!({
         "apiUrl": server.base_url(),
         "apiKey": CANARY,

@@ -21,7 +21,7 @@
 //! ```
 //!
 //! Limits worth knowing: no PTYs (`kind` is always `process`), no fork, no
-//! ingress, no rate limiting, sandboxes share the host network, and the
+//! ingress, rate limiting only when asked for ([`ServerBuilder::rate_limit`]), sandboxes share the host network, and the
 //! `shape` only is validated and echoed (no CPU or memory limits are applied).
 
 pub(crate) mod api;
@@ -30,6 +30,7 @@ pub mod faults;
 pub mod isolation;
 pub mod journal;
 pub(crate) mod procfs;
+pub mod rate_limit;
 pub mod server;
 pub(crate) mod store;
 pub(crate) mod supervisor;
@@ -37,4 +38,5 @@ pub(crate) mod util;
 
 pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};
 pub use isolation::{IsolationMode, IsolationPreference};
+pub use rate_limit::{RateLimitStats, RateLimiter};
 pub use server::{BackgroundServer, RunningServer, Server, ServerBuilder, ShutdownReport};

@@ -35,6 +35,29 @@ struct Cli {
     /// Isolation mode.
     #[arg(long, value_enum, default_value_t = Isolation::Auto)]
     isolation: Isolation,
+    /// Answer 429 beyond REQUESTS/WINDOW_MS `/v1` requests in any sliding
+    /// window (for example 20/2000), as CreateOS limits a caller. Off by default.
+    #[arg(long, value_name = "REQUESTS/WINDOW_MS", value_parser = parse_rate_limit)]
+    rate_limit: Option<(u32, std::time::Duration)>,
+}
+
+fn parse_rate_limit(text: &str) -> Result<(u32, std::time::Duration), String> {
+    let invalid =
+        || format!("invalid rate limit {text:?}: expected REQUESTS/WINDOW_MS, for example 20/2000");
+    let (requests, window) = text.split_once('/').ok_or_else(invalid)?;
+    let requests: u32 = requests
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(invalid)?;
+    let window: u64 = window
+        .trim()
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(invalid)?;
+    Ok((requests, std::time::Duration::from_millis(window)))
 }
 
 fn main() -> ExitCode {
@@ -56,6 +79,9 @@ async fn run(cli: Cli) -> ExitCode {
     let mut builder = Server::builder().api_key(cli.api_key).port(cli.port);
     if let Some(dir) = cli.data_dir {
         builder = builder.data_dir(dir);
+    }
+    if let Some((requests, window)) = cli.rate_limit {
+        builder = builder.rate_limit(requests, window);
     }
     builder = builder.isolation(match cli.isolation {
         Isolation::Auto => IsolationPreference::Auto,

@@ -40,6 +40,7 @@ pub struct ServerBuilder {
     journal_capacity: usize,
     faults: Faults,
     quiet: bool,
+    rate_limit: Option<(u32, Duration)>,
 }
 
 impl Default for ServerBuilder {
@@ -53,6 +54,7 @@ impl Default for ServerBuilder {
             journal_capacity: crate::journal::DEFAULT_CAPACITY,
             faults: Faults::default(),
             quiet: false,
+            rate_limit: None,
         }
     }
 }
@@ -114,6 +116,14 @@ impl ServerBuilder {
     /// Suppresses the start-up and shutdown log lines on stderr.
     pub fn quiet(mut self, quiet: bool) -> Self {
         self.quiet = quiet;
+        self
+    }
+
+    /// Answers 429 (with `Retry-After`) to a `/v1` request when `requests`
+    /// were already admitted in the last `window`, as CreateOS limits a
+    /// caller. Off by default.
+    pub fn rate_limit(mut self, requests: u32, window: Duration) -> Self {
+        self.rate_limit = Some((requests, window));
         self
     }
 
@@ -184,6 +194,9 @@ impl ServerBuilder {
             data_dir: data_dir.clone(),
             transition_delay: self.transition_delay,
             journal_capacity: self.journal_capacity,
+            rate_limit: self
+                .rate_limit
+                .map(|(requests, window)| crate::rate_limit::RateLimiter::new(requests, window)),
         });
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let app = router(state.clone());
@@ -256,6 +269,11 @@ impl RunningServer {
     /// Fault rules and the request record.
     pub fn faults(&self) -> &Faults {
         &self.state.faults
+    }
+
+    /// The rate limit's counters, when a limit is set.
+    pub fn rate_limit_stats(&self) -> Option<crate::rate_limit::RateLimitStats> {
+        self.state.rate_limit.as_ref().map(|l| l.stats())
     }
 
     /// The isolation mode in force.

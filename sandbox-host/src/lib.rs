@@ -5,7 +5,7 @@
 //! ([`ProviderInstance`]) with a memory cap and an epoch deadline, forwards
 //! live output to a callback, offers cancellation as a `wasi:io` pollable,
 //! and routes every `wasi:http` request through a pluggable [`Transport`]
-//! — usually a [`Guard`] (one allowed origin, secret header, pacing, limits)
+//! — usually a [`Guard`] (one allowed origin, secret header, rate budget, limits)
 //! in front of [`NetworkTransport`] or, in tests, [`ScriptedTransport`].
 //!
 //! On top of that, [`SandboxRuntime`] keeps leases in a durable
@@ -35,8 +35,8 @@ mod instance;
 mod lease_store;
 mod network;
 mod options;
-mod pacing;
 mod policy;
+mod rate_budget;
 mod runtime;
 mod scripted;
 mod state;
@@ -51,8 +51,8 @@ pub use instance::{trap_of, ProviderInstance};
 pub use lease_store::{LeaseRecord, LeaseState, LeaseStore};
 pub use network::NetworkTransport;
 pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
-pub use pacing::Pacer;
 pub use policy::{Guard, Origin, Policy};
+pub use rate_budget::{BudgetStats, Grant, Priority, RateBudget, RateLimit};
 pub use runtime::{action_name, Environment, SandboxRuntime, Secrets};
 pub use scripted::{RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport};
 pub use transport::{

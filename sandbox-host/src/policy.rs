@@ -1,5 +1,5 @@
 //! The HTTP policy layer: one allowed origin, the secret header for it,
-//! request-start spacing, clamped timeouts and a response size cap. A
+//! the origin's rate budget, clamped timeouts and a response size cap. A
 //! [`Guard`] applies a [`Policy`] in front of any [`Transport`].
 
 use std::fmt;
@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use http::{HeaderName, HeaderValue, Uri};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
 
-use crate::pacing::Pacer;
+use crate::rate_budget::{Priority, RateBudget, RateLimit};
 use crate::transport::{ErrorCode, OutgoingRequest, RequestTimeouts, Transport, TransportFuture};
 
 /// An origin: scheme, lower-case host and explicit port.
@@ -101,8 +101,8 @@ impl fmt::Debug for SecretHeader {
 pub struct Policy {
     origin: Origin,
     secret: Option<SecretHeader>,
-    spacing: Duration,
-    pacer: Pacer,
+    rate_limit: Option<RateLimit>,
+    budget: RateBudget,
     max_timeout: Option<Duration>,
     max_response_bytes: u64,
 }
@@ -112,13 +112,19 @@ impl Policy {
     /// is generous: NDJSON output streams of long commands are large).
     pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 1024 * 1024 * 1024;
 
-    /// Allows only `origin`; no secret, no spacing, the global [`Pacer`].
+    /// How many times a request answered 429 is repeated (each after the
+    /// pause the answer asked for), deadline permitting.
+    pub const MAX_THROTTLED_REPEATS: u32 = 3;
+    /// The longest pause a 429's `Retry-After` can impose.
+    pub const MAX_THROTTLE_PAUSE: Duration = Duration::from_secs(300);
+
+    /// Allows only `origin`; no secret, no rate limit, the global [`RateBudget`].
     pub fn new(origin: Origin) -> Self {
         Policy {
             origin,
             secret: None,
-            spacing: Duration::ZERO,
-            pacer: Pacer::global(),
+            rate_limit: None,
+            budget: RateBudget::global(),
             max_timeout: None,
             max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
         }
@@ -141,17 +147,22 @@ impl Policy {
         Ok(self)
     }
 
-    /// Spaces the *starts* of requests to the origin at least `spacing` apart
-    /// (`describe`'s `request-spacing-ms`), across everything sharing the pacer.
-    pub fn with_request_spacing(mut self, spacing: Duration) -> Self {
-        self.spacing = spacing;
+    /// Spends `limit` (`describe`'s `rate-limit`) on requests to the origin,
+    /// across everything sharing the budget; `None`: no limit.
+    pub fn with_rate_limit(mut self, limit: Option<RateLimit>) -> Self {
+        self.rate_limit = limit;
         self
     }
 
-    /// Uses `pacer` instead of [`Pacer::global`].
-    pub fn with_pacer(mut self, pacer: Pacer) -> Self {
-        self.pacer = pacer;
+    /// Uses `budget` instead of [`RateBudget::global`].
+    pub fn with_rate_budget(mut self, budget: RateBudget) -> Self {
+        self.budget = budget;
         self
+    }
+
+    /// The rate limit spent, if any.
+    pub fn rate_limit(&self) -> Option<&RateLimit> {
+        self.rate_limit.as_ref()
     }
 
     /// Clamps every per-phase timeout to at most `max`. Without it, only the
@@ -197,7 +208,12 @@ impl Policy {
 ///
 /// - another origin: `HTTP-request-denied`, and `inner` never sees it;
 /// - the secret header is added only here, so only for the allowed origin;
-/// - request starts are spaced with the policy's pacer;
+/// - with a rate limit, a request starts only when the origin's budget
+///   allows (DELETE requests, which clean up, go first); a 429 pauses the
+///   origin for its `Retry-After` (else one window) and the same request
+///   is repeated after the pause, at most [`Policy::MAX_THROTTLED_REPEATS`]
+///   times and never past the deadline (the contract's `rate-limit` says a
+///   429 means the API did not carry the request out);
 /// - per-phase timeouts are clamped to the policy maximum (if any) and the
 ///   operation's remaining deadline; a response head that has not come by the
 ///   deadline is `HTTP-response-timeout`, and so is a body not done by then;
@@ -249,37 +265,79 @@ impl Transport for Guard {
         Box::pin(async move {
             let deadline = request.deadline;
             let key = policy.origin.to_string();
-            match deadline {
-                Some(deadline) => {
-                    tokio::time::timeout_at(
-                        deadline.into(),
-                        policy.pacer.wait_turn(&key, policy.spacing),
-                    )
-                    .await
-                    .map_err(|_| ErrorCode::ConnectionTimeout)?;
+            let priority = if request.method == Method::DELETE {
+                Priority::Cleanup
+            } else {
+                Priority::Work
+            };
+            let mut repeats = 0;
+            loop {
+                let grant = match &policy.rate_limit {
+                    Some(limit) => {
+                        let turn = policy.budget.acquire(&key, limit, priority);
+                        let granted = match deadline {
+                            Some(deadline) => tokio::time::timeout_at(deadline.into(), turn)
+                                .await
+                                .map_err(|_| ErrorCode::ConnectionTimeout)?,
+                            None => turn.await,
+                        };
+                        // The host could not read its own budget: it refuses
+                        // to send rather than risk the provider's limit.
+                        Some(granted.map_err(|_| ErrorCode::HttpRequestDenied)?)
+                    }
+                    None => None,
+                };
+                let mut attempt = request.clone();
+                let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                attempt.timeouts = RequestTimeouts {
+                    connect: policy.clamp(request.timeouts.connect, remaining),
+                    first_byte: policy.clamp(request.timeouts.first_byte, remaining),
+                    between_bytes: policy.clamp(request.timeouts.between_bytes, remaining),
+                };
+                let sent = inner.send(attempt);
+                let answer = match deadline {
+                    Some(deadline) => tokio::time::timeout_at(deadline.into(), sent)
+                        .await
+                        .unwrap_or(Err(ErrorCode::HttpResponseTimeout)),
+                    None => sent.await,
+                };
+                // The API counted the request when it arrived, before this.
+                drop(grant);
+                let mut response = answer?;
+                if let (StatusCode::TOO_MANY_REQUESTS, Some(limit)) =
+                    (response.status, &policy.rate_limit)
+                {
+                    let pause = retry_after(&response.headers)
+                        .unwrap_or(limit.window)
+                        .min(Policy::MAX_THROTTLE_PAUSE);
+                    // Without a working budget the 429 goes to the provider.
+                    let recorded = policy.budget.throttled(&key, pause).is_ok();
+                    let fits = deadline.is_none_or(|d| Instant::now() + pause < d);
+                    if recorded && fits && repeats < Policy::MAX_THROTTLED_REPEATS {
+                        repeats += 1;
+                        continue;
+                    }
                 }
-                None => policy.pacer.wait_turn(&key, policy.spacing).await,
+                response.body = response.body.limit_size(policy.max_response_bytes);
+                if let Some(deadline) = deadline {
+                    response.body = response.body.deadline(deadline);
+                }
+                return Ok(response);
             }
-            let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            request.timeouts = RequestTimeouts {
-                connect: policy.clamp(request.timeouts.connect, remaining),
-                first_byte: policy.clamp(request.timeouts.first_byte, remaining),
-                between_bytes: policy.clamp(request.timeouts.between_bytes, remaining),
-            };
-            let sent = inner.send(request);
-            let mut response = match deadline {
-                Some(deadline) => tokio::time::timeout_at(deadline.into(), sent)
-                    .await
-                    .map_err(|_| ErrorCode::HttpResponseTimeout)??,
-                None => sent.await?,
-            };
-            response.body = response.body.limit_size(policy.max_response_bytes);
-            if let Some(deadline) = deadline {
-                response.body = response.body.deadline(deadline);
-            }
-            Ok(response)
         })
     }
+}
+
+/// A `Retry-After` given in seconds (an HTTP date is not trusted: clocks differ).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds: u64 = headers
+        .get(http::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(Duration::from_secs(seconds))
 }
 
 #[cfg(test)]

@@ -20,8 +20,8 @@ use crate::component::ProviderComponent;
 use crate::instance::{trap_of, ProviderInstance};
 use crate::lease_store::{LeaseRecord, LeaseState, LeaseStore};
 use crate::options::{GuestStderr, HostOptions, OutputSink};
-use crate::pacing::Pacer;
 use crate::policy::Policy;
+use crate::rate_budget::{RateBudget, RateLimit};
 use crate::transport::Transport;
 
 /// Extra time the host allows beyond the provider's own timeouts.
@@ -108,8 +108,8 @@ pub struct SandboxRuntime {
     description: ProviderDescription,
     store: Arc<LeaseStore>,
     transport: Arc<dyn Transport>,
-    pacer: Pacer,
-    spacing: Option<Duration>,
+    budget: RateBudget,
+    rate_limit: Option<RateLimit>,
     stderr: GuestStderr,
     grace: Duration,
     running: Mutex<HashMap<String, Vec<CancelToken>>>,
@@ -125,13 +125,14 @@ impl SandboxRuntime {
         transport: Arc<dyn Transport>,
     ) -> Result<Self> {
         let description = component.instantiate(HostOptions::new())?.describe()?;
+        let rate_limit = description.rate_limit.map(declared_limit);
         Ok(SandboxRuntime {
             component,
             description,
             store,
             transport,
-            pacer: Pacer::global(),
-            spacing: None,
+            budget: RateBudget::global(),
+            rate_limit,
             stderr: GuestStderr::Discard,
             grace: GRACE,
             running: Mutex::new(HashMap::new()),
@@ -139,18 +140,25 @@ impl SandboxRuntime {
         })
     }
 
-    /// Uses `pacer` for request spacing instead of the global one.
-    pub fn with_pacer(mut self, pacer: Pacer) -> Self {
-        self.pacer = pacer;
+    /// Keeps the request budget in `budget` instead of this process's
+    /// memory (for example [`RateBudget::open`] on a file every host
+    /// process of the machine shares).
+    pub fn with_rate_budget(mut self, budget: RateBudget) -> Self {
+        self.budget = budget;
         self
     }
 
-    /// Spaces request starts by `spacing` instead of the provider's declared
-    /// `request-spacing-ms` (for example zero for a local test backend that
-    /// has no rate limit; never lower it for the real service).
-    pub fn with_request_spacing(mut self, spacing: Duration) -> Self {
-        self.spacing = Some(spacing);
+    /// Spends `limit` instead of the provider's declared `rate-limit`: `None`
+    /// for a backend without a limit (a local backend), or the limit of the
+    /// operator's account. Never raise it above what the API allows.
+    pub fn with_rate_limit(mut self, limit: Option<RateLimit>) -> Self {
+        self.rate_limit = limit;
         self
+    }
+
+    /// The rate limit this runtime spends per API origin.
+    pub fn rate_limit(&self) -> Option<&RateLimit> {
+        self.rate_limit.as_ref()
     }
 
     /// How long an instance may run past an operation's own timeout before
@@ -210,10 +218,8 @@ impl SandboxRuntime {
             .clone()
             .context("the provider returned no api-origin for the config")?;
         let mut policy = Policy::for_origin(&origin)?
-            .with_pacer(self.pacer.clone())
-            .with_request_spacing(self.spacing.unwrap_or(Duration::from_millis(u64::from(
-                self.description.request_spacing_ms,
-            ))));
+            .with_rate_budget(self.budget.clone())
+            .with_rate_limit(self.rate_limit);
         for (header, value) in &resolved {
             policy = policy.with_secret_header(header, value)?;
         }
@@ -712,6 +718,18 @@ impl Drop for RunningGuard<'_> {
 /// Whether process `pid` still runs (this process counts as alive).
 fn process_alive(pid: u32) -> bool {
     pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// The host's form of a provider's declared `rate-limit`.
+fn declared_limit(limit: crate::bindings::types::RateLimit) -> RateLimit {
+    let declared = RateLimit::new(
+        limit.requests,
+        Duration::from_millis(u64::from(limit.window_ms)),
+    );
+    match limit.per_second {
+        Some(cap) => declared.with_per_second(cap),
+        None => declared,
+    }
 }
 
 /// `paused`, `deleted` or `already gone`.

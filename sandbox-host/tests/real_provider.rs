@@ -9,8 +9,8 @@ use std::sync::Arc;
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError};
 use sandbox_host::{
-    shared_engine, CancelToken, LeaseState, LeaseStore, NetworkTransport, Pacer, ProviderComponent,
-    SandboxRuntime, Secrets,
+    shared_engine, CancelToken, LeaseState, LeaseStore, NetworkTransport, ProviderComponent,
+    RateBudget, SandboxRuntime, Secrets,
 };
 
 mod common;
@@ -49,7 +49,7 @@ fn an_unconfirmed_termination_poisons_the_lease_durably_and_sweep_destroys_it() 
     let runtime = |store| {
         SandboxRuntime::new(component.clone(), store, Arc::new(NetworkTransport::new()))
             .unwrap()
-            .with_pacer(Pacer::new())
+            .with_rate_budget(RateBudget::in_memory())
     };
 
     let lease_id = {
@@ -107,7 +107,7 @@ fn a_wrong_api_key_is_a_typed_rejection_and_the_right_one_reaches_the_server() {
         Arc::new(NetworkTransport::new()),
     )
     .unwrap()
-    .with_pacer(Pacer::new());
+    .with_rate_budget(RateBudget::in_memory());
     let config = format!(r#"{{"apiUrl":"{}","apiKey":"wrong"}}"#, server.base_url());
     let env = rt
         .environment("co", "env", &config, &Secrets::none())

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, OutputStream, ProviderError};
 use sandbox_host::{
-    CancelToken, LeaseState, LeaseStore, OutputCapture, Pacer, SandboxRuntime, ScriptedResponse,
-    ScriptedTransport, Secrets,
+    CancelToken, LeaseState, LeaseStore, OutputCapture, RateBudget, SandboxRuntime,
+    ScriptedResponse, ScriptedTransport, Secrets,
 };
 
 mod common;
@@ -24,7 +24,7 @@ fn store_path(name: &str) -> PathBuf {
 fn runtime(store: Arc<LeaseStore>, script: &ScriptedTransport) -> SandboxRuntime {
     SandboxRuntime::new(test_provider().clone(), store, script.shared())
         .unwrap()
-        .with_pacer(Pacer::new())
+        .with_rate_budget(RateBudget::in_memory())
 }
 
 fn acquire(run_id: &str) -> AcquireRequest {

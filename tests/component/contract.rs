@@ -6,11 +6,17 @@ use sandbox_host::types::*;
 use serde_json::json;
 
 #[test]
-fn describe_declares_the_secret_header_and_spacing() {
+fn describe_declares_the_secret_header_and_rate_limit() {
     let description = Fake::new().instance().describe().unwrap();
     assert_eq!(description.driver_key, "createos");
     assert_eq!(description.display_name, "CreateOS");
-    assert_eq!(description.request_spacing_ms, 300);
+    let limit = description
+        .rate_limit
+        .expect("CreateOS declares its rate limit");
+    assert_eq!(
+        (limit.requests, limit.window_ms, limit.per_second),
+        (300, 60_000, None)
+    );
     assert_eq!(description.secrets.len(), 1);
     let secret = &description.secrets[0];
     assert_eq!(

@@ -48,5 +48,6 @@ pub async fn info(State(state): State<Shared>) -> Response {
         "bwrap": state.bwrap.as_ref().map(|p| p.display().to_string()),
         "data_dir": state.data_dir.display().to_string(),
         "sandboxes": state.store.all().len(),
+        "rate_limit": state.rate_limit.as_ref().map(|l| l.stats()),
     }))
 }

@@ -42,6 +42,8 @@ pub struct AppState {
     pub transition_delay: Duration,
     /// Journal capacity per process.
     pub journal_capacity: usize,
+    /// The request rate limit, when one is set.
+    pub rate_limit: Option<crate::rate_limit::RateLimiter>,
 }
 
 /// Shared state handle.
@@ -107,6 +109,7 @@ pub fn router(state: Shared) -> Router {
         .fallback(|| async { ApiError::not_found("route") })
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(middleware::from_fn(envelope_errors))
+        .layer(middleware::from_fn_with_state(state.clone(), rate_limit))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn_with_state(state.clone(), faults))
         .layer(middleware::from_fn_with_state(state.clone(), record))
@@ -209,6 +212,35 @@ async fn envelope_errors(req: Request, next: Next) -> Response {
         text.trim().to_string()
     };
     envelope_for(status, "rejected", &message, None)
+}
+
+/// Refuses a `/v1` request beyond the rate limit with 429 and `Retry-After`
+/// (whole seconds, rounded up), before it does anything.
+async fn rate_limit(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    let Some(limiter) = &state.rate_limit else {
+        return next.run(req).await;
+    };
+    if !req.uri().path().starts_with("/v1/") {
+        return next.run(req).await;
+    }
+    match limiter.admit() {
+        Ok(()) => next.run(req).await,
+        Err(wait) => {
+            let seconds = wait.as_millis().div_ceil(1000).max(1);
+            let mut response = ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!("rate limit exceeded; retry in {seconds} s"),
+            )
+            .into_response();
+            if let Ok(value) = seconds.to_string().parse() {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, value);
+            }
+            response
+        }
+    }
 }
 
 async fn auth(State(state): State<Shared>, req: Request, next: Next) -> Response {

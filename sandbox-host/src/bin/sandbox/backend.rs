@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use sandbox_host::{
     shared_engine, ArtifactCache, Environment, GuestStderr, LeaseStore, NetworkTransport,
-    ProviderComponent, SandboxRuntime, Secrets,
+    ProviderComponent, RateBudget, RateLimit, SandboxRuntime, Secrets,
 };
 use serde_json::Value;
 
@@ -59,7 +59,7 @@ impl Setup {
         let local = LocalBackend::start()?;
         let store = Arc::new(LeaseStore::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
-        let runtime = runtime(global, store)?.with_request_spacing(std::time::Duration::ZERO);
+        let runtime = runtime(global, store)?.with_rate_limit(None);
         Ok(Setup {
             runtime,
             local: Some(local),
@@ -68,10 +68,13 @@ impl Setup {
 
     /// The provider and the durable lease store.
     pub fn for_stored_leases(global: &Global) -> Result<Self> {
-        let path = data_dir(global).join("leases.sqlite");
-        let store = Arc::new(LeaseStore::open(&path)?);
+        let dir = data_dir(global);
+        let store = Arc::new(LeaseStore::open(dir.join("leases.sqlite"))?);
+        // One request budget per API origin for every `sandbox` process
+        // sharing this data directory.
+        let budget = RateBudget::open(&dir.join("rate-budget.sqlite"))?;
         Ok(Setup {
-            runtime: runtime(global, store)?,
+            runtime: runtime(global, store)?.with_rate_budget(budget),
             local: None,
         })
     }
@@ -207,10 +210,12 @@ fn runtime(global: &Global, store: Arc<LeaseStore>) -> Result<SandboxRuntime> {
     } else {
         GuestStderr::Discard
     };
-    Ok(
-        SandboxRuntime::new(component, store, Arc::new(NetworkTransport::new()))?
-            .with_guest_stderr(stderr),
-    )
+    let runtime = SandboxRuntime::new(component, store, Arc::new(NetworkTransport::new()))?
+        .with_guest_stderr(stderr);
+    Ok(match &global.rate_limit {
+        Some(text) => runtime.with_rate_limit(Some(RateLimit::parse(text)?)),
+        None => runtime,
+    })
 }
 
 /// `--provider`, else `createos_provider.wasm` beside the binary or in the

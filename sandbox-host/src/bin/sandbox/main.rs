@@ -58,6 +58,11 @@ pub struct Global {
     /// declared environment variable, for example CREATEOS_API_KEY).
     #[arg(long, global = true, value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
+    /// The API's rate limit as REQUESTS/WINDOW_MS[/PER_SECOND] (for example
+    /// 300/60000), instead of the one the provider declares: your account's
+    /// limit. Every `sandbox` process with the same data directory shares it.
+    #[arg(long, global = true, env = "SANDBOX_RATE_LIMIT", value_name = "LIMIT")]
+    pub rate_limit: Option<String>,
     /// Where the lease store lives (default: $XDG_DATA_HOME/sandbox or ~/.local/share/sandbox).
     #[arg(long, global = true, env = "SANDBOX_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,

@@ -62,7 +62,9 @@ pub fn description(d: &ProviderDescription, as_json: bool) {
             "secrets": d.secrets.iter().map(|s| json!({
                 "configField": s.config_field, "header": s.header, "envVar": s.env_var,
             })).collect::<Vec<_>>(),
-            "requestSpacingMs": d.request_spacing_ms,
+            "rateLimit": d.rate_limit.map(|l| json!({
+                "requests": l.requests, "windowMs": l.window_ms, "perSecond": l.per_second,
+            })),
         }));
         return;
     }
@@ -79,7 +81,19 @@ pub fn description(d: &ProviderDescription, as_json: bool) {
             s.config_field, s.header
         );
     }
-    println!("request spacing: {} ms", d.request_spacing_ms);
+    match d.rate_limit {
+        Some(l) => {
+            let per_second = l
+                .per_second
+                .map(|cap| format!(", at most {cap} per second"))
+                .unwrap_or_default();
+            println!(
+                "rate limit: {} requests per {} ms{per_second}",
+                l.requests, l.window_ms
+            );
+        }
+        None => println!("rate limit: none declared"),
+    }
 }
 
 pub fn validation(v: &ConfigValidation, as_json: bool) {
