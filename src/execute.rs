@@ -323,7 +323,7 @@ impl Run {
                 let text = target.decoder.push(&bytes);
                 if !text.is_empty() {
                     platform.emit_output(stream, &text);
-                    target.tail.push_owned(text);
+                    target.tail.push(&text);
                 }
                 None
             }
