@@ -670,7 +670,7 @@ fn error_code(error: &ProviderError) -> String {
         ProviderError::ApiRejected(_) => "rej".into(),
         ProviderError::TransportFailed(_) => "trn".into(),
         ProviderError::InvalidResponse(_) => "inv".into(),
-        ProviderError::Cancelled => "can".into(),
+        ProviderError::Cancelled(_) => "can".into(),
         ProviderError::CleanupFailed(f) => format!(
             "CF:{}",
             match f.phase {
