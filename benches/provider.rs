@@ -979,7 +979,7 @@ fn latencies(b: &Bench, report: &mut Report) {
             (cancelled_at, outcome, returned_at)
         });
         assert!(
-            matches!(outcome, Err(ProviderError::Cancelled)),
+            matches!(outcome, Err(ProviderError::Cancelled(_))),
             "{outcome:?}"
         );
         let delete = recorder

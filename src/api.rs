@@ -6,7 +6,8 @@
 
 use crate::platform::{Method, Platform, Request, Response, TransportError, Wait};
 use crate::types::{
-    ApiRejection, CleanupCause, InvalidResponse, ProviderError, TransportFailure, TransportKind,
+    ApiRejection, CleanupCause, InvalidResponse, PartialOutput, ProviderError, TransportFailure,
+    TransportKind,
 };
 use serde_json::{Map, Value};
 
@@ -30,29 +31,65 @@ impl ApiError {
         *self == ApiError::Status(404)
     }
 
+    /// True when the request provably never reached the server (the host
+    /// denied it, or the server could not be reached): whatever it asked
+    /// for cannot have happened.
+    pub fn never_sent(&self) -> bool {
+        matches!(
+            self,
+            ApiError::Transport(TransportError::Denied(_) | TransportError::Unreachable(_))
+        )
+    }
+
     /// The contract error for a failure that leaves nothing running.
     pub fn into_provider_error(self, operation: &str) -> ProviderError {
         match self {
             ApiError::Status(status) => ProviderError::ApiRejected(ApiRejection {
                 operation: operation.to_string(),
                 status,
+                partial: None,
             }),
-            ApiError::Transport(TransportError::Cancelled) => ProviderError::Cancelled,
+            ApiError::Transport(TransportError::Cancelled) => ProviderError::Cancelled(None),
             ApiError::Transport(error) => ProviderError::TransportFailed(TransportFailure {
                 operation: operation.to_string(),
                 kind: match &error {
                     TransportError::Denied(_) => TransportKind::Denied,
+                    TransportError::Unreachable(_) => TransportKind::Unreachable,
                     TransportError::Connection(_) => TransportKind::Connection,
                     TransportError::Deadline => TransportKind::Deadline,
                     _ => TransportKind::Other,
                 },
                 detail: error.to_string(),
+                partial: None,
             }),
             ApiError::Invalid(reason) => ProviderError::InvalidResponse(InvalidResponse {
                 operation: operation.to_string(),
                 reason,
+                partial: None,
             }),
         }
+    }
+}
+
+/// Attaches what a command printed to an error raised after its process
+/// existed (and its termination was confirmed). Errors that cannot carry
+/// output, or already carry it, are returned as they are.
+pub fn with_partial(error: ProviderError, output: PartialOutput) -> ProviderError {
+    match error {
+        ProviderError::ApiRejected(mut r) => {
+            r.partial = Some(output);
+            ProviderError::ApiRejected(r)
+        }
+        ProviderError::TransportFailed(mut f) => {
+            f.partial = Some(output);
+            ProviderError::TransportFailed(f)
+        }
+        ProviderError::InvalidResponse(mut r) => {
+            r.partial = Some(output);
+            ProviderError::InvalidResponse(r)
+        }
+        ProviderError::Cancelled(_) => ProviderError::Cancelled(Some(output)),
+        other => other,
     }
 }
 

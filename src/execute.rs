@@ -87,7 +87,7 @@ fn run(
         api::call(platform, &upload, wait).map_err(|e| e.into_provider_error("stage-stdin"))?;
     }
     if platform.cancelled() {
-        return Err(ProviderError::Cancelled);
+        return Err(ProviderError::Cancelled(None));
     }
     let process_id = create_process(platform, budget, sandbox_id, request, stdin_path)?;
     let deadline = platform.now().saturating_add(timeout_ms.saturating_mul(MS));
@@ -98,8 +98,9 @@ fn run(
     run.finish(platform, stop)
 }
 
-/// `POST /processes`. Any outcome but a definite rejection or a valid id
-/// means a process may exist that cannot be cleaned up by id.
+/// `POST /processes`. Any outcome but a definite rejection, a request that
+/// never reached the server, or a valid id means a process may exist that
+/// cannot be cleaned up by id.
 fn create_process(
     platform: &mut dyn Platform,
     budget: u64,
@@ -137,6 +138,8 @@ fn create_process(
         Err(ApiError::Status(status)) if status < 500 => {
             Err(ApiError::Status(status).into_provider_error("create-process"))
         }
+        // Denied by the host, or the server was never reached: no process.
+        Err(error) if error.never_sent() => Err(error.into_provider_error("create-process")),
         Err(error) => Err(unconfirmed(api::cleanup_cause(error))),
     }
 }
@@ -323,7 +326,7 @@ impl Run {
                 let text = target.decoder.push(&bytes);
                 if !text.is_empty() {
                     platform.emit_output(stream, &text);
-                    target.tail.push_owned(text);
+                    target.tail.push(&text);
                 }
                 None
             }
@@ -374,7 +377,7 @@ impl Run {
                 return Ok(self.result(None, Some(signal), false))
             }
             Stop::TimedOut => Ok(()),
-            Stop::Cancelled => Err(ProviderError::Cancelled),
+            Stop::Cancelled => Err(ProviderError::Cancelled(None)),
             Stop::Failed(error) => Err(error),
         };
         if let Err(cause) = self.terminate(platform) {
@@ -386,7 +389,10 @@ impl Run {
                 partial: Some(self.partial(timed_out)),
             }));
         }
-        after_cleanup.map(|()| self.result(None, None, true))
+        // Termination is confirmed: an error keeps what the command printed.
+        after_cleanup
+            .map(|()| self.result(None, None, true))
+            .map_err(|error| api::with_partial(error, self.partial(false)))
     }
 
     fn result(
@@ -598,7 +604,7 @@ mod tests {
         platform.cancel_at = Some(platform.now() + 100 * MS);
         let outcome = execute(&mut platform, &config(), "sb", &request(Some(60_000)));
         assert!(
-            matches!(outcome, Err(ProviderError::Cancelled)),
+            matches!(&outcome, Err(ProviderError::Cancelled(Some(p))) if p.stdout == "x"),
             "{outcome:?}"
         );
         assert_eq!(platform.requests.last().unwrap().0.method, Method::Delete);

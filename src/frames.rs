@@ -9,6 +9,10 @@ use serde_json::Value;
 /// The longest line accepted, without its newline.
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
 
+/// The longest signal name accepted in an exit frame (real names, such as
+/// `SIGRTMIN15` or `SIGVTALRM`, are far shorter).
+pub const MAX_SIGNAL_BYTES: usize = 32;
+
 /// Which output stream a data frame carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamId {
@@ -62,8 +66,11 @@ pub enum FrameError {
     InvalidStream,
     /// A data frame's `data_base64` is missing or not padded standard base64.
     InvalidBase64,
-    /// An exit frame has neither an integer `exit_code` nor a string `signal`.
+    /// An exit frame has neither an integer `exit_code` nor a `signal`.
     MissingExitStatus,
+    /// An exit frame's `signal` is not a signal name (`SIG[A-Z0-9]+`, at
+    /// most [`MAX_SIGNAL_BYTES`] bytes).
+    InvalidSignal,
 }
 
 impl std::fmt::Display for FrameError {
@@ -76,6 +83,7 @@ impl std::fmt::Display for FrameError {
             FrameError::InvalidStream => "a data frame has an invalid stream",
             FrameError::InvalidBase64 => "a data frame has invalid base64",
             FrameError::MissingExitStatus => "the exit frame has no exit status",
+            FrameError::InvalidSignal => "the exit frame has an invalid signal name",
         })
     }
 }
@@ -123,8 +131,8 @@ pub fn parse_frame(line: &[u8]) -> Result<Option<Frame>, FrameError> {
                 (None, Some(signal)) => Frame::Exit(ExitStatus::Signal(
                     signal
                         .as_str()
-                        .filter(|s| !s.is_empty() && s.len() <= 64)
-                        .ok_or(FrameError::MissingExitStatus)?
+                        .filter(|s| is_signal_name(s))
+                        .ok_or(FrameError::InvalidSignal)?
                         .to_string(),
                 )),
                 (None, None) => return Err(FrameError::MissingExitStatus),
@@ -149,6 +157,19 @@ pub fn parse_frame(line: &[u8]) -> Result<Option<Frame>, FrameError> {
         _ => return Err(FrameError::UnknownType),
     };
     Ok(Some(frame))
+}
+
+/// True for a signal name the host may show and branch on: `SIG` followed
+/// by upper-case letters and digits, at most [`MAX_SIGNAL_BYTES`] bytes.
+/// Anything else is server data that must not pass as a signal.
+pub fn is_signal_name(name: &str) -> bool {
+    name.len() <= MAX_SIGNAL_BYTES
+        && name.strip_prefix("SIG").is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+        })
 }
 
 /// Cuts a byte stream into newline-terminated lines, keeping an unfinished
@@ -289,6 +310,43 @@ mod tests {
         assert_eq!(
             parse_frame(&vec![b' '; MAX_LINE_BYTES + 1]),
             Err(FrameError::LineTooLong)
+        );
+    }
+
+    /// Pins issue 9 item 10: any string up to 64 bytes was accepted as an
+    /// exit signal. Only `SIG[A-Z0-9]+`, at most 32 bytes, is a signal.
+    #[test]
+    fn only_a_well_formed_signal_ends_a_command() {
+        for signal in ["SIGKILL", "SIGRTMIN1", &format!("SIG{}", "X".repeat(29))] {
+            let line = serde_json::json!({"type": "exit", "signal": signal}).to_string();
+            assert_eq!(
+                parse_frame(line.as_bytes()),
+                Ok(Some(Frame::Exit(ExitStatus::Signal(signal.to_string())))),
+                "{signal}"
+            );
+        }
+        for signal in [
+            "",
+            "SIG",
+            "KILL",
+            "sigkill",
+            "SIGkill",
+            "SIG KILL",
+            "SIGKILL\n",
+            "rm -rf /",
+            "SIG-1",
+            &format!("SIG{}", "X".repeat(30)),
+        ] {
+            let line = serde_json::json!({"type": "exit", "signal": signal}).to_string();
+            assert_eq!(
+                parse_frame(line.as_bytes()),
+                Err(FrameError::InvalidSignal),
+                "{signal:?}"
+            );
+        }
+        assert_eq!(
+            parse_frame(br#"{"type":"exit","signal":9}"#),
+            Err(FrameError::InvalidSignal)
         );
     }
 

@@ -18,8 +18,12 @@ use serde_json::{json, Map, Value};
 /// How often a transition is polled.
 pub const POLL_INTERVAL_MS: u64 = 250;
 
-/// States after which a sandbox will never run again.
-const GONE_STATES: &[&str] = &["error", "failed", "destroying", "destroyed"];
+/// States that prove the sandbox is gone (as a 404 does).
+const GONE_STATES: &[&str] = &["destroyed", "failed"];
+
+/// States in which the sandbox cannot be used, paused or resumed, but may
+/// still exist: they prove nothing about absence.
+const UNUSABLE_STATES: &[&str] = &["error", "destroying"];
 
 /// One lifecycle operation: the platform, the config and its deadline.
 pub struct Lifecycle<'a> {
@@ -103,6 +107,7 @@ impl<'a> Lifecycle<'a> {
     /// `POST /sandboxes`. The API has no idempotency key, so an answer that
     /// is not a definite rejection or a valid id leaves a sandbox that may
     /// exist and cannot be found: `cleanup-failed` without a sandbox id.
+    /// A request that never reached the server is `transport-failed`.
     fn create_sandbox(&mut self) -> Result<String, ProviderError> {
         let mut body = json!({ "shape": self.config.shape, "ingress_enabled": false });
         if let Some(rootfs) = &self.config.rootfs {
@@ -131,6 +136,9 @@ impl<'a> Lifecycle<'a> {
             Err(ApiError::Status(status)) if status < 500 => {
                 Err(ApiError::Status(status).into_provider_error("create-sandbox"))
             }
+            // Denied by the host, or the server was never reached: nothing
+            // can exist because of this request.
+            Err(error) if error.never_sent() => Err(error.into_provider_error("create-sandbox")),
             Err(error) => Err(unconfirmed(error)),
         }
     }
@@ -139,8 +147,11 @@ impl<'a> Lifecycle<'a> {
         let id = &metadata.sandbox_id;
         match self.wait_for_state(id, &["running"], "wait-running")? {
             State::Reached => {}
-            State::Gone(_) => {
-                return Err(invalid("wait-running", "the sandbox failed while starting"))
+            State::Gone(state) | State::Unusable(state) => {
+                return Err(invalid(
+                    "wait-running",
+                    &format!("the sandbox became {state} while starting"),
+                ))
             }
         }
         self.exec_checked(
@@ -162,8 +173,11 @@ impl<'a> Lifecycle<'a> {
         Ok(())
     }
 
-    /// Resumes a released lease: `expired` only when the sandbox is provably
-    /// gone or not the leased one.
+    /// Resumes a released lease: `expired` only with proof that it is not
+    /// usable — the sandbox is gone (404, `destroyed`, `failed`), is not the
+    /// leased one (marker), or no longer matches the current config or its
+    /// own lease (shape, rootfs, region). `error` and `destroying` prove
+    /// nothing and are errors.
     pub fn resume(
         &mut self,
         ctx: &EnvironmentContext,
@@ -171,6 +185,27 @@ impl<'a> Lifecycle<'a> {
     ) -> Result<ResumeOutcome, ProviderError> {
         let metadata = lease::check(lease, ctx, self.config)?;
         let id = &metadata.sandbox_id;
+        // The config may have changed since the lease was acquired: a lease
+        // on another shape, image or region is not what the caller asks for.
+        for (field, leased, current) in [
+            ("shape", Some(&metadata.shape), Some(&self.config.shape)),
+            (
+                "rootfs",
+                metadata.rootfs.as_ref(),
+                self.config.rootfs.as_ref(),
+            ),
+            (
+                "region",
+                metadata.region.as_ref(),
+                self.config.region.as_ref(),
+            ),
+        ] {
+            if leased != current {
+                return Ok(expired(&format!(
+                    "the config's {field} is not the one the sandbox was created with"
+                )));
+            }
+        }
         let data = match self.get_sandbox(id) {
             Err(ApiError::Status(404)) => return Ok(expired("the sandbox no longer exists")),
             other => other.map_err(|e| e.into_provider_error("get-sandbox"))?,
@@ -192,18 +227,25 @@ impl<'a> Lifecycle<'a> {
         if GONE_STATES.contains(&status.as_str()) {
             return Ok(expired(&format!("the sandbox is {status}")));
         }
+        if UNUSABLE_STATES.contains(&status.as_str()) {
+            return Err(unusable("resume", &status, "resumed"));
+        }
         if status != "running" {
             if status == "pausing" {
                 // A pause still in progress cannot be resumed yet.
-                if let State::Gone(state) = self.wait_for_state(id, &["paused"], "resume")? {
-                    return Ok(expired(&format!("the sandbox is {state}")));
+                match self.wait_for_state(id, &["paused"], "resume")? {
+                    State::Reached => {}
+                    State::Gone(state) => return Ok(expired(&format!("the sandbox is {state}"))),
+                    State::Unusable(state) => return Err(unusable("resume", &state, "resumed")),
                 }
             }
             if matches!(status.as_str(), "paused" | "pausing") {
                 self.transition(id, "resume", "paused")?;
             }
-            if let State::Gone(state) = self.wait_for_state(id, &["running"], "resume")? {
-                return Ok(expired(&format!("the sandbox is {state}")));
+            match self.wait_for_state(id, &["running"], "resume")? {
+                State::Reached => {}
+                State::Gone(state) => return Ok(expired(&format!("the sandbox is {state}"))),
+                State::Unusable(state) => return Err(unusable("resume", &state, "resumed")),
             }
         }
         let read = Request {
@@ -236,15 +278,24 @@ impl<'a> Lifecycle<'a> {
         if !(metadata.reusable && self.config.reuse_lease) {
             return self.destroy_checked(&id);
         }
-        match self.get_sandbox(&id) {
+        let data = match self.get_sandbox(&id) {
             Err(ApiError::Status(404)) => return Ok(receipt(&id, TerminationAction::AlreadyGone)),
             Err(error) => return Err(error.into_provider_error("get-sandbox")),
-            Ok(_) => {}
+            Ok(data) => data,
+        };
+        let status =
+            api::string_field(&data, "status").map_err(|e| e.into_provider_error("get-sandbox"))?;
+        if GONE_STATES.contains(&status) {
+            return Ok(receipt(&id, TerminationAction::AlreadyGone));
+        }
+        if UNUSABLE_STATES.contains(&status) {
+            return Err(unusable("pause", status, "paused"));
         }
         self.transition(&id, "pause", "running")?;
         match self.wait_for_state(&id, &["paused"], "pause")? {
             State::Reached => Ok(receipt(&id, TerminationAction::Paused)),
             State::Gone(_) => Ok(receipt(&id, TerminationAction::AlreadyGone)),
+            State::Unusable(state) => Err(unusable("pause", &state, "paused")),
         }
     }
 
@@ -403,7 +454,7 @@ impl<'a> Lifecycle<'a> {
     ) -> Result<String, ProviderError> {
         match self.wait_for_state(id, &["running"], "wait-running")? {
             State::Reached => diagnostics.push("sandbox is running".into()),
-            State::Gone(state) => {
+            State::Gone(state) | State::Unusable(state) => {
                 return Err(invalid(
                     "wait-running",
                     &format!("the sandbox became {state}"),
@@ -430,7 +481,8 @@ impl<'a> Lifecycle<'a> {
         Ok(data)
     }
 
-    /// Polls until the sandbox is in one of `wanted`, or in a gone state.
+    /// Polls until the sandbox is in one of `wanted`, gone (404, a gone
+    /// state) or in an unusable state.
     fn wait_for_state(
         &mut self,
         id: &str,
@@ -449,6 +501,9 @@ impl<'a> Lifecycle<'a> {
             }
             if GONE_STATES.contains(&status) {
                 return Ok(State::Gone(status.to_string()));
+            }
+            if UNUSABLE_STATES.contains(&status) {
+                return Ok(State::Unusable(status.to_string()));
             }
             let until = self.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
             let wait = self.wait();
@@ -562,8 +617,10 @@ impl<'a> Lifecycle<'a> {
 enum State {
     /// One of the wanted states.
     Reached,
-    /// A state the sandbox never leaves, or deleted.
+    /// Proven gone: deleted (404), `destroyed` or `failed`.
     Gone(String),
+    /// Not usable, but it may still exist: `error` or `destroying`.
+    Unusable(String),
 }
 
 struct ExecOutput {
@@ -601,5 +658,17 @@ fn invalid(operation: &str, reason: &str) -> ProviderError {
     ProviderError::InvalidResponse(InvalidResponse {
         operation: operation.into(),
         reason: reason.into(),
+        partial: None,
     })
+}
+
+/// A sandbox in a state that neither allows the operation nor proves it
+/// gone: the sandbox may still exist, so only destroying the lease ends it.
+fn unusable(operation: &str, state: &str, wanted: &str) -> ProviderError {
+    invalid(
+        operation,
+        &format!(
+            "the sandbox is in state `{state}` and cannot be {wanted}; it may still exist: destroy the lease"
+        ),
+    )
 }

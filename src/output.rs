@@ -64,10 +64,15 @@ impl Utf8Decoder {
 }
 
 /// The last [`MAX_OUTPUT_CHARS`] characters of a stream (or another cap).
+///
+/// The kept text is one ring of UTF-8 bytes, so its memory is bounded per
+/// character (at most 4 bytes each, plus the ring's growth), however the
+/// output was cut into chunks: a million one-byte frames cost a million
+/// bytes, not a million allocations.
 #[derive(Debug)]
 pub struct Tail {
     cap: usize,
-    chunks: VecDeque<String>,
+    bytes: VecDeque<u8>,
     chars: usize,
     truncated: bool,
 }
@@ -83,7 +88,7 @@ impl Tail {
     pub fn with_cap(cap: usize) -> Tail {
         Tail {
             cap,
-            chunks: VecDeque::new(),
+            bytes: VecDeque::new(),
             chars: 0,
             truncated: false,
         }
@@ -91,35 +96,47 @@ impl Tail {
 
     /// Appends text, dropping the oldest characters beyond the cap.
     pub fn push(&mut self, text: &str) {
-        self.push_owned(text.to_owned());
-    }
-
-    /// Appends text it takes ownership of (no copy).
-    pub fn push_owned(&mut self, text: String) {
         if text.is_empty() {
             return;
         }
-        self.chars += text.chars().count();
-        self.chunks.push_back(text);
-        while self.chars > self.cap {
-            let excess = self.chars - self.cap;
-            let Some(front) = self.chunks.front_mut() else {
-                break;
-            };
-            let front_chars = front.chars().count();
-            self.truncated = true;
-            if front_chars <= excess {
-                self.chars -= front_chars;
-                self.chunks.pop_front();
-            } else {
-                let cut = front
-                    .char_indices()
-                    .nth(excess)
-                    .map_or(front.len(), |(i, _)| i);
-                front.drain(..cut);
-                self.chars -= excess;
-            }
+        let count = text.chars().count();
+        if count >= self.cap {
+            // Everything kept so far goes: keep only the end of `text`.
+            self.truncated |= count > self.cap || self.chars > 0;
+            let skip = text
+                .char_indices()
+                .nth(count - self.cap)
+                .map_or(text.len(), |(i, _)| i);
+            self.bytes.clear();
+            self.bytes.extend(text[skip..].bytes());
+            self.chars = self.cap;
+            return;
         }
+        self.bytes.extend(text.bytes());
+        self.chars += count;
+        if self.chars > self.cap {
+            self.drop_front(self.chars - self.cap);
+        }
+    }
+
+    /// Drops the `n` oldest characters.
+    fn drop_front(&mut self, n: usize) {
+        let mut seen = 0;
+        // The byte index of the first character kept: the start of
+        // character number `n` (a start is any byte but a continuation byte).
+        let cut = self
+            .bytes
+            .iter()
+            .position(|b| {
+                if b & 0xC0 != 0x80 {
+                    seen += 1;
+                }
+                seen > n
+            })
+            .unwrap_or(self.bytes.len());
+        self.bytes.drain(..cut);
+        self.chars -= n;
+        self.truncated = true;
     }
 
     /// True when characters were dropped.
@@ -129,11 +146,56 @@ impl Tail {
 
     /// The kept text.
     pub fn text(&self) -> String {
-        let mut text = String::with_capacity(self.chunks.iter().map(String::len).sum());
-        for chunk in &self.chunks {
-            text.push_str(chunk);
+        let (front, back) = self.bytes.as_slices();
+        let mut bytes = Vec::with_capacity(self.bytes.len());
+        bytes.extend_from_slice(front);
+        bytes.extend_from_slice(back);
+        // Only whole characters of valid `str`s are kept, so this is valid UTF-8.
+        String::from_utf8(bytes)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+}
+
+/// A global allocator for this crate's unit tests that counts the bytes
+/// each thread holds, so a test can measure what a structure costs.
+#[cfg(test)]
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+    }
+
+    struct Counting;
+
+    fn count(delta: isize) {
+        // `try_with`: the thread-local may already be gone while the thread exits.
+        let _ = LIVE.try_with(|live| live.set(live.get() + delta));
+    }
+
+    // SAFETY: every call is forwarded unchanged to the system allocator.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let ptr = unsafe { System.alloc(layout) };
+            if !ptr.is_null() {
+                count(layout.size() as isize);
+            }
+            ptr
         }
-        text
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) };
+            count(-(layout.size() as isize));
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: Counting = Counting;
+
+    /// The bytes the current thread has allocated and not yet freed.
+    pub fn live_bytes() -> isize {
+        LIVE.with(Cell::get)
     }
 }
 
@@ -185,6 +247,28 @@ mod tests {
         assert_eq!((tail.text().as_str(), tail.truncated()), ("bc€€d", true));
         tail.push("123456789");
         assert_eq!(tail.text(), "56789");
+    }
+
+    /// Pins issue 9 item 10: the tail kept one heap string per pushed chunk,
+    /// so a server sending millions of one-byte frames made each kept
+    /// character cost a whole allocation (about 40 bytes). The tail must
+    /// cost at most 4 bytes (one UTF-8 character) per kept character,
+    /// however the output was cut.
+    #[test]
+    fn tiny_chunks_cost_no_more_memory_than_their_characters() {
+        const CAP: usize = 1 << 20;
+        let before = counting::live_bytes();
+        let mut tail = Tail::with_cap(CAP);
+        for i in 0..2 * CAP {
+            tail.push(if i % 2 == 0 { "a" } else { "b" });
+        }
+        let held = counting::live_bytes() - before;
+        assert!(
+            held <= (4 * CAP) as isize,
+            "{held} bytes held for {CAP} characters"
+        );
+        assert_eq!(tail.text().len(), CAP);
+        assert!(tail.text().starts_with("abab") && tail.truncated());
     }
 
     #[test]

@@ -56,13 +56,21 @@ pub struct Wait {
 }
 
 /// A request that did not produce an HTTP answer (or whose body broke).
+///
+/// [`Denied`](Self::Denied) and [`Unreachable`](Self::Unreachable) prove
+/// that the request never reached the server; every other case leaves open
+/// that it did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TransportError {
-    /// The host's HTTP capability refused the request.
+    /// The host's HTTP capability refused the request: it never left the host.
     Denied(String),
-    /// The connection failed or broke.
+    /// The server could not be reached (DNS, connection refused or timed
+    /// out, TLS failed before the request was written): it never reached
+    /// the server.
+    Unreachable(String),
+    /// The connection broke after the request may have reached the server.
     Connection(String),
-    /// The deadline passed.
+    /// The deadline passed (after the request may have been sent).
     Deadline,
     /// The host asked the operation to stop.
     Cancelled,
@@ -76,6 +84,9 @@ impl std::fmt::Display for TransportError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TransportError::Denied(d) => write!(f, "request denied by the host: {d}"),
+            TransportError::Unreachable(d) => {
+                write!(f, "the server could not be reached ({d}); nothing was sent")
+            }
             TransportError::Connection(d) => write!(f, "connection failed: {d}"),
             TransportError::Deadline => f.write_str("deadline exceeded"),
             TransportError::Cancelled => f.write_str("cancelled"),
@@ -87,7 +98,9 @@ impl std::fmt::Display for TransportError {
 
 /// A response whose body is read as it arrives (`/connect`).
 pub trait BodyReader {
-    /// The next chunk of the body, `None` at its end.
+    /// The next chunk of the body, `None` at its end. The wait's deadline
+    /// and (when cancellable) the host's cancellation are checked before
+    /// every chunk, so a body that never pauses still ends on time.
     fn next_chunk(&mut self, wait: Wait) -> Result<Option<Vec<u8>>, TransportError>;
 }
 

@@ -11,7 +11,7 @@ use crate::bindings::sandbox::provider::host;
 use crate::bindings::wasi::clocks::monotonic_clock;
 use crate::bindings::wasi::http::outgoing_handler;
 use crate::bindings::wasi::http::types::{
-    ErrorCode, Fields, FutureIncomingResponse, IncomingBody, IncomingResponse,
+    http_error_code, ErrorCode, Fields, FutureIncomingResponse, IncomingBody, IncomingResponse,
     Method as HttpMethod, OutgoingBody, OutgoingRequest, Scheme,
 };
 use crate::bindings::wasi::io::poll::{poll, Pollable};
@@ -274,53 +274,94 @@ impl WasiBody {
 impl BodyReader for WasiBody {
     fn next_chunk(&mut self, wait: Wait) -> Result<Option<Vec<u8>>, TransportError> {
         loop {
+            // Checked before every chunk, not only when the stream is idle:
+            // a server that streams without pause must still stop on time.
+            if wait.cancellable && self.cancellation.ready() {
+                return Err(TransportError::Cancelled);
+            }
+            if monotonic_clock::now() >= wait.deadline {
+                return Err(TransportError::Deadline);
+            }
             match self.stream.read(READ_CHUNK) {
                 Ok(bytes) if bytes.is_empty() => {
                     block_on(&self.stream.subscribe(), &self.cancellation, wait)?
                 }
                 Ok(bytes) => return Ok(Some(bytes)),
                 Err(StreamError::Closed) => return Ok(None),
-                Err(StreamError::LastOperationFailed(error)) => {
-                    return Err(TransportError::Connection(error.to_debug_string()))
-                }
+                Err(StreamError::LastOperationFailed(error)) => return Err(body_error(&error)),
             }
         }
+    }
+}
+
+/// A response body that broke: the request had reached the server.
+fn body_error(error: &crate::bindings::wasi::io::error::Error) -> TransportError {
+    match http_error_code(error) {
+        Some(ErrorCode::HttpResponseBodySize(_)) => TransportError::TooLarge,
+        Some(code) => match error_code(&code) {
+            // A failure while reading the body comes after sending, whatever its code.
+            TransportError::Unreachable(detail) | TransportError::Denied(detail) => {
+                TransportError::Connection(detail)
+            }
+            other => other,
+        },
+        None => TransportError::Connection("the answer broke off".into()),
     }
 }
 
 fn stream_error(error: StreamError) -> TransportError {
     match error {
         StreamError::Closed => TransportError::Connection("the request body stream closed".into()),
-        StreamError::LastOperationFailed(error) => {
-            TransportError::Connection(error.to_debug_string())
-        }
+        StreamError::LastOperationFailed(error) => match http_error_code(&error) {
+            Some(code) => error_code(&code),
+            None => TransportError::Connection("the request body could not be written".into()),
+        },
     }
 }
 
-/// Maps a wasi-http error code; the host's denial is its own kind.
+/// Maps a wasi-http error code to a transport error with a message for
+/// people. Codes raised before the request was written (the host's denial,
+/// DNS, connect, TLS) prove the request never reached the server; every
+/// other code leaves open that it did.
 fn error_code(code: &ErrorCode) -> TransportError {
+    let unreachable = |what: &str| TransportError::Unreachable(what.to_string());
+    let connection = |what: &str| TransportError::Connection(what.to_string());
     match code {
         ErrorCode::HttpRequestDenied => {
             TransportError::Denied("the host does not allow this request".into())
         }
-        // The host's own timeouts are connection failures: only the
-        // provider's deadline pollable means "the deadline passed".
-        ErrorCode::ConnectionTimeout
-        | ErrorCode::ConnectionReadTimeout
-        | ErrorCode::ConnectionWriteTimeout
-        | ErrorCode::HttpResponseTimeout
-        | ErrorCode::DnsTimeout
-        | ErrorCode::DnsError(_)
-        | ErrorCode::DestinationNotFound
-        | ErrorCode::DestinationUnavailable
-        | ErrorCode::DestinationIpProhibited
-        | ErrorCode::DestinationIpUnroutable
-        | ErrorCode::ConnectionRefused
-        | ErrorCode::ConnectionTerminated
-        | ErrorCode::ConnectionLimitReached
-        | ErrorCode::TlsProtocolError
-        | ErrorCode::TlsCertificateError
-        | ErrorCode::TlsAlertReceived(_) => TransportError::Connection(format!("{code:?}")),
-        other => TransportError::Other(format!("{other:?}")),
+        ErrorCode::DnsTimeout => unreachable("the DNS lookup timed out"),
+        ErrorCode::DnsError(_) => unreachable("the DNS lookup failed"),
+        ErrorCode::DestinationNotFound => unreachable("the destination was not found"),
+        ErrorCode::DestinationUnavailable => unreachable("the destination is unavailable"),
+        ErrorCode::DestinationIpProhibited => unreachable("the destination address is prohibited"),
+        ErrorCode::DestinationIpUnroutable => unreachable("the destination address is unroutable"),
+        ErrorCode::ConnectionRefused => unreachable("the connection was refused"),
+        // A connect timeout: the connection (or the host's pacing before it)
+        // never completed. The provider's own deadline is its pollable.
+        ErrorCode::ConnectionTimeout => unreachable("the connection was not established in time"),
+        ErrorCode::TlsProtocolError => unreachable("the TLS handshake failed"),
+        ErrorCode::TlsCertificateError => {
+            unreachable("the server's TLS certificate was not accepted")
+        }
+        ErrorCode::TlsAlertReceived(_) => {
+            unreachable("the server refused the TLS handshake with an alert")
+        }
+        ErrorCode::HttpRequestUriInvalid => unreachable("the request URI is invalid"),
+        ErrorCode::ConnectionTerminated => {
+            connection("the connection closed before the answer was complete")
+        }
+        ErrorCode::ConnectionReadTimeout => connection("the answer did not start in time"),
+        ErrorCode::ConnectionWriteTimeout => connection("the request could not be written in time"),
+        ErrorCode::HttpResponseTimeout => connection("the answer did not arrive in time"),
+        ErrorCode::ConnectionLimitReached => connection("the connection limit was reached"),
+        ErrorCode::HttpResponseIncomplete => connection("the answer was incomplete"),
+        ErrorCode::HttpProtocolError => connection("the server broke the HTTP protocol"),
+        ErrorCode::HttpResponseBodySize(_) => TransportError::TooLarge,
+        ErrorCode::InternalError(Some(message)) => TransportError::Other(format!(
+            "the host's HTTP layer failed: {}",
+            message.chars().take(200).collect::<String>()
+        )),
+        _ => TransportError::Other("the HTTP request failed".into()),
     }
 }

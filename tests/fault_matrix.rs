@@ -10,13 +10,19 @@
 //!   ambiguously) and neither an exit frame was delivered nor a DELETE
 //!   answered `tree_exited: true` / 404;
 //! - a sandbox may exist when its creation was accepted (or answered
-//!   ambiguously) and no DELETE answered success / 404.
+//!   ambiguously) and no DELETE answered success / 404;
+//! - a request refused before it was sent (the host's denial, DNS,
+//!   connection refused, TLS) did nothing: it is never ambiguous;
+//! - only a 404 or a `destroyed`/`failed` state proves a sandbox gone; an
+//!   `error` or `destroying` state proves nothing.
 //!
 //! The contract, per cell: no trap; a result only with proof (an exit
 //! frame, a confirmed DELETE, a paused state, a matching marker, a 404);
 //! `cleanup-failed` exactly when something the operation was responsible
 //! for may be left running; otherwise a typed error, whose text never holds
-//! the response body. The matrix is printed (`--nocapture`).
+//! the response body; once a process existed and its termination was
+//! confirmed, a typed error carries the partial output. The matrix is
+//! printed (`--nocapture`).
 
 #![allow(clippy::result_large_err)]
 
@@ -34,6 +40,7 @@ use sandbox_host::{
 };
 use serde_json::{json, Value};
 use support::{component, query_param, ErrorCode, API_URL, PROCESS, SANDBOX};
+use wasmtime_wasi_http::p2::bindings::http::types::DnsErrorPayload;
 
 const MARKER: &str = "marker-123";
 const MARKER_PATH: &str = "/paperclip-workspace/.paperclip-lease-marker";
@@ -100,14 +107,30 @@ enum Fault {
     S410,
     S429,
     Deadline,
-    Reset,
+    /// The host's HTTP capability denied the request (never sent).
+    Denied,
+    /// DNS failed (never sent).
+    Dns,
+    /// The connection was refused (never sent).
     Refused,
+    /// The TLS handshake failed (never sent).
+    Tls,
+    /// The connection closed after the request was sent, before an answer.
+    Terminated,
+    /// The connection was reset in the middle of the answer's body.
+    Reset,
     InvalidJson,
     MissingField,
     WrongType,
     Oversized,
     InvalidBase64,
     TreeExitedFalse,
+    /// `GET /sandboxes/{id}` answers the state `error` (proves nothing).
+    StateError,
+    /// ... the state `destroying` (proves nothing).
+    StateDestroying,
+    /// ... the state `destroyed` (proves the sandbox gone).
+    StateDestroyed,
 }
 
 const FAULTS: &[(Fault, &str)] = &[
@@ -118,14 +141,21 @@ const FAULTS: &[(Fault, &str)] = &[
     (Fault::S410, "410"),
     (Fault::S429, "429"),
     (Fault::Deadline, "dline"),
-    (Fault::Reset, "reset"),
+    (Fault::Denied, "deny"),
+    (Fault::Dns, "dns"),
     (Fault::Refused, "refus"),
+    (Fault::Tls, "tls"),
+    (Fault::Terminated, "term"),
+    (Fault::Reset, "reset"),
     (Fault::InvalidJson, "!json"),
     (Fault::MissingField, "nofld"),
     (Fault::WrongType, "type"),
     (Fault::Oversized, "big"),
     (Fault::InvalidBase64, "b64"),
     (Fault::TreeExitedFalse, "tree"),
+    (Fault::StateError, "s:err"),
+    (Fault::StateDestroying, "s:dsg"),
+    (Fault::StateDestroyed, "s:dsd"),
 ];
 
 impl Fault {
@@ -146,10 +176,26 @@ impl Fault {
         self.status().is_some_and(|s| s < 500)
     }
 
+    /// Refused before it was sent: the server never saw the request.
+    fn never_sent(self) -> bool {
+        matches!(
+            self,
+            Fault::Denied | Fault::Dns | Fault::Refused | Fault::Tls
+        )
+    }
+
+    /// The request provably did nothing on the server.
+    fn did_nothing(self) -> bool {
+        self.definite_rejection() || self.never_sent()
+    }
+
     fn applies_to(self, route: Route) -> bool {
         match self {
             Fault::InvalidBase64 => route == Route::Connect,
             Fault::TreeExitedFalse => route == Route::DeleteProcess,
+            Fault::StateError | Fault::StateDestroying | Fault::StateDestroyed => {
+                route == Route::GetSandbox
+            }
             Fault::MissingField | Fault::WrongType => route != Route::GetFile,
             _ => true,
         }
@@ -386,10 +432,11 @@ struct Truth {
     exit_delivered: bool,
     status: String,
     files: HashMap<String, Vec<u8>>,
-    /// A 404 or a mismatching marker was served: expiry is proven.
+    /// A 404, a `destroyed` state or a mismatching marker was served:
+    /// expiry is proven.
     expiry_proof: bool,
-    /// The served answer proved the sandbox is gone (404).
-    served_404: bool,
+    /// The served answer proved the sandbox gone (404, `destroyed`).
+    gone_proof: bool,
     counts: HashMap<Route, usize>,
     fault_served: bool,
 }
@@ -414,7 +461,7 @@ impl Truth {
             status: status.into(),
             files,
             expiry_proof: false,
-            served_404: false,
+            gone_proof: false,
             counts: HashMap::new(),
             fault_served: false,
         }
@@ -525,24 +572,24 @@ fn normal(truth: &mut Truth, pre: Pre, route: Route, req: &RecordedRequest) -> S
 fn faulted(truth: &mut Truth, route: Route, fault: Fault) -> ScriptedResponse {
     truth.fault_served = true;
     match route {
-        Route::CreateSandbox if fault.definite_rejection() => {}
+        Route::CreateSandbox if fault.did_nothing() => {}
         Route::CreateSandbox => {
             truth.sandbox = Exists::Maybe;
             truth.sandbox_ambiguous = true;
         }
-        Route::CreateProcess if fault.definite_rejection() => {}
+        Route::CreateProcess if fault.did_nothing() => {}
         Route::CreateProcess => {
             truth.process = Exists::Maybe;
             truth.process_ambiguous = true;
         }
         Route::DeleteSandbox if fault == Fault::S404 => {
             truth.sandbox = Exists::Gone;
-            truth.served_404 = true;
+            truth.gone_proof = true;
         }
         Route::DeleteProcess if fault == Fault::S404 => truth.process = Exists::Gone,
-        Route::GetSandbox if fault == Fault::S404 => {
+        Route::GetSandbox if matches!(fault, Fault::S404 | Fault::StateDestroyed) => {
             truth.expiry_proof = true;
-            truth.served_404 = true;
+            truth.gone_proof = true;
         }
         Route::GetFile if matches!(fault, Fault::S404 | Fault::InvalidJson) => {
             // Missing, or bytes that are not the marker.
@@ -561,9 +608,21 @@ fn faulted(truth: &mut Truth, route: Route, fault: Fault) -> ScriptedResponse {
     let connect = |lines: Vec<String>| {
         ScriptedResponse::ndjson(lines.into_iter().map(ScriptedChunk::now).collect(), None)
     };
+    let state =
+        |status: &str| success(json!({"id": SANDBOX, "status": status, "shape": "s-1vcpu-1gb"}));
     match (fault, route) {
         (Fault::Deadline, _) => ScriptedResponse::Hang,
+        (Fault::Denied, _) => ScriptedResponse::Error(ErrorCode::HttpRequestDenied),
+        (Fault::Dns, _) => ScriptedResponse::Error(ErrorCode::DnsError(DnsErrorPayload {
+            rcode: Some("NXDOMAIN".into()),
+            info_code: None,
+        })),
         (Fault::Refused, _) => ScriptedResponse::Error(ErrorCode::ConnectionRefused),
+        (Fault::Tls, _) => ScriptedResponse::Error(ErrorCode::TlsCertificateError),
+        (Fault::Terminated, _) => ScriptedResponse::Error(ErrorCode::ConnectionTerminated),
+        (Fault::StateError, _) => state("error"),
+        (Fault::StateDestroying, _) => state("destroying"),
+        (Fault::StateDestroyed, _) => state("destroyed"),
         (Fault::Reset, Route::Connect) => ScriptedResponse::ndjson(
             vec![
                 ScriptedChunk::now(data_line(1, b"hello\n")),
@@ -670,7 +729,7 @@ fn error_code(error: &ProviderError) -> String {
         ProviderError::ApiRejected(_) => "rej".into(),
         ProviderError::TransportFailed(_) => "trn".into(),
         ProviderError::InvalidResponse(_) => "inv".into(),
-        ProviderError::Cancelled => "can".into(),
+        ProviderError::Cancelled(_) => "can".into(),
         ProviderError::CleanupFailed(f) => format!(
             "CF:{}",
             match f.phase {
@@ -680,6 +739,18 @@ fn error_code(error: &ProviderError) -> String {
                 CleanupPhase::SandboxDeletion => 'd',
             }
         ),
+    }
+}
+
+/// The partial output a typed error carries, if any.
+fn partial_of(error: &ProviderError) -> Option<&PartialOutput> {
+    match error {
+        ProviderError::ApiRejected(r) => r.partial.as_ref(),
+        ProviderError::TransportFailed(f) => f.partial.as_ref(),
+        ProviderError::InvalidResponse(r) => r.partial.as_ref(),
+        ProviderError::Cancelled(partial) => partial.as_ref(),
+        ProviderError::CleanupFailed(f) => f.partial.as_ref(),
+        _ => None,
     }
 }
 
@@ -785,6 +856,17 @@ fn run_cell(row: &Row, fault: Fault) -> Cell {
                 }
                 Err(error) => {
                     check(!may_run, "a typed error while the process may still run");
+                    match t.process {
+                        Exists::Gone => check(
+                            partial_of(error).is_some(),
+                            "a typed error after a confirmed termination without the partial output",
+                        ),
+                        Exists::No => check(
+                            partial_of(error).is_none(),
+                            "partial output although no process existed",
+                        ),
+                        _ => {}
+                    }
                     error_code(error)
                 }
             }
@@ -917,8 +999,8 @@ fn run_cell(row: &Row, fault: Fault) -> Cell {
                 Ok(receipt) => {
                     let proven = match receipt.action {
                         TerminationAction::Paused => t.status == "paused",
-                        TerminationAction::Deleted => t.sandbox == Exists::Gone && !t.served_404,
-                        TerminationAction::AlreadyGone => t.served_404,
+                        TerminationAction::Deleted => t.sandbox == Exists::Gone && !t.gone_proof,
+                        TerminationAction::AlreadyGone => t.gone_proof,
                     };
                     check(proven, "a receipt without proof");
                     match receipt.action {
@@ -1012,7 +1094,9 @@ fn fault_matrix() {
         "\nfault matrix ({} cells): ok/to = confirmed result (exit frame / timed out after a confirmed DELETE), \
          exp = expired with proof, paus/del/gone = receipt with proof, rej/trn/inv = typed error, \
          CF:c/t/s/d = cleanup-failed (process-creation / process-termination / lease-setup / sandbox-deletion), \
-         - = not applicable, ! = contract violated\n\n{table}",
+         - = not applicable, ! = contract violated; faults deny/dns/refus/tls = refused before the request was sent, \
+         term = connection closed after sending, reset = reset in the middle of the answer, \
+         s:err/s:dsg/s:dsd = the sandbox answers state error/destroying/destroyed\n\n{table}",
         results.len()
     );
     assert!(

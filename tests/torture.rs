@@ -127,7 +127,7 @@ impl Local {
             .execute(&self.ctx, lease, &bash(script, 120_000))
             .expect("no trap");
         assert!(
-            matches!(outcome, Err(ProviderError::Cancelled)),
+            matches!(outcome, Err(ProviderError::Cancelled(_))),
             "{tag}: expected a confirmed cancellation, got {outcome:?}"
         );
         assert!(token.is_cancelled(), "{tag}: the command never got ready");

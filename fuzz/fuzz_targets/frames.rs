@@ -6,7 +6,10 @@
 //! is the stream.
 #![no_main]
 
-use createos_provider::frames::{parse_frame, Frame, LineSplitter, StreamId, MAX_LINE_BYTES};
+use createos_provider::frames::{
+    is_signal_name, parse_frame, ExitStatus, Frame, LineSplitter, StreamId, MAX_LINE_BYTES,
+    MAX_SIGNAL_BYTES,
+};
 use createos_provider::output::{Tail, Utf8Decoder};
 use libfuzzer_sys::fuzz_target;
 
@@ -129,7 +132,13 @@ fuzz_target!(|data: &[u8]| {
                 assert!(message.chars().count() <= 100);
                 assert!(!message.chars().any(char::is_control));
             }
-            Ok(Some(Frame::Exit(_) | Frame::Heartbeat)) | Ok(None) => {}
+            Ok(Some(Frame::Exit(ExitStatus::Signal(signal)))) => {
+                // Only a signal name passes: `SIG[A-Z0-9]+`, bounded.
+                assert!(is_signal_name(&signal) && signal.len() <= MAX_SIGNAL_BYTES);
+                assert!(signal.starts_with("SIG") && signal.len() > 3);
+                assert!(signal.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit()));
+            }
+            Ok(Some(Frame::Exit(ExitStatus::Code(_)) | Frame::Heartbeat)) | Ok(None) => {}
             Err(error) => assert!(!error.to_string().is_empty()),
         }
     }

@@ -178,7 +178,7 @@ fn cancelling_wakes_a_guest_waiting_on_a_request_that_never_answers() {
     canceller.join().unwrap();
 
     assert!(
-        matches!(outcome, Err(ProviderError::Cancelled)),
+        matches!(outcome, Err(ProviderError::Cancelled(_))),
         "{outcome:?}"
     );
     assert!(started.elapsed() >= Duration::from_millis(200));
@@ -204,7 +204,7 @@ fn execute_returns_once_cancelled_from_another_thread() {
     let outcome = instance.execute(&ctx(""), &lease(), &request).unwrap();
     canceller.join().unwrap();
     assert!(
-        matches!(outcome, Err(ProviderError::Cancelled)),
+        matches!(outcome, Err(ProviderError::Cancelled(_))),
         "{outcome:?}"
     );
 }
@@ -220,7 +220,7 @@ fn an_already_cancelled_token_is_ready_at_once() {
     let mut instance = test_provider().instantiate(options).unwrap();
     let outcome = instance.probe(&ctx("http://api.test/v1")).unwrap();
     assert!(
-        matches!(outcome, Err(ProviderError::Cancelled)),
+        matches!(outcome, Err(ProviderError::Cancelled(_))),
         "{outcome:?}"
     );
 }

@@ -222,7 +222,7 @@ fn release_cancels_a_running_command_and_waits_for_it() {
     );
     let outcome = worker.join().unwrap().unwrap();
     assert!(
-        matches!(outcome, Err(ProviderError::Cancelled)),
+        matches!(outcome, Err(ProviderError::Cancelled(_))),
         "{outcome:?}"
     );
     assert_eq!(receipt.sandbox_id, "sb-r4");

@@ -224,10 +224,14 @@ fn cancellation_during_connect_deletes_before_returning_cancelled() {
     let (fake, outcome) = cancelled_during_connect(ScriptedResponse::jsend_success(
         json!({"tree_exited": true}),
     ));
-    assert!(
-        matches!(outcome, Err(ProviderError::Cancelled)),
-        "{outcome:?}"
-    );
+    // Issue 9 item 10: the output printed before the cancellation is kept.
+    match &outcome {
+        Err(ProviderError::Cancelled(Some(partial))) => {
+            assert_eq!(partial.stdout, "working");
+            assert!(!partial.timed_out);
+        }
+        other => panic!("{other:?}"),
+    }
     let calls = fake.calls();
     assert_eq!(
         calls.last().unwrap(),

@@ -3,7 +3,8 @@
 
 use crate::support::*;
 use sandbox_host::types::*;
-use sandbox_host::{ScriptedChunk, ScriptedResponse};
+use sandbox_host::{CancelToken, HostOptions, ResponseBody, ScriptedChunk, ScriptedResponse};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn process_route(suffix: &str) -> String {
@@ -446,4 +447,203 @@ fn output_is_capped_at_four_mebi_characters_per_stream() {
     assert!(result.output_truncated);
     assert_eq!(result.stdout.len(), 4 * 1024 * 1024);
     assert!(result.stdout.ends_with("xxEND"));
+}
+
+/// Pins issue 9 item 7: a process creation that never reached the server
+/// (host denial, DNS, refused, connect or TLS failure) was reported as
+/// `cleanup-failed` "creation unconfirmed" and poisoned the lease. No
+/// process can exist: it is `transport-failed`.
+#[test]
+fn a_process_creation_that_never_reached_the_server_is_a_transport_failure() {
+    for code in never_sent_errors() {
+        let answer = code.clone();
+        let fake = Fake::with(move |req, _| {
+            req.path()
+                .ends_with("/processes")
+                .then(|| ScriptedResponse::Error(answer.clone()))
+        });
+        let error = fake.execute(&command("ls", &[])).unwrap_err();
+        assert!(
+            matches!(&error, ProviderError::TransportFailed(f) if f.operation == "create-process"),
+            "{code:?}: {error:?}"
+        );
+    }
+    for code in after_send_errors() {
+        let answer = code.clone();
+        let fake = Fake::with(move |req, _| {
+            req.path()
+                .ends_with("/processes")
+                .then(|| ScriptedResponse::Error(answer.clone()))
+        });
+        let error = fake.execute(&command("ls", &[])).unwrap_err();
+        assert!(
+            matches!(&error, ProviderError::CleanupFailed(f) if f.phase == CleanupPhase::ProcessCreation),
+            "{code:?}: {error:?}"
+        );
+    }
+}
+
+/// A `/connect` body that never pauses: every poll yields the next data
+/// frame at once, forever. `on_frame` sees each frame's sequence number.
+struct Endless {
+    seq: u64,
+    on_frame: Box<dyn Fn(u64) + Send>,
+}
+
+impl http_body::Body for Endless {
+    type Data = bytes::Bytes;
+    type Error = ErrorCode;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, ErrorCode>>> {
+        self.seq += 1;
+        (self.on_frame)(self.seq);
+        let line = data_frame(self.seq, "stdout", b"y\n");
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(line.into()))))
+    }
+}
+
+/// Runs `yes` against a server that streams its output without pause. The
+/// instance's host deadline (20 s) traps it if the component never stops
+/// by itself.
+fn run_against_endless_stream(
+    timeout_ms: u64,
+    on_frame: impl Fn(u64, &CancelToken) + Send + Sync + 'static,
+) -> (Fake, Result<Result<ExecuteResult, ProviderError>, String>) {
+    let cancel = CancelToken::new();
+    let on_frame = Arc::new(on_frame);
+    let token = cancel.clone();
+    let fake = Fake::with(move |req, _| {
+        (req.path() == process_route("/connect")).then(|| {
+            let (on_frame, token) = (on_frame.clone(), token.clone());
+            ScriptedResponse::Body {
+                status: 200,
+                headers: vec![],
+                body: ResponseBody::new(Endless {
+                    seq: 0,
+                    on_frame: Box::new(move |seq| on_frame(seq, &token)),
+                }),
+            }
+        })
+    });
+    let mut instance = component()
+        .instantiate(
+            HostOptions::new()
+                .with_transport(fake.transport.shared())
+                .with_cancel(cancel)
+                .with_deadline(Duration::from_secs(20)),
+        )
+        .unwrap();
+    let mut request = command("yes", &[]);
+    request.timeout_ms = Some(timeout_ms);
+    let outcome = instance
+        .execute(&ctx(), &lease(), &request)
+        .map_err(|trap| format!("{trap:#}"));
+    (fake, outcome)
+}
+
+/// Pins issue 9 item 9: the command deadline was only checked while the
+/// stream was idle, so a server streaming without pause kept the command
+/// running until the host trapped the instance. It must time out (after a
+/// confirmed DELETE) like any other command.
+#[test]
+fn a_server_streaming_without_pause_still_times_out() {
+    let (fake, outcome) = run_against_endless_stream(500, |_, _| {});
+    let result = outcome
+        .expect("the component stops by itself, no trap")
+        .unwrap();
+    assert!(result.timed_out);
+    assert!(result.stdout.starts_with("y\ny\n"), "partial output kept");
+    assert_eq!(
+        fake.requests_to(&format!("DELETE {}", process_route("")))
+            .len(),
+        1
+    );
+}
+
+/// Pins issue 9 item 9: cancellation was only seen while the stream was
+/// idle; a server streaming without pause made Ctrl-C wait for the host to
+/// trap the instance.
+#[test]
+fn a_server_streaming_without_pause_is_still_cancelled() {
+    let (fake, outcome) = run_against_endless_stream(600_000, |seq, token| {
+        if seq == 1_000 {
+            token.cancel();
+        }
+    });
+    let outcome = outcome.expect("the component stops by itself, no trap");
+    assert!(
+        matches!(outcome, Err(ProviderError::Cancelled(_))),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        fake.requests_to(&format!("DELETE {}", process_route("")))
+            .len(),
+        1
+    );
+}
+
+/// Pins issue 9 item 10: any string up to 64 bytes was accepted as the
+/// exit frame's `signal` and returned to the host as the command's signal.
+/// Only `SIG[A-Z0-9]+` (bounded) is a signal; anything else is an invalid
+/// frame, and the process is deleted.
+#[test]
+fn an_exit_frame_with_an_invalid_signal_deletes_the_process() {
+    for signal in [
+        "rm -rf /",
+        "sigkill",
+        "SIG",
+        "KILL",
+        "SIGKILL\n",
+        &format!("SIG{}", "A".repeat(40)),
+    ] {
+        let line = serde_json::json!({"type": "exit", "signal": signal}).to_string();
+        let (_, error) = stream_failure(move |_| frames(&[&line]));
+        assert!(
+            matches!(&error, ProviderError::InvalidResponse(r) if r.reason.contains("signal")),
+            "{signal:?}: {error:?}"
+        );
+    }
+}
+
+/// Pins issue 9 item 10: after a stream error whose cleanup was confirmed,
+/// the typed error dropped what the command had printed (only
+/// `cleanup-failed` kept it). The error carries the partial output.
+#[test]
+fn a_stream_error_after_a_confirmed_cleanup_keeps_the_partial_output() {
+    let (_, error) = stream_failure(|_| {
+        ScriptedResponse::ndjson(
+            vec![
+                ScriptedChunk::now(data_frame(1, "stdout", b"before ")),
+                ScriptedChunk::now(data_frame(2, "stderr", b"warned")),
+                ScriptedChunk::now(data_frame(4, "stdout", b"lost")),
+            ],
+            None,
+        )
+    });
+    let partial = match &error {
+        ProviderError::InvalidResponse(r) => r.partial.clone(),
+        other => panic!("{other:?}"),
+    }
+    .expect("partial output");
+    assert_eq!(
+        (partial.stdout.as_str(), partial.stderr.as_str()),
+        ("before ", "warned")
+    );
+    assert!(!partial.timed_out);
+    let (_, error) = stream_failure(|n| {
+        if n == 0 {
+            frames(&[data_frame(1, "stdout", b"first").trim_end()])
+        } else {
+            error_answer(410)
+        }
+    });
+    match &error {
+        ProviderError::ApiRejected(r) => {
+            assert_eq!(r.partial.as_ref().expect("partial").stdout, "first")
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -553,3 +553,158 @@ fn destroy_accepts_the_bare_sandbox_id_of_a_failed_setup() {
         Err(ProviderError::ForeignLease(_))
     ));
 }
+
+/// Pins issue 9 item 7: a sandbox creation that never reached the server
+/// (host denial, DNS, connection refused, connect or TLS failure) was
+/// reported as `cleanup-failed` ("creation unconfirmed", sandbox
+/// `<unknown>`), so a typo in `apiUrl` looked like a possible leak. Nothing
+/// can exist: it is `transport-failed`, and nothing else is sent.
+#[test]
+fn a_sandbox_creation_that_never_reached_the_server_is_a_transport_failure() {
+    for code in never_sent_errors() {
+        for probe in [false, true] {
+            let answer = code.clone();
+            let fake = Fake::with(move |req, _| {
+                (req.path() == "/v1/sandboxes").then(|| ScriptedResponse::Error(answer.clone()))
+            });
+            let mut instance = fake.instance();
+            let outcome = if probe {
+                instance.probe(&ctx()).unwrap().map(|_| ())
+            } else {
+                instance
+                    .acquire_lease(&ctx(), &acquire_request())
+                    .unwrap()
+                    .map(|_| ())
+            };
+            match outcome {
+                Err(ProviderError::TransportFailed(failure)) => {
+                    assert_eq!(failure.operation, "create-sandbox");
+                    let kind = if matches!(code, ErrorCode::HttpRequestDenied) {
+                        TransportKind::Denied
+                    } else {
+                        TransportKind::Unreachable
+                    };
+                    assert_eq!(failure.kind, kind, "{code:?}");
+                    assert!(
+                        !failure.detail.contains(&format!("{code:?}")),
+                        "a message for people, not a Rust name: {}",
+                        failure.detail
+                    );
+                }
+                other => panic!("{code:?} (probe {probe}): {other:?}"),
+            }
+            assert_eq!(fake.calls(), vec!["POST /v1/sandboxes".to_string()]);
+        }
+    }
+}
+
+/// The other half of issue 9 item 7: a creation that may have reached the
+/// server stays "creation unconfirmed".
+#[test]
+fn a_sandbox_creation_that_broke_after_sending_stays_unconfirmed() {
+    for code in after_send_errors() {
+        let answer = code.clone();
+        let fake = Fake::with(move |req, _| {
+            (req.path() == "/v1/sandboxes").then(|| ScriptedResponse::Error(answer.clone()))
+        });
+        match fake
+            .instance()
+            .acquire_lease(&ctx(), &acquire_request())
+            .unwrap()
+        {
+            Err(ProviderError::CleanupFailed(failure)) => {
+                assert_eq!(failure.phase, CleanupPhase::LeaseSetup, "{code:?}");
+                assert_eq!(failure.sandbox_id, None);
+            }
+            other => panic!("{code:?}: {other:?}"),
+        }
+    }
+}
+
+/// Pins issue 9 item 8: `error` and `destroying` were treated as proof that
+/// the sandbox is gone — resume answered `expired` and a reusable release
+/// `already-gone` — although the sandbox may still exist. Only 404,
+/// `destroyed` and `failed` prove absence; these are errors.
+#[test]
+fn error_and_destroying_states_are_not_proof_of_absence() {
+    for state in ["error", "destroying"] {
+        // Resume: the first read, and the wait after the resume request.
+        for at in [0, 1] {
+            let fake = with_marker(move |req, n| {
+                is_get_sandbox(req).then(|| match n {
+                    n if n == at => status(state),
+                    0 => status("paused"),
+                    _ => status("running"),
+                })
+            });
+            let outcome = resume(&fake);
+            assert!(
+                matches!(&outcome, Err(ProviderError::InvalidResponse(r)) if r.reason.contains(state)),
+                "resume, {state} at read {at}: {outcome:?}"
+            );
+        }
+        // Reusable release: the first read, and the wait for `paused`.
+        for at in [0, 1] {
+            let fake = Fake::with(move |req, n| {
+                is_get_sandbox(req).then(|| {
+                    if n == at {
+                        status(state)
+                    } else {
+                        status("running")
+                    }
+                })
+            });
+            let outcome = fake
+                .instance()
+                .release_lease(&reusable_ctx(), &reusable_lease())
+                .unwrap();
+            assert!(
+                matches!(&outcome, Err(ProviderError::InvalidResponse(r)) if r.reason.contains(state)),
+                "release, {state} at read {at}: {outcome:?}"
+            );
+        }
+    }
+    // `destroyed` and `failed` still prove absence on release.
+    for state in ["destroyed", "failed"] {
+        let fake = Fake::with(move |req, n| {
+            is_get_sandbox(req).then(|| {
+                if n == 1 {
+                    status(state)
+                } else {
+                    status("running")
+                }
+            })
+        });
+        let receipt = fake
+            .instance()
+            .release_lease(&reusable_ctx(), &reusable_lease())
+            .unwrap()
+            .unwrap();
+        assert_eq!(receipt.action, TerminationAction::AlreadyGone, "{state}");
+    }
+}
+
+/// Pins issue 9 item 10: resume compared shape, rootfs and region only
+/// between the lease and the server's answer, so a lease acquired under
+/// another config resumed although the config now asks for another
+/// sandbox. The current config must match the lease.
+#[test]
+fn resume_expires_when_the_config_no_longer_matches_the_lease() {
+    for (field, value) in [
+        ("shape", "s-2vcpu-4gb"),
+        ("rootfs", "ubuntu-24.04"),
+        ("region", "eu-central"),
+    ] {
+        let mut config: Value = serde_json::from_str(&config_json()).unwrap();
+        config[field] = Value::String(value.into());
+        let fake = with_marker(|_, _| None);
+        let outcome = fake
+            .instance()
+            .resume_lease(&ctx_with(config.to_string()), &lease())
+            .unwrap();
+        assert!(
+            matches!(&outcome, Ok(ResumeOutcome::Expired(reason)) if reason.contains(field)),
+            "{field}: {outcome:?}"
+        );
+    }
+}

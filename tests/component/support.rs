@@ -14,6 +14,7 @@ use sandbox_host::{
 use serde_json::{json, Value};
 
 pub use sandbox_host::ErrorCode;
+use wasmtime_wasi_http::p2::bindings::http::types::DnsErrorPayload;
 
 /// The sandbox every fake lease points at.
 pub const SANDBOX: &str = "sb-test";
@@ -320,4 +321,36 @@ pub fn assert_no_body<T: std::fmt::Debug>(value: &T) {
 /// not implement `PartialEq`).
 pub fn assert_matches_cause(cause: CleanupCause, expected: impl Fn(&CleanupCause) -> bool) {
     assert!(expected(&cause), "unexpected cause {cause:?}");
+}
+
+/// Transport failures that prove the request never reached the server: the
+/// host denied it, DNS failed, the connection was refused or timed out, or
+/// TLS failed before the request was written.
+pub fn never_sent_errors() -> Vec<ErrorCode> {
+    vec![
+        ErrorCode::HttpRequestDenied,
+        ErrorCode::DnsError(DnsErrorPayload {
+            rcode: Some("NXDOMAIN".into()),
+            info_code: None,
+        }),
+        ErrorCode::DnsTimeout,
+        ErrorCode::ConnectionRefused,
+        ErrorCode::ConnectionTimeout,
+        ErrorCode::DestinationUnavailable,
+        ErrorCode::TlsProtocolError,
+        ErrorCode::TlsCertificateError,
+    ]
+}
+
+/// Transport failures after the request may have reached the server.
+pub fn after_send_errors() -> Vec<ErrorCode> {
+    vec![
+        ErrorCode::ConnectionTerminated,
+        ErrorCode::ConnectionReadTimeout,
+        ErrorCode::ConnectionWriteTimeout,
+        ErrorCode::HttpResponseTimeout,
+        ErrorCode::HttpResponseIncomplete,
+        ErrorCode::HttpProtocolError,
+        ErrorCode::InternalError(None),
+    ]
 }

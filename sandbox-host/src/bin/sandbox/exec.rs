@@ -214,7 +214,7 @@ fn execute(
     let streamed = streamed.load(Ordering::Relaxed);
     Ok(match outcome {
         Ok(Ok(result)) => finished(&result, streamed, args),
-        Ok(Err(ProviderError::Cancelled)) => {
+        Ok(Err(ProviderError::Cancelled(_))) => {
             eprintln!("sandbox: cancelled; the command was stopped and cleaned up");
             EXIT_INTERRUPTED
         }

@@ -29,7 +29,7 @@ pub fn error_text(error: &ProviderError) -> String {
         ProviderError::InvalidResponse(r) => {
             format!("invalid answer to {}: {}", r.operation, r.reason)
         }
-        ProviderError::Cancelled => "cancelled".to_owned(),
+        ProviderError::Cancelled(_) => "cancelled".to_owned(),
         ProviderError::CleanupFailed(f) => format!(
             "cleanup failed in {:?} ({:?}) for sandbox {}",
             f.phase,
