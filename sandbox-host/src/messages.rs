@@ -46,19 +46,22 @@ pub fn error_text(error: &ProviderError) -> String {
 pub fn cleanup_text(failure: &CleanupFailure) -> String {
     let sandbox = match &failure.sandbox_id {
         Some(id) => format!("sandbox {id}"),
-        None => "a sandbox whose id the API never returned".to_owned(),
+        None => "the sandbox".to_owned(),
     };
-    let what = match failure.phase {
-        CleanupPhase::ProcessCreation => format!(
+    let what = match (failure.phase, &failure.sandbox_id) {
+        (CleanupPhase::ProcessCreation, _) => format!(
             "starting the command in {sandbox} got no clear answer, so the command may be running"
         ),
-        CleanupPhase::ProcessTermination => format!(
+        (CleanupPhase::ProcessTermination, _) => format!(
             "stopping the command in {sandbox} was not confirmed, so part of it may still run"
         ),
-        CleanupPhase::LeaseSetup => format!(
+        (CleanupPhase::LeaseSetup, None) => "creating a sandbox got no clear answer, so one may \
+             exist that has no id to delete it by"
+            .to_owned(),
+        (CleanupPhase::LeaseSetup, Some(_)) => format!(
             "setting up {sandbox} failed and deleting it was not confirmed, so it may still exist"
         ),
-        CleanupPhase::SandboxDeletion => {
+        (CleanupPhase::SandboxDeletion, _) => {
             format!("deleting {sandbox} was not confirmed, so it may still exist and run")
         }
     };

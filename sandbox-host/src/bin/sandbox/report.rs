@@ -111,6 +111,17 @@ pub fn probe(outcome: &Result<ProbeReport, ProviderError>, as_json: bool) -> u8 
                 print_json(&json!({ "ok": false, "error": error_text(error) }));
             }
             eprintln!("sandbox: probe failed: {}", error_text(error));
+            if let ProviderError::CleanupFailed(failure) = error {
+                match &failure.sandbox_id {
+                    Some(_) => eprintln!(
+                        "sandbox: the sandbox is recorded as poisoned; `sandbox lease sweep` destroys it"
+                    ),
+                    None => eprintln!(
+                        "sandbox: no id is known to delete it by; look for it in the provider's \
+                         console (`sandbox lease list` shows the probe as unknown)"
+                    ),
+                }
+            }
             exit_for(error)
         }
     }
