@@ -25,6 +25,7 @@ use crate::{
 pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
     let env = setup.environment(global)?;
     let cancel = interrupt_token(
+        STOPPING,
         "the embedded backend stops with this process; what it could not stop is named above",
     );
     if show_progress() {
@@ -65,6 +66,7 @@ pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
 /// unless cleanup failed (then it is destroyed).
 pub fn exec(setup: &Setup, env: &Environment, lease_id: &str, args: &RunArgs) -> Result<u8> {
     let cancel = interrupt_token(
+        STOPPING,
         "the lease keeps this process's mark: once its heartbeat expires, any `sandbox` command \
          poisons the lease, and `sandbox lease sweep` destroys the sandbox",
     );
@@ -369,10 +371,24 @@ fn destroy_poisoned(setup: &Setup, env: &Environment, lease_id: &str) -> Result<
     Ok(EXIT_CLEANUP_FAILED)
 }
 
-/// A token cancelled by the first Ctrl-C (SIGINT), SIGTERM or SIGHUP. A
-/// second one abandons the cleanup: the process exits 120 at once, saying
-/// what may still run (`abandoned`).
-fn interrupt_token(abandoned: &'static str) -> CancelToken {
+/// What the first signal does to a running command.
+const STOPPING: &str = "stopping the command and cleaning up";
+
+/// Lets a lease operation that cannot be cancelled (acquire, release,
+/// destroy, probe, sweep) finish on the first Ctrl-C, SIGTERM or SIGHUP,
+/// so it leaves nothing unrecorded; a second signal abandons it (exit 120).
+pub fn finish_on_first_signal() {
+    interrupt_token(
+        "finishing the operation first so nothing is left unrecorded",
+        "a sandbox may be left behind; once this process's heartbeat has expired, \
+         `sandbox lease sweep` handles what the lease store knows",
+    );
+}
+
+/// A token cancelled by the first Ctrl-C (SIGINT), SIGTERM or SIGHUP
+/// (saying `doing`). A second one abandons the cleanup: the process exits
+/// 120 at once, saying what may still run (`abandoned`).
+fn interrupt_token(doing: &'static str, abandoned: &'static str) -> CancelToken {
     static TOKEN: OnceLock<CancelToken> = OnceLock::new();
     static STARTED: Mutex<bool> = Mutex::new(false);
     let token = TOKEN.get_or_init(CancelToken::new).clone();
@@ -413,7 +429,7 @@ fn interrupt_token(abandoned: &'static str) -> CancelToken {
                     }
                     let first = next!();
                     eprintln!(
-                        "\nsandbox: {first}; stopping the command and cleaning up (signal again to abandon the cleanup)"
+                        "\nsandbox: {first}; {doing} (signal again to abandon the cleanup)"
                     );
                     token.cancel();
                     let second = next!();

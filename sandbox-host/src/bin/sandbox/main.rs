@@ -191,6 +191,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             Ok(if validation.ok { 0 } else { 1 })
         }
         Command::Probe => {
+            exec::finish_on_first_signal();
             let setup = ready(Setup::with_backend(&global, true), &global)?;
             let env = setup.environment(&global)?;
             let outcome = setup.runtime.probe(&env, None)?;
@@ -209,6 +210,9 @@ fn dispatch(cli: Cli) -> Result<u8> {
 }
 
 fn lease(global: &Global, command: LeaseCommand) -> Result<u8> {
+    if !matches!(command, LeaseCommand::Exec { .. } | LeaseCommand::List) {
+        exec::finish_on_first_signal();
+    }
     match command {
         LeaseCommand::Acquire { run_id } => {
             let setup = ready(Setup::with_backend(global, false), global)?;
