@@ -259,6 +259,12 @@ impl LeaseStore {
     pub fn register_host(self: &Arc<Self>, liveness: Liveness) -> Result<HostInstance> {
         let id = format!("host-{}", random_hex(16)?);
         let now = now_ms();
+        // Records of hosts silent for a day past their expiry: a mark they
+        // still own reads as a host with no record, which is gone as well.
+        self.conn().execute(
+            "DELETE FROM hosts WHERE heartbeat_ms + expiry_ms + 86400000 < ?1",
+            [now],
+        )?;
         self.conn().execute(
             "INSERT INTO hosts (id, pid, hostname, started_ms, heartbeat_ms, expiry_ms)
              VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
@@ -744,4 +750,49 @@ fn new_id() -> String {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> EnvironmentContext {
+        EnvironmentContext {
+            driver_key: "test".into(),
+            company_id: "co".into(),
+            environment_id: "env".into(),
+            issue_id: None,
+            config: "{}".into(),
+        }
+    }
+
+    /// A store written before host instances existed keeps a mark as a
+    /// bare pid; that mark must count as a dead host's, never as "mine".
+    #[test]
+    fn a_pid_mark_of_an_older_store_poisons_the_lease() {
+        let path =
+            std::env::temp_dir().join(format!("sandbox-old-store-{}.sqlite", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE leases (id TEXT PRIMARY KEY, provider TEXT NOT NULL,
+                    company_id TEXT NOT NULL, environment_id TEXT NOT NULL, run_id TEXT NOT NULL,
+                    config TEXT NOT NULL, state TEXT NOT NULL, reason TEXT,
+                    provider_lease_id TEXT, metadata TEXT, expires_at TEXT,
+                    created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, busy_pid INTEGER);
+                 INSERT INTO leases VALUES ('L', 'test', 'co', 'env', 'r', '{}', 'active', NULL,
+                    'sb-1', '{}', NULL, 0, 0, 1);",
+            )
+            .unwrap();
+        }
+        let store = Arc::new(LeaseStore::open(&path).unwrap());
+        let me = store.register_host(Liveness::DEFAULT).unwrap();
+        let refused = store
+            .begin("L", Operation::Execute, &ctx(), me.id())
+            .unwrap_err();
+        assert!(refused.downcast_ref::<LeaseRefused>().is_some());
+        assert_eq!(store.get("L").unwrap().unwrap().state, LeaseState::Poisoned);
+        std::fs::remove_file(&path).unwrap();
+    }
 }
