@@ -156,6 +156,7 @@ impl Default for Liveness {
 /// 5 s busy timeout).
 pub struct LeaseStore {
     conn: Mutex<Connection>,
+    durable: bool,
 }
 
 const SCHEMA: &str = "
@@ -204,16 +205,16 @@ impl LeaseStore {
         let conn = Connection::open(path)
             .with_context(|| format!("opening the lease store {}", path.display()))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        Self::init(conn)
+        Self::init(conn, true)
     }
 
     /// A store that lives only in memory (tests, and the CLI's embedded
     /// backend whose sandboxes end with the process).
     pub fn open_in_memory() -> Result<Self> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Connection::open_in_memory()?, false)
     }
 
-    fn init(conn: Connection) -> Result<Self> {
+    fn init(conn: Connection, durable: bool) -> Result<Self> {
         conn.busy_timeout(Duration::from_secs(5))?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA)
@@ -235,7 +236,14 @@ impl LeaseStore {
         )?;
         Ok(LeaseStore {
             conn: Mutex::new(conn),
+            durable,
         })
+    }
+
+    /// Whether the store is a file that outlives this process (false for
+    /// [`open_in_memory`](Self::open_in_memory)).
+    pub fn is_durable(&self) -> bool {
+        self.durable
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {

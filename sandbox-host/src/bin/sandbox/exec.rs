@@ -24,10 +24,7 @@ use crate::{
 /// cleanup could not be confirmed).
 pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
     let env = setup.environment(global)?;
-    let cancel = interrupt_token(
-        STOPPING,
-        "the embedded backend stops with this process; what it could not stop is named above",
-    );
+    let cancel = interrupt_token(STOPPING, leftovers(setup));
     if show_progress() {
         eprintln!("sandbox: creating a sandbox…");
     }
@@ -39,12 +36,18 @@ pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
     };
     let record = match setup.runtime.acquire(&env, &request)? {
         Ok(record) => record,
-        Err(error @ ProviderError::CleanupFailed(_)) => {
+        Err(ProviderError::CleanupFailed(failure)) => {
             eprintln!(
-                "sandbox: setting up the sandbox failed and its cleanup could not be confirmed: {}",
-                report::error_text(&error)
+                "sandbox: acquiring a sandbox failed: {}",
+                cleanup_text(&failure)
             );
-            eprintln!("sandbox: the lease is poisoned; `sandbox lease sweep` destroys it");
+            match failure.sandbox_id {
+                Some(_) => eprintln!("sandbox: the lease is poisoned; {}", leftovers(setup)),
+                None => eprintln!(
+                    "sandbox: no sandbox id is known to delete it by; look for it in the \
+                     provider's console"
+                ),
+            }
             return Ok(EXIT_CLEANUP_FAILED);
         }
         Err(error) => {
@@ -65,11 +68,7 @@ pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
 /// `lease exec`: execute on an existing lease; the lease stays active
 /// unless cleanup failed (then it is destroyed).
 pub fn exec(setup: &Setup, env: &Environment, lease_id: &str, args: &RunArgs) -> Result<u8> {
-    let cancel = interrupt_token(
-        STOPPING,
-        "the lease keeps this process's mark: once its heartbeat expires, any `sandbox` command \
-         poisons the lease, and `sandbox lease sweep` destroys the sandbox",
-    );
+    let cancel = interrupt_token(STOPPING, leftovers(setup));
     Ok(execute_and_settle(
         setup, env, lease_id, args, cancel, false,
     ))
@@ -282,7 +281,12 @@ fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
     match (result.exit_code, &result.signal) {
         (Some(code), _) => exit_status(code),
         (None, Some(signal)) => 128 + signal_number(signal).unwrap_or(0),
-        (None, None) => EXIT_SANDBOX_ERROR,
+        (None, None) => {
+            eprintln!(
+                "sandbox: the provider reported neither an exit code nor a signal for the command"
+            );
+            EXIT_SANDBOX_ERROR
+        }
     }
 }
 
@@ -345,7 +349,15 @@ fn settle(setup: &Setup, env: &Environment, lease_id: &str, release: bool) -> Re
                 {
                     destroy_poisoned(setup, env, lease_id)
                 } else {
-                    Ok(EXIT_SANDBOX_ERROR)
+                    // The run is over: a sandbox that could not be released
+                    // is destroyed rather than left running.
+                    match setup.runtime.destroy(env, lease_id) {
+                        Ok(Ok(_)) => {
+                            eprintln!("sandbox: the sandbox was destroyed instead");
+                            Ok(EXIT_SANDBOX_ERROR)
+                        }
+                        _ => destroy_poisoned(setup, env, lease_id),
+                    }
                 }
             }
             Err(error) => {
@@ -369,6 +381,16 @@ fn destroy_poisoned(setup: &Setup, env: &Environment, lease_id: &str) -> Result<
         ),
     }
     Ok(EXIT_CLEANUP_FAILED)
+}
+
+/// What removes what this process may leave behind.
+fn leftovers(setup: &Setup) -> &'static str {
+    if setup.runtime.store().is_durable() {
+        "the lease is poisoned once this process's heartbeat has expired, and \
+         `sandbox lease sweep` then destroys the sandbox"
+    } else {
+        "the embedded backend stops with this process and reports what it could not stop"
+    }
 }
 
 /// What the first signal does to a running command.

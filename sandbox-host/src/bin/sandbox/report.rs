@@ -151,6 +151,12 @@ pub fn termination(
         }
         Err(error) => {
             eprintln!("sandbox: {lease}: {}", error_text(error));
+            if let ProviderError::CleanupFailed(_) = error {
+                eprintln!(
+                    "sandbox: the lease is poisoned; `sandbox lease destroy {lease}` tries again, \
+                     `sandbox lease sweep` destroys every poisoned lease"
+                );
+            }
             exit_for(error)
         }
     }
