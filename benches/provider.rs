@@ -29,7 +29,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -812,7 +812,7 @@ fn budget(b: &Bench, report: &mut Report) {
     const N: usize = 10;
     let request = request_true();
     let instant = instant_createos();
-    let mut run = |transport: Arc<dyn Transport>| -> (Duration, f64) {
+    let run = |transport: Arc<dyn Transport>| -> (Duration, f64) {
         let mut times = vec![];
         let before = instant.requests().len();
         for _ in 0..N {

@@ -1,83 +1,25 @@
-//! The durable lease store: every lease the host made, its state, and why.
+//! The durable lease store: every lease the host made, its state, and why;
+//! and the host instances that may hold a lease, with their heartbeats.
 //! One SQLite file; a poisoned lease stays poisoned across restarts until
 //! it is destroyed.
+//!
+//! Every check-and-mark runs in one `BEGIN IMMEDIATE` transaction that
+//! applies a decision of [`lease_rules`](crate::lease_rules), so two
+//! processes can neither both take a lease nor clear each other's mark.
 
 use std::fmt;
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 
 use crate::bindings::types::{EnvironmentContext, Lease};
-
-/// Where a lease is in its life.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LeaseState {
-    /// Recorded before `acquire-lease` ran; if it stays here the host died
-    /// (or trapped) mid-acquire and the sandbox may exist: sweep it.
-    Acquiring,
-    /// Acquired and usable.
-    Active,
-    /// Released (paused or deleted by the provider).
-    Released,
-    /// Something may still run in the sandbox: never reuse, only destroy.
-    Poisoned,
-    /// Destroyed; final.
-    Destroyed,
-    /// The acquire's outcome is unknown and there is no id to clean up
-    /// with; kept so a person can look. Final.
-    Unknown,
-}
-
-impl LeaseState {
-    /// The stored name (`acquiring`, `active`, …).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LeaseState::Acquiring => "acquiring",
-            LeaseState::Active => "active",
-            LeaseState::Released => "released",
-            LeaseState::Poisoned => "poisoned",
-            LeaseState::Destroyed => "destroyed",
-            LeaseState::Unknown => "unknown",
-        }
-    }
-
-    fn may_become(self, next: LeaseState) -> bool {
-        use LeaseState::*;
-        match self {
-            Destroyed | Unknown => false,
-            Poisoned => next == Destroyed,
-            Acquiring => true,
-            Active | Released => next != Acquiring && next != Unknown,
-        }
-    }
-}
-
-impl fmt::Display for LeaseState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for LeaseState {
-    type Err = anyhow::Error;
-
-    fn from_str(text: &str) -> Result<Self> {
-        Ok(match text {
-            "acquiring" => LeaseState::Acquiring,
-            "active" => LeaseState::Active,
-            "released" => LeaseState::Released,
-            "poisoned" => LeaseState::Poisoned,
-            "destroyed" => LeaseState::Destroyed,
-            "unknown" => LeaseState::Unknown,
-            other => bail!("unknown lease state {other:?}"),
-        })
-    }
-}
+use crate::lease_rules::{decide, Change, HostSeen, LeaseState, LeaseView, Operation, Owner};
 
 /// One stored lease.
 #[derive(Clone, Debug)]
@@ -104,10 +46,13 @@ pub struct LeaseRecord {
     pub created_ms: i64,
     /// Last change, milliseconds since the Unix epoch.
     pub updated_ms: i64,
-    /// The host process running a command on the lease right now, if any.
-    /// If that process is gone, it died mid-command: sweep poisons and
-    /// destroys the lease.
-    pub busy_pid: Option<u32>,
+    /// The host instance running an operation on the sandbox (a command,
+    /// the workspace, a resume, the acquire itself), if any. If that host's
+    /// heartbeat expires, the lease is poisoned before anything else
+    /// touches it.
+    pub busy_owner: Option<String>,
+    /// The host instance releasing or destroying the lease, if any.
+    pub closing_owner: Option<String>,
 }
 
 impl LeaseRecord {
@@ -148,17 +93,70 @@ impl LeaseRecord {
                 lease,
                 created_ms: row.get("created_ms")?,
                 updated_ms: row.get("updated_ms")?,
-                busy_pid: row.get("busy_pid")?,
+                busy_owner: row.get("busy_owner")?,
+                closing_owner: row.get("closing_owner")?,
             },
             state,
         ))
     }
 }
 
-/// The lease store. Safe to share between threads; several processes may
-/// open the same file (SQLite locking, 5 s busy timeout).
+/// The store refused an operation on a lease before anything ran (its
+/// state, another host's mark, a dead host's mark that just poisoned it).
+/// The message says why and what fixes it.
+#[derive(Debug)]
+pub struct LeaseRefused(pub String);
+
+impl fmt::Display for LeaseRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LeaseRefused {}
+
+/// How a host instance proves it is alive: it refreshes its heartbeat every
+/// `heartbeat`, and any host may treat it as gone once its last heartbeat
+/// is older than `expiry`. Each instance stores its own expiry, so hosts
+/// with different settings can share a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Liveness {
+    /// How often the heartbeat is refreshed.
+    pub heartbeat: Duration,
+    /// After how long without a heartbeat the instance counts as gone.
+    pub expiry: Duration,
+}
+
+impl Liveness {
+    /// Heartbeat every 2 s, gone after 10 s.
+    pub const DEFAULT: Liveness = Liveness {
+        heartbeat: Duration::from_secs(2),
+        expiry: Duration::from_secs(10),
+    };
+
+    /// Checks that the expiry leaves room for at least two missed beats.
+    pub fn new(heartbeat: Duration, expiry: Duration) -> Result<Liveness> {
+        if heartbeat.is_zero() || expiry < heartbeat * 2 {
+            bail!(
+                "the host expiry ({expiry:?}) must be at least twice the heartbeat interval ({heartbeat:?}), which must not be zero"
+            );
+        }
+        Ok(Liveness { heartbeat, expiry })
+    }
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// The lease store. Safe to share between threads; several processes (and
+/// several hosts on one machine) may open the same file (SQLite locking,
+/// 5 s busy timeout).
 pub struct LeaseStore {
     conn: Mutex<Connection>,
+    durable: bool,
 }
 
 const SCHEMA: &str = "
@@ -175,11 +173,26 @@ CREATE TABLE IF NOT EXISTS leases (
     metadata          TEXT,
     expires_at        TEXT,
     created_ms        INTEGER NOT NULL,
-    updated_ms        INTEGER NOT NULL,
-    busy_pid          INTEGER
+    updated_ms        INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS leases_state ON leases(state);
+CREATE TABLE IF NOT EXISTS hosts (
+    id           TEXT PRIMARY KEY,
+    pid          INTEGER NOT NULL,
+    hostname     TEXT NOT NULL,
+    started_ms   INTEGER NOT NULL,
+    heartbeat_ms INTEGER NOT NULL,
+    expiry_ms    INTEGER NOT NULL
+);
 ";
+
+/// Columns added after the first release of the store, with their types.
+const ADDED_COLUMNS: &[(&str, &str)] = &[
+    ("busy_pid", "INTEGER"),
+    ("busy_owner", "TEXT"),
+    ("busy_count", "INTEGER NOT NULL DEFAULT 0"),
+    ("closing_owner", "TEXT"),
+];
 
 impl LeaseStore {
     /// Opens (creating if needed) the store file at `path` and its parents.
@@ -192,44 +205,310 @@ impl LeaseStore {
         let conn = Connection::open(path)
             .with_context(|| format!("opening the lease store {}", path.display()))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
-        Self::init(conn)
+        Self::init(conn, true)
     }
 
-    /// A store that lives only in memory (tests).
+    /// A store that lives only in memory (tests, and the CLI's embedded
+    /// backend whose sandboxes end with the process).
     pub fn open_in_memory() -> Result<Self> {
-        Self::init(Connection::open_in_memory()?)
+        Self::init(Connection::open_in_memory()?, false)
     }
 
-    fn init(conn: Connection) -> Result<Self> {
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    fn init(conn: Connection, durable: bool) -> Result<Self> {
+        conn.busy_timeout(Duration::from_secs(5))?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.execute_batch(SCHEMA)
             .context("creating the lease store schema")?;
-        // Stores made before `busy_pid` existed.
-        let has_busy: bool = conn
-            .prepare("SELECT 1 FROM pragma_table_info('leases') WHERE name = 'busy_pid'")?
-            .exists([])?;
-        if !has_busy {
-            conn.execute_batch("ALTER TABLE leases ADD COLUMN busy_pid INTEGER")?;
+        for (column, kind) in ADDED_COLUMNS {
+            let present: bool = conn
+                .prepare("SELECT 1 FROM pragma_table_info('leases') WHERE name = ?1")?
+                .exists([column])?;
+            if !present {
+                conn.execute_batch(&format!("ALTER TABLE leases ADD COLUMN {column} {kind}"))?;
+            }
         }
+        // A busy mark of a store made before host instances existed names a
+        // pid only: its host is unknown, so the mark counts as a dead host's.
+        conn.execute(
+            "UPDATE leases SET busy_owner = 'pid-' || busy_pid, busy_count = 1, busy_pid = NULL
+             WHERE busy_pid IS NOT NULL AND busy_owner IS NULL",
+            [],
+        )?;
         Ok(LeaseStore {
             conn: Mutex::new(conn),
+            durable,
         })
+    }
+
+    /// Whether the store is a file that outlives this process (false for
+    /// [`open_in_memory`](Self::open_in_memory)).
+    pub fn is_durable(&self) -> bool {
+        self.durable
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Records a lease about to be acquired (state `acquiring`), before any
-    /// sandbox exists. `ctx.config` must not hold a secret.
-    pub fn begin_acquire(&self, ctx: &EnvironmentContext, run_id: &str) -> Result<LeaseRecord> {
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction. The transaction
+    /// commits when `body` returns `Ok` (even an `Ok(Err(refusal))`, so a
+    /// poison decided on the way is kept) and rolls back on `Err`.
+    fn immediate<T>(&self, body: impl FnOnce(&Transaction<'_>) -> Result<Result<T>>) -> Result<T> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let outcome = body(&tx)?;
+        tx.commit()?;
+        outcome
+    }
+
+    /// Registers a new host instance (random id) and starts its heartbeat
+    /// thread. The instance is the owner of every mark this host takes;
+    /// dropping it stops the heartbeat and removes its record.
+    pub fn register_host(self: &Arc<Self>, liveness: Liveness) -> Result<HostInstance> {
+        let id = format!("host-{}", random_hex(16)?);
+        let now = now_ms();
+        // Records of hosts silent for a day past their expiry: a mark they
+        // still own reads as a host with no record, which is gone as well.
+        self.conn().execute(
+            "DELETE FROM hosts WHERE heartbeat_ms + expiry_ms + 86400000 < ?1",
+            [now],
+        )?;
+        self.conn().execute(
+            "INSERT INTO hosts (id, pid, hostname, started_ms, heartbeat_ms, expiry_ms)
+             VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
+            params![
+                id,
+                std::process::id(),
+                hostname(),
+                now,
+                millis(liveness.expiry)
+            ],
+        )?;
+        let interval = Arc::new(AtomicU64::new(millis_u64(liveness.heartbeat)));
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = {
+            let store = Arc::downgrade(self);
+            let id = id.clone();
+            let interval = interval.clone();
+            std::thread::Builder::new()
+                .name("sandbox-heartbeat".into())
+                .spawn(move || loop {
+                    let wait = Duration::from_millis(interval.load(Ordering::Relaxed));
+                    match stopped.recv_timeout(wait) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        _ => return,
+                    }
+                    let Some(store) = store.upgrade() else { return };
+                    // A failed beat (store busy) is retried at the next one;
+                    // the expiry leaves room for missed beats.
+                    let _ = store.conn().execute(
+                        "UPDATE hosts SET heartbeat_ms = ?2 WHERE id = ?1",
+                        params![id, now_ms()],
+                    );
+                })
+                .context("starting the heartbeat thread")?
+        };
+        Ok(HostInstance {
+            id,
+            store: self.clone(),
+            interval,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    fn owner(tx: &Transaction<'_>, owner: Option<String>, me: &str) -> Result<Option<Owner>> {
+        let Some(owner) = owner else { return Ok(None) };
+        if owner == me {
+            return Ok(Some(Owner::Me));
+        }
+        let seen = tx
+            .query_row(
+                "SELECT pid, hostname, heartbeat_ms, expiry_ms FROM hosts WHERE id = ?1",
+                [&owner],
+                |row| {
+                    Ok(HostSeen {
+                        id: owner.clone(),
+                        pid: row.get(0)?,
+                        hostname: row.get(1)?,
+                        silent_ms: now_ms() - row.get::<_, i64>(2)?,
+                        expiry_ms: row.get(3)?,
+                    })
+                },
+            )
+            .optional()?;
+        Ok(Some(match seen {
+            Some(seen) if seen.silent_ms <= seen.expiry_ms => Owner::Alive(seen),
+            other => Owner::Gone(other),
+        }))
+    }
+
+    fn read(tx: &Transaction<'_>, id: &str) -> Result<Option<LeaseRecord>> {
+        tx.query_row(
+            "SELECT * FROM leases WHERE id = ?1",
+            [id],
+            LeaseRecord::from_row,
+        )
+        .optional()?
+        .map(with_state)
+        .transpose()
+    }
+
+    /// Checks and marks the lease for `operation` by host instance `me`, in
+    /// one transaction (see [`lease_rules`](crate::lease_rules)):
+    /// - a mark left by a host whose heartbeat expired poisons the lease
+    ///   durably (even if the operation is then refused);
+    /// - `execute`, `realize` and `resume` take a busy mark;
+    /// - `release` and `destroy` move the lease to `closing` (a poisoned
+    ///   lease stays poisoned) and own the close;
+    /// - `inspect` only applies the poison.
+    ///
+    /// `ctx` must be the lease's provider and environment. Returns the
+    /// record as it is after the change.
+    pub fn begin(
+        &self,
+        id: &str,
+        operation: Operation,
+        ctx: &EnvironmentContext,
+        me: &str,
+    ) -> Result<LeaseRecord> {
+        self.immediate(|tx| {
+            let Some(record) = Self::read(tx, id)? else {
+                return Ok(Err(LeaseRefused(format!(
+                    "no lease {id} in the lease store"
+                ))
+                .into()));
+            };
+            if record.environment_id != ctx.environment_id
+                || record.company_id != ctx.company_id
+                || record.provider != ctx.driver_key
+            {
+                return Ok(Err(LeaseRefused(format!(
+                    "lease {id} belongs to another provider or environment"
+                ))
+                .into()));
+            }
+            let mut busy = Self::owner(tx, record.busy_owner.clone(), me)?;
+            if busy.is_none() && record.state == LeaseState::Acquiring {
+                // An acquire recorded without an owner (an older store).
+                busy = Some(Owner::Gone(None));
+            }
+            let closing = Self::owner(tx, record.closing_owner.clone(), me)?;
+            let decision = decide(
+                operation,
+                &LeaseView {
+                    id,
+                    state: record.state,
+                    reason: record.reason.as_deref(),
+                    busy,
+                    closing,
+                },
+            );
+            let now = now_ms();
+            if let Some(reason) = &decision.poison {
+                tx.execute(
+                    "UPDATE leases SET state = 'poisoned', reason = ?2, busy_owner = NULL,
+                                       busy_count = 0, closing_owner = NULL, updated_ms = ?3
+                     WHERE id = ?1",
+                    params![id, reason, now],
+                )?;
+            }
+            if let Some(reason) = &decision.unknown {
+                tx.execute(
+                    "UPDATE leases SET state = 'unknown', reason = ?2, busy_owner = NULL,
+                                       busy_count = 0, updated_ms = ?3
+                     WHERE id = ?1",
+                    params![id, reason, now],
+                )?;
+            }
+            if let Some(message) = decision.refuse {
+                return Ok(Err(LeaseRefused(message).into()));
+            }
+            match decision.change {
+                Change::None => {}
+                Change::MarkBusy => {
+                    tx.execute(
+                        "UPDATE leases SET busy_owner = ?2, busy_count = busy_count + 1
+                         WHERE id = ?1",
+                        params![id, me],
+                    )?;
+                }
+                Change::Close => {
+                    tx.execute(
+                        "UPDATE leases SET state = 'closing', closing_owner = ?2, updated_ms = ?3
+                         WHERE id = ?1",
+                        params![id, me, now],
+                    )?;
+                }
+                Change::CloseKeepingPoison => {
+                    tx.execute(
+                        "UPDATE leases SET closing_owner = ?2 WHERE id = ?1",
+                        params![id, me],
+                    )?;
+                }
+            }
+            let record = Self::read(tx, id)?.context("the lease vanished")?;
+            Ok(Ok(record))
+        })
+    }
+
+    /// Ends one busy operation of `me` on the lease (the mark goes when the
+    /// last one ends). Another host's mark is never touched.
+    pub fn end_use(&self, id: &str, me: &str) -> Result<()> {
+        self.immediate(|tx| {
+            tx.execute(
+                "UPDATE leases SET busy_count = MAX(busy_count - 1, 0),
+                                   busy_owner = CASE WHEN busy_count <= 1 THEN NULL ELSE busy_owner END
+                 WHERE id = ?1 AND busy_owner = ?2",
+                params![id, me],
+            )?;
+            Ok(Ok(()))
+        })
+    }
+
+    /// Ends the close `me` owns: moves the lease to `state` with `reason`
+    /// and drops the close mark. A lease that became poisoned meanwhile
+    /// stays poisoned unless `state` is `destroyed`.
+    pub fn end_close(&self, id: &str, me: &str, state: LeaseState, reason: &str) -> Result<()> {
+        self.immediate(|tx| {
+            let record = Self::read(tx, id)?.with_context(|| format!("no lease {id}"))?;
+            if record.closing_owner.as_deref() != Some(me) {
+                bail!("lease {id} is not being closed by this host");
+            }
+            let (state, reason) =
+                if record.state == LeaseState::Poisoned && state != LeaseState::Destroyed {
+                    let before = record.reason.unwrap_or_default();
+                    (LeaseState::Poisoned, format!("{reason}; before: {before}"))
+                } else {
+                    (state, reason.to_owned())
+                };
+            if !record.state.may_become(state) {
+                bail!("lease {id} is {}; it cannot become {state}", record.state);
+            }
+            tx.execute(
+                "UPDATE leases SET state = ?2, reason = ?3, closing_owner = NULL, updated_ms = ?4
+                 WHERE id = ?1",
+                params![id, state.as_str(), reason, now_ms()],
+            )?;
+            Ok(Ok(()))
+        })
+    }
+
+    /// Records a lease about to be acquired (state `acquiring`, owned by
+    /// host instance `me`), before any sandbox exists. `ctx.config` must
+    /// not hold a secret.
+    pub fn begin_acquire(
+        &self,
+        ctx: &EnvironmentContext,
+        run_id: &str,
+        me: &str,
+    ) -> Result<LeaseRecord> {
         let id = new_id();
         let now = now_ms();
         self.conn().execute(
             "INSERT INTO leases (id, provider, company_id, environment_id, run_id, config, state,
-                                 reason, created_ms, updated_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'acquiring', 'acquire in progress', ?7, ?7)",
+                                 reason, created_ms, updated_ms, busy_owner, busy_count)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'acquiring', 'acquire in progress', ?7, ?7, ?8, 1)",
             params![
                 id,
                 ctx.driver_key,
@@ -237,7 +516,8 @@ impl LeaseStore {
                 ctx.environment_id,
                 run_id,
                 ctx.config,
-                now
+                now,
+                me
             ],
         )?;
         self.get(&id)?.context("the lease just recorded is missing")
@@ -246,45 +526,66 @@ impl LeaseStore {
     /// Stores the provider's lease and moves to `state` (for example
     /// `active` after acquire or resume).
     pub fn record_lease(&self, id: &str, lease: &Lease, state: LeaseState) -> Result<()> {
-        self.check_transition(id, state)?;
-        self.conn().execute(
-            "UPDATE leases SET provider_lease_id = ?2, metadata = ?3, expires_at = ?4,
-                               state = ?5, reason = NULL, updated_ms = ?6
-             WHERE id = ?1",
-            params![
-                id,
-                lease.provider_lease_id,
-                lease.metadata,
-                lease.expires_at,
-                state.as_str(),
-                now_ms()
-            ],
-        )?;
-        Ok(())
+        self.immediate(|tx| {
+            Self::check_transition(tx, id, state)?;
+            tx.execute(
+                "UPDATE leases SET provider_lease_id = ?2, metadata = ?3, expires_at = ?4,
+                                   state = ?5, reason = NULL, updated_ms = ?6
+                 WHERE id = ?1",
+                params![
+                    id,
+                    lease.provider_lease_id,
+                    lease.metadata,
+                    lease.expires_at,
+                    state.as_str(),
+                    now_ms()
+                ],
+            )?;
+            Ok(Ok(()))
+        })
     }
 
-    /// Moves the lease to `state` with `reason`. Refuses to leave
-    /// `poisoned` except for `destroyed`, and to leave a final state.
+    /// Moves the lease to `state` with `reason`. Refuses transitions the
+    /// state machine forbids (leaving `poisoned` except for `destroyed`,
+    /// leaving a final state). A final state drops every mark.
     pub fn set_state(&self, id: &str, state: LeaseState, reason: Option<&str>) -> Result<()> {
-        self.check_transition(id, state)?;
-        self.conn().execute(
-            "UPDATE leases SET state = ?2, reason = ?3, updated_ms = ?4 WHERE id = ?1",
-            params![id, state.as_str(), reason, now_ms()],
-        )?;
-        Ok(())
+        self.immediate(|tx| {
+            Self::check_transition(tx, id, state)?;
+            tx.execute(
+                "UPDATE leases SET state = ?2, reason = ?3, updated_ms = ?4 WHERE id = ?1",
+                params![id, state.as_str(), reason, now_ms()],
+            )?;
+            if state.is_final() {
+                tx.execute(
+                    "UPDATE leases SET busy_owner = NULL, busy_count = 0, closing_owner = NULL
+                     WHERE id = ?1",
+                    [id],
+                )?;
+            }
+            Ok(Ok(()))
+        })
     }
 
     /// Poisons the lease (a no-op when it is already poisoned or final).
+    /// Marks stay: their owners drop them when their operations end.
     pub fn poison(&self, id: &str, reason: &str) -> Result<()> {
-        match self.get(id)?.map(|r| r.state) {
-            Some(LeaseState::Poisoned | LeaseState::Destroyed | LeaseState::Unknown) => Ok(()),
-            Some(_) => self.set_state(id, LeaseState::Poisoned, Some(reason)),
-            None => bail!("no lease {id}"),
-        }
+        self.immediate(|tx| {
+            let Some(record) = Self::read(tx, id)? else {
+                bail!("no lease {id}");
+            };
+            if record.state == LeaseState::Poisoned || record.state.is_final() {
+                return Ok(Ok(()));
+            }
+            tx.execute(
+                "UPDATE leases SET state = 'poisoned', reason = ?2, updated_ms = ?3 WHERE id = ?1",
+                params![id, reason, now_ms()],
+            )?;
+            Ok(Ok(()))
+        })
     }
 
-    fn check_transition(&self, id: &str, next: LeaseState) -> Result<()> {
-        let Some(record) = self.get(id)? else {
+    fn check_transition(tx: &Transaction<'_>, id: &str, next: LeaseState) -> Result<()> {
+        let Some(record) = Self::read(tx, id)? else {
             bail!("no lease {id}");
         };
         if !record.state.may_become(next) {
@@ -298,22 +599,6 @@ impl LeaseStore {
                     .unwrap_or_default()
             );
         }
-        Ok(())
-    }
-
-    /// Marks the lease busy with a command of this process.
-    pub fn mark_busy(&self, id: &str) -> Result<()> {
-        self.conn().execute(
-            "UPDATE leases SET busy_pid = ?2 WHERE id = ?1",
-            params![id, std::process::id()],
-        )?;
-        Ok(())
-    }
-
-    /// Clears the busy mark once no command of this process runs on the lease.
-    pub fn clear_busy(&self, id: &str) -> Result<()> {
-        self.conn()
-            .execute("UPDATE leases SET busy_pid = NULL WHERE id = ?1", [id])?;
         Ok(())
     }
 
@@ -336,13 +621,14 @@ impl LeaseStore {
     }
 
     /// Leases a sweep may have to handle: `poisoned` ones, `acquiring` ones
-    /// (an acquire that may never have finished), and busy `active` ones (a
-    /// command whose host may have died).
+    /// (an acquire whose host may have died), and any lease with a busy or
+    /// close mark (an operation whose host may have died).
     pub fn needing_sweep(&self) -> Result<Vec<LeaseRecord>> {
         self.query(
             "SELECT * FROM leases
-             WHERE state IN ('poisoned', 'acquiring')
-                OR (state = 'active' AND busy_pid IS NOT NULL)
+             WHERE state IN ('poisoned', 'acquiring', 'closing')
+                OR (state NOT IN ('destroyed', 'unknown')
+                    AND (busy_owner IS NOT NULL OR closing_owner IS NOT NULL))
              ORDER BY created_ms, id",
             [],
         )
@@ -362,6 +648,71 @@ impl fmt::Debug for LeaseStore {
     }
 }
 
+/// One running host, registered in a [`LeaseStore`]: a random instance id
+/// (never a pid, which another process may get later) and a heartbeat
+/// refreshed by a background thread while this value lives.
+pub struct HostInstance {
+    id: String,
+    store: Arc<LeaseStore>,
+    interval: Arc<AtomicU64>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HostInstance {
+    /// The instance id that owns this host's marks.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Changes the heartbeat interval and the expiry other hosts judge
+    /// this instance by.
+    pub fn set_liveness(&self, liveness: Liveness) -> Result<()> {
+        self.interval
+            .store(millis_u64(liveness.heartbeat), Ordering::Relaxed);
+        self.store.conn().execute(
+            "UPDATE hosts SET expiry_ms = ?2, heartbeat_ms = ?3 WHERE id = ?1",
+            params![self.id, millis(liveness.expiry), now_ms()],
+        )?;
+        Ok(())
+    }
+
+    /// Stops heartbeating without removing the record, as a host that
+    /// froze or died would (for tests of what other hosts then do).
+    pub fn stop_heartbeat_for_test(&mut self) {
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for HostInstance {
+    fn drop(&mut self) {
+        let alive = self.thread.is_some();
+        self.stop.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        if alive {
+            // Any mark still owned now belongs to an operation that did not
+            // end: without the record, other hosts treat it as a dead host's.
+            let _ = self
+                .store
+                .conn()
+                .execute("DELETE FROM hosts WHERE id = ?1", [&self.id]);
+        }
+    }
+}
+
+impl fmt::Debug for HostInstance {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostInstance")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
 fn with_state((mut record, state): (LeaseRecord, String)) -> Result<LeaseRecord> {
     record.state = state.parse()?;
     Ok(record)
@@ -373,6 +724,31 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn millis_u64(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn random_hex(bytes: usize) -> Result<String> {
+    use std::io::Read;
+    let mut buffer = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buffer))
+        .context("reading /dev/urandom for a host instance id")?;
+    Ok(buffer.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "this machine".to_owned())
+}
+
 /// `lease-<ms>-<pid>-<n>` in hex: unique per process and store.
 fn new_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -382,4 +758,49 @@ fn new_id() -> String {
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> EnvironmentContext {
+        EnvironmentContext {
+            driver_key: "test".into(),
+            company_id: "co".into(),
+            environment_id: "env".into(),
+            issue_id: None,
+            config: "{}".into(),
+        }
+    }
+
+    /// A store written before host instances existed keeps a mark as a
+    /// bare pid; that mark must count as a dead host's, never as "mine".
+    #[test]
+    fn a_pid_mark_of_an_older_store_poisons_the_lease() {
+        let path =
+            std::env::temp_dir().join(format!("sandbox-old-store-{}.sqlite", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE leases (id TEXT PRIMARY KEY, provider TEXT NOT NULL,
+                    company_id TEXT NOT NULL, environment_id TEXT NOT NULL, run_id TEXT NOT NULL,
+                    config TEXT NOT NULL, state TEXT NOT NULL, reason TEXT,
+                    provider_lease_id TEXT, metadata TEXT, expires_at TEXT,
+                    created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, busy_pid INTEGER);
+                 INSERT INTO leases VALUES ('L', 'test', 'co', 'env', 'r', '{}', 'active', NULL,
+                    'sb-1', '{}', NULL, 0, 0, 1);",
+            )
+            .unwrap();
+        }
+        let store = Arc::new(LeaseStore::open(&path).unwrap());
+        let me = store.register_host(Liveness::DEFAULT).unwrap();
+        let refused = store
+            .begin("L", Operation::Execute, &ctx(), me.id())
+            .unwrap_err();
+        assert!(refused.downcast_ref::<LeaseRefused>().is_some());
+        assert_eq!(store.get("L").unwrap().unwrap().state, LeaseState::Poisoned);
+        std::fs::remove_file(&path).unwrap();
+    }
 }

@@ -9,8 +9,11 @@
 //! in front of [`NetworkTransport`] or, in tests, [`ScriptedTransport`].
 //!
 //! On top of that, [`SandboxRuntime`] keeps leases in a durable
-//! [`LeaseStore`] (poisoned on `cleanup-failed` or a trap, destroyed by
-//! `sweep`), and [`ArtifactCache`] keeps compiled components on disk. The
+//! [`LeaseStore`] (poisoned on `cleanup-failed`, a trap, or the death of
+//! the host using them, judged by heartbeat; destroyed by `sweep`), with
+//! the state machine in [`lease_rules`]; [`Secrets`] holds the operator's
+//! secret rules and [`Budget`] the deadlines; [`ArtifactCache`] keeps
+//! compiled components on disk. The
 //! `sandbox` binary is the command-line front end.
 //!
 //! ```no_run
@@ -25,6 +28,7 @@
 
 mod bindings;
 mod body;
+mod budget;
 mod cache;
 mod cancel;
 mod component;
@@ -32,29 +36,36 @@ mod engine;
 mod host_impl;
 mod http_hook;
 mod instance;
+pub mod lease_rules;
 mod lease_store;
+mod messages;
 mod network;
 mod options;
 mod policy;
 mod rate_budget;
 mod runtime;
 mod scripted;
+mod secrets;
 mod state;
 mod transport;
 
 pub use bindings::{types, PROVIDER_INTERFACE};
+pub use budget::Budget;
 pub use cache::ArtifactCache;
 pub use cancel::CancelToken;
 pub use component::ProviderComponent;
 pub use engine::{new_engine, shared_engine, EPOCH_TICK};
 pub use instance::{trap_of, ProviderInstance};
-pub use lease_store::{LeaseRecord, LeaseState, LeaseStore};
+pub use lease_rules::{LeaseState, Operation};
+pub use lease_store::{HostInstance, LeaseRecord, LeaseRefused, LeaseStore, Liveness};
+pub use messages::{cleanup_text, error_text};
 pub use network::NetworkTransport;
 pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
 pub use policy::{Guard, Origin, Policy};
 pub use rate_budget::{BudgetStats, Grant, Priority, RateBudget, RateLimit};
-pub use runtime::{action_name, Environment, SandboxRuntime, Secrets};
+pub use runtime::{action_name, Environment, SandboxRuntime};
 pub use scripted::{RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport};
+pub use secrets::Secrets;
 pub use transport::{
     BodySender, DenyAll, ErrorCode, OutgoingRequest, RequestTimeouts, ResponseBody, Transport,
     TransportFuture, TransportResponse,

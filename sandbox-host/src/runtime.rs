@@ -1,80 +1,44 @@
-//! The host runtime: environments (config, secret, policy), leases recorded
-//! durably, cleanup failures and traps poisoning leases, and cancellation of
-//! running commands before a release or destroy.
+//! The host runtime: environments (config, secret, policy, budgets), leases
+//! recorded durably and fenced by host instance, cleanup failures and traps
+//! poisoning leases, and cancellation of running commands before a release
+//! or destroy.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
 
 use crate::bindings::types::{
-    AcquireRequest, ConfigValidation, EnvironmentContext, ExecuteRequest, ExecuteResult, Lease,
-    ProbeReport, ProviderDescription, ProviderError, ResumeOutcome, TerminationAction,
-    TerminationReceipt, WorkspaceRequest,
+    AcquireRequest, CleanupFailure, ConfigValidation, EnvironmentContext, ExecuteRequest,
+    ExecuteResult, Lease, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome,
+    TerminationAction, TerminationReceipt, WorkspaceRequest,
 };
+use crate::budget::{Budget, DEFAULT_MARGIN};
 use crate::cancel::CancelToken;
 use crate::component::ProviderComponent;
 use crate::instance::{trap_of, ProviderInstance};
-use crate::lease_store::{LeaseRecord, LeaseState, LeaseStore};
+use crate::lease_rules::{LeaseState, Operation};
+use crate::lease_store::{HostInstance, LeaseRecord, LeaseStore, Liveness};
+use crate::messages::{cleanup_text, error_text};
 use crate::options::{GuestStderr, HostOptions, OutputSink};
-use crate::policy::Policy;
+use crate::policy::{Origin, Policy};
 use crate::rate_budget::{RateBudget, RateLimit};
+use crate::secrets::{check_secret_origin, Secrets};
 use crate::transport::Transport;
 
-/// Extra time the host allows beyond the provider's own timeouts.
-const GRACE: Duration = Duration::from_secs(30);
-/// The host's limit for `probe`.
-const PROBE_DEADLINE: Duration = Duration::from_secs(120);
-/// The timeout assumed when the config has no `timeoutMs`.
-const DEFAULT_TIMEOUT_MS: u64 = 300_000;
-
-/// Where secrets come from when the config does not hold them.
-#[derive(Clone, Default)]
-pub struct Secrets {
-    values: HashMap<String, String>,
-    use_env: bool,
-}
-
-impl Secrets {
-    /// No secrets besides those in the config.
-    pub fn none() -> Self {
-        Self::default()
-    }
-
-    /// Also read the environment variable each secret field declares.
-    pub fn from_env() -> Self {
-        Secrets {
-            values: HashMap::new(),
-            use_env: true,
-        }
-    }
-
-    /// Uses `value` for the secret of config field `config_field`.
-    pub fn with(mut self, config_field: &str, value: impl Into<String>) -> Self {
-        self.values.insert(config_field.to_owned(), value.into());
-        self
-    }
-}
-
-impl fmt::Debug for Secrets {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Secrets")
-            .field("fields", &self.values.keys().collect::<Vec<_>>())
-            .field("use_env", &self.use_env)
-            .finish()
-    }
-}
+/// The deadline of `validate-config` (no network; a pure function).
+const VALIDATE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A validated environment: the context every call gets (normalised config
-/// with the secret removed) and the HTTP policy for its API origin.
+/// with the secret removed), the HTTP policy for its API origin, and the
+/// budgets read from the same config the provider uses.
 #[derive(Clone, Debug)]
 pub struct Environment {
     ctx: EnvironmentContext,
     policy: Policy,
-    timeout: Duration,
+    budget: Budget,
     validation: ConfigValidation,
 }
 
@@ -89,6 +53,11 @@ impl Environment {
         &self.policy
     }
 
+    /// The budgets the host derives its deadlines from.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
     /// What `validate-config` said (warnings included).
     pub fn validation(&self) -> &ConfigValidation {
         &self.validation
@@ -97,21 +66,28 @@ impl Environment {
 
 /// Runs provider operations with durable lease bookkeeping.
 ///
-/// - A lease is recorded (`acquiring`) before the provider creates anything.
+/// - A lease is recorded (`acquiring`, owned by this host instance) before
+///   the provider creates anything; `probe` is recorded the same way.
+/// - Each operation checks and marks the lease in one store transaction
+///   (see [`lease_rules`](crate::lease_rules)): a mark left by a host whose
+///   heartbeat expired poisons the lease first, whatever the operation.
 /// - `cleanup-failed`, or a trap or limit hit during an operation that may
 ///   have left something running, poisons the lease; a poisoned lease
 ///   refuses execute, resume and release, and only destroy clears it.
-/// - Release and destroy first cancel the lease's running commands (through
-///   their cancel tokens) and wait for them to return.
+/// - Release and destroy first move the lease to `closing` (nothing new may
+///   start), then cancel the lease's running commands and wait for them.
+/// - `expired` on resume destroys the sandbox before the lease is recorded
+///   as destroyed (poisoned if the delete is not confirmed).
 pub struct SandboxRuntime {
     component: ProviderComponent,
     description: ProviderDescription,
     store: Arc<LeaseStore>,
+    host: HostInstance,
     transport: Arc<dyn Transport>,
     budget: RateBudget,
     rate_limit: Option<RateLimit>,
     stderr: GuestStderr,
-    grace: Duration,
+    margin: Duration,
     running: Mutex<HashMap<String, Vec<CancelToken>>>,
     finished: Condvar,
 }
@@ -119,6 +95,8 @@ pub struct SandboxRuntime {
 impl SandboxRuntime {
     /// A runtime for `component`, storing leases in `store`, sending allowed
     /// requests through `transport` (usually [`NetworkTransport`](crate::NetworkTransport)).
+    /// Registers a host instance in the store whose heartbeat runs while
+    /// the runtime lives ([`Liveness::DEFAULT`]).
     pub fn new(
         component: ProviderComponent,
         store: Arc<LeaseStore>,
@@ -126,15 +104,17 @@ impl SandboxRuntime {
     ) -> Result<Self> {
         let description = component.instantiate(HostOptions::new())?.describe()?;
         let rate_limit = description.rate_limit.map(declared_limit);
+        let host = store.register_host(Liveness::DEFAULT)?;
         Ok(SandboxRuntime {
             component,
             description,
             store,
+            host,
             transport,
             budget: RateBudget::global(),
             rate_limit,
             stderr: GuestStderr::Discard,
-            grace: GRACE,
+            margin: DEFAULT_MARGIN,
             running: Mutex::new(HashMap::new()),
             finished: Condvar::new(),
         })
@@ -161,11 +141,11 @@ impl SandboxRuntime {
         self.rate_limit.as_ref()
     }
 
-    /// How long an instance may run past an operation's own timeout before
-    /// the epoch deadline stops it (default 30 s, as the contract's host
-    /// timing says); a stopped `execute` poisons its lease.
-    pub fn with_grace(mut self, grace: Duration) -> Self {
-        self.grace = grace;
+    /// The margin an instance may run past the provider's own plan and its
+    /// cleanup reserve before the host stops it (default 5 s; see
+    /// [`Budget`]); a stopped `execute` poisons its lease.
+    pub fn with_grace(mut self, margin: Duration) -> Self {
+        self.margin = margin;
         self
     }
 
@@ -173,6 +153,17 @@ impl SandboxRuntime {
     pub fn with_guest_stderr(mut self, stderr: GuestStderr) -> Self {
         self.stderr = stderr;
         self
+    }
+
+    /// Changes how this host proves it is alive to other hosts sharing the
+    /// store.
+    pub fn set_liveness(&self, liveness: Liveness) -> Result<()> {
+        self.host.set_liveness(liveness)
+    }
+
+    /// This host's instance id (the owner of its marks in the store).
+    pub fn host_id(&self) -> &str {
+        self.host.id()
     }
 
     /// What the provider said about itself.
@@ -187,14 +178,16 @@ impl SandboxRuntime {
 
     /// `validate-config` on `config` with the secret fields removed.
     pub fn validate_config(&self, config: &str) -> Result<ConfigValidation> {
-        let (stripped, _) = self.split_secrets(config, &Secrets::none())?;
-        self.plain_instance(Duration::from_secs(30))?
-            .validate_config(&stripped)
+        let split = Secrets::none().split(config, &self.declared_fields())?;
+        self.plain_instance(VALIDATE_DEADLINE)?
+            .validate_config(&split.config)
     }
 
-    /// Validates `config`, resolves its secret (the config value, then
-    /// `secrets`, then the declared environment variable) and builds the
-    /// environment's policy. Fails when the config is invalid.
+    /// Validates `config`, resolves its secrets by the operator's rules in
+    /// `secrets`, and builds the environment's policy. Fails when the
+    /// config is invalid, when the origin the provider asks for is not the
+    /// one the config's URL field names, or when a secret would go to an
+    /// origin that is not `https:` (plain `http:` only on loopback).
     pub fn environment(
         &self,
         company_id: &str,
@@ -202,10 +195,11 @@ impl SandboxRuntime {
         config: &str,
         secrets: &Secrets,
     ) -> Result<Environment> {
-        let (stripped, resolved) = self.split_secrets(config, secrets)?;
+        let split = secrets.split(config, &self.declared_fields())?;
+        let (allowed, resolved) = (split.origin, split.resolved);
         let validation = self
-            .plain_instance(Duration::from_secs(30))?
-            .validate_config(&stripped)?;
+            .plain_instance(VALIDATE_DEADLINE)?
+            .validate_config(&split.config)?;
         if !validation.ok {
             bail!("invalid provider config: {}", validation.errors.join("; "));
         }
@@ -213,105 +207,186 @@ impl SandboxRuntime {
             .normalized_config
             .clone()
             .context("the provider accepted the config but returned no normalized config")?;
-        let origin = validation
+        let asked = validation
             .api_origin
-            .clone()
+            .as_deref()
             .context("the provider returned no api-origin for the config")?;
-        let mut policy = Policy::for_origin(&origin)?
+        let origin = Origin::parse(asked)
+            .with_context(|| "the provider's api-origin is not a valid origin".to_owned())?;
+        if let Some(allowed) = &allowed {
+            if &origin != allowed {
+                bail!(
+                    "the provider asks to send its requests to {origin}, but the config names \
+                     {allowed}; the host sends requests (and the API key) only to the origin the \
+                     config names"
+                );
+            }
+        }
+        let mut policy = Policy::new(origin.clone())
             .with_rate_budget(self.budget.clone())
             .with_rate_limit(self.rate_limit);
-        for (header, value) in &resolved {
-            policy = policy.with_secret_header(header, value)?;
+        for (field, secret) in &resolved {
+            let Some(declared) = self
+                .description
+                .secrets
+                .iter()
+                .find(|s| &s.config_field == field)
+            else {
+                // The provider takes no such secret: it goes nowhere.
+                continue;
+            };
+            if allowed.is_none() {
+                bail!(
+                    "config field {field} holds a secret, but the config names no API URL and the \
+                     host has no default origin for it; set the URL"
+                );
+            }
+            check_secret_origin(&origin)?;
+            policy = policy.with_secret_header(&declared.header, secret)?;
         }
-        let timeout_ms = serde_json::from_str::<Value>(&normalized)
-            .ok()
-            .and_then(|v| v.get("timeoutMs").and_then(Value::as_u64))
-            .unwrap_or(DEFAULT_TIMEOUT_MS);
         Ok(Environment {
             ctx: EnvironmentContext {
                 driver_key: self.description.driver_key.clone(),
                 company_id: company_id.to_owned(),
                 environment_id: environment_id.to_owned(),
                 issue_id: None,
-                config: normalized,
+                config: normalized.clone(),
             },
             policy,
-            timeout: Duration::from_millis(timeout_ms),
+            budget: Budget::from_config(&normalized).with_margin(self.margin),
             validation,
         })
     }
 
-    /// `probe` (deadline 120 s).
+    /// `probe`, recorded in the store while its sandbox may exist (like an
+    /// acquire): a host that dies mid-probe leaves a record that sweep
+    /// reports, and a probe whose delete failed is poisoned for sweep.
     pub fn probe(
         &self,
         env: &Environment,
         output: Option<OutputSink>,
     ) -> Result<Result<ProbeReport, ProviderError>> {
-        let mut instance = self.instance(env, PROBE_DEADLINE, CancelToken::new(), output)?;
-        instance.probe(&env.ctx)
+        let record = self
+            .store
+            .begin_acquire(&env.ctx, "probe", self.host.id())?;
+        let outcome = self
+            .instance(
+                env,
+                env.budget.lifecycle_deadline(),
+                CancelToken::new(),
+                output,
+            )
+            .and_then(|mut instance| instance.probe(&env.ctx));
+        match &outcome {
+            Ok(Ok(_)) => self.store.set_state(
+                &record.id,
+                LeaseState::Destroyed,
+                Some("probe: its sandbox was created, used and deleted"),
+            )?,
+            Ok(Err(ProviderError::CleanupFailed(failure))) => {
+                self.creation_unconfirmed(&record.id, "probe", failure)?
+            }
+            Ok(Err(error)) => self.store.set_state(
+                &record.id,
+                LeaseState::Destroyed,
+                Some(&format!(
+                    "probe failed, nothing was left: {}",
+                    error_text(error)
+                )),
+            )?,
+            Err(error) => self.store.set_state(
+                &record.id,
+                LeaseState::Unknown,
+                Some(&format!(
+                    "probe stopped in the host ({}); a sandbox may exist with no id to clean it up with",
+                    host_failure(error)
+                )),
+            )?,
+        }
+        outcome
     }
 
     /// Records a lease, then `acquire-lease`. The record ends `active` on
     /// success, `destroyed` on a definite failure (nothing was left),
-    /// `poisoned` on `cleanup-failed`, and `unknown` on a trap.
+    /// `poisoned` on `cleanup-failed` with a sandbox id, and `unknown` on a
+    /// trap or an unconfirmed creation without an id.
     pub fn acquire(
         &self,
         env: &Environment,
         request: &AcquireRequest,
     ) -> Result<Result<LeaseRecord, ProviderError>> {
-        let record = self.store.begin_acquire(&env.ctx, &request.run_id)?;
+        let record = self
+            .store
+            .begin_acquire(&env.ctx, &request.run_id, self.host.id())?;
         let outcome = self
-            .instance(env, env.timeout + self.grace, CancelToken::new(), None)
+            .instance(
+                env,
+                env.budget.lifecycle_deadline(),
+                CancelToken::new(),
+                None,
+            )
             .and_then(|mut instance| instance.acquire_lease(&env.ctx, request));
         match outcome {
             Ok(Ok(lease)) => {
                 self.store
                     .record_lease(&record.id, &lease, LeaseState::Active)?;
+                self.store.end_use(&record.id, self.host.id())?;
+                Ok(Ok(self.record(&record.id)?))
             }
             Ok(Err(ProviderError::CleanupFailed(failure))) => {
-                let reason = format!(
-                    "acquire: cleanup failed: {:?} ({:?})",
-                    failure.phase, failure.cause
-                );
-                match &failure.sandbox_id {
-                    // Destroy needs a lease; the provider's metadata is
-                    // unknown here, so sweep tries with an empty object.
-                    Some(sandbox_id) => {
-                        let lease = Lease {
-                            provider_lease_id: sandbox_id.clone(),
-                            metadata: "{}".into(),
-                            expires_at: None,
-                        };
-                        self.store
-                            .record_lease(&record.id, &lease, LeaseState::Acquiring)?;
-                        self.store.poison(&record.id, &reason)?;
-                    }
-                    None => self.store.set_state(
-                        &record.id,
-                        LeaseState::Unknown,
-                        Some(&format!("{reason}; no sandbox id to clean up with")),
-                    )?,
-                }
-                return Ok(Err(ProviderError::CleanupFailed(failure)));
+                self.creation_unconfirmed(&record.id, "acquire", &failure)?;
+                Ok(Err(ProviderError::CleanupFailed(failure)))
             }
             Ok(Err(error)) => {
                 self.store.set_state(
                     &record.id,
                     LeaseState::Destroyed,
-                    Some(&format!("acquire failed: {error:?}")),
+                    Some(&format!(
+                        "acquire failed, nothing was left: {}",
+                        error_text(&error)
+                    )),
                 )?;
-                return Ok(Err(error));
+                Ok(Err(error))
             }
             Err(error) => {
                 self.store.set_state(
                     &record.id,
                     LeaseState::Unknown,
-                    Some(&format!("acquire trapped: {error:#}")),
+                    Some(&format!(
+                        "acquire stopped in the host ({}); a sandbox may exist with no id to clean it up with",
+                        host_failure(&error)
+                    )),
                 )?;
-                return Err(error);
+                Err(error)
             }
         }
-        Ok(Ok(self.record(&record.id)?))
+    }
+
+    /// An acquire or probe whose cleanup failed: poisoned with the sandbox
+    /// id for sweep, or `unknown` when there is no id.
+    fn creation_unconfirmed(&self, id: &str, what: &str, failure: &CleanupFailure) -> Result<()> {
+        let reason = format!("{what}: {}", cleanup_text(failure));
+        match &failure.sandbox_id {
+            // Destroy needs a lease; the provider's metadata is unknown
+            // here, so sweep tries with an empty object.
+            Some(sandbox_id) => {
+                let lease = Lease {
+                    provider_lease_id: sandbox_id.clone(),
+                    metadata: "{}".into(),
+                    expires_at: None,
+                };
+                self.store.record_lease(id, &lease, LeaseState::Acquiring)?;
+                self.store.poison(id, &reason)?;
+                self.store.end_use(id, self.host.id())
+            }
+            None => self.store.set_state(
+                id,
+                LeaseState::Unknown,
+                Some(&format!(
+                    "{reason}; there is no sandbox id to clean up with"
+                )),
+            ),
+        }
     }
 
     /// `execute` on an active lease. Live output goes to `output`;
@@ -325,16 +400,15 @@ impl SandboxRuntime {
         output: Option<OutputSink>,
         cancel: CancelToken,
     ) -> Result<Result<ExecuteResult, ProviderError>> {
-        let (record, lease) = self.usable(env, lease_id, "execute on")?;
-        let timeout = request
-            .timeout_ms
-            .map(Duration::from_millis)
-            .unwrap_or(env.timeout);
-        let _running = self.register(&record.id, cancel.clone())?;
+        let (_, lease, _using) =
+            self.begin_use(env, lease_id, Operation::Execute, cancel.clone())?;
+        let deadline = env
+            .budget
+            .execute_deadline(request.timeout_ms.map(Duration::from_millis));
         let outcome = self
-            .instance(env, timeout + self.grace, cancel, output)
+            .instance(env, deadline, cancel, output)
             .and_then(|mut instance| instance.execute(&env.ctx, &lease, request));
-        self.poison_on_failure(&record.id, "execute", &outcome)?;
+        self.poison_on_failure(lease_id, "execute", &outcome)?;
         outcome
     }
 
@@ -345,69 +419,117 @@ impl SandboxRuntime {
         lease_id: &str,
         request: &WorkspaceRequest,
     ) -> Result<Result<String, ProviderError>> {
-        let (record, lease) = self.usable(env, lease_id, "realize a workspace on")?;
+        let cancel = CancelToken::new();
+        let (_, lease, _using) =
+            self.begin_use(env, lease_id, Operation::Realize, cancel.clone())?;
         let outcome = self
-            .instance(env, env.timeout + self.grace, CancelToken::new(), None)
+            .instance(env, env.budget.lifecycle_deadline(), cancel, None)
             .and_then(|mut i| i.realize_workspace(&env.ctx, &lease, request));
-        self.poison_on_failure(&record.id, "realize-workspace", &outcome)?;
+        self.poison_on_failure(lease_id, "realize-workspace", &outcome)?;
         outcome
     }
 
-    /// `resume-lease` on a released (or active) lease; `expired` marks it destroyed.
+    /// `resume-lease` on a released (or active) lease. `expired` means "not
+    /// usable", not "gone": the sandbox is destroyed before the lease is
+    /// recorded as destroyed, and a delete that is not confirmed leaves the
+    /// lease poisoned (and its error is returned).
     pub fn resume(
         &self,
         env: &Environment,
         lease_id: &str,
     ) -> Result<Result<ResumeOutcome, ProviderError>> {
-        let (record, lease) = self.lease_for(
-            env,
-            lease_id,
-            &[LeaseState::Active, LeaseState::Released],
-            "resume",
-        )?;
+        let cancel = CancelToken::new();
+        let (_, lease, using) = self.begin_use(env, lease_id, Operation::Resume, cancel.clone())?;
         let outcome = self
-            .instance(env, env.timeout + self.grace, CancelToken::new(), None)
+            .instance(env, env.budget.lifecycle_deadline(), cancel, None)
             .and_then(|mut i| i.resume_lease(&env.ctx, &lease));
         match &outcome {
             Ok(Ok(ResumeOutcome::Resumed(lease))) => {
                 self.store
-                    .record_lease(&record.id, lease, LeaseState::Active)?
+                    .record_lease(lease_id, lease, LeaseState::Active)?
             }
-            Ok(Ok(ResumeOutcome::Expired(reason))) => self.store.set_state(
-                &record.id,
-                LeaseState::Destroyed,
-                Some(&format!("expired: {reason}")),
-            )?,
-            _ => self.poison_on_failure(&record.id, "resume-lease", &outcome)?,
+            Ok(Ok(ResumeOutcome::Expired(reason))) => {
+                drop(using);
+                let why = format!("resume found it expired ({reason})");
+                return match self.destroy_because(env, lease_id, &why)? {
+                    Ok(_) => outcome,
+                    Err(error) => Ok(Err(error)),
+                };
+            }
+            _ => self.poison_on_failure(lease_id, "resume-lease", &outcome)?,
         }
         outcome
     }
 
-    /// Cancels the lease's running commands, waits for them, then
-    /// `release-lease`. Refused for a poisoned lease (destroy it).
+    /// Moves the lease to `closing` (refused for a poisoned or busy lease),
+    /// cancels its running commands and waits for them, then
+    /// `release-lease`. A definite failure leaves the lease active; an
+    /// unconfirmed one poisons it.
     pub fn release(
         &self,
         env: &Environment,
         lease_id: &str,
     ) -> Result<Result<TerminationReceipt, ProviderError>> {
-        // Stop running commands first: one may poison the lease meanwhile.
+        let me = self.host.id();
+        let record = self
+            .store
+            .begin(lease_id, Operation::Release, &env.ctx, me)?;
         self.stop_running(lease_id);
-        let (record, lease) = self.lease_for(env, lease_id, &[LeaseState::Active], "release")?;
+        let current = self.record(lease_id)?;
+        let lease = match (&current.state, &record.lease) {
+            (LeaseState::Poisoned, _) | (_, None) => {
+                let why = current.reason.clone().unwrap_or_default();
+                self.store.end_close(
+                    lease_id,
+                    me,
+                    LeaseState::Poisoned,
+                    "release stopped: a command's cleanup failed while it was being stopped",
+                )?;
+                bail!(
+                    "cannot release lease {lease_id}: it is poisoned ({why}); something may still \
+                     run in it: `sandbox lease destroy {lease_id}` destroys it"
+                );
+            }
+            (_, Some(lease)) => lease.clone(),
+        };
         let outcome = self
-            .instance(env, env.timeout + self.grace, CancelToken::new(), None)
+            .instance(
+                env,
+                env.budget.lifecycle_deadline(),
+                CancelToken::new(),
+                None,
+            )
             .and_then(|mut i| i.release_lease(&env.ctx, &lease));
-        if let Ok(Ok(receipt)) = &outcome {
-            self.store.set_state(
-                &record.id,
+        let (state, reason) = match &outcome {
+            Ok(Ok(receipt)) => (
                 LeaseState::Released,
-                Some(&format!("released: {}", action_name(receipt.action))),
-            )?;
-        }
-        self.poison_on_failure(&record.id, "release-lease", &outcome)?;
+                format!("released: {}", action_name(receipt.action)),
+            ),
+            Ok(Err(ProviderError::CleanupFailed(failure))) => (
+                LeaseState::Poisoned,
+                format!("release: {}", cleanup_text(failure)),
+            ),
+            Ok(Err(error)) => (
+                LeaseState::Active,
+                format!(
+                    "release failed; the sandbox is still there: {}",
+                    error_text(error)
+                ),
+            ),
+            Err(error) => (
+                LeaseState::Poisoned,
+                format!(
+                    "release stopped in the host ({}); termination unknown",
+                    host_failure(error)
+                ),
+            ),
+        };
+        self.store.end_close(lease_id, me, state, &reason)?;
         outcome
     }
 
-    /// Cancels the lease's running commands, waits for them, then
+    /// Moves the lease to `closing` (a poisoned one stays poisoned),
+    /// cancels its running commands and waits for them, then
     /// `destroy-lease`. The only way out of `poisoned`; a failure keeps (or
     /// makes) the lease poisoned.
     pub fn destroy(
@@ -415,85 +537,91 @@ impl SandboxRuntime {
         env: &Environment,
         lease_id: &str,
     ) -> Result<Result<TerminationReceipt, ProviderError>> {
+        self.destroy_because(env, lease_id, "destroyed")
+    }
+
+    fn destroy_because(
+        &self,
+        env: &Environment,
+        lease_id: &str,
+        why: &str,
+    ) -> Result<Result<TerminationReceipt, ProviderError>> {
+        let me = self.host.id();
+        let record = self
+            .store
+            .begin(lease_id, Operation::Destroy, &env.ctx, me)?;
         self.stop_running(lease_id);
-        let (record, lease) = self.lease_for(
-            env,
-            lease_id,
-            &[
-                LeaseState::Active,
-                LeaseState::Released,
+        let Some(lease) = record.lease.clone() else {
+            self.store.end_close(
+                lease_id,
+                me,
                 LeaseState::Poisoned,
-            ],
-            "destroy",
-        )?;
+                "destroy impossible: no sandbox id recorded",
+            )?;
+            bail!("lease {lease_id} has no sandbox id to destroy");
+        };
         let outcome = self
-            .instance(env, env.timeout + self.grace, CancelToken::new(), None)
+            .instance(
+                env,
+                env.budget.lifecycle_deadline(),
+                CancelToken::new(),
+                None,
+            )
             .and_then(|mut i| i.destroy_lease(&env.ctx, &lease));
-        match &outcome {
-            Ok(Ok(receipt)) => self.store.set_state(
-                &record.id,
+        let (state, reason) = match &outcome {
+            Ok(Ok(receipt)) => (
                 LeaseState::Destroyed,
-                Some(&format!("destroyed: {}", action_name(receipt.action))),
-            )?,
-            Ok(Err(error)) => self
-                .store
-                .poison(&record.id, &format!("destroy failed: {error:?}"))?,
-            Err(error) => self
-                .store
-                .poison(&record.id, &format!("destroy trapped: {error:#}"))?,
-        }
+                format!("{why}: sandbox {}", action_name(receipt.action)),
+            ),
+            Ok(Err(error)) => (
+                LeaseState::Poisoned,
+                format!(
+                    "{why}, but the delete was not confirmed; the sandbox may still exist: {}",
+                    error_text(error)
+                ),
+            ),
+            Err(error) => (
+                LeaseState::Poisoned,
+                format!(
+                    "{why}, but the delete stopped in the host ({}); the sandbox may still exist",
+                    host_failure(error)
+                ),
+            ),
+        };
+        self.store.end_close(lease_id, me, state, &reason)?;
         outcome
     }
 
-    /// Destroys every poisoned lease of `env`'s environment; poisons and
-    /// destroys active leases whose command's host process died; marks
-    /// `unknown` those stuck in `acquiring` for longer than the
-    /// environment's timeout plus a minute. Returns each lease handled and
-    /// what happened to it.
+    /// Handles every lease of `env`'s environment that needs it: a mark of a
+    /// host whose heartbeat expired poisons its lease (or marks an acquire
+    /// `unknown`), and every poisoned lease is destroyed. Leases whose
+    /// owners are alive are left alone. Returns each lease handled and what
+    /// happened to it.
     pub fn sweep(&self, env: &Environment) -> Result<Vec<(LeaseRecord, Result<(), String>)>> {
-        let stale_before = now_ms()
-            - i64::try_from((env.timeout + self.grace * 2).as_millis()).unwrap_or(i64::MAX);
         let mut report = Vec::new();
         for record in self.store.needing_sweep()? {
             if record.environment_id != env.ctx.environment_id
+                || record.company_id != env.ctx.company_id
                 || record.provider != env.ctx.driver_key
             {
                 continue;
             }
-            let outcome = match record.state {
-                LeaseState::Acquiring if record.updated_ms < stale_before => {
-                    self.store.set_state(
-                        &record.id,
-                        LeaseState::Unknown,
-                        Some("the acquire never finished (host killed?); nothing to destroy by id"),
-                    )?;
-                    Err("acquire never finished; marked unknown".to_owned())
-                }
-                LeaseState::Acquiring => continue,
-                LeaseState::Active => {
-                    let Some(pid) = record.busy_pid.filter(|pid| !process_alive(*pid)) else {
-                        continue;
-                    };
-                    self.store.poison(
-                        &record.id,
-                        &format!(
-                            "the host (pid {pid}) died while a command ran; termination unknown"
-                        ),
-                    )?;
-                    match self.destroy(env, &record.id) {
-                        Ok(Ok(_)) => Ok(()),
-                        Ok(Err(error)) => Err(format!("{error:?}")),
-                        Err(error) => Err(format!("{error:#}")),
-                    }
-                }
-                _ => match self.destroy(env, &record.id) {
+            let inspected =
+                self.store
+                    .begin(&record.id, Operation::Inspect, &env.ctx, self.host.id())?;
+            let outcome = match inspected.state {
+                LeaseState::Poisoned => match self.destroy(env, &record.id) {
                     Ok(Ok(_)) => Ok(()),
-                    Ok(Err(error)) => Err(format!("{error:?}")),
+                    Ok(Err(error)) => Err(error_text(&error)),
                     Err(error) => Err(format!("{error:#}")),
                 },
+                LeaseState::Unknown if record.state != LeaseState::Unknown => Err(inspected
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "marked unknown".to_owned())),
+                _ => continue,
             };
-            let record = self.record(&record.id)?;
-            report.push((record, outcome));
+            report.push((self.record(&record.id)?, outcome));
         }
         Ok(report)
     }
@@ -512,53 +640,44 @@ impl SandboxRuntime {
             .with_context(|| format!("no lease {id} in the lease store"))
     }
 
-    fn usable(&self, env: &Environment, id: &str, what: &str) -> Result<(LeaseRecord, Lease)> {
-        self.lease_for(env, id, &[LeaseState::Active], what)
+    fn declared_fields(&self) -> Vec<String> {
+        self.description
+            .secrets
+            .iter()
+            .map(|s| s.config_field.clone())
+            .collect()
     }
 
-    fn lease_for(
+    /// Registers `token` (so a release or destroy of this runtime cancels
+    /// it), then checks and marks the lease in the store. The token comes
+    /// first: a release that moves the lease to `closing` after that cancels
+    /// it, and one that did so before makes the mark fail.
+    fn begin_use(
         &self,
         env: &Environment,
         id: &str,
-        allowed: &[LeaseState],
-        what: &str,
-    ) -> Result<(LeaseRecord, Lease)> {
-        let record = self.record(id)?;
-        if record.environment_id != env.ctx.environment_id
-            || record.company_id != env.ctx.company_id
-            || record.provider != env.ctx.driver_key
-        {
-            bail!("lease {id} belongs to another provider or environment");
-        }
-        if let Some(pid) = record
-            .busy_pid
-            .filter(|pid| *pid != std::process::id() && process_alive(*pid))
-        {
-            bail!(
-                "cannot {what} lease {id}: a command runs on it in process {pid}; stop that first"
-            );
-        }
-        if !allowed.contains(&record.state) {
-            let why = record
-                .reason
-                .as_deref()
-                .map(|r| format!(" ({r})"))
-                .unwrap_or_default();
-            let hint = if record.state == LeaseState::Poisoned {
-                "; a poisoned lease may still run something: destroy it"
-            } else {
-                ""
-            };
-            bail!(
-                "cannot {what} lease {id}: it is {}{why}{hint}",
-                record.state
-            );
-        }
+        operation: Operation,
+        token: CancelToken,
+    ) -> Result<(LeaseRecord, Lease, UseGuard<'_>)> {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id.to_owned())
+            .or_default()
+            .push(token.clone());
+        let mut guard = UseGuard {
+            runtime: self,
+            id: id.to_owned(),
+            token,
+            marked: false,
+        };
+        let record = self.store.begin(id, operation, &env.ctx, self.host.id())?;
+        guard.marked = true;
         let lease = record
             .lease
             .clone()
             .with_context(|| format!("lease {id} has no provider lease"))?;
-        Ok((record, lease))
+        Ok((record, lease, guard))
     }
 
     fn poison_on_failure<T>(
@@ -568,20 +687,16 @@ impl SandboxRuntime {
         outcome: &Result<Result<T, ProviderError>>,
     ) -> Result<()> {
         match outcome {
-            Ok(Err(ProviderError::CleanupFailed(failure))) => self.store.poison(
+            Ok(Err(ProviderError::CleanupFailed(failure))) => self
+                .store
+                .poison(id, &format!("{operation}: {}", cleanup_text(failure))),
+            Err(error) => self.store.poison(
                 id,
                 &format!(
-                    "{operation}: cleanup failed: {:?} ({:?})",
-                    failure.phase, failure.cause
+                    "{operation} stopped in the host ({}); termination unknown",
+                    host_failure(error)
                 ),
             ),
-            Err(error) => {
-                let what = match trap_of(error) {
-                    Some(trap) => format!("{operation}: trapped ({trap}); termination unknown"),
-                    None => format!("{operation}: host failure; termination unknown: {error:#}"),
-                };
-                self.store.poison(id, &what)
-            }
             Ok(_) => Ok(()),
         }
     }
@@ -614,54 +729,7 @@ impl SandboxRuntime {
         self.component.instantiate(options)
     }
 
-    /// Removes the secret fields from `config`; returns the rest and the
-    /// `(header, secret)` pairs resolved.
-    fn split_secrets(
-        &self,
-        config: &str,
-        secrets: &Secrets,
-    ) -> Result<(String, Vec<(String, String)>)> {
-        let mut value: Value = serde_json::from_str(config).context("the config is not JSON")?;
-        let object = value
-            .as_object_mut()
-            .context("the config is not a JSON object")?;
-        let mut resolved = Vec::new();
-        for field in &self.description.secrets {
-            let in_config = object.remove(&field.config_field);
-            let secret = match in_config {
-                Some(Value::Null) | None => None,
-                Some(reference) => Some(resolve_secret(&field.config_field, &reference)?),
-            }
-            .or_else(|| secrets.values.get(&field.config_field).cloned())
-            .or_else(|| {
-                field
-                    .env_var
-                    .as_ref()
-                    .filter(|_| secrets.use_env)
-                    .and_then(|var| std::env::var(var).ok())
-            });
-            if let Some(secret) = secret {
-                resolved.push((field.header.clone(), secret));
-            }
-        }
-        Ok((value.to_string(), resolved))
-    }
-
-    fn register(&self, id: &str, token: CancelToken) -> Result<RunningGuard<'_>> {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        let tokens = running.entry(id.to_owned()).or_default();
-        if tokens.is_empty() {
-            self.store.mark_busy(id)?;
-        }
-        tokens.push(token.clone());
-        Ok(RunningGuard {
-            runtime: self,
-            id: id.to_owned(),
-            token,
-        })
-    }
-
-    /// Cancels the lease's running commands and waits until they returned.
+    /// Cancels the lease's running operations and waits until they returned.
     fn stop_running(&self, id: &str) {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(tokens) = running.get(id) {
@@ -682,18 +750,27 @@ impl fmt::Debug for SandboxRuntime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SandboxRuntime")
             .field("provider", &self.description.driver_key)
+            .field("host", &self.host.id())
             .finish_non_exhaustive()
     }
 }
 
-struct RunningGuard<'a> {
+/// One operation using a lease: drops the store mark (if taken) and the
+/// cancel token when it ends.
+struct UseGuard<'a> {
     runtime: &'a SandboxRuntime,
     id: String,
     token: CancelToken,
+    marked: bool,
 }
 
-impl Drop for RunningGuard<'_> {
+impl Drop for UseGuard<'_> {
     fn drop(&mut self) {
+        if self.marked {
+            // If this fails the mark stays; when this host is gone, the lease
+            // is poisoned (the safe direction).
+            let _ = self.runtime.store.end_use(&self.id, self.runtime.host.id());
+        }
         let mut running = self
             .runtime
             .running
@@ -708,16 +785,18 @@ impl Drop for RunningGuard<'_> {
             }
             if tokens.is_empty() {
                 running.remove(&self.id);
-                let _ = self.runtime.store.clear_busy(&self.id);
             }
         }
         self.runtime.finished.notify_all();
     }
 }
 
-/// Whether process `pid` still runs (this process counts as alive).
-fn process_alive(pid: u32) -> bool {
-    pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists()
+/// A trap or host failure in words (the trap's name, else the error chain).
+fn host_failure(error: &anyhow::Error) -> String {
+    match trap_of(error) {
+        Some(trap) => format!("the provider component trapped: {trap}"),
+        None => format!("{error:#}"),
+    }
 }
 
 /// The host's form of a provider's declared `rate-limit`.
@@ -738,71 +817,5 @@ pub fn action_name(action: TerminationAction) -> &'static str {
         TerminationAction::Paused => "paused",
         TerminationAction::Deleted => "deleted",
         TerminationAction::AlreadyGone => "already gone",
-    }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// Resolves a secret config value: the secret itself (a string), or a
-/// reference `{"env": "VAR"}` (an environment variable of the host) or
-/// `{"file": "/path"}` (a file's contents, trailing newline removed).
-/// Errors name the field and the reference, never a secret.
-fn resolve_secret(field: &str, value: &Value) -> Result<String> {
-    let reference = match value {
-        Value::String(secret) => return Ok(secret.clone()),
-        Value::Object(reference) if reference.len() == 1 => reference,
-        _ => bail!(
-            "config field {field} must be the secret, {{\"env\": \"VAR\"}} or {{\"file\": \"/path\"}}"
-        ),
-    };
-    match (reference.get("env"), reference.get("file")) {
-        (Some(Value::String(var)), _) => std::env::var(var)
-            .with_context(|| format!("config field {field}: environment variable {var} is not set")),
-        (_, Some(Value::String(path))) => std::fs::read_to_string(path)
-            .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
-            .with_context(|| format!("config field {field}: cannot read secret file {path}")),
-        _ => bail!(
-            "config field {field} must be the secret, {{\"env\": \"VAR\"}} or {{\"file\": \"/path\"}}"
-        ),
-    }
-}
-
-#[cfg(test)]
-mod secret_tests {
-    use super::resolve_secret;
-    use serde_json::json;
-
-    #[test]
-    fn secrets_resolve_from_values_env_and_files() {
-        assert_eq!(resolve_secret("apiKey", &json!("k1")).unwrap(), "k1");
-        std::env::set_var("SANDBOX_HOST_TEST_SECRET", "k2");
-        assert_eq!(
-            resolve_secret("apiKey", &json!({"env": "SANDBOX_HOST_TEST_SECRET"})).unwrap(),
-            "k2"
-        );
-        let file = std::env::temp_dir().join(format!("sandbox-host-secret-{}", std::process::id()));
-        std::fs::write(&file, "k3\n").unwrap();
-        assert_eq!(
-            resolve_secret("apiKey", &json!({"file": file})).unwrap(),
-            "k3"
-        );
-        std::fs::remove_file(&file).unwrap();
-    }
-
-    #[test]
-    fn bad_references_are_clear_errors_without_secrets() {
-        for bad in [
-            json!(5),
-            json!({"env": "SANDBOX_HOST_UNSET_VAR"}),
-            json!({"file": "/nonexistent/x"}),
-            json!({"vault": "x"}),
-        ] {
-            let error = resolve_secret("apiKey", &bad).unwrap_err();
-            assert!(format!("{error:#}").contains("apiKey"), "{error:#}");
-        }
     }
 }

@@ -123,3 +123,89 @@ fn describe_and_validate_config_print_json() {
     let value: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(value["ok"], true);
 }
+
+/// Starts `sandbox run` of a shell that prints `started` and then `exec`s
+/// `sleep <duration>` (a unique duration names the process in /proc).
+fn start_sleeper(provider: &PathBuf, prelude: &str, duration: &str) -> std::process::Child {
+    let mut child = sandbox(provider)
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!("{prelude} echo started; exec sleep \"$0\""),
+            duration,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "started\n");
+    child
+}
+
+fn signal(child: &std::process::Child, name: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{name}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// Pins issue 10 item 3 (CLI side): only SIGINT was handled, so a SIGTERM
+/// or SIGHUP of the CLI killed it mid-command with no cleanup. Both now
+/// cancel and clean up like Ctrl-C: exit 130 and nothing of the command
+/// survives.
+#[test]
+fn sigterm_and_sighup_cancel_clean_up_and_exit_130() {
+    let Some(provider) = provider() else { return };
+    for name in ["TERM", "HUP"] {
+        let duration = format!("1000.{}{}", std::process::id(), name.len());
+        let child = start_sleeper(&provider, "", &duration);
+        signal(&child, name);
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(130), "{name}: {stderr}");
+        assert!(stderr.contains("cleaned up"), "{name}: {stderr}");
+        assert!(
+            common::processes(&["sleep", &duration]).is_empty(),
+            "{name}: the command survived"
+        );
+    }
+}
+
+/// Pins issue 9 item 6: a second Ctrl-C abandoned the cleanup but exited
+/// 130, "cancelled and cleaned up". It must exit 120 (cleanup not
+/// confirmed) and say what may still run.
+#[test]
+fn a_second_ctrl_c_abandons_the_cleanup_and_exits_120() {
+    let Some(provider) = provider() else { return };
+    let duration = format!("1000.{}7", std::process::id());
+    // The command ignores SIGTERM, so its cleanup takes the backend's grace.
+    let mut child = start_sleeper(&provider, "trap '' TERM;", &duration);
+    signal(&child, "INT");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("cleaning up") {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "{seen}");
+        seen.push_str(&line);
+    }
+    signal(&child, "INT");
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    seen.push_str(&rest);
+    for pid in common::processes(&["sleep", &duration]) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    assert_eq!(status.code(), Some(120), "{seen}");
+    assert!(seen.contains("abandoned"), "{seen}");
+    assert!(seen.contains("may still be running"), "{seen}");
+}

@@ -10,7 +10,7 @@ use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError};
 use sandbox_host::{
     shared_engine, CancelToken, LeaseState, LeaseStore, NetworkTransport, ProviderComponent,
-    RateBudget, SandboxRuntime, Secrets,
+    RateBudget, SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets,
 };
 
 mod common;
@@ -125,4 +125,46 @@ fn a_wrong_api_key_is_a_typed_rejection_and_the_right_one_reaches_the_server() {
     let report = rt.probe(&env, None).unwrap().unwrap();
     assert!(report.ok, "{report:?}");
     server.shutdown();
+}
+
+/// Pins issue 9 item 5: the key from `CREATEOS_API_KEY` (the CLI's
+/// operator default) was sent to any `apiUrl` a config named. It now goes
+/// only to the provider's default origin (or one the operator names in
+/// `SANDBOX_API_KEY_ORIGIN`).
+#[test]
+fn the_environment_key_goes_only_to_the_default_origin() {
+    let Some(component) = provider() else { return };
+    std::env::set_var("CREATEOS_API_KEY", "env-canary");
+    std::env::remove_var("SANDBOX_API_KEY_ORIGIN");
+    let script = ScriptedTransport::new(|_| ScriptedResponse::status(401));
+    let rt = SandboxRuntime::new(
+        component,
+        Arc::new(LeaseStore::open_in_memory().unwrap()),
+        script.shared(),
+    )
+    .unwrap()
+    .with_rate_budget(RateBudget::in_memory());
+    for (config, key) in [
+        (r#"{"apiUrl":"https://elsewhere.example"}"#, None),
+        ("{}", Some("env-canary")),
+        (
+            r#"{"apiUrl":"https://api.sb.createos.sh/v1"}"#,
+            Some("env-canary"),
+        ),
+    ] {
+        script.clear();
+        let env = rt
+            .environment("co", "env", config, &Secrets::from_env())
+            .unwrap();
+        let outcome = rt.probe(&env, None).unwrap();
+        assert!(
+            matches!(outcome, Err(ProviderError::ApiRejected(_))),
+            "{outcome:?}"
+        );
+        let requests = script.requests();
+        assert!(!requests.is_empty());
+        for request in &requests {
+            assert_eq!(request.header("x-api-key"), key, "{config}");
+        }
+    }
 }

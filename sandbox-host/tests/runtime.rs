@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, OutputStream, ProviderError};
 use sandbox_host::{
-    CancelToken, LeaseState, LeaseStore, OutputCapture, RateBudget, SandboxRuntime,
+    CancelToken, LeaseState, LeaseStore, Liveness, OutputCapture, RateBudget, SandboxRuntime,
     ScriptedResponse, ScriptedTransport, Secrets,
 };
 
@@ -47,6 +47,11 @@ fn command(command: &str, args: &[&str]) -> ExecuteRequest {
     }
 }
 
+/// Heartbeat 100 ms, gone after 1 s.
+fn short_liveness() -> Liveness {
+    Liveness::new(Duration::from_millis(100), Duration::from_secs(1)).unwrap()
+}
+
 fn no_http() -> ScriptedTransport {
     ScriptedTransport::new(|_| ScriptedResponse::status(500))
 }
@@ -76,6 +81,14 @@ fn cleanup_failed_poisons_durably_and_sweep_destroys() {
             "{outcome:?}"
         );
         let poisoned = rt.store().get(&record.id).unwrap().unwrap();
+        assert!(
+            poisoned
+                .reason
+                .as_deref()
+                .unwrap()
+                .contains("was not confirmed"),
+            "{poisoned:?}"
+        );
         assert_eq!(poisoned.state, LeaseState::Poisoned);
 
         let refused = rt
@@ -97,7 +110,7 @@ fn cleanup_failed_poisons_durably_and_sweep_destroys() {
     let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script);
     let record = rt.store().get(&lease_id).unwrap().unwrap();
     assert_eq!(record.state, LeaseState::Poisoned);
-    assert!(record.reason.unwrap().contains("cleanup failed"));
+    assert!(record.reason.unwrap().contains("may still run"));
 
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     let swept = rt.sweep(&env).unwrap();
@@ -152,7 +165,11 @@ fn a_spin_or_unbounded_allocation_during_execute_poisons_durably() {
         let lease_id = {
             let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script)
                 .with_grace(Duration::from_millis(500));
-            let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+            // Cleanup requests get 100 ms each: the host stops the guest at
+            // 100 ms + 5 × 100 ms + 500 ms.
+            let env = rt
+                .environment("co", "env", r#"{"requestTimeoutMs":100}"#, &Secrets::none())
+                .unwrap();
             let record = rt.acquire(&env, &acquire(name)).unwrap().unwrap();
             let mut request = command(guest, &[]);
             request.timeout_ms = Some(100);
@@ -236,7 +253,7 @@ fn release_cancels_a_running_command_and_waits_for_it() {
 fn the_secret_reaches_the_server_but_never_the_component() {
     let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
     let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
-    let config = r#"{"apiKey":"only-the-host-knows","url":"http://api.test/v1/ping"}"#;
+    let config = r#"{"apiKey":"only-the-host-knows","apiUrl":"https://api.test","url":"https://api.test/v1/ping"}"#;
     let env = rt
         .environment("co", "env", config, &Secrets::none())
         .unwrap();
@@ -293,6 +310,7 @@ const CHILD_ENV: &str = "SANDBOX_HOST_TEST_CHILD_STORE";
 fn child_host(path: &str) {
     let script = no_http();
     let rt = runtime(Arc::new(LeaseStore::open(path).unwrap()), &script);
+    rt.set_liveness(short_liveness()).unwrap();
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     let record = rt.acquire(&env, &acquire("doomed")).unwrap().unwrap();
     let ready = format!("{path}.ready");
@@ -340,10 +358,31 @@ fn a_host_killed_mid_command_leaves_the_lease_for_sweep() {
     }
     child.kill().unwrap();
     child.wait().unwrap();
+    // Past the dead host's expiry.
+    thread::sleep(short_liveness().expiry + Duration::from_millis(500));
 
     let script = no_http();
     let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script);
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    // Any operation finds the dead host's mark first and poisons the lease.
+    let lease_id = rt.store().list().unwrap()[0].id.clone();
+    let refused = rt
+        .execute(
+            &env,
+            &lease_id,
+            &command("echo", &["hi"]),
+            None,
+            CancelToken::new(),
+        )
+        .unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("sandbox lease destroy"),
+        "{refused:#}"
+    );
+    assert_eq!(
+        rt.store().get(&lease_id).unwrap().unwrap().state,
+        LeaseState::Poisoned
+    );
     let swept = rt.sweep(&env).unwrap();
     assert_eq!(swept.len(), 1, "{swept:?}");
     assert!(swept[0].1.is_ok(), "{swept:?}");
@@ -352,5 +391,174 @@ fn a_host_killed_mid_command_leaves_the_lease_for_sweep() {
     assert_eq!(
         record.lease.as_ref().unwrap().provider_lease_id,
         "sb-doomed"
+    );
+}
+
+/// Pins issue 9 item 4: the host cut the instance before the provider's own
+/// cleanup could run. The provider spends its `timeoutMs`, then sends a
+/// cleanup request that gets a fresh `requestTimeoutMs` (the server answers
+/// in 1.5 s); the host used to stop everything `timeout + grace` after the
+/// start, so the cleanup request was refused. The host's deadline now
+/// covers the provider's plan plus a cleanup reserve.
+#[test]
+fn the_host_deadline_leaves_room_for_the_providers_cleanup_request() {
+    let script = ScriptedTransport::new(|request| {
+        if request.path() == "/cleanup" {
+            ScriptedResponse::Streamed {
+                status: 200,
+                headers: vec![],
+                chunks: vec![sandbox_host::ScriptedChunk::after(
+                    Duration::from_millis(1500),
+                    "cleaned",
+                )],
+                end: None,
+            }
+        } else {
+            ScriptedResponse::status(404)
+        }
+    });
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script)
+        .with_grace(Duration::from_millis(500));
+    let env = rt
+        .environment(
+            "co",
+            "env",
+            r#"{"timeoutMs":300,"requestTimeoutMs":5000}"#,
+            &Secrets::none(),
+        )
+        .unwrap();
+    let record = rt.acquire(&env, &acquire("late")).unwrap().unwrap();
+    let mut request = command("late-cleanup", &[]);
+    request.timeout_ms = None;
+    let outcome = rt
+        .execute(&env, &record.id, &request, None, CancelToken::new())
+        .unwrap();
+    let result = outcome.unwrap();
+    assert_eq!(result.exit_code, Some(0));
+    assert_eq!(
+        rt.store().get(&record.id).unwrap().unwrap().state,
+        LeaseState::Active
+    );
+}
+
+/// Pins issue 9 item 4 (probe): a probe's sandbox was known to no store, so
+/// a host death mid-probe left a sandbox nobody would sweep. The probe is
+/// now recorded (`acquiring`, owned by this host) while it runs.
+#[test]
+fn a_probe_is_recorded_while_its_sandbox_may_exist() {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let store = Arc::new(LeaseStore::open_in_memory().unwrap());
+    let script = {
+        let (seen, store) = (seen.clone(), store.clone());
+        ScriptedTransport::new(move |_| {
+            let states: Vec<(String, LeaseState)> = store
+                .list()
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.run_id, r.state))
+                .collect();
+            seen.lock().unwrap().push(states);
+            ScriptedResponse::text(200, "pong")
+        })
+    };
+    let rt = runtime(store, &script);
+    let env = rt
+        .environment(
+            "co",
+            "env",
+            r#"{"url":"https://api.test/ping"}"#,
+            &Secrets::none(),
+        )
+        .unwrap();
+    let report = rt.probe(&env, None).unwrap().unwrap();
+    assert!(report.ok);
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        seen[0],
+        vec![("probe".to_owned(), LeaseState::Acquiring)],
+        "while the probe ran"
+    );
+    let after = rt.store().list().unwrap();
+    assert_eq!(after.len(), 1);
+    assert_eq!(after[0].state, LeaseState::Destroyed);
+    assert!(after[0].busy_owner.is_none());
+}
+
+/// Pins issue 9 item 5: the host injected the key into whatever origin the
+/// component's `validate-config` returned. A hostile component now gets an
+/// error, and no request (so no key) goes anywhere.
+#[test]
+fn a_hostile_component_cannot_send_the_key_to_its_own_origin() {
+    let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let config = r#"{"apiKey":"canary-key","apiUrl":"https://api.test","mode":"hostile-origin"}"#;
+    let error = rt
+        .environment("co", "env", config, &Secrets::none())
+        .unwrap_err();
+    let text = format!("{error:#}");
+    assert!(text.contains("https://evil.test"), "{text}");
+    assert!(!text.contains("canary-key"), "{text}");
+    assert!(script.requests().is_empty());
+}
+
+/// Pins issue 9 item 5: a key was sent over plain http to any host. Only
+/// https, or http on a loopback address, may carry it.
+#[test]
+fn the_key_travels_only_over_https_or_loopback_http() {
+    let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let plain = r#"{"apiKey":"canary-key","apiUrl":"http://api.test"}"#;
+    let error = rt
+        .environment("co", "env", plain, &Secrets::none())
+        .unwrap_err();
+    assert!(format!("{error:#}").contains("https"), "{error:#}");
+    for allowed in [
+        r#"{"apiKey":"k","apiUrl":"https://api.test"}"#,
+        r#"{"apiKey":"k","apiUrl":"http://127.0.0.1:9"}"#,
+        r#"{"apiKey":"k","apiUrl":"http://localhost:9"}"#,
+    ] {
+        rt.environment("co", "env", allowed, &Secrets::none())
+            .unwrap_or_else(|e| panic!("{allowed}: {e:#}"));
+    }
+}
+
+/// Pins issue 9 item 5: `describe()` chose which host environment variable
+/// the host read (a hostile component could read any). The fixture asks
+/// for `SANDBOX_TEST_STOLEN`; the operator named no such variable, so its
+/// value goes nowhere.
+#[test]
+fn the_component_cannot_choose_which_variable_the_host_reads() {
+    std::env::set_var("SANDBOX_TEST_STOLEN", "stolen-canary");
+    let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let config = r#"{"apiUrl":"https://api.test","url":"https://api.test/v1/ping"}"#;
+    let env = rt
+        .environment("co", "env", config, &Secrets::from_env())
+        .unwrap();
+    let report = rt.probe(&env, None).unwrap().unwrap();
+    assert!(report.ok);
+    let requests = script.requests();
+    assert!(!requests.is_empty());
+    for request in &requests {
+        assert!(
+            !format!("{:?}", request.headers).contains("stolen-canary"),
+            "{request:?}"
+        );
+        assert_eq!(request.header("x-api-key"), None);
+    }
+    // The operator can name it.
+    let env = rt
+        .environment(
+            "co",
+            "env",
+            config,
+            &Secrets::none().with_env("apiKey", "SANDBOX_TEST_STOLEN"),
+        )
+        .unwrap();
+    script.clear();
+    rt.probe(&env, None).unwrap().unwrap();
+    assert_eq!(
+        script.requests()[0].header("x-api-key"),
+        Some("stolen-canary")
     );
 }

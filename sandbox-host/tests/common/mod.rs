@@ -67,3 +67,32 @@ pub fn lease() -> Lease {
         expires_at: None,
     }
 }
+
+/// Pids of live processes whose command line is exactly `words`.
+pub fn processes(words: &[&str]) -> Vec<u32> {
+    let wanted: Vec<u8> = words
+        .iter()
+        .flat_map(|w| [w.as_bytes(), b"\0"].concat())
+        .collect();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let cmdline = std::fs::read(Path::new("/proc").join(pid.to_string()).join("cmdline"))
+            .unwrap_or_default();
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = state
+            .rsplit(')')
+            .next()
+            .is_some_and(|s| s.trim_start().starts_with('Z'));
+        if cmdline == wanted && !zombie {
+            found.push(pid);
+        }
+    }
+    found
+}

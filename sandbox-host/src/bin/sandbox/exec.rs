@@ -10,7 +10,9 @@ use anyhow::{Context, Result};
 use sandbox_host::types::{
     AcquireRequest, ExecuteRequest, ExecuteResult, OutputStream, ProviderError, WorkspaceRequest,
 };
-use sandbox_host::{trap_of, CancelToken, Environment, LeaseState, OutputSink};
+use sandbox_host::{
+    cleanup_text, trap_of, CancelToken, Environment, LeaseRefused, LeaseState, OutputSink,
+};
 
 use crate::backend::{show_progress, Setup};
 use crate::report;
@@ -22,7 +24,7 @@ use crate::{
 /// cleanup could not be confirmed).
 pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
     let env = setup.environment(global)?;
-    let cancel = interrupt_token();
+    let cancel = interrupt_token(STOPPING, leftovers(setup));
     if show_progress() {
         eprintln!("sandbox: creating a sandbox…");
     }
@@ -34,12 +36,18 @@ pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
     };
     let record = match setup.runtime.acquire(&env, &request)? {
         Ok(record) => record,
-        Err(error @ ProviderError::CleanupFailed(_)) => {
+        Err(ProviderError::CleanupFailed(failure)) => {
             eprintln!(
-                "sandbox: setting up the sandbox failed and its cleanup could not be confirmed: {}",
-                report::error_text(&error)
+                "sandbox: acquiring a sandbox failed: {}",
+                cleanup_text(&failure)
             );
-            eprintln!("sandbox: the lease is poisoned; `sandbox lease sweep` destroys it");
+            match failure.sandbox_id {
+                Some(_) => eprintln!("sandbox: the lease is poisoned; {}", leftovers(setup)),
+                None => eprintln!(
+                    "sandbox: no sandbox id is known to delete it by; look for it in the \
+                     provider's console"
+                ),
+            }
             return Ok(EXIT_CLEANUP_FAILED);
         }
         Err(error) => {
@@ -60,7 +68,7 @@ pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
 /// `lease exec`: execute on an existing lease; the lease stays active
 /// unless cleanup failed (then it is destroyed).
 pub fn exec(setup: &Setup, env: &Environment, lease_id: &str, args: &RunArgs) -> Result<u8> {
-    let cancel = interrupt_token();
+    let cancel = interrupt_token(STOPPING, leftovers(setup));
     Ok(execute_and_settle(
         setup, env, lease_id, args, cancel, false,
     ))
@@ -129,6 +137,12 @@ fn execute_and_settle(
 ) -> u8 {
     let code = match execute(setup, env, lease_id, args, cancel) {
         Ok(code) => code,
+        Err(error) if error.downcast_ref::<LeaseRefused>().is_some() => {
+            // Refused before anything ran: the lease is not this process's
+            // to settle (another host may be using or destroying it).
+            eprintln!("sandbox: {error:#}");
+            return EXIT_SANDBOX_ERROR;
+        }
         Err(error) => {
             eprintln!("sandbox: {error:#}");
             EXIT_SANDBOX_ERROR
@@ -223,8 +237,8 @@ fn execute(
                 print_output(&partial.stdout, &partial.stderr);
             }
             eprintln!(
-                "sandbox: cleanup failed: it could not be confirmed that the command stopped ({:?}, {:?}); the lease is poisoned and will be destroyed",
-                failure.phase, failure.cause
+                "sandbox: cleanup failed: {}; the lease is poisoned and will be destroyed",
+                cleanup_text(&failure)
             );
             EXIT_CLEANUP_FAILED
         }
@@ -265,9 +279,29 @@ fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
         return EXIT_TIMED_OUT;
     }
     match (result.exit_code, &result.signal) {
-        (Some(code), _) => u8::try_from(code.clamp(0, 255)).unwrap_or(1),
+        (Some(code), _) => exit_status(code),
         (None, Some(signal)) => 128 + signal_number(signal).unwrap_or(0),
-        (None, None) => EXIT_SANDBOX_ERROR,
+        (None, None) => {
+            eprintln!(
+                "sandbox: the provider reported neither an exit code nor a signal for the command"
+            );
+            EXIT_SANDBOX_ERROR
+        }
+    }
+}
+
+/// The command's exit code as this process's status. A code no process
+/// can exit with (negative, or above 255) is never success.
+fn exit_status(code: i32) -> u8 {
+    match u8::try_from(code) {
+        Ok(status) => status,
+        Err(_) => {
+            eprintln!(
+                "sandbox: the provider reported exit code {code}, which no process exits with; \
+                 reporting a sandbox failure"
+            );
+            EXIT_SANDBOX_ERROR
+        }
     }
 }
 
@@ -315,7 +349,15 @@ fn settle(setup: &Setup, env: &Environment, lease_id: &str, release: bool) -> Re
                 {
                     destroy_poisoned(setup, env, lease_id)
                 } else {
-                    Ok(EXIT_SANDBOX_ERROR)
+                    // The run is over: a sandbox that could not be released
+                    // is destroyed rather than left running.
+                    match setup.runtime.destroy(env, lease_id) {
+                        Ok(Ok(_)) => {
+                            eprintln!("sandbox: the sandbox was destroyed instead");
+                            Ok(EXIT_SANDBOX_ERROR)
+                        }
+                        _ => destroy_poisoned(setup, env, lease_id),
+                    }
                 }
             }
             Err(error) => {
@@ -341,17 +383,46 @@ fn destroy_poisoned(setup: &Setup, env: &Environment, lease_id: &str) -> Result<
     Ok(EXIT_CLEANUP_FAILED)
 }
 
-/// A token cancelled by the first Ctrl-C; a second Ctrl-C exits at once.
-fn interrupt_token() -> CancelToken {
+/// What removes what this process may leave behind.
+fn leftovers(setup: &Setup) -> &'static str {
+    if setup.runtime.store().is_durable() {
+        "the lease is poisoned once this process's heartbeat has expired, and \
+         `sandbox lease sweep` then destroys the sandbox"
+    } else {
+        "the embedded backend stops with this process and reports what it could not stop"
+    }
+}
+
+/// What the first signal does to a running command.
+const STOPPING: &str = "stopping the command and cleaning up";
+
+/// Lets a lease operation that cannot be cancelled (acquire, release,
+/// destroy, probe, sweep) finish on the first Ctrl-C, SIGTERM or SIGHUP,
+/// so it leaves nothing unrecorded; a second signal abandons it (exit 120).
+pub fn finish_on_first_signal() {
+    interrupt_token(
+        "finishing the operation first so nothing is left unrecorded",
+        "a sandbox may be left behind; once this process's heartbeat has expired, \
+         `sandbox lease sweep` handles what the lease store knows",
+    );
+}
+
+/// A token cancelled by the first Ctrl-C (SIGINT), SIGTERM or SIGHUP
+/// (saying `doing`). A second one abandons the cleanup: the process exits
+/// 120 at once, saying what may still run (`abandoned`).
+fn interrupt_token(doing: &'static str, abandoned: &'static str) -> CancelToken {
     static TOKEN: OnceLock<CancelToken> = OnceLock::new();
     static STARTED: Mutex<bool> = Mutex::new(false);
     let token = TOKEN.get_or_init(CancelToken::new).clone();
     let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
-    if !*started {
-        *started = true;
+    if *started {
+        return token;
+    }
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let spawned = {
         let token = token.clone();
-        let spawned = std::thread::Builder::new()
-            .name("sandbox-ctrl-c".into())
+        std::thread::Builder::new()
+            .name("sandbox-signals".into())
             .spawn(move || {
                 let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
@@ -359,21 +430,59 @@ fn interrupt_token() -> CancelToken {
                 else {
                     return;
                 };
-                runtime.block_on(async {
-                    if tokio::signal::ctrl_c().await.is_err() {
+                runtime.block_on(async move {
+                    use tokio::signal::unix::{signal, SignalKind};
+                    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+                        signal(SignalKind::interrupt()),
+                        signal(SignalKind::terminate()),
+                        signal(SignalKind::hangup()),
+                    ) else {
                         return;
+                    };
+                    let _ = ready_tx.send(());
+                    macro_rules! next {
+                        () => {
+                            tokio::select! {
+                                _ = int.recv() => "interrupted (Ctrl-C)",
+                                _ = term.recv() => "terminated (SIGTERM)",
+                                _ = hup.recv() => "hung up (SIGHUP)",
+                            }
+                        };
                     }
-                    eprintln!("\nsandbox: interrupted; stopping the command and cleaning up (Ctrl-C again to abandon)");
+                    let first = next!();
+                    eprintln!(
+                        "\nsandbox: {first}; {doing} (signal again to abandon the cleanup)"
+                    );
                     token.cancel();
-                    if tokio::signal::ctrl_c().await.is_ok() {
-                        eprintln!("sandbox: abandoned; the sandbox may still exist");
-                        std::process::exit(i32::from(EXIT_INTERRUPTED));
-                    }
+                    let second = next!();
+                    eprintln!(
+                        "sandbox: {second} again: cleanup abandoned; the command may still be running in its sandbox ({abandoned})"
+                    );
+                    std::process::exit(i32::from(EXIT_CLEANUP_FAILED));
                 });
-            });
-        if spawned.is_err() {
-            eprintln!("sandbox: warning: Ctrl-C handling is unavailable");
+            })
+    };
+    // Handlers are installed before the command starts.
+    if spawned.is_err() || ready_rx.recv().is_err() {
+        eprintln!("sandbox: warning: Ctrl-C, SIGTERM and SIGHUP handling is unavailable");
+    }
+    *started = true;
+    token
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit_status;
+    use crate::EXIT_SANDBOX_ERROR;
+
+    /// Pins issue 9 item 6: a negative exit code clamped to 0 (success).
+    #[test]
+    fn exit_codes_no_process_can_have_are_never_success() {
+        assert_eq!(exit_status(0), 0);
+        assert_eq!(exit_status(7), 7);
+        assert_eq!(exit_status(255), 255);
+        for impossible in [-1, -255, 256, i32::MIN, i32::MAX] {
+            assert_eq!(exit_status(impossible), EXIT_SANDBOX_ERROR, "{impossible}");
         }
     }
-    token
 }

@@ -13,6 +13,7 @@ use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 
 use backend::Setup;
+use sandbox_host::Liveness;
 
 /// Exit status when the sandbox itself failed (config, API, transport, trap).
 pub const EXIT_SANDBOX_ERROR: u8 = 125;
@@ -21,7 +22,8 @@ pub const EXIT_TIMED_OUT: u8 = 124;
 /// Exit status when cleanup could not be confirmed: something may still
 /// run; the lease was poisoned and destroyed (or left for `lease sweep`).
 pub const EXIT_CLEANUP_FAILED: u8 = 120;
-/// Exit status after Ctrl-C (the command was cancelled and cleaned up).
+/// Exit status after Ctrl-C, SIGTERM or SIGHUP (the command was cancelled
+/// and cleaned up). A second signal abandons the cleanup: exit 120.
 pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// Run commands in sandboxes through a sandbox-provider WebAssembly component.
@@ -30,8 +32,9 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// ./build.sh and an embedded CreateOS-compatible backend on a loopback port.
 ///
 /// Exit status of `run` and `lease exec`: the command's own; 124 when it
-/// timed out; 120 when cleanup could not be confirmed (lease poisoned); 125
-/// for a sandbox failure; 130 after Ctrl-C.
+/// timed out; 120 when cleanup could not be confirmed (lease poisoned, or
+/// a second Ctrl-C abandoned the cleanup); 125 for a sandbox failure; 130
+/// after Ctrl-C, SIGTERM or SIGHUP (cancelled and cleaned up).
 #[derive(Debug, Parser)]
 #[command(name = "sandbox", version)]
 struct Cli {
@@ -78,6 +81,28 @@ pub struct Global {
     /// Show the provider component's own stderr (debugging).
     #[arg(long, global = true)]
     pub verbose: bool,
+    /// How often this process refreshes its heartbeat in the lease store.
+    #[arg(long, global = true, env = "SANDBOX_HEARTBEAT", value_parser = parse_duration,
+          default_value = "2s", value_name = "DUR")]
+    pub heartbeat: Duration,
+    /// After how long without a heartbeat other `sandbox` processes treat
+    /// this one as gone and poison the leases it was using.
+    #[arg(long, global = true, env = "SANDBOX_HOST_EXPIRY", value_parser = parse_duration,
+          default_value = "10s", value_name = "DUR")]
+    pub host_expiry: Duration,
+}
+
+impl Global {
+    fn liveness(&self) -> Result<Liveness> {
+        Liveness::new(self.heartbeat, self.host_expiry)
+    }
+}
+
+/// Applies the global settings every setup needs (the host's liveness).
+fn ready(setup: Result<Setup>, global: &Global) -> Result<Setup> {
+    let setup = setup?;
+    setup.runtime.set_liveness(global.liveness()?)?;
+    Ok(setup)
 }
 
 #[derive(Debug, Subcommand)]
@@ -159,19 +184,20 @@ fn dispatch(cli: Cli) -> Result<u8> {
     let global = cli.global;
     match cli.command {
         Command::Describe => {
-            let setup = Setup::provider_only(&global)?;
+            let setup = ready(Setup::provider_only(&global), &global)?;
             report::description(setup.runtime.description(), global.json);
             Ok(0)
         }
         Command::ValidateConfig => {
-            let setup = Setup::provider_only(&global)?;
+            let setup = ready(Setup::provider_only(&global), &global)?;
             let config = backend::read_config(&global)?;
             let validation = setup.runtime.validate_config(&config)?;
             report::validation(&validation, global.json);
             Ok(if validation.ok { 0 } else { 1 })
         }
         Command::Probe => {
-            let setup = Setup::with_backend(&global, true)?;
+            exec::finish_on_first_signal();
+            let setup = ready(Setup::with_backend(&global, true), &global)?;
             let env = setup.environment(&global)?;
             let outcome = setup.runtime.probe(&env, None)?;
             let code = report::probe(&outcome, global.json);
@@ -179,7 +205,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             Ok(code)
         }
         Command::Run(args) => {
-            let setup = Setup::with_backend(&global, true)?;
+            let setup = ready(Setup::with_backend(&global, true), &global)?;
             let code = exec::run(&setup, &global, &args);
             setup.finish();
             code
@@ -189,19 +215,22 @@ fn dispatch(cli: Cli) -> Result<u8> {
 }
 
 fn lease(global: &Global, command: LeaseCommand) -> Result<u8> {
+    if !matches!(command, LeaseCommand::Exec { .. } | LeaseCommand::List) {
+        exec::finish_on_first_signal();
+    }
     match command {
         LeaseCommand::Acquire { run_id } => {
-            let setup = Setup::with_backend(global, false)?;
+            let setup = ready(Setup::with_backend(global, false), global)?;
             let env = setup.environment(global)?;
             exec::acquire(&setup, &env, &run_id, global.json)
         }
         LeaseCommand::Exec { lease, run } => {
-            let setup = Setup::for_stored_leases(global)?;
+            let setup = ready(Setup::for_stored_leases(global), global)?;
             let env = setup.environment_of(global, &lease)?;
             exec::exec(&setup, &env, &lease, &run)
         }
         LeaseCommand::Release { lease } => {
-            let setup = Setup::for_stored_leases(global)?;
+            let setup = ready(Setup::for_stored_leases(global), global)?;
             let env = setup.environment_of(global, &lease)?;
             let outcome = setup.runtime.release(&env, &lease)?;
             Ok(report::termination(
@@ -212,7 +241,7 @@ fn lease(global: &Global, command: LeaseCommand) -> Result<u8> {
             ))
         }
         LeaseCommand::Destroy { lease } => {
-            let setup = Setup::for_stored_leases(global)?;
+            let setup = ready(Setup::for_stored_leases(global), global)?;
             let env = setup.environment_of(global, &lease)?;
             let outcome = setup.runtime.destroy(&env, &lease)?;
             Ok(report::termination(
@@ -223,12 +252,12 @@ fn lease(global: &Global, command: LeaseCommand) -> Result<u8> {
             ))
         }
         LeaseCommand::List => {
-            let setup = Setup::for_stored_leases(global)?;
+            let setup = ready(Setup::for_stored_leases(global), global)?;
             report::leases(&setup.runtime.store().list()?, global.json);
             Ok(0)
         }
         LeaseCommand::Sweep => {
-            let setup = Setup::for_stored_leases(global)?;
+            let setup = ready(Setup::for_stored_leases(global), global)?;
             exec::sweep(&setup, global)
         }
     }

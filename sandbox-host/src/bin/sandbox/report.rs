@@ -1,7 +1,8 @@
 //! Printing results for people (text) and programs (`--json`).
 
 use sandbox_host::types::{
-    ConfigValidation, ProbeReport, ProviderDescription, ProviderError, TerminationReceipt,
+    Capabilities, ConfigValidation, ProbeReport, ProviderDescription, ProviderError,
+    TerminationReceipt,
 };
 use sandbox_host::{action_name, LeaseRecord, LeaseState};
 use serde_json::{json, Value};
@@ -10,33 +11,7 @@ use crate::{EXIT_CLEANUP_FAILED, EXIT_SANDBOX_ERROR};
 
 /// One line about a provider error, for people.
 pub fn error_text(error: &ProviderError) -> String {
-    match error {
-        ProviderError::InvalidConfig(problems) => {
-            format!("invalid config: {}", problems.join("; "))
-        }
-        ProviderError::InvalidRequest(why) => format!("invalid request: {why}"),
-        ProviderError::ForeignLease(why) => format!("the lease belongs elsewhere: {why}"),
-        ProviderError::Unsupported(what) => format!("unsupported: {what}"),
-        ProviderError::ApiRejected(r) => {
-            format!("the API rejected {} with HTTP {}", r.operation, r.status)
-        }
-        ProviderError::TransportFailed(f) => {
-            format!(
-                "{} failed in transport ({:?}): {}",
-                f.operation, f.kind, f.detail
-            )
-        }
-        ProviderError::InvalidResponse(r) => {
-            format!("invalid answer to {}: {}", r.operation, r.reason)
-        }
-        ProviderError::Cancelled(_) => "cancelled".to_owned(),
-        ProviderError::CleanupFailed(f) => format!(
-            "cleanup failed in {:?} ({:?}) for sandbox {}",
-            f.phase,
-            f.cause,
-            f.sandbox_id.as_deref().unwrap_or("<unknown>")
-        ),
-    }
+    sandbox_host::error_text(error)
 }
 
 fn print_json(value: &Value) {
@@ -47,11 +22,17 @@ fn print_json(value: &Value) {
 }
 
 pub fn description(d: &ProviderDescription, as_json: bool) {
-    let capabilities: Vec<String> = format!("{:?}", d.capabilities)
-        .split(['(', ')', '|', ' '])
-        .filter(|s| !s.is_empty() && *s != "Capabilities")
-        .map(str::to_owned)
-        .collect();
+    let capabilities: Vec<&str> = [
+        (Capabilities::REUSABLE_LEASES, "reusable-leases"),
+        (Capabilities::INCREMENTAL_OUTPUT, "incremental-output"),
+        (Capabilities::NATIVE_SYNC, "native-sync"),
+        (Capabilities::LOGIN_PTY, "login-pty"),
+        (Capabilities::DUPLEX_CHANNELS, "duplex-channels"),
+    ]
+    .into_iter()
+    .filter(|(flag, _)| d.capabilities.contains(*flag))
+    .map(|(_, name)| name)
+    .collect();
     if as_json {
         let schema: Value = serde_json::from_str(&d.config_schema).unwrap_or(Value::Null);
         print_json(&json!({
@@ -144,6 +125,17 @@ pub fn probe(outcome: &Result<ProbeReport, ProviderError>, as_json: bool) -> u8 
                 print_json(&json!({ "ok": false, "error": error_text(error) }));
             }
             eprintln!("sandbox: probe failed: {}", error_text(error));
+            if let ProviderError::CleanupFailed(failure) = error {
+                match &failure.sandbox_id {
+                    Some(_) => eprintln!(
+                        "sandbox: the sandbox is recorded as poisoned; `sandbox lease sweep` destroys it"
+                    ),
+                    None => eprintln!(
+                        "sandbox: no id is known to delete it by; look for it in the provider's \
+                         console (`sandbox lease list` shows the probe as unknown)"
+                    ),
+                }
+            }
             exit_for(error)
         }
     }
@@ -164,7 +156,7 @@ pub fn termination(
                 }));
             } else {
                 println!(
-                    "{verb} {lease} (sandbox {}: {:?})",
+                    "{verb} {lease} (sandbox {}: {})",
                     receipt.sandbox_id,
                     action_name(receipt.action)
                 );
@@ -173,6 +165,12 @@ pub fn termination(
         }
         Err(error) => {
             eprintln!("sandbox: {lease}: {}", error_text(error));
+            if let ProviderError::CleanupFailed(_) = error {
+                eprintln!(
+                    "sandbox: the lease is poisoned; `sandbox lease destroy {lease}` tries again, \
+                     `sandbox lease sweep` destroys every poisoned lease"
+                );
+            }
             exit_for(error)
         }
     }

@@ -1,0 +1,121 @@
+//! One budget model for the host and the provider.
+//!
+//! The provider plans its work from the config it validated: a lifecycle
+//! operation (acquire, resume, release, destroy, realize, probe) takes at
+//! most `timeoutMs`; a command runs at most its own timeout (or
+//! `timeoutMs`); each request outside a command's run takes at most
+//! `requestTimeoutMs`; and each cleanup request (delete the sandbox,
+//! terminate the process tree, remove staged stdin) gets `requestTimeoutMs`
+//! afresh, after the work's own budget may be spent.
+//!
+//! The host reads the same two fields from the same normalised config and
+//! sets each instance's hard deadline (epoch interruption and every HTTP
+//! request of the instance) to the provider's plan plus a **cleanup
+//! reserve** (two cleanup requests) plus a margin. So the provider never
+//! plans past the host's deadline, and a cleanup request that starts when
+//! the work's budget is spent still has its whole `requestTimeoutMs`.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// `timeoutMs` when the config has none (the CreateOS provider's default).
+pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;
+/// `requestTimeoutMs` when the config has none (the provider's default).
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// The longest `timeoutMs` or `requestTimeoutMs` the host accepts from a
+/// config (24 hours, the provider's own maximum).
+pub const MAX_BUDGET_MS: u64 = 86_400_000;
+/// The margin beyond the plan and its cleanup reserve, by default.
+pub const DEFAULT_MARGIN: Duration = Duration::from_secs(5);
+
+/// Cleanup requests one operation may make after its budget is spent:
+/// terminating the process tree and removing staged stdin (execute), or
+/// deleting the sandbox (acquire, probe).
+const CLEANUP_REQUESTS: u32 = 2;
+/// Requests `execute` makes before its command's timeout starts: stage
+/// stdin, create the process, close stdin.
+const SETUP_REQUESTS: u32 = 3;
+
+/// The budgets of one environment, read from its normalised config.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budget {
+    /// `timeoutMs`: a lifecycle operation's budget and the default command timeout.
+    pub timeout: Duration,
+    /// `requestTimeoutMs`: one request's budget, and each cleanup request's.
+    pub request: Duration,
+    /// Slack beyond the plan and the cleanup reserve.
+    pub margin: Duration,
+}
+
+impl Budget {
+    /// Reads `timeoutMs` and `requestTimeoutMs` from a normalised config
+    /// (defaults when absent; values above 24 hours are capped).
+    pub fn from_config(config: &str) -> Budget {
+        let value = serde_json::from_str::<Value>(config).unwrap_or(Value::Null);
+        let field = |name: &str, default: u64| {
+            value
+                .get(name)
+                .and_then(Value::as_u64)
+                .unwrap_or(default)
+                .min(MAX_BUDGET_MS)
+        };
+        Budget {
+            timeout: Duration::from_millis(field("timeoutMs", DEFAULT_TIMEOUT_MS)),
+            request: Duration::from_millis(field("requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT_MS)),
+            margin: DEFAULT_MARGIN,
+        }
+    }
+
+    /// The same budgets with another margin.
+    pub fn with_margin(mut self, margin: Duration) -> Budget {
+        self.margin = margin;
+        self
+    }
+
+    /// Time kept for cleanup requests after an operation's budget is spent.
+    pub fn cleanup_reserve(&self) -> Duration {
+        self.request * CLEANUP_REQUESTS
+    }
+
+    /// The host's deadline for a lifecycle operation (and for `probe`).
+    pub fn lifecycle_deadline(&self) -> Duration {
+        self.timeout + self.cleanup_reserve() + self.margin
+    }
+
+    /// The host's deadline for `execute` with the request's timeout (the
+    /// config's `timeoutMs` when it sets none).
+    pub fn execute_deadline(&self, command_timeout: Option<Duration>) -> Duration {
+        let command = command_timeout
+            .unwrap_or(self.timeout)
+            .min(Duration::from_millis(MAX_BUDGET_MS));
+        command + self.request * SETUP_REQUESTS + self.cleanup_reserve() + self.margin
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_cover_the_plan_and_its_cleanup_requests() {
+        let budget = Budget::from_config(r#"{"timeoutMs": 1000, "requestTimeoutMs": 60000}"#)
+            .with_margin(Duration::ZERO);
+        // A cleanup request may start when the work's budget is spent and
+        // still get its whole requestTimeoutMs.
+        assert!(budget.lifecycle_deadline() >= budget.timeout + budget.request);
+        assert_eq!(budget.lifecycle_deadline(), Duration::from_millis(121_000));
+        assert_eq!(
+            budget.execute_deadline(Some(Duration::from_millis(10))),
+            Duration::from_millis(10 + 5 * 60_000)
+        );
+        let defaults = Budget::from_config("{}");
+        assert_eq!(defaults.timeout, Duration::from_millis(DEFAULT_TIMEOUT_MS));
+        assert_eq!(
+            defaults.request,
+            Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS)
+        );
+        let capped = Budget::from_config(r#"{"timeoutMs": 18446744073709551615}"#);
+        assert_eq!(capped.timeout, Duration::from_millis(MAX_BUDGET_MS));
+    }
+}

@@ -1,0 +1,160 @@
+//! A `sandbox` process killed mid-command, against a real backend
+//! (createos-local in this test process) and the durable lease store.
+//! Skipped until ./build.sh has built the provider.
+
+#![cfg(feature = "local-backend")]
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use createos_local::{BackgroundServer, Server};
+
+mod common;
+
+const KEY: &str = "host-death-key";
+/// The liveness settings the CLIs run with: a host whose heartbeat is
+/// older than the expiry is gone.
+const HEARTBEAT: &str = "100ms";
+const EXPIRY: &str = "1s";
+
+fn provider() -> Option<PathBuf> {
+    let wasm = common::workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
+    if wasm.is_file() {
+        Some(wasm)
+    } else {
+        eprintln!("skipped: {} not built yet (run ./build.sh)", wasm.display());
+        None
+    }
+}
+
+struct Cli {
+    provider: PathBuf,
+    data: PathBuf,
+    key_file: PathBuf,
+    api_url: String,
+}
+
+impl Cli {
+    fn new(provider: PathBuf, server: &BackgroundServer, name: &str) -> Cli {
+        let dir = std::env::temp_dir().join(format!("sandbox-death-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let key_file = dir.join("key");
+        std::fs::write(&key_file, KEY).unwrap();
+        Cli {
+            provider,
+            data: dir.join("data"),
+            key_file,
+            api_url: server.base_url(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox"));
+        command
+            .env("SANDBOX_PROVIDER", &self.provider)
+            .env("SANDBOX_DATA_DIR", &self.data)
+            .env("SANDBOX_HEARTBEAT", HEARTBEAT)
+            .env("SANDBOX_HOST_EXPIRY", EXPIRY)
+            .env_remove("CREATEOS_API_KEY")
+            .arg("--api-url")
+            .arg(&self.api_url)
+            .arg("--api-key-file")
+            .arg(&self.key_file)
+            .args(args);
+        command
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("running sandbox")
+    }
+
+    fn lease_state(&self, lease: &str) -> String {
+        let output = self.output(&["lease", "list", "--json"]);
+        assert!(output.status.success(), "{output:?}");
+        let leases: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["id"] == lease)
+            .map(|l| l["state"].as_str().unwrap().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Pins issue 9 item 1: a lease whose command may still run was reused
+/// after its host died. Today a `kill -9` of the CLI mid-command leaves a
+/// busy mark with a dead pid that the next `lease exec` silently overwrites
+/// (and the command keeps running). Required: the next operation finds the
+/// mark of a host whose heartbeat expired, poisons the lease durably and
+/// refuses with a message naming the fix; `sweep` then destroys the
+/// sandbox and nothing of the command survives.
+#[test]
+fn a_cli_killed_mid_command_poisons_its_lease_and_sweep_kills_the_command() {
+    let Some(provider) = provider() else { return };
+    let server = BackgroundServer::start(Server::builder().api_key(KEY).quiet(true)).unwrap();
+    let cli = Cli::new(provider, &server, "kill9");
+
+    let acquired = cli.output(&["lease", "acquire"]);
+    assert!(acquired.status.success(), "{acquired:?}");
+    let lease = String::from_utf8(acquired.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+
+    let duration = format!("1000.{}", std::process::id());
+    let mut doomed = cli
+        .command(&[
+            "lease",
+            "exec",
+            &lease,
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep \"$0\"",
+            &duration,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(doomed.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "started\n");
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    assert_eq!(
+        common::processes(&["sleep", &duration]).len(),
+        1,
+        "the command must still run after its CLI was killed (the scenario)"
+    );
+
+    // Past the dead host's expiry: its mark is the mark of a gone host.
+    std::thread::sleep(Duration::from_millis(1500));
+    let refused = cli.output(&["lease", "exec", &lease, "--", "true"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "reused a lease in doubt: {refused:?}"
+    );
+    assert!(
+        stderr.contains("sandbox lease destroy") || stderr.contains("sandbox lease sweep"),
+        "{stderr}"
+    );
+    assert_eq!(cli.lease_state(&lease), "poisoned");
+
+    let swept = cli.output(&["lease", "sweep"]);
+    assert!(swept.status.success(), "{swept:?}");
+    assert_eq!(cli.lease_state(&lease), "destroyed");
+    assert!(
+        common::processes(&["sleep", &duration]).is_empty(),
+        "the dead host's command survived the sweep"
+    );
+    let report = server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}

@@ -1,0 +1,220 @@
+//! Lease fencing between hosts and operations: host liveness by heartbeat,
+//! atomic marks, the `closing` state, and `expired` that is not "gone".
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError, ResumeOutcome};
+use sandbox_host::{
+    CancelToken, LeaseState, LeaseStore, Liveness, Operation, RateBudget, SandboxRuntime,
+    ScriptedResponse, ScriptedTransport, Secrets,
+};
+
+mod common;
+use common::test_provider;
+
+fn runtime(store: Arc<LeaseStore>) -> SandboxRuntime {
+    let script = ScriptedTransport::new(|_| ScriptedResponse::status(500));
+    SandboxRuntime::new(test_provider().clone(), store, script.shared())
+        .unwrap()
+        .with_rate_budget(RateBudget::in_memory())
+}
+
+fn store_file(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("sandbox-leases-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir.join("leases.sqlite")
+}
+
+fn acquire(run_id: &str) -> AcquireRequest {
+    AcquireRequest {
+        run_id: run_id.into(),
+        requested_cwd: None,
+        workspace_mode: None,
+        requested_expires_at: None,
+    }
+}
+
+fn command(name: &str) -> ExecuteRequest {
+    ExecuteRequest {
+        command: name.into(),
+        args: vec!["hi".into()],
+        cwd: None,
+        env: vec![],
+        stdin: None,
+        timeout_ms: Some(10_000),
+    }
+}
+
+/// Heartbeat 100 ms, gone after 1 s.
+fn short() -> Liveness {
+    Liveness::new(Duration::from_millis(100), Duration::from_secs(1)).unwrap()
+}
+
+/// Pins issue 9 item 1 (pid reuse): liveness was `/proc/<pid>`, and a mark
+/// with this process's own pid counted as alive, so a CLI that gets the
+/// same pid on every start (pid 1 in a container) reused a lease whose
+/// command may still run. Here both hosts share one pid: the dead one is
+/// recognised by its expired heartbeat, and every operation refuses the
+/// lease after poisoning it durably.
+#[test]
+fn a_mark_of_a_host_whose_heartbeat_expired_poisons_the_lease_even_with_the_same_pid() {
+    let path = store_file("same-pid");
+    let lease_id = {
+        let store = Arc::new(LeaseStore::open(&path).unwrap());
+        let rt = runtime(store.clone());
+        let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+        let record = rt.acquire(&env, &acquire("r1")).unwrap().unwrap();
+        // A second host instance (same pid) takes the busy mark and dies.
+        let mut dead = store.register_host(short()).unwrap();
+        store
+            .begin(&record.id, Operation::Execute, env.context(), dead.id())
+            .unwrap();
+        dead.stop_heartbeat_for_test();
+        record.id
+    };
+    thread::sleep(short().expiry + Duration::from_millis(300));
+
+    let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()));
+    let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    let refused = rt
+        .execute(&env, &lease_id, &command("echo"), None, CancelToken::new())
+        .unwrap_err();
+    let message = format!("{refused:#}");
+    assert!(message.contains("died"), "{message}");
+    assert!(message.contains("sandbox lease destroy"), "{message}");
+    // Durably: a fresh store handle sees it.
+    let record = LeaseStore::open(&path)
+        .unwrap()
+        .get(&lease_id)
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.state, LeaseState::Poisoned);
+    assert!(record.busy_owner.is_none());
+    // Every other use is refused too; destroy clears it.
+    assert!(rt.release(&env, &lease_id).is_err());
+    assert!(rt.resume(&env, &lease_id).is_err());
+    rt.destroy(&env, &lease_id).unwrap().unwrap();
+    assert_eq!(
+        rt.store().get(&lease_id).unwrap().unwrap().state,
+        LeaseState::Destroyed
+    );
+}
+
+/// Pins issue 9 item 1 (atomic marks): a second process could overwrite
+/// (`mark_busy`) or clear (`clear_busy`) a live mark. Now a live host's
+/// mark refuses other hosts, and only its owner can drop it.
+#[test]
+fn a_live_mark_can_be_neither_taken_nor_cleared_by_another_host() {
+    let path = store_file("live");
+    let store = Arc::new(LeaseStore::open(&path).unwrap());
+    let rt = runtime(store.clone());
+    let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    let record = rt.acquire(&env, &acquire("r2")).unwrap().unwrap();
+
+    let other = store.register_host(Liveness::DEFAULT).unwrap();
+    store
+        .begin(&record.id, Operation::Execute, env.context(), other.id())
+        .unwrap();
+
+    let second = runtime(Arc::new(LeaseStore::open(&path).unwrap()));
+    for outcome in [
+        second
+            .execute(&env, &record.id, &command("echo"), None, CancelToken::new())
+            .map(|_| ()),
+        second.release(&env, &record.id).map(|_| ()),
+        second.destroy(&env, &record.id).map(|_| ()),
+    ] {
+        let message = format!("{:#}", outcome.unwrap_err());
+        assert!(message.contains("running an operation on it"), "{message}");
+    }
+    // Ending a use that is not yours leaves the mark alone.
+    second
+        .store()
+        .end_use(&record.id, second.host_id())
+        .unwrap();
+    let stored = store.get(&record.id).unwrap().unwrap();
+    assert_eq!(stored.busy_owner.as_deref(), Some(other.id()));
+    assert_eq!(stored.state, LeaseState::Active);
+    store.end_use(&record.id, other.id()).unwrap();
+    second
+        .execute(&env, &record.id, &command("echo"), None, CancelToken::new())
+        .unwrap()
+        .unwrap();
+}
+
+/// Pins issue 9 item 2: release cancelled running commands and only then
+/// checked the lease, so an `execute` arriving meanwhile ran inside a
+/// sandbox that release then paused. Release now moves the lease to
+/// `closing` first, and execute refuses a closing lease.
+#[test]
+fn no_command_starts_while_a_release_is_under_way() {
+    let rt = Arc::new(runtime(Arc::new(LeaseStore::open_in_memory().unwrap())));
+    let env = rt
+        .environment("co", "env", r#"{"mode":"slow-release"}"#, &Secrets::none())
+        .unwrap();
+    let record = rt.acquire(&env, &acquire("r3")).unwrap().unwrap();
+    let releasing = {
+        let (rt, env, id) = (rt.clone(), env.clone(), record.id.clone());
+        thread::spawn(move || rt.release(&env, &id))
+    };
+    // The release takes a second inside the provider; look for its mark.
+    let started = Instant::now();
+    while rt.store().get(&record.id).unwrap().unwrap().state != LeaseState::Closing
+        && started.elapsed() < Duration::from_millis(800)
+    {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let outcome = rt.execute(&env, &record.id, &command("echo"), None, CancelToken::new());
+    assert!(
+        outcome.is_err(),
+        "a command ran while the lease was being released: {outcome:?}"
+    );
+    let message = format!("{:#}", outcome.unwrap_err());
+    assert!(message.contains("releasing"), "{message}");
+    releasing.join().unwrap().unwrap().unwrap();
+    assert_eq!(
+        rt.store().get(&record.id).unwrap().unwrap().state,
+        LeaseState::Released
+    );
+}
+
+/// Pins issue 9 item 3: an `expired` resume was recorded as destroyed
+/// without deleting anything, though the sandbox may still exist. Now the
+/// host destroys it first; when that delete fails, the lease is poisoned.
+#[test]
+fn an_expired_resume_destroys_the_sandbox_before_forgetting_the_lease() {
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()));
+    for (config, state) in [
+        (r#"{"mode":"resume-expired"}"#, LeaseState::Destroyed),
+        (
+            r#"{"mode":"resume-expired destroy-fails"}"#,
+            LeaseState::Poisoned,
+        ),
+    ] {
+        let env = rt
+            .environment("co", "env", config, &Secrets::none())
+            .unwrap();
+        let record = rt.acquire(&env, &acquire("r4")).unwrap().unwrap();
+        rt.release(&env, &record.id).unwrap().unwrap();
+        let outcome = rt.resume(&env, &record.id).unwrap();
+        let stored = rt.store().get(&record.id).unwrap().unwrap();
+        assert_eq!(stored.state, state, "{config}: {stored:?}");
+        let reason = stored.reason.unwrap();
+        assert!(reason.contains("expired"), "{reason}");
+        match state {
+            LeaseState::Destroyed => {
+                assert!(
+                    matches!(outcome, Ok(ResumeOutcome::Expired(_))),
+                    "{outcome:?}"
+                );
+                assert!(reason.contains("deleted"), "{reason}");
+            }
+            _ => assert!(
+                matches!(outcome, Err(ProviderError::CleanupFailed(_))),
+                "{outcome:?}"
+            ),
+        }
+    }
+}
