@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError, ResumeOutcome};
 use sandbox_host::{
-    CancelToken, LeaseState, LeaseStore, Liveness, Operation, Pacer, SandboxRuntime,
+    CancelToken, LeaseBackend, LeaseState, LeaseStore, Liveness, Operation, Pacer, SandboxRuntime,
     ScriptedResponse, ScriptedTransport, Secrets,
 };
 
