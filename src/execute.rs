@@ -92,9 +92,9 @@ fn run(
     let process_id = create_process(platform, budget, sandbox_id, request, stdin_path)?;
     let deadline = platform.now().saturating_add(timeout_ms.saturating_mul(MS));
     let mut run = Run::new(sandbox_id, &process_id, deadline, budget);
-    let stop = run
-        .close_stdin(platform)
-        .unwrap_or_else(|| run.follow(platform));
+    // The script gives the command its staged stdin or /dev/null, so the
+    // process's own stdin pipe needs no `stdin/close` request.
+    let stop = run.follow(platform);
     run.finish(platform, stop)
 }
 
@@ -201,32 +201,6 @@ impl Run {
         Wait {
             deadline: self.deadline,
             cancellable: true,
-        }
-    }
-
-    /// `POST .../stdin/close`; 409 (already closed) is fine. Returns a stop
-    /// when the command cannot go on.
-    fn close_stdin(&mut self, platform: &mut dyn Platform) -> Option<Stop> {
-        let close = api::json_request(
-            Method::Post,
-            format!("{}/stdin/close", self.process_path()),
-            None,
-        );
-        let wait = Wait {
-            deadline: self
-                .deadline
-                .min(platform.now().saturating_add(self.budget)),
-            cancellable: true,
-        };
-        match api::call(platform, &close, wait) {
-            Ok(_) | Err(ApiError::Status(409)) => None,
-            Err(ApiError::Transport(TransportError::Cancelled)) => Some(Stop::Cancelled),
-            Err(ApiError::Transport(TransportError::Deadline))
-                if platform.now() >= self.deadline =>
-            {
-                Some(Stop::TimedOut)
-            }
-            Err(error) => Some(Stop::Failed(error.into_provider_error("close-stdin"))),
         }
     }
 

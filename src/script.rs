@@ -73,8 +73,9 @@ pub fn quote(value: &str) -> String {
 /// Builds the script of a validated request.
 ///
 /// `cd -- '<cwd>' || exit` when a cwd is given, then
-/// `exec env -- K='v' ... '<command>' '<arg>' ... < '<stdin file>'` (the
-/// redirect only when stdin was staged). `env` applies the variables to the
+/// `exec env -- K='v' ... '<command>' '<arg>' ... < '<stdin file>'`, or
+/// `< /dev/null` when no stdin was given: the command never reads the
+/// process's stdin pipe, so no request is needed to close it. `env` applies the variables to the
 /// command alone, and its `--` keeps a command starting with `-` from being
 /// read as an option. GNU env reads every leading `NAME=VALUE` word as an
 /// assignment, so a command whose name contains `=` is started through
@@ -102,9 +103,10 @@ pub fn build(request: &ExecuteRequest, stdin_path: Option<&str>) -> String {
         script.push(' ');
         script.push_str(&quote(arg));
     }
-    if let Some(path) = stdin_path {
-        script.push_str(" < ");
-        script.push_str(&quote(path));
+    script.push_str(" < ");
+    match stdin_path {
+        Some(path) => script.push_str(&quote(path)),
+        None => script.push_str("/dev/null"),
     }
     script
 }

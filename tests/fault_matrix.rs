@@ -72,7 +72,6 @@ enum Route {
     GetFile,
     Exec,
     CreateProcess,
-    CloseStdin,
     Connect,
     DeleteProcess,
 }
@@ -91,7 +90,6 @@ fn route_of(req: &RecordedRequest) -> Option<Route> {
         ("GET", p) if p == format!("{sandbox}/files") => Route::GetFile,
         ("POST", p) if p == format!("{sandbox}/exec") => Route::Exec,
         ("POST", p) if p == format!("{sandbox}/processes") => Route::CreateProcess,
-        ("POST", p) if p == format!("{process}/stdin/close") => Route::CloseStdin,
         ("GET", p) if p == format!("{process}/connect") => Route::Connect,
         ("DELETE", p) if p == process => Route::DeleteProcess,
         _ => return None,
@@ -244,13 +242,6 @@ const ROWS: &[Row] = &[
         Route::CreateProcess,
         0,
         "execute  POST processes",
-        Pre::None,
-    ),
-    row(
-        Op::Execute,
-        Route::CloseStdin,
-        0,
-        "execute  POST stdin/close",
         Pre::None,
     ),
     row(
@@ -543,7 +534,6 @@ fn normal(truth: &mut Truth, pre: Pre, route: Route, req: &RecordedRequest) -> S
             truth.process = Exists::Yes;
             success(json!({"process_id": PROCESS, "state": "running"}))
         }
-        Route::CloseStdin => success(json!({})),
         Route::Connect if pre == Pre::ConnectHangs => ScriptedResponse::ndjson(
             vec![
                 ScriptedChunk::now(data_line(1, b"partial")),

@@ -107,8 +107,7 @@ pub struct NativeOutcome {
 
 /// The native baseline: a blocking Rust HTTP client (ureq) making the
 /// requests the component makes for a command without stdin: `POST
-/// /processes`, `POST .../stdin/close`, `GET .../connect?after=0` read to
-/// the exit frame.
+/// /processes`, `GET .../connect?after=0` read to the exit frame.
 pub struct NativeClient {
     agent: ureq::Agent,
     base: String,
@@ -189,10 +188,6 @@ impl NativeClient {
             .as_str()
             .ok_or("no process_id")?
             .to_string();
-        self.post_json(
-            &format!("/v1/sandboxes/{sandbox}/processes/{process}/stdin/close"),
-            None,
-        )?;
         let mut reader = self.connect(sandbox, &process)?;
         let mut decoder = Decoder::default();
         let mut buf = vec![0u8; READ_CHUNK];

@@ -12,6 +12,8 @@ fn process_route(suffix: &str) -> String {
 }
 
 #[test]
+/// Two requests per command without stdin (issue 18: the script redirects
+/// the command's stdin, so no `stdin/close` is sent).
 fn echo_runs_with_the_exact_requests_of_the_spec() {
     let fake = Fake::new();
     let result = fake.execute(&command("echo", &["hello"])).unwrap();
@@ -25,11 +27,10 @@ fn echo_runs_with_the_exact_requests_of_the_spec() {
         fake.calls(),
         vec![
             format!("POST /v1/sandboxes/{SANDBOX}/processes"),
-            format!("POST {}", process_route("/stdin/close")),
             format!("GET {}?after=0", process_route("/connect")),
         ]
     );
-    assert_eq!(sent_script(&fake), "exec env -- 'echo' 'hello'");
+    assert_eq!(sent_script(&fake), "exec env -- 'echo' 'hello' < /dev/null");
     let create = &fake.requests_to(&format!("POST /v1/sandboxes/{SANDBOX}/processes"))[0];
     assert_eq!(create.header("content-type"), Some("application/json"));
     assert_eq!(
