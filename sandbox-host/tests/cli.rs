@@ -71,8 +71,11 @@ fn a_timed_out_command_exits_124_promptly() {
         &["--timeout", "2s", "--", "sh", "-c", "sleep 300 & sleep 300"],
     );
     assert_eq!(output.status.code(), Some(124), "{output:?}");
+    // Not a speed figure: the bound only tells "timed out and cleaned up"
+    // from "waited for the 300 s sleep", with room for a loaded machine
+    // (a debug-build CLI compiles the component on its first start).
     assert!(
-        started.elapsed() < Duration::from_secs(30),
+        started.elapsed() < Duration::from_secs(150),
         "{:?}",
         started.elapsed()
     );
