@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 use tokio::sync::{oneshot, watch};
 
 use crate::isolation::{self, IsolationMode, SpawnSpec, Tree};
-use crate::journal::{ExitStatus, Journal, StreamKind};
+use crate::journal::{ExitStatus, Journal, Retention, StreamKind};
 
 /// Process states from the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,8 +115,8 @@ pub struct StartRequest {
     pub env: Vec<(String, String)>,
     /// Sandbox root.
     pub root: PathBuf,
-    /// Journal capacity in bytes.
-    pub journal_capacity: usize,
+    /// What the output journal keeps.
+    pub journal: Retention,
 }
 
 /// The outcome of a terminate call.
@@ -152,7 +152,7 @@ impl Process {
                 finished_at: None,
                 exit: None,
                 delivered: HashSet::new(),
-                journal: Journal::new(req.journal_capacity),
+                journal: Journal::with_retention(req.journal),
             }),
             tree: Mutex::new(Tree::Empty),
             stdin: Mutex::new(None),
@@ -435,16 +435,14 @@ impl Process {
         v
     }
 
-    /// All retained output of one stream (for one-shot exec).
-    pub fn collect(&self, stream: StreamKind) -> Vec<u8> {
+    /// The retained tail of one stream and how many bytes before it were
+    /// dropped (for one-shot exec).
+    pub fn collect(&self, stream: StreamKind) -> (Vec<u8>, u64) {
         let inner = lock(&self.inner);
-        let mut out = Vec::new();
-        if let crate::journal::Replay::Frames(frames) = inner.journal.after(0) {
-            for f in frames.iter().filter(|f| f.stream == stream) {
-                out.extend_from_slice(&f.data);
-            }
-        }
-        out
+        (
+            inner.journal.stream_tail(stream),
+            inner.journal.dropped_bytes(stream),
+        )
     }
 }
 

@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{exit_frame, stream_bytes, Harness, KEY};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -109,5 +107,213 @@ async fn concurrent_connect_output_is_complete() {
             let _ = h.delete_process(&sb, &pid, 1000).await;
         }
     }
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Pins issue 19 item 3: more than 64 MiB of exec output came back as an
+/// empty stdout with exit 0. Now each stream keeps its newest 8 MiB and the
+/// result says how much was dropped.
+#[tokio::test]
+async fn exec_output_beyond_the_cap_is_flagged_with_its_tail() {
+    let h = Harness::start().await;
+    let sb = h.sandbox().await;
+    let total: u64 = 80_000_000;
+    let (st, v) = h
+        .post(
+            &format!("/v1/sandboxes/{sb}/exec"),
+            json!({"cmd": "/bin/sh", "args": ["-c",
+                "head -c 80000000 /dev/zero | tr '\\0' a; echo END; echo small >&2"]}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let r = &v["data"]["result"];
+    assert_eq!(r["exit_code"], 0);
+    let out = r["stdout"].as_str().expect("stdout");
+    assert!(!out.is_empty(), "an empty stdout for 80 MB of output");
+    assert!(
+        out.ends_with("aaaa\nEND\n") || out.ends_with("aEND\n"),
+        "tail kept"
+    );
+    assert!(out.len() <= 8 * 1024 * 1024, "{} bytes kept", out.len());
+    assert!(out[..out.len() - 4].bytes().all(|b| b == b'a'));
+    assert_eq!(r["stdout_truncated"], true, "{}", r["stdout_truncated"]);
+    let dropped = r["stdout_dropped_bytes"].as_u64().expect("dropped bytes");
+    assert_eq!(dropped + out.len() as u64, total + 4);
+    assert_eq!(r["stderr"], "small\n");
+    assert_eq!(r["stderr_truncated"], false);
+    assert_eq!(r["stderr_dropped_bytes"], 0);
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Pins issue 19 item 7: `after=u64::MAX` overflowed `after + 1` and
+/// answered 410 `output_offset_expired`; a cursor beyond the newest
+/// sequence silently skipped the output written up to it.
+#[tokio::test]
+async fn connect_cursor_beyond_the_newest_frame_is_400() {
+    let h = Harness::start().await;
+    let sb = h.sandbox().await;
+    let pid = h.spawn(&sb, "echo one; echo two >&2").await;
+    let mp = h.wait_tree(&sb, &pid).await;
+    let newest = mp["output"]["newest_seq"].as_u64().expect("newest");
+    assert!(newest >= 2, "{mp}");
+    for after in [u64::MAX, newest + 1, newest + 1000] {
+        let (st, v) = h.connect(&sb, &pid, after).await.expect("connect");
+        assert_eq!(st, StatusCode::BAD_REQUEST, "after={after}: {v:?}");
+        assert_eq!(v[0]["status"], "fail");
+        assert_eq!(v[0]["data"]["newest_seq"], newest, "{v:?}");
+    }
+    // The newest sequence itself is a valid cursor: just the exit frame.
+    let (st, frames) = h.connect(&sb, &pid, newest).await.expect("connect");
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(exit_frame(&frames)["exit_code"], 0);
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Pins issue 19 item 7: `POST /signal` with SIGCONT resumed a process of a
+/// paused sandbox while the sandbox still reported `paused`.
+#[tokio::test]
+async fn signals_are_refused_while_the_sandbox_is_paused() {
+    let h = Harness::start().await;
+    let sb = h.sandbox().await;
+    let pid = h.spawn(&sb, "exec sleep 60").await;
+    let (st, v) = h
+        .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    h.wait_status(&sb, "paused").await;
+    for sig in ["SIGCONT", "SIGTERM", "SIGKILL"] {
+        let (st, v) = h
+            .post(
+                &format!("/v1/sandboxes/{sb}/processes/{pid}/signal"),
+                json!({"signal": sig}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CONFLICT, "{sig}: {v}");
+        assert_eq!(v["data"]["current_status"], "paused", "{v}");
+    }
+    let (_, mp) = h.get(&format!("/v1/sandboxes/{sb}/processes/{pid}")).await;
+    assert_eq!(mp["data"]["state"], "running", "{mp}");
+    assert_eq!(mp["data"]["leader_exited"], false, "{mp}");
+    // Resumed, signals work again.
+    let (st, _) = h
+        .post(&format!("/v1/sandboxes/{sb}/resume"), json!({}))
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    h.wait_status(&sb, "running").await;
+    let (st, v) = h
+        .post(
+            &format!("/v1/sandboxes/{sb}/processes/{pid}/signal"),
+            json!({"signal": "SIGTERM"}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// A raw JSON request (the body is sent as is).
+async fn raw_post(h: &Harness, path: &str, body: impl Into<reqwest::Body>) -> (StatusCode, Value) {
+    let resp = h
+        .http
+        .post(format!("{}{path}", h.base))
+        .header("X-Api-Key", KEY)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("request sent");
+    let st = resp.status();
+    let bytes = resp.bytes().await.expect("body");
+    (st, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// Pins issue 19 item 7: a JSON array where an object is expected created a
+/// sandbox (serde accepts a sequence for a struct), and a 50 MB `region`
+/// was stored and echoed.
+#[tokio::test]
+async fn wrong_json_shapes_and_oversized_strings_are_400() {
+    let h = Harness::start().await;
+    let (st, v) = raw_post(
+        &h,
+        "/v1/sandboxes",
+        r#"["s-1vcpu-1gb", null, null, false, {}]"#,
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert_eq!(v["status"], "fail");
+    for field in ["region", "rootfs"] {
+        let body = json!({"shape": "s-1vcpu-1gb", field: "x".repeat(100_000)});
+        let (st, v) = h.post("/v1/sandboxes", body).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{field}: {v}");
+        assert!(
+            v["data"]["message"].as_str().unwrap_or("").contains(field),
+            "{v}"
+        );
+    }
+    let sb = h.sandbox().await;
+    let (st, v) = raw_post(
+        &h,
+        &format!("/v1/sandboxes/{sb}/processes"),
+        r#"["/bin/true", []]"#,
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    let (st, v) = raw_post(&h, &format!("/v1/sandboxes/{sb}/exec"), r#"["/bin/true"]"#).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Pins issue 19 item 5: process creation accepted a 50 MB argv (20 such
+/// requests held 930 MB). JSON bodies are now refused beyond 4 MiB with 413
+/// before they are read whole, and argv / env beyond the `execve` limits
+/// with a 400 that names the field.
+#[tokio::test]
+async fn oversized_argv_env_and_bodies_are_refused() {
+    let h = Harness::start().await;
+    let sb = h.sandbox().await;
+    let path = format!("/v1/sandboxes/{sb}/processes");
+    let huge = json!({"cmd": "/bin/true", "args": ["x".repeat(50_000_000)]}).to_string();
+    let (st, v) = raw_post(&h, &path, huge).await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{v}");
+    assert_eq!(v["status"], "fail", "{v}");
+    let (st, v) = h
+        .post(
+            &path,
+            json!({"cmd": "/bin/true", "args": ["x".repeat(200_000)]}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    assert!(
+        v["data"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("args[0]"),
+        "{v}"
+    );
+    let many: Vec<String> = (0..20).map(|_| "y".repeat(100_000)).collect();
+    let (st, v) = h
+        .post(&path, json!({"cmd": "/bin/true", "args": many}))
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    let (st, v) = h
+        .post(
+            "/v1/sandboxes",
+            json!({"shape": "s-1vcpu-1gb", "env": {"BIG": "z".repeat(200_000)}}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    // Uploads keep their own, larger limit.
+    let resp = h
+        .http
+        .put(format!(
+            "{}/v1/sandboxes/{sb}/files?path=/tmp/five-mb",
+            h.base
+        ))
+        .header("X-Api-Key", KEY)
+        .body(vec![b'f'; 5_000_000])
+        .send()
+        .await
+        .expect("put");
+    assert_eq!(resp.status(), StatusCode::OK);
     assert!(h.server.shutdown().await.all_exited());
 }

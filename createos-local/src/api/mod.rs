@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod envelope;
 pub mod files;
+pub mod limits;
 pub mod processes;
 pub mod sandboxes;
 
@@ -52,7 +53,7 @@ pub type Shared = Arc<AppState>;
 #[derive(Debug, Clone)]
 pub struct InjectedFault(pub FaultAction);
 
-/// Largest request body accepted (file uploads): 256 MiB.
+/// Largest file upload: 256 MiB (every other body: [`limits::MAX_JSON_BODY`]).
 pub const MAX_BODY: usize = 256 * 1024 * 1024;
 
 /// Builds the router.
@@ -67,7 +68,9 @@ pub fn router(state: Shared) -> Router {
         .route("/sandboxes/{id}/resume", post(sandboxes::resume))
         .route(
             "/sandboxes/{id}/files",
-            put(files::put_file).get(files::get_file),
+            put(files::put_file)
+                .layer(DefaultBodyLimit::max(MAX_BODY))
+                .get(files::get_file),
         )
         .route("/sandboxes/{id}/exec", post(processes::exec))
         .route("/sandboxes/{id}/processes", post(processes::create))
@@ -105,7 +108,7 @@ pub fn router(state: Shared) -> Router {
         .nest("/v1", v1)
         .nest("/_admin", admin)
         .fallback(|| async { ApiError::not_found("route") })
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(DefaultBodyLimit::max(limits::MAX_JSON_BODY))
         .layer(middleware::from_fn(envelope_errors))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .layer(middleware::from_fn_with_state(state.clone(), faults))

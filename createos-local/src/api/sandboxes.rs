@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::envelope::{ok, success, ApiError};
-use super::{sandbox, Shared};
+use super::{limits, sandbox, Shared};
 use crate::store::{finish_later, Sandbox, SandboxSpec, Status, SHAPES};
 
 /// Body of `POST /sandboxes`.
@@ -31,8 +31,15 @@ fn valid_env_name(k: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
-/// Parses a JSON body, answering 400 on malformed input.
+/// Parses a JSON object body, answering 400 on malformed input and on any
+/// other JSON value (serde would otherwise accept an array for a struct).
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
@@ -43,6 +50,10 @@ pub async fn create(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let body: CreateBody = parse_json(&body)?;
+    limits::name("shape", body.shape.as_deref())?;
+    limits::name("rootfs", body.rootfs.as_deref())?;
+    limits::name("region", body.region.as_deref())?;
+    limits::env("env", &body.env)?;
     let shape = body
         .shape
         .ok_or_else(|| ApiError::bad_request("shape is required"))?;
