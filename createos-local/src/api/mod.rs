@@ -53,7 +53,8 @@ pub type Shared = Arc<AppState>;
 #[derive(Debug, Clone)]
 pub struct InjectedFault(pub FaultAction);
 
-/// Largest file upload: 256 MiB (every other body: [`limits::MAX_JSON_BODY`]).
+/// Largest file upload: 256 MiB, enforced by [`files::put_file`] while the
+/// body streams to disk (every other body: [`limits::MAX_JSON_BODY`]).
 pub const MAX_BODY: usize = 256 * 1024 * 1024;
 
 /// Builds the router.
@@ -68,9 +69,7 @@ pub fn router(state: Shared) -> Router {
         .route("/sandboxes/{id}/resume", post(sandboxes::resume))
         .route(
             "/sandboxes/{id}/files",
-            put(files::put_file)
-                .layer(DefaultBodyLimit::max(MAX_BODY))
-                .get(files::get_file),
+            put(files::put_file).get(files::get_file),
         )
         .route("/sandboxes/{id}/exec", post(processes::exec))
         .route("/sandboxes/{id}/processes", post(processes::create))
