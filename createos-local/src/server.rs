@@ -8,13 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{router, AppState};
+use crate::connections::ConnectionLimits;
 use crate::faults::Faults;
 use crate::isolation::{self, IsolationMode, IsolationPreference};
 use crate::store::Store;
+
+/// The soft descriptor limit the server asks for at start (bounded by the
+/// hard limit).
+const DESCRIPTOR_LIMIT: u64 = 16_384;
 
 /// Entry point: `Server::builder()`.
 #[derive(Debug)]
@@ -40,6 +45,7 @@ pub struct ServerBuilder {
     journal_capacity: usize,
     faults: Faults,
     quiet: bool,
+    connections: ConnectionLimits,
 }
 
 impl Default for ServerBuilder {
@@ -53,6 +59,7 @@ impl Default for ServerBuilder {
             journal_capacity: crate::journal::DEFAULT_CAPACITY,
             faults: Faults::default(),
             quiet: false,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -108,6 +115,20 @@ impl ServerBuilder {
     /// [`RunningServer::faults`]).
     pub fn faults(mut self, faults: Faults) -> Self {
         self.faults = faults;
+        self
+    }
+
+    /// Most connections served at once (default 512); a connection over
+    /// the cap is answered 503 `too_many_connections` and closed.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.connections.max_connections = n;
+        self
+    }
+
+    /// How long a client may take to send a request's headers, and how long
+    /// an idle keep-alive connection is kept (default 15 s).
+    pub fn header_read_timeout(mut self, d: Duration) -> Self {
+        self.connections.header_read_timeout = d;
         self
     }
 
@@ -173,6 +194,8 @@ impl ServerBuilder {
                 ),
             }
         }
+        // Room for the connection cap and the pipes of many processes.
+        crate::connections::raise_descriptor_limit(DESCRIPTOR_LIMIT);
         let listener = TcpListener::bind(self.addr).await?;
         let addr = listener.local_addr()?;
         let state = Arc::new(AppState {
@@ -185,15 +208,14 @@ impl ServerBuilder {
             transition_delay: self.transition_delay,
             journal_capacity: self.journal_capacity,
         });
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (stop_tx, stop_rx) = watch::channel(false);
         let app = router(state.clone());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop_rx.await;
-                })
-                .await;
-        });
+        let task = tokio::spawn(crate::connections::serve(
+            listener,
+            app,
+            self.connections,
+            stop_rx,
+        ));
         Ok(RunningServer {
             addr,
             state,
@@ -212,7 +234,7 @@ pub struct RunningServer {
     addr: SocketAddr,
     state: Arc<AppState>,
     mode: IsolationMode,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<watch::Sender<bool>>,
     task: Option<JoinHandle<()>>,
     owned_data_dir: bool,
     quiet: bool,
@@ -274,7 +296,7 @@ impl RunningServer {
     pub async fn shutdown(mut self) -> ShutdownReport {
         let report = terminate_all(&self.state).await;
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         if let Some(task) = self.task.take() {
             // Open `/connect` streams end with their exit frames; do not wait
@@ -329,7 +351,7 @@ impl Drop for RunningServer {
             let _ = std::fs::remove_dir_all(&self.state.data_dir);
         }
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
     }
 }

@@ -480,3 +480,121 @@ async fn concurrent_large_uploads_stream_to_disk() {
     assert_eq!(r["stdout"], "absent\n");
     assert!(h.server.shutdown().await.all_exited());
 }
+
+/// Reads from `conn` until end-of-file or `limit`; `None` when nothing
+/// ended the connection in time.
+async fn read_until_closed(conn: &mut tokio::net::TcpStream, limit: Duration) -> Option<Vec<u8>> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, conn.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(got),
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// Pins issue 19 item 6: there was no connection cap, so idle connections
+/// used up descriptors until normal requests timed out. Connections over
+/// the cap (512) are now answered 503 at once and closed, and the server
+/// serves normally again when they are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_cap_get_503() {
+    let _heavy = HEAVY.lock().await;
+    let h = Harness::start().await;
+    let addr = h.base.trim_start_matches("http://").to_string();
+    let mut idle = Vec::new();
+    for _ in 0..600 {
+        idle.push(
+            tokio::net::TcpStream::connect(&addr)
+                .await
+                .expect("connect"),
+        );
+    }
+    let reads = idle
+        .iter_mut()
+        .map(|c| read_until_closed(c, Duration::from_secs(5)));
+    let answers = futures_util::future::join_all(reads).await;
+    let refused = answers
+        .iter()
+        .flatten()
+        .filter(|a| a.starts_with(b"HTTP/1.1 503"))
+        .count();
+    assert!(
+        (88..=600).contains(&refused),
+        "{refused} of 600 idle connections were refused with 503"
+    );
+    let busy = answers
+        .iter()
+        .flatten()
+        .find(|a| a.starts_with(b"HTTP/1.1 503"))
+        .expect("a 503");
+    let text = String::from_utf8_lossy(busy);
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    let v: Value = serde_json::from_str(body).expect("JSend body");
+    assert_eq!(v["status"], "error");
+    assert_eq!(v["code"], "too_many_connections");
+    drop(idle);
+    let mut served = false;
+    for _ in 0..100 {
+        let (st, _) = h.get("/_admin/info").await;
+        if st == StatusCode::OK {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        served,
+        "the server answers again once idle connections closed"
+    );
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Pins issue 19 item 6: there was no header-read timeout, so a client that
+/// never finishes its request headers held a connection forever. The server
+/// now closes it (default after 15 s).
+#[tokio::test]
+async fn unfinished_request_headers_are_timed_out() {
+    let h = Harness::start().await;
+    let addr = h.base.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    conn.write_all(b"GET /_admin/info HTTP/1.1\r\nHost: x\r\nX-Api-Key: ")
+        .await
+        .expect("partial head");
+    let ended = read_until_closed(&mut conn, Duration::from_secs(90)).await;
+    assert!(ended.is_some(), "the connection was never closed");
+    // A connection that never sends anything is closed too.
+    let mut silent = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    assert!(read_until_closed(&mut silent, Duration::from_secs(90))
+        .await
+        .is_some());
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Pins issue 19 item 6: the descriptor limit stayed at the inherited soft
+/// limit (often 1024). Starting a server now raises it towards the hard
+/// limit, where that is allowed.
+#[tokio::test]
+async fn starting_raises_the_descriptor_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let _heavy = HEAVY.lock().await;
+    let mut lim = getrlimit(Resource::Nofile);
+    let hard = lim.maximum.unwrap_or(u64::MAX);
+    if hard <= 1024 {
+        eprintln!("hard descriptor limit {hard}: nothing to raise here");
+        return;
+    }
+    lim.current = Some(1024);
+    setrlimit(Resource::Nofile, lim).expect("lower the soft limit");
+    let h = Harness::start().await;
+    let now = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    assert!(now > 1024, "soft descriptor limit still {now}");
+    assert!(h.server.shutdown().await.all_exited());
+}
