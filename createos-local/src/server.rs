@@ -207,6 +207,8 @@ impl ServerBuilder {
             data_dir: data_dir.clone(),
             transition_delay: self.transition_delay,
             journal_capacity: self.journal_capacity,
+            blocking: Arc::new(tokio::sync::Semaphore::new(crate::api::BLOCKING_SLOTS)),
+            uploads: Arc::new(tokio::sync::Semaphore::new(crate::api::UPLOAD_SLOTS)),
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         let app = router(state.clone());

@@ -102,13 +102,16 @@ pub async fn put_file(
     }
     let root = sb.root.clone();
     let p = path.clone();
+    let slot = super::slot(&state.uploads, "uploads").await?;
     let (tx, rx) = tokio::sync::mpsc::channel(UPLOAD_QUEUE);
     let writer = tokio::task::spawn_blocking(move || {
         let mut reader = ChannelReader {
             rx,
             current: Bytes::new(),
         };
-        confine::write_file(&root, &p, &mut reader)
+        let written = confine::write_file(&root, &p, &mut reader);
+        drop(slot);
+        written
     });
     let mut stream = body.into_data_stream();
     let mut len = 0usize;
@@ -160,9 +163,8 @@ pub async fn get_file(
     let sb = sandbox(&state, &id)?;
     let path = required(q)?;
     let root = sb.root.clone();
-    let (file, size) = tokio::task::spawn_blocking(move || confine::open_file(&root, &path))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
+    let (file, size) = super::blocking(&state, move || confine::open_file(&root, &path))
+        .await?
         .map_err(path_error)?;
     // Exactly `size` bytes: a file that shrinks meanwhile ends the body
     // short of its Content-Length, which the client sees as an error.

@@ -43,6 +43,51 @@ pub struct AppState {
     pub transition_delay: Duration,
     /// Journal capacity per process.
     pub journal_capacity: usize,
+    /// Slots of the bounded pool for blocking file-system work.
+    pub blocking: Arc<tokio::sync::Semaphore>,
+    /// Slots for uploads in progress (each holds a writing thread).
+    pub uploads: Arc<tokio::sync::Semaphore>,
+}
+
+/// Blocking file-system work (other than uploads) running at once.
+pub const BLOCKING_SLOTS: usize = 16;
+
+/// Uploads written at once.
+pub const UPLOAD_SLOTS: usize = 8;
+
+/// How long a request waits for a free slot before it is answered 503.
+pub const SLOT_WAIT: Duration = Duration::from_secs(10);
+
+/// Takes a slot of `pool` within [`SLOT_WAIT`], or answers 503 (nothing
+/// was done).
+pub async fn slot(
+    pool: &Arc<tokio::sync::Semaphore>,
+    what: &str,
+) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    match tokio::time::timeout(SLOT_WAIT, pool.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            format!("the server is busy with other {what}; nothing was done, retry later"),
+        )),
+    }
+}
+
+/// Runs blocking file-system work on the bounded pool (see [`slot`]).
+pub async fn blocking<T: Send + 'static>(
+    state: &AppState,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let permit = slot(&state.blocking, "file-system work").await?;
+    let out = tokio::task::spawn_blocking(move || {
+        let out = f();
+        drop(permit);
+        out
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("file-system task failed: {e}")))?;
+    Ok(out)
 }
 
 /// Shared state handle.

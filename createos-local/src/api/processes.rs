@@ -69,9 +69,8 @@ async fn start(
     let cwd = body.cwd.unwrap_or_else(|| DEFAULT_CWD.to_string());
     let root = sb.root.clone();
     let c = cwd.clone();
-    let host_cwd = tokio::task::spawn_blocking(move || crate::confine::resolve_dir(&root, &c))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
+    let host_cwd = super::blocking(state, move || crate::confine::resolve_dir(&root, &c))
+        .await?
         .map_err(|e| ApiError::bad_request(format!("invalid cwd {cwd:?}: {e}")))?;
     let env =
         build_env(&state.mode, &sb.root, &sb.spec.env, &body.env).map_err(ApiError::bad_request)?;

@@ -73,7 +73,9 @@ pub async fn create(
     }
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
-    crate::isolation::prepare_root(&root)
+    let r = root.clone();
+    super::blocking(&state, move || crate::isolation::prepare_root(&r))
+        .await?
         .map_err(|e| ApiError::internal(format!("cannot create sandbox root: {e}")))?;
     let sb = Arc::new(Sandbox::new(
         id,
@@ -131,6 +133,8 @@ pub async fn delete(
     }
     state.store.remove(&id);
     let root = sb.root.clone();
+    // The sandbox is gone from the store already: the removal runs on the
+    // blocking pool without a slot (a busy pool must not undo a delete).
     let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&root))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
