@@ -1,7 +1,16 @@
 //! The HTTP/1.1 accept loop: a cap on concurrent connections (the ones over
-//! it get a JSend 503 and are closed), a timeout for reading request headers
-//! (so idle or trickling connections cannot pin the server), and a graceful
-//! stop that lets open requests and `/connect` streams finish.
+//! it get a JSend 503 and are closed), timeouts so that idle or trickling
+//! connections cannot pin the server, and a graceful stop that lets open
+//! requests and `/connect` streams finish.
+//!
+//! Two timeouts: a new connection must send its first bytes within
+//! [`ConnectionLimits::first_request_timeout`] (idle connection floods), and
+//! every request's headers must be complete within
+//! [`ConnectionLimits::header_read_timeout`], which also closes idle
+//! keep-alive connections. The latter is longer than the usual client pool
+//! idle timeout (90 s), so that a keep-alive client closes an idle
+//! connection first instead of racing the server's close with a new request
+//! (which it would see as a failed request).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +28,8 @@ use tokio::task::JoinSet;
 pub struct ConnectionLimits {
     /// Most connections served at once.
     pub max_connections: usize,
+    /// How long a new connection may stay silent before its first request.
+    pub first_request_timeout: Duration,
     /// How long a client may take to send a request's headers (also how
     /// long an idle keep-alive connection stays open).
     pub header_read_timeout: Duration,
@@ -27,13 +38,17 @@ pub struct ConnectionLimits {
 /// Default cap on concurrent connections.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
-/// Default header-read timeout.
-pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(15);
+/// Default time a new connection may stay silent.
+pub const DEFAULT_FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Default header-read (and keep-alive idle) timeout.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Default for ConnectionLimits {
     fn default() -> Self {
         Self {
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            first_request_timeout: DEFAULT_FIRST_REQUEST_TIMEOUT,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
         }
     }
@@ -76,7 +91,7 @@ pub async fn serve(
                 let app = app.clone();
                 let stop = stop.clone();
                 open.spawn(async move {
-                    serve_one(stream, app, limits.header_read_timeout, stop).await;
+                    serve_one(stream, app, limits, stop).await;
                     drop(slot);
                 });
             }
@@ -91,14 +106,22 @@ pub async fn serve(
 async fn serve_one(
     stream: TcpStream,
     app: Router,
-    header_read_timeout: Duration,
+    limits: ConnectionLimits,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut first_byte = [0u8; 1];
+    let first = tokio::select! {
+        first = tokio::time::timeout(limits.first_request_timeout, stream.peek(&mut first_byte)) => first,
+        _ = stopped(&mut stop) => return,
+    };
+    if !matches!(first, Ok(Ok(n)) if n > 0) {
+        return;
+    }
     let service = TowerToHyperService::new(app);
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     tokio::select! {

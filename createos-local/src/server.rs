@@ -125,8 +125,17 @@ impl ServerBuilder {
         self
     }
 
+    /// How long a new connection may stay silent before its first request
+    /// (default 15 s); then it is closed.
+    pub fn first_request_timeout(mut self, d: Duration) -> Self {
+        self.connections.first_request_timeout = d;
+        self
+    }
+
     /// How long a client may take to send a request's headers, and how long
-    /// an idle keep-alive connection is kept (default 15 s).
+    /// an idle keep-alive connection is kept (default 120 s, longer than the
+    /// usual 90 s client pool timeout so that clients close idle
+    /// connections first).
     pub fn header_read_timeout(mut self, d: Duration) -> Self {
         self.connections.header_read_timeout = d;
         self
