@@ -207,7 +207,9 @@ impl ServerBuilder {
         crate::connections::raise_descriptor_limit(DESCRIPTOR_LIMIT);
         let listener = TcpListener::bind(self.addr).await?;
         let addr = listener.local_addr()?;
+        let supervision = SupervisionRuntime::start()?;
         let state = Arc::new(AppState {
+            supervision: supervision.handle(),
             api_key: self.api_key,
             faults: self.faults.clone(),
             store: Store::default(),
@@ -230,6 +232,7 @@ impl ServerBuilder {
         Ok(RunningServer {
             addr,
             state,
+            _supervision: supervision,
             mode,
             stop: Some(stop_tx),
             task: Some(task),
@@ -244,11 +247,44 @@ impl ServerBuilder {
 pub struct RunningServer {
     addr: SocketAddr,
     state: Arc<AppState>,
+    /// Held for its `Drop`: the supervision runtime lives as long as the server.
+    _supervision: SupervisionRuntime,
     mode: IsolationMode,
     stop: Option<watch::Sender<bool>>,
     task: Option<JoinHandle<()>>,
     owned_data_dir: bool,
     quiet: bool,
+}
+
+/// The runtime behind [`AppState::supervision`]: two threads of its own,
+/// shut down (without blocking) when the server is dropped.
+#[derive(Debug)]
+struct SupervisionRuntime(Option<tokio::runtime::Runtime>);
+
+impl SupervisionRuntime {
+    fn start() -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("createos-local-supervision")
+            .enable_all()
+            .build()?;
+        Ok(Self(Some(rt)))
+    }
+
+    fn handle(&self) -> tokio::runtime::Handle {
+        match &self.0 {
+            Some(rt) => rt.handle().clone(),
+            None => tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+impl Drop for SupervisionRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// What shutdown found.

@@ -43,6 +43,10 @@ pub struct AppState {
     pub transition_delay: Duration,
     /// Journal capacity per process.
     pub journal_capacity: usize,
+    /// The runtime that starts, watches and terminates processes (its own
+    /// threads: spawning and `/proc` scans are synchronous work that must
+    /// not hold up the threads answering requests).
+    pub supervision: tokio::runtime::Handle,
     /// Slots of the bounded pool for blocking file-system work.
     pub blocking: Arc<tokio::sync::Semaphore>,
     /// Slots for uploads in progress (each holds a writing thread).

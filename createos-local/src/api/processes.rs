@@ -92,12 +92,17 @@ async fn start(
 /// silently dropped; use a managed process and `/connect` to stream more.
 pub const EXEC_OUTPUT_CAP: usize = 8 * 1024 * 1024;
 
-/// Runs `fut` as its own task so that it completes (and registers or cleans
-/// up what it started) even when the client goes away mid-request.
-async fn detached<T: Send + 'static>(
+/// Runs `fut` as its own task on the supervision runtime (see
+/// [`AppState::supervision`]) so that it completes (and registers or cleans
+/// up what it started) even when the client goes away mid-request, and so
+/// that starting, watching and terminating processes never holds up the
+/// threads that answer other requests.
+pub async fn detached<T: Send + 'static>(
+    supervision: &tokio::runtime::Handle,
     fut: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::spawn(fut)
+    supervision
+        .spawn(fut)
         .await
         .map_err(|e| ApiError::internal(format!("request task failed: {e}")))?
 }
@@ -112,7 +117,8 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
     let body: CreateBody = parse_json(&body)?;
-    let p = detached(async move {
+    let supervision = state.supervision.clone();
+    let p = detached(&supervision, async move {
         let p = start(&state, &sb, body, Retention::Total(state.journal_capacity)).await?;
         sb.add_process(p.clone());
         Ok(p)
@@ -139,7 +145,8 @@ pub async fn exec(
     let body: CreateBody = parse_json(&body)?;
     let timeout = Duration::from_millis(body.timeout_ms.unwrap_or(600_000));
     let started = Instant::now();
-    detached(async move {
+    let supervision = state.supervision.clone();
+    detached(&supervision, async move {
         let p = start(&state, &sb, body, Retention::PerStream(EXEC_OUTPUT_CAP)).await?;
         sb.add_process(p.clone());
         p.close_stdin();
@@ -215,10 +222,14 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     let (sb, p) = process(&state, &id, &pid)?;
     let grace = Duration::from_millis(q.grace_ms.unwrap_or(1000).min(60_000));
-    let t = p.terminate(grace).await;
-    if t.verified {
-        sb.remove_process(&p.id);
-    }
+    let (t, p) = detached(&state.supervision, async move {
+        let t = p.terminate(grace).await;
+        if t.verified {
+            sb.remove_process(&p.id);
+        }
+        Ok((t, p))
+    })
+    .await?;
     let mut data = p.to_json();
     data["tree_exited"] = json!(t.verified);
     if matches!(

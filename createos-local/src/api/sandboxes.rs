@@ -113,17 +113,22 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
     sb.force(Status::Destroying);
-    let mut survivors = Vec::new();
-    let terminations = sb.processes().into_iter().map(|p| async move {
-        let t = p.terminate(std::time::Duration::from_millis(500)).await;
-        (p, t)
-    });
-    for (p, t) in futures_util::future::join_all(terminations).await {
-        survivors.extend(t.survivors);
-        if t.verified {
-            sb.remove_process(&p.id);
+    let sbc = sb.clone();
+    let survivors = super::processes::detached(&state.supervision, async move {
+        let mut survivors = Vec::new();
+        let terminations = sbc.processes().into_iter().map(|p| async move {
+            let t = p.terminate(std::time::Duration::from_millis(500)).await;
+            (p, t)
+        });
+        for (p, t) in futures_util::future::join_all(terminations).await {
+            survivors.extend(t.survivors);
+            if t.verified {
+                sbc.remove_process(&p.id);
+            }
         }
-    }
+        Ok(survivors)
+    })
+    .await?;
     if !survivors.is_empty() {
         sb.force(Status::Error);
         return Err(ApiError::internal(format!(
