@@ -18,6 +18,11 @@ use serde_json::{json, Value};
 /// memory, so that they neither disturb nor undercount each other.
 static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Script prefix: `$R` is the sandbox root as the command sees it (`/` in
+/// bwrap mode; the host path in the process-group fallback, where absolute
+/// paths in commands are host paths).
+const IN_ROOT: &str = "R=${CREATEOS_LOCAL_ROOT:-}";
+
 /// `seq 1 20000; echo END`: 20 001 lines.
 const LINES_SCRIPT: &str = "seq 1 20000; echo END";
 
@@ -357,7 +362,9 @@ async fn file_get_refuses_special_files_and_streams_large_ones() {
     let r = h
         .exec(
             &sb,
-            "mkfifo /tmp/fifo && mkdir -p /tmp/dir && truncate -s 1G /tmp/sparse && echo ok",
+            &format!(
+                "{IN_ROOT}; mkfifo $R/tmp/fifo && mkdir -p $R/tmp/dir && truncate -s 1G $R/tmp/sparse && echo ok"
+            ),
         )
         .await;
     assert_eq!(r["stdout"], "ok\n", "{r}");
@@ -453,7 +460,9 @@ async fn concurrent_large_uploads_stream_to_disk() {
     let r = h
         .exec(
             &sb,
-            "for i in 0 1 2 3; do wc -c < /tmp/up$i; done; head -c 3 /tmp/up3",
+            &format!(
+                "{IN_ROOT}; for i in 0 1 2 3; do wc -c < $R/tmp/up$i; done; head -c 3 $R/tmp/up3"
+            ),
         )
         .await;
     assert_eq!(
@@ -476,7 +485,10 @@ async fn concurrent_large_uploads_stream_to_disk() {
         assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
     }
     let r = h
-        .exec(&sb, "test -e /tmp/too-big && echo exists || echo absent")
+        .exec(
+            &sb,
+            &format!("{IN_ROOT}; test -e $R/tmp/too-big && echo exists || echo absent"),
+        )
         .await;
     assert_eq!(r["stdout"], "absent\n");
     assert!(h.server.shutdown().await.all_exited());
