@@ -114,20 +114,27 @@ fn open_in_root(root: &OwnedFd, rel: &str, flags: OFlags) -> Result<OwnedFd, Pat
     .map_err(map_errno)
 }
 
-/// Reads a whole file inside the sandbox root.
-pub fn read_file(root: &Path, path: &str) -> Result<Vec<u8>, PathError> {
+/// Opens a regular file inside the sandbox root for reading; returns it
+/// with its size. The path is opened with `O_PATH` first (which never
+/// blocks and has no side effect on a FIFO, socket or device), its type is
+/// checked on that descriptor with `fstat`, and only a regular file is then
+/// reopened for reading through `/proc/self/fd` (the same inode, so nothing
+/// can be swapped in between). Anything else is [`PathError::NotAFile`].
+pub fn open_file(root: &Path, path: &str) -> Result<(File, u64), PathError> {
     let parts = check_file_path(path)?;
     let rootfd = open_root(root)?;
-    let fd = open_in_root(&rootfd, &parts.join("/"), OFlags::RDONLY)?;
-    let mut file = File::from(fd);
-    let meta = file.metadata().map_err(|e| PathError::Io(e.to_string()))?;
-    if !meta.is_file() {
+    let handle = open_in_root(&rootfd, &parts.join("/"), OFlags::PATH)?;
+    let stat = rustix::fs::fstat(&handle).map_err(map_errno)?;
+    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
         return Err(PathError::NotAFile);
     }
-    let mut buf = Vec::new();
-    file.read_to_end(&mut buf)
-        .map_err(|e| PathError::Io(e.to_string()))?;
-    Ok(buf)
+    let fd = rustix::fs::open(
+        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&handle)),
+        OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(map_errno)?;
+    Ok((File::from(fd), stat.st_size as u64))
 }
 
 /// Opens (creating as needed) the directory `parts` inside the root.
@@ -152,11 +159,12 @@ fn ensure_dir(rootfd: &OwnedFd, parts: &[&str]) -> Result<OwnedFd, PathError> {
     Ok(dir)
 }
 
-/// Writes a whole file inside the sandbox root, creating parent directories.
+/// Writes a file inside the sandbox root from `data` (read to its end),
+/// creating parent directories. An error from `data` leaves no file behind.
 /// The write goes to a temporary file in the same directory that is then
 /// renamed over the target, so readers never see a half-written file and a
 /// symlink at the target is replaced, not followed.
-pub fn write_file(root: &Path, path: &str, data: &[u8]) -> Result<(), PathError> {
+pub fn write_file(root: &Path, path: &str, data: &mut dyn Read) -> Result<(), PathError> {
     let parts = check_file_path(path)?;
     let (name, parents) = parts
         .split_last()
@@ -172,7 +180,7 @@ pub fn write_file(root: &Path, path: &str, data: &[u8]) -> Result<(), PathError>
     )
     .map_err(map_errno)?;
     let mut file = File::from(fd);
-    let written = file.write_all(data).and_then(|()| file.flush());
+    let written = std::io::copy(data, &mut file).and_then(|_| file.flush());
     drop(file);
     if let Err(e) = written {
         let _ = rustix::fs::unlinkat(&dir, tmp_name.as_str(), rustix::fs::AtFlags::empty());
@@ -234,10 +242,13 @@ mod tests {
         std::fs::create_dir_all(root.join("tmp")).expect("mkdir");
         std::os::unix::fs::symlink(outside.join("secret"), root.join("tmp/abs")).expect("ln");
         std::os::unix::fs::symlink("../../../../../../..", root.join("tmp/up")).expect("ln");
-        assert_eq!(read_file(&root, "/tmp/abs"), Err(PathError::NotFound));
-        write_file(&root, "/tmp/up/x/file", b"in").expect("write via up link");
+        assert_eq!(
+            open_file(&root, "/tmp/abs").map(|(_, len)| len),
+            Err(PathError::NotFound)
+        );
+        write_file(&root, "/tmp/up/x/file", &mut &b"in"[..]).expect("write via up link");
         assert_eq!(std::fs::read(root.join("x/file")).expect("read"), b"in");
-        write_file(&root, "/tmp/abs", b"replaced").expect("write over link");
+        write_file(&root, "/tmp/abs", &mut &b"replaced"[..]).expect("write over link");
         assert_eq!(
             std::fs::read(outside.join("secret")).expect("read"),
             b"host"

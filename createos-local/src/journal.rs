@@ -56,31 +56,69 @@ pub enum Replay {
     Expired,
 }
 
+/// What a journal keeps when it is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    /// At most this many payload bytes over both streams; the oldest frames
+    /// (of either stream) go first. Used for managed processes (`/connect`).
+    Total(usize),
+    /// At most this many payload bytes per stream; each stream keeps its own
+    /// newest bytes. Used for one-shot `exec`, whose result reports how much
+    /// of each stream was dropped.
+    PerStream(usize),
+}
+
 /// Bounded, sequence-numbered output journal of one process.
 #[derive(Debug)]
 pub struct Journal {
-    frames: VecDeque<Frame>,
-    bytes: usize,
-    capacity: usize,
+    /// Retained frames per stream (`[stdout, stderr]`), oldest first.
+    frames: [VecDeque<Frame>; 2],
+    bytes: [usize; 2],
+    dropped: [u64; 2],
+    retention: Retention,
     next_seq: u64,
+    /// The highest seq evicted so far (0: nothing was evicted). A cursor
+    /// below it has lost output.
+    evicted_through: u64,
     exit: Option<ExitStatus>,
 }
 
+fn index(stream: StreamKind) -> usize {
+    match stream {
+        StreamKind::Stdout => 0,
+        StreamKind::Stderr => 1,
+    }
+}
+
 impl Journal {
-    /// An empty journal keeping about `capacity` bytes of payload.
+    /// An empty journal keeping about `capacity` bytes of payload over both
+    /// streams.
     pub fn new(capacity: usize) -> Self {
+        Self::with_retention(Retention::Total(capacity))
+    }
+
+    /// An empty journal with the given retention.
+    pub fn with_retention(retention: Retention) -> Self {
+        let retention = match retention {
+            Retention::Total(c) => Retention::Total(c.max(1)),
+            Retention::PerStream(c) => Retention::PerStream(c.max(1)),
+        };
         Self {
-            frames: VecDeque::new(),
-            bytes: 0,
-            capacity: capacity.max(1),
+            frames: [VecDeque::new(), VecDeque::new()],
+            bytes: [0, 0],
+            dropped: [0, 0],
+            retention,
             next_seq: 1,
+            evicted_through: 0,
             exit: None,
         }
     }
 
-    /// Payload capacity in bytes.
+    /// Payload capacity in bytes (per stream for [`Retention::PerStream`]).
     pub fn capacity(&self) -> usize {
-        self.capacity
+        match self.retention {
+            Retention::Total(c) | Retention::PerStream(c) => c,
+        }
     }
 
     /// Appends a chunk and evicts the oldest frames beyond capacity.
@@ -93,14 +131,39 @@ impl Journal {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.bytes += data.len();
-        self.frames.push_back(Frame { seq, stream, data });
-        while self.bytes > self.capacity && self.frames.len() > 1 {
-            if let Some(old) = self.frames.pop_front() {
-                self.bytes -= old.data.len();
+        let i = index(stream);
+        self.bytes[i] += data.len();
+        self.frames[i].push_back(Frame { seq, stream, data });
+        match self.retention {
+            Retention::Total(cap) => {
+                while self.bytes[0] + self.bytes[1] > cap && self.frame_count() > 1 {
+                    let oldest = match (self.frames[0].front(), self.frames[1].front()) {
+                        (Some(a), Some(b)) => usize::from(b.seq < a.seq),
+                        (Some(_), None) => 0,
+                        _ => 1,
+                    };
+                    self.evict_front(oldest);
+                }
+            }
+            Retention::PerStream(cap) => {
+                while self.bytes[i] > cap && self.frames[i].len() > 1 {
+                    self.evict_front(i);
+                }
             }
         }
         Some(seq)
+    }
+
+    fn frame_count(&self) -> usize {
+        self.frames[0].len() + self.frames[1].len()
+    }
+
+    fn evict_front(&mut self, i: usize) {
+        if let Some(old) = self.frames[i].pop_front() {
+            self.bytes[i] -= old.data.len();
+            self.dropped[i] += old.data.len() as u64;
+            self.evicted_through = self.evicted_through.max(old.seq);
+        }
     }
 
     /// Records the leader's exit; the first call wins.
@@ -115,9 +178,13 @@ impl Journal {
         self.exit.as_ref()
     }
 
-    /// Sequence number of the oldest retained frame (0 when none was ever written).
+    /// Sequence number of the oldest retained frame (0 when none is retained).
     pub fn oldest_seq(&self) -> u64 {
-        self.frames.front().map_or(0, |f| f.seq)
+        self.frames
+            .iter()
+            .filter_map(|f| f.front().map(|f| f.seq))
+            .min()
+            .unwrap_or(0)
     }
 
     /// Sequence number of the newest frame written (0 when none).
@@ -127,23 +194,47 @@ impl Journal {
 
     /// Bytes of payload currently retained.
     pub fn retained_bytes(&self) -> usize {
-        self.bytes
+        self.bytes[0] + self.bytes[1]
+    }
+
+    /// Bytes of `stream` evicted so far.
+    pub fn dropped_bytes(&self, stream: StreamKind) -> u64 {
+        self.dropped[index(stream)]
+    }
+
+    /// The retained bytes of one stream, in order (the newest bytes when
+    /// some were dropped).
+    pub fn stream_tail(&self, stream: StreamKind) -> Vec<u8> {
+        let i = index(stream);
+        let mut out = Vec::with_capacity(self.bytes[i]);
+        for f in &self.frames[i] {
+            out.extend_from_slice(&f.data);
+        }
+        out
     }
 
     /// Frames with `seq > after`, or [`Replay::Expired`] when some of them
-    /// were evicted.
+    /// were evicted. (A cursor beyond [`Journal::newest_seq`] simply gets no
+    /// frames here; the API refuses such cursors before asking.)
     pub fn after(&self, after: u64) -> Replay {
-        match self.frames.front() {
-            Some(first) if after + 1 < first.seq => Replay::Expired,
-            Some(_) => Replay::Frames(
-                self.frames
-                    .iter()
-                    .filter(|f| f.seq > after)
-                    .cloned()
-                    .collect(),
-            ),
-            None => Replay::Frames(Vec::new()),
+        if after < self.evicted_through {
+            return Replay::Expired;
         }
+        let [out, err] = &self.frames;
+        let mut a = out.iter().filter(|f| f.seq > after).peekable();
+        let mut b = err.iter().filter(|f| f.seq > after).peekable();
+        let mut merged = Vec::new();
+        loop {
+            let next = match (a.peek(), b.peek()) {
+                (Some(x), Some(y)) if x.seq < y.seq => a.next(),
+                (Some(_), Some(_)) => b.next(),
+                (Some(_), None) => a.next(),
+                (None, Some(_)) => b.next(),
+                (None, None) => break,
+            };
+            merged.extend(next.cloned());
+        }
+        Replay::Frames(merged)
     }
 }
 
@@ -179,6 +270,28 @@ mod tests {
         assert!(j.retained_bytes() <= 10);
         assert!(matches!(j.after(2), Replay::Expired));
         assert!(matches!(j.after(3), Replay::Frames(ref f) if f.len() == 2));
+    }
+
+    #[test]
+    fn per_stream_retention_keeps_each_tail_and_counts_drops() {
+        let mut j = Journal::with_retention(Retention::PerStream(4));
+        j.push(StreamKind::Stdout, Bytes::from_static(b"ab"));
+        j.push(StreamKind::Stderr, Bytes::from_static(b"E"));
+        j.push(StreamKind::Stdout, Bytes::from_static(b"cd"));
+        j.push(StreamKind::Stdout, Bytes::from_static(b"ef"));
+        assert_eq!(j.stream_tail(StreamKind::Stdout), b"cdef");
+        assert_eq!(j.dropped_bytes(StreamKind::Stdout), 2);
+        assert_eq!(j.stream_tail(StreamKind::Stderr), b"E");
+        assert_eq!(j.dropped_bytes(StreamKind::Stderr), 0);
+        assert!(matches!(j.after(0), Replay::Expired));
+        assert!(matches!(j.after(1), Replay::Frames(ref f) if f.len() == 3));
+    }
+
+    #[test]
+    fn the_largest_cursor_does_not_overflow() {
+        let mut j = Journal::new(10);
+        j.push(StreamKind::Stdout, Bytes::from_static(b"x"));
+        assert!(matches!(j.after(u64::MAX), Replay::Frames(ref f) if f.is_empty()));
     }
 
     #[test]

@@ -26,6 +26,7 @@
 
 pub(crate) mod api;
 pub(crate) mod confine;
+pub(crate) mod connections;
 pub mod faults;
 pub mod isolation;
 pub mod journal;

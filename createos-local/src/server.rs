@@ -8,13 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{router, AppState};
+use crate::connections::ConnectionLimits;
 use crate::faults::Faults;
 use crate::isolation::{self, IsolationMode, IsolationPreference};
 use crate::store::Store;
+
+/// The soft descriptor limit the server asks for at start (bounded by the
+/// hard limit).
+const DESCRIPTOR_LIMIT: u64 = 16_384;
 
 /// Entry point: `Server::builder()`.
 #[derive(Debug)]
@@ -41,6 +46,7 @@ pub struct ServerBuilder {
     faults: Faults,
     quiet: bool,
     rate_limit: Option<(u32, Duration)>,
+    connections: ConnectionLimits,
 }
 
 impl Default for ServerBuilder {
@@ -55,6 +61,7 @@ impl Default for ServerBuilder {
             faults: Faults::default(),
             quiet: false,
             rate_limit: None,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -110,6 +117,29 @@ impl ServerBuilder {
     /// [`RunningServer::faults`]).
     pub fn faults(mut self, faults: Faults) -> Self {
         self.faults = faults;
+        self
+    }
+
+    /// Most connections served at once (default 512); a connection over
+    /// the cap is answered 503 `too_many_connections` and closed.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.connections.max_connections = n;
+        self
+    }
+
+    /// How long a new connection may stay silent before its first request
+    /// (default 15 s); then it is closed.
+    pub fn first_request_timeout(mut self, d: Duration) -> Self {
+        self.connections.first_request_timeout = d;
+        self
+    }
+
+    /// How long a client may take to send a request's headers, and how long
+    /// an idle keep-alive connection is kept (default 120 s, longer than the
+    /// usual 90 s client pool timeout so that clients close idle
+    /// connections first).
+    pub fn header_read_timeout(mut self, d: Duration) -> Self {
+        self.connections.header_read_timeout = d;
         self
     }
 
@@ -183,9 +213,13 @@ impl ServerBuilder {
                 ),
             }
         }
+        // Room for the connection cap and the pipes of many processes.
+        crate::connections::raise_descriptor_limit(DESCRIPTOR_LIMIT);
         let listener = TcpListener::bind(self.addr).await?;
         let addr = listener.local_addr()?;
+        let supervision = SupervisionRuntime::start()?;
         let state = Arc::new(AppState {
+            supervision: supervision.handle(),
             api_key: self.api_key,
             faults: self.faults.clone(),
             store: Store::default(),
@@ -197,19 +231,21 @@ impl ServerBuilder {
             rate_limit: self
                 .rate_limit
                 .map(|(requests, window)| crate::rate_limit::RateLimiter::new(requests, window)),
+            blocking: Arc::new(tokio::sync::Semaphore::new(crate::api::BLOCKING_SLOTS)),
+            uploads: Arc::new(tokio::sync::Semaphore::new(crate::api::UPLOAD_SLOTS)),
         });
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (stop_tx, stop_rx) = watch::channel(false);
         let app = router(state.clone());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop_rx.await;
-                })
-                .await;
-        });
+        let task = tokio::spawn(crate::connections::serve(
+            listener,
+            app,
+            self.connections,
+            stop_rx,
+        ));
         Ok(RunningServer {
             addr,
             state,
+            _supervision: supervision,
             mode,
             stop: Some(stop_tx),
             task: Some(task),
@@ -224,11 +260,44 @@ impl ServerBuilder {
 pub struct RunningServer {
     addr: SocketAddr,
     state: Arc<AppState>,
+    /// Held for its `Drop`: the supervision runtime lives as long as the server.
+    _supervision: SupervisionRuntime,
     mode: IsolationMode,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<watch::Sender<bool>>,
     task: Option<JoinHandle<()>>,
     owned_data_dir: bool,
     quiet: bool,
+}
+
+/// The runtime behind [`AppState::supervision`]: two threads of its own,
+/// shut down (without blocking) when the server is dropped.
+#[derive(Debug)]
+struct SupervisionRuntime(Option<tokio::runtime::Runtime>);
+
+impl SupervisionRuntime {
+    fn start() -> std::io::Result<Self> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("createos-local-supervision")
+            .enable_all()
+            .build()?;
+        Ok(Self(Some(rt)))
+    }
+
+    fn handle(&self) -> tokio::runtime::Handle {
+        match &self.0 {
+            Some(rt) => rt.handle().clone(),
+            None => tokio::runtime::Handle::current(),
+        }
+    }
+}
+
+impl Drop for SupervisionRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// What shutdown found.
@@ -292,7 +361,7 @@ impl RunningServer {
     pub async fn shutdown(mut self) -> ShutdownReport {
         let report = terminate_all(&self.state).await;
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         if let Some(task) = self.task.take() {
             // Open `/connect` streams end with their exit frames; do not wait
@@ -347,7 +416,7 @@ impl Drop for RunningServer {
             let _ = std::fs::remove_dir_all(&self.state.data_dir);
         }
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
     }
 }

@@ -6,10 +6,11 @@
 //!    the host pid of the namespace's init and the namespace inode before the
 //!    create request is answered;
 //! 2. two reader tasks append stdout / stderr chunks to the [`Journal`];
-//! 3. when the leader exits, output already written is drained (until both
-//!    pipes end, or no new bytes for 100 ms, at most 1 s — orphans may keep
-//!    the pipes open), then the exit is recorded; the exit frame follows the
-//!    last data frame, and output written by orphans later is dropped;
+//! 3. when the leader has been reaped, each reader takes what is left in its
+//!    pipe without waiting (all the leader wrote is there by then, see
+//!    [`spawn_reader`]); only then is the exit recorded, so the exit frame
+//!    follows the last byte of the command's output. Output orphans write
+//!    later is read and dropped;
 //! 4. a watcher polls the tree (every 100 ms) until it is gone and then sets
 //!    `tree_exited`.
 //!
@@ -20,6 +21,7 @@
 //! mode the leader is the server's direct child and the status is exact.
 
 use std::collections::{BTreeMap, HashSet};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -28,11 +30,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rustix::process::Signal;
 use serde_json::{json, Value};
-use tokio::io::AsyncReadExt;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::isolation::{self, IsolationMode, SpawnSpec, Tree};
-use crate::journal::{ExitStatus, Journal, StreamKind};
+use crate::journal::{ExitStatus, Journal, Retention, StreamKind};
 
 /// Process states from the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +93,6 @@ pub struct Process {
     stdin_closed: AtomicBool,
     changed: watch::Sender<u64>,
     version: AtomicU64,
-    bytes_read: AtomicU64,
     terminate_lock: tokio::sync::Mutex<()>,
 }
 
@@ -115,8 +115,8 @@ pub struct StartRequest {
     pub env: Vec<(String, String)>,
     /// Sandbox root.
     pub root: PathBuf,
-    /// Journal capacity in bytes.
-    pub journal_capacity: usize,
+    /// What the output journal keeps.
+    pub journal: Retention,
 }
 
 /// The outcome of a terminate call.
@@ -152,14 +152,13 @@ impl Process {
                 finished_at: None,
                 exit: None,
                 delivered: HashSet::new(),
-                journal: Journal::new(req.journal_capacity),
+                journal: Journal::with_retention(req.journal),
             }),
             tree: Mutex::new(Tree::Empty),
             stdin: Mutex::new(None),
             stdin_closed: AtomicBool::new(false),
             changed,
             version: AtomicU64::new(0),
-            bytes_read: AtomicU64::new(0),
             terminate_lock: tokio::sync::Mutex::new(()),
         });
         let spec = SpawnSpec {
@@ -199,15 +198,20 @@ impl Process {
             inner.pid = leader_pid;
             inner.state = ProcState::Running;
         }
-        let readers: Vec<_> = [
+        // Both readers learn when the leader has been reaped; each answers
+        // once it holds every byte written before that moment.
+        let (reaped_tx, reaped_rx) = watch::channel(false);
+        let drained: Vec<_> = [
             child
                 .stdout
                 .take()
-                .map(|s| spawn_reader(proc.clone(), StreamKind::Stdout, s)),
+                .and_then(|s| s.into_owned_fd().ok())
+                .map(|fd| spawn_reader(proc.clone(), StreamKind::Stdout, fd, reaped_rx.clone())),
             child
                 .stderr
                 .take()
-                .map(|s| spawn_reader(proc.clone(), StreamKind::Stderr, s)),
+                .and_then(|s| s.into_owned_fd().ok())
+                .map(|fd| spawn_reader(proc.clone(), StreamKind::Stderr, fd, reaped_rx.clone())),
         ]
         .into_iter()
         .flatten()
@@ -215,7 +219,10 @@ impl Process {
         let p = proc.clone();
         tokio::spawn(async move {
             let status = child.wait().await;
-            p.drain(&readers).await;
+            let _ = reaped_tx.send(true);
+            for d in drained {
+                let _ = d.await;
+            }
             let exit = match status {
                 Ok(st) => p.map_status(st),
                 Err(_) => ExitStatus::Code(-1),
@@ -232,26 +239,8 @@ impl Process {
     }
 
     fn push(&self, stream: StreamKind, data: Bytes) {
-        self.bytes_read
-            .fetch_add(data.len() as u64, Ordering::SeqCst);
         lock(&self.inner).journal.push(stream, data);
         self.bump();
-    }
-
-    async fn drain(&self, readers: &[tokio::task::JoinHandle<()>]) {
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let mut last = self.bytes_read.load(Ordering::SeqCst);
-        loop {
-            if readers.iter().all(|r| r.is_finished()) || Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let now = self.bytes_read.load(Ordering::SeqCst);
-            if now == last {
-                return;
-            }
-            last = now;
-        }
     }
 
     fn map_status(&self, st: std::process::ExitStatus) -> ExitStatus {
@@ -446,32 +435,99 @@ impl Process {
         v
     }
 
-    /// All retained output of one stream (for one-shot exec).
-    pub fn collect(&self, stream: StreamKind) -> Vec<u8> {
+    /// The retained tail of one stream and how many bytes before it were
+    /// dropped (for one-shot exec).
+    pub fn collect(&self, stream: StreamKind) -> (Vec<u8>, u64) {
         let inner = lock(&self.inner);
-        let mut out = Vec::new();
-        if let crate::journal::Replay::Frames(frames) = inner.journal.after(0) {
-            for f in frames.iter().filter(|f| f.stream == stream) {
-                out.extend_from_slice(&f.data);
-            }
-        }
-        out
+        (
+            inner.journal.stream_tail(stream),
+            inner.journal.dropped_bytes(stream),
+        )
     }
 }
 
-fn spawn_reader<R>(proc: Arc<Process>, stream: StreamKind, mut r: R) -> tokio::task::JoinHandle<()>
-where
-    R: tokio::io::AsyncRead + Unpin + Send + 'static,
-{
+/// Reads one output pipe into the journal.
+///
+/// Until the leader is reaped, chunks are read as they come. Once it is
+/// reaped, every byte the leader (and whatever it waited for) wrote is
+/// already in the pipe: a write to a pipe has completed before the writer
+/// can exit, and at most one pipe buffer of it can be unread. The reader
+/// then reads, without waiting, until the pipe is empty, at end-of-file, or
+/// one pipe buffer has been read, and only then reports `drained`: the exit
+/// is recorded after that, so no output of the command is lost and an
+/// orphan that keeps the pipe open cannot delay the exit. Output read later
+/// (written by orphans after the exit) is discarded, but still read to the
+/// end so that those writers do not die of `SIGPIPE`.
+fn spawn_reader(
+    proc: Arc<Process>,
+    stream: StreamKind,
+    fd: OwnedFd,
+    mut reaped: watch::Receiver<bool>,
+) -> oneshot::Receiver<()> {
+    let (drained_tx, drained_rx) = oneshot::channel();
     tokio::spawn(async move {
+        let Ok(pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+            let _ = drained_tx.send(());
+            return;
+        };
         let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match r.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => proc.push(stream, Bytes::copy_from_slice(&buf[..n])),
+        let at_eof = loop {
+            tokio::select! {
+                biased;
+                _ = reaped.wait_for(|r| *r) => break false,
+                ready = pipe.readable() => {
+                    if ready.is_err() {
+                        break true;
+                    }
+                    match pipe.try_read(&mut buf) {
+                        Ok(0) => break true,
+                        Ok(n) => proc.push(stream, Bytes::copy_from_slice(&buf[..n])),
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break true,
+                    }
+                }
+            }
+        };
+        let at_eof = at_eof || drain_written(&proc, stream, &pipe, &mut buf);
+        let _ = drained_tx.send(());
+        if !at_eof {
+            while pipe.readable().await.is_ok() {
+                match pipe.try_read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
             }
         }
-    })
+    });
+    drained_rx
+}
+
+/// Reads what is in the pipe right now (see [`spawn_reader`]): plain
+/// non-blocking `read(2)` calls, not tokio's readiness cache, which may not
+/// have seen the last write yet. Returns `true` at end-of-file.
+fn drain_written(
+    proc: &Process,
+    stream: StreamKind,
+    pipe: &tokio::net::unix::pipe::Receiver,
+    buf: &mut [u8],
+) -> bool {
+    let mut budget = rustix::pipe::fcntl_getpipe_size(pipe).unwrap_or(1024 * 1024);
+    while budget > 0 {
+        match rustix::io::read(pipe, &mut *buf) {
+            Ok(0) => return true,
+            Ok(n) => {
+                proc.push(stream, Bytes::copy_from_slice(&buf[..n]));
+                budget = budget.saturating_sub(n);
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// Reads bwrap's `--json-status-fd` first line: `{"child-pid": N, ...,

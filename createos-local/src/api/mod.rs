@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod envelope;
 pub mod files;
+pub mod limits;
 pub mod processes;
 pub mod sandboxes;
 
@@ -44,6 +45,55 @@ pub struct AppState {
     pub journal_capacity: usize,
     /// The request rate limit, when one is set.
     pub rate_limit: Option<crate::rate_limit::RateLimiter>,
+    /// The runtime that starts, watches and terminates processes (its own
+    /// threads: spawning and `/proc` scans are synchronous work that must
+    /// not hold up the threads answering requests).
+    pub supervision: tokio::runtime::Handle,
+    /// Slots of the bounded pool for blocking file-system work.
+    pub blocking: Arc<tokio::sync::Semaphore>,
+    /// Slots for uploads in progress (each holds a writing thread).
+    pub uploads: Arc<tokio::sync::Semaphore>,
+}
+
+/// Blocking file-system work (other than uploads) running at once.
+pub const BLOCKING_SLOTS: usize = 16;
+
+/// Uploads written at once.
+pub const UPLOAD_SLOTS: usize = 8;
+
+/// How long a request waits for a free slot before it is answered 503.
+pub const SLOT_WAIT: Duration = Duration::from_secs(10);
+
+/// Takes a slot of `pool` within [`SLOT_WAIT`], or answers 503 (nothing
+/// was done).
+pub async fn slot(
+    pool: &Arc<tokio::sync::Semaphore>,
+    what: &str,
+) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    match tokio::time::timeout(SLOT_WAIT, pool.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            format!("the server is busy with other {what}; nothing was done, retry later"),
+        )),
+    }
+}
+
+/// Runs blocking file-system work on the bounded pool (see [`slot`]).
+pub async fn blocking<T: Send + 'static>(
+    state: &AppState,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let permit = slot(&state.blocking, "file-system work").await?;
+    let out = tokio::task::spawn_blocking(move || {
+        let out = f();
+        drop(permit);
+        out
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("file-system task failed: {e}")))?;
+    Ok(out)
 }
 
 /// Shared state handle.
@@ -54,7 +104,8 @@ pub type Shared = Arc<AppState>;
 #[derive(Debug, Clone)]
 pub struct InjectedFault(pub FaultAction);
 
-/// Largest request body accepted (file uploads): 256 MiB.
+/// Largest file upload: 256 MiB, enforced by [`files::put_file`] while the
+/// body streams to disk (every other body: [`limits::MAX_JSON_BODY`]).
 pub const MAX_BODY: usize = 256 * 1024 * 1024;
 
 /// Builds the router.
@@ -107,7 +158,7 @@ pub fn router(state: Shared) -> Router {
         .nest("/v1", v1)
         .nest("/_admin", admin)
         .fallback(|| async { ApiError::not_found("route") })
-        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(DefaultBodyLimit::max(limits::MAX_JSON_BODY))
         .layer(middleware::from_fn(envelope_errors))
         .layer(middleware::from_fn_with_state(state.clone(), rate_limit))
         .layer(middleware::from_fn_with_state(state.clone(), auth))

@@ -15,10 +15,10 @@ use serde_json::{json, Value};
 
 use super::envelope::{ok, success, ApiError};
 use super::sandboxes::{parse_json, require_running};
-use super::{process, sandbox, AppState, InjectedFault, Shared};
+use super::{limits, process, sandbox, AppState, InjectedFault, Shared};
 use crate::faults::FaultAction;
-use crate::journal::{ExitStatus, Frame, Replay, StreamKind};
-use crate::store::Sandbox;
+use crate::journal::{ExitStatus, Frame, Replay, Retention, StreamKind};
+use crate::store::{Sandbox, Status};
 use crate::supervisor::{build_env, Process, StartRequest};
 
 /// Default cwd when the request has none. The spec is silent; `/` is what a
@@ -43,7 +43,7 @@ async fn start(
     state: &AppState,
     sb: &Sandbox,
     body: CreateBody,
-    capacity: usize,
+    journal: Retention,
 ) -> Result<Arc<Process>, ApiError> {
     require_running(sb)?;
     let cmd = body
@@ -58,12 +58,19 @@ async fn start(
             "cmd, args and env values must not contain NUL",
         ));
     }
+    limits::name("cwd", body.cwd.as_deref())?;
+    let total = limits::command(&cmd, &body.args)? + limits::env("env", &body.env)?;
+    if total > limits::MAX_EXEC_TOTAL {
+        return Err(ApiError::bad_request(format!(
+            "cmd, args and env take {total} bytes; at most {} are accepted",
+            limits::MAX_EXEC_TOTAL
+        )));
+    }
     let cwd = body.cwd.unwrap_or_else(|| DEFAULT_CWD.to_string());
     let root = sb.root.clone();
     let c = cwd.clone();
-    let host_cwd = tokio::task::spawn_blocking(move || crate::confine::resolve_dir(&root, &c))
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?
+    let host_cwd = super::blocking(state, move || crate::confine::resolve_dir(&root, &c))
+        .await?
         .map_err(|e| ApiError::bad_request(format!("invalid cwd {cwd:?}: {e}")))?;
     let env =
         build_env(&state.mode, &sb.root, &sb.spec.env, &body.env).map_err(ApiError::bad_request)?;
@@ -75,17 +82,27 @@ async fn start(
         host_cwd,
         env,
         root: sb.root.clone(),
-        journal_capacity: capacity,
+        journal,
     };
     Ok(Process::start(id, state.bwrap.clone(), &state.mode, req).await)
 }
 
-/// Runs `fut` as its own task so that it completes (and registers or cleans
-/// up what it started) even when the client goes away mid-request.
-async fn detached<T: Send + 'static>(
+/// The most output one-shot `exec` keeps per stream: 8 MiB (its newest
+/// bytes). Longer output is flagged as truncated in the result, never
+/// silently dropped; use a managed process and `/connect` to stream more.
+pub const EXEC_OUTPUT_CAP: usize = 8 * 1024 * 1024;
+
+/// Runs `fut` as its own task on the supervision runtime (see
+/// [`AppState::supervision`]) so that it completes (and registers or cleans
+/// up what it started) even when the client goes away mid-request, and so
+/// that starting, watching and terminating processes never holds up the
+/// threads that answer other requests.
+pub async fn detached<T: Send + 'static>(
+    supervision: &tokio::runtime::Handle,
     fut: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::spawn(fut)
+    supervision
+        .spawn(fut)
         .await
         .map_err(|e| ApiError::internal(format!("request task failed: {e}")))?
 }
@@ -100,8 +117,9 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
     let body: CreateBody = parse_json(&body)?;
-    let p = detached(async move {
-        let p = start(&state, &sb, body, state.journal_capacity).await?;
+    let supervision = state.supervision.clone();
+    let p = detached(&supervision, async move {
+        let p = start(&state, &sb, body, Retention::Total(state.journal_capacity)).await?;
         sb.add_process(p.clone());
         Ok(p)
     })
@@ -111,9 +129,11 @@ pub async fn create(
 
 /// `POST .../exec`: runs to completion and answers the buffered output.
 /// Processes the command left behind are terminated afterwards (a one-shot
-/// command owns nothing that outlives it here). Output is capped at 64 MiB
-/// per call (the oldest output is dropped beyond that); `timeout_ms` (an
-/// extension, default 10 minutes) bounds the run. While it runs, the exec is
+/// command owns nothing that outlives it here). Each stream keeps at most
+/// [`EXEC_OUTPUT_CAP`] bytes, its newest; beyond that the result says
+/// `stdout_truncated` / `stderr_truncated: true` with the number of bytes
+/// dropped from the start (`stdout_dropped_bytes`, `stderr_dropped_bytes`).
+/// `timeout_ms` (an extension, default 10 minutes) bounds the run. While it runs, the exec is
 /// registered like a managed process, so shutdown and sandbox delete
 /// terminate it even if the client has gone away.
 pub async fn exec(
@@ -125,8 +145,9 @@ pub async fn exec(
     let body: CreateBody = parse_json(&body)?;
     let timeout = Duration::from_millis(body.timeout_ms.unwrap_or(600_000));
     let started = Instant::now();
-    detached(async move {
-        let p = start(&state, &sb, body, 64 * 1024 * 1024).await?;
+    let supervision = state.supervision.clone();
+    detached(&supervision, async move {
+        let p = start(&state, &sb, body, Retention::PerStream(EXEC_OUTPUT_CAP)).await?;
         sb.add_process(p.clone());
         p.close_stdin();
         let finished = p.wait(false, timeout).await;
@@ -152,10 +173,18 @@ pub async fn exec(
             Some(ExitStatus::Signal(s)) => 128 + signal_number(&s),
             None => -1,
         };
-        let stdout = String::from_utf8_lossy(&p.collect(StreamKind::Stdout)).into_owned();
-        let stderr = String::from_utf8_lossy(&p.collect(StreamKind::Stderr)).into_owned();
+        let (stdout, stdout_dropped) = p.collect(StreamKind::Stdout);
+        let (stderr, stderr_dropped) = p.collect(StreamKind::Stderr);
         Ok(ok(json!({
-            "result": { "exit_code": exit_code, "stdout": stdout, "stderr": stderr },
+            "result": {
+                "exit_code": exit_code,
+                "stdout": String::from_utf8_lossy(&stdout),
+                "stderr": String::from_utf8_lossy(&stderr),
+                "stdout_truncated": stdout_dropped > 0,
+                "stderr_truncated": stderr_dropped > 0,
+                "stdout_dropped_bytes": stdout_dropped,
+                "stderr_dropped_bytes": stderr_dropped,
+            },
             "exec_ms": started.elapsed().as_millis() as u64,
         })))
     })
@@ -193,10 +222,14 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     let (sb, p) = process(&state, &id, &pid)?;
     let grace = Duration::from_millis(q.grace_ms.unwrap_or(1000).min(60_000));
-    let t = p.terminate(grace).await;
-    if t.verified {
-        sb.remove_process(&p.id);
-    }
+    let (t, p) = detached(&state.supervision, async move {
+        let t = p.terminate(grace).await;
+        if t.verified {
+            sb.remove_process(&p.id);
+        }
+        Ok((t, p))
+    })
+    .await?;
     let mut data = p.to_json();
     data["tree_exited"] = json!(t.verified);
     if matches!(
@@ -231,14 +264,27 @@ pub struct SignalBody {
 }
 
 /// `POST .../signal {signal}`: delivered to every process of the tree.
+/// 409 while the sandbox is pausing, paused or resuming.
 pub async fn signal(
     State(state): State<Shared>,
     Path((id, pid)): Path<(String, String)>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let (_, p) = process(&state, &id, &pid)?;
+    let (sb, p) = process(&state, &id, &pid)?;
     let body: SignalBody = parse_json(&body)?;
+    limits::name("signal", body.signal.as_deref())?;
     let name = body.signal.unwrap_or_else(|| "SIGTERM".to_string());
+    // A signal (SIGCONT above all) must not undo a pause behind the
+    // sandbox's back. (Pause freezes the tree only after its transition
+    // delay, after any signal that passed this check.)
+    let status = sb.status();
+    if matches!(status, Status::Pausing | Status::Paused | Status::Resuming) {
+        return Err(ApiError::conflict(format!(
+            "sandbox is {}; signals are refused until it is resumed",
+            json!(status)
+        ))
+        .with_extra(json!({ "current_status": status })));
+    }
     let sig = crate::isolation::signal_from_name(&name)
         .ok_or_else(|| ApiError::bad_request(format!("unknown signal {name:?}")))?;
     let hit = p.signal(sig);
@@ -407,7 +453,8 @@ impl Follow {
 }
 
 /// `GET .../connect?after=N`: NDJSON frames with `seq > N`, then live output
-/// until the exit frame. 410 when frames after `N` were evicted.
+/// until the exit frame. 410 when frames after `N` were evicted; 400 (with
+/// `newest_seq`) when `N` is beyond the newest frame written so far.
 pub async fn connect(
     State(state): State<Shared>,
     Path((id, pid)): Path<(String, String)>,
@@ -417,6 +464,13 @@ pub async fn connect(
     let (_, p) = process(&state, &id, &pid)?;
     let after = q.after.unwrap_or(0);
     let rx = p.subscribe();
+    let newest = p.with_journal(|j| j.newest_seq());
+    if after > newest {
+        return Err(ApiError::bad_request(format!(
+            "after={after} is beyond the newest output frame ({newest})"
+        ))
+        .with_extra(json!({ "newest_seq": newest })));
+    }
     if matches!(p.with_journal(|j| j.after(after)), Replay::Expired) {
         let oldest = p.with_journal(|j| j.oldest_seq());
         return Err(ApiError::new(

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::envelope::{ok, success, ApiError};
-use super::{sandbox, Shared};
+use super::{limits, sandbox, Shared};
 use crate::store::{finish_later, Sandbox, SandboxSpec, Status, SHAPES};
 
 /// Body of `POST /sandboxes`.
@@ -31,8 +31,15 @@ fn valid_env_name(k: &str) -> bool {
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
 }
 
-/// Parses a JSON body, answering 400 on malformed input.
+/// Parses a JSON object body, answering 400 on malformed input and on any
+/// other JSON value (serde would otherwise accept an array for a struct).
 pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first != Some(&b'{') {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
     serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
@@ -43,6 +50,10 @@ pub async fn create(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let body: CreateBody = parse_json(&body)?;
+    limits::name("shape", body.shape.as_deref())?;
+    limits::name("rootfs", body.rootfs.as_deref())?;
+    limits::name("region", body.region.as_deref())?;
+    limits::env("env", &body.env)?;
     let shape = body
         .shape
         .ok_or_else(|| ApiError::bad_request("shape is required"))?;
@@ -62,7 +73,9 @@ pub async fn create(
     }
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
-    crate::isolation::prepare_root(&root)
+    let r = root.clone();
+    super::blocking(&state, move || crate::isolation::prepare_root(&r))
+        .await?
         .map_err(|e| ApiError::internal(format!("cannot create sandbox root: {e}")))?;
     let sb = Arc::new(Sandbox::new(
         id,
@@ -100,17 +113,22 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
     sb.force(Status::Destroying);
-    let mut survivors = Vec::new();
-    let terminations = sb.processes().into_iter().map(|p| async move {
-        let t = p.terminate(std::time::Duration::from_millis(500)).await;
-        (p, t)
-    });
-    for (p, t) in futures_util::future::join_all(terminations).await {
-        survivors.extend(t.survivors);
-        if t.verified {
-            sb.remove_process(&p.id);
+    let sbc = sb.clone();
+    let survivors = super::processes::detached(&state.supervision, async move {
+        let mut survivors = Vec::new();
+        let terminations = sbc.processes().into_iter().map(|p| async move {
+            let t = p.terminate(std::time::Duration::from_millis(500)).await;
+            (p, t)
+        });
+        for (p, t) in futures_util::future::join_all(terminations).await {
+            survivors.extend(t.survivors);
+            if t.verified {
+                sbc.remove_process(&p.id);
+            }
         }
-    }
+        Ok(survivors)
+    })
+    .await?;
     if !survivors.is_empty() {
         sb.force(Status::Error);
         return Err(ApiError::internal(format!(
@@ -120,6 +138,8 @@ pub async fn delete(
     }
     state.store.remove(&id);
     let root = sb.root.clone();
+    // The sandbox is gone from the store already: the removal runs on the
+    // blocking pool without a slot (a busy pool must not undo a delete).
     let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&root))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?;
