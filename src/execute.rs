@@ -492,6 +492,7 @@ mod tests {
     use super::*;
     use crate::platform::fake::{ok, Answer, FakePlatform};
     use crate::platform::Instant;
+    use wasm_bindgen_test::wasm_bindgen_test;
 
     const PROCESS: &str = "/v1/sandboxes/sb/processes/p1";
 
@@ -535,7 +536,7 @@ mod tests {
         ok(json!({"tree_exited": true}))
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_exit_frame_gives_the_result_without_a_delete() {
         let mut platform = sandbox(
             || {
@@ -565,7 +566,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_timeout_deletes_with_a_fresh_deadline_and_keeps_partial_output() {
         let mut platform = sandbox(|| vec![Ok(frame(1, "part"))], deleted);
         let result = execute(&mut platform, &config(), "sb", &request(Some(5_000))).unwrap();
@@ -583,7 +584,7 @@ mod tests {
         assert!(!wait.cancellable, "cleanup cannot be cancelled");
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn an_unconfirmed_delete_replaces_the_timeout_result() {
         let mut platform = sandbox(
             || vec![Ok(frame(1, "part"))],
@@ -598,7 +599,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn cancellation_deletes_then_reports_cancelled() {
         let mut platform = sandbox(|| vec![Ok(frame(1, "x"))], deleted);
         platform.cancel_at = Some(platform.now() + 100 * MS);
@@ -610,7 +611,7 @@ mod tests {
         assert_eq!(platform.requests.last().unwrap().0.method, Method::Delete);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_transport_error_on_creation_is_unconfirmed() {
         let mut platform =
             FakePlatform::new(|_| Answer::Fail(TransportError::Connection("reset".into())));
@@ -624,7 +625,7 @@ mod tests {
         assert_eq!(platform.requests.len(), 1);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn reconnects_resume_from_the_cursor() {
         let attempts = std::cell::Cell::new(0);
         let mut platform = sandbox(
