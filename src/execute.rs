@@ -5,7 +5,14 @@
 //! frame) ends with `DELETE .../processes/{pid}?grace_ms=1000` under a fresh
 //! deadline. Only `tree_exited: true` or a 404 confirms termination; anything
 //! else replaces the outcome with `cleanup-failed`, carrying the output
-//! captured so far.
+//! captured so far. When termination is confirmed, the error of the path
+//! (`cancelled`, a rejection, a transport failure, an invalid stream)
+//! carries that output too.
+//!
+//! A process creation that never reached the server (the host denied it,
+//! or the server could not be reached) is `transport-failed`: no process
+//! can exist. Only a creation that may have reached the server without a
+//! valid answer is "creation unconfirmed".
 
 use crate::api::{self, ApiError};
 use crate::config::Config;
