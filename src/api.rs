@@ -227,6 +227,7 @@ pub fn file_path(sandbox_id: &str, path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wasm_bindgen_test::wasm_bindgen_test;
 
     fn response(status: u16, body: &str) -> Response {
         Response {
@@ -235,7 +236,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_success_envelope_gives_its_data() {
         let data = parse_envelope(&response(
             201,
@@ -245,7 +246,7 @@ mod tests {
         assert_eq!(id_field(&data, "id").unwrap(), "sb-1");
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn anything_else_is_an_error_without_the_body() {
         assert_eq!(
             parse_envelope(&response(500, "secret body")),
@@ -269,7 +270,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn ids_are_checked() {
         assert!(is_valid_id("sb_1-A"));
         assert!(!is_valid_id(""));
@@ -280,7 +281,7 @@ mod tests {
         assert!(matches!(id_field(&data, "n"), Err(ApiError::Invalid(_))));
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn query_values_are_percent_encoded() {
         assert_eq!(
             encode_query_value("/tmp/a b&c=d%€"),

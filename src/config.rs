@@ -377,8 +377,9 @@ fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wasm_bindgen_test::wasm_bindgen_test;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn api_url_is_normalised_to_its_origin() {
         for (url, origin) in [
             ("https://api.sb.createos.sh", "https://api.sb.createos.sh"),
@@ -407,7 +408,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn unsafe_api_urls_are_rejected_without_echoing_them() {
         for url in [
             "http://api.sb.createos.sh",
@@ -434,7 +435,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn defaults_apply_and_normalised_config_round_trips() {
         let v = validate(r#"{"apiKey":{"secretRef":"s1"}}"#);
         assert!(v.errors.is_empty(), "{:?}", v.errors);
@@ -448,7 +449,7 @@ mod tests {
         assert_eq!(parse(&normalized), Ok(config));
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn every_problem_is_reported() {
         let v = validate(
             r#"{"apiUrl":"ftp://x","shape":"huge","timeoutMs":0,"reuseLease":"yes","rootfs":5,"extra":1}"#,
@@ -458,7 +459,7 @@ mod tests {
         assert!(v.config.is_none() && v.normalized.is_none());
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn non_objects_are_rejected() {
         assert_eq!(validate("[]").errors, vec!["config must be a JSON object"]);
         assert!(validate("{").errors[0].starts_with("config is not valid JSON"));

@@ -5,7 +5,14 @@
 //! frame) ends with `DELETE .../processes/{pid}?grace_ms=1000` under a fresh
 //! deadline. Only `tree_exited: true` or a 404 confirms termination; anything
 //! else replaces the outcome with `cleanup-failed`, carrying the output
-//! captured so far.
+//! captured so far. When termination is confirmed, the error of the path
+//! (`cancelled`, a rejection, a transport failure, an invalid stream)
+//! carries that output too.
+//!
+//! A process creation that never reached the server (the host denied it,
+//! or the server could not be reached) is `transport-failed`: no process
+//! can exist. Only a creation that may have reached the server without a
+//! valid answer is "creation unconfirmed".
 
 use crate::api::{self, ApiError};
 use crate::config::Config;
@@ -466,6 +473,7 @@ mod tests {
     use super::*;
     use crate::platform::fake::{ok, Answer, FakePlatform};
     use crate::platform::Instant;
+    use wasm_bindgen_test::wasm_bindgen_test;
 
     const PROCESS: &str = "/v1/sandboxes/sb/processes/p1";
 
@@ -509,7 +517,7 @@ mod tests {
         ok(json!({"tree_exited": true}))
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_exit_frame_gives_the_result_without_a_delete() {
         let mut platform = sandbox(
             || {
@@ -539,7 +547,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_timeout_deletes_with_a_fresh_deadline_and_keeps_partial_output() {
         let mut platform = sandbox(|| vec![Ok(frame(1, "part"))], deleted);
         let result = execute(&mut platform, &config(), "sb", &request(Some(5_000))).unwrap();
@@ -557,7 +565,7 @@ mod tests {
         assert!(!wait.cancellable, "cleanup cannot be cancelled");
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn an_unconfirmed_delete_replaces_the_timeout_result() {
         let mut platform = sandbox(
             || vec![Ok(frame(1, "part"))],
@@ -572,7 +580,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn cancellation_deletes_then_reports_cancelled() {
         let mut platform = sandbox(|| vec![Ok(frame(1, "x"))], deleted);
         platform.cancel_at = Some(platform.now() + 100 * MS);
@@ -584,7 +592,7 @@ mod tests {
         assert_eq!(platform.requests.last().unwrap().0.method, Method::Delete);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_transport_error_on_creation_is_unconfirmed() {
         let mut platform =
             FakePlatform::new(|_| Answer::Fail(TransportError::Connection("reset".into())));
@@ -598,7 +606,7 @@ mod tests {
         assert_eq!(platform.requests.len(), 1);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn reconnects_resume_from_the_cursor() {
         let attempts = std::cell::Cell::new(0);
         let mut platform = sandbox(

@@ -214,8 +214,9 @@ impl LineSplitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wasm_bindgen_test::wasm_bindgen_test;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn data_frames_decode() {
         let frame =
             parse_frame(br#"{"type":"data","seq":3,"stream":"stderr","data_base64":"4oKs"}"#);
@@ -229,7 +230,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn exit_heartbeat_and_error_frames_decode() {
         assert_eq!(
             parse_frame(br#"{"type":"exit","exit_code":7}"#),
@@ -254,7 +255,7 @@ mod tests {
         assert_eq!(parse_frame(b"  "), Ok(None));
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn invalid_frames_are_typed_errors() {
         let cases: &[(&[u8], FrameError)] = &[
             (b"not json", FrameError::NotJson),
@@ -315,7 +316,7 @@ mod tests {
 
     /// Pins issue 9 item 10: any string up to 64 bytes was accepted as an
     /// exit signal. Only `SIG[A-Z0-9]+`, at most 32 bytes, is a signal.
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn only_a_well_formed_signal_ends_a_command() {
         for signal in ["SIGKILL", "SIGRTMIN1", &format!("SIG{}", "X".repeat(29))] {
             let line = serde_json::json!({"type": "exit", "signal": signal}).to_string();
@@ -350,7 +351,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn lines_split_across_chunks_and_final_line_without_newline() {
         let mut splitter = LineSplitter::default();
         assert_eq!(splitter.push(b"ab").unwrap(), Vec::<Vec<u8>>::new());
@@ -362,7 +363,7 @@ mod tests {
         assert_eq!(splitter.finish(), None);
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn an_endless_line_is_refused_with_bounded_memory() {
         let mut splitter = LineSplitter::default();
         let chunk = vec![b'x'; 64 * 1024];

@@ -48,7 +48,11 @@ pub mod output;
 pub mod platform;
 pub mod script;
 
-#[cfg(target_arch = "wasm32")]
+// The export glue and the WASI platform exist only in the component
+// (`wasm32-wasip2`); any other wasm build (`wasm32-unknown-unknown`,
+// `wasm32-wasip1`) holds the protocol alone, with no import of the world,
+// so its unit tests run under Node.
+#[cfg(all(target_os = "wasi", target_env = "p2"))]
 mod component;
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_os = "wasi", target_env = "p2"))]
 mod wasi_platform;

@@ -202,8 +202,9 @@ mod counting {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use wasm_bindgen_test::wasm_bindgen_test;
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn a_character_split_across_chunks_is_decoded_once() {
         let euro = "€".as_bytes();
         let mut decoder = Utf8Decoder::default();
@@ -213,14 +214,14 @@ mod tests {
         assert_eq!(decoder.finish(), "");
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn invalid_bytes_become_replacement_characters() {
         let mut decoder = Utf8Decoder::default();
         assert_eq!(decoder.push(&[b'x', 0xff, b'y', 0xc3]), "x\u{fffd}y");
         assert_eq!(decoder.finish(), "\u{fffd}");
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn every_split_of_mixed_text_decodes_to_the_original() {
         let text = "héllo € 𝄞 wörld";
         let bytes = text.as_bytes();
@@ -236,7 +237,7 @@ mod tests {
         }
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_tail_keeps_the_last_characters() {
         let mut tail = Tail::with_cap(5);
         tail.push("ab");
@@ -254,7 +255,7 @@ mod tests {
     /// character cost a whole allocation (about 40 bytes). The tail must
     /// cost at most 4 bytes (one UTF-8 character) per kept character,
     /// however the output was cut.
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn tiny_chunks_cost_no_more_memory_than_their_characters() {
         const CAP: usize = 1 << 20;
         let before = counting::live_bytes();
@@ -271,7 +272,7 @@ mod tests {
         assert!(tail.text().starts_with("abab") && tail.truncated());
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn the_default_cap_is_four_mebi_characters() {
         let mut tail = Tail::default();
         let chunk = "€".repeat(1024 * 1024);

@@ -115,6 +115,7 @@ pub fn build(request: &ExecuteRequest, stdin_path: Option<&str>) -> String {
 mod tests {
     use super::*;
     use std::process::Command;
+    use wasm_bindgen_test::wasm_bindgen_test;
 
     fn request(command: &str, args: &[&str]) -> ExecuteRequest {
         ExecuteRequest {
@@ -137,13 +138,14 @@ mod tests {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn quoting_closes_and_reopens_around_single_quotes() {
         assert_eq!(quote("a'b"), "'a'\"'\"'b'");
         assert_eq!(quote(""), "''");
         assert_eq!(quote("$(x) `y` \\ \" ;|&"), "'$(x) `y` \\ \" ;|&'");
     }
 
+    // Runs a real bash: native only.
     #[test]
     fn hostile_arguments_reach_the_command_verbatim() {
         let hostile = [
@@ -164,6 +166,7 @@ mod tests {
         assert_eq!(run(&build(&req, None)), expected);
     }
 
+    // Runs a real bash: native only.
     #[test]
     fn env_and_cwd_are_applied_without_interpretation() {
         let dir = std::env::temp_dir().join("createos script cwd 'q' $(x)");
@@ -175,6 +178,7 @@ mod tests {
         assert_eq!(out, format!("{}\n'$(id)' \"`x`\" ; exit 3", dir.display()));
     }
 
+    // Runs a real bash: native only.
     #[test]
     fn a_missing_cwd_fails_the_command_instead_of_running_elsewhere() {
         let mut req = request("echo", &["ran"]);
@@ -182,6 +186,7 @@ mod tests {
         assert_eq!(run(&build(&req, None)), "");
     }
 
+    // Runs a real bash: native only.
     #[test]
     fn commands_with_dashes_or_equals_are_taken_literally() {
         let req = request("-l", &[]);
@@ -202,6 +207,7 @@ mod tests {
         assert!(out.stdout.is_empty(), "env must not print the environment");
     }
 
+    // Runs a real bash: native only.
     #[test]
     fn stdin_comes_from_the_staged_file() {
         let path = std::env::temp_dir().join("createos-script-stdin 'x'");
@@ -213,7 +219,7 @@ mod tests {
         );
     }
 
-    #[test]
+    #[wasm_bindgen_test(unsupported = test)]
     fn validation_refuses_bad_input() {
         assert!(validate(&request("", &[])).is_err());
         assert!(validate(&request("a\0", &[])).is_err());
