@@ -73,6 +73,29 @@ impl IsolationMode {
     }
 }
 
+impl IsolationMode {
+    /// The network a command gets: `none` (bwrap: a network namespace with
+    /// only its own loopback interface, so no host port is reachable and
+    /// there is no outbound network) or `host` (process groups: the host's
+    /// network, unconfined).
+    pub fn network(&self) -> &'static str {
+        match self {
+            Self::Bwrap => "none",
+            Self::ProcessGroup => "host",
+        }
+    }
+
+    /// How resources are bounded: `prlimit` (bwrap: `RLIMIT_NPROC`
+    /// [`MAX_PROCESSES`] for the sandbox uid, `RLIMIT_AS`
+    /// [`MAX_ADDRESS_SPACE`] per process) or `none`.
+    pub fn limits(&self) -> &'static str {
+        match self {
+            Self::Bwrap => "prlimit",
+            Self::ProcessGroup => "none",
+        }
+    }
+}
+
 impl fmt::Display for IsolationMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -91,50 +114,22 @@ pub enum IsolationPreference {
     ProcessGroup,
 }
 
-/// Host system directories mounted read-only into bwrap sandboxes. The Files
-/// API refuses paths under them (their content is the host's, not the
-/// sandbox's).
+/// Host system directories a sandbox sees read-only (and `etc`, its own
+/// minimal one). The Files API refuses paths under them.
 pub const SYSTEM_DIRS: &[&str] = &[
     "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
-];
-
-/// Directories every sandbox root starts with.
-const SANDBOX_DIRS: &[&str] = &[
-    "tmp",
-    "paperclip-workspace",
-    "root",
-    "var/tmp",
-    "dev",
-    "proc",
 ];
 
 /// The environment variable that marks every process the server starts.
 pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
 
-/// Creates a sandbox root: its own directories plus mount points (or copies
-/// of the host's symlinks) for the read-only system directories.
-pub fn prepare_root(root: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(root)?;
-    for dir in SANDBOX_DIRS {
-        std::fs::create_dir_all(root.join(dir))?;
-    }
-    for dir in SYSTEM_DIRS {
-        let host = Path::new("/").join(dir);
-        let Ok(meta) = std::fs::symlink_metadata(&host) else {
-            continue;
-        };
-        let inside = root.join(dir);
-        if std::fs::symlink_metadata(&inside).is_ok() {
-            continue;
-        }
-        if meta.file_type().is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&host)?, &inside)?;
-        } else if meta.is_dir() {
-            std::fs::create_dir_all(&inside)?;
-        }
-    }
-    Ok(())
-}
+/// Most processes (threads included) one sandbox's uid may have at once,
+/// set with `RLIMIT_NPROC` on every bwrap tree: a fork bomb stops there.
+pub const MAX_PROCESSES: u64 = 2048;
+/// Largest address space of one sandboxed process (`RLIMIT_AS`), 8 GiB.
+pub const MAX_ADDRESS_SPACE: u64 = 8 << 30;
+
+pub use crate::rootfs::prepare_root;
 
 /// Everything needed to start one command.
 #[derive(Debug, Clone)]
@@ -189,6 +184,17 @@ pub fn base_env(mode: &IsolationMode, root: &Path) -> Vec<(String, String)> {
 }
 
 /// Starts the command with piped stdio in a new session.
+///
+/// Whatever the mode, the command starts with exactly descriptors 0, 1 and
+/// 2: every other descriptor of the server (inherited from whoever started
+/// it, or opened without close-on-exec by a library) is marked close-on-exec
+/// in the child before `exec` (`close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`);
+/// in bwrap mode only bwrap's status pipe is let through, and bwrap does
+/// not hand it to the command.
+///
+/// Nothing outlives the server: the supervisor announces every tree to the
+/// [`crate::deathguard`], and in fallback mode the leader also gets
+/// `PR_SET_PDEATHSIG(SIGKILL)`.
 pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned> {
     let (mut cmd, status_pipe, status_raw) = match bwrap {
         Some(bwrap) => {
@@ -198,6 +204,11 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
             cmd.args(bwrap_args(&spec.root, &spec.cwd, raw));
             cmd.arg("--").arg(&spec.cmd).args(&spec.args);
             cmd.current_dir("/");
+            if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
+                // bwrap itself runs unprivileged: the sandbox's uid 0 maps to
+                // this uid, never to the host's root.
+                cmd.uid(uid).gid(gid);
+            }
             (cmd, Some((read, write)), Some(raw))
         }
         None => {
@@ -214,15 +225,34 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    let confined = bwrap.is_some();
+    let server_pid = rustix::process::getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (setsid, fcntl) on memory it owns.
+    // async-signal-safe system calls (setsid, close_range, fcntl, setrlimit,
+    // prctl, getppid) on memory it owns; it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
+            mark_cloexec_from(3);
             if let Some(raw) = status_raw {
-                // Let exactly this child inherit the status pipe.
+                // Let exactly this child (bwrap) inherit the status pipe.
                 let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+            }
+            if confined {
+                use rustix::process::{setrlimit, Resource, Rlimit};
+                let limit = |n: u64| Rlimit {
+                    current: Some(n),
+                    maximum: Some(n),
+                };
+                setrlimit(Resource::Nproc, limit(MAX_PROCESSES))?;
+                setrlimit(Resource::As, limit(MAX_ADDRESS_SPACE))?;
+            } else {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+                // The server may have died between fork and prctl.
+                if rustix::process::getppid() != Some(server_pid) {
+                    return Err(std::io::Error::other("the server exited"));
+                }
             }
             Ok(())
         });
@@ -238,13 +268,67 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     Ok(Spawned { child, status_pipe })
 }
 
+/// Marks every descriptor from `first` up close-on-exec. Async-signal-safe
+/// (runs between fork and exec): one `close_range` call, or on kernels
+/// without it (before 5.11) `fcntl` on each number up to the descriptor
+/// limit.
+fn mark_cloexec_from(first: u32) {
+    // SAFETY: plain system calls on descriptor numbers; no memory is touched.
+    unsafe {
+        let done = libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) == 0;
+        if done {
+            return;
+        }
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 20) as i32
+        } else {
+            1 << 16
+        };
+        for fd in first as i32..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
+/// bwrap's command line (everything before `--`).
+///
+/// Namespaces: user (the command is uid 0 inside, the sandbox's own
+/// unprivileged uid outside when the server is root, see
+/// [`crate::rootfs`]), PID,
+/// network (only a loopback interface of its own), IPC and UTS (host name
+/// `sandbox`). bwrap runs unprivileged, so every capability is dropped.
 fn bwrap_args(root: &Path, cwd: &str, status_fd: i32) -> Vec<String> {
-    let mut args = vec![
-        "--bind".to_string(),
-        root.display().to_string(),
-        "/".to_string(),
-    ];
-    for dir in SYSTEM_DIRS {
+    let mut args: Vec<String> = [
+        "--unshare-user",
+        "--uid",
+        "0",
+        "--gid",
+        "0",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--hostname",
+        "sandbox",
+        "--bind",
+    ]
+    .map(String::from)
+    .into();
+    args.push(root.display().to_string());
+    args.push("/".to_string());
+    for dir in crate::rootfs::HOST_DIRS {
         let host = Path::new("/").join(dir);
         let Ok(meta) = std::fs::symlink_metadata(&host) else {
             continue;
@@ -256,23 +340,12 @@ fn bwrap_args(root: &Path, cwd: &str, status_fd: i32) -> Vec<String> {
             args.extend(["--ro-bind".to_string(), h.clone(), h]);
         }
     }
-    args.extend(
-        [
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--unshare-pid",
-            "--json-status-fd",
-        ]
-        .map(String::from),
-    );
-    args.push(status_fd.to_string());
-    // As root bwrap would keep capabilities (and with them the power to
-    // undo the read-only mounts); unprivileged bwrap drops them itself.
-    if rustix::process::geteuid().is_root() {
-        args.extend(["--cap-drop".to_string(), "ALL".to_string()]);
+    for path in crate::rootfs::etc_from_host() {
+        let p = path.display().to_string();
+        args.extend(["--ro-bind-try".to_string(), p.clone(), p]);
     }
+    args.extend(["--dev", "/dev", "--proc", "/proc", "--json-status-fd"].map(String::from));
+    args.push(status_fd.to_string());
     args.extend(["--chdir".to_string(), cwd.to_string()]);
     args
 }
@@ -360,6 +433,26 @@ pub enum Tree {
 }
 
 impl Tree {
+    /// How the [`crate::deathguard`] names this tree.
+    pub fn guarded(&self) -> Option<crate::deathguard::Guarded> {
+        use crate::deathguard::Guarded;
+        match self {
+            Tree::Namespace { init_pid, ns } => Some(Guarded::Namespace {
+                init_pid: *init_pid,
+                ns: *ns,
+            }),
+            Tree::Group {
+                leader,
+                leader_start: Some(starttime),
+                ..
+            } => Some(Guarded::Group {
+                leader: *leader,
+                starttime: *starttime,
+            }),
+            _ => None,
+        }
+    }
+
     /// A fallback-mode tree rooted at `leader`.
     pub fn group(leader: i32, marker: &str) -> Self {
         let leader_start = procfs::stat(leader).map(|p| p.starttime);

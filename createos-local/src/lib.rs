@@ -26,10 +26,12 @@
 
 pub(crate) mod api;
 pub(crate) mod confine;
+pub(crate) mod deathguard;
 pub mod faults;
 pub mod isolation;
 pub mod journal;
 pub(crate) mod procfs;
+pub mod rootfs;
 pub mod server;
 pub(crate) mod store;
 pub(crate) mod supervisor;

@@ -180,6 +180,8 @@ impl Sandbox {
             "env_keys": self.spec.env.keys().collect::<Vec<_>>(),
             "created_at": self.created_at,
             "local_isolation": mode.as_str(),
+            "local_network": mode.network(),
+            "local_limits": mode.limits(),
         })
     }
 }
