@@ -339,6 +339,7 @@ async fn terminate_all(state: &AppState) -> ShutdownReport {
     let mut tasks = Vec::new();
     for sb in state.store.all() {
         sb.force(crate::store::Status::Destroying);
+        sb.close().await;
         for p in sb.processes() {
             report.processes += 1;
             tasks.push(tokio::spawn(async move {

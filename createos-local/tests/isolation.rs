@@ -521,3 +521,37 @@ async fn agents_keep_a_working_shell_home_and_workspace() {
     assert!(out.contains("/root\n/usr/bin/env\n"), "{r}");
     assert!(h.server.shutdown().await.all_exited());
 }
+
+/// Issue 10 item 4 / issue 19 item 8: a sandbox DELETE racing a process
+/// creation answered `destroyed` while the new process kept running with
+/// its root deleted (the creation registered after the delete's snapshot).
+/// Now the delete waits for creations under way and terminates what they
+/// started; a creation after the delete began is refused.
+#[tokio::test]
+async fn delete_racing_process_creation_leaves_no_process() {
+    let h = Harness::start().await;
+    for round in 0..20u64 {
+        let m = marker(&format!("race{round}"));
+        let sb = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
+        let path = format!("/v1/sandboxes/{sb}/processes");
+        let create = h.post(&path, json!({"cmd": "sleep", "args": ["777"]}));
+        let delete = async {
+            tokio::time::sleep(Duration::from_millis(round % 5)).await;
+            h.delete(&format!("/v1/sandboxes/{sb}")).await
+        };
+        let ((cst, cv), (dst, dv)) = tokio::join!(create, delete);
+        assert_eq!(dst, StatusCode::OK, "round {round}: delete {dv}");
+        assert!(
+            cst == StatusCode::CREATED || cst.is_client_error(),
+            "round {round}: create {cst} {cv}"
+        );
+        let left = marked_pids(&m);
+        assert!(
+            left.is_empty(),
+            "round {round}: create {cst}, delete {dst}, still running: {left:?}"
+        );
+        let (st, _) = h.get(&format!("/v1/sandboxes/{sb}")).await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
+    }
+    assert!(h.server.shutdown().await.all_exited());
+}

@@ -80,6 +80,24 @@ async fn start(
     Ok(Process::start(id, state.bwrap.clone(), &state.mode, req).await)
 }
 
+/// Starts a process and registers it in the sandbox, under an admission:
+/// a sandbox delete that begins meanwhile waits for the registration and
+/// then terminates the process; once a delete began, starts are refused.
+async fn start_registered(
+    state: &AppState,
+    sb: &Arc<Sandbox>,
+    body: CreateBody,
+    capacity: usize,
+) -> Result<Arc<Process>, ApiError> {
+    let _admission = sb.admit().ok_or_else(|| {
+        ApiError::conflict("sandbox is being deleted")
+            .with_extra(json!({ "current_status": sb.status() }))
+    })?;
+    let p = start(state, sb, body, capacity).await?;
+    sb.add_process(p.clone());
+    Ok(p)
+}
+
 /// Runs `fut` as its own task so that it completes (and registers or cleans
 /// up what it started) even when the client goes away mid-request.
 async fn detached<T: Send + 'static>(
@@ -100,12 +118,9 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
     let body: CreateBody = parse_json(&body)?;
-    let p = detached(async move {
-        let p = start(&state, &sb, body, state.journal_capacity).await?;
-        sb.add_process(p.clone());
-        Ok(p)
-    })
-    .await?;
+    let p =
+        detached(async move { start_registered(&state, &sb, body, state.journal_capacity).await })
+            .await?;
     Ok(success(StatusCode::CREATED, p.to_json()))
 }
 
@@ -126,8 +141,7 @@ pub async fn exec(
     let timeout = Duration::from_millis(body.timeout_ms.unwrap_or(600_000));
     let started = Instant::now();
     detached(async move {
-        let p = start(&state, &sb, body, 64 * 1024 * 1024).await?;
-        sb.add_process(p.clone());
+        let p = start_registered(&state, &sb, body, 64 * 1024 * 1024).await?;
         p.close_stdin();
         let finished = p.wait(false, timeout).await;
         let t = p.terminate(Duration::from_millis(200)).await;

@@ -100,6 +100,9 @@ pub async fn delete(
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
     sb.force(Status::Destroying);
+    // Creations already under way finish first (their processes are then
+    // terminated below); later ones are refused.
+    sb.close().await;
     let mut survivors = Vec::new();
     let terminations = sb.processes().into_iter().map(|p| async move {
         let t = p.terminate(std::time::Duration::from_millis(500)).await;
