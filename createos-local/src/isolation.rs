@@ -105,14 +105,21 @@ impl fmt::Display for IsolationMode {
 /// What the embedding host asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IsolationPreference {
-    /// bwrap when it works here, otherwise the process-group fallback.
+    /// bwrap when it works here; otherwise the server refuses to start
+    /// (with [`INSTALL_HINT`]) unless
+    /// [`crate::ServerBuilder::allow_unconfined`] allows the process-group
+    /// fallback.
     #[default]
     Auto,
     /// bwrap or fail to start.
     RequireBwrap,
-    /// Always the process-group fallback (useful to test that mode).
+    /// Unconfined process groups: **no isolation**, an explicit opt-in.
     ProcessGroup,
 }
+
+/// What to do when commands cannot be confined here.
+pub const INSTALL_HINT: &str = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), \
+     or opt in to running commands with NO isolation (--isolation process-group)";
 
 /// Host system directories a sandbox sees read-only (and `etc`, its own
 /// minimal one). The Files API refuses paths under them.

@@ -11,11 +11,11 @@ use createos_local::{IsolationPreference, Server};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Isolation {
-    /// bwrap if it works here, else process groups.
+    /// bwrap if it works here; else refuse to start (unless --allow-unconfined).
     Auto,
-    /// bwrap or fail.
+    /// bwrap or refuse to start.
     Bwrap,
-    /// Unconfined process groups.
+    /// NO isolation: commands run unconfined as this user on the host.
     ProcessGroup,
 }
 
@@ -35,6 +35,10 @@ struct Cli {
     /// Isolation mode.
     #[arg(long, value_enum, default_value_t = Isolation::Auto)]
     isolation: Isolation,
+    /// Let `--isolation auto` fall back to process groups (NO isolation)
+    /// when bubblewrap cannot run here.
+    #[arg(long)]
+    allow_unconfined: bool,
 }
 
 fn main() -> ExitCode {
@@ -57,6 +61,7 @@ async fn run(cli: Cli) -> ExitCode {
     if let Some(dir) = cli.data_dir {
         builder = builder.data_dir(dir);
     }
+    builder = builder.allow_unconfined(cli.allow_unconfined);
     builder = builder.isolation(match cli.isolation {
         Isolation::Auto => IsolationPreference::Auto,
         Isolation::Bwrap => IsolationPreference::RequireBwrap,

@@ -555,3 +555,46 @@ async fn delete_racing_process_creation_leaves_no_process() {
     }
     assert!(h.server.shutdown().await.all_exited());
 }
+
+/// Issue 10 item 1: without a usable bubblewrap, `auto` refused nothing
+/// and silently ran commands unconfined. Now the server refuses to start
+/// and says what to install; the unconfined fallback needs an explicit
+/// `--allow-unconfined` and is announced as "NO isolation".
+#[test]
+fn without_bubblewrap_auto_refuses_unless_unconfined_is_allowed() {
+    let empty = std::env::temp_dir().join(format!("no-bwrap-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_createos-local"))
+            .args(["--port", "0", "--isolation", "auto"])
+            .args(extra)
+            .env("CREATEOS_API_KEY", KEY)
+            .env("PATH", &empty)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn createos-local")
+    };
+    let refused = run(&[]).wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(refused.stdout.is_empty(), "it must not listen");
+    assert!(err.contains("apt-get install bubblewrap"), "{err}");
+    assert!(err.contains("--isolation process-group"), "{err}");
+
+    let mut allowed = run(&["--allow-unconfined"]);
+    let mut first = String::new();
+    BufReader::new(allowed.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("read");
+    assert!(first.starts_with("listening on "), "{first}");
+    let _ = allowed.kill();
+    let out = allowed.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("process-group") && err.contains("NO isolation"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&empty);
+}
