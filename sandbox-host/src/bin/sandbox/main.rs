@@ -73,6 +73,21 @@ pub struct Global {
     /// Show the provider component's own stderr (debugging).
     #[arg(long, global = true)]
     pub verbose: bool,
+    /// How the embedded local backend confines commands: `bwrap` (the
+    /// default; refused with an install hint when bubblewrap cannot run
+    /// here) or `process-group`, which is NO isolation (commands run as
+    /// you, on your file system and network).
+    #[arg(long, global = true, value_enum, default_value_t = Isolation::Bwrap)]
+    pub isolation: Isolation,
+}
+
+/// The embedded backend's isolation (see `--isolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Isolation {
+    /// bubblewrap namespaces per command, or refuse to run.
+    Bwrap,
+    /// NO isolation: unconfined process groups on the host.
+    ProcessGroup,
 }
 
 #[derive(Debug, Subcommand)]
