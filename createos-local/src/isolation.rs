@@ -1,15 +1,19 @@
-//! How commands are confined: bubblewrap with a PID namespace, or a plain
-//! process-group fallback.
+//! How commands are confined: bubblewrap with user, PID, network, IPC and
+//! UTS namespaces, or (only as an explicit opt-in) unconfined process
+//! groups.
 //!
 //! # `bwrap` mode
 //! Each managed process (and each one-shot exec) runs as
-//! `bwrap --bind <sandbox root> / --ro-bind /usr /usr ... --unshare-pid ...`.
+//! `bwrap --unshare-user --uid 0 --unshare-pid --unshare-net ... --bind
+//! <sandbox root> / --ro-bind /usr /usr ...`, started as the sandbox's own
+//! unprivileged host uid when the server is root (see [`crate::rootfs`]).
 //! The command sees the sandbox root as `/`: its own `/tmp`,
-//! `/paperclip-workspace`, `/root`, with the host's system directories
-//! (`/usr`, `/etc`, `/opt` and the `/bin`, `/lib*`, `/sbin` links) mounted
-//! read-only. bubblewrap's own init is PID 1 of the new namespace; the
-//! command is PID 2. All capabilities are dropped. The network is shared
-//! with the host (CreateOS sandboxes have outbound network too).
+//! `/paperclip-workspace`, `/root` and minimal `/etc`, with the host's
+//! `/usr`, `/opt` (and the `/bin`, `/lib*`, `/sbin` links) read-only. It is
+//! uid 0 without capabilities inside, an unprivileged uid outside; it has
+//! only its own loopback network. bubblewrap's init is PID 1 of the new
+//! namespace; the command is PID 2. `RLIMIT_NPROC` and `RLIMIT_AS` bound
+//! forks and address space.
 //!
 //! The *leader* is the command; bwrap's outer process exits with the
 //! leader's status, which bwrap folds into `128 + N` for a signal (see
@@ -20,9 +24,9 @@
 //! SIGKILL and its verification (a fresh `/proc` scan finding nothing in the
 //! namespace) reliable.
 //!
-//! # `process-group` fallback
-//! Used when bwrap is missing or cannot create namespaces here (detected at
-//! start-up by running a trivial sandboxed `true`). The command runs
+//! # `process-group` mode: no isolation
+//! Only when asked for ([`IsolationPreference::ProcessGroup`], or `Auto`
+//! with `allow_unconfined` where bwrap cannot run). The command runs
 //! directly on the host in a new session (`setsid`), **not** confined:
 //! absolute paths such as `/tmp` or `/paperclip-workspace` refer to the
 //! host's file system. The server does not rewrite command lines. It only

@@ -21,12 +21,13 @@
 //! ```
 //!
 //! Limits worth knowing: no PTYs (`kind` is always `process`), no fork, no
-//! ingress, no rate limiting, sandboxes share the host network, and the
-//! `shape` only is validated and echoed (no CPU or memory limits are applied).
+//! ingress, no rate limiting, no outbound network in bwrap mode, and the
+//! `shape` is only validated and echoed (the same `prlimit` bounds apply to
+//! every shape).
 
 pub(crate) mod api;
 pub(crate) mod confine;
-pub(crate) mod deathguard;
+pub mod deathguard;
 pub mod faults;
 pub mod isolation;
 pub mod journal;

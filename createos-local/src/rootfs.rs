@@ -11,7 +11,7 @@
 //! (`RLIMIT_NPROC`, counted per uid) per sandbox: a fork bomb in one
 //! sandbox cannot starve another. Files the server
 //! writes through the Files API take the owner of the sandbox root (see
-//! [`crate::confine`]). A server that is not root runs commands as its own
+//! the Files API module). A server that is not root runs commands as its own
 //! uid, and nothing is re-owned.
 //!
 //! # The minimal `/etc`
