@@ -563,29 +563,63 @@ impl Tree {
             if Some(p.pid) == init && sig != Signal::KILL {
                 continue;
             }
-            if let Some(pid) = Pid::from_raw(p.pid) {
-                if rustix::process::kill_process(pid, sig).is_ok() {
-                    hit += 1;
-                }
-                // A stopped process (paused sandbox) must be able to act on
-                // the signal.
-                if sig != Signal::KILL && sig != Signal::STOP {
-                    let _ = rustix::process::kill_process(pid, Signal::CONT);
-                }
+            if signal_verified(&p, sig) {
+                hit += 1;
+            }
+            // A stopped process (paused sandbox) must be able to act on
+            // the signal.
+            if sig != Signal::KILL && sig != Signal::STOP {
+                signal_verified(&p, Signal::CONT);
             }
         }
         hit
     }
 
     /// Stops (`SIGSTOP`) or continues (`SIGCONT`) every member, bwrap's init
-    /// included.
+    /// included. Stopping repeats the scan until every member found is
+    /// stopped, so a process forked after one scan (before its parent
+    /// stopped) is stopped too; a stopped process cannot fork, so this ends
+    /// (bounded at 100 rounds for a tree that keeps changing).
     pub fn freeze(&mut self, stop: bool) {
-        let sig = if stop { Signal::STOP } else { Signal::CONT };
-        for p in self.members() {
-            if let Some(pid) = Pid::from_raw(p.pid) {
-                let _ = rustix::process::kill_process(pid, sig);
+        if !stop {
+            for p in self.members() {
+                signal_verified(&p, Signal::CONT);
+            }
+            return;
+        }
+        for _ in 0..100 {
+            let running: Vec<ProcInfo> = self
+                .members()
+                .into_iter()
+                .filter(|p| !matches!(p.state, 'T' | 't'))
+                .collect();
+            if running.is_empty() {
+                return;
+            }
+            for p in &running {
+                signal_verified(p, Signal::STOP);
             }
         }
+    }
+}
+
+/// Sends `sig` to the process a scan saw as `p`, never to a process that
+/// reused its pid: a pidfd pins the process, and the signal goes out only
+/// if the pinned process still has the start time the scan recorded
+/// (`pidfd_open` + `/proc` check + `pidfd_send_signal`). `false` when the
+/// process is gone, was replaced, or the signal failed.
+pub fn signal_verified(p: &ProcInfo, sig: Signal) -> bool {
+    let Some(pid) = Pid::from_raw(p.pid) else {
+        return false;
+    };
+    let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
+        return false;
+    };
+    match procfs::stat(p.pid) {
+        Some(now) if now.starttime == p.starttime => {
+            rustix::process::pidfd_send_signal(&pidfd, sig).is_ok()
+        }
+        _ => false,
     }
 }
 
@@ -641,4 +675,29 @@ pub fn signal_name(raw: i32) -> String {
         .iter()
         .find(|(s, _)| s.as_raw() == raw)
         .map_or_else(|| format!("SIG{raw}"), |(_, n)| (*n).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 10 item 4: a kill must never reach a process that merely
+    /// reused the pid a scan saw. A stale start time stands for the reuse.
+    #[test]
+    fn signals_go_only_to_the_process_the_scan_saw() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("100")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id() as i32;
+        let seen = procfs::stat(pid).expect("stat");
+        let mut stale = seen.clone();
+        stale.starttime += 1;
+        assert!(!signal_verified(&stale, Signal::KILL));
+        assert!(child.try_wait().expect("try_wait").is_none(), "was killed");
+        assert!(signal_verified(&seen, Signal::KILL));
+        let status = child.wait().expect("wait");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(Signal::KILL.as_raw()));
+    }
 }

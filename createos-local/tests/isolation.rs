@@ -598,3 +598,62 @@ fn without_bubblewrap_auto_refuses_unless_unconfined_is_allowed() {
     );
     let _ = std::fs::remove_dir_all(&empty);
 }
+
+/// Single-letter states of the marked `sleep`/`bash` processes (bwrap's
+/// own processes excluded).
+fn marked_states(m: &str) -> Vec<(i32, char)> {
+    marked_pids(m)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"sleep") || c.starts_with(b"/bin/bash"))
+        })
+        .filter_map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            let state = stat.rsplit(')').next()?.trim_start().chars().next()?;
+            Some((p, state))
+        })
+        .collect()
+}
+
+/// Issue 10 item 4: pause stopped only the processes its one scan saw;
+/// children forked after that scan, and processes registered while the
+/// pause was under way, kept running in a `paused` sandbox.
+async fn pause_stops_forks_and_late_creations(pref: IsolationPreference) {
+    let h = Harness::start_with(pref).await;
+    let m = marker("pause");
+    let sb = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
+    h.spawn(
+        &sb,
+        "i=0; while [ $i -lt 300 ]; do sleep 1000 & i=$((i+1)); sleep 0.01; done; wait",
+    )
+    .await;
+    wait_marked(&m, 20).await;
+    let path = format!("/v1/sandboxes/{sb}/processes");
+    let late = h.post(&path, json!({"cmd": "sleep", "args": ["1001"]}));
+    let pause_path = format!("/v1/sandboxes/{sb}/pause");
+    let pause = h.post(&pause_path, json!({}));
+    let (_, (pst, pv)) = tokio::join!(late, pause);
+    assert_eq!(pst, StatusCode::OK, "{pv}");
+    h.wait_status(&sb, "paused").await;
+    let states = marked_states(&m);
+    assert!(states.len() >= 20, "{states:?}");
+    let running: Vec<_> = states.iter().filter(|(_, s)| *s != 'T').collect();
+    assert!(
+        running.is_empty(),
+        "{pref:?}: not stopped in a paused sandbox: {running:?}"
+    );
+    let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+#[tokio::test]
+async fn pause_stops_forks_and_late_creations_in_bwrap() {
+    pause_stops_forks_and_late_creations(IsolationPreference::RequireBwrap).await;
+}
+
+#[tokio::test]
+async fn pause_stops_forks_and_late_creations_in_process_groups() {
+    pause_stops_forks_and_late_creations(IsolationPreference::ProcessGroup).await;
+}

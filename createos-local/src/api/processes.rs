@@ -95,6 +95,14 @@ async fn start_registered(
     })?;
     let p = start(state, sb, body, capacity).await?;
     sb.add_process(p.clone());
+    // A pause that began while this process was starting may have scanned
+    // the sandbox before it was registered.
+    if matches!(
+        sb.status(),
+        crate::store::Status::Pausing | crate::store::Status::Paused
+    ) {
+        p.freeze(true);
+    }
     Ok(p)
 }
 
