@@ -351,10 +351,11 @@ fn bwrap_args(root: &Path, cwd: &str, status_fd: i32) -> Vec<String> {
             args.extend(["--ro-bind".to_string(), h.clone(), h]);
         }
     }
-    for path in crate::rootfs::etc_from_host() {
-        let p = path.display().to_string();
-        args.extend(["--ro-bind-try".to_string(), p.clone(), p]);
-    }
+    args.extend([
+        "--ro-bind".to_string(),
+        crate::rootfs::etc_template(root).display().to_string(),
+        "/etc".to_string(),
+    ]);
     args.extend(["--dev", "/dev", "--proc", "/proc", "--json-status-fd"].map(String::from));
     args.push(status_fd.to_string());
     args.extend(["--chdir".to_string(), cwd.to_string()]);

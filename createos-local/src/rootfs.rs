@@ -15,11 +15,13 @@
 //! uid, and nothing is re-owned.
 //!
 //! # The minimal `/etc`
-//! `/etc` in a sandbox is the sandbox's own directory. The server writes a
+//! `/etc` in a sandbox is a read-only copy made once per server
+//! ([`prepare_etc`], `<data dir>/.sandbox-etc`, one bind mount per command:
+//! mounting each entry separately cost about 30 ms per command). It holds a
 //! `passwd` and `group` naming only `root` and `nobody`, `hostname`,
 //! `hosts`, and a short `profile` (so `bash -l` does not run the host's
-//! login scripts). Only the host files that programs need to work are
-//! mounted read-only on top ([`ETC_FROM_HOST`]): name resolution,
+//! login scripts), plus copies of the host entries programs need to work
+//! ([`ETC_FROM_HOST`]): name resolution,
 //! certificates, the dynamic loader's cache, `alternatives` (the targets of
 //! `/usr/bin/awk`, `java`, ...), time zone, locale aliases and the
 //! configuration some runtimes keep in `/etc` (`java-*`, `python3*`,
@@ -168,11 +170,6 @@ pub fn prepare_root(root: &Path) -> std::io::Result<()> {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))?;
         give(&path)?;
     }
-    for (name, content) in ETC_FILES {
-        let path = root.join("etc").join(name);
-        std::fs::write(&path, content)?;
-        give(&path)?;
-    }
     for dir in HOST_DIRS {
         let host = Path::new("/").join(dir);
         let Ok(meta) = std::fs::symlink_metadata(&host) else {
@@ -191,7 +188,59 @@ pub fn prepare_root(root: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The host `/etc` entries to mount read-only (existing ones only, patterns
+/// Where [`prepare_etc`] puts the sandboxes' `/etc`: beside their roots.
+pub fn etc_template(root: &Path) -> PathBuf {
+    root.parent().unwrap_or(root).join(".sandbox-etc")
+}
+
+/// Builds the `/etc` every sandbox in `data_dir` sees (read-only): the
+/// sandbox's own files and copies of [`ETC_FROM_HOST`] (files with symlinks
+/// followed, directories copied as they are, `cp -a`).
+pub fn prepare_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
+    let etc = data_dir.join(".sandbox-etc");
+    if etc.exists() {
+        std::fs::remove_dir_all(&etc)?;
+    }
+    std::fs::create_dir_all(&etc)?;
+    std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o755)).ok();
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755))?;
+    for (name, content) in ETC_FILES {
+        std::fs::write(etc.join(name), content)?;
+    }
+    for host in etc_from_host() {
+        let Ok(rel) = host.strip_prefix("/etc") else {
+            continue;
+        };
+        let copy = etc.join(rel);
+        if let Some(parent) = copy.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        if host.is_dir() {
+            let cp = ["/usr/bin/cp", "/bin/cp"]
+                .into_iter()
+                .find(|p| Path::new(p).is_file())
+                .unwrap_or("cp");
+            let status = std::process::Command::new(cp)
+                .arg("-a")
+                .arg(host)
+                .arg(&copy)
+                .stdin(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()?;
+            if !status.success() {
+                return Err(std::io::Error::other(format!(
+                    "cannot copy {} into the sandboxes' /etc",
+                    host.display()
+                )));
+            }
+        } else {
+            std::fs::copy(host, &copy)?;
+        }
+    }
+    Ok(etc)
+}
+
+/// The host `/etc` entries to copy (existing ones only, patterns
 /// expanded), computed once.
 pub fn etc_from_host() -> &'static [PathBuf] {
     static LIST: OnceLock<Vec<PathBuf>> = OnceLock::new();

@@ -161,7 +161,10 @@ impl ServerBuilder {
             }
             pref => {
                 let probe = data_dir.join(".bwrap-probe");
-                let result = isolation::probe_bwrap(&probe).await;
+                let result = match crate::rootfs::prepare_etc(&data_dir) {
+                    Ok(_) => isolation::probe_bwrap(&probe).await,
+                    Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
+                };
                 let _ = std::fs::remove_dir_all(&probe);
                 match result {
                     Ok(path) => (IsolationMode::Bwrap, Some(path), "bwrap works".to_string()),
