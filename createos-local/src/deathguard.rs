@@ -95,11 +95,13 @@ fn start_guard() -> std::io::Result<std::fs::File> {
         .stdin(Stdio::from(read))
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: setsid only (async-signal-safe): the guard must not receive
-    // the terminal's or the server's process-group signals.
+    // SAFETY: setsid and close_range only (async-signal-safe): the guard
+    // must not receive the terminal's or the server's process-group
+    // signals, nor keep any descriptor of the server.
     unsafe {
         cmd.pre_exec(|| {
             rustix::process::setsid()?;
+            crate::isolation::mark_cloexec_from(3);
             Ok(())
         });
     }

@@ -283,7 +283,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
 /// (runs between fork and exec): one `close_range` call, or on kernels
 /// without it (before 5.11) `fcntl` on each number up to the descriptor
 /// limit.
-fn mark_cloexec_from(first: u32) {
+pub(crate) fn mark_cloexec_from(first: u32) {
     // SAFETY: plain system calls on descriptor numbers; no memory is touched.
     unsafe {
         let done = libc::syscall(
