@@ -4,6 +4,23 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 target=wasm32-wasip2
+# The sandbox CLI's embedded backend confines every command with
+# bubblewrap and refuses to run without it (see createos-local/README.md,
+# "Isolation"). Checked here so that a new machine learns it first.
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "warning: bubblewrap (bwrap) is not installed: 'sandbox run' will refuse to run commands." >&2
+  echo "         install it with: apt-get install bubblewrap   (Fedora: dnf install bubblewrap)" >&2
+else
+  # As root the backend runs bwrap as an unprivileged uid: probe that way.
+  probe=(bwrap --unshare-user --unshare-pid --unshare-net --ro-bind / / true)
+  if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null 2>&1; then
+    probe=(setpriv --reuid 65534 --regid 65534 --clear-groups "${probe[@]}")
+  fi
+  if ! "${probe[@]}" 2>/dev/null; then
+    echo "warning: bwrap cannot create namespaces here (unprivileged user namespaces disabled?):" >&2
+    echo "         'sandbox run' will refuse to run commands (see createos-local/README.md, Isolation)" >&2
+  fi
+fi
 if ! rustup target list --installed | grep -qx "$target"; then
   echo "installing Rust target $target" >&2
   rustup target add "$target"

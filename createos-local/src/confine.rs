@@ -137,6 +137,20 @@ pub fn open_file(root: &Path, path: &str) -> Result<(File, u64), PathError> {
     Ok((File::from(fd), stat.st_size as u64))
 }
 
+/// Gives a file or directory the server created to the owner of the
+/// sandbox root (the unprivileged uid commands run as, see
+/// [`crate::rootfs`]), so that commands can change what the Files API
+/// wrote. Best effort: a failure leaves it owned by the server.
+fn give_to_root_owner(rootfd: &OwnedFd, fd: &OwnedFd) {
+    if let Ok(st) = rustix::fs::fstat(rootfd) {
+        let _ = rustix::fs::fchown(
+            fd,
+            Some(rustix::fs::Uid::from_raw(st.st_uid)),
+            Some(rustix::fs::Gid::from_raw(st.st_gid)),
+        );
+    }
+}
+
 /// Opens (creating as needed) the directory `parts` inside the root.
 fn ensure_dir(rootfd: &OwnedFd, parts: &[&str]) -> Result<OwnedFd, PathError> {
     let mut dir = open_in_root(rootfd, "", OFlags::DIRECTORY | OFlags::RDONLY)?;
@@ -147,11 +161,15 @@ fn ensure_dir(rootfd: &OwnedFd, parts: &[&str]) -> Result<OwnedFd, PathError> {
             Err(PathError::NotFound) => {
                 // `name` is a single component (no '/', no '..'): mkdirat on
                 // the already-confined parent fd cannot leave the root.
-                match rustix::fs::mkdirat(&dir, *name, Mode::from_raw_mode(0o755)) {
-                    Ok(()) | Err(Errno::EXIST) => {}
+                let created = match rustix::fs::mkdirat(&dir, *name, Mode::from_raw_mode(0o755)) {
+                    Ok(()) => true,
+                    Err(Errno::EXIST) => false,
                     Err(e) => return Err(map_errno(e)),
-                }
+                };
                 dir = open_in_root(rootfd, &prefix, OFlags::DIRECTORY | OFlags::RDONLY)?;
+                if created {
+                    give_to_root_owner(rootfd, &dir);
+                }
             }
             Err(e) => return Err(e),
         }
@@ -179,6 +197,7 @@ pub fn write_file(root: &Path, path: &str, data: &mut dyn Read) -> Result<(), Pa
         Mode::from_raw_mode(0o644),
     )
     .map_err(map_errno)?;
+    give_to_root_owner(&rootfd, &fd);
     let mut file = File::from(fd);
     let written = std::io::copy(data, &mut file).and_then(|_| file.flush());
     drop(file);

@@ -1,15 +1,19 @@
-//! How commands are confined: bubblewrap with a PID namespace, or a plain
-//! process-group fallback.
+//! How commands are confined: bubblewrap with user, PID, network, IPC and
+//! UTS namespaces, or (only as an explicit opt-in) unconfined process
+//! groups.
 //!
 //! # `bwrap` mode
 //! Each managed process (and each one-shot exec) runs as
-//! `bwrap --bind <sandbox root> / --ro-bind /usr /usr ... --unshare-pid ...`.
+//! `bwrap --unshare-user --uid 0 --unshare-pid --unshare-net ... --bind
+//! <sandbox root> / --ro-bind /usr /usr ...`, started as the sandbox's own
+//! unprivileged host uid when the server is root (see [`crate::rootfs`]).
 //! The command sees the sandbox root as `/`: its own `/tmp`,
-//! `/paperclip-workspace`, `/root`, with the host's system directories
-//! (`/usr`, `/etc`, `/opt` and the `/bin`, `/lib*`, `/sbin` links) mounted
-//! read-only. bubblewrap's own init is PID 1 of the new namespace; the
-//! command is PID 2. All capabilities are dropped. The network is shared
-//! with the host (CreateOS sandboxes have outbound network too).
+//! `/paperclip-workspace`, `/root` and minimal `/etc`, with the host's
+//! `/usr`, `/opt` (and the `/bin`, `/lib*`, `/sbin` links) read-only. It is
+//! uid 0 without capabilities inside, an unprivileged uid outside; it has
+//! only its own loopback network. bubblewrap's init is PID 1 of the new
+//! namespace; the command is PID 2. `RLIMIT_NPROC` and `RLIMIT_AS` bound
+//! forks and address space.
 //!
 //! The *leader* is the command; bwrap's outer process exits with the
 //! leader's status, which bwrap folds into `128 + N` for a signal (see
@@ -20,9 +24,9 @@
 //! SIGKILL and its verification (a fresh `/proc` scan finding nothing in the
 //! namespace) reliable.
 //!
-//! # `process-group` fallback
-//! Used when bwrap is missing or cannot create namespaces here (detected at
-//! start-up by running a trivial sandboxed `true`). The command runs
+//! # `process-group` mode: no isolation
+//! Only when asked for ([`IsolationPreference::ProcessGroup`], or `Auto`
+//! with `allow_unconfined` where bwrap cannot run). The command runs
 //! directly on the host in a new session (`setsid`), **not** confined:
 //! absolute paths such as `/tmp` or `/paperclip-workspace` refer to the
 //! host's file system. The server does not rewrite command lines. It only
@@ -73,6 +77,29 @@ impl IsolationMode {
     }
 }
 
+impl IsolationMode {
+    /// The network a command gets: `none` (bwrap: a network namespace with
+    /// only its own loopback interface, so no host port is reachable and
+    /// there is no outbound network) or `host` (process groups: the host's
+    /// network, unconfined).
+    pub fn network(&self) -> &'static str {
+        match self {
+            Self::Bwrap => "none",
+            Self::ProcessGroup => "host",
+        }
+    }
+
+    /// How resources are bounded: `prlimit` (bwrap: `RLIMIT_NPROC`
+    /// [`MAX_PROCESSES`] for the sandbox uid, `RLIMIT_AS`
+    /// [`MAX_ADDRESS_SPACE`] per process) or `none`.
+    pub fn limits(&self) -> &'static str {
+        match self {
+            Self::Bwrap => "prlimit",
+            Self::ProcessGroup => "none",
+        }
+    }
+}
+
 impl fmt::Display for IsolationMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -82,59 +109,38 @@ impl fmt::Display for IsolationMode {
 /// What the embedding host asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IsolationPreference {
-    /// bwrap when it works here, otherwise the process-group fallback.
+    /// bwrap when it works here; otherwise the server refuses to start
+    /// (with [`INSTALL_HINT`]) unless
+    /// [`crate::ServerBuilder::allow_unconfined`] allows the process-group
+    /// fallback.
     #[default]
     Auto,
     /// bwrap or fail to start.
     RequireBwrap,
-    /// Always the process-group fallback (useful to test that mode).
+    /// Unconfined process groups: **no isolation**, an explicit opt-in.
     ProcessGroup,
 }
 
-/// Host system directories mounted read-only into bwrap sandboxes. The Files
-/// API refuses paths under them (their content is the host's, not the
-/// sandbox's).
+/// What to do when commands cannot be confined here.
+pub const INSTALL_HINT: &str = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), \
+     or opt in to running commands with NO isolation (--isolation process-group)";
+
+/// Host system directories a sandbox sees read-only (and `etc`, its own
+/// minimal one). The Files API refuses paths under them.
 pub const SYSTEM_DIRS: &[&str] = &[
     "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
-];
-
-/// Directories every sandbox root starts with.
-const SANDBOX_DIRS: &[&str] = &[
-    "tmp",
-    "paperclip-workspace",
-    "root",
-    "var/tmp",
-    "dev",
-    "proc",
 ];
 
 /// The environment variable that marks every process the server starts.
 pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
 
-/// Creates a sandbox root: its own directories plus mount points (or copies
-/// of the host's symlinks) for the read-only system directories.
-pub fn prepare_root(root: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(root)?;
-    for dir in SANDBOX_DIRS {
-        std::fs::create_dir_all(root.join(dir))?;
-    }
-    for dir in SYSTEM_DIRS {
-        let host = Path::new("/").join(dir);
-        let Ok(meta) = std::fs::symlink_metadata(&host) else {
-            continue;
-        };
-        let inside = root.join(dir);
-        if std::fs::symlink_metadata(&inside).is_ok() {
-            continue;
-        }
-        if meta.file_type().is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&host)?, &inside)?;
-        } else if meta.is_dir() {
-            std::fs::create_dir_all(&inside)?;
-        }
-    }
-    Ok(())
-}
+/// Most processes (threads included) one sandbox's uid may have at once,
+/// set with `RLIMIT_NPROC` on every bwrap tree: a fork bomb stops there.
+pub const MAX_PROCESSES: u64 = 2048;
+/// Largest address space of one sandboxed process (`RLIMIT_AS`), 8 GiB.
+pub const MAX_ADDRESS_SPACE: u64 = 8 << 30;
+
+pub use crate::rootfs::prepare_root;
 
 /// Everything needed to start one command.
 #[derive(Debug, Clone)]
@@ -189,6 +195,17 @@ pub fn base_env(mode: &IsolationMode, root: &Path) -> Vec<(String, String)> {
 }
 
 /// Starts the command with piped stdio in a new session.
+///
+/// Whatever the mode, the command starts with exactly descriptors 0, 1 and
+/// 2: every other descriptor of the server (inherited from whoever started
+/// it, or opened without close-on-exec by a library) is marked close-on-exec
+/// in the child before `exec` (`close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`);
+/// in bwrap mode only bwrap's status pipe is let through, and bwrap does
+/// not hand it to the command.
+///
+/// Nothing outlives the server: the supervisor announces every tree to the
+/// [`crate::deathguard`], and in fallback mode the leader also gets
+/// `PR_SET_PDEATHSIG(SIGKILL)`.
 pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned> {
     let (mut cmd, status_pipe, status_raw) = match bwrap {
         Some(bwrap) => {
@@ -198,6 +215,11 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
             cmd.args(bwrap_args(&spec.root, &spec.cwd, raw));
             cmd.arg("--").arg(&spec.cmd).args(&spec.args);
             cmd.current_dir("/");
+            if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
+                // bwrap itself runs unprivileged: the sandbox's uid 0 maps to
+                // this uid, never to the host's root.
+                cmd.uid(uid).gid(gid);
+            }
             (cmd, Some((read, write)), Some(raw))
         }
         None => {
@@ -214,15 +236,34 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    let confined = bwrap.is_some();
+    let server_pid = rustix::process::getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (setsid, fcntl) on memory it owns.
+    // async-signal-safe system calls (setsid, close_range, fcntl, setrlimit,
+    // prctl, getppid) on memory it owns; it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
+            mark_cloexec_from(3);
             if let Some(raw) = status_raw {
-                // Let exactly this child inherit the status pipe.
+                // Let exactly this child (bwrap) inherit the status pipe.
                 let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+            }
+            if confined {
+                use rustix::process::{setrlimit, Resource, Rlimit};
+                let limit = |n: u64| Rlimit {
+                    current: Some(n),
+                    maximum: Some(n),
+                };
+                setrlimit(Resource::Nproc, limit(MAX_PROCESSES))?;
+                setrlimit(Resource::As, limit(MAX_ADDRESS_SPACE))?;
+            } else {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+                // The server may have died between fork and prctl.
+                if rustix::process::getppid() != Some(server_pid) {
+                    return Err(std::io::Error::other("the server exited"));
+                }
             }
             Ok(())
         });
@@ -238,13 +279,67 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     Ok(Spawned { child, status_pipe })
 }
 
+/// Marks every descriptor from `first` up close-on-exec. Async-signal-safe
+/// (runs between fork and exec): one `close_range` call, or on kernels
+/// without it (before 5.11) `fcntl` on each number up to the descriptor
+/// limit.
+pub(crate) fn mark_cloexec_from(first: u32) {
+    // SAFETY: plain system calls on descriptor numbers; no memory is touched.
+    unsafe {
+        let done = libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) == 0;
+        if done {
+            return;
+        }
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 20) as i32
+        } else {
+            1 << 16
+        };
+        for fd in first as i32..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
+/// bwrap's command line (everything before `--`).
+///
+/// Namespaces: user (the command is uid 0 inside, the sandbox's own
+/// unprivileged uid outside when the server is root, see
+/// [`crate::rootfs`]), PID,
+/// network (only a loopback interface of its own), IPC and UTS (host name
+/// `sandbox`). bwrap runs unprivileged, so every capability is dropped.
 fn bwrap_args(root: &Path, cwd: &str, status_fd: i32) -> Vec<String> {
-    let mut args = vec![
-        "--bind".to_string(),
-        root.display().to_string(),
-        "/".to_string(),
-    ];
-    for dir in SYSTEM_DIRS {
+    let mut args: Vec<String> = [
+        "--unshare-user",
+        "--uid",
+        "0",
+        "--gid",
+        "0",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--hostname",
+        "sandbox",
+        "--bind",
+    ]
+    .map(String::from)
+    .into();
+    args.push(root.display().to_string());
+    args.push("/".to_string());
+    for dir in crate::rootfs::HOST_DIRS {
         let host = Path::new("/").join(dir);
         let Ok(meta) = std::fs::symlink_metadata(&host) else {
             continue;
@@ -256,23 +351,13 @@ fn bwrap_args(root: &Path, cwd: &str, status_fd: i32) -> Vec<String> {
             args.extend(["--ro-bind".to_string(), h.clone(), h]);
         }
     }
-    args.extend(
-        [
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--unshare-pid",
-            "--json-status-fd",
-        ]
-        .map(String::from),
-    );
+    args.extend([
+        "--ro-bind".to_string(),
+        crate::rootfs::etc_template(root).display().to_string(),
+        "/etc".to_string(),
+    ]);
+    args.extend(["--dev", "/dev", "--proc", "/proc", "--json-status-fd"].map(String::from));
     args.push(status_fd.to_string());
-    // As root bwrap would keep capabilities (and with them the power to
-    // undo the read-only mounts); unprivileged bwrap drops them itself.
-    if rustix::process::geteuid().is_root() {
-        args.extend(["--cap-drop".to_string(), "ALL".to_string()]);
-    }
     args.extend(["--chdir".to_string(), cwd.to_string()]);
     args
 }
@@ -360,6 +445,26 @@ pub enum Tree {
 }
 
 impl Tree {
+    /// How the [`crate::deathguard`] names this tree.
+    pub fn guarded(&self) -> Option<crate::deathguard::Guarded> {
+        use crate::deathguard::Guarded;
+        match self {
+            Tree::Namespace { init_pid, ns } => Some(Guarded::Namespace {
+                init_pid: *init_pid,
+                ns: *ns,
+            }),
+            Tree::Group {
+                leader,
+                leader_start: Some(starttime),
+                ..
+            } => Some(Guarded::Group {
+                leader: *leader,
+                starttime: *starttime,
+            }),
+            _ => None,
+        }
+    }
+
     /// A fallback-mode tree rooted at `leader`.
     pub fn group(leader: i32, marker: &str) -> Self {
         let leader_start = procfs::stat(leader).map(|p| p.starttime);
@@ -459,29 +564,63 @@ impl Tree {
             if Some(p.pid) == init && sig != Signal::KILL {
                 continue;
             }
-            if let Some(pid) = Pid::from_raw(p.pid) {
-                if rustix::process::kill_process(pid, sig).is_ok() {
-                    hit += 1;
-                }
-                // A stopped process (paused sandbox) must be able to act on
-                // the signal.
-                if sig != Signal::KILL && sig != Signal::STOP {
-                    let _ = rustix::process::kill_process(pid, Signal::CONT);
-                }
+            if signal_verified(&p, sig) {
+                hit += 1;
+            }
+            // A stopped process (paused sandbox) must be able to act on
+            // the signal.
+            if sig != Signal::KILL && sig != Signal::STOP {
+                signal_verified(&p, Signal::CONT);
             }
         }
         hit
     }
 
     /// Stops (`SIGSTOP`) or continues (`SIGCONT`) every member, bwrap's init
-    /// included.
+    /// included. Stopping repeats the scan until every member found is
+    /// stopped, so a process forked after one scan (before its parent
+    /// stopped) is stopped too; a stopped process cannot fork, so this ends
+    /// (bounded at 100 rounds for a tree that keeps changing).
     pub fn freeze(&mut self, stop: bool) {
-        let sig = if stop { Signal::STOP } else { Signal::CONT };
-        for p in self.members() {
-            if let Some(pid) = Pid::from_raw(p.pid) {
-                let _ = rustix::process::kill_process(pid, sig);
+        if !stop {
+            for p in self.members() {
+                signal_verified(&p, Signal::CONT);
+            }
+            return;
+        }
+        for _ in 0..100 {
+            let running: Vec<ProcInfo> = self
+                .members()
+                .into_iter()
+                .filter(|p| !matches!(p.state, 'T' | 't'))
+                .collect();
+            if running.is_empty() {
+                return;
+            }
+            for p in &running {
+                signal_verified(p, Signal::STOP);
             }
         }
+    }
+}
+
+/// Sends `sig` to the process a scan saw as `p`, never to a process that
+/// reused its pid: a pidfd pins the process, and the signal goes out only
+/// if the pinned process still has the start time the scan recorded
+/// (`pidfd_open` + `/proc` check + `pidfd_send_signal`). `false` when the
+/// process is gone, was replaced, or the signal failed.
+pub fn signal_verified(p: &ProcInfo, sig: Signal) -> bool {
+    let Some(pid) = Pid::from_raw(p.pid) else {
+        return false;
+    };
+    let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
+        return false;
+    };
+    match procfs::stat(p.pid) {
+        Some(now) if now.starttime == p.starttime => {
+            rustix::process::pidfd_send_signal(&pidfd, sig).is_ok()
+        }
+        _ => false,
     }
 }
 
@@ -537,4 +676,29 @@ pub fn signal_name(raw: i32) -> String {
         .iter()
         .find(|(s, _)| s.as_raw() == raw)
         .map_or_else(|| format!("SIG{raw}"), |(_, n)| (*n).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 10 item 4: a kill must never reach a process that merely
+    /// reused the pid a scan saw. A stale start time stands for the reuse.
+    #[test]
+    fn signals_go_only_to_the_process_the_scan_saw() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("100")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id() as i32;
+        let seen = procfs::stat(pid).expect("stat");
+        let mut stale = seen.clone();
+        stale.starttime += 1;
+        assert!(!signal_verified(&stale, Signal::KILL));
+        assert!(child.try_wait().expect("try_wait").is_none(), "was killed");
+        assert!(signal_verified(&seen, Signal::KILL));
+        let status = child.wait().expect("wait");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(Signal::KILL.as_raw()));
+    }
 }

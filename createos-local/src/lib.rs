@@ -21,17 +21,20 @@
 //! ```
 //!
 //! Limits worth knowing: no PTYs (`kind` is always `process`), no fork, no
-//! ingress, rate limiting only when asked for ([`ServerBuilder::rate_limit`]), sandboxes share the host network, and the
-//! `shape` only is validated and echoed (no CPU or memory limits are applied).
+//! ingress, rate limiting only when asked for ([`ServerBuilder::rate_limit`]),
+//! no outbound network in bwrap mode, and the `shape` is only validated and
+//! echoed (the same `prlimit` bounds apply to every shape).
 
 pub(crate) mod api;
 pub(crate) mod confine;
 pub(crate) mod connections;
+pub mod deathguard;
 pub mod faults;
 pub mod isolation;
 pub mod journal;
 pub(crate) mod procfs;
 pub mod rate_limit;
+pub mod rootfs;
 pub mod server;
 pub(crate) mod store;
 pub(crate) mod supervisor;

@@ -11,11 +11,11 @@ use createos_local::{IsolationPreference, Server};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Isolation {
-    /// bwrap if it works here, else process groups.
+    /// bwrap if it works here; else refuse to start (unless --allow-unconfined).
     Auto,
-    /// bwrap or fail.
+    /// bwrap or refuse to start.
     Bwrap,
-    /// Unconfined process groups.
+    /// NO isolation: commands run unconfined as this user on the host.
     ProcessGroup,
 }
 
@@ -35,6 +35,10 @@ struct Cli {
     /// Isolation mode.
     #[arg(long, value_enum, default_value_t = Isolation::Auto)]
     isolation: Isolation,
+    /// Let `--isolation auto` fall back to process groups (NO isolation)
+    /// when bubblewrap cannot run here.
+    #[arg(long)]
+    allow_unconfined: bool,
     /// Answer 429 beyond REQUESTS/WINDOW_MS `/v1` requests in any sliding
     /// window (for example 20/2000), as CreateOS limits a caller. Off by default.
     #[arg(long, value_name = "REQUESTS/WINDOW_MS", value_parser = parse_rate_limit)]
@@ -83,6 +87,7 @@ async fn run(cli: Cli) -> ExitCode {
     if let Some((requests, window)) = cli.rate_limit {
         builder = builder.rate_limit(requests, window);
     }
+    builder = builder.allow_unconfined(cli.allow_unconfined);
     builder = builder.isolation(match cli.isolation {
         Isolation::Auto => IsolationPreference::Auto,
         Isolation::Bwrap => IsolationPreference::RequireBwrap,

@@ -47,6 +47,7 @@ pub struct ServerBuilder {
     quiet: bool,
     rate_limit: Option<(u32, Duration)>,
     connections: ConnectionLimits,
+    allow_unconfined: bool,
 }
 
 impl Default for ServerBuilder {
@@ -62,6 +63,7 @@ impl Default for ServerBuilder {
             quiet: false,
             rate_limit: None,
             connections: ConnectionLimits::default(),
+            allow_unconfined: false,
         }
     }
 }
@@ -98,6 +100,14 @@ impl ServerBuilder {
     /// Isolation preference (default [`IsolationPreference::Auto`]).
     pub fn isolation(mut self, pref: IsolationPreference) -> Self {
         self.isolation = pref;
+        self
+    }
+
+    /// Lets [`IsolationPreference::Auto`] fall back to unconfined process
+    /// groups (no isolation) when bwrap cannot run here. Default `false`:
+    /// the server refuses to start instead.
+    pub fn allow_unconfined(mut self, allow: bool) -> Self {
+        self.allow_unconfined = allow;
         self
     }
 
@@ -191,25 +201,39 @@ impl ServerBuilder {
             }
             pref => {
                 let probe = data_dir.join(".bwrap-probe");
-                let result = isolation::probe_bwrap(&probe).await;
+                let result = match crate::rootfs::prepare_etc(&data_dir) {
+                    Ok(_) => isolation::probe_bwrap(&probe).await,
+                    Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
+                };
                 let _ = std::fs::remove_dir_all(&probe);
                 match result {
                     Ok(path) => (IsolationMode::Bwrap, Some(path), "bwrap works".to_string()),
-                    Err(e) if pref == IsolationPreference::RequireBwrap => {
-                        return Err(Error::other(format!("bwrap required but unusable: {e}")));
+                    Err(e) if pref == IsolationPreference::Auto && self.allow_unconfined => {
+                        (IsolationMode::ProcessGroup, None, e)
                     }
-                    Err(e) => (IsolationMode::ProcessGroup, None, e),
+                    Err(e) => {
+                        if owned {
+                            let _ = std::fs::remove_dir_all(&data_dir);
+                        }
+                        return Err(Error::other(format!(
+                            "commands cannot be confined here: {e}; {}",
+                            isolation::INSTALL_HINT
+                        )));
+                    }
                 }
             }
         };
         if !self.quiet {
             match mode {
                 IsolationMode::Bwrap => eprintln!(
-                    "createos-local: isolation mode bwrap (PID namespace per process, sandbox root as /)"
+                    "createos-local: isolation mode bwrap (user, PID, network, IPC and UTS namespaces per process, \
+                     sandbox root as /); network: {} (own loopback only, no outbound); limits: {}",
+                    mode.network(),
+                    mode.limits()
                 ),
                 IsolationMode::ProcessGroup => eprintln!(
-                    "createos-local: isolation mode process-group ({why}); commands are NOT confined: \
-                     absolute paths refer to the host file system, only cwd is mapped into the sandbox root"
+                    "createos-local: isolation mode process-group ({why}): NO isolation, commands are NOT confined: \
+                     they run as this user on the host's file system and network; only cwd is mapped into the sandbox root"
                 ),
             }
         }
@@ -426,6 +450,7 @@ async fn terminate_all(state: &AppState) -> ShutdownReport {
     let mut tasks = Vec::new();
     for sb in state.store.all() {
         sb.force(crate::store::Status::Destroying);
+        sb.close().await;
         for p in sb.processes() {
             report.processes += 1;
             tasks.push(tokio::spawn(async move {

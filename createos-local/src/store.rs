@@ -92,6 +92,25 @@ pub struct Sandbox {
     pub created_at: String,
     status: Mutex<(Status, u64)>,
     processes: Mutex<HashMap<String, Arc<Process>>>,
+    /// Set once a delete (or shutdown) begins: no new process is admitted.
+    closed: Mutex<bool>,
+    /// Process creations admitted and not yet registered.
+    starting: tokio::sync::watch::Sender<usize>,
+}
+
+/// Permission to start one process in a sandbox, taken before the spawn
+/// and held until the process is registered (or the start failed). A
+/// delete waits for every outstanding admission before it looks at the
+/// sandbox's processes, so no process can be started behind its back.
+#[derive(Debug)]
+pub struct Admission {
+    sb: Arc<Sandbox>,
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.sb.starting.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -108,7 +127,29 @@ impl Sandbox {
             created_at: crate::util::now_rfc3339(),
             status: Mutex::new((Status::Creating, 0)),
             processes: Mutex::new(HashMap::new()),
+            closed: Mutex::new(false),
+            starting: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    /// Admits one process start, or `None` once the sandbox is being
+    /// deleted.
+    pub fn admit(self: &Arc<Self>) -> Option<Admission> {
+        let closed = lock(&self.closed);
+        if *closed {
+            return None;
+        }
+        self.starting.send_modify(|n| *n += 1);
+        Some(Admission { sb: self.clone() })
+    }
+
+    /// Refuses further process starts and waits until every start already
+    /// admitted has registered its process (or failed). After this,
+    /// [`Sandbox::processes`] holds everything that will ever run here.
+    pub async fn close(&self) {
+        *lock(&self.closed) = true;
+        let mut rx = self.starting.subscribe();
+        let _ = rx.wait_for(|n| *n == 0).await;
     }
 
     /// Current status.
@@ -180,6 +221,8 @@ impl Sandbox {
             "env_keys": self.spec.env.keys().collect::<Vec<_>>(),
             "created_at": self.created_at,
             "local_isolation": mode.as_str(),
+            "local_network": mode.network(),
+            "local_limits": mode.limits(),
         })
     }
 }

@@ -191,6 +191,9 @@ impl Process {
             Tree::Namespace { init_pid, .. } => find_child(*init_pid).await.unwrap_or(outer_pid),
             _ => outer_pid,
         };
+        if let Some(guarded) = tree.guarded() {
+            crate::deathguard::watch(guarded);
+        }
         *lock(&proc.tree) = tree;
         *lock(&proc.stdin) = child.stdin.take();
         {
@@ -270,6 +273,9 @@ impl Process {
     }
 
     fn set_tree_exited(&self) {
+        if let Some(guarded) = lock(&self.tree).guarded() {
+            crate::deathguard::release(guarded);
+        }
         lock(&self.inner).tree_exited = true;
         self.bump();
     }

@@ -92,6 +92,32 @@ async fn start(
 /// silently dropped; use a managed process and `/connect` to stream more.
 pub const EXEC_OUTPUT_CAP: usize = 8 * 1024 * 1024;
 
+/// Starts a process and registers it in the sandbox, under an admission:
+/// a sandbox delete that begins meanwhile waits for the registration and
+/// then terminates the process; once a delete began, starts are refused.
+async fn start_registered(
+    state: &AppState,
+    sb: &Arc<Sandbox>,
+    body: CreateBody,
+    retention: Retention,
+) -> Result<Arc<Process>, ApiError> {
+    let _admission = sb.admit().ok_or_else(|| {
+        ApiError::conflict("sandbox is being deleted")
+            .with_extra(json!({ "current_status": sb.status() }))
+    })?;
+    let p = start(state, sb, body, retention).await?;
+    sb.add_process(p.clone());
+    // A pause that began while this process was starting may have scanned
+    // the sandbox before it was registered.
+    if matches!(
+        sb.status(),
+        crate::store::Status::Pausing | crate::store::Status::Paused
+    ) {
+        p.freeze(true);
+    }
+    Ok(p)
+}
+
 /// Runs `fut` as its own task on the supervision runtime (see
 /// [`AppState::supervision`]) so that it completes (and registers or cleans
 /// up what it started) even when the client goes away mid-request, and so
@@ -119,9 +145,7 @@ pub async fn create(
     let body: CreateBody = parse_json(&body)?;
     let supervision = state.supervision.clone();
     let p = detached(&supervision, async move {
-        let p = start(&state, &sb, body, Retention::Total(state.journal_capacity)).await?;
-        sb.add_process(p.clone());
-        Ok(p)
+        start_registered(&state, &sb, body, Retention::Total(state.journal_capacity)).await
     })
     .await?;
     Ok(success(StatusCode::CREATED, p.to_json()))
@@ -147,8 +171,7 @@ pub async fn exec(
     let started = Instant::now();
     let supervision = state.supervision.clone();
     detached(&supervision, async move {
-        let p = start(&state, &sb, body, Retention::PerStream(EXEC_OUTPUT_CAP)).await?;
-        sb.add_process(p.clone());
+        let p = start_registered(&state, &sb, body, Retention::PerStream(EXEC_OUTPUT_CAP)).await?;
         p.close_stdin();
         let finished = p.wait(false, timeout).await;
         let t = p.terminate(Duration::from_millis(200)).await;

@@ -115,6 +115,9 @@ pub async fn delete(
     sb.force(Status::Destroying);
     let sbc = sb.clone();
     let survivors = super::processes::detached(&state.supervision, async move {
+        // Creations already under way finish first (their processes are
+        // then terminated below); later ones are refused.
+        sbc.close().await;
         let mut survivors = Vec::new();
         let terminations = sbc.processes().into_iter().map(|p| async move {
             let t = p.terminate(std::time::Duration::from_millis(500)).await;

@@ -56,7 +56,7 @@ impl Setup {
                  or set apiUrl in --config"
             );
         }
-        let local = LocalBackend::start()?;
+        let local = LocalBackend::start(global.isolation)?;
         let store = Arc::new(LeaseStore::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
         let runtime = runtime(global, store)?.with_rate_limit(None);
@@ -146,14 +146,29 @@ impl Setup {
 
 impl LocalBackend {
     #[cfg(feature = "local-backend")]
-    fn start() -> Result<Self> {
+    fn start(isolation: crate::Isolation) -> Result<Self> {
+        use createos_local::IsolationPreference;
         let api_key = random_key()?;
+        let preference = match isolation {
+            crate::Isolation::Bwrap => IsolationPreference::RequireBwrap,
+            crate::Isolation::ProcessGroup => {
+                eprintln!(
+                    "sandbox: warning: --isolation process-group: commands run with NO isolation \
+                     (as you, on this machine's files and network)"
+                );
+                IsolationPreference::ProcessGroup
+            }
+        };
         let server = createos_local::BackgroundServer::start(
             createos_local::Server::builder()
                 .api_key(api_key.clone())
+                .isolation(preference)
                 .quiet(true),
         )
-        .context("starting the embedded local backend")?;
+        .context(
+            "the embedded local backend refused to start, nothing was run \
+             (or pass --api-url to use another backend)",
+        )?;
         let api_url = server.base_url();
         Ok(LocalBackend {
             server,
@@ -163,7 +178,7 @@ impl LocalBackend {
     }
 
     #[cfg(not(feature = "local-backend"))]
-    fn start() -> Result<Self> {
+    fn start(_isolation: crate::Isolation) -> Result<Self> {
         bail!("this build has no embedded backend: pass --api-url or set apiUrl in --config")
     }
 

@@ -81,6 +81,12 @@ pub struct Global {
     /// Show the provider component's own stderr (debugging).
     #[arg(long, global = true)]
     pub verbose: bool,
+    /// How the embedded local backend confines commands: `bwrap` (the
+    /// default; refused with an install hint when bubblewrap cannot run
+    /// here) or `process-group`, which is NO isolation (commands run as
+    /// you, on your file system and network).
+    #[arg(long, global = true, value_enum, default_value_t = Isolation::Bwrap)]
+    pub isolation: Isolation,
     /// How often this process refreshes its heartbeat in the lease store.
     #[arg(long, global = true, env = "SANDBOX_HEARTBEAT", value_parser = parse_duration,
           default_value = "2s", value_name = "DUR")]
@@ -103,6 +109,15 @@ fn ready(setup: Result<Setup>, global: &Global) -> Result<Setup> {
     let setup = setup?;
     setup.runtime.set_liveness(global.liveness()?)?;
     Ok(setup)
+}
+
+/// The embedded backend's isolation (see `--isolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Isolation {
+    /// bubblewrap namespaces per command, or refuse to run.
+    Bwrap,
+    /// NO isolation: unconfined process groups on the host.
+    ProcessGroup,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,0 +1,136 @@
+//! Nothing outlives the server, even when it is killed with SIGKILL.
+//!
+//! A server that dies without an orderly shutdown cannot terminate its
+//! process trees itself. So the first process tree started by this OS
+//! process also starts one *guard*: a small `bash` loop, in a session of
+//! its own, whose stdin is a pipe that only this process holds open (the
+//! write end is close-on-exec, so no child keeps it). Every tree is
+//! announced to the guard when it starts and withdrawn once verified gone.
+//! When this process ends, however it ends, the kernel closes the pipe; the
+//! guard reads end-of-file and sends SIGKILL to what is still announced:
+//!
+//! - a bwrap tree is named by the host pid of its namespace's init and the
+//!   namespace inode; the guard kills that pid only if `/proc/PID/ns/pid`
+//!   still names that namespace (so a reused pid is never hit), and the
+//!   kernel then kills every process of the namespace;
+//! - a process-group tree (no isolation) is named by its leader, which is
+//!   also its process group; the guard kills the group unless the leader's
+//!   pid now belongs to another process (different start time; a pid is
+//!   not reused while it names a live process group). Members that left
+//!   the group (`setsid`, `setpgid`) are not found: that mode is no
+//!   isolation.
+//!
+//! Why not bwrap's `--die-with-parent`: bwrap's outer process exits when
+//! the command exits, and `--die-with-parent` then kills the namespace at
+//! once, ending background processes the command left running, which the
+//! API keeps alive until they are deleted (`leader_exited` vs
+//! `tree_exited`).
+
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+/// The guard's program: remember announced trees; on end-of-file kill them.
+const GUARD_SCRIPT: &str = r#"
+declare -A live
+while IFS=' ' read -r op kind pid id; do
+  case $op in
+    +) live["$kind $pid"]=$id ;;
+    -) unset "live[$kind $pid]" ;;
+  esac
+done
+for key in "${!live[@]}"; do
+  kind=${key% *}; pid=${key#* }; id=${live[$key]}
+  case $kind in
+    ns) [ "$(readlink "/proc/$pid/ns/pid" 2>/dev/null)" = "pid:[$id]" ] && kill -KILL "$pid" ;;
+    pg) if read -r stat < "/proc/$pid/stat"; then
+          set -- ${stat##*) }
+          [ "${20}" = "$id" ] || continue
+        fi
+        kill -KILL -- "-$pid" ;;
+  esac
+done 2>/dev/null
+"#;
+
+/// One tree the guard must kill if the server dies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Guarded {
+    /// A PID namespace: host pid of its init and the namespace inode.
+    Namespace {
+        /// Host pid of the namespace's init.
+        init_pid: i32,
+        /// `/proc/PID/ns/pid` inode.
+        ns: u64,
+    },
+    /// A process group led by `leader`, started at `starttime` (clock ticks).
+    Group {
+        /// Leader pid (= process group id).
+        leader: i32,
+        /// Leader start time from `/proc/PID/stat`.
+        starttime: u64,
+    },
+}
+
+impl Guarded {
+    fn line(&self, op: char) -> String {
+        match self {
+            Self::Namespace { init_pid, ns } => format!("{op} ns {init_pid} {ns}\n"),
+            Self::Group { leader, starttime } => format!("{op} pg {leader} {starttime}\n"),
+        }
+    }
+}
+
+fn guard_pipe() -> &'static Mutex<Option<std::fs::File>> {
+    static GUARD: OnceLock<Mutex<Option<std::fs::File>>> = OnceLock::new();
+    GUARD.get_or_init(|| Mutex::new(start_guard().ok()))
+}
+
+fn start_guard() -> std::io::Result<std::fs::File> {
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let mut cmd = Command::new("/bin/bash");
+    cmd.args(["-c", GUARD_SCRIPT, "createos-local-guard"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::from(read))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setsid and close_range only (async-signal-safe): the guard
+    // must not receive the terminal's or the server's process-group
+    // signals, nor keep any descriptor of the server.
+    unsafe {
+        cmd.pre_exec(|| {
+            rustix::process::setsid()?;
+            crate::isolation::mark_cloexec_from(3);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    // The guard is never waited for while the server lives; reap it in the
+    // background so that it does not stay a zombie after a shutdown.
+    std::thread::Builder::new()
+        .name("createos-local-guard".into())
+        .spawn(move || {
+            let _ = child.wait();
+        })?;
+    Ok(std::fs::File::from(write))
+}
+
+fn send(line: &str) -> bool {
+    let mut pipe = guard_pipe().lock().unwrap_or_else(|p| p.into_inner());
+    match pipe.as_mut() {
+        Some(f) => f.write_all(line.as_bytes()).is_ok(),
+        None => false,
+    }
+}
+
+/// Announces a tree to the guard. `false` when there is no guard (it could
+/// not be started): the tree then dies only with an orderly shutdown.
+pub fn watch(tree: Guarded) -> bool {
+    send(&tree.line('+'))
+}
+
+/// Withdraws a tree that was verified gone.
+pub fn release(tree: Guarded) {
+    send(&tree.line('-'));
+}

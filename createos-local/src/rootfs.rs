@@ -1,0 +1,276 @@
+//! The file system a bwrap sandbox sees: its own root directory (with its
+//! own `/tmp`, `/paperclip-workspace`, `$HOME`, and a minimal `/etc`), plus
+//! the host's system directories mounted read-only.
+//!
+//! # Who owns a sandbox's files
+//! When the server runs as root, every sandbox gets its own unprivileged
+//! host uid (and gid) from [`SANDBOX_UIDS`]; commands run as it (uid 0
+//! *inside* the sandbox's user namespace maps to it), and the sandbox's own
+//! directories belong to it. The owner of the sandbox root *is* the record
+//! of that uid. One uid per sandbox keeps the process limit
+//! (`RLIMIT_NPROC`, counted per uid) per sandbox: a fork bomb in one
+//! sandbox cannot starve another. Files the server
+//! writes through the Files API take the owner of the sandbox root (see
+//! the Files API module). A server that is not root runs commands as its own
+//! uid, and nothing is re-owned.
+//!
+//! # The minimal `/etc`
+//! `/etc` in a sandbox is a read-only copy made once per server
+//! ([`prepare_etc`], `<data dir>/.sandbox-etc`, one bind mount per command:
+//! mounting each entry separately cost about 30 ms per command). It holds a
+//! `passwd` and `group` naming only `root` and `nobody`, `hostname`,
+//! `hosts`, and a short `profile` (so `bash -l` does not run the host's
+//! login scripts), plus copies of the host entries programs need to work
+//! ([`ETC_FROM_HOST`]): name resolution,
+//! certificates, the dynamic loader's cache, `alternatives` (the targets of
+//! `/usr/bin/awk`, `java`, ...), time zone, locale aliases and the
+//! configuration some runtimes keep in `/etc` (`java-*`, `python3*`,
+//! `perl`). Everything else of the host's `/etc` (`shadow`, `ssh`,
+//! `sudoers`, `gitconfig`, `npmrc`, `pip.conf`, `environment`, ...) is
+//! absent.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The host uids (and gids) sandboxes get when the server runs as root.
+/// They belong to no account; they only have to differ from every real
+/// user (and from root).
+pub const SANDBOX_UIDS: std::ops::Range<u32> = 2_000_000..2_065_536;
+
+/// Host system directories mounted read-only into bwrap sandboxes (`etc`
+/// is not one of them: see the module docs). The Files API refuses paths
+/// under all of these and under `etc`.
+pub const HOST_DIRS: &[&str] = &[
+    "usr", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+];
+
+/// Entries of the host's `/etc` mounted read-only into every sandbox (when
+/// they exist). A trailing `*` matches a name prefix.
+pub const ETC_FROM_HOST: &[&str] = &[
+    "resolv.conf",
+    "nsswitch.conf",
+    "host.conf",
+    "gai.conf",
+    "protocols",
+    "services",
+    "networks",
+    "rpc",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "pki/tls/certs",
+    "crypto-policies",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "localtime",
+    "timezone",
+    "locale.alias",
+    "os-release",
+    "debian_version",
+    "lsb-release",
+    "mime.types",
+    "magic",
+    "magic.mime",
+    "inputrc",
+    "terminfo",
+    "shells",
+    "xml",
+    "sgml",
+    "groff",
+    "perl",
+    "java-*",
+    "python3*",
+    "maven",
+];
+
+/// Directories every sandbox root starts with, and their modes.
+const SANDBOX_DIRS: &[(&str, u32)] = &[
+    ("tmp", 0o1777),
+    ("paperclip-workspace", 0o755),
+    ("root", 0o700),
+    ("var", 0o755),
+    ("var/tmp", 0o1777),
+    ("etc", 0o755),
+    ("dev", 0o755),
+    ("proc", 0o755),
+];
+
+/// The sandbox's own `/etc` files: (name, content).
+const ETC_FILES: &[(&str, &str)] = &[
+    (
+        "passwd",
+        "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    ),
+    ("group", "root:x:0:\nnogroup:x:65534:\n"),
+    ("hostname", "sandbox\n"),
+    (
+        "hosts",
+        "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+    ),
+    (
+        "profile",
+        "# The sandbox's own login profile (createos-local). The host's login\n\
+         # scripts are not part of the sandbox.\n\
+         umask 022\n",
+    ),
+];
+
+/// A uid (= gid) for a new sandbox when the server runs as root, `None`
+/// otherwise. Taken in turn from a random start, so that two servers on one
+/// host rarely share one.
+fn allocate_owner() -> Option<(u32, u32)> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: OnceLock<AtomicU32> = OnceLock::new();
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let next = NEXT.get_or_init(|| {
+        let seed = u32::from_str_radix(&crate::util::random_hex(4), 16).unwrap_or(0);
+        AtomicU32::new(seed)
+    });
+    let span = SANDBOX_UIDS.end - SANDBOX_UIDS.start;
+    let uid = SANDBOX_UIDS.start + next.fetch_add(1, Ordering::Relaxed) % span;
+    Some((uid, uid))
+}
+
+/// The uid and gid commands of the sandbox at `root` run as: its owner,
+/// when the server runs as root and the root was prepared by
+/// [`prepare_root`]; `None` (run as the server's own uid) otherwise.
+pub fn sandbox_owner(root: &Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let meta = std::fs::metadata(root).ok()?;
+    SANDBOX_UIDS
+        .contains(&meta.uid())
+        .then_some((meta.uid(), meta.gid()))
+}
+
+/// Creates a sandbox root: its own directories and `/etc`, plus mount
+/// points (or copies of the host's symlinks) for the read-only host
+/// directories, all owned by the sandbox's own uid (see the module docs).
+pub fn prepare_root(root: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(root)?;
+    let owner = allocate_owner();
+    let give = |path: &Path| -> std::io::Result<()> {
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
+        }
+        Ok(())
+    };
+    give(root)?;
+    for (dir, mode) in SANDBOX_DIRS {
+        let path = root.join(dir);
+        std::fs::create_dir_all(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))?;
+        give(&path)?;
+    }
+    for dir in HOST_DIRS {
+        let host = Path::new("/").join(dir);
+        let Ok(meta) = std::fs::symlink_metadata(&host) else {
+            continue;
+        };
+        let inside = root.join(dir);
+        if std::fs::symlink_metadata(&inside).is_ok() {
+            continue;
+        }
+        if meta.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&host)?, &inside)?;
+        } else if meta.is_dir() {
+            std::fs::create_dir_all(&inside)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where [`prepare_etc`] puts the sandboxes' `/etc`: beside their roots.
+pub fn etc_template(root: &Path) -> PathBuf {
+    root.parent().unwrap_or(root).join(".sandbox-etc")
+}
+
+/// Builds the `/etc` every sandbox in `data_dir` sees (read-only): the
+/// sandbox's own files and copies of [`ETC_FROM_HOST`] (files with symlinks
+/// followed, directories copied as they are, `cp -a`).
+pub fn prepare_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
+    let etc = data_dir.join(".sandbox-etc");
+    if etc.exists() {
+        std::fs::remove_dir_all(&etc)?;
+    }
+    std::fs::create_dir_all(&etc)?;
+    std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o755)).ok();
+    std::fs::set_permissions(&etc, std::fs::Permissions::from_mode(0o755))?;
+    for (name, content) in ETC_FILES {
+        std::fs::write(etc.join(name), content)?;
+    }
+    for host in etc_from_host() {
+        let Ok(rel) = host.strip_prefix("/etc") else {
+            continue;
+        };
+        let copy = etc.join(rel);
+        if let Some(parent) = copy.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        if host.is_dir() {
+            let cp = ["/usr/bin/cp", "/bin/cp"]
+                .into_iter()
+                .find(|p| Path::new(p).is_file())
+                .unwrap_or("cp");
+            let status = std::process::Command::new(cp)
+                .arg("-a")
+                .arg(host)
+                .arg(&copy)
+                .stdin(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()?;
+            if !status.success() {
+                return Err(std::io::Error::other(format!(
+                    "cannot copy {} into the sandboxes' /etc",
+                    host.display()
+                )));
+            }
+        } else {
+            std::fs::copy(host, &copy)?;
+        }
+    }
+    Ok(etc)
+}
+
+/// The host `/etc` entries to copy (existing ones only, patterns
+/// expanded), computed once.
+pub fn etc_from_host() -> &'static [PathBuf] {
+    static LIST: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    LIST.get_or_init(|| {
+        let etc = Path::new("/etc");
+        let names: Vec<String> = std::fs::read_dir(etc)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut out = Vec::new();
+        for entry in ETC_FROM_HOST {
+            match entry.strip_suffix('*') {
+                Some(prefix) => {
+                    let mut hits: Vec<&String> =
+                        names.iter().filter(|n| n.starts_with(prefix)).collect();
+                    hits.sort();
+                    out.extend(hits.into_iter().map(|n| etc.join(n)));
+                }
+                None => {
+                    let path = etc.join(entry);
+                    // `exists` follows symlinks: a dangling one is skipped.
+                    if path.exists() {
+                        out.push(path);
+                    }
+                }
+            }
+        }
+        out
+    })
+}

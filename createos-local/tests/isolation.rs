@@ -1,0 +1,659 @@
+//! What a sandboxed command cannot do, proven with real processes and real
+//! bubblewrap: each test runs a command that tries to break out and checks
+//! from the host that it failed. Also: descriptor hygiene (issue 19 item 1),
+//! the delete-versus-create race (issue 10 item 4, issue 19 item 8), and no
+//! survivor after a SIGKILL of the server (issue 10 item 3).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{marked_pids, marker, wait_marked, Harness, KEY};
+use createos_local::{IsolationMode, IsolationPreference};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+/// A `createos-local` binary started with three extra descriptors open
+/// without close-on-exec (a directory, a file, a socket), as an
+/// orchestrator might leave them.
+struct Backend {
+    child: Child,
+    base: String,
+    http: reqwest::Client,
+}
+
+/// The descriptor numbers the backend inherits beyond stdio.
+const LEAKED_FDS: [i32; 3] = [40, 41, 42];
+
+impl Backend {
+    fn start(isolation: &str) -> Self {
+        let dir: OwnedFd = std::fs::File::open("/").expect("open /").into();
+        let file: OwnedFd = std::fs::File::open("/etc/hostname")
+            .or_else(|_| std::fs::File::open("/etc/passwd"))
+            .expect("open a host file")
+            .into();
+        let (sock, _peer) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+        let sock: OwnedFd = sock.into();
+        let raw = [dir.as_raw_fd(), file.as_raw_fd(), sock.as_raw_fd()];
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_createos-local"));
+        cmd.args(["--port", "0", "--isolation", isolation])
+            .env("CREATEOS_API_KEY", KEY)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        // SAFETY: only dup2 (async-signal-safe) on descriptors this process
+        // owns; the copies are not close-on-exec, so the backend inherits
+        // them like descriptors an orchestrator leaves open.
+        unsafe {
+            cmd.pre_exec(move || {
+                for (from, to) in raw.iter().zip(LEAKED_FDS) {
+                    let mut target = OwnedFd::from_raw_fd(to);
+                    let r =
+                        rustix::io::dup2(std::os::fd::BorrowedFd::borrow_raw(*from), &mut target);
+                    std::mem::forget(target);
+                    r?;
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().expect("spawn createos-local");
+        drop((dir, file, sock));
+        let stdout = child.stdout.take().expect("stdout");
+        let first = BufReader::new(stdout)
+            .lines()
+            .next()
+            .expect("a line")
+            .expect("utf8");
+        let base = first
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
+            .to_string();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .expect("client");
+        Self { child, base, http }
+    }
+
+    async fn req(&self, method: reqwest::Method, path: &str, body: Value) -> (StatusCode, Value) {
+        let resp = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .header("X-Api-Key", KEY)
+            .json(&body)
+            .send()
+            .await
+            .expect("request");
+        let st = resp.status();
+        (st, resp.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn sandbox(&self, env: Value) -> String {
+        let (st, v) = self
+            .req(
+                reqwest::Method::POST,
+                "/v1/sandboxes",
+                json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false, "env": env}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+        let id = v["data"]["id"].as_str().expect("id").to_string();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, v) = self
+                .req(
+                    reqwest::Method::GET,
+                    &format!("/v1/sandboxes/{id}"),
+                    json!({}),
+                )
+                .await;
+            if v["data"]["status"] == "running" {
+                return id;
+            }
+            assert!(Instant::now() < deadline, "never running: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn exec(&self, sb: &str, script: &str) -> Value {
+        let (st, v) = self
+            .req(
+                reqwest::Method::POST,
+                &format!("/v1/sandboxes/{sb}/exec"),
+                json!({"cmd": "/bin/sh", "args": ["-c", script]}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        v["data"]["result"].clone()
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The descriptor numbers open in the shell, from `ls -l /proc/$$/fd`.
+fn open_fds(listing: &str) -> Vec<i32> {
+    let mut fds: Vec<i32> = listing
+        .lines()
+        .filter(|l| l.contains(" -> "))
+        .filter_map(|l| {
+            l.split(" -> ")
+                .next()?
+                .split_whitespace()
+                .last()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    fds.sort_unstable();
+    fds
+}
+
+/// Issue 19 item 1: descriptors the backend inherits (a directory, a file,
+/// a socket) reached every sandboxed command; `/proc/self/fd/N/...` of an
+/// inherited `/` was a full host escape. Every command must start with
+/// exactly 0, 1 and 2.
+async fn inherited_descriptors_never_reach_a_command(isolation: &str) {
+    let backend = Backend::start(isolation);
+    let sb = backend.sandbox(json!({})).await;
+    let r = backend.exec(&sb, "ls -l /proc/$$/fd").await;
+    let listing = r["stdout"].as_str().expect("stdout");
+    assert_eq!(open_fds(listing), vec![0, 1, 2], "{isolation}: {r}");
+    // Nothing reaches the host through a leaked number either.
+    let r = backend
+        .exec(&sb, "for n in 40 41 42; do cat /proc/self/fd/$n/etc/hostname; done; ls /proc/self/fd/40/ 2>&1 | head -3")
+        .await;
+    assert!(
+        r["stdout"]
+            .as_str()
+            .expect("stdout")
+            .contains("No such file"),
+        "{isolation}: {r}"
+    );
+    // A managed process too (the other spawn path of the API).
+    let (st, v) = backend
+        .req(
+            reqwest::Method::POST,
+            &format!("/v1/sandboxes/{sb}/processes"),
+            json!({"cmd": "/bin/sh", "args": ["-c", "ls -l /proc/$$/fd"]}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let pid = v["data"]["process_id"].as_str().expect("id").to_string();
+    let resp = backend
+        .http
+        .get(format!(
+            "{}/v1/sandboxes/{sb}/processes/{pid}/connect?after=0",
+            backend.base
+        ))
+        .header("X-Api-Key", KEY)
+        .send()
+        .await
+        .expect("connect");
+    let body = resp.bytes().await.expect("frames");
+    let frames: Vec<Value> = body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .filter_map(|l| serde_json::from_slice(l).ok())
+        .collect();
+    let out = common::stream_bytes(&frames, "stdout", 0);
+    let listing = String::from_utf8_lossy(&out);
+    assert_eq!(open_fds(&listing), vec![0, 1, 2], "{isolation}: {listing}");
+}
+
+#[tokio::test]
+async fn inherited_descriptors_never_reach_a_bwrap_command() {
+    inherited_descriptors_never_reach_a_command("bwrap").await;
+}
+
+#[tokio::test]
+async fn inherited_descriptors_never_reach_a_process_group_command() {
+    inherited_descriptors_never_reach_a_command("process-group").await;
+}
+
+/// Waits (generously) until no process carries `m`; returns what is left.
+async fn wait_unmarked(m: &str) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = marked_pids(m);
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 10 item 3: when the server is killed with SIGKILL (no cleanup code
+/// runs), no sandboxed process survives it: neither a running command nor
+/// the background processes of a command that already exited.
+async fn sigkill_of_the_server_leaves_no_process(isolation: &str) {
+    let mut backend = Backend::start(isolation);
+    let m = marker(&format!("kill9-{isolation}"));
+    let sb = backend.sandbox(json!({ "TEST_MARKER": m })).await;
+    for script in ["sleep 1000 & sleep 1000", "sleep 1000 & exit 0"] {
+        let (st, v) = backend
+            .req(
+                reqwest::Method::POST,
+                &format!("/v1/sandboxes/{sb}/processes"),
+                json!({"cmd": "/bin/bash", "args": ["-c", script]}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{v}");
+    }
+    assert!(
+        wait_marked(&m, 3).await.len() >= 3,
+        "commands did not start"
+    );
+    backend.child.kill().expect("SIGKILL the server");
+    backend.child.wait().expect("reap the server");
+    let left = wait_unmarked(&m).await;
+    assert!(
+        left.is_empty(),
+        "{isolation}: survived the server: {left:?}"
+    );
+}
+
+#[tokio::test]
+async fn sigkill_of_a_bwrap_server_leaves_no_process() {
+    sigkill_of_the_server_leaves_no_process("bwrap").await;
+}
+
+#[tokio::test]
+async fn sigkill_of_a_process_group_server_leaves_no_process() {
+    sigkill_of_the_server_leaves_no_process("process-group").await;
+}
+
+/// A harness that insists on bubblewrap (these tests are about it).
+async fn confined() -> Harness {
+    let h = Harness::start_builder(
+        createos_local::Server::builder().isolation(IsolationPreference::RequireBwrap),
+    )
+    .await;
+    assert_eq!(*h.server.isolation(), IsolationMode::Bwrap);
+    h
+}
+
+/// Issue 10 item 2: a command cannot write the host's `/usr` or the host's
+/// `/tmp` (its `/tmp` is its own).
+#[tokio::test]
+async fn a_command_cannot_write_host_usr_or_host_tmp() {
+    let h = confined().await;
+    let sb = h.sandbox().await;
+    let m = marker("write");
+    let host_tmp = std::path::PathBuf::from(format!("/tmp/{m}-host"));
+    std::fs::write(&host_tmp, "host").expect("host file");
+    let r = h
+        .exec(
+            &sb,
+            &format!(
+                "touch /usr/{m}; echo sandbox > /tmp/{m}-host; touch /tmp/{m}-new; cat /tmp/{m}-host"
+            ),
+        )
+        .await;
+    assert!(
+        !std::path::Path::new(&format!("/usr/{m}")).exists(),
+        "wrote host /usr: {r}"
+    );
+    assert_eq!(std::fs::read_to_string(&host_tmp).expect("read"), "host");
+    assert!(
+        !std::path::Path::new(&format!("/tmp/{m}-new")).exists(),
+        "{r}"
+    );
+    assert_eq!(r["stdout"], "sandbox\n", "its own /tmp works: {r}");
+    assert!(
+        r["stderr"]
+            .as_str()
+            .unwrap_or("")
+            .contains("Read-only file system"),
+        "{r}"
+    );
+    let _ = std::fs::remove_file(&host_tmp);
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Issue 10 item 2: host secrets are out of reach: `/etc/shadow` (only a
+/// minimal `/etc` is there), host `/root`, the backend's data directory
+/// (other sandboxes' roots), the lease store under the host's home.
+#[tokio::test]
+async fn a_command_cannot_read_host_secrets() {
+    let h = confined().await;
+    let sb = h.sandbox().await;
+    let other = h.sandbox().await;
+    let m = marker("secret");
+    let home_secret = std::path::PathBuf::from(format!("/root/{m}"));
+    std::fs::write(&home_secret, &m).expect("host secret");
+    let data_dir = h.server.data_dir().display().to_string();
+    let r = h
+        .exec(
+            &sb,
+            &format!(
+                "cat /etc/shadow /etc/gshadow /root/{m} {data_dir}/{other}/etc/passwd; \
+                 ls /root/.local/share/sandbox; ls {data_dir}; ls /; echo; ls /etc; echo; cat /etc/passwd"
+            ),
+        )
+        .await;
+    let _ = std::fs::remove_file(&home_secret);
+    let out = r["stdout"].as_str().expect("stdout");
+    assert!(!out.contains(&m), "{r}");
+    assert!(!out.contains("root:$") && !out.contains("root:*:"), "{r}");
+    assert!(!out.contains("shadow"), "no shadow in /etc: {r}");
+    assert!(!out.contains(&other), "{r}");
+    let passwd: Vec<&str> = out.lines().filter(|l| l.contains(":x:")).collect();
+    assert_eq!(passwd.len(), 2, "only root and nobody: {r}");
+    let err = r["stderr"].as_str().expect("stderr");
+    assert_eq!(err.matches("No such file or directory").count(), 6, "{r}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Issue 10 item 2: no host loopback port is reachable (the backend's own
+/// API included): the command has its own network namespace.
+#[tokio::test]
+async fn a_command_cannot_reach_host_loopback_ports() {
+    let h = confined().await;
+    let sb = h.sandbox().await;
+    let (_, v) = h.get(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(v["data"]["local_network"], "none", "{v}");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("addr").port();
+    let api_port = h.server.addr().port();
+    let r = h
+        .exec(
+            &sb,
+            &format!(
+                "for p in {port} {api_port}; do (echo hi > /dev/tcp/127.0.0.1/$p) && echo reached $p; done; \
+                 (echo hi > /dev/tcp/1.1.1.1/53) && echo outbound"
+            ),
+        )
+        .await;
+    assert_eq!(r["stdout"], "", "{r}");
+    assert!(
+        listener.accept().is_err(),
+        "a connection reached the host listener"
+    );
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Issue 10 item 2: host processes are invisible and cannot be signalled.
+#[tokio::test]
+async fn a_command_cannot_see_or_signal_host_processes() {
+    let h = confined().await;
+    let sb = h.sandbox().await;
+    let me = std::process::id();
+    let r = h
+        .exec(
+            &sb,
+            &format!("kill -0 {me} && echo signalled; ls /proc | grep -c '^[0-9]'"),
+        )
+        .await;
+    let count: usize = r["stdout"]
+        .as_str()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(count <= 4, "saw {count} processes: {r}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Issue 10 item 2: the command is root only inside its user namespace; on
+/// the host it is an unprivileged uid without capabilities.
+#[tokio::test]
+async fn a_command_is_not_root_on_the_host() {
+    let h = confined().await;
+    let m = marker("uid");
+    let sb = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
+    let r = h.exec(&sb, "id -u").await;
+    assert_eq!(r["stdout"], "0\n", "{r}");
+    h.spawn(&sb, "sleep 1000").await;
+    let pids = wait_marked(&m, 1).await;
+    let sleep = pids
+        .iter()
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep"))
+        })
+        .unwrap_or_else(|| panic!("no sleep among {pids:?}"));
+    let status = std::fs::read_to_string(format!("/proc/{sleep}/status")).expect("status");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} in {status}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let is_root_server = rustix::process::geteuid().is_root();
+    if is_root_server {
+        let range = createos_local::rootfs::SANDBOX_UIDS;
+        for id in field("Uid:").iter().chain(field("Gid:").iter()) {
+            let id: u32 = id.parse().expect("numeric id");
+            assert!(range.contains(&id), "{status}");
+        }
+    }
+    assert_eq!(field("CapEff:"), vec!["0000000000000000"], "{status}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Issue 10 item 2: a fork bomb stops at the process limit and a huge
+/// allocation fails, instead of eating the host.
+#[tokio::test]
+async fn fork_bombs_and_huge_allocations_are_bounded() {
+    let h = confined().await;
+    let sb = h.sandbox().await;
+    let (_, v) = h.get(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(v["data"]["local_limits"], "prlimit", "{v}");
+    let r = h.exec(&sb, "ulimit -u; ulimit -v").await;
+    assert_eq!(
+        r["stdout"],
+        format!(
+            "{}\n{}\n",
+            createos_local::isolation::MAX_PROCESSES,
+            createos_local::isolation::MAX_ADDRESS_SPACE / 1024
+        ),
+        "{r}"
+    );
+    // dash gives up at the first failed fork (bash would retry).
+    let bomb = format!(
+        "i=0; while [ $i -lt {} ]; do sleep 1000 & i=$((i+1)); done; echo all started",
+        createos_local::isolation::MAX_PROCESSES + 100
+    );
+    let (st, v) = h
+        .post(
+            &format!("/v1/sandboxes/{sb}/exec"),
+            json!({"cmd": "/bin/sh", "args": ["-c", bomb]}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let r = &v["data"]["result"];
+    assert_eq!(r["stdout"], "", "{r}");
+    assert!(r["stderr"].as_str().unwrap_or("").contains("fork"), "{r}");
+    let r = h
+        .exec(
+            &sb,
+            "python3 -c 'b = bytearray(16 << 30); print(\"allocated\")'",
+        )
+        .await;
+    assert_eq!(r["stdout"], "", "{r}");
+    assert!(
+        r["stderr"].as_str().unwrap_or("").contains("MemoryError"),
+        "{r}"
+    );
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Issue 10 item 2 ("keep what agents need") and issue 11: a writable
+/// workspace and `$HOME`, `/usr` tools, `bash -lc` with the sandbox's own
+/// profile (not the host's login scripts), and files written through the
+/// Files API stay writable for the command.
+#[tokio::test]
+async fn agents_keep_a_working_shell_home_and_workspace() {
+    let h = confined().await;
+    let sb = h.sandbox().await;
+    let (st, v) = h
+        .req(
+            reqwest::Method::PUT,
+            &format!("/v1/sandboxes/{sb}/files?path=/paperclip-workspace/sub/a.txt"),
+            None,
+        )
+        .await;
+    assert!(st.is_success(), "{v}");
+    let r = h
+        .exec(
+            &sb,
+            "bash -lc 'cd ~ && echo home > h && cat h && echo w >> /paperclip-workspace/sub/a.txt \
+             && touch /paperclip-workspace/sub/b && awk \"BEGIN{print 42}\" && head -2 /etc/profile \
+             && echo \"$HOME\" && ls /usr/bin/env'",
+        )
+        .await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let out = r["stdout"].as_str().expect("stdout");
+    assert!(out.starts_with("home\n42\n"), "{r}");
+    assert!(
+        out.contains("createos-local"),
+        "the sandbox's own profile: {r}"
+    );
+    assert!(out.contains("/root\n/usr/bin/env\n"), "{r}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Issue 10 item 4 / issue 19 item 8: a sandbox DELETE racing a process
+/// creation answered `destroyed` while the new process kept running with
+/// its root deleted (the creation registered after the delete's snapshot).
+/// Now the delete waits for creations under way and terminates what they
+/// started; a creation after the delete began is refused.
+#[tokio::test]
+async fn delete_racing_process_creation_leaves_no_process() {
+    let h = Harness::start().await;
+    for round in 0..20u64 {
+        let m = marker(&format!("race{round}"));
+        let sb = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
+        let path = format!("/v1/sandboxes/{sb}/processes");
+        let create = h.post(&path, json!({"cmd": "sleep", "args": ["777"]}));
+        let delete = async {
+            tokio::time::sleep(Duration::from_millis(round % 5)).await;
+            h.delete(&format!("/v1/sandboxes/{sb}")).await
+        };
+        let ((cst, cv), (dst, dv)) = tokio::join!(create, delete);
+        assert_eq!(dst, StatusCode::OK, "round {round}: delete {dv}");
+        assert!(
+            cst == StatusCode::CREATED || cst.is_client_error(),
+            "round {round}: create {cst} {cv}"
+        );
+        let left = marked_pids(&m);
+        assert!(
+            left.is_empty(),
+            "round {round}: create {cst}, delete {dst}, still running: {left:?}"
+        );
+        let (st, _) = h.get(&format!("/v1/sandboxes/{sb}")).await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
+    }
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Issue 10 item 1: without a usable bubblewrap, `auto` refused nothing
+/// and silently ran commands unconfined. Now the server refuses to start
+/// and says what to install; the unconfined fallback needs an explicit
+/// `--allow-unconfined` and is announced as "NO isolation".
+#[test]
+fn without_bubblewrap_auto_refuses_unless_unconfined_is_allowed() {
+    let empty = std::env::temp_dir().join(format!("no-bwrap-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_createos-local"))
+            .args(["--port", "0", "--isolation", "auto"])
+            .args(extra)
+            .env("CREATEOS_API_KEY", KEY)
+            .env("PATH", &empty)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn createos-local")
+    };
+    let refused = run(&[]).wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(refused.stdout.is_empty(), "it must not listen");
+    assert!(err.contains("apt-get install bubblewrap"), "{err}");
+    assert!(err.contains("--isolation process-group"), "{err}");
+
+    let mut allowed = run(&["--allow-unconfined"]);
+    let mut first = String::new();
+    BufReader::new(allowed.stdout.take().expect("stdout"))
+        .read_line(&mut first)
+        .expect("read");
+    assert!(first.starts_with("listening on "), "{first}");
+    let _ = allowed.kill();
+    let out = allowed.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("process-group") && err.contains("NO isolation"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&empty);
+}
+
+/// Single-letter states of the marked `sleep`/`bash` processes (bwrap's
+/// own processes excluded).
+fn marked_states(m: &str) -> Vec<(i32, char)> {
+    marked_pids(m)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| c.starts_with(b"sleep") || c.starts_with(b"/bin/bash"))
+        })
+        .filter_map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            let state = stat.rsplit(')').next()?.trim_start().chars().next()?;
+            Some((p, state))
+        })
+        .collect()
+}
+
+/// Issue 10 item 4: pause stopped only the processes its one scan saw;
+/// children forked after that scan, and processes registered while the
+/// pause was under way, kept running in a `paused` sandbox.
+async fn pause_stops_forks_and_late_creations(pref: IsolationPreference) {
+    let h = Harness::start_with(pref).await;
+    let m = marker("pause");
+    let sb = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
+    h.spawn(
+        &sb,
+        "i=0; while [ $i -lt 300 ]; do sleep 1000 & i=$((i+1)); sleep 0.01; done; wait",
+    )
+    .await;
+    wait_marked(&m, 20).await;
+    let path = format!("/v1/sandboxes/{sb}/processes");
+    let late = h.post(&path, json!({"cmd": "sleep", "args": ["1001"]}));
+    let pause_path = format!("/v1/sandboxes/{sb}/pause");
+    let pause = h.post(&pause_path, json!({}));
+    let (_, (pst, pv)) = tokio::join!(late, pause);
+    assert_eq!(pst, StatusCode::OK, "{pv}");
+    h.wait_status(&sb, "paused").await;
+    let states = marked_states(&m);
+    assert!(states.len() >= 20, "{states:?}");
+    let running: Vec<_> = states.iter().filter(|(_, s)| *s != 'T').collect();
+    assert!(
+        running.is_empty(),
+        "{pref:?}: not stopped in a paused sandbox: {running:?}"
+    );
+    let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+#[tokio::test]
+async fn pause_stops_forks_and_late_creations_in_bwrap() {
+    pause_stops_forks_and_late_creations(IsolationPreference::RequireBwrap).await;
+}
+
+#[tokio::test]
+async fn pause_stops_forks_and_late_creations_in_process_groups() {
+    pause_stops_forks_and_late_creations(IsolationPreference::ProcessGroup).await;
+}

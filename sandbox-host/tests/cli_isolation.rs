@@ -1,0 +1,163 @@
+//! The `sandbox` CLI's embedded backend is a real sandbox or refuses to
+//! run: no descriptor of the CLI reaches a command (issue 19 item 1), no
+//! silent unconfined fallback (issue 10 item 1), and a SIGKILL of the CLI
+//! leaves no sandboxed process (issue 10 item 3). Skipped (with a note)
+//! until ./build.sh has built the provider.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+fn provider() -> Option<PathBuf> {
+    let wasm = common::workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
+    if wasm.is_file() {
+        Some(wasm)
+    } else {
+        eprintln!("skipped: {} not built yet (run ./build.sh)", wasm.display());
+        None
+    }
+}
+
+fn sandbox(provider: &PathBuf) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox"));
+    let data = std::env::temp_dir().join(format!("sandbox-cli-iso-{}", std::process::id()));
+    command
+        .env("SANDBOX_PROVIDER", provider)
+        .env("SANDBOX_DATA_DIR", data)
+        .env_remove("CREATEOS_API_KEY");
+    command
+}
+
+fn unique() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+        % 1_000_000_000
+}
+
+/// Host pids whose command line contains `needle`.
+fn pids_with(needle: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true);
+        let hit = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_bytes()));
+        if hit && !zombie {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Issue 19 item 1: the CLI started with a directory, a file and a socket
+/// open; the command sees exactly its stdin, stdout and stderr.
+#[test]
+fn run_passes_no_inherited_descriptor_to_the_command() {
+    let Some(provider) = provider() else { return };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    let cli = sandbox(&provider);
+    let output = Command::new("/bin/bash")
+        .args([
+            "-c",
+            &format!("exec 40</ 41</etc/passwd 42<>/dev/tcp/127.0.0.1/{port}; exec \"$@\""),
+            "with-fds",
+        ])
+        .arg(cli.get_program())
+        .args(["run", "--", "sh", "-c", "ls -l /proc/$$/fd"])
+        .envs(cli.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))))
+        .env_remove("CREATEOS_API_KEY")
+        .output()
+        .expect("run sandbox");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    let mut fds: Vec<i32> = stdout
+        .lines()
+        .filter(|l| l.contains(" -> "))
+        .filter_map(|l| {
+            l.split(" -> ")
+                .next()?
+                .split_whitespace()
+                .last()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    fds.sort_unstable();
+    assert_eq!(fds, vec![0, 1, 2], "{stdout}");
+}
+
+/// Issue 10 item 1: without bubblewrap, `sandbox run` refused nothing and
+/// ran the command unconfined (`touch /usr/x` created a host file). Now it
+/// refuses with the install hint and the explicit opt-in, and runs nothing.
+#[test]
+fn without_bubblewrap_run_is_refused_with_the_install_hint() {
+    let Some(provider) = provider() else { return };
+    let target = format!("/usr/sandbox-cli-refused-{}", unique());
+    let output = sandbox(&provider)
+        .env("PATH", "/nonexistent")
+        .args(["run", "--", "/bin/sh", "-c", &format!("touch {target}")])
+        .output()
+        .expect("run sandbox");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    assert!(stderr.contains("apt-get install bubblewrap"), "{stderr}");
+    assert!(stderr.contains("--isolation process-group"), "{stderr}");
+    assert!(
+        !std::path::Path::new(&target).exists(),
+        "{target} was created"
+    );
+}
+
+/// Issue 10 item 3: `kill -9` of the CLI (no cleanup code runs) leaves no
+/// sandboxed process: neither the command nor what it started in the
+/// background.
+#[test]
+fn sigkill_of_the_cli_leaves_no_sandboxed_process() {
+    let Some(provider) = provider() else { return };
+    let token = format!("1000.{}", unique());
+    let mut child = sandbox(&provider)
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!("sleep {token} & echo started; exec sleep {token}"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn sandbox");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("read");
+    assert_eq!(line, "started\n");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while pids_with(&token).len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Both sleeps (and bwrap's own processes, whose argv holds the token).
+    assert!(pids_with(&token).len() >= 2, "both sleeps run");
+    child.kill().expect("SIGKILL the CLI");
+    child.wait().expect("reap");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !pids_with(&token).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(pids_with(&token), Vec::<i32>::new(), "survived the CLI");
+}
