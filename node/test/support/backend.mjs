@@ -1,0 +1,84 @@
+// Starts the real createos-local backend (random port, random key) and a
+// second local HTTP server that records every request it gets (it must never
+// see the key).
+import { spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { createServer } from "node:http";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { createInterface } from "node:readline";
+
+const defaultBinary = fileURLToPath(new URL("../../../target/debug/createos-local", import.meta.url));
+
+/** The createos-local binary (`cargo build -p createos-local`). */
+export function backendBinary() {
+  const binary = process.env.CREATEOS_LOCAL_BIN ?? defaultBinary;
+  if (!existsSync(binary)) {
+    throw new Error(`createos-local is missing at ${binary}: run \`cargo build -p createos-local\` at the repository root (or set CREATEOS_LOCAL_BIN).`);
+  }
+  return binary;
+}
+
+/** A running createos-local with its key and admin helpers. */
+export async function startBackend() {
+  const key = `test-key-${randomBytes(12).toString("hex")}`;
+  const child = spawn(backendBinary(), ["--port", "0", "--api-key", key], { stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  child.stderr.on("data", (chunk) => (stderr += chunk));
+  const lines = createInterface({ input: child.stdout });
+  const url = await new Promise((resolve, reject) => {
+    lines.once("line", (line) => {
+      const match = /listening on (http:\/\/\S+)/.exec(line);
+      if (match) resolve(match[1]);
+      else reject(new Error(`unexpected createos-local output: ${line}`));
+    });
+    child.once("exit", (code) => reject(new Error(`createos-local exited with ${code}: ${stderr}`)));
+  });
+  const admin = async (method, path, body) => {
+    const response = await fetch(`${url}${path}`, {
+      method,
+      headers: { "X-Api-Key": key, ...(body ? { "content-type": "application/json" } : {}) },
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    const text = await response.text();
+    if (!response.ok) throw new Error(`${method} ${path}: HTTP ${response.status} ${text}`);
+    return text ? JSON.parse(text) : null;
+  };
+  return {
+    url,
+    key,
+    admin,
+    addFault: (rule) => admin("POST", "/_admin/faults", rule),
+    clearFaults: () => admin("DELETE", "/_admin/faults"),
+    requests: async () => {
+      const answer = await admin("GET", "/_admin/requests");
+      return Array.isArray(answer) ? answer : (answer.data ?? answer.requests ?? answer);
+    },
+    clearRequests: () => admin("DELETE", "/_admin/requests"),
+    async stop() {
+      if (child.exitCode !== null) return { code: child.exitCode, stderr };
+      const exited = new Promise((resolve) => child.once("exit", (code) => resolve(code)));
+      child.kill("SIGTERM");
+      const code = await exited;
+      return { code, stderr };
+    },
+  };
+}
+
+/** A second server that records each request (method, url, headers) and answers 404. */
+export async function startRecordingServer() {
+  const seen = [];
+  const server = createServer((request, response) => {
+    seen.push({ method: request.method, url: request.url, headers: request.headers });
+    request.resume();
+    response.writeHead(404, { "content-type": "application/json" });
+    response.end('{"error":"not here"}');
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    seen,
+    stop: () => new Promise((resolve) => server.close(resolve)),
+  };
+}
