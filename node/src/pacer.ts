@@ -8,7 +8,10 @@
  * start time (microseconds since the epoch) the next request may take.
  * A request reserves its start with a compare-and-swap (first come, first
  * served: reservations are granted in the order they are taken) and the
- * thread then sleeps until its start with `Atomics.wait`. No fixed gap is
+ * thread then sleeps until its start with `Atomics.wait`. Because a thread
+ * can wake a little late, the moment a request is let go is also recorded
+ * per slot, and a request never goes less than the spacing after the one
+ * let go before it. No fixed gap is
  * added beyond the declared spacing: a request that comes after an idle
  * period starts at once.
  *
@@ -21,7 +24,8 @@ export const PACER_SLOTS = 64;
 
 /** Creates the shared table a pool hands to each of its threads. */
 export function createPacerBuffer(): SharedArrayBuffer {
-  return new SharedArrayBuffer(PACER_SLOTS * BigInt64Array.BYTES_PER_ELEMENT);
+  // Reservations in the first half, the last granted start in the second.
+  return new SharedArrayBuffer(2 * PACER_SLOTS * BigInt64Array.BYTES_PER_ELEMENT);
 }
 
 /** Microseconds since the epoch, comparable across threads. */
@@ -48,24 +52,39 @@ export class Pacer {
     this.#next = new BigInt64Array(buffer);
   }
 
+  #sleepUntil(micros: bigint) {
+    for (let now = nowMicros(); now < micros; now = nowMicros()) {
+      Atomics.wait(this.#sleeper, 0, 0, Math.max(1, Number(micros - now) / 1000));
+    }
+  }
+
   /**
-   * Reserves the next start for `origin` and blocks this thread until it.
-   * Returns how long it waited, in milliseconds.
+   * Reserves the next start for `origin`, blocks this thread until it, and
+   * returns the start it was granted (microseconds since the epoch).
    */
-  waitForTurn(origin: string, spacingMs: number): number {
-    if (spacingMs <= 0) return 0;
+  waitForTurn(origin: string, spacingMs: number): bigint {
+    if (spacingMs <= 0) return nowMicros();
     const slot = pacerSlot(origin);
+    const lastSlot = PACER_SLOTS + slot;
     const spacing = BigInt(Math.round(spacingMs * 1000));
     for (;;) {
       const reserved = Atomics.load(this.#next, slot);
       const now = nowMicros();
       const start = reserved > now ? reserved : now;
-      if (Atomics.compareExchange(this.#next, slot, reserved, start + spacing) !== reserved) continue;
-      const waitMs = Number(start - now) / 1000;
-      if (waitMs > 0) Atomics.wait(this.#sleeper, 0, 0, waitMs);
-      // Atomics.wait may wake a little early on some platforms: never start before the slot.
-      while (nowMicros() < start) Atomics.wait(this.#sleeper, 0, 0, 1);
-      return waitMs;
+      if (Atomics.compareExchange(this.#next, slot, reserved, start + spacing) === reserved) {
+        this.#sleepUntil(start);
+        break;
+      }
+    }
+    for (;;) {
+      const last = Atomics.load(this.#next, lastSlot);
+      const earliest = last === 0n ? 0n : last + spacing;
+      const now = nowMicros();
+      if (now < earliest) {
+        this.#sleepUntil(earliest);
+        continue;
+      }
+      if (Atomics.compareExchange(this.#next, lastSlot, last, now) === last) return now;
     }
   }
 }

@@ -3,7 +3,6 @@
 // see the key).
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { createServer } from "node:http";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
@@ -65,20 +64,48 @@ export async function startBackend() {
   };
 }
 
-/** A second server that records each request (method, url, headers) and answers 404. */
+/**
+ * A second server, in its own process (so a test thread that blocks on a
+ * WASI poll cannot stall it), that records each request (method, url,
+ * headers) and answers 404. `flush()` waits until every earlier request is
+ * in `seen`.
+ */
 export async function startRecordingServer() {
+  const source = `
+    const http = require("node:http");
+    const server = http.createServer((request, response) => {
+      process.stdout.write(JSON.stringify({ method: request.method, url: request.url, headers: request.headers }) + "\\n");
+      request.resume();
+      response.writeHead(404, { "content-type": "application/json" });
+      response.end('{"error":"not here"}');
+    });
+    server.listen(0, "127.0.0.1", () => process.stdout.write("listening http://127.0.0.1:" + server.address().port + "\\n"));
+  `;
+  const child = spawn(process.execPath, ["-e", source], { stdio: ["ignore", "pipe", "inherit"] });
+  const lines = createInterface({ input: child.stdout });
   const seen = [];
-  const server = createServer((request, response) => {
-    seen.push({ method: request.method, url: request.url, headers: request.headers });
-    request.resume();
-    response.writeHead(404, { "content-type": "application/json" });
-    response.end('{"error":"not here"}');
+  let flushWaiters = [];
+  const url = await new Promise((resolve) => {
+    lines.on("line", (line) => {
+      if (line.startsWith("listening ")) return resolve(line.slice("listening ".length));
+      const record = JSON.parse(line);
+      if (record.url.startsWith("/__flush/")) {
+        const token = record.url.slice("/__flush/".length);
+        flushWaiters = flushWaiters.filter(([t, done]) => (t === token ? (done(), false) : true));
+        return;
+      }
+      seen.push(record);
+    });
   });
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address();
   return {
-    url: `http://127.0.0.1:${port}`,
+    url,
     seen,
-    stop: () => new Promise((resolve) => server.close(resolve)),
+    async flush() {
+      const token = randomBytes(6).toString("hex");
+      const arrived = new Promise((resolve) => flushWaiters.push([token, resolve]));
+      await fetch(`${url}/__flush/${token}`).then((r) => r.text());
+      await arrived;
+    },
+    stop: () => new Promise((resolve) => (child.once("exit", resolve), child.kill("SIGTERM"))),
   };
 }
