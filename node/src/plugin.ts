@@ -230,6 +230,28 @@ export function createPlugin(options: PluginOptions = {}) {
     }
   }
 
+  /**
+   * Which sandbox setting (shape, rootfs, region) of the normalised config
+   * differs from the one the lease was created with, if any. Runs the
+   * component's `validate-config` only (no request).
+   */
+  async function changedSandboxSetting(componentConfig: string, lease: WitLease): Promise<string | undefined> {
+    let recorded: Record<string, unknown>;
+    try {
+      recorded = JSON.parse(lease.metadata) as Record<string, unknown>;
+    } catch {
+      return undefined;
+    }
+    const validation = await call<WitConfigValidation>("resume", "validateConfig", [componentConfig], undefined);
+    if (!validation.ok || !validation.normalizedConfig) return undefined;
+    const configured = JSON.parse(validation.normalizedConfig) as Record<string, unknown>;
+    for (const field of ["shape", "rootfs", "region"]) {
+      if (!(field in recorded)) continue;
+      if ((configured[field] ?? null) !== (recorded[field] ?? null)) return field;
+    }
+    return undefined;
+  }
+
   function syncBackend(params: PluginEnvironmentDriverBaseParams, lease: WitLease): SyncBackend {
     const { ctx, secret } = prepare(params);
     return {
@@ -341,6 +363,11 @@ export function createPlugin(options: PluginOptions = {}) {
       checkCompany(params, params.leaseMetadata);
       await refuseIfPoisoned(params, params.providerLeaseId, "resume");
       const { ctx, secret } = prepare(params);
+      const changed = await changedSandboxSetting(ctx.config, toWitLease(params.providerLeaseId, params.leaseMetadata));
+      if (changed) {
+        // Paperclip's CreateOS behaviour: a changed shape/rootfs/region expires the lease with no request.
+        return { providerLeaseId: null, metadata: { expired: true, reason: `the configured ${changed} changed since the lease was acquired` } };
+      }
       const outcome = await call<WitResumeOutcome>("resume", "resumeLease", [ctx, toWitLease(params.providerLeaseId, params.leaseMetadata)], secret);
       return toResumeResult(outcome, params.companyId);
     },

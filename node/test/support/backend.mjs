@@ -51,7 +51,9 @@ export async function startBackend() {
     clearFaults: () => admin("DELETE", "/_admin/faults"),
     requests: async () => {
       const answer = await admin("GET", "/_admin/requests");
-      return Array.isArray(answer) ? answer : (answer.data ?? answer.requests ?? answer);
+      const list = answer?.data?.requests ?? answer?.requests ?? answer?.data ?? answer;
+      if (!Array.isArray(list)) throw new Error(`unexpected /_admin/requests answer: ${JSON.stringify(answer).slice(0, 200)}`);
+      return list;
     },
     clearRequests: () => admin("DELETE", "/_admin/requests"),
     async stop() {
@@ -108,4 +110,54 @@ export async function startRecordingServer() {
     },
     stop: () => new Promise((resolve) => (child.once("exit", resolve), child.kill("SIGTERM"))),
   };
+}
+
+/**
+ * A forwarding proxy in front of `target`, in its own process (so the test's
+ * event loop cannot delay its clock), that records when each request arrived
+ * (and whether it carried `X-Api-Key`), to observe the request spacing from
+ * outside the plugin. Arrival times are epoch milliseconds.
+ */
+export async function startTimingProxy(target) {
+  const source = `
+    const http = require("node:http");
+    const upstream = new URL(process.argv[1]);
+    const server = http.createServer((request, response) => {
+      const at = performance.timeOrigin + performance.now();
+      process.stdout.write(JSON.stringify({ at, method: request.method, path: request.url, key: request.headers["x-api-key"] }) + "\\n");
+      const forward = http.request({ host: upstream.hostname, port: upstream.port, method: request.method, path: request.url, headers: { ...request.headers, host: upstream.host } }, (answer) => {
+        response.writeHead(answer.statusCode, answer.headers);
+        answer.pipe(response);
+      });
+      forward.on("error", () => response.destroy());
+      request.pipe(forward);
+    });
+    server.listen(0, "127.0.0.1", () => process.stdout.write("listening http://127.0.0.1:" + server.address().port + "\\n"));
+  `;
+  const child = spawn(process.execPath, ["-e", source, target], { stdio: ["ignore", "pipe", "inherit"] });
+  const lines = createInterface({ input: child.stdout });
+  const arrivals = [];
+  const url = await new Promise((resolve) => {
+    lines.on("line", (line) => {
+      if (line.startsWith("listening ")) return resolve(line.slice("listening ".length));
+      arrivals.push(JSON.parse(line));
+    });
+  });
+  return { url, arrivals, stop: () => new Promise((resolve) => (child.once("exit", resolve), child.kill("SIGTERM"))) };
+}
+
+/** Processes on this machine whose command line contains `token`. */
+export async function processesWith(token) {
+  const { readdir, readFile } = await import("node:fs/promises");
+  const found = [];
+  for (const entry of await readdir("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    try {
+      const cmdline = (await readFile(`/proc/${entry}/cmdline`, "utf8")).split("\0").join(" ");
+      if (cmdline.includes(token)) found.push({ pid: Number(entry), cmdline });
+    } catch {
+      // The process ended while scanning.
+    }
+  }
+  return found;
 }
