@@ -15,6 +15,7 @@
  *   and wait for their cleanup before going on;
  * - live output goes to `ctx.execution.log` in order.
  */
+import { AsyncResource } from "node:async_hooks";
 import { definePlugin, type PluginContext } from "@paperclipai/plugin-sdk";
 import type {
   PluginEnvironmentAcquireLeaseParams,
@@ -413,9 +414,10 @@ export function createPlugin(options: PluginOptions = {}) {
       await refuseIfPoisoned(params, lease.providerLeaseId, "execute");
       const { ctx, secret } = prepare(params);
       const log = context?.execution;
-      const running = start<WitExecuteResult>("execute", "execute", [ctx, lease, toExecuteRequest(params)], secret, (stream, chunk) =>
-        log?.log(stream, chunk),
-      );
+      // Output arrives on worker-thread message events; bind the callback to this
+      // call's async context so the SDK stamps the chunk with this invocation's id.
+      const emit = AsyncResource.bind((stream: "stdout" | "stderr", chunk: string) => log?.log(stream, chunk));
+      const running = start<WitExecuteResult>("execute", "execute", [ctx, lease, toExecuteRequest(params)], secret, emit);
       const settled = running.result.then(
         (result) => toExecuteResult(result),
         async (error: unknown) => {
