@@ -72,6 +72,11 @@ export interface PluginOptions {
   env?: NodeJS.ProcessEnv;
   /** Test-only: output containing this marker makes the component trap. */
   testTrapMarker?: string;
+  /**
+   * Benchmarks only: replaces the declared request spacing (the benchmarks
+   * compare per-command cost with spacing 0, as the Rust host's do).
+   */
+  requestSpacingMs?: number;
 }
 
 /** A command (or sync) in flight on a lease. */
@@ -129,7 +134,7 @@ export function createPlugin(options: PluginOptions = {}) {
   ): RunningCall<T> {
     const running = activePool().call<T>(witOperation, args, {
       secret,
-      spacingMs: describeOrThrow().requestSpacingMs,
+      spacingMs: options.requestSpacingMs ?? describeOrThrow().requestSpacingMs,
       onOutput,
     });
     const result = running.result.catch((error: unknown) => {

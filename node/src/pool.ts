@@ -88,10 +88,12 @@ export class ProviderPool {
   #spawn(): PoolThread {
     const worker = new Worker(new URL("./provider-thread.js", import.meta.url), {
       workerData: { pacerBuffer: this.#pacerBuffer, testTrapMarker: this.#testTrapMarker },
-      // The component's stdio goes to the process's stderr.
-      stdout: false,
+      // Whatever the thread (or the shim's I/O thread under it) prints goes to
+      // this process's stderr: stdout is Paperclip's JSON-RPC channel.
+      stdout: true,
       stderr: false,
     });
+    worker.stdout.pipe(process.stderr, { end: false });
     worker.unref();
     let markReady: (ms: number) => void = () => {};
     const thread: PoolThread = { worker, busy: undefined, ready: new Promise((resolve) => (markReady = resolve)) };
