@@ -406,8 +406,15 @@ test("10 commands in parallel all succeed and the provider's request spacing hol
     assert.ok(spacing > 0);
     const starts = proxy.arrivals.map((a) => a.at).sort((a, b) => a - b);
     assert.ok(starts.length >= 30, `each command makes several requests (${starts.length})`);
-    // Arrival times include a little network jitter after the pacer's grant.
-    for (let i = 1; i < starts.length; i++) assert.ok(starts[i] - starts[i - 1] >= spacing - 15, `gap ${i}: ${(starts[i] - starts[i - 1]).toFixed(1)} ms`);
+    // The pacer spaces the moments requests are handed to the HTTP layer (its exact
+    // property is tested in outgoing-handler.test.mjs); arrivals at the proxy add the
+    // HTTP layer's and the proxy's scheduling jitter, which is large on a loaded
+    // machine. Without pacing these gaps are a few milliseconds.
+    const gaps = starts.slice(1).map((start, i) => start - starts[i]);
+    const sorted = [...gaps].sort((a, b) => a - b);
+    assert.ok(sorted[0] >= spacing / 2, `smallest gap ${sorted[0].toFixed(1)} ms, spacing ${spacing} ms`);
+    assert.ok(sorted[Math.floor(sorted.length / 2)] >= spacing, `median gap ${sorted[Math.floor(sorted.length / 2)].toFixed(1)} ms`);
+    assert.ok(starts.at(-1) - starts[0] >= (starts.length - 1) * spacing - spacing / 2, "the whole burst took at least the pacing floor");
     assert.ok(proxy.arrivals.every((a) => a.key === backend.key), "every request to the allowed origin carried the key");
     await paced.harness.releaseLease({ ...params(through), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
   } finally {
