@@ -89,6 +89,24 @@ interface InFlight {
 /** How long shutdown waits for cancelled commands (Paperclip drains for 10 s). */
 const SHUTDOWN_WAIT_MS = 8_000;
 
+/** Paperclip's host drops an `execute.log` chunk above 1,000,000 characters. */
+const LOG_PIECE_CHARS = 256 * 1024;
+
+/** Splits a chunk into pieces the host accepts, never inside a surrogate pair. */
+export function logPieces(chunk: string): string[] {
+  const pieces: string[] = [];
+  let start = 0;
+  while (chunk.length - start > LOG_PIECE_CHARS) {
+    let end = start + LOG_PIECE_CHARS;
+    const code = chunk.charCodeAt(end - 1);
+    if (code >= 0xd800 && code <= 0xdbff) end -= 1;
+    pieces.push(chunk.slice(start, end));
+    start = end;
+  }
+  if (start < chunk.length) pieces.push(chunk.slice(start));
+  return pieces;
+}
+
 /** Builds the plugin; `worker.ts` exports the default instance. */
 export function createPlugin(options: PluginOptions = {}) {
   const env = options.env ?? process.env;
@@ -421,7 +439,9 @@ export function createPlugin(options: PluginOptions = {}) {
       const log = context?.execution;
       // Output arrives on worker-thread message events; bind the callback to this
       // call's async context so the SDK stamps the chunk with this invocation's id.
-      const emit = AsyncResource.bind((stream: "stdout" | "stderr", chunk: string) => log?.log(stream, chunk));
+      const emit = AsyncResource.bind((stream: "stdout" | "stderr", chunk: string) => {
+        for (const piece of logPieces(chunk)) log?.log(stream, piece);
+      });
       const running = start<WitExecuteResult>("execute", "execute", [ctx, lease, toExecuteRequest(params)], secret, emit);
       const settled = running.result.then(
         (result) => toExecuteResult(result),

@@ -125,3 +125,13 @@ test("execute request and result map every field", () => {
     { exitCode: null, signal: "SIGKILL", timedOut: true, stdout: "a", stderr: "b", metadata: { processId: "p", outputTruncated: true } },
   );
 });
+
+test("live output chunks above Paperclip's per-chunk limit are split, never inside a surrogate pair", async () => {
+  const { logPieces } = await import("../dist/plugin.js");
+  const big = "a".repeat(256 * 1024 - 1) + "😀" + "b".repeat(300_000);
+  const pieces = logPieces(big);
+  assert.equal(pieces.join(""), big);
+  assert.ok(pieces.every((piece) => piece.length <= 256 * 1024));
+  assert.ok(pieces.every((piece) => !/[\uD800-\uDBFF]$/.test(piece)), "no piece ends with a lone high surrogate");
+  assert.deepEqual(logPieces("small"), ["small"]);
+});
