@@ -389,6 +389,43 @@ test("sync in and out of a directory tree with an exclude and a mode; a symlink 
   }
 });
 
+test("sync: a symlink inside the mapping stays a link; single-file mappings carry their mode both ways; post-upload commands stop at the first failure", async () => {
+  const lease = await acquire();
+  const root = await mkdtemp(path.join(tmpdir(), "sync-file-"));
+  try {
+    const source = path.join(root, "tree");
+    await mkdir(source);
+    await writeFile(path.join(source, "real.txt"), "real\n");
+    await symlink("real.txt", path.join(source, "alias.txt"));
+    await writeFile(path.join(root, "secret.env"), "TOKEN=1\n");
+    const syncParams = (operations) => ({ ...params(), lease, operations });
+    await plugin.hooks.onEnvironmentSyncIn(
+      syncParams([
+        { operationId: "tree", files: [{ sourcePath: source, targetPath: "/paperclip-workspace/linked", kind: "directory" }] },
+        { operationId: "file", files: [{ sourcePath: path.join(root, "secret.env"), targetPath: "/paperclip-workspace/secret.env", kind: "file", mode: 0o600 }] },
+      ]),
+    );
+    const check = await execute(lease, { command: "sh", args: ["-c", "cd /paperclip-workspace && readlink linked/alias.txt && cat linked/alias.txt && stat -c '%a' secret.env"] });
+    assert.equal(check.stdout, "real.txt\nreal\n600\n");
+
+    const back = path.join(root, "back.env");
+    await plugin.hooks.onEnvironmentSyncOut(syncParams([{ operationId: "out", files: [{ sourcePath: "/paperclip-workspace/secret.env", targetPath: back, kind: "file", mode: 0o600 }] }]));
+    assert.equal(await readFile(back, "utf8"), "TOKEN=1\n");
+    assert.equal((await stat(back)).mode & 0o777, 0o600);
+
+    const failing = await settle(
+      plugin.hooks.onEnvironmentSyncIn(
+        syncParams([{ operationId: "cmds", files: [], postUploadCommands: [{ command: "exit 3" }, { command: "touch /paperclip-workspace/should-not-exist" }] }]),
+      ),
+    );
+    assert.match(failing.error?.message ?? "", /post-upload command "exit 3" failed with exit code 3/);
+    const after = await execute(lease, { command: "test", args: ["-e", "/paperclip-workspace/should-not-exist"] });
+    assert.equal(after.exitCode, 1, "the second command never ran");
+  } finally {
+    await release(lease);
+  }
+});
+
 test("10 commands in parallel all succeed and the provider's request spacing holds across threads", async () => {
   const proxy = await startTimingProxy(backend.url);
   const paced = await startPlugin({ poolSize: 4 });
