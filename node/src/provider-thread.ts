@@ -133,7 +133,11 @@ function contextOf(operation: ProviderOperation, args: unknown[]): WitEnvironmen
 }
 
 async function run(call: ThreadCall): Promise<ThreadMessage> {
-  const instance = await provider;
+  const instance = await provider.catch((error: unknown) => {
+    // A failed instantiation is retried by the next call.
+    provider = instantiate();
+    throw error;
+  });
   currentCall = { id: call.id, cancelFlag: call.cancelFlag, futures: [] };
   try {
     const ctx = contextOf(call.operation, call.args);
