@@ -125,7 +125,14 @@ async function instantiate(): Promise<Provider> {
   return root.provider as Provider;
 }
 
-let provider: Promise<Provider> = instantiate();
+/** A new instance; its failure is reported to the call that awaits it. */
+function fresh(): Promise<Provider> {
+  const next = instantiate();
+  next.catch(() => {});
+  return next;
+}
+
+let provider: Promise<Provider> = fresh();
 
 function contextOf(operation: ProviderOperation, args: unknown[]): WitEnvironmentContext | undefined {
   if (operation === "describe" || operation === "validateConfig") return undefined;
@@ -135,7 +142,7 @@ function contextOf(operation: ProviderOperation, args: unknown[]): WitEnvironmen
 async function run(call: ThreadCall): Promise<ThreadMessage> {
   const instance = await provider.catch((error: unknown) => {
     // A failed instantiation is retried by the next call.
-    provider = instantiate();
+    provider = fresh();
     throw error;
   });
   currentCall = { id: call.id, cancelFlag: call.cancelFlag, futures: [] };
@@ -155,7 +162,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
       return { kind: "done", id: call.id, ok: false, error: { kind: "provider", payload } };
     }
     // Anything else unwound through the component: the instance is unusable.
-    provider = instantiate();
+    provider = fresh();
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     return { kind: "done", id: call.id, ok: false, error: { kind: "trap", message } };
   } finally {
