@@ -1,0 +1,289 @@
+/**
+ * Every translation between the component's WIT types and Paperclip's
+ * plugin shapes, in one place: contexts, leases, receipts, results, and
+ * each `provider-error` case as the error Paperclip's host sees.
+ *
+ * Rules this module keeps:
+ * - A receipt becomes Paperclip's lease status word: `paused` -> `stopped`,
+ *   `deleted` and `already-gone` -> `destroyed` (each is a confirmed end).
+ * - A resume that the component reports `expired` becomes
+ *   `{providerLeaseId: null, metadata: {expired: true}}`.
+ * - `cleanup-failed` during acquire with a sandbox id carries that id
+ *   (message and `data.providerLeaseId`) so Paperclip's own cleanup can run.
+ * - Messages are for people: what happened, what may still run, what fixes
+ *   it. They never hold the key (every message passes through `redact`) nor
+ *   a provider response body (the component never reports one).
+ */
+import { PLUGIN_RPC_ERROR_CODES } from "@paperclipai/plugin-sdk";
+import type {
+  WitCleanupCause,
+  WitCleanupFailure,
+  WitEnvironmentContext,
+  WitExecuteRequest,
+  WitExecuteResult,
+  WitLease,
+  WitProviderError,
+  WitResumeOutcome,
+  WitTerminationReceipt,
+} from "./wit-types.js";
+
+/** Where the component's own lease metadata lives inside Paperclip's lease metadata. */
+export const COMPONENT_LEASE_KEY = "componentLease";
+
+/** Paperclip's lease shape (`PluginEnvironmentLease`). */
+export interface PaperclipLease {
+  providerLeaseId: string | null;
+  metadata?: Record<string, unknown>;
+  expiresAt?: string | null;
+}
+
+/** Paperclip's termination receipt (`PluginEnvironmentTerminationReceipt`). */
+export interface PaperclipReceipt {
+  providerLeaseId: string;
+  state: "stopped" | "destroyed";
+}
+
+/** Paperclip's execute result (`PluginEnvironmentExecuteResult`). */
+export interface PaperclipExecuteResult {
+  exitCode: number | null;
+  signal: string | null;
+  timedOut: boolean;
+  stdout: string;
+  stderr: string;
+  metadata: Record<string, unknown>;
+}
+
+/** What the plugin must do about a failed call besides reporting it. */
+export type ErrorConsequence = "none" | "poison-lease";
+
+/** A provider error as Paperclip's host receives it (a JSON-RPC error). */
+export class ProviderFailure extends Error {
+  /** JSON-RPC error code (Paperclip's `WORKER_ERROR`). */
+  readonly code: number = PLUGIN_RPC_ERROR_CODES.WORKER_ERROR;
+  constructor(
+    message: string,
+    /** The WIT case, for people and logs (never branched on by Paperclip). */
+    readonly kind: WitProviderError["tag"] | "trap" | "poisoned" | "foreign-company",
+    readonly consequence: ErrorConsequence,
+    /** Structured data (`providerLeaseId` of a sandbox that needs cleanup). */
+    readonly data?: { providerLeaseId?: string; processId?: string },
+  ) {
+    super(message);
+    this.name = "ProviderFailure";
+  }
+}
+
+/** Replaces every occurrence of each secret with `[redacted]`. */
+export function redact(text: string, secrets: readonly string[]): string {
+  let out = text;
+  for (const secret of secrets) if (secret.length > 0) out = out.split(secret).join("[redacted]");
+  return out;
+}
+
+/** Paperclip's base params -> the WIT `environment-context`. */
+export function toContext(
+  params: { driverKey: string; companyId: string; environmentId: string; issueId?: string | null },
+  componentConfig: string,
+): WitEnvironmentContext {
+  return {
+    driverKey: params.driverKey,
+    companyId: params.companyId,
+    environmentId: params.environmentId,
+    issueId: params.issueId ?? undefined,
+    config: componentConfig,
+  };
+}
+
+/** The component's lease -> Paperclip's lease, bound to the company. */
+export function toPaperclipLease(lease: WitLease, companyId: string): PaperclipLease {
+  let parsed: Record<string, unknown> = {};
+  try {
+    parsed = JSON.parse(lease.metadata) as Record<string, unknown>;
+  } catch {
+    // The component always writes JSON; an unreadable value is kept verbatim below.
+  }
+  return {
+    providerLeaseId: lease.providerLeaseId,
+    metadata: {
+      provider: parsed.provider,
+      companyId,
+      environmentId: parsed.environmentId,
+      apiOrigin: parsed.apiOrigin,
+      cwd: parsed.cwd,
+      shape: parsed.shape,
+      rootfs: parsed.rootfs ?? null,
+      region: parsed.region ?? null,
+      reusable: parsed.reusable,
+      [COMPONENT_LEASE_KEY]: lease.metadata,
+    },
+    expiresAt: lease.expiresAt ?? null,
+  };
+}
+
+/**
+ * Paperclip's lease (or `providerLeaseId` + `leaseMetadata`) -> the WIT lease.
+ * Metadata that holds no component lease (for example the id Paperclip keeps
+ * after an acquire whose cleanup failed) becomes `{}`: the component then
+ * destroys by id alone, and refuses everything else as foreign.
+ */
+export function toWitLease(providerLeaseId: string, metadata: Record<string, unknown> | null | undefined): WitLease {
+  const stored = metadata?.[COMPONENT_LEASE_KEY];
+  const expiresAt = typeof metadata?.expiresAt === "string" ? metadata.expiresAt : undefined;
+  return { providerLeaseId, metadata: typeof stored === "string" ? stored : "{}", expiresAt };
+}
+
+/** The company a Paperclip lease was acquired for, if it records one. */
+export function leaseCompany(metadata: Record<string, unknown> | null | undefined): string | undefined {
+  const company = metadata?.companyId;
+  return typeof company === "string" ? company : undefined;
+}
+
+/** `resume-outcome` -> Paperclip's lease (`providerLeaseId: null` when expired). */
+export function toResumeResult(outcome: WitResumeOutcome, companyId: string): PaperclipLease {
+  if (outcome.tag === "resumed") return toPaperclipLease(outcome.val, companyId);
+  return { providerLeaseId: null, metadata: { expired: true, reason: outcome.val } };
+}
+
+/** `termination-receipt` -> Paperclip's receipt. */
+export function toReceipt(receipt: WitTerminationReceipt): PaperclipReceipt {
+  const state = receipt.action === "paused" ? "stopped" : "destroyed";
+  return { providerLeaseId: receipt.sandboxId, state };
+}
+
+/** Paperclip's execute params -> the WIT `execute-request`. */
+export function toExecuteRequest(params: {
+  command: string;
+  args?: string[];
+  cwd?: string;
+  env?: Record<string, string>;
+  stdin?: string;
+  timeoutMs?: number;
+}): WitExecuteRequest {
+  const timeout = params.timeoutMs;
+  return {
+    command: params.command,
+    args: params.args ?? [],
+    cwd: params.cwd,
+    env: Object.entries(params.env ?? {}),
+    stdin: params.stdin === undefined ? undefined : new TextEncoder().encode(params.stdin),
+    timeoutMs: typeof timeout === "number" && Number.isSafeInteger(timeout) && timeout > 0 ? BigInt(timeout) : undefined,
+  };
+}
+
+/** `execute-result` -> Paperclip's execute result. */
+export function toExecuteResult(result: WitExecuteResult): PaperclipExecuteResult {
+  return {
+    exitCode: result.exitCode ?? null,
+    signal: result.signal ?? null,
+    timedOut: result.timedOut,
+    stdout: result.stdout,
+    stderr: result.stderr,
+    metadata: { processId: result.processId, outputTruncated: result.outputTruncated },
+  };
+}
+
+function describeCause(cause: WitCleanupCause): string {
+  switch (cause.tag) {
+    case "http-status":
+      return `the API answered HTTP ${cause.val}`;
+    case "transport":
+      return `the request failed in transport (${cause.val})`;
+    case "deadline":
+      return "the request did not finish before its deadline";
+    case "tree-still-running":
+      return "the API did not confirm that the process tree exited";
+    case "invalid-response":
+      return `the API answered something invalid (${cause.val})`;
+  }
+}
+
+const PHASE_TEXT: Record<WitCleanupFailure["phase"], string> = {
+  "process-creation": "creating the process could not be confirmed",
+  "process-termination": "terminating the process tree could not be confirmed",
+  "lease-setup": "setup failed and cleanup is unconfirmed",
+  "sandbox-deletion": "deleting the sandbox could not be confirmed",
+};
+
+/** Which Paperclip operation a provider error came from. */
+export type Operation =
+  | "validate"
+  | "probe"
+  | "acquire"
+  | "resume"
+  | "release"
+  | "destroy"
+  | "realize"
+  | "execute"
+  | "sync-in"
+  | "sync-out";
+
+/** One `provider-error` -> the error Paperclip's host receives. */
+export function toFailure(error: WitProviderError, operation: Operation, secrets: readonly string[] = []): ProviderFailure {
+  const clean = (text: string) => redact(text, secrets);
+  switch (error.tag) {
+    case "invalid-config":
+      return new ProviderFailure(clean(`The CreateOS config is invalid: ${error.val.join("; ")}`), error.tag, "none");
+    case "invalid-request":
+      return new ProviderFailure(clean(`The ${operation} request was refused before any API call: ${error.val}`), error.tag, "none");
+    case "foreign-lease":
+      return new ProviderFailure(
+        clean(`The lease does not belong to this environment (${error.val}); nothing was sent to CreateOS.`),
+        error.tag,
+        "none",
+      );
+    case "unsupported":
+      return new ProviderFailure(clean(`CreateOS cannot do this: ${error.val}`), error.tag, "none");
+    case "api-rejected":
+      return new ProviderFailure(
+        clean(`CreateOS rejected ${error.val.operation} with HTTP ${error.val.status}; nothing is left running.`),
+        error.tag,
+        "none",
+      );
+    case "transport-failed": {
+      const how =
+        error.val.kind === "denied"
+          ? "the host refused the request (only the configured API origin is allowed)"
+          : error.val.kind === "deadline"
+            ? "its deadline passed"
+            : `${error.val.kind} failure: ${error.val.detail}`;
+      return new ProviderFailure(
+        clean(`CreateOS ${error.val.operation} got no answer: ${how}; nothing is left running.`),
+        error.tag,
+        "none",
+      );
+    }
+    case "invalid-response":
+      return new ProviderFailure(
+        clean(`CreateOS answered ${error.val.operation} with something invalid: ${error.val.reason}.`),
+        error.tag,
+        "none",
+      );
+    case "cancelled":
+      return new ProviderFailure(`The ${operation} was cancelled; its cleanup completed.`, error.tag, "none");
+    case "cleanup-failed": {
+      const failure = error.val;
+      const sandbox = failure.sandboxId ? `sandbox ${failure.sandboxId}` : "a sandbox whose id is unknown";
+      const process = failure.processId ? `, process ${failure.processId}` : "";
+      const partial = failure.partial
+        ? ` The command printed ${failure.partial.stdout.length} characters of stdout and ${failure.partial.stderr.length} of stderr before this (already sent live).`
+        : "";
+      if (operation === "acquire") {
+        const message = failure.sandboxId
+          ? `CreateOS setup failed and cleanup is unconfirmed for sandbox ${failure.sandboxId}: ${describeCause(failure.cause)}. Destroy that sandbox (environmentDestroyLease with providerLeaseId ${failure.sandboxId}).`
+          : `CreateOS setup failed and cleanup is unconfirmed: ${describeCause(failure.cause)}; the sandbox id is unknown, check the CreateOS account for a leftover sandbox.`;
+        return new ProviderFailure(clean(message), error.tag, "none", {
+          providerLeaseId: failure.sandboxId,
+          processId: failure.processId,
+        });
+      }
+      return new ProviderFailure(
+        clean(
+          `Cleanup is unconfirmed for ${sandbox}${process}: ${PHASE_TEXT[failure.phase]} (${describeCause(failure.cause)}); something may still run. The lease is poisoned: it is refused for execute, resume and release until it is destroyed (environmentDestroyLease).${partial}`,
+        ),
+        error.tag,
+        "poison-lease",
+        { providerLeaseId: failure.sandboxId, processId: failure.processId },
+      );
+    }
+  }
+}

@@ -1,0 +1,471 @@
+/**
+ * The Paperclip plugin: `definePlugin` hooks that run the unchanged CreateOS
+ * provider component through the worker-thread pool.
+ *
+ * What the hooks add to the component (the host duties):
+ * - the API key is taken out of the config (Paperclip resolved its
+ *   secret-ref) and injected by the outgoing handler, only for the origin
+ *   `validate-config` returned;
+ * - a lease is bound to its company: another company's lease is refused
+ *   before any request (the component binds the environment);
+ * - a lease whose cleanup could not be confirmed is poisoned durably in
+ *   `ctx.state` and refused for execute and resume; releasing it destroys
+ *   it instead of pausing it; only a confirmed destroy clears the poison;
+ * - release, destroy and shutdown cancel the commands running on the lease
+ *   and wait for their cleanup before going on;
+ * - live output goes to `ctx.execution.log` in order.
+ */
+import { AsyncResource } from "node:async_hooks";
+import { definePlugin, type PluginContext } from "@paperclipai/plugin-sdk";
+import type {
+  PluginEnvironmentAcquireLeaseParams,
+  PluginEnvironmentDestroyLeaseParams,
+  PluginEnvironmentDriverBaseParams,
+  PluginEnvironmentExecuteParams,
+  PluginEnvironmentLease,
+  PluginEnvironmentProbeParams,
+  PluginEnvironmentRealizeWorkspaceParams,
+  PluginEnvironmentReleaseLeaseParams,
+  PluginEnvironmentResumeLeaseParams,
+  PluginEnvironmentSyncInParams,
+  PluginEnvironmentSyncOutParams,
+  PluginEnvironmentValidateConfigParams,
+} from "@paperclipai/plugin-sdk";
+import {
+  COMPONENT_LEASE_KEY,
+  leaseCompany,
+  ProviderFailure,
+  redact,
+  toContext,
+  toExecuteRequest,
+  toExecuteResult,
+  toFailure,
+  toPaperclipLease,
+  toReceipt,
+  toResumeResult,
+  toWitLease,
+  type Operation,
+} from "./mapping.js";
+import { PoisonStore } from "./poison.js";
+import { ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
+import { splitConfig, type ResolvedSecret } from "./secrets.js";
+import { syncIn, syncOut, type SyncBackend } from "./sync.js";
+import type {
+  ProviderOperation,
+  WitConfigValidation,
+  WitExecuteResult,
+  WitFileDownload,
+  WitLease,
+  WitProbeReport,
+  WitProviderDescription,
+  WitProviderError,
+  WitResumeOutcome,
+  WitSyncReport,
+  WitTerminationReceipt,
+} from "./wit-types.js";
+
+/** Options of {@link createPlugin}. */
+export interface PluginOptions {
+  /** Number of worker threads (default: up to 4). */
+  poolSize?: number;
+  /** Environment for the key fallback (default `process.env`). */
+  env?: NodeJS.ProcessEnv;
+  /** Test-only: output containing this marker makes the component trap. */
+  testTrapMarker?: string;
+  /**
+   * Benchmarks only: replaces the declared request spacing (the benchmarks
+   * compare per-command cost with spacing 0, as the Rust host's do).
+   */
+  requestSpacingMs?: number;
+}
+
+/** A command (or sync) in flight on a lease. */
+interface InFlight {
+  cancel(): void;
+  /** Settles after the hook finished, including any poison record. */
+  settled: Promise<unknown>;
+}
+
+/** How long shutdown waits for cancelled commands (Paperclip drains for 10 s). */
+const SHUTDOWN_WAIT_MS = 8_000;
+
+/** Paperclip's host drops an `execute.log` chunk above 1,000,000 characters. */
+const LOG_PIECE_CHARS = 256 * 1024;
+
+/** Splits a chunk into pieces the host accepts, never inside a surrogate pair. */
+export function logPieces(chunk: string): string[] {
+  const pieces: string[] = [];
+  let start = 0;
+  while (chunk.length - start > LOG_PIECE_CHARS) {
+    let end = start + LOG_PIECE_CHARS;
+    const code = chunk.charCodeAt(end - 1);
+    if (code >= 0xd800 && code <= 0xdbff) end -= 1;
+    pieces.push(chunk.slice(start, end));
+    start = end;
+  }
+  if (start < chunk.length) pieces.push(chunk.slice(start));
+  return pieces;
+}
+
+/** Builds the plugin; `worker.ts` exports the default instance. */
+export function createPlugin(options: PluginOptions = {}) {
+  const env = options.env ?? process.env;
+  let pool: ProviderPool | undefined;
+  let context: PluginContext | undefined;
+  let description: WitProviderDescription | undefined;
+  const poison = new PoisonStore(() => {
+    if (!context) throw new Error("the plugin is not set up");
+    return context.state;
+  });
+  const inFlight = new Map<string, Set<InFlight>>();
+
+  function activePool(): ProviderPool {
+    if (!pool) throw new ProviderFailure("The CreateOS provider worker is not set up yet.", "trap", "none");
+    return pool;
+  }
+
+  function describeOrThrow(): WitProviderDescription {
+    if (!description) throw new ProviderFailure("The CreateOS provider worker is not set up yet.", "trap", "none");
+    return description;
+  }
+
+  /** Splits the config; refuses it when a secret field is unusable. */
+  function prepare(params: PluginEnvironmentDriverBaseParams) {
+    const split = splitConfig(params.config, describeOrThrow(), env);
+    if (split.errors.length > 0) {
+      throw new ProviderFailure(`The CreateOS config is invalid: ${split.errors.join("; ")}`, "invalid-config", "none");
+    }
+    return { ctx: toContext(params, JSON.stringify(split.componentConfig)), secret: split.secret };
+  }
+
+  function secretsOf(secret: ResolvedSecret | undefined): string[] {
+    return secret ? [secret.value] : [];
+  }
+
+  /** Runs one component call; maps its failure to what Paperclip sees. */
+  function start<T>(
+    operation: Operation,
+    witOperation: ProviderOperation,
+    args: unknown[],
+    secret: ResolvedSecret | undefined,
+    onOutput?: (stream: "stdout" | "stderr", chunk: string) => void,
+  ): RunningCall<T> {
+    const running = activePool().call<T>(witOperation, args, {
+      secret,
+      spacingMs: options.requestSpacingMs ?? describeOrThrow().requestSpacingMs,
+      onOutput,
+    });
+    const result = running.result.catch((error: unknown) => {
+      if (error instanceof ProviderCallError) {
+        if (error.failure.kind === "provider") {
+          throw toFailure(error.failure.payload as WitProviderError, operation, secretsOf(secret));
+        }
+        throw new ProviderFailure(
+          redact(
+            `The provider component failed during ${operation} (${error.failure.message}); its instance was replaced.` +
+              (operation === "execute" ? " The command may still run: the lease is poisoned until it is destroyed." : ""),
+            secretsOf(secret),
+          ),
+          "trap",
+          operation === "execute" ? "poison-lease" : "none",
+        );
+      }
+      throw error;
+    });
+    return { result, cancel: running.cancel };
+  }
+
+  function call<T>(operation: Operation, witOperation: ProviderOperation, args: unknown[], secret: ResolvedSecret | undefined) {
+    return start<T>(operation, witOperation, args, secret).result;
+  }
+
+  /** Refuses a lease recorded for another company, before any request. */
+  function checkCompany(params: PluginEnvironmentDriverBaseParams, metadata: Record<string, unknown> | null | undefined) {
+    const owner = leaseCompany(metadata);
+    const holdsComponentLease = typeof metadata?.[COMPONENT_LEASE_KEY] === "string";
+    if ((holdsComponentLease && owner === undefined) || (owner !== undefined && owner !== params.companyId)) {
+      throw new ProviderFailure(
+        "The lease does not belong to this environment (it was acquired for another company); nothing was sent to CreateOS.",
+        "foreign-company",
+        "none",
+      );
+    }
+  }
+
+  async function refuseIfPoisoned(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string, what: string) {
+    const record = await poison.get(params.companyId, providerLeaseId);
+    if (record) {
+      throw new ProviderFailure(
+        `The lease ${providerLeaseId} is poisoned (${record.reason.slice(0, 300)}); ${what} is refused until it is destroyed (environmentDestroyLease).`,
+        "poisoned",
+        "none",
+      );
+    }
+  }
+
+  async function poisonOnFailure(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string, error: unknown) {
+    if (error instanceof ProviderFailure && error.consequence === "poison-lease") {
+      await poison.record(params.companyId, {
+        providerLeaseId,
+        environmentId: params.environmentId,
+        reason: error.message,
+        processId: error.data?.processId,
+        recordedAt: new Date().toISOString(),
+      });
+    }
+  }
+
+  function track(providerLeaseId: string, entry: InFlight) {
+    let set = inFlight.get(providerLeaseId);
+    if (!set) inFlight.set(providerLeaseId, (set = new Set()));
+    set.add(entry);
+    const forget = () => {
+      set!.delete(entry);
+      if (set!.size === 0 && inFlight.get(providerLeaseId) === set) inFlight.delete(providerLeaseId);
+    };
+    entry.settled.then(forget, forget);
+  }
+
+  /** Cancels what runs on a lease and waits until each finished its cleanup. */
+  async function stopInFlight(providerLeaseId: string) {
+    const entries = [...(inFlight.get(providerLeaseId) ?? [])];
+    for (const entry of entries) entry.cancel();
+    await Promise.allSettled(entries.map((entry) => entry.settled));
+  }
+
+  function leaseOf(lease: PluginEnvironmentLease): WitLease {
+    if (typeof lease?.providerLeaseId !== "string") {
+      throw new ProviderFailure("The lease has no provider lease id; acquire a lease first.", "invalid-request", "none");
+    }
+    return toWitLease(lease.providerLeaseId, lease.metadata);
+  }
+
+  async function destroy(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string, metadata: Record<string, unknown> | null | undefined) {
+    const { ctx, secret } = prepare(params);
+    await stopInFlight(providerLeaseId);
+    try {
+      const receipt = await call<WitTerminationReceipt>("destroy", "destroyLease", [ctx, toWitLease(providerLeaseId, metadata)], secret);
+      // Proof: the component confirmed the sandbox deleted or already gone.
+      await poison.clear(params.companyId, providerLeaseId);
+      return toReceipt(receipt);
+    } catch (error) {
+      await poisonOnFailure(params, providerLeaseId, error);
+      throw error;
+    }
+  }
+
+  /**
+   * Which sandbox setting (shape, rootfs, region) of the normalised config
+   * differs from the one the lease was created with, if any. Runs the
+   * component's `validate-config` only (no request).
+   */
+  async function changedSandboxSetting(componentConfig: string, lease: WitLease): Promise<string | undefined> {
+    let recorded: Record<string, unknown>;
+    try {
+      recorded = JSON.parse(lease.metadata) as Record<string, unknown>;
+    } catch {
+      return undefined;
+    }
+    const validation = await call<WitConfigValidation>("resume", "validateConfig", [componentConfig], undefined);
+    if (!validation.ok || !validation.normalizedConfig) return undefined;
+    const configured = JSON.parse(validation.normalizedConfig) as Record<string, unknown>;
+    for (const field of ["shape", "rootfs", "region"]) {
+      if (!(field in recorded)) continue;
+      if ((configured[field] ?? null) !== (recorded[field] ?? null)) return field;
+    }
+    return undefined;
+  }
+
+  function syncBackend(params: PluginEnvironmentDriverBaseParams, lease: WitLease): SyncBackend {
+    const { ctx, secret } = prepare(params);
+    return {
+      upload: (files) => call<WitSyncReport>("sync-in", "syncIn", [ctx, lease, files], secret),
+      download: (paths) => call<WitFileDownload[]>("sync-out", "syncOut", [ctx, lease, paths], secret),
+      run: (command, args, options) =>
+        call<WitExecuteResult>(
+          "execute",
+          "execute",
+          [ctx, lease, toExecuteRequest({ command, args, cwd: options?.cwd, timeoutMs: options?.timeoutMs })],
+          secret,
+        ),
+    };
+  }
+
+  return definePlugin({
+    async setup(ctx) {
+      context = ctx;
+      pool = new ProviderPool({ size: options.poolSize, testTrapMarker: options.testTrapMarker });
+      description = await pool.call<WitProviderDescription>("describe", []).result;
+    },
+
+    async onHealth() {
+      const stats = pool?.stats;
+      return {
+        status: pool ? "ok" : "error",
+        message: pool ? `CreateOS provider component ready in ${stats?.threads} worker threads` : "not set up",
+        details: { ...stats, runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0) },
+      };
+    },
+
+    async onShutdown() {
+      const entries = [...inFlight.values()].flatMap((set) => [...set]);
+      for (const entry of entries) entry.cancel();
+      await Promise.race([
+        Promise.allSettled(entries.map((entry) => entry.settled)),
+        new Promise((resolve) => setTimeout(resolve, SHUTDOWN_WAIT_MS).unref()),
+      ]);
+      await pool?.close();
+    },
+
+    async onEnvironmentValidateConfig(params: PluginEnvironmentValidateConfigParams) {
+      const info = describeOrThrow();
+      if (params.driverKey !== undefined && params.driverKey !== info.driverKey) {
+        return { ok: false, errors: [`driverKey: this plugin provides "${info.driverKey}", not "${params.driverKey}"`] };
+      }
+      const split = splitConfig(params.config, info, env);
+      if (split.errors.length > 0) return { ok: false, errors: split.errors };
+      const validation = await call<WitConfigValidation>("validate", "validateConfig", [JSON.stringify(split.componentConfig)], undefined);
+      if (!validation.ok || validation.normalizedConfig === undefined) {
+        return { ok: false, warnings: validation.warnings, errors: validation.errors };
+      }
+      const normalizedConfig = JSON.parse(validation.normalizedConfig) as Record<string, unknown>;
+      // Secret-ref fields go back exactly as Paperclip gave them.
+      for (const field of info.secrets) {
+        if (params.config && field.configField in params.config) normalizedConfig[field.configField] = params.config[field.configField];
+      }
+      return { ok: true, warnings: validation.warnings, normalizedConfig };
+    },
+
+    async onEnvironmentProbe(params: PluginEnvironmentProbeParams) {
+      const { ctx, secret } = prepare(params);
+      try {
+        const report = await call<WitProbeReport>("probe", "probe", [ctx], secret);
+        return {
+          ok: report.ok,
+          summary: report.summary,
+          diagnostics: report.diagnostics.map((message) => ({ severity: report.ok ? ("info" as const) : ("warning" as const), message })),
+        };
+      } catch (error) {
+        if (!(error instanceof ProviderFailure)) throw error;
+        return { ok: false, summary: error.message, diagnostics: [{ severity: "error" as const, message: error.message, code: error.kind }] };
+      }
+    },
+
+    async onEnvironmentAcquireLease(params: PluginEnvironmentAcquireLeaseParams) {
+      const { ctx, secret } = prepare(params);
+      try {
+        const lease = await call<WitLease>(
+          "acquire",
+          "acquireLease",
+          [
+            ctx,
+            {
+              runId: params.runId,
+              requestedCwd: params.requestedCwd ?? undefined,
+              workspaceMode: params.workspaceMode ?? undefined,
+              requestedExpiresAt: params.requestedExpiresAt ?? undefined,
+            },
+          ],
+          secret,
+        );
+        return toPaperclipLease(lease, params.companyId);
+      } catch (error) {
+        if (error instanceof ProviderFailure && error.kind === "cleanup-failed" && error.data?.providerLeaseId) {
+          // The sandbox may still exist: keep it refused until someone destroys it.
+          await poison.record(params.companyId, {
+            providerLeaseId: error.data.providerLeaseId,
+            environmentId: params.environmentId,
+            reason: error.message,
+            recordedAt: new Date().toISOString(),
+          });
+        }
+        throw error;
+      }
+    },
+
+    async onEnvironmentResumeLease(params: PluginEnvironmentResumeLeaseParams) {
+      checkCompany(params, params.leaseMetadata);
+      await refuseIfPoisoned(params, params.providerLeaseId, "resume");
+      const { ctx, secret } = prepare(params);
+      const changed = await changedSandboxSetting(ctx.config, toWitLease(params.providerLeaseId, params.leaseMetadata));
+      if (changed) {
+        // Paperclip's CreateOS behaviour: a changed shape/rootfs/region expires the lease with no request.
+        return { providerLeaseId: null, metadata: { expired: true, reason: `the configured ${changed} changed since the lease was acquired` } };
+      }
+      const outcome = await call<WitResumeOutcome>("resume", "resumeLease", [ctx, toWitLease(params.providerLeaseId, params.leaseMetadata)], secret);
+      return toResumeResult(outcome, params.companyId);
+    },
+
+    async onEnvironmentReleaseLease(params: PluginEnvironmentReleaseLeaseParams) {
+      if (params.providerLeaseId === null || params.providerLeaseId === undefined) return;
+      const providerLeaseId = params.providerLeaseId;
+      checkCompany(params, params.leaseMetadata);
+      // Commands still running on the lease are cancelled and their trees confirmed gone first.
+      await stopInFlight(providerLeaseId);
+      if (await poison.get(params.companyId, providerLeaseId)) {
+        // Never pause a poisoned lease: delete it, which is also what clears it.
+        return destroy(params, providerLeaseId, params.leaseMetadata);
+      }
+      const { ctx, secret } = prepare(params);
+      try {
+        const receipt = await call<WitTerminationReceipt>("release", "releaseLease", [ctx, toWitLease(providerLeaseId, params.leaseMetadata)], secret);
+        return toReceipt(receipt);
+      } catch (error) {
+        await poisonOnFailure(params, providerLeaseId, error);
+        throw error;
+      }
+    },
+
+    async onEnvironmentDestroyLease(params: PluginEnvironmentDestroyLeaseParams) {
+      if (params.providerLeaseId === null || params.providerLeaseId === undefined) return;
+      checkCompany(params, params.leaseMetadata);
+      return destroy(params, params.providerLeaseId, params.leaseMetadata);
+    },
+
+    async onEnvironmentRealizeWorkspace(params: PluginEnvironmentRealizeWorkspaceParams) {
+      checkCompany(params, params.lease?.metadata);
+      const lease = leaseOf(params.lease);
+      await refuseIfPoisoned(params, lease.providerLeaseId, "realizing a workspace");
+      const { ctx, secret } = prepare(params);
+      const cwd = await call<string>("realize", "realizeWorkspace", [ctx, lease, { remotePath: params.workspace?.remotePath ?? undefined }], secret);
+      return { cwd, metadata: {} };
+    },
+
+    async onEnvironmentExecute(params: PluginEnvironmentExecuteParams) {
+      checkCompany(params, params.lease?.metadata);
+      const lease = leaseOf(params.lease);
+      await refuseIfPoisoned(params, lease.providerLeaseId, "execute");
+      const { ctx, secret } = prepare(params);
+      const log = context?.execution;
+      // Output arrives on worker-thread message events; bind the callback to this
+      // call's async context so the SDK stamps the chunk with this invocation's id.
+      const emit = AsyncResource.bind((stream: "stdout" | "stderr", chunk: string) => {
+        for (const piece of logPieces(chunk)) log?.log(stream, piece);
+      });
+      const running = start<WitExecuteResult>("execute", "execute", [ctx, lease, toExecuteRequest(params)], secret, emit);
+      const settled = running.result.then(
+        (result) => toExecuteResult(result),
+        async (error: unknown) => {
+          await poisonOnFailure(params, lease.providerLeaseId, error);
+          throw error;
+        },
+      );
+      track(lease.providerLeaseId, { cancel: running.cancel, settled });
+      return settled;
+    },
+
+    async onEnvironmentSyncIn(params: PluginEnvironmentSyncInParams) {
+      checkCompany(params, params.lease?.metadata);
+      const lease = leaseOf(params.lease);
+      await refuseIfPoisoned(params, lease.providerLeaseId, "sync-in");
+      return { operations: await syncIn(params.operations, syncBackend(params, lease)) };
+    },
+
+    async onEnvironmentSyncOut(params: PluginEnvironmentSyncOutParams) {
+      checkCompany(params, params.lease?.metadata);
+      const lease = leaseOf(params.lease);
+      await refuseIfPoisoned(params, lease.providerLeaseId, "sync-out");
+      return { operations: await syncOut(params.operations, syncBackend(params, lease)) };
+    },
+  });
+}

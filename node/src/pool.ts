@@ -1,0 +1,191 @@
+/**
+ * The pool of `worker_threads` that run the provider component, as seen
+ * from the thread that serves Paperclip's JSON-RPC (which never blocks).
+ *
+ * Each thread holds one reused component instance and runs one call at a
+ * time; calls wait in FIFO order for a free thread. Every call gets its own
+ * cancellation flag, so the plugin can stop a running `execute` (release,
+ * destroy, shutdown) through `sandbox:provider/host.cancellation`. A thread
+ * whose instance trapped replaces the instance itself; a thread that dies is
+ * replaced by the pool.
+ */
+import { Worker } from "node:worker_threads";
+import { cpus } from "node:os";
+import { CANCEL_REQUESTED } from "./cancel-extension.js";
+import { createPacerBuffer } from "./pacer.js";
+import type { ThreadCall, ThreadCallError, ThreadMessage } from "./provider-thread.js";
+import type { ProviderOperation } from "./wit-types.js";
+
+/** A call's failure as the pool reports it. */
+export class ProviderCallError extends Error {
+  constructor(readonly failure: ThreadCallError) {
+    super(failure.kind === "trap" ? `the provider component trapped: ${failure.message}` : "provider error");
+    this.name = "ProviderCallError";
+  }
+}
+
+/** Options of one call. */
+export interface CallOptions {
+  /** Receives live output chunks in order. */
+  onOutput?: (stream: "stdout" | "stderr", chunk: string) => void;
+  /** The secret header for the call's allowed origin. */
+  secret?: { header: string; value: string };
+  /** Spacing between request starts to one origin. */
+  spacingMs?: number;
+}
+
+/** A running call: its result and a way to cancel it. */
+export interface RunningCall<T> {
+  result: Promise<T>;
+  /** Asks the component to stop; it cleans up and raises `cancelled`. */
+  cancel(): void;
+}
+
+interface PendingCall {
+  id: number;
+  message: ThreadCall;
+  onOutput?: CallOptions["onOutput"];
+  resolve(value: unknown): void;
+  reject(error: unknown): void;
+}
+
+interface PoolThread {
+  worker: Worker;
+  busy: PendingCall | undefined;
+  ready: Promise<number>;
+}
+
+/** Counters for diagnostics and benchmarks. */
+export interface PoolStats {
+  threads: number;
+  calls: number;
+  traps: number;
+  threadRestarts: number;
+}
+
+export class ProviderPool {
+  readonly #threads: PoolThread[] = [];
+  readonly #queue: PendingCall[] = [];
+  readonly #pacerBuffer = createPacerBuffer();
+  readonly #size: number;
+  readonly #testTrapMarker: string | undefined;
+  #nextId = 1;
+  #closed = false;
+  readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0 };
+
+  constructor(options: { size?: number; testTrapMarker?: string } = {}) {
+    this.#size = Math.max(1, options.size ?? Math.min(4, cpus().length));
+    this.#testTrapMarker = options.testTrapMarker;
+    for (let i = 0; i < this.#size; i++) this.#threads.push(this.#spawn());
+    this.stats.threads = this.#size;
+  }
+
+  /** Resolves when every thread has its first instance (milliseconds each took). */
+  ready(): Promise<number[]> {
+    return Promise.all(this.#threads.map((thread) => thread.ready));
+  }
+
+  #spawn(): PoolThread {
+    const worker = new Worker(new URL("./provider-thread.js", import.meta.url), {
+      workerData: { pacerBuffer: this.#pacerBuffer, testTrapMarker: this.#testTrapMarker },
+      // Whatever the thread (or the shim's I/O thread under it) prints goes to
+      // this process's stderr: stdout is Paperclip's JSON-RPC channel.
+      stdout: true,
+      stderr: false,
+    });
+    worker.stdout.pipe(process.stderr, { end: false });
+    worker.unref();
+    let markReady: (ms: number) => void = () => {};
+    const thread: PoolThread = { worker, busy: undefined, ready: new Promise((resolve) => (markReady = resolve)) };
+    worker.on("message", (message: ThreadMessage) => {
+      if (message.kind === "ready") {
+        markReady(message.instantiateMs);
+        return;
+      }
+      const call = thread.busy;
+      if (!call || call.id !== message.id) return;
+      if (message.kind === "output") {
+        call.onOutput?.(message.stream, message.chunk);
+        return;
+      }
+      thread.busy = undefined;
+      if (message.ok) call.resolve(message.value);
+      else {
+        if (message.error.kind === "trap") this.stats.traps++;
+        call.reject(new ProviderCallError(message.error));
+      }
+      this.#dispatch();
+    });
+    const lost = (reason: string) => {
+      const index = this.#threads.indexOf(thread);
+      if (index < 0) return;
+      const call = thread.busy;
+      thread.busy = undefined;
+      call?.reject(new ProviderCallError({ kind: "trap", message: `the provider thread stopped (${reason})` }));
+      if (this.#closed) {
+        this.#threads.splice(index, 1);
+        return;
+      }
+      this.stats.threadRestarts++;
+      this.#threads[index] = this.#spawn();
+      this.#dispatch();
+    };
+    worker.on("error", (error) => lost(error.message));
+    worker.on("exit", (code) => lost(`exit code ${code}`));
+    return thread;
+  }
+
+  #dispatch() {
+    for (const thread of this.#threads) {
+      if (thread.busy) continue;
+      const call = this.#queue.shift();
+      if (!call) return;
+      thread.busy = call;
+      thread.worker.ref();
+      thread.worker.postMessage(call.message);
+    }
+    for (const thread of this.#threads) if (!thread.busy) thread.worker.unref();
+  }
+
+  /** Starts one call of a provider operation. */
+  call<T>(operation: ProviderOperation, args: unknown[], options: CallOptions = {}): RunningCall<T> {
+    if (this.#closed) {
+      return { result: Promise.reject(new Error("the provider pool is shut down")), cancel() {} };
+    }
+    this.stats.calls++;
+    const cancelFlag = new SharedArrayBuffer(4);
+    const id = this.#nextId++;
+    const result = new Promise<T>((resolve, reject) => {
+      this.#queue.push({
+        id,
+        message: {
+          kind: "call",
+          id,
+          operation,
+          args,
+          cancelFlag,
+          secret: options.secret,
+          spacingMs: options.spacingMs ?? 0,
+        },
+        onOutput: options.onOutput,
+        resolve: resolve as (value: unknown) => void,
+        reject,
+      });
+    });
+    this.#dispatch();
+    return {
+      result,
+      cancel() {
+        const flag = new Int32Array(cancelFlag);
+        if (Atomics.compareExchange(flag, 0, 0, CANCEL_REQUESTED) === 0) Atomics.notify(flag, 0);
+      },
+    };
+  }
+
+  /** Stops every thread; running calls fail. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const call of this.#queue.splice(0)) call.reject(new Error("the provider pool is shut down"));
+    await Promise.all(this.#threads.map((thread) => thread.worker.terminate()));
+  }
+}

@@ -1,0 +1,203 @@
+/**
+ * One `worker_threads` thread of the provider pool: it holds one instance of
+ * the transpiled component and runs one call at a time on it.
+ *
+ * The component blocks its thread for a whole call (preview2-shim answers
+ * blocking polls with `Atomics.wait`), which is why it never runs on the
+ * thread that serves Paperclip's JSON-RPC. Output chunks and results are
+ * posted back to the pool as they happen. A call that traps (anything other
+ * than a typed `provider-error`) discards the instance; the next call gets a
+ * fresh one. The component's `wasi:cli/stdout` and `stderr` both go to this
+ * process's stderr (stdout is the JSON-RPC channel); it gets no environment,
+ * no arguments and no stdin.
+ */
+import { parentPort, workerData } from "node:worker_threads";
+import { readFile } from "node:fs/promises";
+import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
+import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
+import { CALL_FINISHED } from "./cancel-extension.js";
+import { createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
+import { Pacer } from "./pacer.js";
+import type { ProviderOperation, WitEnvironmentContext } from "./wit-types.js";
+
+/** A call the pool sends to a thread. */
+export interface ThreadCall {
+  kind: "call";
+  id: number;
+  operation: ProviderOperation;
+  args: unknown[];
+  /** Int32 flag: 0 running, 1 cancel requested, 2 finished. */
+  cancelFlag: SharedArrayBuffer;
+  /** The secret header for the call's allowed origin, resolved by the pool. */
+  secret?: { header: string; value: string };
+  spacingMs: number;
+}
+
+/** What a thread posts back. */
+export type ThreadMessage =
+  | { kind: "ready"; instantiateMs: number }
+  | { kind: "output"; id: number; stream: "stdout" | "stderr"; chunk: string }
+  | { kind: "done"; id: number; ok: true; value: unknown }
+  | { kind: "done"; id: number; ok: false; error: ThreadCallError };
+
+/** Why a call failed. */
+export type ThreadCallError =
+  | { kind: "provider"; payload: unknown }
+  | { kind: "trap"; message: string };
+
+const port = parentPort;
+if (!port) throw new Error("provider-thread.js must run as a worker thread");
+
+const componentDir = new URL("./component/", import.meta.url);
+const cancelExtension = new URL("./cancel-extension.js", import.meta.url);
+const pacer = new Pacer(workerData.pacerBuffer as SharedArrayBuffer);
+const trapMarker: string | undefined = workerData.testTrapMarker;
+
+let policy: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, spacingMs: 0 };
+let currentCall: { id: number; cancelFlag: SharedArrayBuffer; futures: number[] } | undefined;
+
+const coreModules = new Map<string, Promise<WebAssembly.Module>>();
+function coreModule(name: string): Promise<WebAssembly.Module> {
+  let module = coreModules.get(name);
+  if (!module) {
+    module = readFile(new URL(name, componentDir)).then((bytes) => WebAssembly.compile(bytes));
+    coreModules.set(name, module);
+  }
+  return module;
+}
+
+const noStdin = {
+  getStdin() {
+    throw new Error("the provider component has no stdin");
+  },
+};
+
+const hostInterface = {
+  emitOutput(stream: "stdout" | "stderr", chunk: string) {
+    if (!currentCall) return;
+    if (trapMarker && chunk.includes(trapMarker)) {
+      // Test-only fault (see README): a host import failing mid-call is a trap.
+      throw new WebAssembly.RuntimeError("test trap requested by output marker");
+    }
+    port!.postMessage({ kind: "output", id: currentCall.id, stream, chunk } satisfies ThreadMessage);
+  },
+  cancellation() {
+    if (!currentCall) throw new Error("cancellation() called outside a provider call");
+    const future = callExtension(cancelExtension, "watch", [currentCall.cancelFlag]) as number;
+    currentCall.futures.push(future);
+    return futureSubscribe(future, hostInterface);
+  },
+};
+
+function importObject() {
+  return {
+    "sandbox:provider/host": hostInterface,
+    "wasi:cli/environment": { getEnvironment: () => [], getArguments: () => [], initialCwd: () => undefined },
+    "wasi:cli/exit": {
+      exit() {
+        throw new Error("the provider component called exit");
+      },
+    },
+    "wasi:cli/stdin": noStdin,
+    "wasi:cli/stdout": { getStdout: cli.stderr.getStderr },
+    "wasi:cli/stderr": cli.stderr,
+    "wasi:cli/terminal-input": cli.terminalInput,
+    "wasi:cli/terminal-output": cli.terminalOutput,
+    "wasi:cli/terminal-stdin": cli.terminalStdin,
+    "wasi:cli/terminal-stdout": cli.terminalStdout,
+    "wasi:cli/terminal-stderr": cli.terminalStderr,
+    "wasi:clocks/monotonic-clock": clocks.monotonicClock,
+    "wasi:clocks/wall-clock": clocks.wallClock,
+    "wasi:http/types": { ...http.types, Fields: HostFields },
+    "wasi:http/outgoing-handler": createOutgoingHandler(() => policy, pacer),
+    "wasi:io/error": io.error,
+    "wasi:io/poll": io.poll,
+    "wasi:io/streams": io.streams,
+    "wasi:random/random": random.random,
+  };
+}
+
+type Provider = Record<ProviderOperation, (...args: unknown[]) => unknown>;
+
+async function instantiate(): Promise<Provider> {
+  const { instantiate: instantiateComponent } = await import(new URL("createos.js", componentDir).href);
+  const root = await instantiateComponent(coreModule, importObject());
+  return root.provider as Provider;
+}
+
+/** A new instance; its failure is reported to the call that awaits it. */
+function fresh(): Promise<Provider> {
+  const next = instantiate();
+  next.catch(() => {});
+  return next;
+}
+
+let provider: Promise<Provider> = fresh();
+
+function contextOf(operation: ProviderOperation, args: unknown[]): WitEnvironmentContext | undefined {
+  if (operation === "describe" || operation === "validateConfig") return undefined;
+  return args[0] as WitEnvironmentContext;
+}
+
+async function run(call: ThreadCall): Promise<ThreadMessage> {
+  const instance = await provider.catch((error: unknown) => {
+    // A failed instantiation is retried by the next call.
+    provider = fresh();
+    throw error;
+  });
+  currentCall = { id: call.id, cancelFlag: call.cancelFlag, futures: [] };
+  try {
+    const ctx = contextOf(call.operation, call.args);
+    let allowedOrigin: string | undefined;
+    if (ctx) {
+      const validation = instance.validateConfig(ctx.config) as { apiOrigin?: string };
+      allowedOrigin = validation.apiOrigin;
+    }
+    policy = { allowedOrigin, secret: allowedOrigin ? call.secret : undefined, spacingMs: call.spacingMs };
+    const value = instance[call.operation](...call.args);
+    return { kind: "done", id: call.id, ok: true, value };
+  } catch (error) {
+    const payload = (error as { payload?: unknown } | null)?.payload;
+    if (error instanceof Error && error.constructor.name === "ComponentError" && payload !== undefined) {
+      return { kind: "done", id: call.id, ok: false, error: { kind: "provider", payload } };
+    }
+    // Anything else unwound through the component: the instance is unusable.
+    provider = fresh();
+    const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    return { kind: "done", id: call.id, ok: false, error: { kind: "trap", message } };
+  } finally {
+    policy = { allowedOrigin: undefined, secret: undefined, spacingMs: 0 };
+    const flag = new Int32Array(call.cancelFlag);
+    Atomics.compareExchange(flag, 0, 0, CALL_FINISHED);
+    Atomics.notify(flag, 0);
+    for (const future of currentCall.futures) {
+      try {
+        futureDispose(future);
+      } catch {
+        // The component still holds a pollable of it; the shim frees it with the pollable.
+      }
+    }
+    currentCall = undefined;
+  }
+}
+
+port.on("message", (call: ThreadCall) => {
+  run(call).then(
+    (message) => port.postMessage(message),
+    (error) =>
+      port.postMessage({
+        kind: "done",
+        id: call.id,
+        ok: false,
+        error: { kind: "trap", message: error instanceof Error ? error.message : String(error) },
+      } satisfies ThreadMessage),
+  );
+});
+
+const started = performance.now();
+provider.then(
+  () => port.postMessage({ kind: "ready", instantiateMs: performance.now() - started } satisfies ThreadMessage),
+  (error) => {
+    process.stderr.write(`provider component failed to instantiate: ${error instanceof Error ? error.message : error}\n`);
+  },
+);

@@ -1,0 +1,16 @@
+/**
+ * The worker entry point Paperclip forks (`paperclipPlugin.worker`): the
+ * plugin defined with Paperclip's SDK, served over stdio by the SDK's own
+ * JSON-RPC host (`runWorker`). No protocol code of our own.
+ */
+import { runWorker } from "@paperclipai/plugin-sdk";
+import { createPlugin } from "./plugin.js";
+
+const plugin = createPlugin({
+  poolSize: process.env.PAPERCLIP_CREATEOS_WASM_THREADS ? Number(process.env.PAPERCLIP_CREATEOS_WASM_THREADS) : undefined,
+  testTrapMarker: process.env.PAPERCLIP_CREATEOS_WASM_TEST_TRAP_MARKER || undefined,
+});
+
+export default plugin;
+
+runWorker(plugin, import.meta.url);
