@@ -59,6 +59,7 @@ import type {
   WitProbeReport,
   WitProviderDescription,
   WitProviderError,
+  WitRateLimit,
   WitResumeOutcome,
   WitSyncReport,
   WitTerminationReceipt,
@@ -73,10 +74,11 @@ export interface PluginOptions {
   /** Test-only: output containing this marker makes the component trap. */
   testTrapMarker?: string;
   /**
-   * Benchmarks only: replaces the declared request spacing (the benchmarks
-   * compare per-command cost with spacing 0, as the Rust host's do).
+   * Benchmarks and tests only: replaces the declared rate limit; `null`
+   * means no limit (the benchmarks compare per-command cost without a
+   * limit, as the Rust host's do). Undefined: the limit `describe()` declares.
    */
-  requestSpacingMs?: number;
+  rateLimit?: WitRateLimit | null;
 }
 
 /** A command (or sync) in flight on a lease. */
@@ -152,7 +154,7 @@ export function createPlugin(options: PluginOptions = {}) {
   ): RunningCall<T> {
     const running = activePool().call<T>(witOperation, args, {
       secret,
-      spacingMs: options.requestSpacingMs ?? describeOrThrow().requestSpacingMs,
+      rateLimit: options.rateLimit === undefined ? describeOrThrow().rateLimit : (options.rateLimit ?? undefined),
       onOutput,
     });
     const result = running.result.catch((error: unknown) => {
@@ -303,7 +305,7 @@ export function createPlugin(options: PluginOptions = {}) {
       return {
         status: pool ? "ok" : "error",
         message: pool ? `CreateOS provider component ready in ${stats?.threads} worker threads` : "not set up",
-        details: { ...stats, runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0) },
+        details: { ...stats, rateLimitWaits: pool?.rateLimitWaits ?? 0, runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0) },
       };
     },
 
