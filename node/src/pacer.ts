@@ -55,6 +55,13 @@ export function pacerWaits(buffer: SharedArrayBuffer): number {
   return waits;
 }
 
+/** How many turns `origin`'s slot has handed out and how many it has served. */
+export function pacerQueue(buffer: SharedArrayBuffer, origin: string): { taken: number; served: number } {
+  const ints = new Int32Array(buffer, 0, PACER_SLOTS * INT_CELLS);
+  const cell = pacerSlot(origin) * INT_CELLS;
+  return { taken: Atomics.load(ints, cell), served: Atomics.load(ints, cell + 1) };
+}
+
 /** Microseconds since the epoch, comparable across threads. */
 export function nowMicros(): bigint {
   return BigInt(Math.round((performance.timeOrigin + performance.now()) * 1000));

@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import { Worker } from "node:worker_threads";
 import { http } from "@bytecodealliance/preview2-shim";
 import { createOutgoingHandler, HostFields } from "../dist/outgoing-handler.js";
-import { createPacerBuffer, Pacer, pacerWaits, windowMargin } from "../dist/pacer.js";
+import { createPacerBuffer, Pacer, pacerQueue, pacerWaits, windowMargin } from "../dist/pacer.js";
+import { setTimeout as delay } from "node:timers/promises";
 import { startRecordingServer } from "./support/backend.mjs";
 
 const KEY = "canary-key-for-handler-test";
@@ -148,4 +149,32 @@ test("a burst within the budget does not wait; no limit records nothing", async 
   assert.equal(starts.length, 10);
   assert.equal(pacerWaits(buffer), 0, "no start waited for the budget");
   assert.ok(starts.at(-1) - starts[0] < 60_000, "all starts are inside one window");
+});
+
+/**
+ * Pins issue 18's FIFO rule: with the budget spent, the thread that queued
+ * first starts first (each thread is started only after the previous one
+ * has taken its turn number).
+ */
+test("waiters start in the order they queued", async () => {
+  const buffer = createPacerBuffer();
+  const origin = "http://127.0.0.1:1";
+  const limit = { requests: 1, windowMs: 300, perSecond: undefined };
+  new Pacer(buffer).waitForTurn(origin, limit);
+  const source = `
+    const { workerData, parentPort } = require("node:worker_threads");
+    import(workerData.pacerUrl).then(({ Pacer }) => {
+      parentPort.postMessage(Number(new Pacer(workerData.buffer).waitForTurn(workerData.origin, workerData.limit)));
+    });`;
+  const pacerUrl = new URL("../dist/pacer.js", import.meta.url).href;
+  const starts = [];
+  for (let i = 0; i < 3; i++) {
+    const taken = pacerQueue(buffer, origin).taken;
+    const worker = new Worker(source, { eval: true, workerData: { buffer, pacerUrl, origin, limit } });
+    starts.push(new Promise((resolve, reject) => (worker.once("message", resolve), worker.once("error", reject))));
+    while (pacerQueue(buffer, origin).taken === taken) await delay(5);
+  }
+  const granted = await Promise.all(starts);
+  assert.deepEqual([...granted].sort((a, b) => a - b), granted, "granted in queue order");
+  assert.deepEqual(pacerQueue(buffer, origin), { taken: 4, served: 4 });
 });
