@@ -62,6 +62,20 @@ export function pacerQueue(buffer: SharedArrayBuffer, origin: string): { taken: 
   return { taken: Atomics.load(ints, cell), served: Atomics.load(ints, cell + 1) };
 }
 
+/**
+ * The starts `origin`'s slot recorded (the last {@link RING_SIZE}), oldest
+ * first, in milliseconds since the epoch: the budget's own account of what
+ * it let go.
+ */
+export function recordedStarts(buffer: SharedArrayBuffer, origin: string): number[] {
+  const bigs = new BigInt64Array(buffer, INT_BYTES, PACER_SLOTS * BIG_CELLS);
+  const base = pacerSlot(origin) * BIG_CELLS;
+  const count = Number(Atomics.load(bigs, base));
+  const starts: number[] = [];
+  for (let i = Math.max(0, count - RING_SIZE); i < count; i++) starts.push(Number(Atomics.load(bigs, base + 1 + (i % RING_SIZE))) / 1000);
+  return starts;
+}
+
 /** Microseconds since the epoch, comparable across threads. */
 export function nowMicros(): bigint {
   return BigInt(Math.round((performance.timeOrigin + performance.now()) * 1000));

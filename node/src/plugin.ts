@@ -79,6 +79,11 @@ export interface PluginOptions {
    * limit, as the Rust host's do). Undefined: the limit `describe()` declares.
    */
   rateLimit?: WitRateLimit | null;
+  /**
+   * The rate-limit budget table (`createPacerBuffer()`) the pool spends;
+   * default a new one. Tests pass their own to read what it let go.
+   */
+  pacerBuffer?: SharedArrayBuffer;
 }
 
 /** A command (or sync) in flight on a lease. */
@@ -296,7 +301,7 @@ export function createPlugin(options: PluginOptions = {}) {
   return definePlugin({
     async setup(ctx) {
       context = ctx;
-      pool = new ProviderPool({ size: options.poolSize, testTrapMarker: options.testTrapMarker });
+      pool = new ProviderPool({ size: options.poolSize, testTrapMarker: options.testTrapMarker, pacerBuffer: options.pacerBuffer });
       description = await pool.call<WitProviderDescription>("describe", []).result;
     },
 

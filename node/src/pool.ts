@@ -66,7 +66,7 @@ export interface PoolStats {
 export class ProviderPool {
   readonly #threads: PoolThread[] = [];
   readonly #queue: PendingCall[] = [];
-  readonly #pacerBuffer = createPacerBuffer();
+  readonly #pacerBuffer: SharedArrayBuffer;
   readonly #size: number;
   readonly #testTrapMarker: string | undefined;
   #nextId = 1;
@@ -78,7 +78,9 @@ export class ProviderPool {
     return pacerWaits(this.#pacerBuffer);
   }
 
-  constructor(options: { size?: number; testTrapMarker?: string } = {}) {
+  /** `pacerBuffer`: the budget table to spend (default a new one for this pool). */
+  constructor(options: { size?: number; testTrapMarker?: string; pacerBuffer?: SharedArrayBuffer } = {}) {
+    this.#pacerBuffer = options.pacerBuffer ?? createPacerBuffer();
     this.#size = Math.max(1, options.size ?? Math.min(4, cpus().length));
     this.#testTrapMarker = options.testTrapMarker;
     for (let i = 0; i < this.#size; i++) this.#threads.push(this.#spawn());
