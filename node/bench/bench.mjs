@@ -10,7 +10,7 @@
 //    against the cost of a fresh instance per call (instantiate, measured
 //    inside the thread, plus the same call).
 // 3. `execute` of `true` through the plugin's hooks against createos-local,
-//    request spacing 0 (like the Rust bench's section 2), with the number of
+//    no rate limit (like the Rust bench's section 2), with the number of
 //    HTTP requests per command.
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
@@ -91,7 +91,7 @@ async function section2() {
 
 async function section3() {
   const backend = await startBackend();
-  const plugin = createPlugin({ poolSize: 2, env: {}, requestSpacingMs: 0 });
+  const plugin = createPlugin({ poolSize: 2, env: {}, rateLimit: null });
   const hooks = plugin.definition;
   const harness = createEnvironmentTestHarness({ manifest, environmentDriver: { driverKey: "createos" } });
   await hooks.setup(harness.ctx);
@@ -109,7 +109,7 @@ async function section3() {
       if (i >= 3) times.push(took), (requests += (await backend.requests()).length);
     }
     await hooks.onEnvironmentDestroyLease({ ...params, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
-    row(3, "`execute` of `true` through the plugin (worker thread, jco), median of 30, spacing 0", ms(median(times)), "Rust host: see BENCHMARKS.md", "");
+    row(3, "`execute` of `true` through the plugin (worker thread, jco), median of 30, no rate limit", ms(median(times)), "Rust host: see BENCHMARKS.md", "");
     row(3, "HTTP requests per command", (requests / times.length).toFixed(1), "", "");
     return { median: median(times), backend: process.env.CREATEOS_LOCAL_BIN ?? "target/debug/createos-local" };
   } finally {

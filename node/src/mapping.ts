@@ -22,6 +22,7 @@ import type {
   WitExecuteRequest,
   WitExecuteResult,
   WitLease,
+  WitPartialOutput,
   WitProviderError,
   WitResumeOutcome,
   WitTerminationReceipt,
@@ -204,6 +205,17 @@ const PHASE_TEXT: Record<WitCleanupFailure["phase"], string> = {
   "sandbox-deletion": "deleting the sandbox could not be confirmed",
 };
 
+/**
+ * What a failed command printed before the failure, in words: the output
+ * itself already reached Paperclip live (`ctx.execution.log`).
+ */
+function partialText(partial: WitPartialOutput | undefined): string {
+  if (!partial) return "";
+  const timedOut = partial.timedOut ? " It had reached its timeout." : "";
+  const truncated = partial.outputTruncated ? " Older output was dropped to respect the output cap." : "";
+  return ` The command printed ${partial.stdout.length} characters of stdout and ${partial.stderr.length} of stderr before this (already sent live).${timedOut}${truncated}`;
+}
+
 /** Which Paperclip operation a provider error came from. */
 export type Operation =
   | "validate"
@@ -235,38 +247,51 @@ export function toFailure(error: WitProviderError, operation: Operation, secrets
       return new ProviderFailure(clean(`CreateOS cannot do this: ${error.val}`), error.tag, "none");
     case "api-rejected":
       return new ProviderFailure(
-        clean(`CreateOS rejected ${error.val.operation} with HTTP ${error.val.status}; nothing is left running.`),
+        clean(
+          `CreateOS rejected ${error.val.operation} with HTTP ${error.val.status}; nothing is left running.${partialText(error.val.partial)}`,
+        ),
         error.tag,
         "none",
       );
     case "transport-failed": {
+      const kind = error.val.kind;
       const how =
-        error.val.kind === "denied"
-          ? "the host refused the request (only the configured API origin is allowed)"
-          : error.val.kind === "deadline"
-            ? "its deadline passed"
-            : `${error.val.kind} failure: ${error.val.detail}`;
+        kind === "denied"
+          ? "the host refused the request (only the configured API origin is allowed), so it never left this machine"
+          : kind === "unreachable"
+            ? `the server could not be reached (${error.val.detail}), so the request never got there`
+            : kind === "deadline"
+              ? "its deadline passed"
+              : `${kind} failure: ${error.val.detail}`;
+      // `denied` and `unreachable`: the request was never sent, so nothing
+      // was created by it; for the other kinds the component has already
+      // confirmed that nothing it started is left running.
+      const outcome = kind === "denied" || kind === "unreachable" ? "nothing was created" : "nothing is left running";
       return new ProviderFailure(
-        clean(`CreateOS ${error.val.operation} got no answer: ${how}; nothing is left running.`),
+        clean(`CreateOS ${error.val.operation} got no answer: ${how}; ${outcome}.${partialText(error.val.partial)}`),
         error.tag,
         "none",
       );
     }
     case "invalid-response":
       return new ProviderFailure(
-        clean(`CreateOS answered ${error.val.operation} with something invalid: ${error.val.reason}.`),
+        clean(
+          `CreateOS answered ${error.val.operation} with something invalid: ${error.val.reason}.${partialText(error.val.partial)}`,
+        ),
         error.tag,
         "none",
       );
     case "cancelled":
-      return new ProviderFailure(`The ${operation} was cancelled; its cleanup completed.`, error.tag, "none");
+      return new ProviderFailure(
+        `The ${operation} was cancelled; its cleanup completed.${partialText(error.val)}`,
+        error.tag,
+        "none",
+      );
     case "cleanup-failed": {
       const failure = error.val;
       const sandbox = failure.sandboxId ? `sandbox ${failure.sandboxId}` : "a sandbox whose id is unknown";
       const process = failure.processId ? `, process ${failure.processId}` : "";
-      const partial = failure.partial
-        ? ` The command printed ${failure.partial.stdout.length} characters of stdout and ${failure.partial.stderr.length} of stderr before this (already sent live).`
-        : "";
+      const partial = partialText(failure.partial);
       if (operation === "acquire") {
         const message = failure.sandboxId
           ? `CreateOS setup failed and cleanup is unconfirmed for sandbox ${failure.sandboxId}: ${describeCause(failure.cause)}. Destroy that sandbox (environmentDestroyLease with providerLeaseId ${failure.sandboxId}).`

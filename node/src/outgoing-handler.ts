@@ -8,7 +8,7 @@
  * - the secret header (the API key) added only to requests for that origin,
  *   replacing any header of the same name the component set; the key is never
  *   visible to the component (its `fields.entries()` never show it);
- * - the provider's request spacing, through the shared {@link Pacer}.
+ * - the provider's declared rate limit, spent through the shared {@link Pacer}.
  *
  * The shim locks a request's headers when the request is built, so the key
  * cannot be added by mutation. Instead, the component's `fields` resource is
@@ -17,6 +17,7 @@
  */
 import { http } from "@bytecodealliance/preview2-shim";
 import type { Pacer } from "./pacer.js";
+import type { WitRateLimit } from "./wit-types.js";
 
 /** What the handler allows and injects during one provider call. */
 export interface OutgoingPolicy {
@@ -24,8 +25,8 @@ export interface OutgoingPolicy {
   allowedOrigin: string | undefined;
   /** The secret header for that origin, if a secret was resolved. */
   secret: { header: string; value: string } | undefined;
-  /** The declared minimum gap between request starts to one origin. */
-  spacingMs: number;
+  /** The request budget per origin (none: no limit). */
+  rateLimit: WitRateLimit | undefined;
 }
 
 type ShimFields = InstanceType<typeof http.types.Fields>;
@@ -99,7 +100,7 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
         // A request whose headers did not come from this host cannot carry the key.
         throw { tag: "internal-error", val: "request headers were not created through the host" };
       }
-      pacer.waitForTurn(target, current.spacingMs);
+      pacer.waitForTurn(target, current.rateLimit);
       if (!current.secret) return http.outgoingHandler.handle(request, options as never);
       injecting = { fields: headers, header: current.secret.header, value: encoder.encode(current.secret.value) };
       try {

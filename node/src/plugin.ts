@@ -59,6 +59,7 @@ import type {
   WitProbeReport,
   WitProviderDescription,
   WitProviderError,
+  WitRateLimit,
   WitResumeOutcome,
   WitSyncReport,
   WitTerminationReceipt,
@@ -73,10 +74,16 @@ export interface PluginOptions {
   /** Test-only: output containing this marker makes the component trap. */
   testTrapMarker?: string;
   /**
-   * Benchmarks only: replaces the declared request spacing (the benchmarks
-   * compare per-command cost with spacing 0, as the Rust host's do).
+   * Benchmarks and tests only: replaces the declared rate limit; `null`
+   * means no limit (the benchmarks compare per-command cost without a
+   * limit, as the Rust host's do). Undefined: the limit `describe()` declares.
    */
-  requestSpacingMs?: number;
+  rateLimit?: WitRateLimit | null;
+  /**
+   * The rate-limit budget table (`createPacerBuffer()`) the pool spends;
+   * default a new one. Tests pass their own to read what it let go.
+   */
+  pacerBuffer?: SharedArrayBuffer;
 }
 
 /** A command (or sync) in flight on a lease. */
@@ -152,7 +159,7 @@ export function createPlugin(options: PluginOptions = {}) {
   ): RunningCall<T> {
     const running = activePool().call<T>(witOperation, args, {
       secret,
-      spacingMs: options.requestSpacingMs ?? describeOrThrow().requestSpacingMs,
+      rateLimit: options.rateLimit === undefined ? describeOrThrow().rateLimit : (options.rateLimit ?? undefined),
       onOutput,
     });
     const result = running.result.catch((error: unknown) => {
@@ -294,7 +301,7 @@ export function createPlugin(options: PluginOptions = {}) {
   return definePlugin({
     async setup(ctx) {
       context = ctx;
-      pool = new ProviderPool({ size: options.poolSize, testTrapMarker: options.testTrapMarker });
+      pool = new ProviderPool({ size: options.poolSize, testTrapMarker: options.testTrapMarker, pacerBuffer: options.pacerBuffer });
       description = await pool.call<WitProviderDescription>("describe", []).result;
     },
 
@@ -303,7 +310,7 @@ export function createPlugin(options: PluginOptions = {}) {
       return {
         status: pool ? "ok" : "error",
         message: pool ? `CreateOS provider component ready in ${stats?.threads} worker threads` : "not set up",
-        details: { ...stats, runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0) },
+        details: { ...stats, rateLimitWaits: pool?.rateLimitWaits ?? 0, runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0) },
       };
     },
 

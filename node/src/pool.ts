@@ -12,9 +12,9 @@
 import { Worker } from "node:worker_threads";
 import { cpus } from "node:os";
 import { CANCEL_REQUESTED } from "./cancel-extension.js";
-import { createPacerBuffer } from "./pacer.js";
+import { createPacerBuffer, pacerWaits } from "./pacer.js";
 import type { ThreadCall, ThreadCallError, ThreadMessage } from "./provider-thread.js";
-import type { ProviderOperation } from "./wit-types.js";
+import type { ProviderOperation, WitRateLimit } from "./wit-types.js";
 
 /** A call's failure as the pool reports it. */
 export class ProviderCallError extends Error {
@@ -30,8 +30,8 @@ export interface CallOptions {
   onOutput?: (stream: "stdout" | "stderr", chunk: string) => void;
   /** The secret header for the call's allowed origin. */
   secret?: { header: string; value: string };
-  /** Spacing between request starts to one origin. */
-  spacingMs?: number;
+  /** The request budget per origin, shared by all threads (none: no limit). */
+  rateLimit?: WitRateLimit;
 }
 
 /** A running call: its result and a way to cancel it. */
@@ -66,14 +66,21 @@ export interface PoolStats {
 export class ProviderPool {
   readonly #threads: PoolThread[] = [];
   readonly #queue: PendingCall[] = [];
-  readonly #pacerBuffer = createPacerBuffer();
+  readonly #pacerBuffer: SharedArrayBuffer;
   readonly #size: number;
   readonly #testTrapMarker: string | undefined;
   #nextId = 1;
   #closed = false;
   readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0 };
 
-  constructor(options: { size?: number; testTrapMarker?: string } = {}) {
+  /** How many API requests had to wait for the rate-limit budget so far. */
+  get rateLimitWaits(): number {
+    return pacerWaits(this.#pacerBuffer);
+  }
+
+  /** `pacerBuffer`: the budget table to spend (default a new one for this pool). */
+  constructor(options: { size?: number; testTrapMarker?: string; pacerBuffer?: SharedArrayBuffer } = {}) {
+    this.#pacerBuffer = options.pacerBuffer ?? createPacerBuffer();
     this.#size = Math.max(1, options.size ?? Math.min(4, cpus().length));
     this.#testTrapMarker = options.testTrapMarker;
     for (let i = 0; i < this.#size; i++) this.#threads.push(this.#spawn());
@@ -165,7 +172,7 @@ export class ProviderPool {
           args,
           cancelFlag,
           secret: options.secret,
-          spacingMs: options.spacingMs ?? 0,
+          rateLimit: options.rateLimit,
         },
         onOutput: options.onOutput,
         resolve: resolve as (value: unknown) => void,

@@ -18,7 +18,7 @@ import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance
 import { CALL_FINISHED } from "./cancel-extension.js";
 import { createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
 import { Pacer } from "./pacer.js";
-import type { ProviderOperation, WitEnvironmentContext } from "./wit-types.js";
+import type { ProviderOperation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
 
 /** A call the pool sends to a thread. */
 export interface ThreadCall {
@@ -30,7 +30,8 @@ export interface ThreadCall {
   cancelFlag: SharedArrayBuffer;
   /** The secret header for the call's allowed origin, resolved by the pool. */
   secret?: { header: string; value: string };
-  spacingMs: number;
+  /** The request budget per origin for this call (none: no limit). */
+  rateLimit?: WitRateLimit;
 }
 
 /** What a thread posts back. */
@@ -53,7 +54,7 @@ const cancelExtension = new URL("./cancel-extension.js", import.meta.url);
 const pacer = new Pacer(workerData.pacerBuffer as SharedArrayBuffer);
 const trapMarker: string | undefined = workerData.testTrapMarker;
 
-let policy: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, spacingMs: 0 };
+let policy: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
 let currentCall: { id: number; cancelFlag: SharedArrayBuffer; futures: number[] } | undefined;
 
 const coreModules = new Map<string, Promise<WebAssembly.Module>>();
@@ -153,7 +154,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
       const validation = instance.validateConfig(ctx.config) as { apiOrigin?: string };
       allowedOrigin = validation.apiOrigin;
     }
-    policy = { allowedOrigin, secret: allowedOrigin ? call.secret : undefined, spacingMs: call.spacingMs };
+    policy = { allowedOrigin, secret: allowedOrigin ? call.secret : undefined, rateLimit: call.rateLimit };
     const value = instance[call.operation](...call.args);
     return { kind: "done", id: call.id, ok: true, value };
   } catch (error) {
@@ -166,7 +167,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     return { kind: "done", id: call.id, ok: false, error: { kind: "trap", message } };
   } finally {
-    policy = { allowedOrigin: undefined, secret: undefined, spacingMs: 0 };
+    policy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
     const flag = new Int32Array(call.cancelFlag);
     Atomics.compareExchange(flag, 0, 0, CALL_FINISHED);
     Atomics.notify(flag, 0);

@@ -40,7 +40,15 @@ export interface WitProviderDescription {
   configSchema: string;
   capabilities: WitCapabilities;
   secrets: WitSecretField[];
-  requestSpacingMs: number;
+  /** The API's request budget per origin; none when the API has no limit. */
+  rateLimit?: WitRateLimit;
+}
+
+/** `rate-limit`: at most `requests` starts in any sliding `windowMs`, and optionally `perSecond` in any second. */
+export interface WitRateLimit {
+  requests: number;
+  windowMs: number;
+  perSecond?: number;
 }
 
 /** `config-validation`. */
@@ -154,7 +162,7 @@ export interface WitCleanupFailure {
 }
 
 /** `transport-kind`. */
-export type WitTransportKind = "denied" | "connection" | "deadline" | "other";
+export type WitTransportKind = "denied" | "unreachable" | "connection" | "deadline" | "other";
 
 /** `provider-error`. */
 export type WitProviderError =
@@ -162,10 +170,10 @@ export type WitProviderError =
   | { tag: "invalid-request"; val: string }
   | { tag: "foreign-lease"; val: string }
   | { tag: "unsupported"; val: string }
-  | { tag: "api-rejected"; val: { operation: string; status: number } }
-  | { tag: "transport-failed"; val: { operation: string; kind: WitTransportKind; detail: string } }
-  | { tag: "invalid-response"; val: { operation: string; reason: string } }
-  | { tag: "cancelled" }
+  | { tag: "api-rejected"; val: { operation: string; status: number; partial?: WitPartialOutput } }
+  | { tag: "transport-failed"; val: { operation: string; kind: WitTransportKind; detail: string; partial?: WitPartialOutput } }
+  | { tag: "invalid-response"; val: { operation: string; reason: string; partial?: WitPartialOutput } }
+  | { tag: "cancelled"; val?: WitPartialOutput }
   | { tag: "cleanup-failed"; val: WitCleanupFailure };
 
 /** The operations of `sandbox:provider/provider` the pool can call. */
