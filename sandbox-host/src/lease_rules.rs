@@ -173,7 +173,7 @@ pub struct HostSeen {
 impl HostSeen {
     fn describe(&self) -> String {
         format!(
-            "process {} on {} (host instance {})",
+            "process {} on {}, host instance {},",
             self.pid, self.hostname, self.id
         )
     }

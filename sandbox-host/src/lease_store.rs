@@ -1,7 +1,7 @@
-//! The durable lease store: every lease the host made, its state, and why;
-//! and the host instances that may hold a lease, with their heartbeats.
-//! One SQLite file; a poisoned lease stays poisoned across restarts until
-//! it is destroyed.
+//! The SQLite lease store ([`LeaseBackend`]): every lease the host made,
+//! its state, and why; and the host instances that may hold a lease, with
+//! their heartbeats. One file; a poisoned lease stays poisoned across
+//! restarts until it is destroyed.
 //!
 //! Every check-and-mark runs in one `BEGIN IMMEDIATE` transaction that
 //! applies a decision of [`lease_rules`](crate::lease_rules), so two
@@ -10,146 +10,15 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, Row, Transaction, TransactionBehavior};
 
 use crate::bindings::types::{EnvironmentContext, Lease};
+use crate::lease_backend::{HostInstance, LeaseBackend, LeaseRecord, LeaseRefused, Liveness};
 use crate::lease_rules::{decide, Change, HostSeen, LeaseState, LeaseView, Operation, Owner};
-
-/// One stored lease.
-#[derive(Clone, Debug)]
-pub struct LeaseRecord {
-    /// The host's id of the lease (not the provider's).
-    pub id: String,
-    /// The provider's driver key.
-    pub provider: String,
-    /// The company (tenant).
-    pub company_id: String,
-    /// The environment.
-    pub environment_id: String,
-    /// The run the lease was acquired for.
-    pub run_id: String,
-    /// The normalised provider config (never with a secret).
-    pub config: String,
-    /// The state.
-    pub state: LeaseState,
-    /// Why it is in this state (for poisoned: what failed).
-    pub reason: Option<String>,
-    /// The provider's lease, once acquired.
-    pub lease: Option<Lease>,
-    /// Creation time, milliseconds since the Unix epoch.
-    pub created_ms: i64,
-    /// Last change, milliseconds since the Unix epoch.
-    pub updated_ms: i64,
-    /// The host instance running an operation on the sandbox (a command,
-    /// the workspace, a resume, the acquire itself), if any. If that host's
-    /// heartbeat expires, the lease is poisoned before anything else
-    /// touches it.
-    pub busy_owner: Option<String>,
-    /// The host instance releasing or destroying the lease, if any.
-    pub closing_owner: Option<String>,
-}
-
-impl LeaseRecord {
-    /// The environment context to call the provider with for this lease.
-    pub fn context(&self) -> EnvironmentContext {
-        EnvironmentContext {
-            driver_key: self.provider.clone(),
-            company_id: self.company_id.clone(),
-            environment_id: self.environment_id.clone(),
-            issue_id: None,
-            config: self.config.clone(),
-        }
-    }
-
-    fn from_row(row: &Row<'_>) -> rusqlite::Result<(LeaseRecord, String)> {
-        let state: String = row.get("state")?;
-        let provider_lease_id: Option<String> = row.get("provider_lease_id")?;
-        let lease = match provider_lease_id {
-            Some(provider_lease_id) => Some(Lease {
-                provider_lease_id,
-                metadata: row
-                    .get::<_, Option<String>>("metadata")?
-                    .unwrap_or_default(),
-                expires_at: row.get("expires_at")?,
-            }),
-            None => None,
-        };
-        Ok((
-            LeaseRecord {
-                id: row.get("id")?,
-                provider: row.get("provider")?,
-                company_id: row.get("company_id")?,
-                environment_id: row.get("environment_id")?,
-                run_id: row.get("run_id")?,
-                config: row.get("config")?,
-                state: LeaseState::Active,
-                reason: row.get("reason")?,
-                lease,
-                created_ms: row.get("created_ms")?,
-                updated_ms: row.get("updated_ms")?,
-                busy_owner: row.get("busy_owner")?,
-                closing_owner: row.get("closing_owner")?,
-            },
-            state,
-        ))
-    }
-}
-
-/// The store refused an operation on a lease before anything ran (its
-/// state, another host's mark, a dead host's mark that just poisoned it).
-/// The message says why and what fixes it.
-#[derive(Debug)]
-pub struct LeaseRefused(pub String);
-
-impl fmt::Display for LeaseRefused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for LeaseRefused {}
-
-/// How a host instance proves it is alive: it refreshes its heartbeat every
-/// `heartbeat`, and any host may treat it as gone once its last heartbeat
-/// is older than `expiry`. Each instance stores its own expiry, so hosts
-/// with different settings can share a store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Liveness {
-    /// How often the heartbeat is refreshed.
-    pub heartbeat: Duration,
-    /// After how long without a heartbeat the instance counts as gone.
-    pub expiry: Duration,
-}
-
-impl Liveness {
-    /// Heartbeat every 2 s, gone after 10 s.
-    pub const DEFAULT: Liveness = Liveness {
-        heartbeat: Duration::from_secs(2),
-        expiry: Duration::from_secs(10),
-    };
-
-    /// Checks that the expiry leaves room for at least two missed beats.
-    pub fn new(heartbeat: Duration, expiry: Duration) -> Result<Liveness> {
-        if heartbeat.is_zero() || expiry < heartbeat * 2 {
-            bail!(
-                "the host expiry ({expiry:?}) must be at least twice the heartbeat interval ({heartbeat:?}), which must not be zero"
-            );
-        }
-        Ok(Liveness { heartbeat, expiry })
-    }
-}
-
-impl Default for Liveness {
-    fn default() -> Self {
-        Self::DEFAULT
-    }
-}
 
 /// The lease store. Safe to share between threads; several processes (and
 /// several hosts on one machine) may open the same file (SQLite locking,
@@ -240,12 +109,6 @@ impl LeaseStore {
         })
     }
 
-    /// Whether the store is a file that outlives this process (false for
-    /// [`open_in_memory`](Self::open_in_memory)).
-    pub fn is_durable(&self) -> bool {
-        self.durable
-    }
-
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -261,60 +124,25 @@ impl LeaseStore {
         outcome
     }
 
-    /// Registers a new host instance (random id) and starts its heartbeat
-    /// thread. The instance is the owner of every mark this host takes;
-    /// dropping it stops the heartbeat and removes its record.
+    /// The lease with host id `id` (also [`LeaseBackend::get`]).
+    pub fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+        <Self as LeaseBackend>::get(self, id)
+    }
+
+    /// Every lease, oldest first (also [`LeaseBackend::list`]).
+    pub fn list(&self) -> Result<Vec<LeaseRecord>> {
+        <Self as LeaseBackend>::list(self)
+    }
+
+    /// Leases a sweep may have to handle (also [`LeaseBackend::needing_sweep`]).
+    pub fn needing_sweep(&self) -> Result<Vec<LeaseRecord>> {
+        <Self as LeaseBackend>::needing_sweep(self)
+    }
+
+    /// Registers a host instance in this store and starts its heartbeat
+    /// (see [`HostInstance::register`]).
     pub fn register_host(self: &Arc<Self>, liveness: Liveness) -> Result<HostInstance> {
-        let id = format!("host-{}", random_hex(16)?);
-        let now = now_ms();
-        // Records of hosts silent for a day past their expiry: a mark they
-        // still own reads as a host with no record, which is gone as well.
-        self.conn().execute(
-            "DELETE FROM hosts WHERE heartbeat_ms + expiry_ms + 86400000 < ?1",
-            [now],
-        )?;
-        self.conn().execute(
-            "INSERT INTO hosts (id, pid, hostname, started_ms, heartbeat_ms, expiry_ms)
-             VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
-            params![
-                id,
-                std::process::id(),
-                hostname(),
-                now,
-                millis(liveness.expiry)
-            ],
-        )?;
-        let interval = Arc::new(AtomicU64::new(millis_u64(liveness.heartbeat)));
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = {
-            let store = Arc::downgrade(self);
-            let id = id.clone();
-            let interval = interval.clone();
-            std::thread::Builder::new()
-                .name("sandbox-heartbeat".into())
-                .spawn(move || loop {
-                    let wait = Duration::from_millis(interval.load(Ordering::Relaxed));
-                    match stopped.recv_timeout(wait) {
-                        Err(RecvTimeoutError::Timeout) => {}
-                        _ => return,
-                    }
-                    let Some(store) = store.upgrade() else { return };
-                    // A failed beat (store busy) is retried at the next one;
-                    // the expiry leaves room for missed beats.
-                    let _ = store.conn().execute(
-                        "UPDATE hosts SET heartbeat_ms = ?2 WHERE id = ?1",
-                        params![id, now_ms()],
-                    );
-                })
-                .context("starting the heartbeat thread")?
-        };
-        Ok(HostInstance {
-            id,
-            store: self.clone(),
-            interval,
-            stop: Some(stop),
-            thread: Some(thread),
-        })
+        HostInstance::register(self.clone(), liveness)
     }
 
     fn owner(tx: &Transaction<'_>, owner: Option<String>, me: &str) -> Result<Option<Owner>> {
@@ -344,14 +172,87 @@ impl LeaseStore {
     }
 
     fn read(tx: &Transaction<'_>, id: &str) -> Result<Option<LeaseRecord>> {
-        tx.query_row(
-            "SELECT * FROM leases WHERE id = ?1",
-            [id],
-            LeaseRecord::from_row,
-        )
-        .optional()?
-        .map(with_state)
-        .transpose()
+        tx.query_row("SELECT * FROM leases WHERE id = ?1", [id], record_from_row)
+            .optional()?
+            .map(with_state)
+            .transpose()
+    }
+
+    fn check_transition(tx: &Transaction<'_>, id: &str, next: LeaseState) -> Result<()> {
+        let Some(record) = Self::read(tx, id)? else {
+            bail!("no lease {id}");
+        };
+        if !record.state.may_become(next) {
+            bail!(
+                "lease {id} is {}{}; it cannot become {next}",
+                record.state,
+                record
+                    .reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            );
+        }
+        Ok(())
+    }
+
+    fn query(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<LeaseRecord>> {
+        let conn = self.conn();
+        let mut statement = conn.prepare(sql)?;
+        let rows = statement.query_map(args, record_from_row)?;
+        rows.map(|row| with_state(row?)).collect()
+    }
+}
+
+impl LeaseBackend for LeaseStore {
+    /// Whether the store is a file that outlives this process (false for
+    /// [`open_in_memory`](Self::open_in_memory)).
+    fn is_durable(&self) -> bool {
+        self.durable
+    }
+
+    fn add_host(&self, id: &str, liveness: Liveness) -> Result<()> {
+        let now = now_ms();
+        // Records of hosts silent for a day past their expiry: a mark they
+        // still own reads as a host with no record, which is gone as well.
+        self.conn().execute(
+            "DELETE FROM hosts WHERE heartbeat_ms + expiry_ms + 86400000 < ?1",
+            [now],
+        )?;
+        self.conn().execute(
+            "INSERT INTO hosts (id, pid, hostname, started_ms, heartbeat_ms, expiry_ms)
+             VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
+            params![
+                id,
+                std::process::id(),
+                hostname(),
+                now,
+                millis(liveness.expiry)
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn beat(&self, id: &str) -> Result<()> {
+        self.conn().execute(
+            "UPDATE hosts SET heartbeat_ms = ?2 WHERE id = ?1",
+            params![id, now_ms()],
+        )?;
+        Ok(())
+    }
+
+    fn set_host_liveness(&self, id: &str, liveness: Liveness) -> Result<()> {
+        self.conn().execute(
+            "UPDATE hosts SET expiry_ms = ?2, heartbeat_ms = ?3 WHERE id = ?1",
+            params![id, millis(liveness.expiry), now_ms()],
+        )?;
+        Ok(())
+    }
+
+    fn remove_host(&self, id: &str) -> Result<()> {
+        self.conn()
+            .execute("DELETE FROM hosts WHERE id = ?1", [id])?;
+        Ok(())
     }
 
     /// Checks and marks the lease for `operation` by host instance `me`, in
@@ -365,7 +266,7 @@ impl LeaseStore {
     ///
     /// `ctx` must be the lease's provider and environment. Returns the
     /// record as it is after the change.
-    pub fn begin(
+    fn begin(
         &self,
         id: &str,
         operation: Operation,
@@ -454,7 +355,7 @@ impl LeaseStore {
 
     /// Ends one busy operation of `me` on the lease (the mark goes when the
     /// last one ends). Another host's mark is never touched.
-    pub fn end_use(&self, id: &str, me: &str) -> Result<()> {
+    fn end_use(&self, id: &str, me: &str) -> Result<()> {
         self.immediate(|tx| {
             tx.execute(
                 "UPDATE leases SET busy_count = MAX(busy_count - 1, 0),
@@ -469,7 +370,7 @@ impl LeaseStore {
     /// Ends the close `me` owns: moves the lease to `state` with `reason`
     /// and drops the close mark. A lease that became poisoned meanwhile
     /// stays poisoned unless `state` is `destroyed`.
-    pub fn end_close(&self, id: &str, me: &str, state: LeaseState, reason: &str) -> Result<()> {
+    fn end_close(&self, id: &str, me: &str, state: LeaseState, reason: &str) -> Result<()> {
         self.immediate(|tx| {
             let record = Self::read(tx, id)?.with_context(|| format!("no lease {id}"))?;
             if record.closing_owner.as_deref() != Some(me) {
@@ -497,7 +398,7 @@ impl LeaseStore {
     /// Records a lease about to be acquired (state `acquiring`, owned by
     /// host instance `me`), before any sandbox exists. `ctx.config` must
     /// not hold a secret.
-    pub fn begin_acquire(
+    fn begin_acquire(
         &self,
         ctx: &EnvironmentContext,
         run_id: &str,
@@ -525,7 +426,7 @@ impl LeaseStore {
 
     /// Stores the provider's lease and moves to `state` (for example
     /// `active` after acquire or resume).
-    pub fn record_lease(&self, id: &str, lease: &Lease, state: LeaseState) -> Result<()> {
+    fn record_lease(&self, id: &str, lease: &Lease, state: LeaseState) -> Result<()> {
         self.immediate(|tx| {
             Self::check_transition(tx, id, state)?;
             tx.execute(
@@ -548,7 +449,7 @@ impl LeaseStore {
     /// Moves the lease to `state` with `reason`. Refuses transitions the
     /// state machine forbids (leaving `poisoned` except for `destroyed`,
     /// leaving a final state). A final state drops every mark.
-    pub fn set_state(&self, id: &str, state: LeaseState, reason: Option<&str>) -> Result<()> {
+    fn set_state(&self, id: &str, state: LeaseState, reason: Option<&str>) -> Result<()> {
         self.immediate(|tx| {
             Self::check_transition(tx, id, state)?;
             tx.execute(
@@ -568,7 +469,7 @@ impl LeaseStore {
 
     /// Poisons the lease (a no-op when it is already poisoned or final).
     /// Marks stay: their owners drop them when their operations end.
-    pub fn poison(&self, id: &str, reason: &str) -> Result<()> {
+    fn poison(&self, id: &str, reason: &str) -> Result<()> {
         self.immediate(|tx| {
             let Some(record) = Self::read(tx, id)? else {
                 bail!("no lease {id}");
@@ -584,46 +485,24 @@ impl LeaseStore {
         })
     }
 
-    fn check_transition(tx: &Transaction<'_>, id: &str, next: LeaseState) -> Result<()> {
-        let Some(record) = Self::read(tx, id)? else {
-            bail!("no lease {id}");
-        };
-        if !record.state.may_become(next) {
-            bail!(
-                "lease {id} is {}{}; it cannot become {next}",
-                record.state,
-                record
-                    .reason
-                    .as_deref()
-                    .map(|r| format!(" ({r})"))
-                    .unwrap_or_default()
-            );
-        }
-        Ok(())
-    }
-
     /// The lease with host id `id`.
-    pub fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
+    fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
         let found = self
             .conn()
-            .query_row(
-                "SELECT * FROM leases WHERE id = ?1",
-                [id],
-                LeaseRecord::from_row,
-            )
+            .query_row("SELECT * FROM leases WHERE id = ?1", [id], record_from_row)
             .optional()?;
         found.map(with_state).transpose()
     }
 
     /// Every lease, oldest first.
-    pub fn list(&self) -> Result<Vec<LeaseRecord>> {
+    fn list(&self) -> Result<Vec<LeaseRecord>> {
         self.query("SELECT * FROM leases ORDER BY created_ms, id", [])
     }
 
     /// Leases a sweep may have to handle: `poisoned` ones, `acquiring` ones
     /// (an acquire whose host may have died), and any lease with a busy or
     /// close mark (an operation whose host may have died).
-    pub fn needing_sweep(&self) -> Result<Vec<LeaseRecord>> {
+    fn needing_sweep(&self) -> Result<Vec<LeaseRecord>> {
         self.query(
             "SELECT * FROM leases
              WHERE state IN ('poisoned', 'acquiring', 'closing')
@@ -633,13 +512,6 @@ impl LeaseStore {
             [],
         )
     }
-
-    fn query(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<LeaseRecord>> {
-        let conn = self.conn();
-        let mut statement = conn.prepare(sql)?;
-        let rows = statement.query_map(args, LeaseRecord::from_row)?;
-        rows.map(|row| with_state(row?)).collect()
-    }
 }
 
 impl fmt::Debug for LeaseStore {
@@ -648,69 +520,37 @@ impl fmt::Debug for LeaseStore {
     }
 }
 
-/// One running host, registered in a [`LeaseStore`]: a random instance id
-/// (never a pid, which another process may get later) and a heartbeat
-/// refreshed by a background thread while this value lives.
-pub struct HostInstance {
-    id: String,
-    store: Arc<LeaseStore>,
-    interval: Arc<AtomicU64>,
-    stop: Option<mpsc::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl HostInstance {
-    /// The instance id that owns this host's marks.
-    pub fn id(&self) -> &str {
-        &self.id
-    }
-
-    /// Changes the heartbeat interval and the expiry other hosts judge
-    /// this instance by.
-    pub fn set_liveness(&self, liveness: Liveness) -> Result<()> {
-        self.interval
-            .store(millis_u64(liveness.heartbeat), Ordering::Relaxed);
-        self.store.conn().execute(
-            "UPDATE hosts SET expiry_ms = ?2, heartbeat_ms = ?3 WHERE id = ?1",
-            params![self.id, millis(liveness.expiry), now_ms()],
-        )?;
-        Ok(())
-    }
-
-    /// Stops heartbeating without removing the record, as a host that
-    /// froze or died would (for tests of what other hosts then do).
-    pub fn stop_heartbeat_for_test(&mut self) {
-        self.stop.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for HostInstance {
-    fn drop(&mut self) {
-        let alive = self.thread.is_some();
-        self.stop.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-        if alive {
-            // Any mark still owned now belongs to an operation that did not
-            // end: without the record, other hosts treat it as a dead host's.
-            let _ = self
-                .store
-                .conn()
-                .execute("DELETE FROM hosts WHERE id = ?1", [&self.id]);
-        }
-    }
-}
-
-impl fmt::Debug for HostInstance {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HostInstance")
-            .field("id", &self.id)
-            .finish_non_exhaustive()
-    }
+fn record_from_row(row: &Row<'_>) -> rusqlite::Result<(LeaseRecord, String)> {
+    let state: String = row.get("state")?;
+    let provider_lease_id: Option<String> = row.get("provider_lease_id")?;
+    let lease = match provider_lease_id {
+        Some(provider_lease_id) => Some(Lease {
+            provider_lease_id,
+            metadata: row
+                .get::<_, Option<String>>("metadata")?
+                .unwrap_or_default(),
+            expires_at: row.get("expires_at")?,
+        }),
+        None => None,
+    };
+    Ok((
+        LeaseRecord {
+            id: row.get("id")?,
+            provider: row.get("provider")?,
+            company_id: row.get("company_id")?,
+            environment_id: row.get("environment_id")?,
+            run_id: row.get("run_id")?,
+            config: row.get("config")?,
+            state: LeaseState::Active,
+            reason: row.get("reason")?,
+            lease,
+            created_ms: row.get("created_ms")?,
+            updated_ms: row.get("updated_ms")?,
+            busy_owner: row.get("busy_owner")?,
+            closing_owner: row.get("closing_owner")?,
+        },
+        state,
+    ))
 }
 
 fn with_state((mut record, state): (LeaseRecord, String)) -> Result<LeaseRecord> {
@@ -726,19 +566,6 @@ fn now_ms() -> i64 {
 
 fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn millis_u64(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn random_hex(bytes: usize) -> Result<String> {
-    use std::io::Read;
-    let mut buffer = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buffer))
-        .context("reading /dev/urandom for a host instance id")?;
-    Ok(buffer.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn hostname() -> String {

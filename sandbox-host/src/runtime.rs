@@ -19,8 +19,8 @@ use crate::budget::{Budget, DEFAULT_MARGIN};
 use crate::cancel::CancelToken;
 use crate::component::ProviderComponent;
 use crate::instance::{trap_of, ProviderInstance};
+use crate::lease_backend::{HostInstance, LeaseBackend, LeaseRecord, Liveness};
 use crate::lease_rules::{LeaseState, Operation};
-use crate::lease_store::{HostInstance, LeaseRecord, LeaseStore, Liveness};
 use crate::messages::{cleanup_text, error_text};
 use crate::options::{GuestStderr, HostOptions, OutputSink};
 use crate::policy::{Origin, Policy};
@@ -81,7 +81,7 @@ impl Environment {
 pub struct SandboxRuntime {
     component: ProviderComponent,
     description: ProviderDescription,
-    store: Arc<LeaseStore>,
+    store: Arc<dyn LeaseBackend>,
     host: HostInstance,
     transport: Arc<dyn Transport>,
     budget: RateBudget,
@@ -93,18 +93,23 @@ pub struct SandboxRuntime {
 }
 
 impl SandboxRuntime {
-    /// A runtime for `component`, storing leases in `store`, sending allowed
+    /// A runtime for `component`, storing leases in `store` (for example a
+    /// [`LeaseStore`](crate::LeaseStore)), sending allowed
     /// requests through `transport` (usually [`NetworkTransport`](crate::NetworkTransport)).
     /// Registers a host instance in the store whose heartbeat runs while
     /// the runtime lives ([`Liveness::DEFAULT`]).
     pub fn new(
         component: ProviderComponent,
-        store: Arc<LeaseStore>,
+        store: Arc<dyn LeaseBackend>,
         transport: Arc<dyn Transport>,
     ) -> Result<Self> {
         let description = component.instantiate(HostOptions::new())?.describe()?;
+<<<<<<< HEAD
         let rate_limit = description.rate_limit.map(declared_limit);
         let host = store.register_host(Liveness::DEFAULT)?;
+=======
+        let host = HostInstance::register(store.clone(), Liveness::DEFAULT)?;
+>>>>>>> host
         Ok(SandboxRuntime {
             component,
             description,
@@ -172,8 +177,8 @@ impl SandboxRuntime {
     }
 
     /// The lease store.
-    pub fn store(&self) -> &LeaseStore {
-        &self.store
+    pub fn store(&self) -> &dyn LeaseBackend {
+        &*self.store
     }
 
     /// `validate-config` on `config` with the secret fields removed.

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError, ResumeOutcome};
 use sandbox_host::{
-    CancelToken, LeaseState, LeaseStore, Liveness, Operation, RateBudget, SandboxRuntime,
-    ScriptedResponse, ScriptedTransport, Secrets,
+    CancelToken, LeaseBackend, LeaseState, LeaseStore, Liveness, Operation, RateBudget,
+    SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets,
 };
 
 mod common;

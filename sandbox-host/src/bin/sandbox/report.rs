@@ -191,6 +191,7 @@ fn lease_json(r: &LeaseRecord) -> Value {
         "providerLeaseId": r.lease.as_ref().map(|l| l.provider_lease_id.clone()),
         "expiresAt": r.lease.as_ref().and_then(|l| l.expires_at.clone()),
         "createdMs": r.created_ms, "updatedMs": r.updated_ms,
+        "busyOwner": r.busy_owner, "closingOwner": r.closing_owner,
     })
 }
 
@@ -216,10 +217,13 @@ pub fn leases(records: &[LeaseRecord], as_json: bool) {
             .lease
             .as_ref()
             .map_or("-", |l| l.provider_lease_id.as_str());
-        let reason = match (r.state, &r.reason) {
+        let mut reason = match (r.state, &r.reason) {
             (LeaseState::Active, _) | (_, None) => String::new(),
             (_, Some(reason)) => format!("  ({reason})"),
         };
+        if let Some(owner) = r.busy_owner.as_ref().or(r.closing_owner.as_ref()) {
+            reason.push_str(&format!("  [in use by host instance {owner}]"));
+        }
         println!(
             "{}  {:<9}  {}  {}/{}  sandbox {sandbox}{reason}",
             r.id, r.state, r.provider, r.company_id, r.environment_id
