@@ -104,12 +104,8 @@ impl SandboxRuntime {
         transport: Arc<dyn Transport>,
     ) -> Result<Self> {
         let description = component.instantiate(HostOptions::new())?.describe()?;
-<<<<<<< HEAD
         let rate_limit = description.rate_limit.map(declared_limit);
-        let host = store.register_host(Liveness::DEFAULT)?;
-=======
         let host = HostInstance::register(store.clone(), Liveness::DEFAULT)?;
->>>>>>> host
         Ok(SandboxRuntime {
             component,
             description,
