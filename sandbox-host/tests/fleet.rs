@@ -11,8 +11,8 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -274,7 +274,7 @@ fn short() -> Liveness {
 // The behaviour, the same for both backends.
 
 /// Two hosts race for the same leases from several threads each: at no
-/// moment do two operations hold one lease, every refusal is a typed
+/// moment do two hosts hold one lease, every refusal is a typed
 /// [`LeaseRefused`], and both hosts get work done.
 fn no_double_use(shared: &Shared) {
     let hosts = [Arc::new(shared.host()), Arc::new(shared.host())];
@@ -291,8 +291,8 @@ fn no_double_use(shared: &Shared) {
                 .id
         })
         .collect();
-    let in_use: Arc<Vec<AtomicBool>> =
-        Arc::new(leases.iter().map(|_| AtomicBool::new(false)).collect());
+    let in_use: Arc<Vec<Mutex<(usize, usize)>>> =
+        Arc::new(leases.iter().map(|_| Mutex::new((0, 0))).collect());
     let done = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
     let mut threads = Vec::new();
     for (h, host) in hosts.iter().enumerate() {
@@ -315,20 +315,22 @@ fn no_double_use(shared: &Shared) {
                     );
                     match began {
                         Ok(_) => {
-                            assert!(
-                                !in_use[n].swap(true, Ordering::SeqCst) || {
-                                    // The same host may hold several uses of
-                                    // one lease; another host may not.
-                                    let owner = host.store().get(&leases[n]).unwrap().unwrap();
-                                    owner.busy_owner.as_deref() == Some(host.host_id())
-                                },
-                                "two hosts hold lease {} at once",
-                                leases[n]
-                            );
+                            // Inside the stored mark: which host holds the
+                            // lease, and how many of its uses.
+                            {
+                                let mut holder = in_use[n].lock().unwrap();
+                                assert!(
+                                    holder.1 == 0 || holder.0 == h,
+                                    "hosts {} and {h} hold lease {} at once",
+                                    holder.0,
+                                    leases[n]
+                                );
+                                *holder = (h, holder.1 + 1);
+                            }
                             thread::sleep(Duration::from_millis(2));
                             let stored = host.store().get(&leases[n]).unwrap().unwrap();
                             assert_eq!(stored.busy_owner.as_deref(), Some(host.host_id()));
-                            in_use[n].store(false, Ordering::SeqCst);
+                            in_use[n].lock().unwrap().1 -= 1;
                             host.store().end_use(&leases[n], host.host_id()).unwrap();
                             done[h].fetch_add(1, Ordering::SeqCst);
                         }
