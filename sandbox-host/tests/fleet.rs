@@ -245,6 +245,16 @@ impl Shared {
     }
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Shared::Sqlite(path) = self {
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
 fn acquire(run_id: &str) -> AcquireRequest {
     AcquireRequest {
         run_id: run_id.into(),
