@@ -656,3 +656,53 @@ fn postgres_schema_from_a_newer_version_is_refused() {
     PgLeaseStore::open(&cluster.url()).unwrap();
     PgLeaseStore::open(&cluster.url()).unwrap();
 }
+
+/// The `sandbox` CLI takes the store from `--store` / `SANDBOX_STORE`: a
+/// bad URL and an unreachable database stop it with a clear message before
+/// any provider or sandbox is touched, and a reachable PostgreSQL serves
+/// the leases another host wrote there.
+#[test]
+fn postgres_the_cli_opens_the_store_from_its_url() {
+    let sandbox = |store: &str, provider: &str| {
+        Command::new(env!("CARGO_BIN_EXE_sandbox"))
+            .env("SANDBOX_STORE", store)
+            .env("SANDBOX_PROVIDER", provider)
+            .args(["lease", "list", "--json"])
+            .output()
+            .unwrap()
+    };
+    let missing = "/nonexistent/provider.wasm";
+    let refused = sandbox("mysql://db/leases", missing);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("not supported"), "{stderr}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refused = sandbox(&format!("postgres://u:pw-x@127.0.0.1:{port}/db"), missing);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("cannot be reached"), "{stderr}");
+    assert!(!stderr.contains("pw-x"), "{stderr}");
+    // A reachable store: the CLI lists the lease another host wrote.
+    let shared = Shared::postgres("cli");
+    let host = shared.host();
+    let env = host
+        .environment("co", "env", "{}", &Secrets::none())
+        .unwrap();
+    let record = host.acquire(&env, &acquire("cli")).unwrap().unwrap();
+    let provider = common::workspace_dir()
+        .join("target/sandbox-host-fixtures/wasm32-wasip2/release/test_provider.wasm");
+    let output = sandbox(&shared.url(), provider.to_str().unwrap());
+    assert!(output.status.success(), "{output:?}");
+    let leases: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let listed = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["id"] == record.id.as_str())
+        .unwrap_or_else(|| panic!("{leases}"));
+    assert_eq!(listed["state"], "active");
+}
