@@ -75,6 +75,19 @@ impl fmt::Display for LeaseRefused {
 
 impl std::error::Error for LeaseRefused {}
 
+/// The lease store could not be reached (database down, connection lost):
+/// the operation changed nothing and may be retried once the store is back.
+#[derive(Debug)]
+pub struct StoreUnavailable(pub String);
+
+impl fmt::Display for StoreUnavailable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StoreUnavailable {}
+
 /// How a host instance proves it is alive: it refreshes its heartbeat every
 /// `heartbeat`, and any host may treat it as gone once its last heartbeat
 /// is older than `expiry`. Each instance stores its own expiry, so hosts

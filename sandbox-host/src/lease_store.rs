@@ -83,26 +83,30 @@ impl LeaseStore {
         Self::init(Connection::open_in_memory()?, false)
     }
 
-    fn init(conn: Connection, durable: bool) -> Result<Self> {
+    fn init(mut conn: Connection, durable: bool) -> Result<Self> {
         conn.busy_timeout(Duration::from_secs(5))?;
         conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.execute_batch(SCHEMA)
+        // One writer at a time: processes opening a new file together
+        // would otherwise both see a column missing and both add it.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute_batch(SCHEMA)
             .context("creating the lease store schema")?;
         for (column, kind) in ADDED_COLUMNS {
-            let present: bool = conn
+            let present: bool = tx
                 .prepare("SELECT 1 FROM pragma_table_info('leases') WHERE name = ?1")?
                 .exists([column])?;
             if !present {
-                conn.execute_batch(&format!("ALTER TABLE leases ADD COLUMN {column} {kind}"))?;
+                tx.execute_batch(&format!("ALTER TABLE leases ADD COLUMN {column} {kind}"))?;
             }
         }
         // A busy mark of a store made before host instances existed names a
         // pid only: its host is unknown, so the mark counts as a dead host's.
-        conn.execute(
+        tx.execute(
             "UPDATE leases SET busy_owner = 'pid-' || busy_pid, busy_count = 1, busy_pid = NULL
              WHERE busy_pid IS NOT NULL AND busy_owner IS NULL",
             [],
         )?;
+        tx.commit().context("creating the lease store schema")?;
         Ok(LeaseStore {
             conn: Mutex::new(conn),
             durable,

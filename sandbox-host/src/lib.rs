@@ -37,8 +37,10 @@ mod host_impl;
 mod http_hook;
 mod instance;
 mod lease_backend;
+mod lease_postgres;
 pub mod lease_rules;
 mod lease_store;
+mod lease_store_url;
 mod messages;
 mod network;
 mod options;
@@ -57,9 +59,13 @@ pub use cancel::CancelToken;
 pub use component::ProviderComponent;
 pub use engine::{new_engine, shared_engine, EPOCH_TICK};
 pub use instance::{trap_of, ProviderInstance};
-pub use lease_backend::{HostInstance, LeaseBackend, LeaseRecord, LeaseRefused, Liveness};
+pub use lease_backend::{
+    HostInstance, LeaseBackend, LeaseRecord, LeaseRefused, Liveness, StoreUnavailable,
+};
+pub use lease_postgres::{PgLeaseStore, MIGRATIONS};
 pub use lease_rules::{LeaseState, Operation};
 pub use lease_store::LeaseStore;
+pub use lease_store_url::{open_store, StoreUrl};
 pub use messages::{cleanup_text, error_text};
 pub use network::NetworkTransport;
 pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};

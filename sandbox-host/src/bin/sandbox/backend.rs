@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use sandbox_host::{
-    shared_engine, ArtifactCache, Environment, GuestStderr, LeaseStore, NetworkTransport,
-    ProviderComponent, RateBudget, RateLimit, SandboxRuntime, Secrets,
+    open_store, shared_engine, ArtifactCache, Environment, GuestStderr, LeaseBackend, LeaseStore,
+    NetworkTransport, ProviderComponent, RateBudget, RateLimit, SandboxRuntime, Secrets,
 };
 use serde_json::Value;
 
@@ -66,10 +66,16 @@ impl Setup {
         })
     }
 
-    /// The provider and the durable lease store.
+    /// The provider and the durable lease store: `--store` (a PostgreSQL
+    /// URL several hosts share, or a file), else the SQLite file in the
+    /// data directory. A wrong URL, an unreachable database or a newer
+    /// schema fail here, before any sandbox is created.
     pub fn for_stored_leases(global: &Global) -> Result<Self> {
         let dir = data_dir(global);
-        let store = Arc::new(LeaseStore::open(dir.join("leases.sqlite"))?);
+        let store: Arc<dyn LeaseBackend> = match &global.store {
+            Some(url) => open_store(url)?,
+            None => Arc::new(LeaseStore::open(dir.join("leases.sqlite"))?),
+        };
         // One request budget per API origin for every `sandbox` process
         // sharing this data directory.
         let budget = RateBudget::open(&dir.join("rate-budget.sqlite"))?;
@@ -215,7 +221,7 @@ fn configured_api_url(global: &Global) -> Result<Option<String>> {
         .map(str::to_owned))
 }
 
-fn runtime(global: &Global, store: Arc<LeaseStore>) -> Result<SandboxRuntime> {
+fn runtime(global: &Global, store: Arc<dyn LeaseBackend>) -> Result<SandboxRuntime> {
     let path = find_provider(global.provider.as_deref())?;
     let engine = shared_engine()?;
     let cache = ArtifactCache::new(ArtifactCache::default_dir());

@@ -69,6 +69,11 @@ pub struct Global {
     /// Where the lease store lives (default: $XDG_DATA_HOME/sandbox or ~/.local/share/sandbox).
     #[arg(long, global = true, env = "SANDBOX_DATA_DIR", value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// The lease store: postgres://USER@HOST[:PORT]/DATABASE for a store
+    /// several hosts share, or an SQLite file (default: leases.sqlite in
+    /// the data directory).
+    #[arg(long, global = true, env = "SANDBOX_STORE", value_name = "URL")]
+    pub store: Option<String>,
     /// The company (tenant) id.
     #[arg(long, global = true, default_value = "local")]
     pub company: String,
