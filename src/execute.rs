@@ -537,7 +537,6 @@ mod tests {
             platform.calls(),
             vec![
                 "POST /V1/SANDBOXES/SB/PROCESSES".to_string(),
-                format!("POST {PROCESS}/STDIN/CLOSE").to_uppercase(),
                 format!("GET {PROCESS}/CONNECT?AFTER=0").to_uppercase(),
             ]
         );
@@ -556,7 +555,12 @@ mod tests {
         let (delete, wait) = platform.requests.last().unwrap();
         assert_eq!(delete.method, Method::Delete);
         assert_eq!(delete.path, format!("{PROCESS}?grace_ms=1000"));
-        let connect_deadline: Instant = platform.requests[2].1.deadline;
+        let (_, connect) = platform
+            .requests
+            .iter()
+            .find(|(request, _)| request.path.contains("/connect"))
+            .unwrap();
+        let connect_deadline: Instant = connect.deadline;
         assert_eq!(
             wait.deadline,
             connect_deadline + 2_000 * MS,
