@@ -113,7 +113,7 @@ pub fn margin(window: Duration) -> Duration {
 pub struct BudgetStats {
     /// Requests that started.
     pub started: u64,
-    /// Of those, how many had to wait for the budget.
+    /// Of those, how many found the budget spent and had to wait for it.
     pub waited: u64,
     /// 429 answers that shrank the budget.
     pub throttled: u64,
@@ -245,7 +245,8 @@ impl RateBudget {
                     }
                 }
             } else {
-                waited = true;
+                // Behind other waiters of this process (first come, first
+                // served); only a spent budget counts as waiting.
                 notified.await;
             }
         }
