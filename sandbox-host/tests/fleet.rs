@@ -355,7 +355,10 @@ fn no_double_use(shared: &Shared) {
     for thread in threads {
         thread.join().unwrap();
     }
-    assert!(done[0].load(Ordering::SeqCst) > 0 && done[1].load(Ordering::SeqCst) > 0);
+    // Uses happened (the check above is not vacuous); which host wins the
+    // races is up to the scheduler, so one host may lose all 60 of them on a
+    // loaded machine. That either host can use every lease is checked below.
+    assert!(done[0].load(Ordering::SeqCst) + done[1].load(Ordering::SeqCst) > 0);
     // Every lease is free again and usable from either host, then released
     // by the host that did not acquire it.
     for (n, lease) in leases.iter().enumerate() {
