@@ -27,10 +27,14 @@ pub fn error_text(error: &ProviderError) -> String {
                 TransportKind::Deadline => "the time allowed ran out",
                 TransportKind::Other => "the request failed",
             };
-            format!(
-                "{} could not reach the API: {how} ({})",
-                f.operation, f.detail
-            )
+            // The provider's detail already says it in words; the kind is
+            // the fallback when it gave none.
+            let detail = if f.detail.trim().is_empty() {
+                how
+            } else {
+                f.detail.as_str()
+            };
+            format!("{} could not reach the API: {detail}", f.operation)
         }
         ProviderError::InvalidResponse(r) => {
             format!(
