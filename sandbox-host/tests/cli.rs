@@ -3,33 +3,19 @@
 //! the provider.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
-fn provider() -> Option<PathBuf> {
-    let wasm = common::workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
-    if wasm.is_file() {
-        Some(wasm)
-    } else {
-        eprintln!("skipped: {} not built yet (run ./build.sh)", wasm.display());
-        None
-    }
+use common::built_provider as provider;
+
+fn sandbox(provider: &Path) -> Command {
+    common::sandbox_cli(provider, "sandbox-cli")
 }
 
-fn sandbox(provider: &PathBuf) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox"));
-    let data = std::env::temp_dir().join(format!("sandbox-cli-{}", std::process::id()));
-    command
-        .env("SANDBOX_PROVIDER", provider)
-        .env("SANDBOX_DATA_DIR", data)
-        .env_remove("CREATEOS_API_KEY");
-    command
-}
-
-fn run(provider: &PathBuf, args: &[&str]) -> Output {
+fn run(provider: &Path, args: &[&str]) -> Output {
     sandbox(provider)
         .arg("run")
         .args(args)
@@ -129,7 +115,7 @@ fn describe_and_validate_config_print_json() {
 
 /// Starts `sandbox run` of a shell that prints `started` and then `exec`s
 /// `sleep <duration>` (a unique duration names the process in /proc).
-fn start_sleeper(provider: &PathBuf, prelude: &str, duration: &str) -> std::process::Child {
+fn start_sleeper(provider: &Path, prelude: &str, duration: &str) -> std::process::Child {
     let mut child = sandbox(provider)
         .args([
             "run",

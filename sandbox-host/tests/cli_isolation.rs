@@ -5,30 +5,16 @@
 //! until ./build.sh has built the provider.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
-fn provider() -> Option<PathBuf> {
-    let wasm = common::workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
-    if wasm.is_file() {
-        Some(wasm)
-    } else {
-        eprintln!("skipped: {} not built yet (run ./build.sh)", wasm.display());
-        None
-    }
-}
+use common::built_provider as provider;
 
-fn sandbox(provider: &PathBuf) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox"));
-    let data = std::env::temp_dir().join(format!("sandbox-cli-iso-{}", std::process::id()));
-    command
-        .env("SANDBOX_PROVIDER", provider)
-        .env("SANDBOX_DATA_DIR", data)
-        .env_remove("CREATEOS_API_KEY");
-    command
+fn sandbox(provider: &Path) -> Command {
+    common::sandbox_cli(provider, "sandbox-cli-iso")
 }
 
 fn unique() -> u128 {

@@ -96,3 +96,27 @@ pub fn processes(words: &[&str]) -> Vec<u32> {
     }
     found
 }
+
+/// The CreateOS component ./build.sh built, or `None` (with a note) before
+/// it ran.
+pub fn built_provider() -> Option<PathBuf> {
+    let wasm = workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
+    if wasm.is_file() {
+        Some(wasm)
+    } else {
+        eprintln!("skipped: {} not built yet (run ./build.sh)", wasm.display());
+        None
+    }
+}
+
+/// The `sandbox` CLI with `provider`, a data directory of its own (named
+/// by `tag`) and no CREATEOS_API_KEY from the test's environment.
+pub fn sandbox_cli(provider: &Path, tag: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox"));
+    let data = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    command
+        .env("SANDBOX_PROVIDER", provider)
+        .env("SANDBOX_DATA_DIR", data)
+        .env_remove("CREATEOS_API_KEY");
+    command
+}
