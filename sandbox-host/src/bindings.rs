@@ -7,7 +7,7 @@
 #[allow(missing_docs, clippy::all)]
 mod generated {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../wit/since_v0.2.0",
         world: "sandbox:provider/sandbox-provider",
         imports: { default: trappable },
         with: {
@@ -32,4 +32,4 @@ pub(crate) use generated::sandbox::provider::host;
 pub(crate) use generated::{SandboxProvider, SandboxProviderPre};
 
 /// The fully qualified name of the interface a provider component must export.
-pub const PROVIDER_INTERFACE: &str = "sandbox:provider/provider@0.1.0";
+pub const PROVIDER_INTERFACE: &str = "sandbox:provider/provider@0.2.0";

@@ -1,30 +1,31 @@
 //! One budget model for the host and the provider.
 //!
-//! The provider plans its work from the config it validated: a lifecycle
-//! operation (acquire, resume, release, destroy, realize, probe) takes at
-//! most `timeoutMs`; a command runs at most its own timeout (or
-//! `timeoutMs`); each request outside a command's run takes at most
-//! `requestTimeoutMs`; and each cleanup request (delete the sandbox,
-//! terminate the process tree, remove staged stdin) gets `requestTimeoutMs`
-//! afresh, after the work's own budget may be spent.
+//! The provider plans its work from the config it validated and says so in
+//! `validate-config`'s `operation-budget`: a lifecycle operation (acquire,
+//! resume, release, destroy, realize, probe) takes at most `operation-ms`;
+//! a command runs at most its own timeout (or `operation-ms`); each request
+//! outside a command's run takes at most `request-ms`; and each cleanup
+//! request (delete the sandbox, terminate the process tree, remove staged
+//! stdin) gets `request-ms` afresh, after the work's own budget may be
+//! spent. (The CreateOS provider derives them from `timeoutMs` and
+//! `requestTimeoutMs`; the host reads no provider's config fields.)
 //!
-//! The host reads the same two fields from the same normalised config and
-//! sets each instance's hard deadline (epoch interruption and every HTTP
-//! request of the instance) to the provider's plan plus a **cleanup
+//! The host sets each instance's hard deadline (epoch interruption and
+//! every HTTP request of the instance) to that plan plus a **cleanup
 //! reserve** (two cleanup requests) plus a margin. So the provider never
 //! plans past the host's deadline, and a cleanup request that starts when
-//! the work's budget is spent still has its whole `requestTimeoutMs`.
+//! the work's budget is spent still has its whole `request-ms`.
 
 use std::time::Duration;
 
-use serde_json::Value;
+use crate::bindings::types::OperationBudget;
 
-/// `timeoutMs` when the config has none (the CreateOS provider's default).
+/// `operation-ms` when the provider declares no budget.
 pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;
-/// `requestTimeoutMs` when the config has none (the provider's default).
+/// `request-ms` when the provider declares no budget.
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
-/// The longest `timeoutMs` or `requestTimeoutMs` the host accepts from a
-/// config (24 hours, the provider's own maximum).
+/// The longest `operation-ms` or `request-ms` the host accepts from a
+/// provider (24 hours).
 pub const MAX_BUDGET_MS: u64 = 86_400_000;
 /// The margin beyond the plan and its cleanup reserve, by default.
 pub const DEFAULT_MARGIN: Duration = Duration::from_secs(5);
@@ -37,32 +38,27 @@ const CLEANUP_REQUESTS: u32 = 2;
 /// stdin, create the process, close stdin.
 const SETUP_REQUESTS: u32 = 3;
 
-/// The budgets of one environment, read from its normalised config.
+/// The budgets of one environment, as its provider declared them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Budget {
-    /// `timeoutMs`: a lifecycle operation's budget and the default command timeout.
+    /// `operation-ms`: a lifecycle operation's budget and the default command timeout.
     pub timeout: Duration,
-    /// `requestTimeoutMs`: one request's budget, and each cleanup request's.
+    /// `request-ms`: one request's budget, and each cleanup request's.
     pub request: Duration,
     /// Slack beyond the plan and the cleanup reserve.
     pub margin: Duration,
 }
 
 impl Budget {
-    /// Reads `timeoutMs` and `requestTimeoutMs` from a normalised config
-    /// (defaults when absent; values above 24 hours are capped).
-    pub fn from_config(config: &str) -> Budget {
-        let value = serde_json::from_str::<Value>(config).unwrap_or(Value::Null);
-        let field = |name: &str, default: u64| {
-            value
-                .get(name)
-                .and_then(Value::as_u64)
-                .unwrap_or(default)
-                .min(MAX_BUDGET_MS)
-        };
+    /// The budget `validate-config` declared (defaults when none; values
+    /// above 24 hours are capped).
+    pub fn from_validation(budget: Option<&OperationBudget>) -> Budget {
+        let (operation, request) = budget
+            .map(|b| (b.operation_ms, b.request_ms))
+            .unwrap_or((DEFAULT_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS));
         Budget {
-            timeout: Duration::from_millis(field("timeoutMs", DEFAULT_TIMEOUT_MS)),
-            request: Duration::from_millis(field("requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT_MS)),
+            timeout: Duration::from_millis(operation.min(MAX_BUDGET_MS)),
+            request: Duration::from_millis(request.min(MAX_BUDGET_MS)),
             margin: DEFAULT_MARGIN,
         }
     }
@@ -84,7 +80,7 @@ impl Budget {
     }
 
     /// The host's deadline for `execute` with the request's timeout (the
-    /// config's `timeoutMs` when it sets none).
+    /// budget's `operation-ms` when it sets none).
     pub fn execute_deadline(&self, command_timeout: Option<Duration>) -> Duration {
         let command = command_timeout
             .unwrap_or(self.timeout)
@@ -99,8 +95,11 @@ mod tests {
 
     #[test]
     fn deadlines_cover_the_plan_and_its_cleanup_requests() {
-        let budget = Budget::from_config(r#"{"timeoutMs": 1000, "requestTimeoutMs": 60000}"#)
-            .with_margin(Duration::ZERO);
+        let budget = Budget::from_validation(Some(&OperationBudget {
+            operation_ms: 1000,
+            request_ms: 60000,
+        }))
+        .with_margin(Duration::ZERO);
         // A cleanup request may start when the work's budget is spent and
         // still get its whole requestTimeoutMs.
         assert!(budget.lifecycle_deadline() >= budget.timeout + budget.request);
@@ -109,13 +108,16 @@ mod tests {
             budget.execute_deadline(Some(Duration::from_millis(10))),
             Duration::from_millis(10 + 5 * 60_000)
         );
-        let defaults = Budget::from_config("{}");
+        let defaults = Budget::from_validation(None);
         assert_eq!(defaults.timeout, Duration::from_millis(DEFAULT_TIMEOUT_MS));
         assert_eq!(
             defaults.request,
             Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS)
         );
-        let capped = Budget::from_config(r#"{"timeoutMs": 18446744073709551615}"#);
+        let capped = Budget::from_validation(Some(&OperationBudget {
+            operation_ms: u64::MAX,
+            request_ms: 1,
+        }));
         assert_eq!(capped.timeout, Duration::from_millis(MAX_BUDGET_MS));
     }
 }

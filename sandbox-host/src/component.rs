@@ -105,7 +105,7 @@ fn linker(engine: &Engine) -> Result<Linker<HostState>> {
     wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
     host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     // `types` holds only types, but a component still imports it.
-    linker.instance("sandbox:provider/types@0.1.0")?;
+    linker.instance("sandbox:provider/types@0.2.0")?;
     Ok(linker)
 }
 
@@ -125,7 +125,12 @@ fn check_exports(engine: &Engine, component: &Component) -> Result<()> {
         .iter()
         .find(|name| name.split_once('@').map(|(n, _)| n) == Some(unversioned))
     {
-        bail!("the component exports {other}, but this host supports only {PROVIDER_INTERFACE}");
+        bail!(
+            "the component exports {other}, but this host serves only {PROVIDER_INTERFACE}: \
+             it was built for another version of the sandbox-provider contract; rebuild it \
+             with the provider SDK of this release (wit/since_v0.2.0), or use a host that \
+             serves its version"
+        );
     }
     let listed = if exports.is_empty() {
         "nothing".to_owned()

@@ -1,4 +1,5 @@
-//! The `sandbox:provider/host` interface: live output and cancellation.
+//! The `sandbox:provider/host` interface: live output, cancellation, and
+//! the record of sandboxes an operation creates.
 
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{subscribe, DynPollable};
@@ -11,6 +12,19 @@ impl host::Host for HostState {
     fn emit_output(&mut self, stream: OutputStream, chunk: String) -> wasmtime::Result<()> {
         (self.output)(stream, &chunk);
         Ok(())
+    }
+
+    fn record_sandbox(&mut self, sandbox_id: String) -> wasmtime::Result<()> {
+        // A provider-chosen string: bounded before it reaches the store.
+        if sandbox_id.is_empty() || sandbox_id.len() > 256 {
+            return Err(wasmtime::Error::msg(format!(
+                "the provider reported a sandbox id of {} bytes (1 to 256 allowed)",
+                sandbox_id.len()
+            )));
+        }
+        (self.sandbox_recorder)(&sandbox_id).map_err(|error| {
+            wasmtime::Error::msg(format!("recording sandbox {sandbox_id}: {error:#}"))
+        })
     }
 
     fn cancellation(&mut self) -> wasmtime::Result<Resource<DynPollable>> {

@@ -368,6 +368,7 @@ impl LeaseBackend for PgLeaseStore {
                     reason: record.reason.as_deref(),
                     busy,
                     closing,
+                    sandbox_recorded: record.lease.is_some(),
                 },
             );
             if let Some(reason) = &decision.poison {

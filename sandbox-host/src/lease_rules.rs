@@ -192,6 +192,9 @@ pub struct LeaseView<'a> {
     pub busy: Option<Owner>,
     /// The owner of a release or destroy under way.
     pub closing: Option<Owner>,
+    /// Whether the provider's sandbox id is on record (an acquire or probe
+    /// reports it through `host.record-sandbox` as soon as it exists).
+    pub sandbox_recorded: bool,
 }
 
 /// What the store must do, in the same transaction.
@@ -247,12 +250,20 @@ pub fn decide(operation: Operation, lease: &LeaseView<'_>) -> Decision {
         _ => None,
     };
     if let Some(who) = dead(&lease.busy) {
-        if state == LeaseState::Acquiring {
+        if state == LeaseState::Acquiring && !lease.sandbox_recorded {
             let why = format!(
                 "the host running its acquire died ({who}); a sandbox may exist with no id to clean it up with"
             );
             decision.unknown = Some(why.clone());
             state = LeaseState::Unknown;
+            reason = Some(why);
+        } else if state == LeaseState::Acquiring {
+            let why = format!(
+                "the host running its acquire or probe died ({who}) after its sandbox was created; \
+                 sweep destroys that sandbox"
+            );
+            decision.poison = Some(why.clone());
+            state = LeaseState::Poisoned;
             reason = Some(why);
         } else if !state.is_final() {
             let why = format!(
@@ -363,6 +374,7 @@ mod tests {
             reason: None,
             busy,
             closing,
+            sandbox_recorded: false,
         }
     }
 
@@ -423,6 +435,19 @@ mod tests {
         );
         assert!(d.unknown.is_some());
         assert!(d.poison.is_none());
+    }
+
+    /// Pins the gap of issue 9, item 4: a host that died mid-acquire or
+    /// mid-probe after the provider recorded its sandbox id leaves a lease
+    /// that sweep destroys (poisoned), not an `unknown` with nothing to
+    /// clean up with.
+    #[test]
+    fn an_acquire_whose_host_died_after_recording_its_sandbox_is_poisoned() {
+        let mut lease = view(LeaseState::Acquiring, Some(Owner::Gone(None)), None);
+        lease.sandbox_recorded = true;
+        let d = decide(Operation::Inspect, &lease);
+        assert!(d.unknown.is_none());
+        assert!(d.poison.unwrap().contains("sweep destroys"));
     }
 
     #[test]

@@ -307,6 +307,7 @@ impl LeaseBackend for LeaseStore {
                     reason: record.reason.as_deref(),
                     busy,
                     closing,
+                    sandbox_recorded: record.lease.is_some(),
                 },
             );
             let now = now_ms();

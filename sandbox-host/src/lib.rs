@@ -68,7 +68,7 @@ pub use lease_store::LeaseStore;
 pub use lease_store_url::{open_store, StoreUrl};
 pub use messages::{cleanup_text, error_text};
 pub use network::NetworkTransport;
-pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
+pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink, SandboxRecorder};
 pub use policy::{Guard, Origin, Policy};
 pub use rate_budget::{BudgetStats, Grant, Priority, RateBudget, RateLimit};
 pub use runtime::{action_name, Environment, SandboxRuntime};

@@ -35,7 +35,13 @@ pub struct HostOptions {
     pub(crate) memory_limit: usize,
     pub(crate) deadline: Duration,
     pub(crate) stderr: GuestStderr,
+    pub(crate) sandbox_recorder: SandboxRecorder,
 }
+
+/// Receives the sandbox ids a provider reports through
+/// `host.record-sandbox`; an error traps the instance (the operation must
+/// not go on with a sandbox the host could not record).
+pub type SandboxRecorder = Arc<dyn Fn(&str) -> anyhow::Result<()> + Send + Sync>;
 
 impl HostOptions {
     /// Default cap on the instance's linear memory.
@@ -53,6 +59,7 @@ impl HostOptions {
             memory_limit: Self::DEFAULT_MEMORY_LIMIT,
             deadline: Self::DEFAULT_DEADLINE,
             stderr: GuestStderr::Discard,
+            sandbox_recorder: Arc::new(|_| Ok(())),
         }
     }
 
@@ -103,6 +110,13 @@ impl HostOptions {
     /// What happens to the guest's stderr.
     pub fn with_guest_stderr(mut self, stderr: GuestStderr) -> Self {
         self.stderr = stderr;
+        self
+    }
+
+    /// Calls `recorder` with each sandbox id the provider reports
+    /// (`host.record-sandbox`) before the operation goes on.
+    pub fn with_sandbox_recorder(mut self, recorder: SandboxRecorder) -> Self {
+        self.sandbox_recorder = recorder;
         self
     }
 

@@ -96,11 +96,17 @@ impl fmt::Debug for SecretHeader {
     }
 }
 
+/// One origin a provider may reach, and the secret headers its requests carry.
+#[derive(Clone, Debug)]
+struct AllowedOrigin {
+    origin: Origin,
+    secrets: Vec<SecretHeader>,
+}
+
 /// What a [`Guard`] enforces for one environment's provider.
 #[derive(Clone, Debug)]
 pub struct Policy {
-    origin: Origin,
-    secret: Option<SecretHeader>,
+    origins: Vec<AllowedOrigin>,
     rate_limit: Option<RateLimit>,
     budget: RateBudget,
     max_timeout: Option<Duration>,
@@ -121,8 +127,10 @@ impl Policy {
     /// Allows only `origin`; no secret, no rate limit, the global [`RateBudget`].
     pub fn new(origin: Origin) -> Self {
         Policy {
-            origin,
-            secret: None,
+            origins: vec![AllowedOrigin {
+                origin,
+                secrets: Vec::new(),
+            }],
             rate_limit: None,
             budget: RateBudget::global(),
             max_timeout: None,
@@ -130,20 +138,47 @@ impl Policy {
         }
     }
 
-    /// [`Policy::new`] from the `api-origin` text `validate-config` returned.
+    /// [`Policy::new`] from an origin's text (`scheme://host[:port]`).
     pub fn for_origin(origin: &str) -> Result<Self> {
         Ok(Self::new(Origin::parse(origin)?))
     }
 
-    /// Adds `name: value` to every allowed request, replacing any value the
-    /// guest set. The value is marked sensitive and never printed.
-    pub fn with_secret_header(mut self, name: &str, value: &str) -> Result<Self> {
+    /// Allows `origin` too (a provider with several API origins), with no
+    /// secret until [`with_origin_secret`](Self::with_origin_secret).
+    pub fn also_allow(mut self, origin: Origin) -> Self {
+        if !self.origins.iter().any(|a| a.origin == origin) {
+            self.origins.push(AllowedOrigin {
+                origin,
+                secrets: Vec::new(),
+            });
+        }
+        self
+    }
+
+    /// Adds `name: value` to every request for the first allowed origin
+    /// (the one [`Policy::new`] named), replacing any value the guest set.
+    /// The value is marked sensitive and never printed.
+    pub fn with_secret_header(self, name: &str, value: &str) -> Result<Self> {
+        let first = self.origins[0].origin.clone();
+        self.with_origin_secret(&first, name, value)
+    }
+
+    /// Adds `name: value` to every request for `origin` (which must be
+    /// allowed), replacing any value the guest set. The value is marked
+    /// sensitive and never printed.
+    pub fn with_origin_secret(mut self, origin: &Origin, name: &str, value: &str) -> Result<Self> {
         let name = HeaderName::from_bytes(name.as_bytes())
             .with_context(|| format!("invalid secret header name {name:?}"))?;
         let mut value =
             HeaderValue::from_str(value).context("the secret is not a valid header value")?;
         value.set_sensitive(true);
-        self.secret = Some(SecretHeader { name, value });
+        let allowed = self
+            .origins
+            .iter_mut()
+            .find(|a| &a.origin == origin)
+            .with_context(|| format!("{origin} is not an allowed origin"))?;
+        allowed.secrets.retain(|s| s.name != name);
+        allowed.secrets.push(SecretHeader { name, value });
         Ok(self)
     }
 
@@ -179,14 +214,24 @@ impl Policy {
         self
     }
 
-    /// The allowed origin.
+    /// The first allowed origin (the provider's main API).
     pub fn origin(&self) -> &Origin {
-        &self.origin
+        &self.origins[0].origin
     }
 
-    /// Whether `uri` is on the allowed origin.
+    /// Every allowed origin, the first one first.
+    pub fn origins(&self) -> impl Iterator<Item = &Origin> {
+        self.origins.iter().map(|a| &a.origin)
+    }
+
+    /// Whether `uri` is on an allowed origin.
     pub fn allows(&self, uri: &Uri) -> bool {
-        Origin::of_uri(uri).as_ref() == Some(&self.origin)
+        self.allowed(uri).is_some()
+    }
+
+    fn allowed(&self, uri: &Uri) -> Option<&AllowedOrigin> {
+        let origin = Origin::of_uri(uri)?;
+        self.origins.iter().find(|a| a.origin == origin)
     }
 
     /// Puts this policy in front of `inner`.
@@ -206,8 +251,8 @@ impl Policy {
 
 /// A [`Transport`] that enforces a [`Policy`] and then delegates.
 ///
-/// - another origin: `HTTP-request-denied`, and `inner` never sees it;
-/// - the secret header is added only here, so only for the allowed origin;
+/// - an origin not allowed: `HTTP-request-denied`, and `inner` never sees it;
+/// - secret headers are added only here, each only for its own origin;
 /// - with a rate limit, a request starts only when the origin's budget
 ///   allows (DELETE requests, which clean up, go first); a 429 pauses the
 ///   origin for its `Retry-After` (else one window) and the same request
@@ -252,19 +297,19 @@ impl fmt::Debug for Guard {
 
 impl Transport for Guard {
     fn send(&self, mut request: OutgoingRequest) -> TransportFuture {
-        if !self.policy.allows(&request.uri) {
+        let Some(allowed) = self.policy.allowed(&request.uri) else {
             return Box::pin(async { Err(ErrorCode::HttpRequestDenied) });
-        }
-        if let Some(secret) = &self.policy.secret {
+        };
+        for secret in &allowed.secrets {
             request
                 .headers
                 .insert(secret.name.clone(), secret.value.clone());
         }
+        let key = allowed.origin.to_string();
         let policy = self.policy.clone();
         let inner = self.inner.clone();
         Box::pin(async move {
             let deadline = request.deadline;
-            let key = policy.origin.to_string();
             let priority = if request.method == Method::DELETE {
                 Priority::Cleanup
             } else {

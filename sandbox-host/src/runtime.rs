@@ -22,10 +22,10 @@ use crate::instance::{trap_of, ProviderInstance};
 use crate::lease_backend::{HostInstance, LeaseBackend, LeaseRecord, Liveness};
 use crate::lease_rules::{LeaseState, Operation};
 use crate::messages::{cleanup_text, error_text};
-use crate::options::{GuestStderr, HostOptions, OutputSink};
+use crate::options::{GuestStderr, HostOptions, OutputSink, SandboxRecorder};
 use crate::policy::{Origin, Policy};
 use crate::rate_budget::{RateBudget, RateLimit};
-use crate::secrets::{check_secret_origin, Secrets};
+use crate::secrets::{check_secret_origin, Secrets, SplitConfig};
 use crate::transport::Transport;
 
 /// The deadline of `validate-config` (no network; a pure function).
@@ -179,7 +179,7 @@ impl SandboxRuntime {
 
     /// `validate-config` on `config` with the secret fields removed.
     pub fn validate_config(&self, config: &str) -> Result<ConfigValidation> {
-        let split = Secrets::none().split(config, &self.declared_fields())?;
+        let split = Secrets::none().split(config, &self.description)?;
         self.plain_instance(VALIDATE_DEADLINE)?
             .validate_config(&split.config)
     }
@@ -196,8 +196,7 @@ impl SandboxRuntime {
         config: &str,
         secrets: &Secrets,
     ) -> Result<Environment> {
-        let split = secrets.split(config, &self.declared_fields())?;
-        let (allowed, resolved) = (split.origin, split.resolved);
+        let split = secrets.split(config, &self.description)?;
         let validation = self
             .plain_instance(VALIDATE_DEADLINE)?
             .validate_config(&split.config)?;
@@ -208,43 +207,7 @@ impl SandboxRuntime {
             .normalized_config
             .clone()
             .context("the provider accepted the config but returned no normalized config")?;
-        let asked = validation
-            .api_origin
-            .as_deref()
-            .context("the provider returned no api-origin for the config")?;
-        let origin = Origin::parse(asked)
-            .with_context(|| "the provider's api-origin is not a valid origin".to_owned())?;
-        if let Some(allowed) = &allowed {
-            if &origin != allowed {
-                bail!(
-                    "the provider asks to send its requests to {origin}, but the config names \
-                     {allowed}; the host sends requests (and the API key) only to the origin the \
-                     config names"
-                );
-            }
-        }
-        let mut policy = Policy::new(origin.clone())
-            .with_rate_budget(self.budget.clone())
-            .with_rate_limit(self.rate_limit);
-        for (field, secret) in &resolved {
-            let Some(declared) = self
-                .description
-                .secrets
-                .iter()
-                .find(|s| &s.config_field == field)
-            else {
-                // The provider takes no such secret: it goes nowhere.
-                continue;
-            };
-            if allowed.is_none() {
-                bail!(
-                    "config field {field} holds a secret, but the config names no API URL and the \
-                     host has no default origin for it; set the URL"
-                );
-            }
-            check_secret_origin(&origin)?;
-            policy = policy.with_secret_header(&declared.header, secret)?;
-        }
+        let policy = self.policy_for(&split, secrets, &validation.api_origins)?;
         Ok(Environment {
             ctx: EnvironmentContext {
                 driver_key: self.description.driver_key.clone(),
@@ -254,7 +217,7 @@ impl SandboxRuntime {
                 config: normalized.clone(),
             },
             policy,
-            budget: Budget::from_config(&normalized).with_margin(self.margin),
+            budget: Budget::from_validation(validation.budget.as_ref()).with_margin(self.margin),
             validation,
         })
     }
@@ -271,12 +234,7 @@ impl SandboxRuntime {
             .store
             .begin_acquire(&env.ctx, "probe", self.host.id())?;
         let outcome = self
-            .instance(
-                env,
-                env.budget.lifecycle_deadline(),
-                CancelToken::new(),
-                output,
-            )
+            .creating_instance(env, &record.id, output)
             .and_then(|mut instance| instance.probe(&env.ctx));
         match &outcome {
             Ok(Ok(_)) => self.store.set_state(
@@ -295,14 +253,7 @@ impl SandboxRuntime {
                     error_text(error)
                 )),
             )?,
-            Err(error) => self.store.set_state(
-                &record.id,
-                LeaseState::Unknown,
-                Some(&format!(
-                    "probe stopped in the host ({}); a sandbox may exist with no id to clean it up with",
-                    host_failure(error)
-                )),
-            )?,
+            Err(error) => self.creation_stopped(&record.id, "probe", error)?,
         }
         outcome
     }
@@ -320,12 +271,7 @@ impl SandboxRuntime {
             .store
             .begin_acquire(&env.ctx, &request.run_id, self.host.id())?;
         let outcome = self
-            .instance(
-                env,
-                env.budget.lifecycle_deadline(),
-                CancelToken::new(),
-                None,
-            )
+            .creating_instance(env, &record.id, None)
             .and_then(|mut instance| instance.acquire_lease(&env.ctx, request));
         match outcome {
             Ok(Ok(lease)) => {
@@ -350,14 +296,7 @@ impl SandboxRuntime {
                 Ok(Err(error))
             }
             Err(error) => {
-                self.store.set_state(
-                    &record.id,
-                    LeaseState::Unknown,
-                    Some(&format!(
-                        "acquire stopped in the host ({}); a sandbox may exist with no id to clean it up with",
-                        host_failure(&error)
-                    )),
-                )?;
+                self.creation_stopped(&record.id, "acquire", &error)?;
                 Err(error)
             }
         }
@@ -380,11 +319,44 @@ impl SandboxRuntime {
                 self.store.poison(id, &reason)?;
                 self.store.end_use(id, self.host.id())
             }
+            // The provider may have recorded the sandbox before it failed.
+            None if self.record(id)?.lease.is_some() => {
+                self.store.poison(id, &reason)?;
+                self.store.end_use(id, self.host.id())
+            }
             None => self.store.set_state(
                 id,
                 LeaseState::Unknown,
                 Some(&format!(
                     "{reason}; there is no sandbox id to clean up with"
+                )),
+            ),
+        }
+    }
+
+    /// An acquire or probe that stopped in the host (trap, deadline, host
+    /// error): poisoned for sweep when the provider had recorded its
+    /// sandbox (`host.record-sandbox`), `unknown` otherwise.
+    fn creation_stopped(&self, id: &str, what: &str, error: &anyhow::Error) -> Result<()> {
+        match self.record(id)?.lease {
+            Some(lease) => {
+                self.store.poison(
+                    id,
+                    &format!(
+                        "{what} stopped in the host ({}) after sandbox {} was created; \
+                         `sandbox lease sweep` destroys it",
+                        host_failure(error),
+                        lease.provider_lease_id
+                    ),
+                )?;
+                self.store.end_use(id, self.host.id())
+            }
+            None => self.store.set_state(
+                id,
+                LeaseState::Unknown,
+                Some(&format!(
+                    "{what} stopped in the host ({}); a sandbox may exist with no id to clean it up with",
+                    host_failure(error)
                 )),
             ),
         }
@@ -641,12 +613,90 @@ impl SandboxRuntime {
             .with_context(|| format!("no lease {id} in the lease store"))
     }
 
-    fn declared_fields(&self) -> Vec<String> {
-        self.description
-            .secrets
-            .iter()
-            .map(|s| s.config_field.clone())
-            .collect()
+    /// The HTTP policy of a config: exactly the origins its fields name (the
+    /// component must ask for those and no other), each with the secrets
+    /// its field lists, by the operator's rules (see [`Secrets`]).
+    fn policy_for(
+        &self,
+        split: &SplitConfig,
+        secrets: &Secrets,
+        asked: &[String],
+    ) -> Result<Policy> {
+        let Some(first) = split.origins.first() else {
+            bail!(
+                "the provider declares no API origin field, so the host cannot allow it any \
+                 request; it does not follow the sandbox-provider contract 0.2.0"
+            );
+        };
+        if asked.len() != split.origins.len() {
+            bail!(
+                "the provider asks for {} API origins ({}), but declares {} origin fields ({}); \
+                 the host sends requests only to the origins the config names",
+                asked.len(),
+                asked.join(", "),
+                split.origins.len(),
+                split
+                    .origins
+                    .iter()
+                    .map(|o| o.field.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        for (text, named) in asked.iter().zip(&split.origins) {
+            let origin = Origin::parse(text).with_context(|| {
+                format!("the provider's API origin {text:?} is not a valid origin")
+            })?;
+            if origin != named.origin {
+                bail!(
+                    "the provider asks to send its requests to {origin}, but the config names \
+                     {} (field {}); the host sends requests (and API keys) only to the origins \
+                     the config names",
+                    named.origin,
+                    named.field
+                );
+            }
+        }
+        let mut policy = Policy::new(first.origin.clone())
+            .with_rate_budget(self.budget.clone())
+            .with_rate_limit(self.rate_limit);
+        for origin in &split.origins[1..] {
+            policy = policy.also_allow(origin.origin.clone());
+        }
+        for (field, secret) in &split.resolved {
+            let Some(declared) = self
+                .description
+                .secrets
+                .iter()
+                .find(|s| &s.config_field == field)
+            else {
+                // The provider takes no such secret: it goes nowhere.
+                continue;
+            };
+            let value = match &declared.scheme {
+                Some(scheme) => format!("{scheme} {secret}"),
+                None => secret.clone(),
+            };
+            for receiver in split
+                .origins
+                .iter()
+                .filter(|o| o.secret_fields.contains(field))
+            {
+                if !receiver.named_by_config && !secrets.trusts(&receiver.origin) {
+                    bail!(
+                        "config field {field} holds a secret, but the config does not name the API \
+                         URL in field {} and the host does not trust the provider's default {} with \
+                         it; set {} in the config",
+                        receiver.field,
+                        receiver.origin,
+                        receiver.field
+                    );
+                }
+                check_secret_origin(&receiver.origin)?;
+                policy = policy.with_origin_secret(&receiver.origin, &declared.header, &value)?;
+            }
+        }
+        Ok(policy)
     }
 
     /// Registers `token` (so a release or destroy of this runtime cancels
@@ -717,6 +767,48 @@ impl SandboxRuntime {
         cancel: CancelToken,
         output: Option<OutputSink>,
     ) -> Result<ProviderInstance> {
+        self.component
+            .instantiate(self.options(env, deadline, cancel, output))
+    }
+
+    /// An instance for an acquire or probe recorded as lease `record_id`:
+    /// each sandbox id the provider reports (`host.record-sandbox`) is
+    /// written to that record before the provider goes on, so a host that
+    /// dies from then on leaves a lease that sweep destroys.
+    fn creating_instance(
+        &self,
+        env: &Environment,
+        record_id: &str,
+        output: Option<OutputSink>,
+    ) -> Result<ProviderInstance> {
+        let store = self.store.clone();
+        let id = record_id.to_owned();
+        let recorder: SandboxRecorder = Arc::new(move |sandbox_id| {
+            let lease = Lease {
+                provider_lease_id: sandbox_id.to_owned(),
+                metadata: "{}".into(),
+                expires_at: None,
+            };
+            store.record_lease(&id, &lease, LeaseState::Acquiring)
+        });
+        let options = self
+            .options(
+                env,
+                env.budget.lifecycle_deadline(),
+                CancelToken::new(),
+                output,
+            )
+            .with_sandbox_recorder(recorder);
+        self.component.instantiate(options)
+    }
+
+    fn options(
+        &self,
+        env: &Environment,
+        deadline: Duration,
+        cancel: CancelToken,
+        output: Option<OutputSink>,
+    ) -> HostOptions {
         let transport: Arc<dyn Transport> =
             Arc::new(env.policy.clone().guard(self.transport.clone()));
         let mut options = HostOptions::new()
@@ -727,7 +819,7 @@ impl SandboxRuntime {
         if let Some(output) = output {
             options = options.with_output_sink(output);
         }
-        self.component.instantiate(options)
+        options
     }
 
     /// Cancels the lease's running operations and waits until they returned.

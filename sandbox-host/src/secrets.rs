@@ -1,16 +1,21 @@
 //! Secrets are the operator's: which config fields hold them, which
-//! environment variables may be read, and which origin may receive them.
-//! The provider component only declares the header a secret travels in; it
-//! never chooses where a secret goes or what the host reads.
+//! environment variables may be read, and which origins may receive them.
+//! The provider component only declares which config fields name its API
+//! origins (`origin-field`) and which header carries each secret; it never
+//! chooses where a secret goes or what the host reads.
 //!
 //! Rules (checked by [`SandboxRuntime::environment`](crate::SandboxRuntime::environment)):
-//! - The secret goes only to the origin the config's own URL field names
-//!   (`apiUrl` by default), or to the operator's default origin when the
-//!   config names none. The origin the component asks for must be that one.
-//! - That origin must be `https:`; plain `http:` only on a loopback address.
+//! - A secret goes only to the origins whose `origin-field` lists it, and
+//!   each such origin is the one the operator's config names in that field.
+//!   When the config leaves the field out, the provider's default URL
+//!   receives secrets only if the operator trusts that default
+//!   ([`Secrets::trust_default_origin`]); the origins the component asks
+//!   for in `validate-config` must be exactly these.
+//! - Such an origin must be `https:`; plain `http:` only on a loopback address.
 //! - An environment variable is read only if the operator named it; the
-//!   default `CREATEOS_API_KEY` is sent only to the default origin, unless
-//!   the operator names another origin for it (`SANDBOX_API_KEY_ORIGIN`).
+//!   `sandbox` CLI's defaults (`CREATEOS_API_KEY`, `DAYTONA_API_KEY`) are
+//!   sent only to the trusted default origins, unless the operator names
+//!   another origin for them (`SANDBOX_API_KEY_ORIGIN`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -18,24 +23,36 @@ use std::fmt;
 use anyhow::{bail, Context, Result};
 use serde_json::{Map, Value};
 
+use crate::bindings::types::ProviderDescription;
 use crate::policy::Origin;
 
-/// The CreateOS provider's default API origin.
-pub const CREATEOS_DEFAULT_ORIGIN: &str = "https://api.sb.createos.sh";
-/// The environment variable the operator defaults read the key from.
-pub const CREATEOS_KEY_VAR: &str = "CREATEOS_API_KEY";
-/// An origin (besides the default one) the operator allows to receive the
-/// key read from `CREATEOS_API_KEY`.
+/// An origin (besides the trusted defaults) the operator allows to receive
+/// a key read from one of the CLI's default variables.
 pub const KEY_ORIGIN_VAR: &str = "SANDBOX_API_KEY_ORIGIN";
+
+/// The `sandbox` CLI's operator defaults, per driver key: the variable the
+/// API key is read from, and the provider default origins trusted with it.
+pub const CLI_KEY_DEFAULTS: &[(&str, &str, &[&str])] = &[
+    (
+        "createos",
+        "CREATEOS_API_KEY",
+        &["https://api.sb.createos.sh"],
+    ),
+    (
+        "daytona",
+        "DAYTONA_API_KEY",
+        &["https://app.daytona.io", "https://proxy.app.daytona.io"],
+    ),
+];
 
 /// Which origins may receive a secret read from an environment variable.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum EnvScope {
-    /// Only the operator's default origin.
+    /// Only the trusted default origins.
     Default,
-    /// The default origin and this one.
+    /// The trusted default origins and this one.
     Also(Origin),
-    /// Whatever origin the config names (the operator named the variable
+    /// Whatever origins the config names (the operator named the variable
     /// for this environment explicitly).
     Any,
 }
@@ -47,13 +64,26 @@ struct EnvSecret {
     scope: EnvScope,
 }
 
+/// One API origin of a config: where it came from and which secrets its
+/// requests carry.
+#[derive(Clone, Debug)]
+pub(crate) struct ConfigOrigin {
+    /// The config field that names it.
+    pub field: String,
+    /// The origin.
+    pub origin: Origin,
+    /// True when the config named it; false for the provider's default.
+    pub named_by_config: bool,
+    /// The secret config fields whose values its requests carry.
+    pub secret_fields: Vec<String>,
+}
+
 /// A config with its secrets taken out.
 pub(crate) struct SplitConfig {
     /// The config without any secret field.
     pub config: String,
-    /// The origin the operator allows (the config's URL field, else the
-    /// default origin), if any.
-    pub origin: Option<Origin>,
+    /// The API origins, in the provider's `origin-fields` order.
+    pub origins: Vec<ConfigOrigin>,
     /// `(config field, secret)` for each secret resolved.
     pub resolved: Vec<(String, String)>,
 }
@@ -64,31 +94,37 @@ pub struct Secrets {
     values: HashMap<String, String>,
     env: Vec<EnvSecret>,
     fields: BTreeSet<String>,
-    url_field: String,
-    default_origin: Option<Origin>,
+    trusted_defaults: Vec<Origin>,
 }
 
 impl Secrets {
-    /// No secret besides those the config holds (in field `apiKey`); the
-    /// config's `apiUrl` names the origin; no environment variable is read
-    /// and there is no default origin.
+    /// No secret besides those the config holds (in the fields the
+    /// provider declares, and `apiKey`); no environment variable is read;
+    /// no provider default origin is trusted with a secret.
     pub fn none() -> Self {
         Secrets {
             values: HashMap::new(),
             env: Vec::new(),
             fields: BTreeSet::from(["apiKey".to_owned()]),
-            url_field: "apiUrl".to_owned(),
-            default_origin: None,
+            trusted_defaults: Vec::new(),
         }
     }
 
-    /// The `sandbox` CLI's operator defaults: [`none`](Self::none), plus
-    /// default origin `https://api.sb.createos.sh` and the key from
-    /// `CREATEOS_API_KEY` for that origin only (and for the origin in
+    /// The `sandbox` CLI's operator defaults for provider `driver_key`
+    /// ([`CLI_KEY_DEFAULTS`]): [`none`](Self::none), plus that provider's
+    /// well-known default origins trusted, and its key read from its
+    /// variable for those origins only (and for the origin in
     /// `SANDBOX_API_KEY_ORIGIN`, when the operator sets it).
-    pub fn from_env() -> Self {
+    pub fn from_env_for(driver_key: &str) -> Self {
         let mut secrets = Self::none();
-        secrets.default_origin = Origin::parse(CREATEOS_DEFAULT_ORIGIN).ok();
+        let Some((_, var, origins)) = CLI_KEY_DEFAULTS.iter().find(|(k, _, _)| *k == driver_key)
+        else {
+            return secrets;
+        };
+        secrets.trusted_defaults = origins
+            .iter()
+            .filter_map(|o| Origin::parse(o).ok())
+            .collect();
         let scope = match std::env::var(KEY_ORIGIN_VAR)
             .ok()
             .and_then(|o| Origin::parse(&o).ok())
@@ -98,10 +134,15 @@ impl Secrets {
         };
         secrets.env.push(EnvSecret {
             field: "apiKey".into(),
-            var: CREATEOS_KEY_VAR.into(),
+            var: (*var).into(),
             scope,
         });
         secrets
+    }
+
+    /// [`from_env_for`](Self::from_env_for) the CreateOS provider.
+    pub fn from_env() -> Self {
+        Self::from_env_for("createos")
     }
 
     /// Uses `value` for the secret of config field `config_field`.
@@ -113,7 +154,7 @@ impl Secrets {
 
     /// Reads the secret of `config_field` from environment variable `var`
     /// when neither the config nor [`with`](Self::with) gives it; sent to
-    /// whatever origin the config names (subject to the https rule).
+    /// whatever origins the config names (subject to the https rule).
     pub fn with_env(mut self, config_field: &str, var: &str) -> Self {
         self.fields.insert(config_field.to_owned());
         self.env.push(EnvSecret {
@@ -124,82 +165,115 @@ impl Secrets {
         self
     }
 
-    /// The config field whose URL names the origin that may receive the
-    /// secrets (default `apiUrl`).
-    pub fn with_url_field(mut self, field: &str) -> Self {
-        self.url_field = field.to_owned();
-        self
-    }
-
-    /// The origin secrets go to when the config names none.
-    pub fn with_default_origin(mut self, origin: &str) -> Result<Self> {
-        self.default_origin = Some(Origin::parse(origin)?);
+    /// Trusts `origin`, when it is a provider's default URL, with that
+    /// provider's secrets although the config does not name it.
+    pub fn trust_default_origin(mut self, origin: &str) -> Result<Self> {
+        self.trusted_defaults.push(Origin::parse(origin)?);
         Ok(self)
     }
 
+    /// Whether a provider default `origin` may receive secrets.
+    pub(crate) fn trusts(&self, origin: &Origin) -> bool {
+        self.trusted_defaults.contains(origin)
+    }
+
     /// Removes every secret field (the operator's and those the provider
-    /// declared) from `config`. Returns the rest, the origin the operator
-    /// allows (from the config's URL field, else the default origin), and
-    /// the secrets resolved per config field.
-    pub(crate) fn split(&self, config: &str, declared: &[String]) -> Result<SplitConfig> {
+    /// declared) from `config`. Returns the rest, the API origins the
+    /// config names (field by field, else the provider's defaults), and the
+    /// secrets resolved per config field.
+    pub(crate) fn split(
+        &self,
+        config: &str,
+        description: &ProviderDescription,
+    ) -> Result<SplitConfig> {
         let mut value: Value = serde_json::from_str(config).context("the config is not JSON")?;
         let object = value
             .as_object_mut()
             .context("the config is not a JSON object")?;
-        let origin = self.origin(object)?;
+        let origins = config_origins(object, description)?;
         let mut fields = self.fields.clone();
-        fields.extend(declared.iter().cloned());
+        fields.extend(description.secrets.iter().map(|s| s.config_field.clone()));
         let mut resolved = Vec::new();
         for field in &fields {
+            let receivers: Vec<&ConfigOrigin> = origins
+                .iter()
+                .filter(|o| o.secret_fields.contains(field))
+                .collect();
             let secret = match object.remove(field) {
                 Some(Value::Null) | None => None,
                 Some(reference) => Some(resolve_secret(field, &reference)?),
             }
             .or_else(|| self.values.get(field).cloned())
-            .or_else(|| self.read_named_variables(field, origin.as_ref()));
+            .or_else(|| self.read_named_variables(field, &receivers));
             if let Some(secret) = secret {
                 resolved.push((field.clone(), secret));
             }
         }
         Ok(SplitConfig {
             config: value.to_string(),
-            origin,
+            origins,
             resolved,
         })
     }
 
-    fn origin(&self, config: &Map<String, Value>) -> Result<Option<Origin>> {
-        match config.get(&self.url_field) {
-            None | Some(Value::Null) => Ok(self.default_origin.clone()),
-            Some(Value::String(url)) => {
-                let uri: http::Uri = url
-                    .parse()
-                    .with_context(|| format!("config field {} is not a URL", self.url_field))?;
-                Origin::of_uri(&uri).map(Some).with_context(|| {
-                    format!(
-                        "config field {} must be an http or https URL without user name or password",
-                        self.url_field
-                    )
-                })
-            }
-            Some(_) => bail!("config field {} must be a string", self.url_field),
+    fn read_named_variables(&self, field: &str, receivers: &[&ConfigOrigin]) -> Option<String> {
+        if receivers.is_empty() {
+            return None;
         }
-    }
-
-    fn read_named_variables(&self, field: &str, origin: Option<&Origin>) -> Option<String> {
         self.env
             .iter()
             .filter(|e| e.field == field)
             .filter(|e| {
-                let is_default = origin.is_some() && origin == self.default_origin.as_ref();
-                match &e.scope {
-                    EnvScope::Any => true,
-                    EnvScope::Default => is_default,
-                    EnvScope::Also(also) => is_default || origin == Some(also),
-                }
+                receivers.iter().all(|r| {
+                    let trusted = self.trusts(&r.origin);
+                    match &e.scope {
+                        EnvScope::Any => true,
+                        EnvScope::Default => trusted,
+                        EnvScope::Also(also) => trusted || &r.origin == also,
+                    }
+                })
             })
             .find_map(|e| std::env::var(&e.var).ok().filter(|v| !v.is_empty()))
     }
+}
+
+/// The origin each of the provider's `origin-fields` names in `config`, or
+/// its default URL when the config leaves the field out.
+fn config_origins(
+    config: &Map<String, Value>,
+    description: &ProviderDescription,
+) -> Result<Vec<ConfigOrigin>> {
+    let mut origins = Vec::new();
+    for field in &description.origin_fields {
+        let name = &field.config_field;
+        let (url, named_by_config) = match config.get(name) {
+            None | Some(Value::Null) => match &field.default_url {
+                Some(url) => (url.clone(), false),
+                None => bail!("config field {name} is required: the API URL to use"),
+            },
+            Some(Value::String(url)) => (url.clone(), true),
+            Some(_) => bail!("config field {name} must be a string"),
+        };
+        let uri: http::Uri = url.parse().with_context(|| {
+            if named_by_config {
+                format!("config field {name} is not a URL")
+            } else {
+                format!("the provider's default URL for config field {name} is not a URL")
+            }
+        })?;
+        let origin = Origin::of_uri(&uri).with_context(|| {
+            format!(
+                "config field {name} must be an http or https URL without user name or password"
+            )
+        })?;
+        origins.push(ConfigOrigin {
+            field: name.clone(),
+            origin,
+            named_by_config,
+            secret_fields: field.secrets.clone(),
+        });
+    }
+    Ok(origins)
 }
 
 impl Default for Secrets {
@@ -217,8 +291,7 @@ impl fmt::Debug for Secrets {
                 "variables",
                 &self.env.iter().map(|e| &e.var).collect::<Vec<_>>(),
             )
-            .field("url_field", &self.url_field)
-            .field("default_origin", &self.default_origin)
+            .field("trusted_defaults", &self.trusted_defaults)
             .finish()
     }
 }

@@ -27,6 +27,7 @@ pub(crate) struct HostState {
     pub(crate) output: OutputSink,
     pub(crate) cancel: CancelToken,
     pub(crate) stderr: Option<CapturedStderr>,
+    pub(crate) sandbox_recorder: crate::options::SandboxRecorder,
 }
 
 impl HostState {
@@ -62,6 +63,7 @@ impl HostState {
             output: options.output.clone(),
             cancel: options.cancel.clone(),
             stderr,
+            sandbox_recorder: options.sandbox_recorder.clone(),
         }
     }
 }

@@ -158,3 +158,67 @@ fn a_cli_killed_mid_command_poisons_its_lease_and_sweep_kills_the_command() {
     let report = server.shutdown();
     assert!(report.all_exited(), "{report:?}");
 }
+
+/// Pins the gap left in issue 9 item 4: a host that died mid-probe (or
+/// mid-acquire) after the sandbox was created left a record that sweep
+/// could only mark `unknown` ("no id to clean it up with"), and the
+/// sandbox stayed. With contract 0.2.0 the provider reports the sandbox id
+/// through `host.record-sandbox` as soon as it exists; the host writes it
+/// to the store first, so `sweep` on a later CLI deletes that sandbox.
+#[test]
+fn a_cli_killed_mid_probe_leaves_a_sandbox_that_sweep_deletes() {
+    use createos_local::{FaultAction, FaultRule};
+    let Some(provider) = provider() else { return };
+    let server = BackgroundServer::start(Server::builder().api_key(KEY).quiet(true)).unwrap();
+    // The probe's command never starts: the CLI is still inside the probe,
+    // with its sandbox created, when it is killed.
+    server.faults().add(FaultRule::new(
+        "POST",
+        "/v1/sandboxes/*/exec",
+        FaultAction::Delay { ms: 120_000 },
+    ));
+    let cli = Cli::new(provider, &server, "probe-kill9");
+    let mut doomed = cli
+        .command(&["probe"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The host has recorded the probe's sandbox (what the provider reported
+    // through `host.record-sandbox`) once the record shows its id.
+    let recorded = || {
+        let output = cli.output(&["lease", "list", "--json"]);
+        let leases: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        leases.as_array().unwrap().iter().any(|l| {
+            l["runId"] == "probe" && l["providerLeaseId"].is_string() && l["state"] == "acquiring"
+        })
+    };
+    while !recorded() {
+        if let Some(status) = doomed.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut doomed.stderr.take().unwrap(), &mut stderr).unwrap();
+            panic!("the probe ended ({status}) before its sandbox was recorded: {stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    assert_eq!(server.faults().count("DELETE", "/v1/sandboxes/*"), 0);
+
+    // Past the dead host's expiry, sweep finds the probe's sandbox.
+    std::thread::sleep(Duration::from_millis(1500));
+    let swept = cli.output(&["lease", "sweep"]);
+    assert!(swept.status.success(), "{swept:?}");
+    assert_eq!(server.faults().count("DELETE", "/v1/sandboxes/*"), 1);
+    let output = cli.output(&["lease", "list", "--json"]);
+    let leases: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let probe = leases
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["runId"] == "probe")
+        .unwrap_or_else(|| panic!("no probe record in {leases}"));
+    assert_eq!(probe["state"], "destroyed", "{probe}");
+    let report = server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}

@@ -562,3 +562,48 @@ fn the_component_cannot_choose_which_variable_the_host_reads() {
         Some("stolen-canary")
     );
 }
+
+/// Pins the gap left in issue 9 item 4: an acquire that stopped in the host
+/// after the provider created its sandbox was recorded `unknown` ("no id
+/// to clean it up with"). The provider now reports the id first
+/// (`host.record-sandbox`), so the lease is poisoned with that id and
+/// sweep destroys it.
+#[test]
+fn an_acquire_that_traps_after_recording_its_sandbox_is_poisoned_and_swept() {
+    let script = no_http();
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
+    assert!(rt.acquire(&env, &acquire("record-then-trap")).is_err());
+    let records = rt.store().needing_sweep().unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].state, LeaseState::Poisoned);
+    assert_eq!(
+        records[0].lease.as_ref().unwrap().provider_lease_id,
+        "sb-recorded"
+    );
+    let swept = rt.sweep(&env).unwrap();
+    assert_eq!(swept.len(), 1);
+    assert!(swept[0].1.is_ok(), "{:?}", swept[0].1);
+    assert_eq!(swept[0].0.state, LeaseState::Destroyed);
+}
+
+/// Contract 0.2.0: a provider's default URL receives a secret only when the
+/// operator trusts it; a hostile component declaring its own default gets
+/// an error and no request.
+#[test]
+fn a_provider_default_origin_gets_no_secret_unless_the_operator_trusts_it() {
+    let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
+    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let error = rt
+        .environment("co", "env", r#"{"apiKey":"canary-key"}"#, &Secrets::none())
+        .unwrap_err();
+    let text = format!("{error:#}");
+    assert!(text.contains("apiUrl"), "{text}");
+    assert!(!text.contains("canary-key"), "{text}");
+    let trusted = Secrets::none()
+        .trust_default_origin("https://api.test")
+        .unwrap();
+    rt.environment("co", "env", r#"{"apiKey":"k"}"#, &trusted)
+        .unwrap();
+    assert!(script.requests().is_empty());
+}

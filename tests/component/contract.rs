@@ -43,7 +43,11 @@ fn validate_config_normalises_and_names_the_origin() {
         )
         .unwrap();
     assert!(validation.ok, "{validation:?}");
-    assert_eq!(validation.api_origin.as_deref(), Some(API_URL));
+    assert_eq!(validation.api_origins, vec![API_URL.to_string()]);
+    let budget = validation
+        .budget
+        .expect("a valid config declares its budget");
+    assert_eq!((budget.operation_ms, budget.request_ms), (300_000, 30_000));
     let normalized: serde_json::Value =
         serde_json::from_str(validation.normalized_config.as_deref().unwrap()).unwrap();
     assert_eq!(normalized["apiUrl"], API_URL);
@@ -68,7 +72,7 @@ fn unsafe_api_urls_are_rejected_before_any_request() {
             .instance()
             .validate_config(&json!({"apiUrl": url}).to_string())
             .unwrap();
-        assert!(!validation.ok && validation.api_origin.is_none(), "{url}");
+        assert!(!validation.ok && validation.api_origins.is_empty(), "{url}");
         assert_no_body(&validation);
         let ctx = ctx_with(json!({"apiUrl": url}).to_string());
         let error = fake

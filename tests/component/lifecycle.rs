@@ -68,6 +68,40 @@ fn acquire_creates_waits_prepares_and_marks() {
         .is_empty());
 }
 
+/// Contract 0.2.0 (`host.record-sandbox`): the provider reports the new
+/// sandbox's id as soon as the creation answer names it, before any other
+/// request, so a host that dies mid-acquire can still delete it.
+#[test]
+fn acquire_records_its_sandbox_before_any_other_request() {
+    use std::sync::{Arc, Mutex};
+    let fake = Fake::new();
+    let recorded: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+    let recorder = {
+        let (recorded, transport) = (recorded.clone(), fake.transport.clone());
+        Arc::new(move |id: &str| {
+            let sent = transport.requests().len();
+            recorded.lock().unwrap().push((id.to_owned(), sent));
+            Ok(())
+        })
+    };
+    let lease = component()
+        .instantiate(
+            sandbox_host::HostOptions::new()
+                .with_transport(fake.transport.shared())
+                .with_sandbox_recorder(recorder),
+        )
+        .unwrap()
+        .acquire_lease(&ctx(), &acquire_request())
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.provider_lease_id, SANDBOX);
+    assert_eq!(
+        *recorded.lock().unwrap(),
+        vec![(SANDBOX.to_owned(), 1)],
+        "recorded once, right after the creation request"
+    );
+}
+
 #[test]
 fn acquire_refuses_an_expiry_before_creating_anything() {
     let fake = Fake::new();

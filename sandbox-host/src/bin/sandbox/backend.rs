@@ -130,7 +130,7 @@ impl Setup {
     }
 
     fn secrets(&self, global: &Global) -> Result<Secrets> {
-        let mut secrets = Secrets::from_env();
+        let mut secrets = Secrets::from_env_for(&self.runtime.description().driver_key);
         let key = match (&self.local, &global.api_key_file) {
             (Some(local), _) => Some(local.api_key.clone()),
             (None, Some(file)) => Some(

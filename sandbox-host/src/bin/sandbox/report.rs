@@ -85,7 +85,7 @@ pub fn validation(v: &ConfigValidation, as_json: bool) {
             .and_then(|c| serde_json::from_str::<Value>(c).ok());
         print_json(&json!({
             "ok": v.ok, "warnings": v.warnings, "errors": v.errors,
-            "normalizedConfig": normalized, "apiOrigin": v.api_origin,
+            "normalizedConfig": normalized, "apiOrigins": v.api_origins,
         }));
         return;
     }
@@ -96,7 +96,7 @@ pub fn validation(v: &ConfigValidation, as_json: bool) {
     for w in &v.warnings {
         println!("warning: {w}");
     }
-    if let Some(origin) = &v.api_origin {
+    for origin in &v.api_origins {
         println!("api origin: {origin}");
     }
 }

@@ -16,10 +16,9 @@ use crate::bindings::wasi::http::types::{
 };
 use crate::bindings::wasi::io::poll::{poll, Pollable};
 use crate::bindings::wasi::io::streams::{InputStream, OutputStream, StreamError};
-use crate::config::Origin;
-use crate::frames::StreamId;
+use crate::origin::Origin;
 use crate::platform::{
-    BodyReader, Instant, Method, Platform, Request, Response, TransportError, Wait,
+    BodyReader, Instant, Method, Platform, Request, Response, StreamId, TransportError, Wait,
 };
 
 /// How many bytes are read from a body stream at a time.
@@ -27,15 +26,21 @@ const READ_CHUNK: u64 = 64 * 1024;
 
 /// The platform of one operation.
 pub struct WasiPlatform {
-    origin: Origin,
+    default_origin: Option<Origin>,
     cancellation: Pollable,
 }
 
+impl Default for WasiPlatform {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl WasiPlatform {
-    /// A platform sending to `origin`.
-    pub fn new(origin: Origin) -> WasiPlatform {
+    /// A platform with no default origin yet.
+    pub fn new() -> WasiPlatform {
         WasiPlatform {
-            origin,
+            default_origin: None,
             cancellation: host::cancellation(),
         }
     }
@@ -44,11 +49,22 @@ impl WasiPlatform {
         &self,
         request: &Request,
     ) -> Result<(OutgoingRequest, Option<Vec<u8>>), TransportError> {
+        let origin = request
+            .origin
+            .as_ref()
+            .or(self.default_origin.as_ref())
+            .ok_or_else(|| TransportError::Denied("the request names no API origin".into()))?;
         let headers = Fields::new();
-        if let Some((content_type, _)) = &request.body {
+        let invalid_header = |_| TransportError::Other("invalid request header".into());
+        if let Some((content_type, _)) = request.body.as_ref().filter(|(t, _)| !t.is_empty()) {
             headers
                 .append("content-type", content_type.as_bytes())
-                .map_err(|_| TransportError::Other("invalid request header".into()))?;
+                .map_err(invalid_header)?;
+        }
+        for (name, value) in &request.headers {
+            headers
+                .append(name, value.as_bytes())
+                .map_err(invalid_header)?;
         }
         let outgoing = OutgoingRequest::new(headers);
         let method = match request.method {
@@ -57,7 +73,7 @@ impl WasiPlatform {
             Method::Put => HttpMethod::Put,
             Method::Delete => HttpMethod::Delete,
         };
-        let scheme = if self.origin.https {
+        let scheme = if origin.https {
             Scheme::Https
         } else {
             Scheme::Http
@@ -70,7 +86,7 @@ impl WasiPlatform {
             .set_scheme(Some(&scheme))
             .map_err(|()| invalid("scheme"))?;
         outgoing
-            .set_authority(Some(&self.origin.authority))
+            .set_authority(Some(&origin.authority))
             .map_err(|()| invalid("authority"))?;
         outgoing
             .set_path_with_query(Some(&request.path))
@@ -175,6 +191,10 @@ fn block_on(
 }
 
 impl Platform for WasiPlatform {
+    fn set_default_origin(&mut self, origin: Origin) {
+        self.default_origin = Some(origin);
+    }
+
     fn now(&self) -> Instant {
         monotonic_clock::now()
     }
@@ -226,6 +246,10 @@ impl Platform for WasiPlatform {
 
     fn random_bytes(&mut self, len: usize) -> Vec<u8> {
         crate::bindings::wasi::random::random::get_random_bytes(len as u64)
+    }
+
+    fn record_sandbox(&mut self, sandbox_id: &str) {
+        host::record_sandbox(sandbox_id);
     }
 
     fn emit_output(&mut self, stream: StreamId, chunk: &str) {

@@ -4,7 +4,7 @@ use crate::config::{
     DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_SHAPE, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS,
     SECRET_FIELD, SHAPES,
 };
-use crate::types::{Capabilities, ProviderDescription, RateLimit, SecretField};
+use crate::types::{Capabilities, OriginField, ProviderDescription, RateLimit, SecretField};
 use serde_json::json;
 
 /// The header that carries the API key.
@@ -28,7 +28,13 @@ pub fn description() -> ProviderDescription {
         secrets: vec![SecretField {
             config_field: SECRET_FIELD.into(),
             header: SECRET_HEADER.into(),
+            scheme: None,
             env_var: Some(SECRET_ENV_VAR.into()),
+        }],
+        origin_fields: vec![OriginField {
+            config_field: "apiUrl".into(),
+            default_url: Some(crate::config::DEFAULT_API_URL.into()),
+            secrets: vec![SECRET_FIELD.into()],
         }],
         rate_limit: Some(RateLimit {
             requests: RATE_LIMIT_REQUESTS,

@@ -87,6 +87,8 @@ fn run(
     if let (Some(path), Some(stdin)) = (stdin_path, &request.stdin) {
         let upload = Request {
             method: Method::Put,
+            origin: None,
+            headers: Vec::new(),
             path: api::file_path(sandbox_id, path),
             body: Some(("application/octet-stream", stdin.clone())),
         };
@@ -218,6 +220,8 @@ impl Run {
         loop {
             let connect = Request {
                 method: Method::Get,
+                origin: None,
+                headers: Vec::new(),
                 path: format!("{}/connect?after={}", self.process_path(), self.cursor),
                 body: None,
             };
@@ -398,6 +402,8 @@ impl Run {
     fn terminate(&self, platform: &mut dyn Platform) -> Result<(), CleanupCause> {
         let delete = Request {
             method: Method::Delete,
+            origin: None,
+            headers: Vec::new(),
             path: format!("{}?grace_ms={GRACE_MS}", self.process_path()),
             body: None,
         };
@@ -471,8 +477,9 @@ fn transport_error(operation: &str, error: &TransportError) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::platform::fake::{ok, Answer, FakePlatform};
     use crate::platform::Instant;
+    use crate::testing::ok;
+    use provider_sdk::testing::{Answer, FakePlatform};
     use wasm_bindgen_test::wasm_bindgen_test;
 
     const PROCESS: &str = "/v1/sandboxes/sb/processes/p1";

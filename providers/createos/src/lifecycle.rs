@@ -132,7 +132,13 @@ impl<'a> Lifecycle<'a> {
             })
         };
         match api::call(self.platform, &create, wait) {
-            Ok(data) => api::id_field(&data, "id").map_err(unconfirmed),
+            Ok(data) => {
+                let id = api::id_field(&data, "id").map_err(unconfirmed)?;
+                // Before anything else: a host that dies from here on can
+                // still find and delete it.
+                self.platform.record_sandbox(&id);
+                Ok(id)
+            }
             Err(ApiError::Status(status)) if status < 500 => {
                 Err(ApiError::Status(status).into_provider_error("create-sandbox"))
             }
@@ -162,6 +168,8 @@ impl<'a> Lifecycle<'a> {
         )?;
         let write = Request {
             method: Method::Put,
+            origin: None,
+            headers: Vec::new(),
             path: api::file_path(id, MARKER_PATH),
             body: Some((
                 "application/octet-stream",
@@ -250,6 +258,8 @@ impl<'a> Lifecycle<'a> {
         }
         let read = Request {
             method: Method::Get,
+            origin: None,
+            headers: Vec::new(),
             path: api::file_path(id, MARKER_PATH),
             body: None,
         };
@@ -367,6 +377,8 @@ impl<'a> Lifecycle<'a> {
         for (file, path) in files.iter().zip(paths) {
             let write = Request {
                 method: Method::Put,
+                origin: None,
+                headers: Vec::new(),
                 path: api::file_path(&metadata.sandbox_id, &path),
                 body: Some(("application/octet-stream", file.contents.clone())),
             };
@@ -394,6 +406,8 @@ impl<'a> Lifecycle<'a> {
         for path in paths {
             let read = Request {
                 method: Method::Get,
+                origin: None,
+                headers: Vec::new(),
                 path: api::file_path(&metadata.sandbox_id, &path),
                 body: None,
             };
@@ -469,6 +483,8 @@ impl<'a> Lifecycle<'a> {
     fn get_sandbox(&mut self, id: &str) -> Result<Map<String, Value>, ApiError> {
         let get = Request {
             method: Method::Get,
+            origin: None,
+            headers: Vec::new(),
             path: api::sandbox_path(id),
             body: None,
         };
@@ -546,6 +562,8 @@ impl<'a> Lifecycle<'a> {
     ) -> Result<TerminationAction, crate::types::CleanupCause> {
         let delete = Request {
             method: Method::Delete,
+            origin: None,
+            headers: Vec::new(),
             path: api::sandbox_path(id),
             body: None,
         };

@@ -6,9 +6,9 @@
 //! first (slow on some machines), which cannot change how the script's
 //! quoting parses, so the test runs `/bin/bash -c`.
 
-use createos_provider::script;
-use createos_provider::types::ExecuteRequest;
 use proptest::prelude::*;
+use provider_sdk::script;
+use provider_sdk::types::ExecuteRequest;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;

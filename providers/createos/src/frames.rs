@@ -13,14 +13,7 @@ pub const MAX_LINE_BYTES: usize = 1024 * 1024;
 /// `SIGRTMIN15` or `SIGVTALRM`, are far shorter).
 pub const MAX_SIGNAL_BYTES: usize = 32;
 
-/// Which output stream a data frame carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamId {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
+pub use provider_sdk::platform::StreamId;
 
 /// How a process ended, from its exit frame.
 #[derive(Debug, Clone, PartialEq, Eq)]

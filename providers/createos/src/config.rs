@@ -65,32 +65,6 @@ pub struct Config {
     pub reuse_lease: bool,
 }
 
-/// A parsed origin: what the HTTP layer needs to address it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
-    /// True for `https`.
-    pub https: bool,
-    /// `host[:port]` as it goes in the request's authority.
-    pub authority: String,
-}
-
-impl Origin {
-    /// Splits an origin produced by [`normalize_api_url`].
-    pub fn parse(origin: &str) -> Option<Origin> {
-        if let Some(rest) = origin.strip_prefix("https://") {
-            Some(Origin {
-                https: true,
-                authority: rest.to_string(),
-            })
-        } else {
-            origin.strip_prefix("http://").map(|rest| Origin {
-                https: false,
-                authority: rest.to_string(),
-            })
-        }
-    }
-}
-
 /// The outcome of validating a config: what `validate-config` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Validation {
@@ -222,6 +196,21 @@ pub fn validate(json: &str) -> Validation {
 }
 
 impl Validation {
+    /// What `validate-config` reports.
+    pub fn into_contract(self) -> crate::types::ConfigValidation {
+        crate::types::ConfigValidation {
+            ok: self.errors.is_empty() && self.normalized.is_some(),
+            api_origins: self.config.iter().map(|c| c.api_origin.clone()).collect(),
+            budget: self.config.as_ref().map(|c| crate::types::OperationBudget {
+                operation_ms: c.timeout_ms,
+                request_ms: c.request_timeout_ms,
+            }),
+            warnings: self.warnings,
+            errors: self.errors,
+            normalized_config: self.normalized,
+        }
+    }
+
     fn failed(errors: Vec<String>) -> Validation {
         Validation {
             config: None,
@@ -278,100 +267,11 @@ fn printable(value: &str) -> String {
         .collect()
 }
 
-/// Normalises a configured API URL to its origin, applying the spec's rules:
-/// `https:` only, or `http:` for loopback hosts; no user-info, query,
-/// fragment, or path other than `/`, `/v1` or `/v1/`.
-///
-/// Messages never repeat the URL, which may hold credentials.
+/// Normalises a configured API URL to its origin: `https:` only, or
+/// `http:` for loopback hosts; no user-info, query, fragment, or path other
+/// than `/`, `/v1` or `/v1/`. Messages never repeat the URL.
 pub fn normalize_api_url(url: &str) -> Result<String, String> {
-    let url = url.trim();
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| "must be an absolute https URL".to_string())?;
-    let https = match scheme.to_ascii_lowercase().as_str() {
-        "https" => true,
-        "http" => false,
-        _ => return Err("must use https (http only for loopback hosts)".to_string()),
-    };
-    if rest.contains('?') {
-        return Err("must not have a query".to_string());
-    }
-    if rest.contains('#') {
-        return Err("must not have a fragment".to_string());
-    }
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    if authority.contains('@') {
-        return Err("must not contain user information".to_string());
-    }
-    if !matches!(path, "" | "/" | "/v1" | "/v1/") {
-        return Err("must have no path other than /v1".to_string());
-    }
-    let (host, port) = split_host_port(authority)?;
-    let host = host.to_ascii_lowercase();
-    let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1" | "[::1]");
-    if !https && !loopback {
-        return Err("must use https (http only for loopback hosts)".to_string());
-    }
-    let default_port = if https { 443 } else { 80 };
-    Ok(match port {
-        Some(port) if port != default_port => format!(
-            "{scheme}://{host}:{port}",
-            scheme = if https { "https" } else { "http" }
-        ),
-        _ => format!("{}://{host}", if https { "https" } else { "http" }),
-    })
-}
-
-fn split_host_port(authority: &str) -> Result<(&str, Option<u16>), String> {
-    let (host, port) = if authority.starts_with('[') {
-        let end = authority
-            .find(']')
-            .ok_or_else(|| "has an invalid IPv6 host".to_string())?;
-        let (host, rest) = authority.split_at(end + 1);
-        let inner = &host[1..host.len() - 1];
-        if inner.is_empty()
-            || !inner
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-        {
-            return Err("has an invalid IPv6 host".to_string());
-        }
-        match rest {
-            "" => (host, None),
-            _ => match rest.strip_prefix(':') {
-                Some(port) => (host, Some(port)),
-                None => return Err("has an invalid host".to_string()),
-            },
-        }
-    } else {
-        match authority.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (authority, None),
-        }
-    };
-    if !host.starts_with('[') {
-        let valid = !host.is_empty()
-            && host.len() <= 253
-            && host.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-            });
-        if !valid {
-            return Err("has an invalid host".to_string());
-        }
-    }
-    let port = match port {
-        None => None,
-        Some(port) => match port.parse::<u16>() {
-            Ok(p) if p > 0 && port.chars().all(|c| c.is_ascii_digit()) => Some(p),
-            _ => return Err("has an invalid port".to_string()),
-        },
-    };
-    Ok((host, port))
+    provider_sdk::origin::normalize_url(url, &["", "/", "/v1", "/v1/"])
 }
 
 #[cfg(test)]

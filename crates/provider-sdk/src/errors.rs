@@ -1,0 +1,114 @@
+//! How API failures map onto the contract's error cases, the same way for
+//! every provider.
+//!
+//! Nothing here puts a response body, a URL or a secret into an error: a
+//! rejection carries the operation and the status only.
+
+use crate::platform::TransportError;
+use crate::types::{
+    ApiRejection, CleanupCause, InvalidResponse, PartialOutput, ProviderError, TransportFailure,
+    TransportKind,
+};
+
+/// Why an API call did not give a valid success answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    /// A non-2xx answer (redirects included: they are never followed).
+    Status(u16),
+    /// No HTTP answer.
+    Transport(TransportError),
+    /// A 2xx answer that is not what the API documents (not JSON, a missing
+    /// or invalid field).
+    Invalid(String),
+}
+
+impl ApiError {
+    /// True for a 404 (already gone).
+    pub fn is_not_found(&self) -> bool {
+        *self == ApiError::Status(404)
+    }
+
+    /// True when the request provably never reached the server (the host
+    /// denied it, or the server could not be reached): whatever it asked
+    /// for cannot have happened.
+    pub fn never_sent(&self) -> bool {
+        matches!(
+            self,
+            ApiError::Transport(TransportError::Denied(_) | TransportError::Unreachable(_))
+        )
+    }
+
+    /// The contract error for a failure that leaves nothing running.
+    pub fn into_provider_error(self, operation: &str) -> ProviderError {
+        match self {
+            ApiError::Status(status) => ProviderError::ApiRejected(ApiRejection {
+                operation: operation.to_string(),
+                status,
+                partial: None,
+            }),
+            ApiError::Transport(TransportError::Cancelled) => ProviderError::Cancelled(None),
+            ApiError::Transport(error) => ProviderError::TransportFailed(TransportFailure {
+                operation: operation.to_string(),
+                kind: match &error {
+                    TransportError::Denied(_) => TransportKind::Denied,
+                    TransportError::Unreachable(_) => TransportKind::Unreachable,
+                    TransportError::Connection(_) => TransportKind::Connection,
+                    TransportError::Deadline => TransportKind::Deadline,
+                    _ => TransportKind::Other,
+                },
+                detail: error.to_string(),
+                partial: None,
+            }),
+            ApiError::Invalid(reason) => ProviderError::InvalidResponse(InvalidResponse {
+                operation: operation.to_string(),
+                reason,
+                partial: None,
+            }),
+        }
+    }
+}
+
+/// Attaches what a command printed to an error raised after its process
+/// existed (and its termination was confirmed). Errors that cannot carry
+/// output, or already carry it, are returned as they are.
+pub fn with_partial(error: ProviderError, output: PartialOutput) -> ProviderError {
+    match error {
+        ProviderError::ApiRejected(mut r) => {
+            r.partial = Some(output);
+            ProviderError::ApiRejected(r)
+        }
+        ProviderError::TransportFailed(mut f) => {
+            f.partial = Some(output);
+            ProviderError::TransportFailed(f)
+        }
+        ProviderError::InvalidResponse(mut r) => {
+            r.partial = Some(output);
+            ProviderError::InvalidResponse(r)
+        }
+        ProviderError::Cancelled(_) => ProviderError::Cancelled(Some(output)),
+        other => other,
+    }
+}
+
+/// Why a cleanup request did not confirm anything, for `cleanup-failed`.
+pub fn cleanup_cause(error: ApiError) -> CleanupCause {
+    match error {
+        ApiError::Status(status) => CleanupCause::HttpStatus(status),
+        ApiError::Transport(TransportError::Deadline) => CleanupCause::Deadline,
+        ApiError::Transport(error) => CleanupCause::Transport(error.to_string()),
+        ApiError::Invalid(reason) => CleanupCause::InvalidResponse(reason),
+    }
+}
+
+/// Percent-encodes a query value (everything but unreserved characters).
+pub fn encode_query_value(value: &str) -> String {
+    let mut encoded = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
+            encoded.push(b as char);
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    encoded
+}

@@ -1,0 +1,54 @@
+//! The CreateOS sandbox provider: its API knowledge only, over the
+//! provider SDK (`crates/provider-sdk`), compiled to a `wasm32-wasip2`
+//! component that implements the `sandbox-provider` WIT world
+//! (`wit/since_v0.2.0`).
+//!
+//! The protocol is plain Rust over the SDK's [`Platform`] trait, so its
+//! logic runs natively in unit tests; `component` is the one place that
+//! implements the SDK's [`provider_sdk::Provider`] trait.
+//!
+//! Modules, in the order a request flows through them:
+//! - [`config`]: the provider config and API URL rules;
+//! - [`api`]: CreateOS requests, the JSend envelope and error mapping;
+//! - [`frames`]: the NDJSON `/connect` frame parser;
+//! - [`execute`]: running one command, with cleanup;
+//! - [`lifecycle`]: acquire, resume, release, destroy, probe, realize;
+//! - [`lease`]: the lease metadata the provider writes and checks;
+//! - [`describe`]: the provider description.
+//!
+//! The SDK's [`platform`], [`output`], [`script`] and [`types`] are
+//! re-exported under their own names.
+
+// `ProviderError` is the WIT variant itself (its cleanup case carries the
+// partial output); it is returned once per call, so its size is no concern.
+#![allow(clippy::result_large_err)]
+
+pub use provider_sdk::{output, platform, script, types, Platform};
+
+pub mod api;
+pub mod config;
+pub mod describe;
+pub mod execute;
+pub mod frames;
+pub mod lease;
+pub mod lifecycle;
+
+mod component;
+
+pub use component::CreateOs;
+
+/// JSend answers for the unit tests' scripted platform.
+#[cfg(test)]
+mod testing {
+    use provider_sdk::testing::Answer;
+
+    /// A JSend success answer.
+    pub fn ok(data: serde_json::Value) -> Answer {
+        Answer::Full(
+            200,
+            serde_json::json!({"status": "success", "data": data})
+                .to_string()
+                .into_bytes(),
+        )
+    }
+}
