@@ -28,6 +28,7 @@
 pub(crate) mod api;
 pub(crate) mod confine;
 pub(crate) mod connections;
+pub(crate) mod daytona;
 pub mod deathguard;
 pub mod faults;
 pub mod isolation;
@@ -40,6 +41,7 @@ pub(crate) mod store;
 pub(crate) mod supervisor;
 pub(crate) mod util;
 
+pub use daytona::toolbox::{STDERR_PREFIX, STDOUT_PREFIX};
 pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};
 pub use isolation::{IsolationMode, IsolationPreference};
 pub use rate_limit::{RateLimitStats, RateLimiter};
