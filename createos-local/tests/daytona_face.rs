@@ -1068,3 +1068,110 @@ async fn binary_prints_the_toolbox_origin_when_asked() {
     let status = child.wait().expect("wait");
     assert!(status.success(), "{status}");
 }
+
+/// Terminating one command kills its whole tree (verified, 204) and its
+/// exit code then says it was killed, while the session's other command
+/// keeps running.
+#[tokio::test]
+async fn terminating_one_command_kills_only_its_tree() {
+    let d = Daytona::start().await;
+    let m = marker("dt-term");
+    let sb = d.sandbox(json!({"TEST_MARKER": m})).await;
+    d.session(&sb, "s").await;
+    let victim = d
+        .exec_async(&sb, "s", "trap '' TERM; sleep 300 & sleep 300; wait")
+        .await;
+    assert!(wait_marked(&m, 3).await.len() >= 3);
+    let before = marked_pids(&m);
+    let other = d.exec_async(&sb, "s", "sleep 300").await;
+    let with_other = wait_marked(&m, before.len() + 1).await;
+    assert!(with_other.len() > before.len());
+    let (st, v) = d
+        .tb(
+            Method::POST,
+            &sb,
+            &format!("/process/session/s/command/{victim}/terminate"),
+            None,
+        )
+        .await;
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    let left = marked_pids(&m);
+    assert!(
+        before.iter().all(|p| !left.contains(p)),
+        "the terminated tree is gone: {before:?} vs {left:?}"
+    );
+    assert!(!left.is_empty(), "the other command still runs");
+    assert_eq!(
+        d.exit_code(&sb, "s", &victim).await,
+        128 + 9,
+        "killed by SIGKILL"
+    );
+    assert!(d.command(&sb, "s", &other).await.get("exitCode").is_none());
+    let (st, _) = d.tb(Method::DELETE, &sb, "/process/session/s", None).await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    assert_eq!(marked_pids(&m), Vec::<i32>::new());
+    assert!(d.h.server.shutdown().await.all_exited());
+}
+
+/// A session delete racing command starts: every command that was
+/// accepted (202) is terminated by the delete, every later one is refused
+/// (404), and no process survives.
+#[tokio::test]
+async fn session_delete_racing_command_starts_leaves_no_process() {
+    let d = Daytona::start().await;
+    let m = marker("dt-race");
+    let sb = d.sandbox(json!({"TEST_MARKER": m})).await;
+    d.session(&sb, "s").await;
+    let starts = (0..8).map(|_| {
+        d.tb(
+            Method::POST,
+            &sb,
+            "/process/session/s/exec",
+            Some(json!({"command": "sleep 300", "runAsync": true})),
+        )
+    });
+    let delete = d.tb(Method::DELETE, &sb, "/process/session/s", None);
+    let (starts, (st, v)) = tokio::join!(futures_util::future::join_all(starts), delete);
+    assert_eq!(st, StatusCode::NO_CONTENT, "{v}");
+    for (st, v) in starts {
+        assert!(
+            st == StatusCode::ACCEPTED || st == StatusCode::NOT_FOUND,
+            "{st} {v}"
+        );
+    }
+    assert_eq!(marked_pids(&m), Vec::<i32>::new(), "no survivor");
+    assert!(d.h.server.shutdown().await.all_exited());
+}
+
+/// A dropped answer: the session delete happened (its processes are gone)
+/// but the client only sees a transport error; asking again gives the
+/// proof (404).
+#[tokio::test]
+async fn a_dropped_session_delete_answer_can_be_confirmed_by_asking_again() {
+    let d = Daytona::start().await;
+    let m = marker("dt-drop");
+    let sb = d.sandbox(json!({"TEST_MARKER": m})).await;
+    d.session(&sb, "s").await;
+    d.exec_async(&sb, "s", "sleep 300").await;
+    assert!(!wait_marked(&m, 1).await.is_empty());
+    d.h.server.faults().add(FaultRule::new(
+        "DELETE",
+        "/toolbox/*/process/session/*",
+        FaultAction::DropResponse,
+    ));
+    let sent =
+        d.h.http
+            .delete(format!("{}/{sb}/process/session/s", d.toolbox))
+            .header("Authorization", format!("Bearer {KEY}"))
+            .send()
+            .await;
+    let failed = match sent {
+        Err(_) => true,
+        Ok(resp) => resp.bytes().await.is_err(),
+    };
+    assert!(failed, "the answer was dropped");
+    assert_eq!(marked_pids(&m), Vec::<i32>::new());
+    let (st, v) = d.tb(Method::GET, &sb, "/process/session/s", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    assert!(d.h.server.shutdown().await.all_exited());
+}

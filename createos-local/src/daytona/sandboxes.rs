@@ -302,6 +302,7 @@ pub async fn start(
             if !survivors.is_empty() {
                 return Err(survived(&sb, "start", &survivors));
             }
+            sb.clear_sessions();
             sb.core.reopen();
             sb.set_state(SbState::Started, None);
         }

@@ -299,7 +299,8 @@ fn retained(p: &Process) -> (Vec<Frame>, bool) {
 /// with `runAsync` (or `async`) 202 `{"cmdId"}` at once; otherwise 200
 /// `{"cmdId","output","stdout","stderr","exitCode"}` when the command has
 /// exited (no server-side time limit, as the real service). `output` is
-/// the labelled log (see [`labelled`]).
+/// the labelled log (see [`labelled`]). When the start of the output was
+/// evicted (more than `journal_capacity` bytes), `outputTruncated: true`.
 pub async fn session_exec(
     State(state): State<Shared>,
     Path((id, sid)): Path<(String, String)>,
@@ -344,15 +345,19 @@ pub async fn session_exec(
         return Ok((StatusCode::ACCEPTED, Json(json!({ "cmdId": cmd.id }))).into_response());
     }
     exited(&cmd.process).await;
-    let (frames, _) = retained(&cmd.process);
-    Ok(Json(json!({
+    let (frames, evicted) = retained(&cmd.process);
+    let mut v = json!({
         "cmdId": cmd.id,
         "output": String::from_utf8_lossy(&labelled(&frames)),
         "stdout": only(&frames, StreamKind::Stdout),
         "stderr": only(&frames, StreamKind::Stderr),
         "exitCode": cmd.exit_code(),
-    }))
-    .into_response())
+    });
+    if evicted {
+        // Never a silently shortened result.
+        v["outputTruncated"] = json!(true);
+    }
+    Ok(Json(v).into_response())
 }
 
 /// `GET /process/session/{sessionId}/command/{commandId}`: `{"id",
