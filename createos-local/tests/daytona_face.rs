@@ -332,10 +332,24 @@ async fn session_command_runs_with_cwd_env_and_complete_logs() {
     assert_eq!(v["stdout"], "sync\n");
     assert_eq!(v["stderr"], "oops\n");
     assert!(v["cmdId"].is_string());
+    // A synchronous command reads end-of-file on stdin.
+    let (st, v) = d
+        .tb(
+            Method::POST,
+            &sb,
+            "/process/session/s1/exec",
+            Some(json!({"command": "cat; echo after-eof"})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["exitCode"].as_i64(), v["stdout"].as_str()),
+        (Some(0), Some("after-eof\n"))
+    );
     let (st, v) = d.tb(Method::GET, &sb, "/process/session/s1", None).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["sessionId"], "s1");
-    assert_eq!(v["commands"].as_array().map(Vec::len), Some(2), "{v}");
+    assert_eq!(v["commands"].as_array().map(Vec::len), Some(3), "{v}");
 
     // One-shot execution: words, no shell; cwd honoured; stderr is part of
     // the result (one pipe here, so the order is fixed).

@@ -344,6 +344,9 @@ pub async fn session_exec(
     if run_async {
         return Ok((StatusCode::ACCEPTED, Json(json!({ "cmdId": cmd.id }))).into_response());
     }
+    // A synchronous command reads end-of-file on stdin, as on the real
+    // service; an asynchronous one keeps an open, empty stdin.
+    cmd.process.close_stdin();
     exited(&cmd.process).await;
     let (frames, evicted) = retained(&cmd.process);
     let mut v = json!({
