@@ -283,47 +283,66 @@ impl Run {
         format!("{}/command/{}", session.path(), self.command_id)
     }
 
-    /// Follows the logs to their end (the command exited and its output
-    /// was read), reconnecting a bounded number of times and skipping what
-    /// was already read; then reads the exit code.
+    /// Reads the logs until the command exited and all of its output was
+    /// read: a logs read that began after the exit code appeared is the
+    /// proof. `follow=true` streams live output where the service streams
+    /// over HTTP (the local engine); where it answers the output so far
+    /// (the real service over plain HTTP), the loop polls. Every read
+    /// skips the bytes already taken, and a bounded number of failed reads
+    /// is tolerated.
     fn follow(&mut self, platform: &mut dyn Platform, session: &Session) -> Stop {
         let mut consumed: u64 = 0;
         let mut demux = Demux::default();
-        let mut reconnects = 0;
+        let mut failures = 0;
+        let mut exit: Option<i32> = None;
         loop {
+            let query = if exit.is_some() { "" } else { "?follow=true" };
             let logs = api::request(
                 session.config,
                 Face::Toolbox,
                 Method::Get,
-                &format!("{}/logs?follow=true", self.command_path(session)),
+                &format!("{}/logs{query}", self.command_path(session)),
                 None,
             );
             let failure = match platform.open(&logs, self.command_wait()) {
                 Err(TransportError::Deadline) => return Stop::TimedOut,
                 Err(TransportError::Cancelled) => return Stop::Cancelled,
-                Err(error) => transport_error("logs", &error),
+                Err(error) => Some(transport_error("logs", &error)),
                 Ok((200, mut body)) => {
                     match self.read(platform, body.as_mut(), &mut demux, &mut consumed) {
-                        Ok(()) => break,
+                        Ok(()) => None,
                         Err(Some(stop)) => return stop,
-                        Err(None) => invalid("logs", "the log stream broke"),
+                        Err(None) => Some(invalid("logs", "the log stream broke")),
                     }
                 }
-                Ok((status, _)) if status == 429 || status >= 500 => rejected("logs", status),
+                Ok((status, _)) if status == 429 || status >= 500 => Some(rejected("logs", status)),
                 Ok((status, _)) => return Stop::Failed(rejected("logs", status)),
             };
-            if reconnects == MAX_RECONNECTS {
-                return Stop::Failed(failure);
+            match (failure, exit) {
+                (None, Some(code)) => {
+                    if let Some((stream, bytes)) = demux.finish() {
+                        self.emit(platform, stream, &bytes);
+                    }
+                    return Stop::Exited(code);
+                }
+                (None, None) => match self.exit_code(platform, session) {
+                    Ok(Some(code)) => exit = Some(code),
+                    Ok(None) => {}
+                    Err(stop) => return stop,
+                },
+                (Some(failure), _) => {
+                    failures += 1;
+                    if failures > MAX_RECONNECTS {
+                        return Stop::Failed(failure);
+                    }
+                }
             }
-            reconnects += 1;
-            if let Some(stop) = self.pause(platform) {
-                return stop;
+            if exit.is_none() {
+                if let Some(stop) = self.pause(platform) {
+                    return stop;
+                }
             }
         }
-        if let Some((stream, bytes)) = demux.finish() {
-            self.emit(platform, stream, &bytes);
-        }
-        self.exit_code(platform, session)
     }
 
     /// Reads one log body to its end. `Err(None)`: the body broke (retry).
@@ -381,8 +400,13 @@ impl Run {
         }
     }
 
-    /// `GET .../command/{cid}` until it names an exit code.
-    fn exit_code(&mut self, platform: &mut dyn Platform, session: &Session) -> Stop {
+    /// `GET .../command/{cid}`: its exit code once it has exited (a few
+    /// failed reads are retried).
+    fn exit_code(
+        &mut self,
+        platform: &mut dyn Platform,
+        session: &Session,
+    ) -> Result<Option<i32>, Stop> {
         let mut failures = 0;
         loop {
             let get = api::request(
@@ -393,34 +417,33 @@ impl Run {
                 None,
             );
             match api::call_object(platform, &get, self.command_wait()) {
-                Ok(data) => match data.get("exitCode") {
-                    Some(Value::Number(n)) => {
-                        match n.as_i64().and_then(|c| i32::try_from(c).ok()) {
-                            Some(code) => return Stop::Exited(code),
-                            None => {
-                                return Stop::Failed(invalid(
-                                    "command",
-                                    "`exitCode` is not an integer",
-                                ))
-                            }
-                        }
+                Ok(data) => {
+                    return match data.get("exitCode") {
+                        None | Some(Value::Null) => Ok(None),
+                        Some(Value::Number(n)) => n
+                            .as_i64()
+                            .and_then(|c| i32::try_from(c).ok())
+                            .map(Some)
+                            .ok_or_else(|| {
+                                Stop::Failed(invalid("command", "`exitCode` is not an integer"))
+                            }),
+                        Some(_) => Err(Stop::Failed(invalid(
+                            "command",
+                            "`exitCode` is not a number",
+                        ))),
                     }
-                    None | Some(Value::Null) => {}
-                    Some(_) => {
-                        return Stop::Failed(invalid("command", "`exitCode` is not a number"))
-                    }
-                },
-                Err(ApiError::Transport(TransportError::Deadline)) => return Stop::TimedOut,
-                Err(ApiError::Transport(TransportError::Cancelled)) => return Stop::Cancelled,
+                }
+                Err(ApiError::Transport(TransportError::Deadline)) => return Err(Stop::TimedOut),
+                Err(ApiError::Transport(TransportError::Cancelled)) => return Err(Stop::Cancelled),
                 Err(error) => {
                     failures += 1;
                     if failures > MAX_RECONNECTS {
-                        return Stop::Failed(error.into_provider_error("command"));
+                        return Err(Stop::Failed(error.into_provider_error("command")));
                     }
                 }
             }
             if let Some(stop) = self.pause(platform) {
-                return stop;
+                return Err(stop);
             }
         }
     }

@@ -168,6 +168,12 @@ impl<'a> Lifecycle<'a> {
             Ok(data) => {
                 let id = api::id_field(&data, "id").map_err(unconfirmed)?;
                 self.platform.record_sandbox(&id);
+                if let Err(error) = self.check_toolbox(&data) {
+                    return match self.delete_sandbox(&id) {
+                        Ok(_) => Err(error),
+                        Err(cause) => Err(cleanup_failed(&id, CleanupPhase::LeaseSetup, cause)),
+                    };
+                }
                 Ok(id)
             }
             Err(ApiError::Status(status)) if status < 500 => {
@@ -175,6 +181,27 @@ impl<'a> Lifecycle<'a> {
             }
             Err(error) if error.never_sent() => Err(error.into_provider_error("create-sandbox")),
             Err(error) => Err(unconfirmed(error)),
+        }
+    }
+
+    /// The toolbox the API names for a sandbox must be the configured one:
+    /// the host allows only the configured origins, so a sandbox whose
+    /// toolbox lives elsewhere cannot be used (set `toolboxUrl` to it).
+    fn check_toolbox(&self, data: &Map<String, Value>) -> Result<(), ProviderError> {
+        let Some(url) = data.get("toolboxProxyUrl").and_then(Value::as_str) else {
+            return Ok(());
+        };
+        match provider_sdk::origin::split_url(url) {
+            Ok((origin, path))
+                if origin == self.config.toolbox.origin && path == self.config.toolbox.path =>
+            {
+                Ok(())
+            }
+            _ => Err(invalid(
+                "create-sandbox",
+                "the API names a toolbox proxy other than the configured `toolboxUrl`; \
+                 set `toolboxUrl` to the sandbox's toolboxProxyUrl",
+            )),
         }
     }
 
