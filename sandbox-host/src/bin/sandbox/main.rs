@@ -47,14 +47,21 @@ struct Cli {
 /// Options every subcommand takes.
 #[derive(Debug, Args, Clone)]
 pub struct Global {
-    /// The provider component (default: createos_provider.wasm built by ./build.sh).
-    #[arg(long, global = true, env = "SANDBOX_PROVIDER", value_name = "FILE")]
+    /// The provider component: a .wasm file, or a provider name built by
+    /// ./build.sh (`createos`, the default, or `daytona`).
+    #[arg(
+        long,
+        global = true,
+        env = "SANDBOX_PROVIDER",
+        value_name = "FILE|NAME"
+    )]
     pub provider: Option<PathBuf>,
     /// The provider config, a JSON object.
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The provider's API URL (overrides the config's `apiUrl`); without it
-    /// and without `apiUrl`, an embedded local backend is started.
+    /// The provider's API URL (sets its first URL field, `apiUrl` for
+    /// CreateOS and Daytona); without it and without a URL in the config,
+    /// an embedded local engine is started.
     #[arg(long, global = true, value_name = "URL")]
     pub api_url: Option<String>,
     /// A file holding the API key (else the config, else the provider's
