@@ -43,3 +43,7 @@ for provider in "${providers[@]}"; do
     exit 1
   fi
 done
+# The README's example provider ("Write your own provider"), loaded by
+# tests/minimal_provider.rs.
+cargo build --release --target "$target" -p provider-sdk --example minimal_provider
+echo "example: $PWD/target/$target/release/examples/minimal_provider.wasm"
