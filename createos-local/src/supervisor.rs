@@ -448,8 +448,12 @@ impl Process {
         }
         // Give the leader's exit a moment to be recorded for the answer.
         let _ = self.wait(false, Duration::from_secs(2)).await;
-        let survivors: Vec<i32> = lock(&self.tree).members().iter().map(|p| p.pid).collect();
-        let verified = survivors.is_empty() && self.tree_gone();
+        let verified = self.tree_gone();
+        let survivors: Vec<i32> = if verified {
+            Vec::new()
+        } else {
+            lock(&self.tree).members().iter().map(|p| p.pid).collect()
+        };
         if verified {
             self.set_tree_exited();
         }
@@ -466,8 +470,11 @@ impl Process {
         lock(&self.tree).signal(Signal::KILL);
     }
 
+    /// Whether the tree is gone: already verified (`tree_exited` is set
+    /// only after a scan found nothing, and a gone tree cannot come back),
+    /// or found gone by a fresh scan now.
     fn tree_gone(&self) -> bool {
-        lock(&self.tree).is_gone()
+        lock(&self.inner).tree_exited || lock(&self.tree).is_gone()
     }
 
     /// Waits up to `limit` for the tree to be gone. With an exit event (a
