@@ -596,6 +596,9 @@ impl Tree {
             Tree::Namespace { init_pid, .. } => Some(*init_pid),
             _ => None,
         };
+        if sig != Signal::KILL && self.only_init_left() {
+            return 0;
+        }
         let mut hit = 0;
         for p in self.members() {
             if Some(p.pid) == init && sig != Signal::KILL {
@@ -611,6 +614,21 @@ impl Tree {
             }
         }
         hit
+    }
+
+    /// Whether the namespace holds nothing but bwrap's init, without a
+    /// `/proc` scan: every other process of a PID namespace descends from
+    /// its init (orphans are reparented to it, or to a subreaper that
+    /// itself descends from it), so an init without children is alone,
+    /// and stays alone (nothing else can fork into the namespace). The
+    /// children are read before the init's namespace is checked, so a
+    /// reused pid is never taken for the init. `false` when unsure.
+    fn only_init_left(&self) -> bool {
+        let Tree::Namespace { init_pid, ns } = self else {
+            return false;
+        };
+        let alone = procfs::children(*init_pid).is_some_and(|c| c.is_empty());
+        alone && procfs::pid_namespace(*init_pid) == Some(*ns)
     }
 
     /// Stops (`SIGSTOP`) or continues (`SIGCONT`) every member, bwrap's init
