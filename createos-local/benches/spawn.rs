@@ -381,7 +381,25 @@ async fn main() {
         }
     }
 
-    // 3. Login shell vs plain shell inside the sandbox.
+    // 3. Server start (what the `sandbox` CLI's embedded backend pays on
+    // every `sandbox run`): spawn of the binary to its `listening` line,
+    // which includes building the sandboxes' /etc and the bwrap probe.
+    eprintln!("spawn bench: server start vs bare bwrap");
+    let (mut start, mut bare4) = (vec![], vec![]);
+    for i in 0..rounds.min(10) + 1 {
+        let b = bare_bwrap(&bwrap, &root);
+        let dir = data_dir.with_extension(format!("start-{i}"));
+        let t = Instant::now();
+        let other = Server::start(dir);
+        let s = t.elapsed();
+        drop(other);
+        if i >= 1 {
+            start.push(millis(s));
+            bare4.push(millis(b));
+        }
+    }
+
+    // 4. Login shell vs plain shell inside the sandbox.
     eprintln!("spawn bench: bash -lc true vs bash -c true inside the sandbox");
     let (login, plain) = shells_inside(&server, &sb, rounds).await;
     let whole = started.elapsed();
@@ -413,6 +431,17 @@ async fn main() {
             measured: Stats::of(&exec),
             baseline_name: bare_name.into(),
             baseline: Stats::of(&bare3),
+            target: String::new(),
+            met: None,
+        },
+        Row {
+            figure: format!(
+                "server start, spawn → `listening` ({} starts; /etc copy and bwrap probe included)",
+                start.len()
+            ),
+            measured: Stats::of(&start),
+            baseline_name: bare_name.into(),
+            baseline: Stats::of(&bare4),
             target: String::new(),
             met: None,
         },
