@@ -258,6 +258,17 @@ async fn sigkill_of_the_server_leaves_no_process(isolation: &str) {
         wait_marked(&m, 3).await.len() >= 3,
         "commands did not start"
     );
+    let in_memory_etc = format!("createos-local-etc-{}-", backend.child.id());
+    let etc_copies = || -> Vec<String> {
+        std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| n.starts_with(&in_memory_etc))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
     backend.child.kill().expect("SIGKILL the server");
     backend.child.wait().expect("reap the server");
     let left = wait_unmarked(&m).await;
@@ -265,6 +276,12 @@ async fn sigkill_of_the_server_leaves_no_process(isolation: &str) {
         left.is_empty(),
         "{isolation}: survived the server: {left:?}"
     );
+    // Issue 11: the sandboxes' in-memory /etc does not outlive it either.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !etc_copies().is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(etc_copies(), Vec::<String>::new(), "{isolation}");
 }
 
 #[tokio::test]
