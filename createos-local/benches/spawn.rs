@@ -381,7 +381,41 @@ async fn main() {
         }
     }
 
-    // 3. Server start (what the `sandbox` CLI's embedded backend pays on
+    // 3. Sandbox create (the root prepared on disk) and delete (nothing
+    // running), what `sandbox run` pays once each.
+    eprintln!("spawn bench: sandbox create and delete vs bare bwrap");
+    let (mut create, mut delete, mut bare5) = (vec![], vec![], vec![]);
+    for i in 0..rounds.min(20) + WARMUP {
+        let b = bare_bwrap(&bwrap, &root);
+        let t = Instant::now();
+        let (st, v) = server
+            .call(
+                reqwest::Method::POST,
+                "/v1/sandboxes",
+                Some(json!({"shape": "s-1vcpu-256mb"})),
+            )
+            .await;
+        let c = t.elapsed();
+        assert_eq!(st, 201, "{v}");
+        let id = v["data"]["id"].as_str().expect("id").to_string();
+        let t = Instant::now();
+        let (st, v) = server
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/v1/sandboxes/{id}"),
+                None,
+            )
+            .await;
+        let d = t.elapsed();
+        assert_eq!(st, 200, "{v}");
+        if i >= WARMUP {
+            create.push(millis(c));
+            delete.push(millis(d));
+            bare5.push(millis(b));
+        }
+    }
+
+    // 4. Server start (what the `sandbox` CLI's embedded backend pays on
     // every `sandbox run`): spawn of the binary to its `listening` line,
     // which includes building the sandboxes' /etc and the bwrap probe.
     eprintln!("spawn bench: server start vs bare bwrap");
@@ -399,7 +433,7 @@ async fn main() {
         }
     }
 
-    // 4. Login shell vs plain shell inside the sandbox.
+    // 5. Login shell vs plain shell inside the sandbox.
     eprintln!("spawn bench: bash -lc true vs bash -c true inside the sandbox");
     let (login, plain) = shells_inside(&server, &sb, rounds).await;
     let whole = started.elapsed();
@@ -431,6 +465,22 @@ async fn main() {
             measured: Stats::of(&exec),
             baseline_name: bare_name.into(),
             baseline: Stats::of(&bare3),
+            target: String::new(),
+            met: None,
+        },
+        Row {
+            figure: "`POST /sandboxes` (root prepared on disk)".into(),
+            measured: Stats::of(&create),
+            baseline_name: bare_name.into(),
+            baseline: Stats::of(&bare5),
+            target: String::new(),
+            met: None,
+        },
+        Row {
+            figure: "`DELETE /sandboxes/{id}` (no process, root removed)".into(),
+            measured: Stats::of(&delete),
+            baseline_name: bare_name.into(),
+            baseline: Stats::of(&bare5),
             target: String::new(),
             met: None,
         },
