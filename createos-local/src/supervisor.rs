@@ -371,25 +371,21 @@ impl Process {
 
     /// Returns once bwrap's init has forked the command (it has a child),
     /// or the command has exited, or the init is gone or stopped (a paused
-    /// sandbox); at once outside bwrap mode. `POST /processes` answers as soon as the namespace
-    /// exists, a few milliseconds before bwrap forks the command, and no
-    /// event announces that fork; so only a signal sent in that window
-    /// waits here, re-reading the init's list of children
-    /// (`/proc/PID/task/PID/children`, one small file) every millisecond,
-    /// for at most 5 s. Nothing on the way of a command's start or output
-    /// waits here.
+    /// sandbox); at once outside bwrap mode. `POST /processes` answers as
+    /// soon as the namespace exists, a few milliseconds before bwrap forks
+    /// the command, and no event announces that fork; so only a signal
+    /// sent in that window waits here, re-reading the init's list of
+    /// children (`/proc/PID/task/*/children`) every millisecond, for at
+    /// most 5 s. Nothing on the way of a command's start or output waits
+    /// here.
     pub async fn command_forked(&self) {
         let Tree::Namespace { init_pid, ns } = *lock(&self.tree) else {
             return;
         };
         let deadline = Instant::now() + Duration::from_secs(5);
         while !self.command_seen.load(Ordering::SeqCst) {
-            let children =
-                std::fs::read_to_string(format!("/proc/{init_pid}/task/{init_pid}/children"));
-            let forked = match children {
-                Ok(list) => !list.trim().is_empty(),
-                Err(_) => true,
-            };
+            // Unreadable: the init is gone (checked below either way).
+            let forked = crate::procfs::children(init_pid).is_none_or(|c| !c.is_empty());
             let init_cannot_fork = crate::procfs::stat(init_pid)
                 .is_none_or(|p| p.is_zombie() || matches!(p.state, 'T' | 't'))
                 || crate::procfs::pid_namespace(init_pid) != Some(ns);
