@@ -47,6 +47,7 @@ import {
   type Operation,
 } from "./mapping.js";
 import { PoisonStore } from "./poison.js";
+import { defaultLedgerPath } from "./rate-ledger.js";
 import { ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
 import { splitConfig, type ResolvedSecret } from "./secrets.js";
 import { syncIn, syncOut, type SyncBackend } from "./sync.js";
@@ -80,10 +81,16 @@ export interface PluginOptions {
    */
   rateLimit?: WitRateLimit | null;
   /**
-   * The rate-limit budget table (`createPacerBuffer()`) the pool spends;
-   * default a new one. Tests pass their own to read what it let go.
+   * The in-process queue table of the rate budget (`createPacerBuffer()`);
+   * default a new one.
    */
   pacerBuffer?: SharedArrayBuffer;
+  /**
+   * The machine-wide rate budget file; default `PAPERCLIP_CREATEOS_RATE_LEDGER`
+   * from `env`, else a per-user file in the temporary directory
+   * (`defaultLedgerPath`).
+   */
+  rateLedgerPath?: string;
 }
 
 /** A command (or sync) in flight on a lease. */
@@ -301,7 +308,12 @@ export function createPlugin(options: PluginOptions = {}) {
   return definePlugin({
     async setup(ctx) {
       context = ctx;
-      pool = new ProviderPool({ size: options.poolSize, testTrapMarker: options.testTrapMarker, pacerBuffer: options.pacerBuffer });
+      pool = new ProviderPool({
+        size: options.poolSize,
+        testTrapMarker: options.testTrapMarker,
+        pacerBuffer: options.pacerBuffer,
+        ledgerPath: options.rateLedgerPath ?? defaultLedgerPath(env),
+      });
       description = await pool.call<WitProviderDescription>("describe", []).result;
     },
 
@@ -310,7 +322,13 @@ export function createPlugin(options: PluginOptions = {}) {
       return {
         status: pool ? "ok" : "error",
         message: pool ? `CreateOS provider component ready in ${stats?.threads} worker threads` : "not set up",
-        details: { ...stats, rateLimitWaits: pool?.rateLimitWaits ?? 0, runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0) },
+        details: {
+          ...stats,
+          rateLimitStarts: pool?.rateLimitStarts ?? 0,
+          rateLimitWaits: pool?.rateLimitWaits ?? 0,
+          rateLimitThrottled: pool?.rateLimitThrottled ?? 0,
+          runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0),
+        },
       };
     },
 
