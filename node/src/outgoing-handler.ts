@@ -124,6 +124,11 @@ interface BodyCopy {
   lost: boolean;
   /** `outgoing-body.finish` was called: the copy is the whole body. */
   finished: boolean;
+  /**
+   * A send held back until the body is complete (see the handler): run
+   * when the body is finished, or when its buffer is full before that.
+   */
+  release?: () => void;
 }
 
 const bodyOfRequest = new WeakMap<object, BodyCopy>();
@@ -159,6 +164,8 @@ export class HostOutgoingRequest extends (http.types.OutgoingRequest as unknown 
         stream[name] = (bytes: Uint8Array) => {
           const result = original(bytes);
           keep(copy, bytes);
+          // A held-back send goes out before the component would wait for buffer space.
+          if (copy.release && (stream.checkWrite() as bigint) === 0n) copy.release();
           return result;
         };
       }
@@ -189,7 +196,9 @@ export class HostOutgoingBody extends (http.types.OutgoingBody as unknown as new
   static finish(body: ShimOutgoingBody, trailers: unknown): void {
     ShimOutgoingBodyClass.finish(body, trailers);
     const copy = bodyOfOutgoingBody.get(body);
-    if (copy) copy.finished = true;
+    if (!copy) return;
+    copy.finished = true;
+    copy.release?.();
   }
 }
 
@@ -223,6 +232,13 @@ interface Timeouts {
 function timeoutsOf(options: any): Timeouts {
   return { connect: options?.connectTimeout(), firstByte: options?.firstByteTimeout(), betweenBytes: options?.betweenBytesTimeout() };
 }
+
+/** Request options the shim reads, from kept timeouts (the component's own options resource may be gone by then). */
+function optionsOf(timeouts: Timeouts) {
+  return { connectTimeout: () => timeouts.connect, firstByteTimeout: () => timeouts.firstByte, betweenBytesTimeout: () => timeouts.betweenBytes };
+}
+
+const ShimFutureClass = http.types.FutureIncomingResponse as unknown as { prototype: object };
 
 /** Builds the handler; `policy()` gives the rules of the call in progress. */
 export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer) {
@@ -264,19 +280,21 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
     again.setAuthority(original.authority());
     again.setPathWithQuery(original.pathWithQuery());
     const body = again.body();
-    const options = {
-      connectTimeout: () => timeouts.connect,
-      firstByteTimeout: () => timeouts.firstByte,
-      betweenBytesTimeout: () => timeouts.betweenBytes,
-    };
-    const future = send(again, options, secret);
     const stream = body.write();
+    const bytes = copy?.bytes ?? 0;
+    let future: ShimFuture | undefined;
+    // As for the first send: the whole body is buffered before the head leaves, when it fits.
+    if (bytes > Number(stream.checkWrite())) future = send(again, optionsOf(timeouts), secret);
     for (const chunk of copy?.chunks ?? []) {
-      for (let at = 0; at < chunk.byteLength; at += 4096) stream.blockingWriteAndFlush(chunk.subarray(at, at + 4096));
+      for (let at = 0; at < chunk.byteLength; at += 4096) {
+        const piece = chunk.subarray(at, at + 4096);
+        if (future) stream.blockingWriteAndFlush(piece);
+        else stream.write(piece);
+      }
     }
-    (stream as unknown as { [Symbol.dispose](): void })[Symbol.dispose]?.();
+    (stream as unknown as Record<symbol, () => void>)[Symbol.dispose]?.();
     http.types.OutgoingBody.finish(body, undefined);
-    return future;
+    return future ?? send(again, optionsOf(timeouts), secret);
   }
 
   return {
@@ -299,16 +317,35 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
       const grant = admit(target, current, priority);
       if (!grant) throw { tag: "connection-timeout" };
       const timeouts = timeoutsOf(options);
-      const future = send(request, options, current.secret);
-      const take = future.get.bind(future);
+      let real: ShimFuture | undefined;
+      const start = (): ShimFuture => {
+        real ??= send(request, optionsOf(timeouts), current.secret);
+        return real;
+      };
+      const copy = bodyOfRequest.get(request);
+      // The shim sends the head at once and streams the body as the
+      // component writes it; a server that answers 429 before reading the
+      // body and closes makes that write fail (EPIPE) and the 429 is lost.
+      // So the send waits until the body is complete (or its buffer full),
+      // and the head and the whole body leave together.
+      if (copy && !copy.finished) copy.release = () => void start();
+      else start();
       let answered = false;
-      (future as { get: () => FutureValue }).get = () => {
-        const value = take();
-        if (value === undefined || answered) return value;
-        answered = true;
-        // The API counted the request when it arrived, before this.
+      const future = Object.create(ShimFutureClass.prototype) as ShimFuture & Record<symbol, () => void>;
+      Object.assign(future, {
+        subscribe: () => start().subscribe(),
+        get: (): FutureValue => {
+          const value = start().get();
+          if (value === undefined || answered) return value;
+          answered = true;
+          // The API counted the request when it arrived, before this.
+          grant.settle();
+          return afterThrottling(request, value, target, limit, priority, current, timeouts);
+        },
+      });
+      future[Symbol.dispose] = () => {
         grant.settle();
-        return afterThrottling(request, value, target, limit, priority, current, timeouts);
+        (real as (ShimFuture & Record<symbol, () => void>) | undefined)?.[Symbol.dispose]();
       };
       return future;
     },

@@ -11,6 +11,10 @@
  * - a lease whose cleanup could not be confirmed is poisoned durably in
  *   `ctx.state` and refused for execute and resume; releasing it destroys
  *   it instead of pausing it; only a confirmed destroy clears the poison;
+ * - a sandbox that a failed acquire created and could not delete is
+ *   recorded in `ctx.state` with its id and origin (Paperclip never learns
+ *   the id), and the environment's next acquire, release or destroy without
+ *   a lease deletes it (`orphans.ts`);
  * - release, destroy and shutdown cancel the commands running on the lease
  *   and wait for their cleanup before going on;
  * - live output goes to `ctx.execution.log` in order.
@@ -46,6 +50,8 @@ import {
   toWitLease,
   type Operation,
 } from "./mapping.js";
+import { OrphanStore } from "./orphans.js";
+import { normaliseOrigin } from "./outgoing-handler.js";
 import { PoisonStore } from "./poison.js";
 import { defaultLedgerPath } from "./rate-ledger.js";
 import { ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
@@ -128,6 +134,10 @@ export function createPlugin(options: PluginOptions = {}) {
   let context: PluginContext | undefined;
   let description: WitProviderDescription | undefined;
   const poison = new PoisonStore(() => {
+    if (!context) throw new Error("the plugin is not set up");
+    return context.state;
+  });
+  const orphans = new OrphanStore(() => {
     if (!context) throw new Error("the plugin is not set up");
     return context.state;
   });
@@ -261,6 +271,9 @@ export function createPlugin(options: PluginOptions = {}) {
       const receipt = await call<WitTerminationReceipt>("destroy", "destroyLease", [ctx, toWitLease(providerLeaseId, metadata)], secret);
       // Proof: the component confirmed the sandbox deleted or already gone.
       await poison.clear(params.companyId, providerLeaseId);
+      if ((await orphans.list(params.companyId, params.environmentId)).some((o) => o.providerLeaseId === providerLeaseId)) {
+        await orphans.remove(params.companyId, params.environmentId, providerLeaseId);
+      }
       return toReceipt(receipt);
     } catch (error) {
       await poisonOnFailure(params, providerLeaseId, error);
@@ -288,6 +301,38 @@ export function createPlugin(options: PluginOptions = {}) {
       if ((configured[field] ?? null) !== (recorded[field] ?? null)) return field;
     }
     return undefined;
+  }
+
+  /** The API origin a component config sends to (`validate-config`, no request), normalised. */
+  async function apiOriginOf(componentConfig: string): Promise<string | undefined> {
+    const validation = await call<WitConfigValidation>("validate", "validateConfig", [componentConfig], undefined);
+    return validation.apiOrigin ? normaliseOrigin(validation.apiOrigin) : undefined;
+  }
+
+  /**
+   * Deletes the sandboxes failed acquires of this environment left behind
+   * (see `orphans.ts`), those at the origin this config sends to. A record
+   * goes only with a confirmed receipt; a failure is logged and kept for the
+   * next sweep, and never stops the call that swept.
+   */
+  async function sweepOrphans(params: PluginEnvironmentDriverBaseParams) {
+    const recorded = await orphans.list(params.companyId, params.environmentId);
+    if (recorded.length === 0) return;
+    const { ctx, secret } = prepare(params);
+    const origin = await apiOriginOf(ctx.config);
+    for (const orphan of recorded) {
+      if (orphan.apiOrigin !== origin) continue;
+      try {
+        await call<WitTerminationReceipt>("destroy", "destroyLease", [ctx, toWitLease(orphan.providerLeaseId, {})], secret);
+        await poison.clear(params.companyId, orphan.providerLeaseId);
+        await orphans.remove(params.companyId, params.environmentId, orphan.providerLeaseId);
+        context?.logger.info(`Deleted sandbox ${orphan.providerLeaseId}, left behind by a failed acquire.`);
+      } catch (error) {
+        context?.logger.warn(
+          `Sandbox ${orphan.providerLeaseId}, left behind by a failed acquire, could not be deleted yet (${error instanceof Error ? error.message : String(error)}); the next acquire of this environment tries again.`,
+        );
+      }
+    }
   }
 
   function syncBackend(params: PluginEnvironmentDriverBaseParams, lease: WitLease): SyncBackend {
@@ -378,6 +423,7 @@ export function createPlugin(options: PluginOptions = {}) {
 
     async onEnvironmentAcquireLease(params: PluginEnvironmentAcquireLeaseParams) {
       const { ctx, secret } = prepare(params);
+      await sweepOrphans(params);
       try {
         const lease = await call<WitLease>(
           "acquire",
@@ -396,13 +442,25 @@ export function createPlugin(options: PluginOptions = {}) {
         return toPaperclipLease(lease, params.companyId);
       } catch (error) {
         if (error instanceof ProviderFailure && error.kind === "cleanup-failed" && error.data?.providerLeaseId) {
-          // The sandbox may still exist: keep it refused until someone destroys it.
+          // The sandbox may still exist: keep it refused until someone destroys it,
+          // and remember where it is, since Paperclip never learns its id.
+          const recordedAt = new Date().toISOString();
           await poison.record(params.companyId, {
             providerLeaseId: error.data.providerLeaseId,
             environmentId: params.environmentId,
             reason: error.message,
-            recordedAt: new Date().toISOString(),
+            recordedAt,
           });
+          const apiOrigin = await apiOriginOf(ctx.config);
+          if (apiOrigin) {
+            await orphans.record(params.companyId, params.environmentId, {
+              providerLeaseId: error.data.providerLeaseId,
+              apiOrigin,
+              runId: params.runId,
+              reason: error.message,
+              recordedAt,
+            });
+          }
         }
         throw error;
       }
@@ -422,7 +480,8 @@ export function createPlugin(options: PluginOptions = {}) {
     },
 
     async onEnvironmentReleaseLease(params: PluginEnvironmentReleaseLeaseParams) {
-      if (params.providerLeaseId === null || params.providerLeaseId === undefined) return;
+      // A lease without a sandbox (its acquire failed): what that acquire left behind goes now.
+      if (params.providerLeaseId === null || params.providerLeaseId === undefined) return sweepOrphans(params);
       const providerLeaseId = params.providerLeaseId;
       checkCompany(params, params.leaseMetadata);
       // Commands still running on the lease are cancelled and their trees confirmed gone first.
@@ -442,7 +501,7 @@ export function createPlugin(options: PluginOptions = {}) {
     },
 
     async onEnvironmentDestroyLease(params: PluginEnvironmentDestroyLeaseParams) {
-      if (params.providerLeaseId === null || params.providerLeaseId === undefined) return;
+      if (params.providerLeaseId === null || params.providerLeaseId === undefined) return sweepOrphans(params);
       checkCompany(params, params.leaseMetadata);
       return destroy(params, params.providerLeaseId, params.leaseMetadata);
     },
