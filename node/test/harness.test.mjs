@@ -10,13 +10,14 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { readFileSync } from "node:fs";
 import { startBackend, startRecordingServer, startTimingProxy, processesWith } from "./support/backend.mjs";
-import { startPlugin, base, COMPANY } from "./support/plugin.mjs";
+import { startPlugin, base, COMPANY, ENVIRONMENT } from "./support/plugin.mjs";
 import { ProviderPool } from "../dist/pool.js";
 
 const SCENARIOS = Object.fromEntries(
   JSON.parse(readFileSync(new URL("./scenarios/local-backend-faults.json", import.meta.url), "utf8")).scenarios.map((s) => [s.name, s]),
 );
 const POISON = (id) => ({ scopeKind: "company", scopeId: COMPANY, namespace: "poisoned-leases", stateKey: id });
+const ORPHANS = { scopeKind: "company", scopeId: COMPANY, namespace: "orphaned-sandboxes", stateKey: ENVIRONMENT };
 
 let backend;
 let stranger;
@@ -230,6 +231,59 @@ test("acquire: cleanup-failed with a sandbox id reports the id and poisons it un
   assert.ok(plugin.harness.getState(POISON(sandboxId)));
   const receipt = await plugin.harness.destroyLease({ ...params(), providerLeaseId: sandboxId, leaseMetadata: {} });
   assert.equal(receipt.state, "destroyed");
+  assert.ok(!plugin.harness.getState(POISON(sandboxId)));
+  assert.deepEqual(plugin.harness.getState(ORPHANS)?.sandboxes ?? [], [], "a confirmed destroy by id also clears the orphan record");
+});
+
+/**
+ * Pins issue 17: Paperclip's SDK sends only the message of a thrown error,
+ * so the id of a sandbox a failed acquire could not delete reached no code.
+ * Now it is recorded in ctx.state (id and API origin, per environment), and
+ * the environment's next acquire deletes it (a DELETE the backend confirmed)
+ * and clears the records.
+ */
+test("acquire: a sandbox a failed acquire left behind is recorded in ctx.state and the next acquire deletes it", async () => {
+  const scenario = SCENARIOS["acquire-setup-and-delete-fail"];
+  const { error } = await withFaults(scenario.faults, () => settle(acquire()));
+  const sandboxId = /cleanup is unconfirmed for sandbox (\S+):/.exec(error?.message ?? "")?.[1];
+  assert.ok(sandboxId, error?.message);
+  const recorded = plugin.harness.getState(ORPHANS)?.sandboxes ?? [];
+  assert.deepEqual(
+    recorded.map((orphan) => [orphan.providerLeaseId, orphan.apiOrigin]),
+    [[sandboxId, new URL(backend.url).origin]],
+    "the sandbox id and its origin are in Paperclip's plugin state",
+  );
+  assert.ok(plugin.harness.getState(POISON(sandboxId)), "and the id is refused until then");
+
+  await backend.clearRequests();
+  const lease = await acquire();
+  const deletes = (await backend.requests()).filter((r) => r.method === "DELETE" && r.path === `/v1/sandboxes/${sandboxId}`);
+  assert.deepEqual(deletes.map((r) => r.status < 300), [true], "the next acquire deleted the left-behind sandbox");
+  assert.deepEqual(plugin.harness.getState(ORPHANS)?.sandboxes ?? [], [], "the record went with the confirmed delete");
+  assert.ok(!plugin.harness.getState(POISON(sandboxId)));
+  await destroy(lease);
+});
+
+/**
+ * Pins issue 17: a left-behind sandbox whose delete fails again stays
+ * recorded (no "gone" without proof), and a release without a lease (what
+ * Paperclip calls for a lease whose acquire failed) sweeps it once the API
+ * answers.
+ */
+test("acquire: a left-behind sandbox stays recorded while its delete fails; a release without a lease sweeps it", async () => {
+  const scenario = SCENARIOS["acquire-setup-and-delete-fail"];
+  const { error } = await withFaults(scenario.faults, () => settle(acquire()));
+  const sandboxId = /cleanup is unconfirmed for sandbox (\S+):/.exec(error?.message ?? "")?.[1];
+  assert.ok(sandboxId, error?.message);
+  await withFaults([{ method: "DELETE", path: "/v1/sandboxes/*", action: { kind: "status", status: 503 }, times: "always" }], async () => {
+    await plugin.harness.releaseLease({ ...params(), providerLeaseId: null, leaseMetadata: {} });
+  });
+  assert.deepEqual((plugin.harness.getState(ORPHANS)?.sandboxes ?? []).map((o) => o.providerLeaseId), [sandboxId], "kept after a failed delete");
+  await backend.clearRequests();
+  await plugin.harness.releaseLease({ ...params(), providerLeaseId: null, leaseMetadata: {} });
+  const deletes = (await backend.requests()).filter((r) => r.method === "DELETE" && r.path === `/v1/sandboxes/${sandboxId}`);
+  assert.deepEqual(deletes.map((r) => r.status < 300), [true]);
+  assert.deepEqual(plugin.harness.getState(ORPHANS)?.sandboxes ?? [], []);
   assert.ok(!plugin.harness.getState(POISON(sandboxId)));
 });
 
