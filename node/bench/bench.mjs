@@ -11,7 +11,10 @@
 //    inside the thread, plus the same call).
 // 3. `execute` of `true` through the plugin's hooks against createos-local,
 //    no rate limit (like the Rust bench's section 2), with the number of
-//    HTTP requests per command.
+//    HTTP requests per command; then the same with CreateOS's declared
+//    limit (300 per 60 s) spent through the machine-wide budget.
+// 4. the budget's cost per request: one start and its settle in the SQLite
+//    ledger (node:sqlite, WAL, no fsync) against a request with no limit.
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { existsSync } from "node:fs";
@@ -21,6 +24,10 @@ import { createEnvironmentTestHarness } from "@paperclipai/plugin-sdk/testing";
 import manifest from "../dist/manifest.js";
 import { createPlugin } from "../dist/plugin.js";
 import { ProviderPool } from "../dist/pool.js";
+import { Worker } from "node:worker_threads";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 
 const release = fileURLToPath(new URL("../../target/release/createos-local", import.meta.url));
 if (!process.env.CREATEOS_LOCAL_BIN && existsSync(release)) process.env.CREATEOS_LOCAL_BIN = release;
@@ -89,9 +96,10 @@ async function section2() {
   row(2, "call on a warm thread, instance reused (`validate-config`, median of 200)", ms(r), `fresh instance per call: instantiate ${ms(f)} (median of 10) + the call`, `${((f + r) / r).toFixed(0)}x cheaper`);
 }
 
-async function section3() {
+async function section3(limited) {
   const backend = await startBackend();
-  const plugin = createPlugin({ poolSize: 2, env: {}, rateLimit: null });
+  const ledger = path.join(mkdtempSync(path.join(tmpdir(), "bench-budget-")), "rate-budget.sqlite");
+  const plugin = createPlugin({ poolSize: 2, env: {}, rateLimit: limited ? undefined : null, rateLedgerPath: ledger });
   const hooks = plugin.definition;
   const harness = createEnvironmentTestHarness({ manifest, environmentDriver: { driverKey: "createos" } });
   await hooks.setup(harness.ctx);
@@ -109,8 +117,10 @@ async function section3() {
       if (i >= 3) times.push(took), (requests += (await backend.requests()).length);
     }
     await hooks.onEnvironmentDestroyLease({ ...params, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
-    row(3, "`execute` of `true` through the plugin (worker thread, jco), median of 30, no rate limit", ms(median(times)), "Rust host: see BENCHMARKS.md", "");
-    row(3, "HTTP requests per command", (requests / times.length).toFixed(1), "", "");
+    const waits = (await hooks.onHealth()).details.rateLimitWaits;
+    const what = limited ? "CreateOS's declared limit (300 per 60 s) through the shared budget" : "no rate limit";
+    row(3, `\`execute\` of \`true\` through the plugin (worker thread, jco), median of 30, ${what}`, ms(median(times)), limited ? `requests that waited: ${waits}` : "Rust host: see BENCHMARKS.md", "");
+    if (!limited) row(3, "HTTP requests per command", (requests / times.length).toFixed(1), "", "");
     return { median: median(times), backend: process.env.CREATEOS_LOCAL_BIN ?? "target/debug/createos-local" };
   } finally {
     await hooks.onShutdown();
@@ -118,10 +128,42 @@ async function section3() {
   }
 }
 
+/** Per-request cost of the budget, timed inside a worker thread (the budget blocks with Atomics.wait). */
+async function section4() {
+  const source = `
+    const { workerData, parentPort } = require("node:worker_threads");
+    import(workerData.pacerUrl).then(({ Pacer, createPacerBuffer }) => {
+      const limit = { requests: 300, windowMs: 60000 };
+      const rounds = [];
+      for (let round = 0; round < 7; round++) {
+        const pacer = new Pacer(createPacerBuffer(), workerData.dir + "/round-" + round + ".sqlite");
+        pacer.acquire("http://bench", limit, "work", { deadlineMs: Infinity }).settle();
+        const t = performance.now();
+        for (let i = 0; i < 250; i++) pacer.acquire("http://bench", limit, "work", { deadlineMs: Infinity }).settle();
+        const limited = (performance.now() - t) / 250;
+        const u = performance.now();
+        for (let i = 0; i < 250; i++) pacer.acquire("http://bench", undefined, "work", { deadlineMs: Infinity }).settle();
+        rounds.push([limited, (performance.now() - u) / 250]);
+      }
+      parentPort.postMessage(rounds);
+    });`;
+  const dir = mkdtempSync(path.join(tmpdir(), "bench-ledger-"));
+  const rounds = await new Promise((resolve, reject) => {
+    const worker = new Worker(source, { eval: true, workerData: { pacerUrl: new URL("../dist/pacer.js", import.meta.url).href, dir } });
+    worker.once("message", resolve);
+    worker.once("error", reject);
+  });
+  const limited = median(rounds.map(([l]) => l));
+  const free = median(rounds.map(([, f]) => f));
+  row(4, "budget cost per request: start + settle in the SQLite ledger (median of 7 rounds of 250, window filling up to 251)", ms(limited), `no limit: ${ms(free)}`, `+${ms(limited - free)} per request`);
+}
+
 const started = now();
 await section1();
 await section2();
-const execute = await section3();
+const execute = await section3(false);
+await section3(true);
+await section4();
 console.log(`Node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model}), load average ${loadavg().map((l) => l.toFixed(1)).join(" ")}, ${new Date().toISOString()}; backend ${execute.backend}; run ${((now() - started) / 1000).toFixed(1)} s\n`);
 console.log("| # | figure | measured | baseline | ratio |\n|---|---|---|---|---|");
 for (const line of rows) console.log(line);
