@@ -6,7 +6,9 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -19,6 +21,8 @@ const WORKER = fileURLToPath(new URL("../dist/worker.js", import.meta.url));
 const SCENARIOS = Object.fromEntries(
   JSON.parse(readFileSync(new URL("../test/scenarios/local-backend-faults.json", import.meta.url), "utf8")).scenarios.map((s) => [s.name, s]),
 );
+/** This suite's rate budget file, handed to every worker through the environment Paperclip passes. */
+const LEDGER = path.join(mkdtempSync(path.join(tmpdir(), "host-rate-budget-")), "rate-budget.sqlite");
 const COMPANY = "company-host";
 const ENVIRONMENT = "environment-host";
 
@@ -56,7 +60,7 @@ async function startWorker(env = {}) {
     apiVersion: 1,
     hostHandlers,
     autoRestart: false,
-    env: { PAPERCLIP_CREATEOS_WASM_THREADS: "2", ...env },
+    env: { PAPERCLIP_CREATEOS_WASM_THREADS: "2", PAPERCLIP_CREATEOS_RATE_LEDGER: LEDGER, ...env },
   });
   handles.push(handle);
   await handle.start();
@@ -141,6 +145,38 @@ test("a poisoned lease survives a worker restart (ctx.state through the host's s
   const destroyed = await handle.call("environmentDestroyLease", { ...params(), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
   assert.equal(destroyed.state, "destroyed");
   assert.equal([...store.keys()].some((key) => key.includes(lease.providerLeaseId)), false, "destroy cleared it");
+  await handle.stop();
+});
+
+/**
+ * Pins issue 17 through Paperclip's own host: the SDK sends only the
+ * message of a thrown error, so the host never gets the id of a sandbox a
+ * failed acquire could not delete. The plugin's own record in the host's
+ * state store does; it survives a worker restart, and the environment's
+ * next acquire deletes the sandbox and the record.
+ */
+test("a sandbox a failed acquire left behind is deleted by the next acquire, after a worker restart", async () => {
+  const scenario = SCENARIOS["acquire-setup-and-delete-fail"];
+  let handle = await startWorker();
+  for (const rule of scenario.faults) await backend.addFault(rule);
+  const failed = await settle(handle.call("environmentAcquireLease", { ...params(), runId: "run-host-orphan" }));
+  await backend.clearFaults();
+  assert.equal(failed.error?.code, PLUGIN_RPC_ERROR_CODES.WORKER_ERROR);
+  assert.equal(failed.error.data?.providerLeaseId, undefined, "the host got no structured sandbox id");
+  const sandboxId = /for sandbox (\S+):/i.exec(failed.error.message)?.[1];
+  assert.ok(sandboxId, failed.error.message);
+  const orphans = stateKey({ scopeKind: "company", scopeId: COMPANY, namespace: "orphaned-sandboxes", stateKey: ENVIRONMENT });
+  assert.deepEqual(store.get(orphans)?.sandboxes.map((o) => o.providerLeaseId), [sandboxId], "recorded in the host's store");
+
+  await handle.stop();
+  handle = await startWorker();
+  await backend.clearRequests();
+  const lease = await handle.call("environmentAcquireLease", { ...params(), runId: "run-host-after-orphan" });
+  const deletes = (await backend.requests()).filter((r) => r.method === "DELETE" && r.path === `/v1/sandboxes/${sandboxId}`);
+  assert.deepEqual(deletes.map((r) => r.status < 300), [true], "the restarted worker's next acquire deleted it");
+  assert.deepEqual(store.get(orphans)?.sandboxes, []);
+  assert.equal([...store.keys()].some((key) => key.includes(sandboxId)), false, "its poison went too");
+  await handle.call("environmentDestroyLease", { ...params(), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
   await handle.stop();
 });
 

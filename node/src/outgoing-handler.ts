@@ -30,7 +30,7 @@
  * Likewise the component's `outgoing-request` is a subclass that keeps a
  * copy of the body it writes, and `outgoing-body.finish` marks it complete.
  */
-import { http } from "@bytecodealliance/preview2-shim";
+import { clocks, http, io } from "@bytecodealliance/preview2-shim";
 import type { Grant, Pacer, Priority } from "./pacer.js";
 import type { WitRateLimit } from "./wit-types.js";
 
@@ -222,6 +222,18 @@ function responseOf(value: FutureValue): ShimIncomingResponse | undefined {
   return outer?.tag === "ok" && outer.val.tag === "ok" ? outer.val.val : undefined;
 }
 
+/** Waits for `future`'s answer until `deadline` (epoch ms); whether it came. */
+function answeredBy(future: ShimFuture, deadline: number): boolean {
+  const answer = future.subscribe();
+  if (!Number.isFinite(deadline)) {
+    answer.block();
+    return true;
+  }
+  const remaining = BigInt(Math.max(0, Math.ceil(deadline - Date.now()))) * 1_000_000n;
+  const ready = io.poll.poll([answer, clocks.monotonicClock.subscribeDuration(remaining)]) as ArrayLike<number>;
+  return Array.from(ready).includes(0);
+}
+
 /** The per-phase timeouts of a request's options, read before the shim consumes them. */
 interface Timeouts {
   connect: bigint | undefined;
@@ -390,10 +402,13 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
       let next: FutureValue;
       try {
         const future = repeat(request, copy, timeouts, current.secret);
-        future.subscribe().block();
+        if (!answeredBy(future, deadline)) {
+          // No answer by the call's deadline: the component gets the 429 it would have had.
+          (future as unknown as Record<symbol, () => void>)[Symbol.dispose]();
+          return value;
+        }
         next = future.get();
       } catch {
-        grant.settle();
         return value;
       } finally {
         grant.settle();
