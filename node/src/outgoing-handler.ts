@@ -99,6 +99,17 @@ export function requestOrigin(scheme: { tag: string; val?: string } | undefined,
   }
 }
 
+/**
+ * The origins a config's `validate-config` answer allows, normalised like
+ * {@link requestOrigin}. The one place that reads the answer's origin: the
+ * provider thread (which origin the handler allows) and the plugin (where a
+ * left-behind sandbox lives) both ask here.
+ */
+export function allowedOrigins(validation: { apiOrigin?: string }): string[] {
+  const origin = validation.apiOrigin ? normaliseOrigin(validation.apiOrigin) : undefined;
+  return origin ? [origin] : [];
+}
+
 /** Normalises an allowed origin the same way as {@link requestOrigin}. */
 export function normaliseOrigin(origin: string): string | undefined {
   try {

@@ -51,7 +51,7 @@ import {
   type Operation,
 } from "./mapping.js";
 import { OrphanStore } from "./orphans.js";
-import { normaliseOrigin } from "./outgoing-handler.js";
+import { allowedOrigins } from "./outgoing-handler.js";
 import { PoisonStore } from "./poison.js";
 import { defaultLedgerPath } from "./rate-ledger.js";
 import { ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
@@ -303,10 +303,9 @@ export function createPlugin(options: PluginOptions = {}) {
     return undefined;
   }
 
-  /** The API origin a component config sends to (`validate-config`, no request), normalised. */
-  async function apiOriginOf(componentConfig: string): Promise<string | undefined> {
-    const validation = await call<WitConfigValidation>("validate", "validateConfig", [componentConfig], undefined);
-    return validation.apiOrigin ? normaliseOrigin(validation.apiOrigin) : undefined;
+  /** The API origins a component config sends to (`validate-config`, no request), normalised. */
+  async function apiOriginsOf(componentConfig: string): Promise<string[]> {
+    return allowedOrigins(await call<WitConfigValidation>("validate", "validateConfig", [componentConfig], undefined));
   }
 
   /**
@@ -319,9 +318,9 @@ export function createPlugin(options: PluginOptions = {}) {
     const recorded = await orphans.list(params.companyId, params.environmentId);
     if (recorded.length === 0) return;
     const { ctx, secret } = prepare(params);
-    const origin = await apiOriginOf(ctx.config);
+    const origins = await apiOriginsOf(ctx.config);
     for (const orphan of recorded) {
-      if (orphan.apiOrigin !== origin) continue;
+      if (!origins.includes(orphan.apiOrigin)) continue;
       try {
         await call<WitTerminationReceipt>("destroy", "destroyLease", [ctx, toWitLease(orphan.providerLeaseId, {})], secret);
         await poison.clear(params.companyId, orphan.providerLeaseId);
@@ -451,7 +450,7 @@ export function createPlugin(options: PluginOptions = {}) {
             reason: error.message,
             recordedAt,
           });
-          const apiOrigin = await apiOriginOf(ctx.config);
+          const [apiOrigin] = await apiOriginsOf(ctx.config);
           if (apiOrigin) {
             await orphans.record(params.companyId, params.environmentId, {
               providerLeaseId: error.data.providerLeaseId,

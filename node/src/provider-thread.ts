@@ -17,7 +17,7 @@ import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
 import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
 import { callBudgetMs } from "./call-deadline.js";
 import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
-import { createOutgoingHandler, HostFields, HostOutgoingBody, HostOutgoingRequest, type OutgoingPolicy } from "./outgoing-handler.js";
+import { allowedOrigins, createOutgoingHandler, HostFields, HostOutgoingBody, HostOutgoingRequest, type OutgoingPolicy } from "./outgoing-handler.js";
 import { Pacer } from "./pacer.js";
 import type { ProviderOperation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
 
@@ -154,7 +154,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     let normalizedConfig: string | undefined;
     if (ctx) {
       const validation = instance.validateConfig(ctx.config) as { apiOrigin?: string; normalizedConfig?: string };
-      allowedOrigin = validation.apiOrigin;
+      allowedOrigin = allowedOrigins(validation)[0];
       normalizedConfig = validation.normalizedConfig;
     }
     const cancelFlag = new Int32Array(call.cancelFlag);
