@@ -18,17 +18,18 @@
  *   request is sent again after the pause, at most
  *   {@link MAX_THROTTLED_REPEATS} times and never past the call's deadline
  *   (the contract's `rate-limit`: a 429 means the API did not carry the
- *   request out, so a create it answered did not happen). Only a request
- *   whose whole body this host holds can be repeated (bodies are kept up to
- *   {@link MAX_REPEATABLE_BODY} bytes); any other 429 reaches the component
- *   as before, which fails the operation.
+ *   request out, so a create it answered did not happen); the request is
+ *   sent again with the body this host kept (below). When the repeats are
+ *   spent or the deadline would pass, the 429 reaches the component, which
+ *   fails the operation as before.
  *
  * The shim locks a request's headers when the request is built, so the key
  * cannot be added by mutation. Instead, the component's `fields` resource is
  * a subclass of the shim's whose `entries()` includes the key only while this
  * handler is inside the shim's synchronous `handle` for that one request.
- * Likewise the component's `outgoing-request` is a subclass that keeps a
- * copy of the body it writes, and `outgoing-body.finish` marks it complete.
+ * Likewise the component's `outgoing-request` is a subclass whose body is
+ * kept in this host ({@link HostOutgoingRequest}); the request is sent
+ * when `outgoing-body.finish` completes it, head and whole body together.
  */
 import { clocks, http, io } from "@bytecodealliance/preview2-shim";
 import type { Grant, Pacer, Priority } from "./pacer.js";
@@ -38,8 +39,6 @@ import type { WitRateLimit } from "./wit-types.js";
 export const MAX_THROTTLED_REPEATS = 3;
 /** The longest pause a 429's `Retry-After` can impose. */
 export const MAX_THROTTLE_PAUSE_MS = 300_000;
-/** The largest request body kept so that a throttled request can be repeated. */
-export const MAX_REPEATABLE_BODY = 8 * 1024 * 1024;
 
 /** What the handler allows and injects during one provider call. */
 export interface OutgoingPolicy {
@@ -127,66 +126,69 @@ type ShimIncomingResponse = (typeof http.types.IncomingResponse)["prototype"];
 type ShimFuture = (typeof http.types.FutureIncomingResponse)["prototype"];
 type FutureValue = ReturnType<ShimFuture["get"]>;
 
-/** The body a request wrote so far, kept so that a throttled request can be sent again. */
+/**
+ * The body the component writes for one request, kept whole in this host
+ * (as the Rust host keeps it): the request leaves only when the body is
+ * complete, head and body together, and a throttled request can be sent
+ * again with the same bytes.
+ */
 interface BodyCopy {
   chunks: Uint8Array[];
   bytes: number;
-  /** More than {@link MAX_REPEATABLE_BODY}, or written in a way not kept: cannot be repeated. */
-  lost: boolean;
   /** `outgoing-body.finish` was called: the copy is the whole body. */
   finished: boolean;
-  /**
-   * A send held back until the body is complete (see the handler): run
-   * when the body is finished, or when its buffer is full before that.
-   */
-  release?: () => void;
+  /** The send waiting for the body (set by the handler), run by `finish`. */
+  onFinish?: () => void;
 }
 
 const bodyOfRequest = new WeakMap<object, BodyCopy>();
 const bodyOfOutgoingBody = new WeakMap<object, BodyCopy>();
 
+/** What `check-write` answers on a kept body: the component may always write this much more. */
+const KEPT_BODY_WRITE_ALLOWANCE = 1024n * 1024n;
+
 function keep(copy: BodyCopy, bytes: Uint8Array) {
-  if (copy.lost) return;
-  if (copy.bytes + bytes.byteLength > MAX_REPEATABLE_BODY) {
-    copy.lost = true;
-    copy.chunks = [];
-    return;
-  }
+  if (copy.finished) throw { tag: "closed" };
   copy.chunks.push(bytes.slice());
   copy.bytes += bytes.byteLength;
 }
 
 /**
- * The `outgoing-request` class the component constructs. Its body's output
- * stream keeps a copy of what the component writes (instance methods: the
- * shim's classes are unchanged, jco calls methods on the instance).
+ * The `outgoing-request` class the component constructs. The output stream
+ * of its body writes into a {@link BodyCopy} instead of the shim's stream
+ * (instance methods: the shim's classes are unchanged, jco calls methods on
+ * the instance, and the objects stay the shim's own). The shim would send
+ * the head at once and stream the body as it is written; a server that
+ * answers (a 429, say) before reading the body and closes the connection
+ * then fails the write (EPIPE), or leaves the component waiting for buffer
+ * space that never comes, and its answer is lost. Writing never waits:
+ * `check-write` always allows more and `subscribe` is always ready.
  */
 export class HostOutgoingRequest extends (http.types.OutgoingRequest as unknown as new (headers: ShimFields) => ShimOutgoingRequest) {
   override body(): ShimOutgoingBody {
     const body = super.body();
-    const copy: BodyCopy = { chunks: [], bytes: 0, lost: false, finished: false };
+    const copy: BodyCopy = { chunks: [], bytes: 0, finished: false };
     bodyOfRequest.set(this, copy);
     bodyOfOutgoingBody.set(body, copy);
     const openStream = body.write.bind(body);
     (body as { write: () => unknown }).write = () => {
-      const stream = openStream() as unknown as Record<string, (...args: any[]) => unknown>;
-      for (const name of ["write", "blockingWriteAndFlush"]) {
-        const original = stream[name].bind(stream);
-        stream[name] = (bytes: Uint8Array) => {
-          const result = original(bytes);
-          keep(copy, bytes);
-          // A held-back send goes out before the component would wait for buffer space.
-          if (copy.release && (stream.checkWrite() as bigint) === 0n) copy.release();
-          return result;
-        };
-      }
-      for (const name of ["writeZeroes", "blockingWriteZeroesAndFlush", "splice", "blockingSplice"]) {
-        const original = stream[name].bind(stream);
-        stream[name] = (...args: unknown[]) => {
-          copy.lost = true;
-          return original(...args);
-        };
-      }
+      const stream = openStream() as unknown as Record<string, unknown>;
+      Object.assign(stream, {
+        checkWrite: () => KEPT_BODY_WRITE_ALLOWANCE,
+        write: (bytes: Uint8Array) => keep(copy, bytes),
+        blockingWriteAndFlush: (bytes: Uint8Array) => keep(copy, bytes),
+        writeZeroes: (length: bigint) => keep(copy, new Uint8Array(Number(length))),
+        blockingWriteZeroesAndFlush: (length: bigint) => keep(copy, new Uint8Array(Number(length))),
+        flush: () => {},
+        blockingFlush: () => {},
+        subscribe: () => clocks.monotonicClock.subscribeDuration(0n),
+        splice: () => {
+          throw new Error("splicing into a request body is not supported by this host");
+        },
+        blockingSplice: () => {
+          throw new Error("splicing into a request body is not supported by this host");
+        },
+      });
       return stream;
     };
     return body;
@@ -198,18 +200,22 @@ const ShimOutgoingBodyClass = http.types.OutgoingBody as unknown as {
   finish(body: ShimOutgoingBody, trailers: unknown): void;
 };
 
-/** The `outgoing-body` class: `finish` marks the kept copy complete. Accepts every shim body. */
+/**
+ * The `outgoing-body` class: `finish` of a kept body completes the copy and
+ * lets its request go; other bodies go to the shim. Accepts every shim body.
+ */
 export class HostOutgoingBody extends (http.types.OutgoingBody as unknown as new () => ShimOutgoingBody) {
   static [Symbol.hasInstance](value: unknown): boolean {
     return typeof value === "object" && value !== null && Object.prototype.isPrototypeOf.call(ShimOutgoingBodyClass.prototype, value);
   }
 
   static finish(body: ShimOutgoingBody, trailers: unknown): void {
-    ShimOutgoingBodyClass.finish(body, trailers);
     const copy = bodyOfOutgoingBody.get(body);
-    if (!copy) return;
+    if (!copy) return ShimOutgoingBodyClass.finish(body, trailers);
+    if (trailers) throw { tag: "internal-error", val: "trailers unsupported" };
+    if (copy.finished) throw { tag: "internal-error", val: "the body was already finished" };
     copy.finished = true;
-    copy.release?.();
+    copy.onFinish?.();
   }
 }
 
@@ -263,6 +269,9 @@ function optionsOf(timeouts: Timeouts) {
 
 const ShimFutureClass = http.types.FutureIncomingResponse as unknown as { prototype: object };
 
+/** The grant of a request under no limit. */
+const NO_LIMIT: Grant = { settle() {} };
+
 /** Builds the handler; `policy()` gives the rules of the call in progress. */
 export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer) {
   const encoder = new TextEncoder();
@@ -293,31 +302,68 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
     return grant;
   }
 
-  /** The same request again (method, target, the component's headers, the kept body). */
-  function repeat(original: ShimOutgoingRequest, copy: BodyCopy | undefined, timeouts: Timeouts, secret: OutgoingPolicy["secret"]): ShimFuture {
+  /**
+   * Sends a request with the component's method, target and headers and
+   * the whole kept body. A body that fits the shim's stream buffer is
+   * written before the head leaves, so both go out together; a larger one
+   * is written as the server reads it, and writing stops when the answer
+   * comes first (a 429 before the body was read) or the call's deadline
+   * passes: the answer, not the write, decides.
+   */
+  function sendWhole(original: ShimOutgoingRequest, copy: BodyCopy, timeouts: Timeouts, secret: OutgoingPolicy["secret"], deadline: number): ShimFuture {
     const headers = new HostFields();
     for (const [name, value] of original.headers().entries()) headers.append(name, value);
-    const again = new http.types.OutgoingRequest(headers as never);
-    again.setMethod(original.method());
-    again.setScheme(original.scheme());
-    again.setAuthority(original.authority());
-    again.setPathWithQuery(original.pathWithQuery());
-    const body = again.body();
+    const request = new http.types.OutgoingRequest(headers as never);
+    request.setMethod(original.method());
+    request.setScheme(original.scheme());
+    request.setAuthority(original.authority());
+    request.setPathWithQuery(original.pathWithQuery());
+    const body = request.body();
     const stream = body.write();
-    const bytes = copy?.bytes ?? 0;
-    let future: ShimFuture | undefined;
-    // As for the first send: the whole body is buffered before the head leaves, when it fits.
-    if (bytes > Number(stream.checkWrite())) future = send(again, optionsOf(timeouts), secret);
-    for (const chunk of copy?.chunks ?? []) {
-      for (let at = 0; at < chunk.byteLength; at += 4096) {
-        const piece = chunk.subarray(at, at + 4096);
-        if (future) stream.blockingWriteAndFlush(piece);
-        else stream.write(piece);
-      }
+    const pieces: Uint8Array[] = [];
+    for (const chunk of copy.chunks) for (let at = 0; at < chunk.byteLength; at += 4096) pieces.push(chunk.subarray(at, at + 4096));
+    if (copy.bytes <= Number(stream.checkWrite())) {
+      for (const piece of pieces) stream.write(piece);
+      http.types.OutgoingBody.finish(body, undefined);
+      return send(request, optionsOf(timeouts), secret);
     }
-    (stream as unknown as Record<symbol, () => void>)[Symbol.dispose]?.();
-    http.types.OutgoingBody.finish(body, undefined);
-    return future ?? send(again, optionsOf(timeouts), secret);
+    const future = send(request, optionsOf(timeouts), secret);
+    const timer = Number.isFinite(deadline)
+      ? clocks.monotonicClock.subscribeDuration(BigInt(Math.max(0, Math.ceil(deadline - Date.now()))) * 1_000_000n)
+      : undefined;
+    try {
+      let next = 0;
+      while (next < pieces.length) {
+        let room: number;
+        try {
+          room = Number(stream.checkWrite());
+        } catch {
+          return future; // the request broke off: its answer (or error) tells what happened
+        }
+        if (room > 0) {
+          const piece = pieces[next];
+          if (piece.byteLength <= room) {
+            stream.write(piece);
+            next += 1;
+          } else {
+            stream.write(piece.subarray(0, room));
+            pieces[next] = piece.subarray(room);
+          }
+          continue;
+        }
+        const space = stream.subscribe();
+        const answer = future.subscribe();
+        const ready = Array.from(io.poll.poll(timer ? [space, answer, timer] : [space, answer]) as ArrayLike<number>);
+        for (const pollable of [space, answer]) (pollable as unknown as Record<symbol, () => void>)[Symbol.dispose]?.();
+        if (!ready.includes(0)) return future; // answered before the body was read, or out of time
+      }
+      http.types.OutgoingBody.finish(body, undefined);
+    } catch {
+      // A write the server no longer reads: its answer decides.
+    } finally {
+      (timer as unknown as Record<symbol, () => void> | undefined)?.[Symbol.dispose]?.();
+    }
+    return future;
   }
 
   return {
@@ -334,36 +380,42 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
         // A request whose headers did not come from this host cannot carry the key.
         throw { tag: "internal-error", val: "request headers were not created through the host" };
       }
+      const copy = bodyOfRequest.get(request);
       const limit = current.rateLimit;
-      if (!limit) return send(request, options, current.secret);
+      if (!copy) {
+        // A request whose body did not go through this host: the shim sends it as it is.
+        if (!limit) return send(request, options, current.secret);
+        const grant = admit(target, current, "work");
+        if (!grant) throw { tag: "connection-timeout" };
+        const future = send(request, options, current.secret);
+        grant.settle();
+        return future;
+      }
       const priority: Priority = methodOf(request) === "DELETE" ? "cleanup" : "work";
-      const grant = admit(target, current, priority);
+      const grant = limit ? admit(target, current, priority) : NO_LIMIT;
       if (!grant) throw { tag: "connection-timeout" };
       const timeouts = timeoutsOf(options);
+      const deadline = current.deadlineMs ?? Number.POSITIVE_INFINITY;
       let real: ShimFuture | undefined;
-      const start = (): ShimFuture => {
-        real ??= send(request, optionsOf(timeouts), current.secret);
-        return real;
+      const start = () => {
+        real ??= sendWhole(request, copy, timeouts, current.secret, deadline);
       };
-      const copy = bodyOfRequest.get(request);
-      // The shim sends the head at once and streams the body as the
-      // component writes it; a server that answers 429 before reading the
-      // body and closes makes that write fail (EPIPE) and the 429 is lost.
-      // So the send waits until the body is complete (or its buffer full),
-      // and the head and the whole body leave together.
-      if (copy && !copy.finished) copy.release = () => void start();
-      else start();
+      // The request leaves when the component finishes its body.
+      if (copy.finished) start();
+      else copy.onFinish = start;
       let answered = false;
       const future = Object.create(ShimFutureClass.prototype) as ShimFuture & Record<symbol, () => void>;
       Object.assign(future, {
-        subscribe: () => start().subscribe(),
+        // Before the body is finished there is nothing to wait for yet.
+        subscribe: () => (real ? real.subscribe() : clocks.monotonicClock.subscribeDuration(0n)),
         get: (): FutureValue => {
-          const value = start().get();
+          if (!real) return undefined;
+          const value = real.get();
           if (value === undefined || answered) return value;
           answered = true;
           // The API counted the request when it arrived, before this.
           grant.settle();
-          return afterThrottling(request, value, target, limit, priority, current, timeouts);
+          return limit ? afterThrottling(request, copy, value, target, limit, priority, current, timeouts) : value;
         },
       });
       future[Symbol.dispose] = () => {
@@ -381,6 +433,7 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
    */
   function afterThrottling(
     request: ShimOutgoingRequest,
+    copy: BodyCopy,
     first: FutureValue,
     origin: string,
     limit: WitRateLimit,
@@ -399,10 +452,8 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
         // Without a working budget the 429 goes to the provider.
         return value;
       }
-      const copy = bodyOfRequest.get(request);
-      const whole = copy === undefined || (copy.finished && !copy.lost);
       const deadline = current.deadlineMs ?? Number.POSITIVE_INFINITY;
-      if (!whole || repeats >= MAX_THROTTLED_REPEATS || Date.now() + pause >= deadline) return value;
+      if (repeats >= MAX_THROTTLED_REPEATS || Date.now() + pause >= deadline) return value;
       let grant: Grant | undefined;
       try {
         grant = admit(origin, current, priority);
@@ -412,7 +463,7 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
       if (!grant) return value;
       let next: FutureValue;
       try {
-        const future = repeat(request, copy, timeouts, current.secret);
+        const future = sendWhole(request, copy, timeouts, current.secret, deadline);
         if (!answeredBy(future, deadline)) {
           // No answer by the call's deadline: the component gets the 429 it would have had.
           (future as unknown as Record<symbol, () => void>)[Symbol.dispose]();

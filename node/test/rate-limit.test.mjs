@@ -8,6 +8,10 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
+import { createHash, randomBytes } from "node:crypto";
+import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { startBackend } from "./support/backend.mjs";
 import { startPlugin, base, freshLedgerPath } from "./support/plugin.mjs";
 
@@ -176,5 +180,39 @@ test("a 429 is repeated at most three times and never past the call's deadline",
     await open.clearFaults();
     await plugin.stop();
     await slow.stop();
+  }
+});
+
+/**
+ * Pins the send held back until the body is complete (issue 18's 429
+ * rule needs the whole body): a 3 MiB upload, far more than the body
+ * stream's buffer, still goes out while it is written (the send starts when
+ * the buffer is full) and arrives intact; a 429 on it is repeated with the
+ * body this host kept.
+ */
+test("a large upload under the budget arrives intact, and a 429 on it is repeated with the whole body", async () => {
+  const plugin = await startPlugin({ poolSize: 1, rateLimit: { requests: 100, windowMs: 500 } });
+  const root = await mkdtemp(path.join(tmpdir(), "large-upload-"));
+  try {
+    const params = base(open);
+    const lease = await plugin.harness.acquireLease({ ...params, runId: "run-large-upload" });
+    const bytes = randomBytes(3 * 1024 * 1024);
+    const source = path.join(root, "big.bin");
+    await writeFile(source, bytes);
+    await open.clearRequests();
+    await open.addFault({ method: "PUT", path: "/v1/sandboxes/*/files", action: { kind: "status", status: 429 }, times: 1 });
+    const sync = (hook, operations) => plugin.hooks[hook]({ ...params, lease, operations });
+    const report = await sync("onEnvironmentSyncIn", [{ operationId: "in", files: [{ sourcePath: source, targetPath: "/paperclip-workspace/big.bin", kind: "file" }] }]);
+    await open.clearFaults();
+    assert.deepEqual(report.operations, [{ operationId: "in", filesTransferred: 1, bytesTransferred: bytes.length }]);
+    assert.deepEqual(statuses(await open.requests(), "PUT", /\/files$/), [429, 200], "the upload was repeated once after the 429");
+    const back = path.join(root, "back.bin");
+    await sync("onEnvironmentSyncOut", [{ operationId: "out", files: [{ sourcePath: "/paperclip-workspace/big.bin", targetPath: back, kind: "file" }] }]);
+    const digest = (data) => createHash("sha256").update(data).digest("hex");
+    assert.equal(digest(await readFile(back)), digest(bytes), "the bytes in the sandbox are the bytes sent");
+    await plugin.harness.destroyLease({ ...params, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+  } finally {
+    await open.clearFaults();
+    await plugin.stop();
   }
 });
