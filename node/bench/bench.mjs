@@ -96,34 +96,49 @@ async function section2() {
   row(2, "call on a warm thread, instance reused (`validate-config`, median of 200)", ms(r), `fresh instance per call: instantiate ${ms(f)} (median of 10) + the call`, `${((f + r) / r).toFixed(0)}x cheaper`);
 }
 
-async function section3(limited) {
+/**
+ * `execute` of `true`: one plugin without a limit and one spending CreateOS's
+ * declared limit through its own budget file, commands alternating between
+ * the two (so that load changes of the machine hit both alike).
+ */
+async function section3() {
   const backend = await startBackend();
-  const ledger = path.join(mkdtempSync(path.join(tmpdir(), "bench-budget-")), "rate-budget.sqlite");
-  const plugin = createPlugin({ poolSize: 2, env: {}, rateLimit: limited ? undefined : null, rateLedgerPath: ledger });
-  const hooks = plugin.definition;
-  const harness = createEnvironmentTestHarness({ manifest, environmentDriver: { driverKey: "createos" } });
-  await hooks.setup(harness.ctx);
   const params = { driverKey: "createos", companyId: "bench", environmentId: "bench", config: { apiUrl: backend.url, apiKey: backend.key } };
-  try {
+  const make = async (limited) => {
+    const ledger = path.join(mkdtempSync(path.join(tmpdir(), "bench-budget-")), "rate-budget.sqlite");
+    const hooks = createPlugin({ poolSize: 2, env: {}, rateLimit: limited ? undefined : null, rateLedgerPath: ledger }).definition;
+    const harness = createEnvironmentTestHarness({ manifest, environmentDriver: { driverKey: "createos" } });
+    await hooks.setup(harness.ctx);
     const lease = await hooks.onEnvironmentAcquireLease({ ...params, runId: "bench" });
-    const times = [];
+    return { hooks, lease, times: [] };
+  };
+  const free = await make(false);
+  const limited = await make(true);
+  try {
     let requests = 0;
     for (let i = 0; i < 33; i++) {
-      await backend.clearRequests();
-      const t = now();
-      const result = await hooks.onEnvironmentExecute({ ...params, lease, command: "true" });
-      const took = now() - t;
-      if (result.exitCode !== 0) throw new Error(`true failed: ${JSON.stringify(result)}`);
-      if (i >= 3) times.push(took), (requests += (await backend.requests()).length);
+      for (const plugin of i % 2 ? [free, limited] : [limited, free]) {
+        await backend.clearRequests();
+        const t = now();
+        const result = await plugin.hooks.onEnvironmentExecute({ ...params, lease: plugin.lease, command: "true" });
+        const took = now() - t;
+        if (result.exitCode !== 0) throw new Error(`true failed: ${JSON.stringify(result)}`);
+        if (i < 3) continue;
+        plugin.times.push(took);
+        if (plugin === free) requests += (await backend.requests()).length;
+      }
     }
-    await hooks.onEnvironmentDestroyLease({ ...params, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
-    const waits = (await hooks.onHealth()).details.rateLimitWaits;
-    const what = limited ? "CreateOS's declared limit (300 per 60 s) through the shared budget" : "no rate limit";
-    row(3, `\`execute\` of \`true\` through the plugin (worker thread, jco), median of 30, ${what}`, ms(median(times)), limited ? `requests that waited: ${waits}` : "Rust host: see BENCHMARKS.md", "");
-    if (!limited) row(3, "HTTP requests per command", (requests / times.length).toFixed(1), "", "");
-    return { median: median(times), backend: process.env.CREATEOS_LOCAL_BIN ?? "target/debug/createos-local" };
+    const waits = (await limited.hooks.onHealth()).details.rateLimitWaits;
+    const [a, b] = [median(free.times), median(limited.times)];
+    row(3, "`execute` of `true` through the plugin (worker thread, jco), median of 30, no rate limit", ms(a), "Rust host: see BENCHMARKS.md", "");
+    row(3, "HTTP requests per command", (requests / free.times.length).toFixed(1), "", "");
+    row(3, `the same, CreateOS's declared limit (300 per 60 s) through the shared budget, commands alternating with the row above (requests that waited: ${waits})`, ms(b), `no limit ${ms(a)}`, `${(b / a).toFixed(2)}x`);
+    return { median: a, backend: process.env.CREATEOS_LOCAL_BIN ?? "target/debug/createos-local" };
   } finally {
-    await hooks.onShutdown();
+    for (const plugin of [free, limited]) {
+      await plugin.hooks.onEnvironmentDestroyLease({ ...params, providerLeaseId: plugin.lease.providerLeaseId, leaseMetadata: plugin.lease.metadata });
+      await plugin.hooks.onShutdown();
+    }
     await backend.stop();
   }
 }
@@ -161,8 +176,7 @@ async function section4() {
 const started = now();
 await section1();
 await section2();
-const execute = await section3(false);
-await section3(true);
+const execute = await section3();
 await section4();
 console.log(`Node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model}), load average ${loadavg().map((l) => l.toFixed(1)).join(" ")}, ${new Date().toISOString()}; backend ${execute.backend}; run ${((now() - started) / 1000).toFixed(1)} s\n`);
 console.log("| # | figure | measured | baseline | ratio |\n|---|---|---|---|---|");
