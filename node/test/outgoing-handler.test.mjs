@@ -102,7 +102,9 @@ const TAKER = `
     const pacer = new Pacer(data.buffer ?? createPacerBuffer(), data.ledger);
     const grants = [];
     for (let i = 0; i < data.count; i++) {
-      const grant = pacer.acquire(data.origin, data.limit, data.priority ?? "work", { deadlineMs: data.deadlineMs ?? Infinity });
+      const cancelFlag = data.cancel ? new Int32Array(data.cancel) : undefined;
+      const cancelled = cancelFlag ? () => Atomics.load(cancelFlag, 0) === 1 : undefined;
+      const grant = pacer.acquire(data.origin, data.limit, data.priority ?? "work", { deadlineMs: data.deadlineMs ?? Infinity, cancelled });
       grants.push(grant ? Date.now() : null);
       grant?.settle();
     }
@@ -269,6 +271,29 @@ test("a waiter whose deadline passes leaves the queue and the next one is served
   const [lastAt] = await last;
   assert.equal(typeof lastAt, "number", "the last waiter was served");
   assert.deepEqual(pacerQueue(buffer, ORIGIN), { taken: 4, served: 4 }, "the queue moved past both");
+});
+
+/**
+ * Pins issue 18: a cancelled waiter leaves the queue without holding others
+ * up; a cleanup request is not given up for a cancellation (the cleanup of
+ * a cancelled command must still run).
+ */
+test("a cancelled work waiter leaves the queue; a cleanup waiter stays until served", async () => {
+  const buffer = createPacerBuffer();
+  const ledger = freshLedgerPath();
+  const limit = { requests: 1, windowMs: 2000 };
+  new Pacer(buffer, ledger).acquire(ORIGIN, limit, "work", { deadlineMs: Infinity }).settle();
+  const cancel = new SharedArrayBuffer(4);
+  const { grants: cancelledWork } = await queueThread(buffer, { ledger, limit, cancel });
+  const { grants: cleanup } = await queueThread(buffer, { ledger, limit, cancel, priority: "cleanup" });
+  const { grants: work } = await queueThread(buffer, { ledger, limit });
+  Atomics.store(new Int32Array(cancel), 0, 1);
+  assert.deepEqual(await cancelledWork, [null], "the cancelled work request gave up");
+  const [cleanupAt] = await cleanup;
+  const [workAt] = await work;
+  assert.equal(typeof cleanupAt, "number", "the cleanup request was served despite the cancellation");
+  assert.ok(workAt > cleanupAt, "then the work queued behind the cancelled one");
+  assert.deepEqual(pacerQueue(buffer, ORIGIN), { taken: 3, served: 3 });
 });
 
 /**
