@@ -27,12 +27,13 @@
  * cannot be added by mutation. Instead, the component's `fields` resource is
  * a subclass of the shim's whose `entries()` includes the key only while this
  * handler is inside the shim's synchronous `handle` for that one request.
- * Likewise the component's `outgoing-request` is a subclass whose body is
- * kept in this host ({@link HostOutgoingRequest}); the request is sent
- * when `outgoing-body.finish` completes it, head and whole body together.
+ * Likewise the component's request bodies are kept in this host
+ * (`request-body.ts`); a request is sent when `outgoing-body.finish`
+ * completes its body, head and whole body together.
  */
 import { clocks, http, io } from "@bytecodealliance/preview2-shim";
 import type { Grant, Pacer, Priority } from "./pacer.js";
+import { keptBody, type BodyCopy } from "./request-body.js";
 import type { WitRateLimit } from "./wit-types.js";
 
 /** How many times a request answered 429 is sent again (each after the pause the answer asked for). */
@@ -121,103 +122,9 @@ export function normaliseOrigin(origin: string): string | undefined {
 
 
 type ShimOutgoingRequest = InstanceType<typeof http.types.OutgoingRequest>;
-type ShimOutgoingBody = (typeof http.types.OutgoingBody)["prototype"];
 type ShimIncomingResponse = (typeof http.types.IncomingResponse)["prototype"];
 type ShimFuture = (typeof http.types.FutureIncomingResponse)["prototype"];
 type FutureValue = ReturnType<ShimFuture["get"]>;
-
-/**
- * The body the component writes for one request, kept whole in this host
- * (as the Rust host keeps it): the request leaves only when the body is
- * complete, head and body together, and a throttled request can be sent
- * again with the same bytes.
- */
-interface BodyCopy {
-  chunks: Uint8Array[];
-  bytes: number;
-  /** `outgoing-body.finish` was called: the copy is the whole body. */
-  finished: boolean;
-  /** The send waiting for the body (set by the handler), run by `finish`. */
-  onFinish?: () => void;
-}
-
-const bodyOfRequest = new WeakMap<object, BodyCopy>();
-const bodyOfOutgoingBody = new WeakMap<object, BodyCopy>();
-
-/** What `check-write` answers on a kept body: the component may always write this much more. */
-const KEPT_BODY_WRITE_ALLOWANCE = 1024n * 1024n;
-
-function keep(copy: BodyCopy, bytes: Uint8Array) {
-  if (copy.finished) throw { tag: "closed" };
-  copy.chunks.push(bytes.slice());
-  copy.bytes += bytes.byteLength;
-}
-
-/**
- * The `outgoing-request` class the component constructs. The output stream
- * of its body writes into a {@link BodyCopy} instead of the shim's stream
- * (instance methods: the shim's classes are unchanged, jco calls methods on
- * the instance, and the objects stay the shim's own). The shim would send
- * the head at once and stream the body as it is written; a server that
- * answers (a 429, say) before reading the body and closes the connection
- * then fails the write (EPIPE), or leaves the component waiting for buffer
- * space that never comes, and its answer is lost. Writing never waits:
- * `check-write` always allows more and `subscribe` is always ready.
- */
-export class HostOutgoingRequest extends (http.types.OutgoingRequest as unknown as new (headers: ShimFields) => ShimOutgoingRequest) {
-  override body(): ShimOutgoingBody {
-    const body = super.body();
-    const copy: BodyCopy = { chunks: [], bytes: 0, finished: false };
-    bodyOfRequest.set(this, copy);
-    bodyOfOutgoingBody.set(body, copy);
-    const openStream = body.write.bind(body);
-    (body as { write: () => unknown }).write = () => {
-      const stream = openStream() as unknown as Record<string, unknown>;
-      Object.assign(stream, {
-        checkWrite: () => KEPT_BODY_WRITE_ALLOWANCE,
-        write: (bytes: Uint8Array) => keep(copy, bytes),
-        blockingWriteAndFlush: (bytes: Uint8Array) => keep(copy, bytes),
-        writeZeroes: (length: bigint) => keep(copy, new Uint8Array(Number(length))),
-        blockingWriteZeroesAndFlush: (length: bigint) => keep(copy, new Uint8Array(Number(length))),
-        flush: () => {},
-        blockingFlush: () => {},
-        subscribe: () => clocks.monotonicClock.subscribeDuration(0n),
-        splice: () => {
-          throw new Error("splicing into a request body is not supported by this host");
-        },
-        blockingSplice: () => {
-          throw new Error("splicing into a request body is not supported by this host");
-        },
-      });
-      return stream;
-    };
-    return body;
-  }
-}
-
-const ShimOutgoingBodyClass = http.types.OutgoingBody as unknown as {
-  prototype: object;
-  finish(body: ShimOutgoingBody, trailers: unknown): void;
-};
-
-/**
- * The `outgoing-body` class: `finish` of a kept body completes the copy and
- * lets its request go; other bodies go to the shim. Accepts every shim body.
- */
-export class HostOutgoingBody extends (http.types.OutgoingBody as unknown as new () => ShimOutgoingBody) {
-  static [Symbol.hasInstance](value: unknown): boolean {
-    return typeof value === "object" && value !== null && Object.prototype.isPrototypeOf.call(ShimOutgoingBodyClass.prototype, value);
-  }
-
-  static finish(body: ShimOutgoingBody, trailers: unknown): void {
-    const copy = bodyOfOutgoingBody.get(body);
-    if (!copy) return ShimOutgoingBodyClass.finish(body, trailers);
-    if (trailers) throw { tag: "internal-error", val: "trailers unsupported" };
-    if (copy.finished) throw { tag: "internal-error", val: "the body was already finished" };
-    copy.finished = true;
-    copy.onFinish?.();
-  }
-}
 
 /** The method name of a request (`GET`, `DELETE`, ...). */
 function methodOf(request: ShimOutgoingRequest): string {
@@ -380,7 +287,7 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
         // A request whose headers did not come from this host cannot carry the key.
         throw { tag: "internal-error", val: "request headers were not created through the host" };
       }
-      const copy = bodyOfRequest.get(request);
+      const copy = keptBody(request);
       const limit = current.rateLimit;
       if (!copy) {
         // A request whose body did not go through this host: the shim sends it as it is.

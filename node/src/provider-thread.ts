@@ -17,7 +17,8 @@ import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
 import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
 import { callBudgetMs } from "./call-deadline.js";
 import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
-import { allowedOrigins, createOutgoingHandler, HostFields, HostOutgoingBody, HostOutgoingRequest, type OutgoingPolicy } from "./outgoing-handler.js";
+import { allowedOrigins, createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
+import { HostOutgoingBody, HostOutgoingRequest } from "./request-body.js";
 import { Pacer } from "./pacer.js";
 import type { ProviderOperation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
 
