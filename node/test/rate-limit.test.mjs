@@ -9,11 +9,16 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { createHash, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { startBackend } from "./support/backend.mjs";
 import { startPlugin, base, freshLedgerPath } from "./support/plugin.mjs";
+
+const SCENARIOS = Object.fromEntries(
+  JSON.parse(readFileSync(new URL("./scenarios/local-backend-faults.json", import.meta.url), "utf8")).scenarios.map((s) => [s.name, s]),
+);
 
 /** The server's limit and the budget the plugins declare for it. */
 const SERVER_LIMIT = "20/2000";
@@ -123,16 +128,16 @@ test("a 429 without Retry-After on the process create and on /connect is repeate
     const params = base(open);
     const lease = await plugin.harness.acquireLease({ ...params, runId: "run-429-fault" });
     await open.clearRequests();
-    await open.addFault({ method: "POST", path: "/v1/sandboxes/*/processes", action: { kind: "status", status: 429 }, times: 1 });
-    await open.addFault({ method: "GET", path: "/v1/sandboxes/*/processes/*/connect", action: { kind: "status", status: 429 }, times: 2 });
+    const scenario = SCENARIOS["execute-create-and-connect-throttled"];
+    for (const rule of scenario.faults) await open.addFault(rule);
     const result = await plugin.harness.execute({ ...params, lease, command: "printf", args: ["one\\ntwo\\n"] });
     await open.clearFaults();
     assert.equal(result.exitCode, 0);
     assert.equal(result.stdout, "one\ntwo\n");
     const requests = await open.requests();
-    assert.deepEqual(statuses(requests, "POST", PROCESS_CREATE), [429, 201], "the create was repeated once and happened once");
-    assert.deepEqual(statuses(requests, "GET", CONNECT), [429, 429, 200], "/connect was repeated twice");
-    assert.equal((await plugin.hooks.onHealth()).details.rateLimitThrottled, 3);
+    assert.deepEqual(statuses(requests, "POST", PROCESS_CREATE), scenario.expect.statuses["POST processes"], "the create was repeated once and happened once");
+    assert.deepEqual(statuses(requests, "GET", CONNECT), scenario.expect.statuses["GET connect"], "/connect was repeated twice");
+    assert.equal((await plugin.hooks.onHealth()).details.rateLimitThrottled, scenario.expect.throttled);
     await plugin.harness.destroyLease({ ...params, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
   } finally {
     await open.clearFaults();
@@ -154,14 +159,16 @@ test("a 429 is repeated at most three times and never past the call's deadline",
     const params = base(open);
     const lease = await plugin.harness.acquireLease({ ...params, runId: "run-429-bounds" });
     await open.clearRequests();
-    await open.addFault({ method: "POST", path: "/v1/sandboxes/*/processes", action: { kind: "status", status: 429 }, times: 4 });
+    const scenario = SCENARIOS["execute-create-throttled-beyond-repeats"];
+    for (const rule of scenario.faults) await open.addFault(rule);
     const refused = await plugin.harness.execute({ ...params, lease, command: "true" }).then(
       () => null,
       (error) => error,
     );
     assert.ok(refused, "the fourth 429 failed the command");
     assert.match(refused.message, /429|rate/i);
-    assert.deepEqual(statuses(await open.requests(), "POST", PROCESS_CREATE), [429, 429, 429, 429], "sent once and repeated three times");
+    assert.equal(refused.kind, scenario.expect.error);
+    assert.deepEqual(statuses(await open.requests(), "POST", PROCESS_CREATE), scenario.expect.statuses["POST processes"], "sent once and repeated three times");
     await open.clearFaults();
     assert.equal((await plugin.harness.execute({ ...params, lease, command: "echo", args: ["after"] })).stdout, "after\n", "the lease still works");
 
@@ -200,12 +207,13 @@ test("a large upload under the budget arrives intact, and a 429 on it is repeate
     const source = path.join(root, "big.bin");
     await writeFile(source, bytes);
     await open.clearRequests();
-    await open.addFault({ method: "PUT", path: "/v1/sandboxes/*/files", action: { kind: "status", status: 429 }, times: 1 });
+    const scenario = SCENARIOS["upload-throttled-once"];
+    for (const rule of scenario.faults) await open.addFault(rule);
     const sync = (hook, operations) => plugin.hooks[hook]({ ...params, lease, operations });
     const report = await sync("onEnvironmentSyncIn", [{ operationId: "in", files: [{ sourcePath: source, targetPath: "/paperclip-workspace/big.bin", kind: "file" }] }]);
     await open.clearFaults();
     assert.deepEqual(report.operations, [{ operationId: "in", filesTransferred: 1, bytesTransferred: bytes.length }]);
-    assert.deepEqual(statuses(await open.requests(), "PUT", /\/files$/), [429, 200], "the upload was repeated once after the 429");
+    assert.deepEqual(statuses(await open.requests(), "PUT", /\/files$/), scenario.expect.statuses["PUT files"], "the upload was repeated once after the 429");
     const back = path.join(root, "back.bin");
     await sync("onEnvironmentSyncOut", [{ operationId: "out", files: [{ sourcePath: "/paperclip-workspace/big.bin", targetPath: back, kind: "file" }] }]);
     const digest = (data) => createHash("sha256").update(data).digest("hex");
