@@ -180,6 +180,42 @@ test("a sandbox a failed acquire left behind is deleted by the next acquire, aft
   await handle.stop();
 });
 
+/**
+ * Pins issue 18 through Paperclip's own host: two workers forked by
+ * Paperclip's worker manager (two processes, each with its own pool) run
+ * commands at once against a server that allows 20 requests per 2 s; the
+ * operator's limit (`PAPERCLIP_CREATEOS_RATE_LIMIT`, the same 20 per 2 s)
+ * is one budget in the ledger file both open, so the server refuses
+ * nothing.
+ */
+test("two Paperclip workers share one rate budget: the rate-limited server never answers 429", async () => {
+  const limited = await startBackend({ rateLimit: "20/2000" });
+  const env = { PAPERCLIP_CREATEOS_RATE_LIMIT: "20/2000", PAPERCLIP_CREATEOS_RATE_LEDGER: path.join(mkdtempSync(path.join(tmpdir(), "host-shared-")), "rate-budget.sqlite") };
+  const workers = [await startWorker(env), await startWorker(env)];
+  try {
+    const on = (overrides = {}) => ({ ...params(overrides), config: { apiUrl: limited.url, apiKey: limited.key, timeoutMs: 60_000 } });
+    const runs = await Promise.all(
+      workers.map(async (handle, w) => {
+        const lease = await handle.call("environmentAcquireLease", { ...on(), runId: `run-host-shared-${w}` });
+        const results = await Promise.all(
+          Array.from({ length: 6 }, (_, i) => handle.call("environmentExecute", { ...on(), lease, command: "echo", args: [`w${w}-${i}`] }, 120_000)),
+        );
+        await handle.call("environmentDestroyLease", { ...on(), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata }, 120_000);
+        return { outputs: results.map((r) => r.stdout), health: (await handle.call("health", {})).details };
+      }),
+    );
+    runs.forEach((run, w) => assert.deepEqual(run.outputs, Array.from({ length: 6 }, (_, i) => `w${w}-${i}\n`)));
+    const counters = (await limited.info()).rate_limit;
+    assert.equal(counters.refused, 0, "the server refused nothing");
+    assert.equal(counters.admitted, runs[0].health.rateLimitStarts + runs[1].health.rateLimitStarts, "every request went through the shared budget");
+    assert.ok(counters.admitted > 20, "together they needed more than one window");
+    assert.ok(runs[0].health.rateLimitWaits + runs[1].health.rateLimitWaits > 0, "the shared budget made requests wait");
+  } finally {
+    for (const handle of workers) await handle.stop().catch(() => {});
+    await limited.stop();
+  }
+});
+
 test("unknown methods and wrong param types through Paperclip's host are JSON-RPC errors; the worker stays up", async () => {
   const handle = await startWorker();
   const pid = handle.diagnostics().pid;

@@ -81,9 +81,11 @@ export interface PluginOptions {
   /** Test-only: output containing this marker makes the component trap. */
   testTrapMarker?: string;
   /**
-   * Benchmarks and tests only: replaces the declared rate limit; `null`
-   * means no limit (the benchmarks compare per-command cost without a
-   * limit, as the Rust host's do). Undefined: the limit `describe()` declares.
+   * Replaces the declared rate limit: the operator's account limit
+   * (`PAPERCLIP_CREATEOS_RATE_LIMIT` in the worker), or in benchmarks and
+   * tests `null` for no limit (the benchmarks compare per-command cost
+   * without a limit, as the Rust host's do). Undefined: the limit
+   * `describe()` declares.
    */
   rateLimit?: WitRateLimit | null;
   /**

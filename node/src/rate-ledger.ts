@@ -59,6 +59,32 @@ function ensurePrivateDirectory(dir: string) {
   }
 }
 
+/** Environment variable with the operator's limit instead of the declared one (`REQUESTS/WINDOW_MS[/PER_SECOND]`). */
+export const RATE_LIMIT_ENV = "PAPERCLIP_CREATEOS_RATE_LIMIT";
+
+/**
+ * Parses `REQUESTS/WINDOW_MS` (for example `300/60000`) or
+ * `REQUESTS/WINDOW_MS/PER_SECOND`, as the `sandbox` CLI's `--rate-limit`;
+ * throws a readable error naming the setting otherwise.
+ */
+export function parseRateLimit(text: string, setting = RATE_LIMIT_ENV): WitRateLimit {
+  const parts = text.split("/").map((part) => part.trim());
+  const number = (part: string, what: string) => {
+    if (!/^\d+$/.test(part) || Number(part) <= 0 || !Number.isSafeInteger(Number(part))) {
+      throw new Error(`invalid ${setting} ${JSON.stringify(text)}: ${what} must be a positive whole number`);
+    }
+    return Number(part);
+  };
+  if (parts.length !== 2 && parts.length !== 3) {
+    throw new Error(`invalid ${setting} ${JSON.stringify(text)}: expected REQUESTS/WINDOW_MS, for example 300/60000`);
+  }
+  return {
+    requests: number(parts[0], "the request count"),
+    windowMs: number(parts[1], "the window (ms)"),
+    perSecond: parts.length === 3 ? number(parts[2], "the per-second cap") : undefined,
+  };
+}
+
 /** A start the ledger allowed (its row), or how long to wait before asking again. */
 export type StartDecision = { entry: number } | { waitMs: number };
 

@@ -9,7 +9,7 @@ import { http } from "@bytecodealliance/preview2-shim";
 import { createOutgoingHandler, HostFields } from "../dist/outgoing-handler.js";
 import { spawn } from "node:child_process";
 import { createPacerBuffer, Pacer, pacerQueue, pacerWaits } from "../dist/pacer.js";
-import { windowMargin, waitFor } from "../dist/rate-ledger.js";
+import { parseRateLimit, windowMargin, waitFor } from "../dist/rate-ledger.js";
 import { setTimeout as delay } from "node:timers/promises";
 import { startRecordingServer } from "./support/backend.mjs";
 import { freshLedgerPath } from "./support/plugin.mjs";
@@ -148,6 +148,14 @@ test("the decision rule: a start waits only when the window is full, a 429 pause
   const capped = { requests: 100, windowMs: 60_000, perSecond: 2 };
   assert.equal(waitFor([1000], 0, capped, 60_600, 1100), undefined);
   assert.equal(waitFor([1000, 1050], 0, capped, 60_600, 1100), 925);
+});
+
+test("an operator's limit parses like the sandbox CLI's --rate-limit; bad ones are clear errors naming the setting", () => {
+  assert.deepEqual(parseRateLimit("300/60000"), { requests: 300, windowMs: 60_000, perSecond: undefined });
+  assert.deepEqual(parseRateLimit("20/2000/5"), { requests: 20, windowMs: 2000, perSecond: 5 });
+  for (const bad of ["", "300", "0/100", "x/100", "1/2/3/4", "-1/5", "1.5/100"]) {
+    assert.throws(() => parseRateLimit(bad), (error) => /invalid PAPERCLIP_CREATEOS_RATE_LIMIT/.test(error.message), bad);
+  }
 });
 
 /**
