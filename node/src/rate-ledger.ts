@@ -135,9 +135,11 @@ export class RateLedger {
   static open(file: string): RateLedger {
     try {
       ensurePrivateDirectory(path.dirname(file));
-      const db = new DatabaseSync(file, { timeout: 5_000 });
+      const db = new DatabaseSync(file);
+      // Wait for another process's transaction rather than fail (the pragma, not the
+      // constructor option, so that it also holds on Node 22, which Paperclip runs on).
       // The ledger only matters while requests run: no fsync needed.
-      db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;");
+      db.exec("PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;");
       db.exec(`CREATE TABLE IF NOT EXISTS request_starts (origin TEXT NOT NULL, at_ms INTEGER NOT NULL);
                CREATE INDEX IF NOT EXISTS request_starts_by_origin ON request_starts (origin, at_ms);
                CREATE TABLE IF NOT EXISTS origin_pauses (origin TEXT PRIMARY KEY, until_ms INTEGER NOT NULL);`);
@@ -164,7 +166,11 @@ export class RateLedger {
       this.#db.exec("COMMIT");
       return { entry };
     } catch (error) {
-      if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+      try {
+        this.#db.exec("ROLLBACK");
+      } catch {
+        // No transaction was open (BEGIN itself failed).
+      }
       throw error;
     }
   }
