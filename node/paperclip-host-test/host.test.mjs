@@ -6,7 +6,7 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { spawn } from "node:child_process";
@@ -22,7 +22,8 @@ const SCENARIOS = Object.fromEntries(
   JSON.parse(readFileSync(new URL("../test/scenarios/local-backend-faults.json", import.meta.url), "utf8")).scenarios.map((s) => [s.name, s]),
 );
 /** This suite's rate budget file, handed to every worker through the environment Paperclip passes. */
-const LEDGER = path.join(mkdtempSync(path.join(tmpdir(), "host-rate-budget-")), "rate-budget.sqlite");
+const LEDGERS = mkdtempSync(path.join(tmpdir(), "host-rate-budget-"));
+const LEDGER = path.join(LEDGERS, "rate-budget.sqlite");
 const COMPANY = "company-host";
 const ENVIRONMENT = "environment-host";
 
@@ -48,6 +49,7 @@ after(async () => {
   for (const handle of handles) await handle.stop().catch(() => {});
   await stranger?.stop();
   const stopped = await backend?.stop();
+  rmSync(LEDGERS, { recursive: true, force: true });
   assert.match(stopped.stderr, /none survived/);
 });
 
@@ -191,7 +193,7 @@ test("a sandbox a failed acquire left behind is deleted by the next acquire, aft
  */
 test("two Paperclip workers share one rate budget: the rate-limited server never answers 429", async () => {
   const limited = await startBackend({ rateLimit: "10/2000" });
-  const env = { PAPERCLIP_CREATEOS_RATE_LIMIT: "10/2000", PAPERCLIP_CREATEOS_RATE_LEDGER: path.join(mkdtempSync(path.join(tmpdir(), "host-shared-")), "rate-budget.sqlite") };
+  const env = { PAPERCLIP_CREATEOS_RATE_LIMIT: "10/2000", PAPERCLIP_CREATEOS_RATE_LEDGER: path.join(LEDGERS, "shared.sqlite") };
   const workers = [await startWorker(env), await startWorker(env)];
   try {
     const on = (overrides = {}) => ({ ...params(overrides), config: { apiUrl: limited.url, apiKey: limited.key, timeoutMs: 60_000 } });

@@ -10,7 +10,7 @@ import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { createHash, randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { startBackend } from "./support/backend.mjs";
@@ -223,5 +223,6 @@ test("a large upload under the budget arrives intact, and a 429 on it is repeate
   } finally {
     await open.clearFaults();
     await plugin.stop();
+    await rm(root, { recursive: true, force: true });
   }
 });

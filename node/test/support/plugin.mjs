@@ -1,6 +1,6 @@
 // The plugin under Paperclip's SDK test harness (createEnvironmentTestHarness),
 // with a recording execute log sink (the harness's own sink is a no-op).
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createEnvironmentTestHarness } from "@paperclipai/plugin-sdk/testing";
@@ -10,9 +10,17 @@ import { createPlugin } from "../../dist/plugin.js";
 export const COMPANY = "company-a";
 export const ENVIRONMENT = "environment-1";
 
+/** This test process's budget files, removed when it exits. */
+let ledgers;
+
 /** A fresh rate budget file, so that tests do not share budgets unless they mean to. */
 export function freshLedgerPath() {
-  return path.join(mkdtempSync(path.join(tmpdir(), "createos-rate-budget-")), "rate-budget.sqlite");
+  if (!ledgers) {
+    ledgers = mkdtempSync(path.join(tmpdir(), "createos-rate-budget-"));
+    const dir = ledgers;
+    process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+  }
+  return path.join(mkdtempSync(path.join(ledgers, "budget-")), "rate-budget.sqlite");
 }
 
 /**
