@@ -11,7 +11,10 @@
 //    inside the thread, plus the same call).
 // 3. `execute` of `true` through the plugin's hooks against createos-local,
 //    no rate limit (like the Rust bench's section 2), with the number of
-//    HTTP requests per command.
+//    HTTP requests per command; then the same with CreateOS's declared
+//    limit (300 per 60 s) spent through the machine-wide budget.
+// 4. the budget's cost per request: one start and its settle in the SQLite
+//    ledger (node:sqlite, WAL, no fsync) against a request with no limit.
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { existsSync } from "node:fs";
@@ -21,6 +24,10 @@ import { createEnvironmentTestHarness } from "@paperclipai/plugin-sdk/testing";
 import manifest from "../dist/manifest.js";
 import { createPlugin } from "../dist/plugin.js";
 import { ProviderPool } from "../dist/pool.js";
+import { Worker } from "node:worker_threads";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 
 const release = fileURLToPath(new URL("../../target/release/createos-local", import.meta.url));
 if (!process.env.CREATEOS_LOCAL_BIN && existsSync(release)) process.env.CREATEOS_LOCAL_BIN = release;
@@ -89,39 +96,88 @@ async function section2() {
   row(2, "call on a warm thread, instance reused (`validate-config`, median of 200)", ms(r), `fresh instance per call: instantiate ${ms(f)} (median of 10) + the call`, `${((f + r) / r).toFixed(0)}x cheaper`);
 }
 
+/**
+ * `execute` of `true`: one plugin without a limit and one spending CreateOS's
+ * declared limit through its own budget file, commands alternating between
+ * the two (so that load changes of the machine hit both alike).
+ */
 async function section3() {
   const backend = await startBackend();
-  const plugin = createPlugin({ poolSize: 2, env: {}, rateLimit: null });
-  const hooks = plugin.definition;
-  const harness = createEnvironmentTestHarness({ manifest, environmentDriver: { driverKey: "createos" } });
-  await hooks.setup(harness.ctx);
   const params = { driverKey: "createos", companyId: "bench", environmentId: "bench", config: { apiUrl: backend.url, apiKey: backend.key } };
-  try {
+  const make = async (limited) => {
+    const ledger = path.join(mkdtempSync(path.join(tmpdir(), "bench-budget-")), "rate-budget.sqlite");
+    const hooks = createPlugin({ poolSize: 2, env: {}, rateLimit: limited ? undefined : null, rateLedgerPath: ledger }).definition;
+    const harness = createEnvironmentTestHarness({ manifest, environmentDriver: { driverKey: "createos" } });
+    await hooks.setup(harness.ctx);
     const lease = await hooks.onEnvironmentAcquireLease({ ...params, runId: "bench" });
-    const times = [];
+    return { hooks, lease, times: [] };
+  };
+  const free = await make(false);
+  const limited = await make(true);
+  try {
     let requests = 0;
     for (let i = 0; i < 33; i++) {
-      await backend.clearRequests();
-      const t = now();
-      const result = await hooks.onEnvironmentExecute({ ...params, lease, command: "true" });
-      const took = now() - t;
-      if (result.exitCode !== 0) throw new Error(`true failed: ${JSON.stringify(result)}`);
-      if (i >= 3) times.push(took), (requests += (await backend.requests()).length);
+      for (const plugin of i % 2 ? [free, limited] : [limited, free]) {
+        await backend.clearRequests();
+        const t = now();
+        const result = await plugin.hooks.onEnvironmentExecute({ ...params, lease: plugin.lease, command: "true" });
+        const took = now() - t;
+        if (result.exitCode !== 0) throw new Error(`true failed: ${JSON.stringify(result)}`);
+        if (i < 3) continue;
+        plugin.times.push(took);
+        if (plugin === free) requests += (await backend.requests()).length;
+      }
     }
-    await hooks.onEnvironmentDestroyLease({ ...params, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
-    row(3, "`execute` of `true` through the plugin (worker thread, jco), median of 30, no rate limit", ms(median(times)), "Rust host: see BENCHMARKS.md", "");
-    row(3, "HTTP requests per command", (requests / times.length).toFixed(1), "", "");
-    return { median: median(times), backend: process.env.CREATEOS_LOCAL_BIN ?? "target/debug/createos-local" };
+    const waits = (await limited.hooks.onHealth()).details.rateLimitWaits;
+    const [a, b] = [median(free.times), median(limited.times)];
+    row(3, "`execute` of `true` through the plugin (worker thread, jco), median of 30, no rate limit", ms(a), "Rust host: see BENCHMARKS.md", "");
+    row(3, "HTTP requests per command", (requests / free.times.length).toFixed(1), "", "");
+    row(3, `the same, CreateOS's declared limit (300 per 60 s) through the shared budget, commands alternating with the row above (requests that waited: ${waits})`, ms(b), `no limit ${ms(a)}`, `${(b / a).toFixed(2)}x`);
+    return { median: a, backend: process.env.CREATEOS_LOCAL_BIN ?? "target/debug/createos-local" };
   } finally {
-    await hooks.onShutdown();
+    for (const plugin of [free, limited]) {
+      await plugin.hooks.onEnvironmentDestroyLease({ ...params, providerLeaseId: plugin.lease.providerLeaseId, leaseMetadata: plugin.lease.metadata });
+      await plugin.hooks.onShutdown();
+    }
     await backend.stop();
   }
+}
+
+/** Per-request cost of the budget, timed inside a worker thread (the budget blocks with Atomics.wait). */
+async function section4() {
+  const source = `
+    const { workerData, parentPort } = require("node:worker_threads");
+    import(workerData.pacerUrl).then(({ Pacer, createPacerBuffer }) => {
+      const limit = { requests: 300, windowMs: 60000 };
+      const rounds = [];
+      for (let round = 0; round < 7; round++) {
+        const pacer = new Pacer(createPacerBuffer(), workerData.dir + "/round-" + round + ".sqlite");
+        pacer.acquire("http://bench", limit, "work", { deadlineMs: Infinity }).settle();
+        const t = performance.now();
+        for (let i = 0; i < 250; i++) pacer.acquire("http://bench", limit, "work", { deadlineMs: Infinity }).settle();
+        const limited = (performance.now() - t) / 250;
+        const u = performance.now();
+        for (let i = 0; i < 250; i++) pacer.acquire("http://bench", undefined, "work", { deadlineMs: Infinity }).settle();
+        rounds.push([limited, (performance.now() - u) / 250]);
+      }
+      parentPort.postMessage(rounds);
+    });`;
+  const dir = mkdtempSync(path.join(tmpdir(), "bench-ledger-"));
+  const rounds = await new Promise((resolve, reject) => {
+    const worker = new Worker(source, { eval: true, workerData: { pacerUrl: new URL("../dist/pacer.js", import.meta.url).href, dir } });
+    worker.once("message", resolve);
+    worker.once("error", reject);
+  });
+  const limited = median(rounds.map(([l]) => l));
+  const free = median(rounds.map(([, f]) => f));
+  row(4, "budget cost per request: start + settle in the SQLite ledger (median of 7 rounds of 250, window filling up to 251)", ms(limited), `no limit: ${ms(free)}`, `+${ms(limited - free)} per request`);
 }
 
 const started = now();
 await section1();
 await section2();
 const execute = await section3();
+await section4();
 console.log(`Node ${process.version}, ${cpus().length} cores (${cpus()[0]?.model}), load average ${loadavg().map((l) => l.toFixed(1)).join(" ")}, ${new Date().toISOString()}; backend ${execute.backend}; run ${((now() - started) / 1000).toFixed(1)} s\n`);
 console.log("| # | figure | measured | baseline | ratio |\n|---|---|---|---|---|");
 for (const line of rows) console.log(line);

@@ -6,7 +6,9 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
@@ -19,6 +21,9 @@ const WORKER = fileURLToPath(new URL("../dist/worker.js", import.meta.url));
 const SCENARIOS = Object.fromEntries(
   JSON.parse(readFileSync(new URL("../test/scenarios/local-backend-faults.json", import.meta.url), "utf8")).scenarios.map((s) => [s.name, s]),
 );
+/** This suite's rate budget file, handed to every worker through the environment Paperclip passes. */
+const LEDGERS = mkdtempSync(path.join(tmpdir(), "host-rate-budget-"));
+const LEDGER = path.join(LEDGERS, "rate-budget.sqlite");
 const COMPANY = "company-host";
 const ENVIRONMENT = "environment-host";
 
@@ -44,6 +49,7 @@ after(async () => {
   for (const handle of handles) await handle.stop().catch(() => {});
   await stranger?.stop();
   const stopped = await backend?.stop();
+  rmSync(LEDGERS, { recursive: true, force: true });
   assert.match(stopped.stderr, /none survived/);
 });
 
@@ -56,7 +62,7 @@ async function startWorker(env = {}) {
     apiVersion: 1,
     hostHandlers,
     autoRestart: false,
-    env: { PAPERCLIP_CREATEOS_WASM_THREADS: "2", ...env },
+    env: { PAPERCLIP_CREATEOS_WASM_THREADS: "2", PAPERCLIP_CREATEOS_RATE_LEDGER: LEDGER, ...env },
   });
   handles.push(handle);
   await handle.start();
@@ -142,6 +148,75 @@ test("a poisoned lease survives a worker restart (ctx.state through the host's s
   assert.equal(destroyed.state, "destroyed");
   assert.equal([...store.keys()].some((key) => key.includes(lease.providerLeaseId)), false, "destroy cleared it");
   await handle.stop();
+});
+
+/**
+ * Pins issue 17 through Paperclip's own host: the SDK sends only the
+ * message of a thrown error, so the host never gets the id of a sandbox a
+ * failed acquire could not delete. The plugin's own record in the host's
+ * state store does; it survives a worker restart, and the environment's
+ * next acquire deletes the sandbox and the record.
+ */
+test("a sandbox a failed acquire left behind is deleted by the next acquire, after a worker restart", async () => {
+  const scenario = SCENARIOS["acquire-setup-and-delete-fail"];
+  let handle = await startWorker();
+  for (const rule of scenario.faults) await backend.addFault(rule);
+  const failed = await settle(handle.call("environmentAcquireLease", { ...params(), runId: "run-host-orphan" }));
+  await backend.clearFaults();
+  assert.equal(failed.error?.code, PLUGIN_RPC_ERROR_CODES.WORKER_ERROR);
+  assert.equal(failed.error.data?.providerLeaseId, undefined, "the host got no structured sandbox id");
+  const sandboxId = /for sandbox (\S+):/i.exec(failed.error.message)?.[1];
+  assert.ok(sandboxId, failed.error.message);
+  const orphans = stateKey({ scopeKind: "company", scopeId: COMPANY, namespace: "orphaned-sandboxes", stateKey: ENVIRONMENT });
+  assert.deepEqual(store.get(orphans)?.sandboxes.map((o) => o.providerLeaseId), [sandboxId], "recorded in the host's store");
+
+  await handle.stop();
+  handle = await startWorker();
+  await backend.clearRequests();
+  const lease = await handle.call("environmentAcquireLease", { ...params(), runId: "run-host-after-orphan" });
+  const deletes = (await backend.requests()).filter((r) => r.method === "DELETE" && r.path === `/v1/sandboxes/${sandboxId}`);
+  assert.deepEqual(deletes.map((r) => r.status < 300), [true], "the restarted worker's next acquire deleted it");
+  assert.deepEqual(store.get(orphans)?.sandboxes, []);
+  assert.equal([...store.keys()].some((key) => key.includes(sandboxId)), false, "its poison went too");
+  await handle.call("environmentDestroyLease", { ...params(), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+  await handle.stop();
+});
+
+/**
+ * Pins issue 18 through Paperclip's own host: two workers forked by
+ * Paperclip's worker manager (two processes, each with its own pool) run
+ * commands at once against a server that allows 10 requests per 2 s (far
+ * below what four threads ask for, so the budget binds); the operator's
+ * limit (`PAPERCLIP_CREATEOS_RATE_LIMIT`, the same 10 per 2 s)
+ * is one budget in the ledger file both open, so the server refuses
+ * nothing.
+ */
+test("two Paperclip workers share one rate budget: the rate-limited server never answers 429", async () => {
+  const limited = await startBackend({ rateLimit: "10/2000" });
+  const env = { PAPERCLIP_CREATEOS_RATE_LIMIT: "10/2000", PAPERCLIP_CREATEOS_RATE_LEDGER: path.join(LEDGERS, "shared.sqlite") };
+  const workers = [await startWorker(env), await startWorker(env)];
+  try {
+    const on = (overrides = {}) => ({ ...params(overrides), config: { apiUrl: limited.url, apiKey: limited.key, timeoutMs: 60_000 } });
+    const runs = await Promise.all(
+      workers.map(async (handle, w) => {
+        const lease = await handle.call("environmentAcquireLease", { ...on(), runId: `run-host-shared-${w}` });
+        const results = await Promise.all(
+          Array.from({ length: 6 }, (_, i) => handle.call("environmentExecute", { ...on(), lease, command: "echo", args: [`w${w}-${i}`] }, 120_000)),
+        );
+        await handle.call("environmentDestroyLease", { ...on(), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata }, 120_000);
+        return { outputs: results.map((r) => r.stdout), health: (await handle.call("health", {})).details };
+      }),
+    );
+    runs.forEach((run, w) => assert.deepEqual(run.outputs, Array.from({ length: 6 }, (_, i) => `w${w}-${i}\n`)));
+    const counters = (await limited.info()).rate_limit;
+    assert.equal(counters.refused, 0, "the server refused nothing");
+    assert.equal(counters.admitted, runs[0].health.rateLimitStarts + runs[1].health.rateLimitStarts, "every request went through the shared budget");
+    assert.ok(counters.admitted > 10, "together they needed more than one window");
+    assert.ok(runs[0].health.rateLimitWaits + runs[1].health.rateLimitWaits > 0, "the shared budget made requests wait");
+  } finally {
+    for (const handle of workers) await handle.stop().catch(() => {});
+    await limited.stop();
+  }
 });
 
 test("unknown methods and wrong param types through Paperclip's host are JSON-RPC errors; the worker stays up", async () => {

@@ -8,16 +8,38 @@
  * - the secret header (the API key) added only to requests for that origin,
  *   replacing any header of the same name the component set; the key is never
  *   visible to the component (its `fields.entries()` never show it);
- * - the provider's declared rate limit, spent through the shared {@link Pacer}.
+ * - the provider's declared rate limit, spent through the shared
+ *   {@link Pacer} (one budget per origin per machine): a request starts only
+ *   when the budget allows (process and sandbox `DELETE`, which clean up, go
+ *   ahead of waiting work), and not after the call's deadline
+ *   (`connection-timeout` then, as the Rust host answers);
+ * - 429 is information: it pauses the origin's budget for its `Retry-After`
+ *   (whole seconds; else one window; at most 5 minutes), and the same
+ *   request is sent again after the pause, at most
+ *   {@link MAX_THROTTLED_REPEATS} times and never past the call's deadline
+ *   (the contract's `rate-limit`: a 429 means the API did not carry the
+ *   request out, so a create it answered did not happen); the request is
+ *   sent again with the body this host kept (below). When the repeats are
+ *   spent or the deadline would pass, the 429 reaches the component, which
+ *   fails the operation as before.
  *
  * The shim locks a request's headers when the request is built, so the key
  * cannot be added by mutation. Instead, the component's `fields` resource is
  * a subclass of the shim's whose `entries()` includes the key only while this
  * handler is inside the shim's synchronous `handle` for that one request.
+ * Likewise the component's request bodies are kept in this host
+ * (`request-body.ts`); a request is sent when `outgoing-body.finish`
+ * completes its body, head and whole body together.
  */
-import { http } from "@bytecodealliance/preview2-shim";
-import type { Pacer } from "./pacer.js";
+import { clocks, http, io } from "@bytecodealliance/preview2-shim";
+import type { Grant, Pacer, Priority } from "./pacer.js";
+import { keptBody, type BodyCopy } from "./request-body.js";
 import type { WitRateLimit } from "./wit-types.js";
+
+/** How many times a request answered 429 is sent again (each after the pause the answer asked for). */
+export const MAX_THROTTLED_REPEATS = 3;
+/** The longest pause a 429's `Retry-After` can impose. */
+export const MAX_THROTTLE_PAUSE_MS = 300_000;
 
 /** What the handler allows and injects during one provider call. */
 export interface OutgoingPolicy {
@@ -27,6 +49,10 @@ export interface OutgoingPolicy {
   secret: { header: string; value: string } | undefined;
   /** The request budget per origin (none: no limit). */
   rateLimit: WitRateLimit | undefined;
+  /** Epoch milliseconds: no request starts, and none is repeated, after this (the call's deadline). */
+  deadlineMs?: number;
+  /** Whether the call was cancelled (a waiting work request then gives up). */
+  cancelled?: () => boolean;
 }
 
 type ShimFields = InstanceType<typeof http.types.Fields>;
@@ -73,6 +99,17 @@ export function requestOrigin(scheme: { tag: string; val?: string } | undefined,
   }
 }
 
+/**
+ * The origins a config's `validate-config` answer allows, normalised like
+ * {@link requestOrigin}. The one place that reads the answer's origin: the
+ * provider thread (which origin the handler allows) and the plugin (where a
+ * left-behind sandbox lives) both ask here.
+ */
+export function allowedOrigins(validation: { apiOrigin?: string }): string[] {
+  const origin = validation.apiOrigin ? normaliseOrigin(validation.apiOrigin) : undefined;
+  return origin ? [origin] : [];
+}
+
 /** Normalises an allowed origin the same way as {@link requestOrigin}. */
 export function normaliseOrigin(origin: string): string | undefined {
   try {
@@ -83,11 +120,161 @@ export function normaliseOrigin(origin: string): string | undefined {
   }
 }
 
+
+type ShimOutgoingRequest = InstanceType<typeof http.types.OutgoingRequest>;
+type ShimIncomingResponse = (typeof http.types.IncomingResponse)["prototype"];
+type ShimFuture = (typeof http.types.FutureIncomingResponse)["prototype"];
+type FutureValue = ReturnType<ShimFuture["get"]>;
+
+/** The method name of a request (`GET`, `DELETE`, ...). */
+function methodOf(request: ShimOutgoingRequest): string {
+  const method = request.method() as { tag: string; val?: string };
+  return (method.tag === "other" ? (method.val ?? "") : method.tag).toUpperCase();
+}
+
+/** A `Retry-After` given in seconds (an HTTP date is not trusted: clocks differ). */
+export function retryAfterMs(response: ShimIncomingResponse): number | undefined {
+  const values = response.headers().get("retry-after") as Uint8Array[];
+  if (values.length === 0) return undefined;
+  const text = new TextDecoder().decode(values[0]).trim();
+  if (!/^\d+$/.test(text)) return undefined;
+  return Number(text) * 1000;
+}
+
+function responseOf(value: FutureValue): ShimIncomingResponse | undefined {
+  const outer = value as { tag: string; val: { tag: string; val: ShimIncomingResponse } } | undefined;
+  return outer?.tag === "ok" && outer.val.tag === "ok" ? outer.val.val : undefined;
+}
+
+/** Waits for `future`'s answer until `deadline` (epoch ms); whether it came. */
+function answeredBy(future: ShimFuture, deadline: number): boolean {
+  const answer = future.subscribe();
+  if (!Number.isFinite(deadline)) {
+    answer.block();
+    return true;
+  }
+  const remaining = BigInt(Math.max(0, Math.ceil(deadline - Date.now()))) * 1_000_000n;
+  const ready = io.poll.poll([answer, clocks.monotonicClock.subscribeDuration(remaining)]) as ArrayLike<number>;
+  return Array.from(ready).includes(0);
+}
+
+/** The per-phase timeouts of a request's options, read before the shim consumes them. */
+interface Timeouts {
+  connect: bigint | undefined;
+  firstByte: bigint | undefined;
+  betweenBytes: bigint | undefined;
+}
+
+function timeoutsOf(options: any): Timeouts {
+  return { connect: options?.connectTimeout(), firstByte: options?.firstByteTimeout(), betweenBytes: options?.betweenBytesTimeout() };
+}
+
+/** Request options the shim reads, from kept timeouts (the component's own options resource may be gone by then). */
+function optionsOf(timeouts: Timeouts) {
+  return { connectTimeout: () => timeouts.connect, firstByteTimeout: () => timeouts.firstByte, betweenBytesTimeout: () => timeouts.betweenBytes };
+}
+
+const ShimFutureClass = http.types.FutureIncomingResponse as unknown as { prototype: object };
+
+/** The grant of a request under no limit. */
+const NO_LIMIT: Grant = { settle() {} };
+
 /** Builds the handler; `policy()` gives the rules of the call in progress. */
 export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer) {
   const encoder = new TextEncoder();
+
+  /** Sends `request` through the shim, with the key injected when there is one. */
+  function send(request: ShimOutgoingRequest, options: unknown, secret: OutgoingPolicy["secret"]): ShimFuture {
+    if (!secret) return http.outgoingHandler.handle(request as never, options as never) as ShimFuture;
+    injecting = { fields: request.headers(), header: secret.header, value: encoder.encode(secret.value) };
+    try {
+      return http.outgoingHandler.handle(request as never, options as never) as ShimFuture;
+    } finally {
+      injecting = undefined;
+    }
+  }
+
+  /** Waits for the budget; `connection-timeout` when the call's deadline or cancellation comes first. */
+  function admit(origin: string, current: OutgoingPolicy, priority: Priority): Grant | undefined {
+    let grant: Grant | undefined;
+    try {
+      grant = pacer.acquire(origin, current.rateLimit, priority, {
+        deadlineMs: current.deadlineMs ?? Number.POSITIVE_INFINITY,
+        cancelled: current.cancelled,
+      });
+    } catch (error) {
+      // The host could not read its own budget: it refuses to send rather than risk the provider's limit.
+      throw { tag: "internal-error", val: error instanceof Error ? error.message : String(error) };
+    }
+    return grant;
+  }
+
+  /**
+   * Sends a request with the component's method, target and headers and
+   * the whole kept body. A body that fits the shim's stream buffer is
+   * written before the head leaves, so both go out together; a larger one
+   * is written as the server reads it, and writing stops when the answer
+   * comes first (a 429 before the body was read) or the call's deadline
+   * passes: the answer, not the write, decides.
+   */
+  function sendWhole(original: ShimOutgoingRequest, copy: BodyCopy, timeouts: Timeouts, secret: OutgoingPolicy["secret"], deadline: number): ShimFuture {
+    const headers = new HostFields();
+    for (const [name, value] of original.headers().entries()) headers.append(name, value);
+    const request = new http.types.OutgoingRequest(headers as never);
+    request.setMethod(original.method());
+    request.setScheme(original.scheme());
+    request.setAuthority(original.authority());
+    request.setPathWithQuery(original.pathWithQuery());
+    const body = request.body();
+    const stream = body.write();
+    const pieces: Uint8Array[] = [];
+    for (const chunk of copy.chunks) for (let at = 0; at < chunk.byteLength; at += 4096) pieces.push(chunk.subarray(at, at + 4096));
+    if (copy.bytes <= Number(stream.checkWrite())) {
+      for (const piece of pieces) stream.write(piece);
+      http.types.OutgoingBody.finish(body, undefined);
+      return send(request, optionsOf(timeouts), secret);
+    }
+    const future = send(request, optionsOf(timeouts), secret);
+    const timer = Number.isFinite(deadline)
+      ? clocks.monotonicClock.subscribeDuration(BigInt(Math.max(0, Math.ceil(deadline - Date.now()))) * 1_000_000n)
+      : undefined;
+    try {
+      let next = 0;
+      while (next < pieces.length) {
+        let room: number;
+        try {
+          room = Number(stream.checkWrite());
+        } catch {
+          return future; // the request broke off: its answer (or error) tells what happened
+        }
+        if (room > 0) {
+          const piece = pieces[next];
+          if (piece.byteLength <= room) {
+            stream.write(piece);
+            next += 1;
+          } else {
+            stream.write(piece.subarray(0, room));
+            pieces[next] = piece.subarray(room);
+          }
+          continue;
+        }
+        const space = stream.subscribe();
+        const answer = future.subscribe();
+        const ready = Array.from(io.poll.poll(timer ? [space, answer, timer] : [space, answer]) as ArrayLike<number>);
+        for (const pollable of [space, answer]) (pollable as unknown as Record<symbol, () => void>)[Symbol.dispose]?.();
+        if (!ready.includes(0)) return future; // answered before the body was read, or out of time
+      }
+      http.types.OutgoingBody.finish(body, undefined);
+    } catch {
+      // A write the server no longer reads: its answer decides.
+    } finally {
+      (timer as unknown as Record<symbol, () => void> | undefined)?.[Symbol.dispose]?.();
+    }
+    return future;
+  }
+
   return {
-    handle(request: any, options: unknown) {
+    handle(request: ShimOutgoingRequest, options: unknown) {
       const current = policy();
       const target = requestOrigin(request.scheme(), request.authority());
       const allowed = current.allowedOrigin ? normaliseOrigin(current.allowedOrigin) : undefined;
@@ -100,14 +287,103 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
         // A request whose headers did not come from this host cannot carry the key.
         throw { tag: "internal-error", val: "request headers were not created through the host" };
       }
-      pacer.waitForTurn(target, current.rateLimit);
-      if (!current.secret) return http.outgoingHandler.handle(request, options as never);
-      injecting = { fields: headers, header: current.secret.header, value: encoder.encode(current.secret.value) };
-      try {
-        return http.outgoingHandler.handle(request, options as never);
-      } finally {
-        injecting = undefined;
+      const copy = keptBody(request);
+      const limit = current.rateLimit;
+      if (!copy) {
+        // A request whose body did not go through this host: the shim sends it as it is.
+        if (!limit) return send(request, options, current.secret);
+        const grant = admit(target, current, "work");
+        if (!grant) throw { tag: "connection-timeout" };
+        const future = send(request, options, current.secret);
+        grant.settle();
+        return future;
       }
+      const priority: Priority = methodOf(request) === "DELETE" ? "cleanup" : "work";
+      const grant = limit ? admit(target, current, priority) : NO_LIMIT;
+      if (!grant) throw { tag: "connection-timeout" };
+      const timeouts = timeoutsOf(options);
+      const deadline = current.deadlineMs ?? Number.POSITIVE_INFINITY;
+      let real: ShimFuture | undefined;
+      const start = () => {
+        real ??= sendWhole(request, copy, timeouts, current.secret, deadline);
+      };
+      // The request leaves when the component finishes its body.
+      if (copy.finished) start();
+      else copy.onFinish = start;
+      let answered = false;
+      const future = Object.create(ShimFutureClass.prototype) as ShimFuture & Record<symbol, () => void>;
+      Object.assign(future, {
+        // Before the body is finished there is nothing to wait for yet.
+        subscribe: () => (real ? real.subscribe() : clocks.monotonicClock.subscribeDuration(0n)),
+        get: (): FutureValue => {
+          if (!real) return undefined;
+          const value = real.get();
+          if (value === undefined || answered) return value;
+          answered = true;
+          // The API counted the request when it arrived, before this.
+          grant.settle();
+          return limit ? afterThrottling(request, copy, value, target, limit, priority, current, timeouts) : value;
+        },
+      });
+      future[Symbol.dispose] = () => {
+        grant.settle();
+        (real as (ShimFuture & Record<symbol, () => void>) | undefined)?.[Symbol.dispose]();
+      };
+      return future;
     },
   };
+
+  /**
+   * Answers a 429 as information: pauses the origin, then sends the request
+   * again while it may be repeated, fits the deadline and the repeats last.
+   * Returns the answer the component gets.
+   */
+  function afterThrottling(
+    request: ShimOutgoingRequest,
+    copy: BodyCopy,
+    first: FutureValue,
+    origin: string,
+    limit: WitRateLimit,
+    priority: Priority,
+    current: OutgoingPolicy,
+    timeouts: Timeouts,
+  ): FutureValue {
+    let value = first;
+    for (let repeats = 0; ; repeats++) {
+      const response = responseOf(value);
+      if (!response || response.status() !== 429) return value;
+      const pause = Math.min(retryAfterMs(response) ?? limit.windowMs, MAX_THROTTLE_PAUSE_MS);
+      try {
+        pacer.throttled(origin, pause);
+      } catch {
+        // Without a working budget the 429 goes to the provider.
+        return value;
+      }
+      const deadline = current.deadlineMs ?? Number.POSITIVE_INFINITY;
+      if (repeats >= MAX_THROTTLED_REPEATS || Date.now() + pause >= deadline) return value;
+      let grant: Grant | undefined;
+      try {
+        grant = admit(origin, current, priority);
+      } catch {
+        return value;
+      }
+      if (!grant) return value;
+      let next: FutureValue;
+      try {
+        const future = sendWhole(request, copy, timeouts, current.secret, deadline);
+        if (!answeredBy(future, deadline)) {
+          // No answer by the call's deadline: the component gets the 429 it would have had.
+          (future as unknown as Record<symbol, () => void>)[Symbol.dispose]();
+          return value;
+        }
+        next = future.get();
+      } catch {
+        return value;
+      } finally {
+        grant.settle();
+      }
+      (response as unknown as { [Symbol.dispose](): void })[Symbol.dispose]();
+      value = next;
+    }
+  }
 }

@@ -1,87 +1,93 @@
 /**
  * The provider's declared rate limit, per API origin, spent as one sliding
- * window budget shared by every worker thread of the pool.
+ * window budget per machine: the starts are kept in the {@link RateLedger}
+ * file that every worker process opens; this module orders the threads of
+ * one process in front of it.
  *
  * `describe()` declares `rate-limit`: at most `requests` request starts in
  * any sliding window of `window-ms`, and optionally at most `per-second` in
- * any second. A request starts at once while fewer than that many requests
- * started in the last window; otherwise it waits exactly until the oldest
- * of them leaves the window. There is no fixed gap between requests.
+ * any second. A request starts at once while the budget allows it;
+ * otherwise it waits exactly until the oldest start leaves the window.
+ * There is no fixed gap between requests.
  *
- * Each origin hashes to one slot of a `SharedArrayBuffer`. A slot holds
- * - a ring of the most recent start times (microseconds since the epoch)
- *   and the number of starts recorded so far;
- * - a ticket counter and a "now serving" counter: a request takes a ticket
- *   and waits (`Atomics.wait`) until it is served, so waiters go in arrival
- *   order (FIFO). Only the request being served reads and writes the ring;
- *   it waits there until the budget allows its start, records it, and
- *   serves the next ticket;
- * - how many starts had to wait for the budget ({@link pacerWaits}).
+ * In-process fast path: each origin hashes to one slot of a
+ * `SharedArrayBuffer` that all threads of the pool share. A slot holds two
+ * lanes of ticket / now-serving counters, one for cleanup (process and
+ * sandbox `DELETE`) and one for everything else. Only the head of each lane
+ * reads the ledger; the others sleep (`Atomics.wait`) until the slot moves,
+ * so waiters of one process go first in, first out, and cleanup goes ahead
+ * of waiting work: the head of the work lane does not ask the ledger while
+ * a cleanup request waits, and a cleanup request arriving wakes it.
+ * A waiter that gives up (its call's deadline passed, or its call was
+ * cancelled) leaves its lane without holding anyone up: it marks its
+ * ticket, and whoever serves up to it skips it.
  *
- * Windows are counted slightly longer than declared ({@link windowMargin}:
- * 1% of the window, at least 25 ms) so that network jitter between the
- * start here and the arrival at the server cannot make the server count
- * one start too many in its window.
+ * A 429 from the API ({@link Pacer.throttled}) pauses the origin in the
+ * ledger, for every process, until its `Retry-After` (else one window).
  *
- * Two origins that hash to the same slot share one budget, and a limit
- * above {@link RING_SIZE} requests per window is counted as
- * {@link RING_SIZE}; both only make the budget stricter, never looser.
- * A thread that is terminated while it is being served would stall its
- * slot; the pool terminates threads only when it closes.
+ * Two origins that hash to the same slot share one queue (never looser).
+ * A thread terminated while it is a head would stall its lane; the pool
+ * terminates threads only when it closes.
  */
+import { RateLedger } from "./rate-ledger.js";
 import type { WitRateLimit } from "./wit-types.js";
 
 /** How many origin slots the shared table has. */
 export const PACER_SLOTS = 64;
-/** How many recent starts each slot remembers (the largest usable `requests`). */
-export const RING_SIZE = 1024;
+/** Abandoned-ticket marks per lane: more than the threads that can wait at once. */
+const ABANDON_RING = 256;
 
-/** Int32 cells per slot: ticket, now serving, starts that had to wait. */
-const INT_CELLS = 3;
-/** BigInt64 cells per slot: count of recorded starts, then the ring. */
-const BIG_CELLS = 1 + RING_SIZE;
-const INT_BYTES = PACER_SLOTS * INT_CELLS * Int32Array.BYTES_PER_ELEMENT;
+/** Which lane a request waits in. */
+export type Priority = "cleanup" | "work";
+
+const GEN = 0;
+const TICKET = { cleanup: 1, work: 3 } as const;
+const SERVING = { cleanup: 2, work: 4 } as const;
+const WAITED = 5;
+const THROTTLED = 6;
+const STARTED = 7;
+const HEADER_CELLS = 8;
+const RING_BASE = { cleanup: HEADER_CELLS, work: HEADER_CELLS + ABANDON_RING } as const;
+const SLOT_CELLS = HEADER_CELLS + 2 * ABANDON_RING;
+
+/** How often a waiter with a cancellation check looks at it. */
+const CANCEL_POLL_MS = 50;
 
 /** Creates the shared table a pool hands to each of its threads. */
 export function createPacerBuffer(): SharedArrayBuffer {
-  return new SharedArrayBuffer(INT_BYTES + PACER_SLOTS * BIG_CELLS * BigInt64Array.BYTES_PER_ELEMENT);
+  return new SharedArrayBuffer(PACER_SLOTS * SLOT_CELLS * Int32Array.BYTES_PER_ELEMENT);
 }
 
-/** How many request starts, over all origins, had to wait for the budget. */
+function sum(buffer: SharedArrayBuffer, cell: number): number {
+  const ints = new Int32Array(buffer);
+  let total = 0;
+  for (let slot = 0; slot < PACER_SLOTS; slot++) total += Atomics.load(ints, slot * SLOT_CELLS + cell);
+  return total;
+}
+
+/** How many request starts, over all origins, had to wait for the budget (this process). */
 export function pacerWaits(buffer: SharedArrayBuffer): number {
-  const ints = new Int32Array(buffer, 0, PACER_SLOTS * INT_CELLS);
-  let waits = 0;
-  for (let slot = 0; slot < PACER_SLOTS; slot++) waits += Atomics.load(ints, slot * INT_CELLS + 2);
-  return waits;
+  return sum(buffer, WAITED);
 }
 
-/** How many turns `origin`'s slot has handed out and how many it has served. */
-export function pacerQueue(buffer: SharedArrayBuffer, origin: string): { taken: number; served: number } {
-  const ints = new Int32Array(buffer, 0, PACER_SLOTS * INT_CELLS);
-  const cell = pacerSlot(origin) * INT_CELLS;
-  return { taken: Atomics.load(ints, cell), served: Atomics.load(ints, cell + 1) };
+/** How many 429 answers paused an origin's budget (this process). */
+export function pacerThrottled(buffer: SharedArrayBuffer): number {
+  return sum(buffer, THROTTLED);
 }
 
-/**
- * The starts `origin`'s slot recorded (the last {@link RING_SIZE}), oldest
- * first, in milliseconds since the epoch: the budget's own account of what
- * it let go.
- */
-export function recordedStarts(buffer: SharedArrayBuffer, origin: string): number[] {
-  const bigs = new BigInt64Array(buffer, INT_BYTES, PACER_SLOTS * BIG_CELLS);
-  const base = pacerSlot(origin) * BIG_CELLS;
-  const count = Number(Atomics.load(bigs, base));
-  const starts: number[] = [];
-  for (let i = Math.max(0, count - RING_SIZE); i < count; i++) starts.push(Number(Atomics.load(bigs, base + 1 + (i % RING_SIZE))) / 1000);
-  return starts;
+/** How many requests the budget let start (this process). */
+export function pacerStarted(buffer: SharedArrayBuffer): number {
+  return sum(buffer, STARTED);
 }
 
-/** Microseconds since the epoch, comparable across threads. */
-export function nowMicros(): bigint {
-  return BigInt(Math.round((performance.timeOrigin + performance.now()) * 1000));
+/** How many turns `origin`'s slot has handed out and how many it has served, per lane. */
+export function pacerQueue(buffer: SharedArrayBuffer, origin: string, lane: Priority = "work"): { taken: number; served: number } {
+  const ints = new Int32Array(buffer);
+  const base = pacerSlot(origin) * SLOT_CELLS;
+  return { taken: Atomics.load(ints, base + TICKET[lane]), served: Atomics.load(ints, base + SERVING[lane]) };
 }
 
-/** The slot an origin's budget lives in (FNV-1a of the origin). */
+/** The slot an origin's queue lives in (FNV-1a of the origin). */
 export function pacerSlot(origin: string): number {
   let hash = 0x811c9dc5;
   for (let i = 0; i < origin.length; i++) {
@@ -91,74 +97,143 @@ export function pacerSlot(origin: string): number {
   return hash % PACER_SLOTS;
 }
 
-/** How much longer than declared a window is counted: 1% of it, at least 25 ms. */
-export function windowMargin(windowMs: number): number {
-  return Math.max(25, Math.ceil(windowMs / 100));
+/** A request's place in the window; settle it when the answer came. */
+export interface Grant {
+  /** The answer came now: the request counts from now. Idempotent. */
+  settle(): void;
 }
 
-/** One thread's view of the shared budget table. */
+/** What a waiter may give up for. */
+export interface WaitBounds {
+  /** Epoch milliseconds after which the request must not start. */
+  deadlineMs: number;
+  /** The call was cancelled (checked for work requests only: cleanup must still run). */
+  cancelled?: () => boolean;
+}
+
+/** One thread's view of the shared queue table and of the ledger file. */
 export class Pacer {
   readonly #ints: Int32Array;
-  readonly #bigs: BigInt64Array;
-  readonly #sleeper = new Int32Array(new SharedArrayBuffer(4));
+  readonly #ledgerPath: string;
+  #ledger: RateLedger | undefined;
 
-  constructor(buffer: SharedArrayBuffer) {
-    this.#ints = new Int32Array(buffer, 0, PACER_SLOTS * INT_CELLS);
-    this.#bigs = new BigInt64Array(buffer, INT_BYTES, PACER_SLOTS * BIG_CELLS);
+  constructor(buffer: SharedArrayBuffer, ledgerPath: string) {
+    this.#ints = new Int32Array(buffer);
+    this.#ledgerPath = ledgerPath;
   }
 
-  #sleepUntil(micros: bigint) {
-    for (let now = nowMicros(); now < micros; now = nowMicros()) {
-      Atomics.wait(this.#sleeper, 0, 0, Math.max(1, Number(micros - now) / 1000));
+  /** This thread's connection to the ledger, opened on first use. */
+  ledger(): RateLedger {
+    this.#ledger ??= RateLedger.open(this.#ledgerPath);
+    return this.#ledger;
+  }
+
+  #moved(base: number) {
+    Atomics.add(this.#ints, base + GEN, 1);
+    Atomics.notify(this.#ints, base + GEN);
+  }
+
+  #cleanupWaiting(base: number): boolean {
+    return Atomics.load(this.#ints, base + TICKET.cleanup) !== Atomics.load(this.#ints, base + SERVING.cleanup);
+  }
+
+  /** Moves `lane`'s serving counter past `ticket` and past any abandoned tickets after it. */
+  #serveAfter(base: number, lane: Priority, ticket: number) {
+    Atomics.store(this.#ints, base + SERVING[lane], (ticket + 1) | 0);
+    for (let next = (ticket + 1) | 0; ; next = (next + 1) | 0) {
+      const mark = base + RING_BASE[lane] + ((next >>> 0) % ABANDON_RING);
+      // Whoever clears an abandoned mark moves past it (see #abandon).
+      if (Atomics.compareExchange(this.#ints, mark, (next + 1) | 0, 0) !== ((next + 1) | 0)) break;
+      Atomics.compareExchange(this.#ints, base + SERVING[lane], next, (next + 1) | 0);
     }
+    this.#moved(base);
   }
 
-  /**
-   * The earliest moment the next start fits `limit` starts per `windowMs`
-   * (counted with its margin), from the slot's recorded starts.
-   */
-  #earliest(base: number, count: bigint, limit: number, windowMs: number): bigint {
-    const n = BigInt(Math.min(Math.max(1, Math.floor(limit)), RING_SIZE));
-    if (count < n) return 0n;
-    // The n-th most recent start: once it leaves the window, one more fits.
-    const oldest = Atomics.load(this.#bigs, base + 1 + Number((count - n) % BigInt(RING_SIZE)));
-    return oldest + BigInt(Math.round((windowMs + windowMargin(windowMs)) * 1000));
+  /** Leaves `lane` without being served. */
+  #abandon(base: number, lane: Priority, ticket: number) {
+    if (Atomics.load(this.#ints, base + SERVING[lane]) === ticket) {
+      this.#serveAfter(base, lane, ticket);
+      return;
+    }
+    const mark = base + RING_BASE[lane] + ((ticket >>> 0) % ABANDON_RING);
+    Atomics.store(this.#ints, mark, (ticket + 1) | 0);
+    // The lane may have reached this ticket since: then skip it here.
+    if (Atomics.load(this.#ints, base + SERVING[lane]) === ticket && Atomics.compareExchange(this.#ints, mark, (ticket + 1) | 0, 0) === ((ticket + 1) | 0)) {
+      this.#serveAfter(base, lane, ticket);
+      return;
+    }
+    this.#moved(base);
   }
 
   /**
    * Waits (blocking this thread) until `limit` allows one more request to
-   * `origin`, in arrival order among waiting threads, records its start and
-   * returns it (microseconds since the epoch). Without a limit it returns at
-   * once and records nothing.
+   * `origin`, records its start in the ledger and returns its grant.
+   * Returns `undefined` when the waiter gave up (deadline or cancellation)
+   * before its start. Without a limit it returns at once and records
+   * nothing. Throws when the ledger cannot be read or written.
    */
-  waitForTurn(origin: string, limit: WitRateLimit | undefined): bigint {
-    if (!limit) return nowMicros();
-    const slot = pacerSlot(origin);
-    const ticketCell = slot * INT_CELLS;
-    const servingCell = ticketCell + 1;
-    const base = slot * BIG_CELLS;
-    const ticket = Atomics.add(this.#ints, ticketCell, 1);
-    for (let serving = Atomics.load(this.#ints, servingCell); serving !== ticket; serving = Atomics.load(this.#ints, servingCell)) {
-      Atomics.wait(this.#ints, servingCell, serving);
-    }
+  acquire(origin: string, limit: WitRateLimit | undefined, priority: Priority, bounds: WaitBounds): Grant | undefined {
+    if (!limit) return { settle() {} };
+    const ints = this.#ints;
+    const base = pacerSlot(origin) * SLOT_CELLS;
+    const ticket = Atomics.add(ints, base + TICKET[priority], 1);
+    // A cleanup request arriving wakes the work head so it can step aside.
+    if (priority === "cleanup") this.#moved(base);
+    const cancelled = priority === "work" ? bounds.cancelled : undefined;
+    let waited = false;
     try {
-      const count = Atomics.load(this.#bigs, base);
-      let earliest = this.#earliest(base, count, limit.requests, limit.windowMs);
-      if (limit.perSecond !== undefined) {
-        const second = this.#earliest(base, count, limit.perSecond, 1000);
-        if (second > earliest) earliest = second;
+      for (;;) {
+        const generation = Atomics.load(ints, base + GEN);
+        let sleepMs = Number.POSITIVE_INFINITY;
+        const head = Atomics.load(ints, base + SERVING[priority]) === ticket;
+        if (head && (priority === "cleanup" || !this.#cleanupWaiting(base))) {
+          const decision = this.ledger().tryStart(origin, limit, Date.now());
+          if ("entry" in decision) {
+            this.#serveAfter(base, priority, ticket);
+            Atomics.add(ints, base + STARTED, 1);
+            if (waited) Atomics.add(ints, base + WAITED, 1);
+            return this.#grant(decision.entry);
+          }
+          // Only a spent budget counts as waiting (not a place behind others).
+          waited = true;
+          sleepMs = decision.waitMs;
+        }
+        const remaining = bounds.deadlineMs - Date.now();
+        if (remaining <= 0 || cancelled?.()) {
+          this.#abandon(base, priority, ticket);
+          return undefined;
+        }
+        let timeout = Math.min(sleepMs, remaining);
+        if (cancelled) timeout = Math.min(timeout, CANCEL_POLL_MS);
+        Atomics.wait(ints, base + GEN, generation, Math.max(1, timeout));
       }
-      if (earliest > nowMicros()) {
-        Atomics.add(this.#ints, ticketCell + 2, 1);
-        this.#sleepUntil(earliest);
-      }
-      const start = nowMicros();
-      Atomics.store(this.#bigs, base + 1 + Number(count % BigInt(RING_SIZE)), start);
-      Atomics.store(this.#bigs, base, count + 1n);
-      return start;
-    } finally {
-      Atomics.add(this.#ints, servingCell, 1);
-      Atomics.notify(this.#ints, servingCell);
+    } catch (error) {
+      this.#abandon(base, priority, ticket);
+      throw error;
     }
+  }
+
+  #grant(entry: number): Grant {
+    let settled = false;
+    return {
+      settle: () => {
+        if (settled) return;
+        settled = true;
+        try {
+          this.ledger().settle(entry, Date.now());
+        } catch {
+          // An unwritable ledger keeps the start time: the request then
+          // counts from its start, which the margin covers in most cases.
+        }
+      },
+    };
+  }
+
+  /** Records a 429 from `origin`: no request starts there, in any process, before `pauseMs` passed. */
+  throttled(origin: string, pauseMs: number): void {
+    const base = pacerSlot(origin) * SLOT_CELLS;
+    Atomics.add(this.#ints, base + THROTTLED, 1);
+    this.ledger().pause(origin, Date.now() + pauseMs);
+    this.#moved(base);
   }
 }

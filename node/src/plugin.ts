@@ -11,6 +11,10 @@
  * - a lease whose cleanup could not be confirmed is poisoned durably in
  *   `ctx.state` and refused for execute and resume; releasing it destroys
  *   it instead of pausing it; only a confirmed destroy clears the poison;
+ * - a sandbox that a failed acquire created and could not delete is
+ *   recorded in `ctx.state` with its id and origin (Paperclip never learns
+ *   the id), and the environment's next acquire, release or destroy without
+ *   a lease deletes it (`orphans.ts`);
  * - release, destroy and shutdown cancel the commands running on the lease
  *   and wait for their cleanup before going on;
  * - live output goes to `ctx.execution.log` in order.
@@ -46,7 +50,10 @@ import {
   toWitLease,
   type Operation,
 } from "./mapping.js";
+import { OrphanStore } from "./orphans.js";
+import { allowedOrigins } from "./outgoing-handler.js";
 import { PoisonStore } from "./poison.js";
+import { defaultLedgerPath } from "./rate-ledger.js";
 import { ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
 import { splitConfig, type ResolvedSecret } from "./secrets.js";
 import { syncIn, syncOut, type SyncBackend } from "./sync.js";
@@ -74,16 +81,24 @@ export interface PluginOptions {
   /** Test-only: output containing this marker makes the component trap. */
   testTrapMarker?: string;
   /**
-   * Benchmarks and tests only: replaces the declared rate limit; `null`
-   * means no limit (the benchmarks compare per-command cost without a
-   * limit, as the Rust host's do). Undefined: the limit `describe()` declares.
+   * Replaces the declared rate limit: the operator's account limit
+   * (`PAPERCLIP_CREATEOS_RATE_LIMIT` in the worker), or in benchmarks and
+   * tests `null` for no limit (the benchmarks compare per-command cost
+   * without a limit, as the Rust host's do). Undefined: the limit
+   * `describe()` declares.
    */
   rateLimit?: WitRateLimit | null;
   /**
-   * The rate-limit budget table (`createPacerBuffer()`) the pool spends;
-   * default a new one. Tests pass their own to read what it let go.
+   * The in-process queue table of the rate budget (`createPacerBuffer()`);
+   * default a new one.
    */
   pacerBuffer?: SharedArrayBuffer;
+  /**
+   * The machine-wide rate budget file; default `PAPERCLIP_CREATEOS_RATE_LEDGER`
+   * from `env`, else a per-user file in the temporary directory
+   * (`defaultLedgerPath`).
+   */
+  rateLedgerPath?: string;
 }
 
 /** A command (or sync) in flight on a lease. */
@@ -121,6 +136,10 @@ export function createPlugin(options: PluginOptions = {}) {
   let context: PluginContext | undefined;
   let description: WitProviderDescription | undefined;
   const poison = new PoisonStore(() => {
+    if (!context) throw new Error("the plugin is not set up");
+    return context.state;
+  });
+  const orphans = new OrphanStore(() => {
     if (!context) throw new Error("the plugin is not set up");
     return context.state;
   });
@@ -254,6 +273,9 @@ export function createPlugin(options: PluginOptions = {}) {
       const receipt = await call<WitTerminationReceipt>("destroy", "destroyLease", [ctx, toWitLease(providerLeaseId, metadata)], secret);
       // Proof: the component confirmed the sandbox deleted or already gone.
       await poison.clear(params.companyId, providerLeaseId);
+      if ((await orphans.list(params.companyId, params.environmentId)).some((o) => o.providerLeaseId === providerLeaseId)) {
+        await orphans.remove(params.companyId, params.environmentId, providerLeaseId);
+      }
       return toReceipt(receipt);
     } catch (error) {
       await poisonOnFailure(params, providerLeaseId, error);
@@ -283,6 +305,37 @@ export function createPlugin(options: PluginOptions = {}) {
     return undefined;
   }
 
+  /** The API origins a component config sends to (`validate-config`, no request), normalised. */
+  async function apiOriginsOf(componentConfig: string): Promise<string[]> {
+    return allowedOrigins(await call<WitConfigValidation>("validate", "validateConfig", [componentConfig], undefined));
+  }
+
+  /**
+   * Deletes the sandboxes failed acquires of this environment left behind
+   * (see `orphans.ts`), those at the origin this config sends to. A record
+   * goes only with a confirmed receipt; a failure is logged and kept for the
+   * next sweep, and never stops the call that swept.
+   */
+  async function sweepOrphans(params: PluginEnvironmentDriverBaseParams) {
+    const recorded = await orphans.list(params.companyId, params.environmentId);
+    if (recorded.length === 0) return;
+    const { ctx, secret } = prepare(params);
+    const origins = await apiOriginsOf(ctx.config);
+    for (const orphan of recorded) {
+      if (!origins.includes(orphan.apiOrigin)) continue;
+      try {
+        await call<WitTerminationReceipt>("destroy", "destroyLease", [ctx, toWitLease(orphan.providerLeaseId, {})], secret);
+        await poison.clear(params.companyId, orphan.providerLeaseId);
+        await orphans.remove(params.companyId, params.environmentId, orphan.providerLeaseId);
+        context?.logger.info(`Deleted sandbox ${orphan.providerLeaseId}, left behind by a failed acquire.`);
+      } catch (error) {
+        context?.logger.warn(
+          `Sandbox ${orphan.providerLeaseId}, left behind by a failed acquire, could not be deleted yet (${error instanceof Error ? error.message : String(error)}); the next acquire of this environment tries again.`,
+        );
+      }
+    }
+  }
+
   function syncBackend(params: PluginEnvironmentDriverBaseParams, lease: WitLease): SyncBackend {
     const { ctx, secret } = prepare(params);
     return {
@@ -301,7 +354,12 @@ export function createPlugin(options: PluginOptions = {}) {
   return definePlugin({
     async setup(ctx) {
       context = ctx;
-      pool = new ProviderPool({ size: options.poolSize, testTrapMarker: options.testTrapMarker, pacerBuffer: options.pacerBuffer });
+      pool = new ProviderPool({
+        size: options.poolSize,
+        testTrapMarker: options.testTrapMarker,
+        pacerBuffer: options.pacerBuffer,
+        ledgerPath: options.rateLedgerPath ?? defaultLedgerPath(env),
+      });
       description = await pool.call<WitProviderDescription>("describe", []).result;
     },
 
@@ -310,7 +368,13 @@ export function createPlugin(options: PluginOptions = {}) {
       return {
         status: pool ? "ok" : "error",
         message: pool ? `CreateOS provider component ready in ${stats?.threads} worker threads` : "not set up",
-        details: { ...stats, rateLimitWaits: pool?.rateLimitWaits ?? 0, runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0) },
+        details: {
+          ...stats,
+          rateLimitStarts: pool?.rateLimitStarts ?? 0,
+          rateLimitWaits: pool?.rateLimitWaits ?? 0,
+          rateLimitThrottled: pool?.rateLimitThrottled ?? 0,
+          runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0),
+        },
       };
     },
 
@@ -360,6 +424,7 @@ export function createPlugin(options: PluginOptions = {}) {
 
     async onEnvironmentAcquireLease(params: PluginEnvironmentAcquireLeaseParams) {
       const { ctx, secret } = prepare(params);
+      await sweepOrphans(params);
       try {
         const lease = await call<WitLease>(
           "acquire",
@@ -378,13 +443,25 @@ export function createPlugin(options: PluginOptions = {}) {
         return toPaperclipLease(lease, params.companyId);
       } catch (error) {
         if (error instanceof ProviderFailure && error.kind === "cleanup-failed" && error.data?.providerLeaseId) {
-          // The sandbox may still exist: keep it refused until someone destroys it.
+          // The sandbox may still exist: keep it refused until someone destroys it,
+          // and remember where it is, since Paperclip never learns its id.
+          const recordedAt = new Date().toISOString();
           await poison.record(params.companyId, {
             providerLeaseId: error.data.providerLeaseId,
             environmentId: params.environmentId,
             reason: error.message,
-            recordedAt: new Date().toISOString(),
+            recordedAt,
           });
+          const [apiOrigin] = await apiOriginsOf(ctx.config);
+          if (apiOrigin) {
+            await orphans.record(params.companyId, params.environmentId, {
+              providerLeaseId: error.data.providerLeaseId,
+              apiOrigin,
+              runId: params.runId,
+              reason: error.message,
+              recordedAt,
+            });
+          }
         }
         throw error;
       }
@@ -404,7 +481,8 @@ export function createPlugin(options: PluginOptions = {}) {
     },
 
     async onEnvironmentReleaseLease(params: PluginEnvironmentReleaseLeaseParams) {
-      if (params.providerLeaseId === null || params.providerLeaseId === undefined) return;
+      // A lease without a sandbox (its acquire failed): what that acquire left behind goes now.
+      if (params.providerLeaseId === null || params.providerLeaseId === undefined) return sweepOrphans(params);
       const providerLeaseId = params.providerLeaseId;
       checkCompany(params, params.leaseMetadata);
       // Commands still running on the lease are cancelled and their trees confirmed gone first.
@@ -424,7 +502,7 @@ export function createPlugin(options: PluginOptions = {}) {
     },
 
     async onEnvironmentDestroyLease(params: PluginEnvironmentDestroyLeaseParams) {
-      if (params.providerLeaseId === null || params.providerLeaseId === undefined) return;
+      if (params.providerLeaseId === null || params.providerLeaseId === undefined) return sweepOrphans(params);
       checkCompany(params, params.leaseMetadata);
       return destroy(params, params.providerLeaseId, params.leaseMetadata);
     },

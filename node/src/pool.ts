@@ -12,7 +12,8 @@
 import { Worker } from "node:worker_threads";
 import { cpus } from "node:os";
 import { CANCEL_REQUESTED } from "./cancel-extension.js";
-import { createPacerBuffer, pacerWaits } from "./pacer.js";
+import { createPacerBuffer, pacerStarted, pacerThrottled, pacerWaits } from "./pacer.js";
+import { defaultLedgerPath } from "./rate-ledger.js";
 import type { ThreadCall, ThreadCallError, ThreadMessage } from "./provider-thread.js";
 import type { ProviderOperation, WitRateLimit } from "./wit-types.js";
 
@@ -67,20 +68,41 @@ export class ProviderPool {
   readonly #threads: PoolThread[] = [];
   readonly #queue: PendingCall[] = [];
   readonly #pacerBuffer: SharedArrayBuffer;
+  readonly #ledgerPath: string;
   readonly #size: number;
   readonly #testTrapMarker: string | undefined;
   #nextId = 1;
   #closed = false;
   readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0 };
 
-  /** How many API requests had to wait for the rate-limit budget so far. */
+  /** How many API requests of this process had to wait for the rate-limit budget so far. */
   get rateLimitWaits(): number {
     return pacerWaits(this.#pacerBuffer);
   }
 
-  /** `pacerBuffer`: the budget table to spend (default a new one for this pool). */
-  constructor(options: { size?: number; testTrapMarker?: string; pacerBuffer?: SharedArrayBuffer } = {}) {
+  /** How many 429 answers paused the rate-limit budget so far (this process). */
+  get rateLimitThrottled(): number {
+    return pacerThrottled(this.#pacerBuffer);
+  }
+
+  /** How many API requests of this process the rate-limit budget let start. */
+  get rateLimitStarts(): number {
+    return pacerStarted(this.#pacerBuffer);
+  }
+
+  /** The rate budget's ledger file (shared by every process that names the same file). */
+  get ledgerPath(): string {
+    return this.#ledgerPath;
+  }
+
+  /**
+   * `pacerBuffer`: the in-process queue table (default a new one for this
+   * pool); `ledgerPath`: the machine-wide budget file (default
+   * {@link defaultLedgerPath}).
+   */
+  constructor(options: { size?: number; testTrapMarker?: string; pacerBuffer?: SharedArrayBuffer; ledgerPath?: string } = {}) {
     this.#pacerBuffer = options.pacerBuffer ?? createPacerBuffer();
+    this.#ledgerPath = options.ledgerPath ?? defaultLedgerPath();
     this.#size = Math.max(1, options.size ?? Math.min(4, cpus().length));
     this.#testTrapMarker = options.testTrapMarker;
     for (let i = 0; i < this.#size; i++) this.#threads.push(this.#spawn());
@@ -94,7 +116,7 @@ export class ProviderPool {
 
   #spawn(): PoolThread {
     const worker = new Worker(new URL("./provider-thread.js", import.meta.url), {
-      workerData: { pacerBuffer: this.#pacerBuffer, testTrapMarker: this.#testTrapMarker },
+      workerData: { pacerBuffer: this.#pacerBuffer, ledgerPath: this.#ledgerPath, testTrapMarker: this.#testTrapMarker },
       // Whatever the thread (or the shim's I/O thread under it) prints goes to
       // this process's stderr: stdout is Paperclip's JSON-RPC channel.
       stdout: true,

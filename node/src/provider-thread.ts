@@ -15,8 +15,10 @@ import { parentPort, workerData } from "node:worker_threads";
 import { readFile } from "node:fs/promises";
 import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
 import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
-import { CALL_FINISHED } from "./cancel-extension.js";
-import { createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
+import { callBudgetMs } from "./call-deadline.js";
+import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
+import { allowedOrigins, createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
+import { HostOutgoingBody, HostOutgoingRequest } from "./request-body.js";
 import { Pacer } from "./pacer.js";
 import type { ProviderOperation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
 
@@ -51,7 +53,7 @@ if (!port) throw new Error("provider-thread.js must run as a worker thread");
 
 const componentDir = new URL("./component/", import.meta.url);
 const cancelExtension = new URL("./cancel-extension.js", import.meta.url);
-const pacer = new Pacer(workerData.pacerBuffer as SharedArrayBuffer);
+const pacer = new Pacer(workerData.pacerBuffer as SharedArrayBuffer, workerData.ledgerPath as string);
 const trapMarker: string | undefined = workerData.testTrapMarker;
 
 let policy: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
@@ -109,7 +111,7 @@ function importObject() {
     "wasi:cli/terminal-stderr": cli.terminalStderr,
     "wasi:clocks/monotonic-clock": clocks.monotonicClock,
     "wasi:clocks/wall-clock": clocks.wallClock,
-    "wasi:http/types": { ...http.types, Fields: HostFields },
+    "wasi:http/types": { ...http.types, Fields: HostFields, OutgoingRequest: HostOutgoingRequest, OutgoingBody: HostOutgoingBody },
     "wasi:http/outgoing-handler": createOutgoingHandler(() => policy, pacer),
     "wasi:io/error": io.error,
     "wasi:io/poll": io.poll,
@@ -150,11 +152,20 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
   try {
     const ctx = contextOf(call.operation, call.args);
     let allowedOrigin: string | undefined;
+    let normalizedConfig: string | undefined;
     if (ctx) {
-      const validation = instance.validateConfig(ctx.config) as { apiOrigin?: string };
-      allowedOrigin = validation.apiOrigin;
+      const validation = instance.validateConfig(ctx.config) as { apiOrigin?: string; normalizedConfig?: string };
+      allowedOrigin = allowedOrigins(validation)[0];
+      normalizedConfig = validation.normalizedConfig;
     }
-    policy = { allowedOrigin, secret: allowedOrigin ? call.secret : undefined, rateLimit: call.rateLimit };
+    const cancelFlag = new Int32Array(call.cancelFlag);
+    policy = {
+      allowedOrigin,
+      secret: allowedOrigin ? call.secret : undefined,
+      rateLimit: call.rateLimit,
+      deadlineMs: Date.now() + callBudgetMs(call.operation, normalizedConfig, call.args),
+      cancelled: () => Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED,
+    };
     const value = instance[call.operation](...call.args);
     return { kind: "done", id: call.id, ok: true, value };
   } catch (error) {

@@ -5,10 +5,15 @@
  */
 import { runWorker } from "@paperclipai/plugin-sdk";
 import { createPlugin } from "./plugin.js";
+import { parseRateLimit, RATE_LIMIT_ENV } from "./rate-ledger.js";
+
+// The operator's account limit instead of the declared one, like the `sandbox` CLI's `--rate-limit`.
+const operatorLimit = process.env[RATE_LIMIT_ENV];
 
 const plugin = createPlugin({
   poolSize: process.env.PAPERCLIP_CREATEOS_WASM_THREADS ? Number(process.env.PAPERCLIP_CREATEOS_WASM_THREADS) : undefined,
   testTrapMarker: process.env.PAPERCLIP_CREATEOS_WASM_TEST_TRAP_MARKER || undefined,
+  rateLimit: operatorLimit ? parseRateLimit(operatorLimit) : undefined,
 });
 
 export default plugin;

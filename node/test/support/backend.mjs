@@ -18,10 +18,16 @@ export function backendBinary() {
   return binary;
 }
 
-/** A running createos-local with its key and admin helpers. */
-export async function startBackend() {
+/**
+ * A running createos-local with its key and admin helpers. `rateLimit`
+ * (`"REQUESTS/WINDOW_MS"`) makes it answer 429 (with `Retry-After`) to a
+ * `/v1` request beyond that many in any sliding window; `info()` gives its
+ * counters (`rate_limit.admitted`, `rate_limit.refused`).
+ */
+export async function startBackend({ rateLimit } = {}) {
   const key = `test-key-${randomBytes(12).toString("hex")}`;
-  const child = spawn(backendBinary(), ["--port", "0", "--api-key", key], { stdio: ["ignore", "pipe", "pipe"] });
+  const args = ["--port", "0", "--api-key", key, ...(rateLimit ? ["--rate-limit", rateLimit] : [])];
+  const child = spawn(backendBinary(), args, { stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (chunk) => (stderr += chunk));
   const lines = createInterface({ input: child.stdout });
@@ -56,6 +62,10 @@ export async function startBackend() {
       return list;
     },
     clearRequests: () => admin("DELETE", "/_admin/requests"),
+    info: async () => {
+      const answer = await admin("GET", "/_admin/info");
+      return answer?.data ?? answer;
+    },
     async stop() {
       if (child.exitCode !== null) return { code: child.exitCode, stderr };
       const exited = new Promise((resolve) => child.once("exit", (code) => resolve(code)));

@@ -1,5 +1,8 @@
 // The plugin under Paperclip's SDK test harness (createEnvironmentTestHarness),
 // with a recording execute log sink (the harness's own sink is a no-op).
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { createEnvironmentTestHarness } from "@paperclipai/plugin-sdk/testing";
 import manifest from "../../dist/manifest.js";
 import { createPlugin } from "../../dist/plugin.js";
@@ -7,9 +10,25 @@ import { createPlugin } from "../../dist/plugin.js";
 export const COMPANY = "company-a";
 export const ENVIRONMENT = "environment-1";
 
-/** Starts a plugin instance in-process; `logs` records ctx.execution.log calls. */
+/** This test process's budget files, removed when it exits. */
+let ledgers;
+
+/** A fresh rate budget file, so that tests do not share budgets unless they mean to. */
+export function freshLedgerPath() {
+  if (!ledgers) {
+    ledgers = mkdtempSync(path.join(tmpdir(), "createos-rate-budget-"));
+    const dir = ledgers;
+    process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+  }
+  return path.join(mkdtempSync(path.join(ledgers, "budget-")), "rate-budget.sqlite");
+}
+
+/**
+ * Starts a plugin instance in-process; `logs` records ctx.execution.log calls.
+ * Each gets its own rate budget file unless `rateLedgerPath` names one.
+ */
 export async function startPlugin(options = {}) {
-  const plugin = createPlugin({ poolSize: 2, env: {}, ...options });
+  const plugin = createPlugin({ poolSize: 2, env: {}, rateLedgerPath: freshLedgerPath(), ...options });
   const hooks = plugin.definition;
   const harness = createEnvironmentTestHarness({
     manifest,
