@@ -105,9 +105,8 @@ export function requestOrigin(scheme: { tag: string; val?: string } | undefined,
  * provider thread (which origin the handler allows) and the plugin (where a
  * left-behind sandbox lives) both ask here.
  */
-export function allowedOrigins(validation: { apiOrigin?: string }): string[] {
-  const origin = validation.apiOrigin ? normaliseOrigin(validation.apiOrigin) : undefined;
-  return origin ? [origin] : [];
+export function allowedOrigins(validation: { apiOrigins?: string[] }): string[] {
+  return (validation.apiOrigins ?? []).flatMap((origin) => normaliseOrigin(origin) ?? []);
 }
 
 /** Normalises an allowed origin the same way as {@link requestOrigin}. */

@@ -194,6 +194,8 @@ export function createPlugin(options: PluginOptions = {}) {
           ),
           "trap",
           operation === "execute" ? "poison-lease" : "none",
+          // A sandbox the failed acquire (or probe) had created: where it is.
+          error.recordedSandboxes.length > 0 ? { providerLeaseId: error.recordedSandboxes[0] } : undefined,
         );
       }
       throw error;
@@ -442,7 +444,11 @@ export function createPlugin(options: PluginOptions = {}) {
         );
         return toPaperclipLease(lease, params.companyId);
       } catch (error) {
-        if (error instanceof ProviderFailure && error.kind === "cleanup-failed" && error.data?.providerLeaseId) {
+        if (
+          error instanceof ProviderFailure &&
+          (error.kind === "cleanup-failed" || error.kind === "trap") &&
+          error.data?.providerLeaseId
+        ) {
           // The sandbox may still exist: keep it refused until someone destroys it,
           // and remember where it is, since Paperclip never learns its id.
           const recordedAt = new Date().toISOString();

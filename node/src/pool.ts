@@ -19,7 +19,11 @@ import type { ProviderOperation, WitRateLimit } from "./wit-types.js";
 
 /** A call's failure as the pool reports it. */
 export class ProviderCallError extends Error {
-  constructor(readonly failure: ThreadCallError) {
+  constructor(
+    readonly failure: ThreadCallError,
+    /** Sandboxes the call created and reported (`host.record-sandbox`) before it failed. */
+    readonly recordedSandboxes: readonly string[] = [],
+  ) {
     super(failure.kind === "trap" ? `the provider component trapped: ${failure.message}` : "provider error");
     this.name = "ProviderCallError";
   }
@@ -46,6 +50,8 @@ interface PendingCall {
   id: number;
   message: ThreadCall;
   onOutput?: CallOptions["onOutput"];
+  /** The sandbox ids the component reported during the call. */
+  recorded: string[];
   resolve(value: unknown): void;
   reject(error: unknown): void;
 }
@@ -137,11 +143,15 @@ export class ProviderPool {
         call.onOutput?.(message.stream, message.chunk);
         return;
       }
+      if (message.kind === "sandbox") {
+        call.recorded.push(message.sandboxId);
+        return;
+      }
       thread.busy = undefined;
       if (message.ok) call.resolve(message.value);
       else {
         if (message.error.kind === "trap") this.stats.traps++;
-        call.reject(new ProviderCallError(message.error));
+        call.reject(new ProviderCallError(message.error, call.recorded));
       }
       this.#dispatch();
     });
@@ -150,7 +160,9 @@ export class ProviderPool {
       if (index < 0) return;
       const call = thread.busy;
       thread.busy = undefined;
-      call?.reject(new ProviderCallError({ kind: "trap", message: `the provider thread stopped (${reason})` }));
+      call?.reject(
+        new ProviderCallError({ kind: "trap", message: `the provider thread stopped (${reason})` }, call.recorded),
+      );
       if (this.#closed) {
         this.#threads.splice(index, 1);
         return;
@@ -197,6 +209,7 @@ export class ProviderPool {
           rateLimit: options.rateLimit,
         },
         onOutput: options.onOutput,
+        recorded: [],
         resolve: resolve as (value: unknown) => void,
         reject,
       });

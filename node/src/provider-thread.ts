@@ -20,7 +20,7 @@ import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
 import { allowedOrigins, createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
 import { HostOutgoingBody, HostOutgoingRequest } from "./request-body.js";
 import { Pacer } from "./pacer.js";
-import type { ProviderOperation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
+import type { ProviderOperation, WitConfigValidation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
 
 /** A call the pool sends to a thread. */
 export interface ThreadCall {
@@ -40,6 +40,7 @@ export interface ThreadCall {
 export type ThreadMessage =
   | { kind: "ready"; instantiateMs: number }
   | { kind: "output"; id: number; stream: "stdout" | "stderr"; chunk: string }
+  | { kind: "sandbox"; id: number; sandboxId: string }
   | { kind: "done"; id: number; ok: true; value: unknown }
   | { kind: "done"; id: number; ok: false; error: ThreadCallError };
 
@@ -83,6 +84,15 @@ const hostInterface = {
       throw new WebAssembly.RuntimeError("test trap requested by output marker");
     }
     port!.postMessage({ kind: "output", id: currentCall.id, stream, chunk } satisfies ThreadMessage);
+  },
+  /**
+   * `host.record-sandbox`: the id goes to the main thread at once (before
+   * the component goes on), which keeps it with the call, so that an
+   * acquire or probe that then fails or traps leaves a record of it.
+   */
+  recordSandbox(sandboxId: string) {
+    if (!currentCall) throw new Error("record-sandbox called outside a provider call");
+    port!.postMessage({ kind: "sandbox", id: currentCall.id, sandboxId } satisfies ThreadMessage);
   },
   cancellation() {
     if (!currentCall) throw new Error("cancellation() called outside a provider call");
@@ -152,18 +162,18 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
   try {
     const ctx = contextOf(call.operation, call.args);
     let allowedOrigin: string | undefined;
-    let normalizedConfig: string | undefined;
+    let budget: WitConfigValidation["budget"];
     if (ctx) {
-      const validation = instance.validateConfig(ctx.config) as { apiOrigin?: string; normalizedConfig?: string };
+      const validation = instance.validateConfig(ctx.config) as WitConfigValidation;
       allowedOrigin = allowedOrigins(validation)[0];
-      normalizedConfig = validation.normalizedConfig;
+      budget = validation.budget;
     }
     const cancelFlag = new Int32Array(call.cancelFlag);
     policy = {
       allowedOrigin,
       secret: allowedOrigin ? call.secret : undefined,
       rateLimit: call.rateLimit,
-      deadlineMs: Date.now() + callBudgetMs(call.operation, normalizedConfig, call.args),
+      deadlineMs: Date.now() + callBudgetMs(call.operation, budget, call.args),
       cancelled: () => Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED,
     };
     const value = instance[call.operation](...call.args);

@@ -1,5 +1,5 @@
 /**
- * The WIT types of `sandbox:provider@0.1.0` (`../wit/types.wit`) as jco
+ * The WIT types of `sandbox:provider@0.2.0` (`../wit/since_v0.2.0/types.wit`) as jco
  * lowers them to JavaScript: records are camelCase objects, variants are
  * `{tag, val}`, options are `value | undefined`, `u64` is `bigint`,
  * `list<u8>` is `Uint8Array`, flags are objects of booleans.
@@ -57,7 +57,16 @@ export interface WitConfigValidation {
   warnings: string[];
   errors: string[];
   normalizedConfig?: string;
-  apiOrigin?: string;
+  /** The origins the config names, in the provider's `origin-fields` order. */
+  apiOrigins: string[];
+  /** The provider's plan for this config (contract 0.2.0). */
+  budget?: WitOperationBudget;
+}
+
+/** `operation-budget`. */
+export interface WitOperationBudget {
+  operationMs: bigint;
+  requestMs: bigint;
 }
 
 /** `lease`. */
