@@ -1103,7 +1103,10 @@ fn size_and_memory(b: &Bench, report: &mut Report) {
 struct Stores {
     sqlite: Arc<dyn LeaseBackend>,
     postgres: Arc<dyn LeaseBackend>,
-    _cluster: ThrowawayPostgres,
+    /// The same PostgreSQL with fsync off (as the tests run it), to show
+    /// what the disk costs.
+    postgres_no_fsync: Arc<dyn LeaseBackend>,
+    _clusters: [ThrowawayPostgres; 2],
     dir: PathBuf,
 }
 
@@ -1111,12 +1114,14 @@ impl Stores {
     fn open() -> Stores {
         let dir = std::env::temp_dir().join(format!("sandbox-bench-store-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let cluster = ThrowawayPostgres::start_durable("bench");
+        let durable = ThrowawayPostgres::start_durable("bench");
+        let no_fsync = ThrowawayPostgres::start("bench-no-fsync");
         let sqlite_url = dir.join("leases.sqlite").display().to_string();
         Stores {
             sqlite: open_store(&sqlite_url).expect("the SQLite store opens"),
-            postgres: open_store(&cluster.url()).expect("the PostgreSQL store opens"),
-            _cluster: cluster,
+            postgres: open_store(&durable.url()).expect("the PostgreSQL store opens"),
+            postgres_no_fsync: open_store(&no_fsync.url()).expect("the PostgreSQL store opens"),
+            _clusters: [durable, no_fsync],
             dir,
         }
     }
@@ -1188,21 +1193,28 @@ fn lease_stores(b: &Bench, report: &mut Report) {
     const COMMANDS: usize = 60;
     report.info("7", "load average before (1, 5, 15 min)", load_average());
     let stores = Stores::open();
-    let named: [(&str, &Arc<dyn LeaseBackend>); 2] =
-        [("SQLite", &stores.sqlite), ("PostgreSQL", &stores.postgres)];
+    // SQLite file (the baseline), PostgreSQL (measured), and for what
+    // dominates: PostgreSQL without fsync, SQLite in memory.
+    let in_memory: Arc<dyn LeaseBackend> = Arc::new(LeaseStore::open_in_memory().unwrap());
+    let named: [(&str, Arc<dyn LeaseBackend>); 4] = [
+        ("SQLite file", stores.sqlite.clone()),
+        ("PostgreSQL", stores.postgres.clone()),
+        ("PostgreSQL, fsync off", stores.postgres_no_fsync.clone()),
+        ("SQLite in memory", in_memory),
+    ];
     let hosts: Vec<HostInstance> = named
         .iter()
-        .map(|(_, store)| HostInstance::register((*store).clone(), Liveness::DEFAULT).unwrap())
+        .map(|(_, store)| HostInstance::register(store.clone(), Liveness::DEFAULT).unwrap())
         .collect();
 
-    // (a) Through the trait, alternating blocks so both see the same load.
+    // (a) Through the trait, alternating blocks so all see the same load.
     let leases: Vec<String> = named
         .iter()
         .zip(&hosts)
         .map(|((_, store), host)| seeded(store.as_ref(), &b.ctx, &b.lease, host.id()))
         .collect();
-    let mut uses = [vec![], vec![]];
-    let mut lives = [vec![], vec![]];
+    let mut uses = vec![vec![]; named.len()];
+    let mut lives = vec![vec![]; named.len()];
     for round in 0..ROUNDS + 1 {
         for (i, ((_, store), host)) in named.iter().zip(&hosts).enumerate() {
             for _ in 0..PER_ROUND {
@@ -1221,7 +1233,15 @@ fn lease_stores(b: &Bench, report: &mut Report) {
         }
     }
     let n = ROUNDS * PER_ROUND;
-    for (what, samples, transactions) in [
+    let rate = |samples: &[Duration]| {
+        format!(
+            "{:.0}/s (median {}, p90 {})",
+            per_second(samples),
+            fmt(median(samples)),
+            fmt(quantile(samples, 0.9))
+        )
+    };
+    for (what, samples, calls) in [
         ("begin (mark busy) + end-use cycle", &uses, 2),
         (
             "acquire → record lease → end-use → begin destroy → end close (+ get)",
@@ -1229,24 +1249,27 @@ fn lease_stores(b: &Bench, report: &mut Report) {
             6,
         ),
     ] {
-        let (sqlite, postgres) = (per_second(&samples[0]), per_second(&samples[1]));
+        let sqlite = per_second(&samples[0]);
         report.row(
             "7",
-            format!("{what}: cycles/s, {transactions} store calls each (mean of {n})"),
-            format!(
-                "PostgreSQL {postgres:.0}/s (median {}, p90 {})",
-                fmt(median(&samples[1])),
-                fmt(quantile(&samples[1], 0.9))
-            ),
-            format!(
-                "SQLite file {sqlite:.0}/s (median {}, p90 {})",
-                fmt(median(&samples[0])),
-                fmt(quantile(&samples[0], 0.9))
-            ),
-            format!("{:.2}x SQLite's rate", postgres / sqlite),
+            format!("{what}: cycles/s, {calls} store calls each (mean of {n})"),
+            format!("PostgreSQL {}", rate(&samples[1])),
+            format!("SQLite file {}", rate(&samples[0])),
+            format!("{:.2}x SQLite's rate", per_second(&samples[1]) / sqlite),
             "",
             Status::Info,
         );
+        for (k, (name, _)) in named.iter().enumerate().skip(2) {
+            report.row(
+                "7",
+                format!("  same cycle, {name} (what the disk costs)"),
+                rate(&samples[k]),
+                "SQLite file, above",
+                format!("{:.2}x SQLite's rate", per_second(&samples[k]) / sqlite),
+                "",
+                Status::Info,
+            );
+        }
     }
     drop(hosts);
 
