@@ -629,26 +629,25 @@ impl Drop for CliHost {
 }
 
 /// Pins the open point of issue 14 the in-process test above cannot: a
-/// real `sandbox` process SIGKILLed mid-command on a PostgreSQL store
-/// shared with another `sandbox` process. Its command keeps running (the
-/// scenario); once its heartbeat expired, the other host's `lease exec` is
-/// refused before any request with a message naming the fix, the lease is
-/// `poisoned` for every host (both CLIs and a fresh store connection), and
-/// `sandbox lease sweep` on the other host destroys it: no process of the
-/// dead command survives on the local backend.
+/// real `sandbox` process SIGKILLed mid-command on a store shared with
+/// another `sandbox` process (its own data directory, as on another
+/// machine). Its command keeps running (the scenario); once its heartbeat
+/// expired, the other host's `lease exec` is refused before any request
+/// with a message naming the fix, the lease is `poisoned` for every host
+/// (both CLIs and a fresh store connection), and `sandbox lease sweep` on
+/// the other host destroys it: no process of the dead command survives on
+/// the local backend.
 #[cfg(feature = "local-backend")]
-#[test]
-fn postgres_a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other_cli() {
+fn a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(shared: &Shared, marker: &str) {
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
 
     use createos_local::{BackgroundServer, Server};
 
-    let cluster = ThrowawayPostgres::start("cli-kill9");
     let server = BackgroundServer::start(Server::builder().api_key(CLI_KEY).quiet(true)).unwrap();
     let (a, b) = (
-        CliHost::new("a", &cluster.url(), &server),
-        CliHost::new("b", &cluster.url(), &server),
+        CliHost::new(&format!("{marker}-a"), &shared.url(), &server),
+        CliHost::new(&format!("{marker}-b"), &shared.url(), &server),
     );
 
     let acquired = a.output(&["lease", "acquire"]);
@@ -660,7 +659,7 @@ fn postgres_a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other_cli() {
     assert_eq!(b.lease_state(&lease), "active");
 
     // A unique command line, to find the dead command's process in /proc.
-    let marker = format!("1000.{}1", std::process::id());
+    let marker = format!("1000.{}{marker}", std::process::id());
     let mut doomed = a
         .command(&[
             "lease",
@@ -681,12 +680,31 @@ fn postgres_a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other_cli() {
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line, "started\n");
+    // `sh` prints, then becomes `sleep`: wait for the exec (generously:
+    // the machine may be loaded) before the kill.
+    let started = Instant::now();
+    while common::processes(&["sleep", &marker]).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the command never became `sleep {marker}`"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
     doomed.kill().unwrap();
     doomed.wait().unwrap();
+    let requests = || -> Vec<String> {
+        server
+            .faults()
+            .requests()
+            .iter()
+            .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+            .collect()
+    };
     assert_eq!(
         common::processes(&["sleep", &marker]).len(),
         1,
-        "the command must still run after its CLI was killed (the scenario)"
+        "the command must still run after its CLI was killed (the scenario): {:#?}",
+        requests()
     );
 
     // Well past the dead host's expiry (the machine may be loaded): its
@@ -706,12 +724,13 @@ fn postgres_a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other_cli() {
     assert_eq!(
         common::processes(&["sleep", &marker]).len(),
         1,
-        "the refusal must come before any request (the command is untouched)"
+        "the refusal must come before any request (the command is untouched): {:#?}",
+        requests()
     );
     // Poisoned for every host: both CLIs and a fresh connection.
     assert_eq!(a.lease_state(&lease), "poisoned");
     assert_eq!(b.lease_state(&lease), "poisoned");
-    let stored = open_store(&cluster.url())
+    let stored = open_store(&shared.url())
         .unwrap()
         .get(&lease)
         .unwrap()
@@ -731,4 +750,19 @@ fn postgres_a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other_cli() {
     );
     let report = server.shutdown();
     assert!(report.all_exited(), "{report:?}");
+}
+
+#[cfg(feature = "local-backend")]
+#[test]
+fn postgres_a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other_cli() {
+    a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(
+        &Shared::postgres("cli-kill9"),
+        "1",
+    );
+}
+
+#[cfg(feature = "local-backend")]
+#[test]
+fn sqlite_a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other_cli() {
+    a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(&Shared::sqlite("cli-kill9"), "2");
 }
