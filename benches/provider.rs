@@ -13,6 +13,9 @@
 //!    commands against a backend enforcing the limit (429s, floor);
 //! 5. cancellation and exit latency;
 //! 6. component size and instance memory;
+//! 7. lease store: operations per second through the `LeaseBackend` trait
+//!    and the latency a store adds to each command, PostgreSQL (a
+//!    throwaway cluster, fsync on) measured against an SQLite file;
 //! 8. the `sandbox` CLI end to end (`lease exec` on a held lease, `run`)
 //!    next to a bare `bwrap ... true` in the same run, with a per-stage
 //!    breakdown and cold vs warm start (needs `cargo build --release -p
@@ -43,8 +46,10 @@ use sandbox_host::types::{
     AcquireRequest, EnvironmentContext, ExecuteRequest, ExecuteResult, Lease, ProviderError,
 };
 use sandbox_host::{
-    new_engine, CancelToken, Guard, HostOptions, NetworkTransport, Policy, ProviderComponent,
-    RateBudget, RateLimit, ScriptedChunk, ScriptedResponse, ScriptedTransport, Transport,
+    new_engine, open_store, CancelToken, Environment, Guard, HostInstance, HostOptions,
+    LeaseBackend, LeaseState, LeaseStore, Liveness, NetworkTransport, Operation, Policy,
+    ProviderComponent, RateBudget, RateLimit, SandboxRuntime, ScriptedChunk, ScriptedResponse,
+    ScriptedTransport, Secrets, ThrowawayPostgres, Transport,
 };
 
 const KEY: &str = "bench-key-5c0ffee";
@@ -1094,6 +1099,296 @@ fn size_and_memory(b: &Bench, report: &mut Report) {
     );
 }
 
+// ---------------------------------------------------------------- 7
+
+/// The stores of section 7, opened side by side: the SQLite file (the
+/// baseline, as one machine's `sandbox` keeps it) and a throwaway
+/// PostgreSQL cluster with fsync on (as several hosts would share it).
+struct Stores {
+    sqlite: Arc<dyn LeaseBackend>,
+    postgres: Arc<dyn LeaseBackend>,
+    /// The same PostgreSQL with fsync off (as the tests run it), to show
+    /// what the disk costs.
+    postgres_no_fsync: Arc<dyn LeaseBackend>,
+    _clusters: [ThrowawayPostgres; 2],
+    dir: PathBuf,
+}
+
+impl Stores {
+    fn open() -> Stores {
+        let dir = std::env::temp_dir().join(format!("sandbox-bench-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let durable = ThrowawayPostgres::start_durable("bench");
+        let no_fsync = ThrowawayPostgres::start("bench-no-fsync");
+        let sqlite_url = dir.join("leases.sqlite").display().to_string();
+        Stores {
+            sqlite: open_store(&sqlite_url).expect("the SQLite store opens"),
+            postgres: open_store(&durable.url()).expect("the PostgreSQL store opens"),
+            postgres_no_fsync: open_store(&no_fsync.url()).expect("the PostgreSQL store opens"),
+            _clusters: [durable, no_fsync],
+            dir,
+        }
+    }
+}
+
+impl Drop for Stores {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `q` in 0..=1 of `samples` (nearest rank).
+fn quantile(samples: &[Duration], q: f64) -> Duration {
+    let mut v = samples.to_vec();
+    v.sort();
+    let rank = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// One begin/end-use cycle (an `execute`'s bookkeeping without the
+/// command) on lease `id`; panics when the store refuses.
+fn use_cycle(store: &dyn LeaseBackend, id: &str, ctx: &EnvironmentContext, me: &str) {
+    let record = store.begin(id, Operation::Execute, ctx, me).unwrap();
+    assert_eq!(record.busy_owner.as_deref(), Some(me));
+    store.end_use(id, me).unwrap();
+}
+
+/// One lease's whole life in the store: acquire recorded, provider lease
+/// stored, mark ended, destroy begun and ended.
+fn life_cycle(store: &dyn LeaseBackend, ctx: &EnvironmentContext, lease: &Lease, me: &str) {
+    let record = store.begin_acquire(ctx, "bench-life", me).unwrap();
+    store
+        .record_lease(&record.id, lease, LeaseState::Active)
+        .unwrap();
+    store.end_use(&record.id, me).unwrap();
+    store
+        .begin(&record.id, Operation::Destroy, ctx, me)
+        .unwrap();
+    store
+        .end_close(&record.id, me, LeaseState::Destroyed, "bench")
+        .unwrap();
+    let ended = store.get(&record.id).unwrap().unwrap();
+    assert_eq!(ended.state, LeaseState::Destroyed);
+}
+
+/// An active lease for `lease` recorded by host `me`.
+fn seeded(store: &dyn LeaseBackend, ctx: &EnvironmentContext, lease: &Lease, me: &str) -> String {
+    let record = store.begin_acquire(ctx, "bench", me).unwrap();
+    store
+        .record_lease(&record.id, lease, LeaseState::Active)
+        .unwrap();
+    store.end_use(&record.id, me).unwrap();
+    record.id
+}
+
+fn per_second(samples: &[Duration]) -> f64 {
+    samples.len() as f64 / secs(samples.iter().sum::<Duration>())
+}
+
+fn lease_stores(b: &Bench, report: &mut Report) {
+    const ROUNDS: usize = 20;
+    const PER_ROUND: usize = 10;
+    const COMMANDS: usize = 60;
+    report.info("7", "load average before (1, 5, 15 min)", load_average());
+    let stores = Stores::open();
+    // SQLite file (the baseline), PostgreSQL (measured), and for what
+    // dominates: PostgreSQL without fsync, SQLite in memory.
+    let in_memory: Arc<dyn LeaseBackend> = Arc::new(LeaseStore::open_in_memory().unwrap());
+    let named: [(&str, Arc<dyn LeaseBackend>); 4] = [
+        ("SQLite file", stores.sqlite.clone()),
+        ("PostgreSQL", stores.postgres.clone()),
+        ("PostgreSQL, fsync off", stores.postgres_no_fsync.clone()),
+        ("SQLite in memory", in_memory),
+    ];
+    let hosts: Vec<HostInstance> = named
+        .iter()
+        .map(|(_, store)| HostInstance::register(store.clone(), Liveness::DEFAULT).unwrap())
+        .collect();
+
+    // (a) Through the trait, alternating blocks so all see the same load.
+    let leases: Vec<String> = named
+        .iter()
+        .zip(&hosts)
+        .map(|((_, store), host)| seeded(store.as_ref(), &b.ctx, &b.lease, host.id()))
+        .collect();
+    let mut uses = vec![vec![]; named.len()];
+    let mut lives = vec![vec![]; named.len()];
+    for round in 0..ROUNDS + 1 {
+        for (i, ((_, store), host)) in named.iter().zip(&hosts).enumerate() {
+            for _ in 0..PER_ROUND {
+                let t = Instant::now();
+                use_cycle(store.as_ref(), &leases[i], &b.ctx, host.id());
+                let used = t.elapsed();
+                let t = Instant::now();
+                life_cycle(store.as_ref(), &b.ctx, &b.lease, host.id());
+                let lived = t.elapsed();
+                // The first round warms connections and caches.
+                if round > 0 {
+                    uses[i].push(used);
+                    lives[i].push(lived);
+                }
+            }
+        }
+    }
+    let n = ROUNDS * PER_ROUND;
+    let rate = |samples: &[Duration]| {
+        format!(
+            "{:.0}/s (median {}, p90 {})",
+            per_second(samples),
+            fmt(median(samples)),
+            fmt(quantile(samples, 0.9))
+        )
+    };
+    for (what, samples, calls) in [
+        ("begin (mark busy) + end-use cycle", &uses, 2),
+        (
+            "acquire → record lease → end-use → begin destroy → end close (+ get)",
+            &lives,
+            6,
+        ),
+    ] {
+        let sqlite = per_second(&samples[0]);
+        report.row(
+            "7",
+            format!("{what}: cycles/s, {calls} store calls each (mean of {n})"),
+            format!("PostgreSQL {}", rate(&samples[1])),
+            format!("SQLite file {}", rate(&samples[0])),
+            format!("{:.2}x SQLite's rate", per_second(&samples[1]) / sqlite),
+            "",
+            Status::Info,
+        );
+        for (k, (name, _)) in named.iter().enumerate().skip(2) {
+            report.row(
+                "7",
+                format!("  same cycle, {name} (what the disk costs)"),
+                rate(&samples[k]),
+                "SQLite file, above",
+                format!("{:.2}x SQLite's rate", per_second(&samples[k]) / sqlite),
+                "",
+                Status::Info,
+            );
+        }
+    }
+    drop(hosts);
+
+    // (b) `SandboxRuntime::execute` of `true` against the instant CreateOS,
+    // with each store (and an in-memory one, the no-store baseline).
+    let instant = instant_createos();
+    let in_memory: Arc<dyn LeaseBackend> = Arc::new(LeaseStore::open_in_memory().unwrap());
+    let runtimes: Vec<(&str, SandboxRuntime)> = [
+        ("in-memory SQLite", in_memory),
+        ("SQLite file", stores.sqlite.clone()),
+        ("PostgreSQL", stores.postgres.clone()),
+        ("PostgreSQL (fsync off)", stores.postgres_no_fsync.clone()),
+    ]
+    .into_iter()
+    .map(|(name, store)| {
+        let runtime = SandboxRuntime::new(b.component.clone(), store, instant.shared())
+            .unwrap()
+            .with_rate_budget(RateBudget::in_memory())
+            .with_rate_limit(None);
+        (name, runtime)
+    })
+    .collect();
+    let secrets = Secrets::none().with("apiKey", KEY);
+    let prepared: Vec<(Environment, String)> = runtimes
+        .iter()
+        .map(|(_, runtime)| {
+            let env = runtime
+                .environment(
+                    &b.ctx.company_id,
+                    &b.ctx.environment_id,
+                    &b.ctx.config,
+                    &secrets,
+                )
+                .unwrap();
+            let id = seeded(runtime.store(), env.context(), &b.lease, runtime.host_id());
+            (env, id)
+        })
+        .collect();
+    let request = request_true();
+    let mut times = vec![vec![]; runtimes.len()];
+    for i in 0..COMMANDS + 3 {
+        for (k, ((_, runtime), (env, id))) in runtimes.iter().zip(&prepared).enumerate() {
+            let t = Instant::now();
+            let result = runtime
+                .execute(env, id, &request, None, CancelToken::new())
+                .unwrap();
+            let took = t.elapsed();
+            assert!(
+                matches!(&result, Ok(r) if r.exit_code == Some(0)),
+                "{result:?}"
+            );
+            if i >= 3 {
+                times[k].push(took);
+            }
+        }
+    }
+    let (base_median, base_p90) = (median(&times[0]), quantile(&times[0], 0.9));
+    report.row(
+        "7",
+        format!("`execute` of `true`, instant backend, in-memory store (median of {COMMANDS})"),
+        format!("median {}, p90 {}", fmt(base_median), fmt(base_p90)),
+        "",
+        "",
+        "",
+        Status::Info,
+    );
+    let added = |k: usize| {
+        (
+            median(&times[k]).saturating_sub(base_median),
+            quantile(&times[k], 0.9).saturating_sub(base_p90),
+        )
+    };
+    let (sqlite_median, sqlite_p90) = added(1);
+    for k in 1..runtimes.len() {
+        let (m, p) = added(k);
+        report.row(
+            "7",
+            format!("same with the {} store: added per command", runtimes[k].0),
+            format!(
+                "median +{}, p90 +{} (median {}, p90 {})",
+                fmt(m),
+                fmt(p),
+                fmt(median(&times[k])),
+                fmt(quantile(&times[k], 0.9))
+            ),
+            if k >= 2 {
+                format!(
+                    "SQLite file: median +{}, p90 +{}",
+                    fmt(sqlite_median),
+                    fmt(sqlite_p90)
+                )
+            } else {
+                String::new()
+            },
+            if k >= 2 {
+                format!(
+                    "{:.2}x the command time with SQLite",
+                    secs(median(&times[k])) / secs(median(&times[1]))
+                )
+            } else {
+                String::new()
+            },
+            "",
+            Status::Info,
+        );
+    }
+    report.info("7", "load average after (1, 5, 15 min)", load_average());
+    report.note(
+        "7: stores on the same disk (/tmp); SQLite in WAL mode with synchronous=FULL, \
+         PostgreSQL a local cluster over loopback TCP with fsync on (the fsync-off rows: \
+         a second cluster without it); blocks of 10 cycles per store alternate, commands \
+         alternate one by one, so all see the same load",
+    );
+}
+
 // ---------------------------------------------------------------- main
 
 /// A section: its number, its name, and what runs it.
@@ -1121,7 +1416,15 @@ fn timed_runs(n: usize, mut command: impl FnMut() -> Command) -> Duration {
 fn bare_bwrap() -> Command {
     let mut command = Command::new("bwrap");
     command.args([
-        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "true",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-pid",
+        "true",
     ]);
     command
 }
@@ -1173,7 +1476,10 @@ fn cli_end_to_end(b: &Bench, report: &mut Report) {
     let list = timed_runs(N, || remote(&["lease", "list"]));
     let acquired = remote(&["lease", "acquire"]).output().unwrap();
     assert!(acquired.status.success(), "{acquired:?}");
-    let lease = String::from_utf8(acquired.stdout).unwrap().trim().to_owned();
+    let lease = String::from_utf8(acquired.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
     let requests_before = b.requests_recorded();
     let exec = timed_runs(N, || remote(&["lease", "exec", &lease, "--", "true"]));
     let requests = (b.requests_recorded() - requests_before) as f64 / (N + 1) as f64;
@@ -1220,8 +1526,14 @@ fn cli_end_to_end(b: &Bench, report: &mut Report) {
             "+ component from the artifact cache, instance, describe",
             describe.saturating_sub(start)
         ),
-        stage("+ lease store and environment (`lease list`)", list.saturating_sub(describe)),
-        stage("+ execute: requests, backend spawn, bash, release of the mark", exec.saturating_sub(list)),
+        stage(
+            "+ lease store and environment (`lease list`)",
+            list.saturating_sub(describe)
+        ),
+        stage(
+            "+ execute: requests, backend spawn, bash, release of the mark",
+            exec.saturating_sub(list)
+        ),
     ));
 }
 
@@ -1247,13 +1559,14 @@ fn main() {
         bench.base,
         bench.server.isolation()
     ));
-    let sections: [Section; 7] = [
+    let sections: [Section; 8] = [
         ("1", "cold", cold_start),
         ("2", "command", per_command),
         ("3", "output", output_path),
         ("4", "budget", budget),
         ("5", "latency", latencies),
         ("6", "size", size_and_memory),
+        ("7", "store", lease_stores),
         ("8", "cli", cli_end_to_end),
     ];
     for (number, name, run) in sections {

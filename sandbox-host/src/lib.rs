@@ -7,7 +7,9 @@
 //! and routes every `wasi:http` request through a pluggable [`Transport`]
 //! — usually a [`Guard`] (the allowed origins, their secret headers, rate
 //! budget, limits) in front of [`NetworkTransport`] or, in tests (feature
-//! `testing`), `ScriptedTransport`.
+//! `testing`), `ScriptedTransport`. The `testing` feature also offers
+//! `ThrowawayPostgres`, a PostgreSQL cluster for the PostgreSQL lease
+//! store's tests and benchmarks.
 //!
 //! Modules by concern: `wasm/` (engine, component, instance, the `host`
 //! interface, limits), `network/` (transports, the policy guard, secrets,
@@ -78,6 +80,8 @@ pub use policy::{Guard, Origin, Policy};
 pub use rate_budget::{BudgetStats, Grant, Priority, RateBudget, RateLimit};
 pub use runtime::{action_name, Environment, SandboxRuntime};
 pub use secrets::Secrets;
+#[cfg(any(test, feature = "testing"))]
+pub use testing::postgres::ThrowawayPostgres;
 #[cfg(any(test, feature = "testing"))]
 pub use testing::scripted::{RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport};
 pub use transport::{

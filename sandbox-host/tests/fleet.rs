@@ -2,13 +2,14 @@
 //! separate host instance ids and separate store connections, against a
 //! real PostgreSQL started by the test (a throwaway cluster in a temp dir,
 //! on a free port, as an unprivileged user when run as root) and against
-//! one SQLite file, so both backends keep one meaning.
+//! one SQLite file, so both backends keep one meaning; and two `sandbox`
+//! CLI processes on one PostgreSQL store against createos-local, one of
+//! them killed mid-command.
 //!
 //! PostgreSQL must be installed (Debian: `apt-get install postgresql`);
-//! when no cluster can be started, the PostgreSQL tests fail, never skip.
+//! when no cluster can be started ([`ThrowawayPostgres`]), the PostgreSQL
+//! tests fail, never skip.
 
-use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,202 +21,24 @@ use sandbox_host::types::{AcquireRequest, ExecuteRequest};
 use sandbox_host::{
     open_store, CancelToken, HostInstance, LeaseBackend, LeaseRefused, LeaseState, Liveness,
     Operation, PgLeaseStore, RateBudget, SandboxRuntime, ScriptedResponse, ScriptedTransport,
-    Secrets, StoreUnavailable, MIGRATIONS,
+    Secrets, StoreUnavailable, ThrowawayPostgres, MIGRATIONS,
 };
 
 mod common;
 use common::test_provider;
 
 // ---------------------------------------------------------------------
-// A throwaway PostgreSQL cluster.
-
-/// A PostgreSQL cluster in a temp dir, stopped and removed on drop.
-struct Postgres {
-    dir: PathBuf,
-    bin: PathBuf,
-    port: u16,
-    user: Option<(u32, u32)>,
-}
-
-impl Postgres {
-    /// Creates and starts a cluster; panics with what failed when it cannot.
-    fn start(name: &str) -> Postgres {
-        let bin = postgres_bin();
-        let dir = std::env::temp_dir().join(format!("sandbox-fleet-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let running_as_root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
-        let user = running_as_root.then(unprivileged_user);
-        if let Some((uid, gid)) = user {
-            std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).unwrap();
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let cluster = Postgres {
-            dir,
-            bin,
-            port,
-            user,
-        };
-        cluster.run(
-            "initdb",
-            &[
-                "-D",
-                cluster.data().to_str().unwrap(),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "--no-sync",
-                "--no-locale",
-                "-E",
-                "UTF8",
-            ],
-        );
-        cluster.start_again();
-        cluster
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.join("data")
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
-    }
-
-    /// Starts the (stopped) server and waits until it accepts connections.
-    fn start_again(&self) {
-        let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -F",
-            self.port,
-            self.dir.display()
-        );
-        self.run(
-            "pg_ctl",
-            &[
-                "-D",
-                self.data().to_str().unwrap(),
-                "-l",
-                self.dir.join("server.log").to_str().unwrap(),
-                "-o",
-                &options,
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ],
-        );
-    }
-
-    /// Stops the server (fast shutdown: open connections are closed).
-    fn stop(&self) {
-        self.run(
-            "pg_ctl",
-            &[
-                "-D",
-                self.data().to_str().unwrap(),
-                "-m",
-                "fast",
-                "-w",
-                "stop",
-            ],
-        );
-    }
-
-    fn run(&self, program: &str, args: &[&str]) {
-        let mut command = Command::new(self.bin.join(program));
-        command.args(args).env("LC_ALL", "C").current_dir(&self.dir);
-        if let Some((uid, gid)) = self.user {
-            command.uid(uid).gid(gid);
-        }
-        let output = command
-            .output()
-            .unwrap_or_else(|e| panic!("running {program} from {}: {e}", self.bin.display()));
-        if !output.status.success() {
-            let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
-            panic!(
-                "PostgreSQL could not be started for the fleet tests: `{program} {}` failed: {}{}\nserver log:\n{log}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr),
-            );
-        }
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let mut command = Command::new(self.bin.join("pg_ctl"));
-        command
-            .args([
-                "-D",
-                self.data().to_str().unwrap(),
-                "-m",
-                "immediate",
-                "-w",
-                "stop",
-            ])
-            .current_dir(&self.dir);
-        if let Some((uid, gid)) = self.user {
-            command.uid(uid).gid(gid);
-        }
-        let _ = command.output();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The newest `/usr/lib/postgresql/<version>/bin` (Debian), else `PG_BIN`.
-fn postgres_bin() -> PathBuf {
-    if let Some(dir) = std::env::var_os("PG_BIN") {
-        return PathBuf::from(dir);
-    }
-    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|entry| {
-            let version = entry.file_name().to_str()?.parse().ok()?;
-            let bin = entry.path().join("bin");
-            bin.join("initdb").is_file().then_some((version, bin))
-        })
-        .collect();
-    found.sort();
-    found.pop().map(|(_, bin)| bin).unwrap_or_else(|| {
-        panic!(
-            "PostgreSQL is not installed (no /usr/lib/postgresql/<version>/bin/initdb): \
-             `apt-get install -y postgresql`, or set PG_BIN to the directory holding initdb and pg_ctl"
-        )
-    })
-}
-
-/// `nobody`'s uid and gid: PostgreSQL refuses to run as root.
-fn unprivileged_user() -> (u32, u32) {
-    let id = |flag: &str| -> u32 {
-        let output = Command::new("id").args([flag, "nobody"]).output().unwrap();
-        String::from_utf8_lossy(&output.stdout)
-            .trim()
-            .parse()
-            .expect("the user nobody exists")
-    };
-    (id("-u"), id("-g"))
-}
-
-// ---------------------------------------------------------------------
 // Both backends.
 
 /// One shared lease store, as each host opens it.
 enum Shared {
-    Postgres(Postgres),
+    Postgres(ThrowawayPostgres),
     Sqlite(PathBuf),
 }
 
 impl Shared {
     fn postgres(name: &str) -> Shared {
-        Shared::Postgres(Postgres::start(name))
+        Shared::Postgres(ThrowawayPostgres::start(name))
     }
 
     fn sqlite(name: &str) -> Shared {
@@ -556,7 +379,7 @@ fn after_restart<T>(mut op: impl FnMut() -> anyhow::Result<T>) -> T {
 /// and its state survive.
 #[test]
 fn postgres_restart_mid_run_fails_typed_and_resumes() {
-    let cluster = Postgres::start("restart");
+    let cluster = ThrowawayPostgres::start("restart");
     let shared = Shared::Postgres(cluster);
     let (a, b) = (shared.host(), shared.host());
     let env = a.environment("co", "env", "{}", &Secrets::none()).unwrap();
@@ -635,7 +458,7 @@ fn postgres_bad_urls_and_unreachable_databases_fail_before_anything_is_written()
 /// and nothing is changed in it.
 #[test]
 fn postgres_schema_from_a_newer_version_is_refused() {
-    let cluster = Postgres::start("newer");
+    let cluster = ThrowawayPostgres::start("newer");
     let store = PgLeaseStore::open(&cluster.url()).unwrap();
     assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len());
     let mut client = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
@@ -708,4 +531,238 @@ fn postgres_the_cli_opens_the_store_from_its_url() {
         .find(|l| l["id"] == record.id.as_str())
         .unwrap_or_else(|| panic!("{leases}"));
     assert_eq!(listed["state"], "active");
+}
+
+// ---------------------------------------------------------------------
+// Two `sandbox` processes on one PostgreSQL store, one killed.
+
+/// The heartbeat the CLI hosts run with.
+#[cfg(feature = "local-backend")]
+const CLI_HEARTBEAT: &str = "100ms";
+/// After how long without a heartbeat a CLI host counts as gone.
+#[cfg(feature = "local-backend")]
+const CLI_EXPIRY: Duration = Duration::from_secs(2);
+#[cfg(feature = "local-backend")]
+const CLI_KEY: &str = "fleet-cli-key";
+
+/// One `sandbox` CLI host, as on its own machine: its own data directory
+/// (rate budget, compiled component cache), the shared store URL, the real
+/// CreateOS component against createos-local.
+#[cfg(feature = "local-backend")]
+struct CliHost {
+    dir: PathBuf,
+    store: String,
+    api_url: String,
+}
+
+#[cfg(feature = "local-backend")]
+impl CliHost {
+    fn new(name: &str, store: &str, server: &createos_local::BackgroundServer) -> CliHost {
+        let dir =
+            std::env::temp_dir().join(format!("sandbox-fleet-cli-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("key"), CLI_KEY).unwrap();
+        CliHost {
+            dir,
+            store: store.into(),
+            api_url: server.base_url(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let provider =
+            common::workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
+        assert!(
+            provider.is_file(),
+            "{} is not built: run ./build.sh first",
+            provider.display()
+        );
+        let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox"));
+        command
+            .env("SANDBOX_PROVIDER", provider)
+            .env("SANDBOX_DATA_DIR", self.dir.join("data"))
+            .env("SANDBOX_STORE", &self.store)
+            .env("SANDBOX_HEARTBEAT", CLI_HEARTBEAT)
+            .env(
+                "SANDBOX_HOST_EXPIRY",
+                format!("{}ms", CLI_EXPIRY.as_millis()),
+            )
+            .env_remove("CREATEOS_API_KEY")
+            .arg("--api-url")
+            .arg(&self.api_url)
+            .arg("--api-key-file")
+            .arg(self.dir.join("key"))
+            .args(args);
+        command
+    }
+
+    fn output(&self, args: &[&str]) -> std::process::Output {
+        self.command(args).output().expect("running sandbox")
+    }
+
+    /// The state of lease `id` as this host lists it.
+    fn lease_state(&self, id: &str) -> String {
+        let output = self.output(&["lease", "list", "--json"]);
+        assert!(output.status.success(), "{output:?}");
+        let leases: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["id"] == id)
+            .map(|l| l["state"].as_str().unwrap().to_owned())
+            .unwrap_or_else(|| {
+                panic!(
+                    "host {} does not list lease {id}: {leases}",
+                    self.dir.display()
+                )
+            })
+    }
+}
+
+#[cfg(feature = "local-backend")]
+impl Drop for CliHost {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Pins the open point of issue 14 the in-process test above cannot: a
+/// real `sandbox` process SIGKILLed mid-command on a store shared with
+/// another `sandbox` process (its own data directory, as on another
+/// machine). Its command keeps running (the scenario); once its heartbeat
+/// expired, the other host's `lease exec` is refused before any request
+/// with a message naming the fix, the lease is `poisoned` for every host
+/// (both CLIs and a fresh store connection), and `sandbox lease sweep` on
+/// the other host destroys it: no process of the dead command survives on
+/// the local backend.
+#[cfg(feature = "local-backend")]
+fn a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(shared: &Shared, marker: &str) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    use createos_local::{BackgroundServer, Server};
+
+    let server = BackgroundServer::start(Server::builder().api_key(CLI_KEY).quiet(true)).unwrap();
+    let (a, b) = (
+        CliHost::new(&format!("{marker}-a"), &shared.url(), &server),
+        CliHost::new(&format!("{marker}-b"), &shared.url(), &server),
+    );
+
+    let acquired = a.output(&["lease", "acquire"]);
+    assert!(acquired.status.success(), "{acquired:?}");
+    let lease = String::from_utf8(acquired.stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert_eq!(b.lease_state(&lease), "active");
+
+    // A unique command line, to find the dead command's process in /proc.
+    let marker = format!("1000.{}{marker}", std::process::id());
+    let mut doomed = a
+        .command(&[
+            "lease",
+            "exec",
+            &lease,
+            "--",
+            "sh",
+            "-c",
+            "echo started; exec sleep \"$0\"",
+            &marker,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(doomed.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "started\n");
+    // `sh` prints, then becomes `sleep`: wait for the exec (generously:
+    // the machine may be loaded) before the kill.
+    let started = Instant::now();
+    while common::processes(&["sleep", &marker]).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the command never became `sleep {marker}`"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    let requests = || -> Vec<String> {
+        server
+            .faults()
+            .requests()
+            .iter()
+            .map(|r| format!("{} {} {}", r.method, r.path, r.status))
+            .collect()
+    };
+    assert_eq!(
+        common::processes(&["sleep", &marker]).len(),
+        1,
+        "the command must still run after its CLI was killed (the scenario): {:#?}",
+        requests()
+    );
+
+    // Well past the dead host's expiry (the machine may be loaded): its
+    // busy mark is the mark of a gone host.
+    thread::sleep(CLI_EXPIRY * 2 + Duration::from_secs(1));
+    let refused = b.output(&["lease", "exec", &lease, "--", "true"]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "reused a lease in doubt: {refused:?}"
+    );
+    assert!(
+        stderr.contains("sandbox lease sweep") || stderr.contains("sandbox lease destroy"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("died"), "{stderr}");
+    assert_eq!(
+        common::processes(&["sleep", &marker]).len(),
+        1,
+        "the refusal must come before any request (the command is untouched): {:#?}",
+        requests()
+    );
+    // Poisoned for every host: both CLIs and a fresh connection.
+    assert_eq!(a.lease_state(&lease), "poisoned");
+    assert_eq!(b.lease_state(&lease), "poisoned");
+    let stored = open_store(&shared.url())
+        .unwrap()
+        .get(&lease)
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.state, LeaseState::Poisoned);
+    assert_eq!(stored.busy_owner, None, "{stored:?}");
+    let again = a.output(&["lease", "exec", &lease, "--", "true"]);
+    assert!(!again.status.success(), "{again:?}");
+
+    let swept = b.output(&["lease", "sweep"]);
+    assert!(swept.status.success(), "{swept:?}");
+    assert_eq!(b.lease_state(&lease), "destroyed");
+    assert_eq!(a.lease_state(&lease), "destroyed");
+    assert!(
+        common::processes(&["sleep", &marker]).is_empty(),
+        "the dead host's command survived the sweep"
+    );
+    let report = server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}
+
+#[cfg(feature = "local-backend")]
+#[test]
+fn postgres_a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other_cli() {
+    a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(
+        &Shared::postgres("cli-kill9"),
+        "1",
+    );
+}
+
+#[cfg(feature = "local-backend")]
+#[test]
+fn sqlite_a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other_cli() {
+    a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(&Shared::sqlite("cli-kill9"), "2");
 }
