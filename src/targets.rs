@@ -1,0 +1,78 @@
+//! The workspace's own targets: each provider component of `providers/`
+//! against its face of `createos-local`, with the face's fault rules.
+
+use std::sync::Arc;
+
+use createos_local::{BackgroundServer, FaultAction, FaultRule, ServerBuilder};
+use serde_json::{json, Value};
+
+use crate::backend::Backend;
+use crate::built_component;
+use crate::fault::FaultPoint;
+use crate::local::{LocalBackend, LocalFace};
+use crate::target::Target;
+
+/// A target on a fresh `createos-local` per scenario.
+pub fn local(name: &str, component_file: &str, face: LocalFace) -> Target {
+    Target::new(
+        name,
+        built_component(component_file),
+        Arc::new(move || Ok(Box::new(LocalBackend::start(face)?) as Box<dyn Backend>)),
+    )
+}
+
+/// Long enough that a request or command never hits it on a slow machine
+/// unless the scenario means it to.
+const TIMEOUT_MS: u64 = 120_000;
+const REQUEST_TIMEOUT_MS: u64 = 30_000;
+
+/// An hour: a stream that waits this long has hung.
+const HANG_MS: u64 = 3_600_000;
+
+/// The CreateOS provider (`createos_provider.wasm`) against the CreateOS
+/// face (`/v1`).
+pub fn createos() -> Target {
+    local("createos", "createos_provider.wasm", CREATEOS).with_reuse(json!({"reuseLease": true}))
+}
+
+const CREATEOS: LocalFace = LocalFace {
+    builder: |builder: ServerBuilder| builder,
+    config: |server: &BackgroundServer| -> Value {
+        json!({
+            "apiUrl": server.base_url(),
+            "timeoutMs": TIMEOUT_MS,
+            "requestTimeoutMs": REQUEST_TIMEOUT_MS,
+        })
+    },
+    secret_field: "apiKey",
+    faults: createos_faults,
+};
+
+fn createos_faults(point: FaultPoint) -> Vec<FaultRule> {
+    const PROCESSES: &str = "/v1/sandboxes/*/processes";
+    const PROCESS: &str = "/v1/sandboxes/*/processes/*";
+    const SANDBOXES: &str = "/v1/sandboxes";
+    const SANDBOX: &str = "/v1/sandboxes/*";
+    let rule = FaultRule::new;
+    let unavailable = || FaultAction::Status { status: 503 };
+    match point {
+        FaultPoint::CommandCreationUnanswered => {
+            vec![rule("POST", PROCESSES, FaultAction::DropResponse)]
+        }
+        FaultPoint::CommandCreationServerError => vec![rule("POST", PROCESSES, unavailable())],
+        FaultPoint::CommandTerminationFails => vec![rule("DELETE", PROCESS, unavailable())],
+        FaultPoint::CommandTerminationUnconfirmed => {
+            vec![rule("DELETE", PROCESS, FaultAction::TreeNotExited)]
+        }
+        FaultPoint::SandboxDeletionFails => vec![rule("DELETE", SANDBOX, unavailable())],
+        FaultPoint::SandboxDeletionUnanswered => {
+            vec![rule("DELETE", SANDBOX, FaultAction::DropResponse)]
+        }
+        FaultPoint::SandboxCreationAmbiguous => vec![rule("POST", SANDBOXES, unavailable())],
+        FaultPoint::OutputStreamHangs => vec![rule(
+            "GET",
+            "/v1/sandboxes/*/processes/*/connect",
+            FaultAction::Delay { ms: HANG_MS },
+        )],
+    }
+}
