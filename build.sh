@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the CreateOS provider component (release, size-tuned) and prints
-# its path and size.
+# Builds every provider component (release, size-tuned: providers/*) and
+# prints each one's path and size.
 set -euo pipefail
 cd "$(dirname "$0")"
 target=wasm32-wasip2
@@ -27,12 +27,23 @@ if ! rustup target list --installed | grep -qx "$target"; then
 fi
 # Size settings for the component only (goal <= 400 KiB); the host's
 # release build keeps the workspace's plain release profile.
+providers=(createos-provider daytona-provider)
 CARGO_PROFILE_RELEASE_OPT_LEVEL=s \
 CARGO_PROFILE_RELEASE_LTO=true \
 CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
 CARGO_PROFILE_RELEASE_PANIC=abort \
-  cargo build --release --target "$target" -p createos-provider --lib
-wasm="target/$target/release/createos_provider.wasm"
-size=$(stat -c %s "$wasm")
-echo "component: $PWD/$wasm"
-echo "size: $size bytes ($((size / 1024)) KiB)"
+  cargo build --release --target "$target" --lib "${providers[@]/#/-p}"
+for provider in "${providers[@]}"; do
+  wasm="target/$target/release/${provider//-/_}.wasm"
+  size=$(stat -c %s "$wasm")
+  echo "component: $PWD/$wasm"
+  echo "size: $size bytes ($((size / 1024)) KiB)"
+  if [ "$size" -gt $((400 * 1024)) ]; then
+    echo "error: $wasm is over the 400 KiB budget" >&2
+    exit 1
+  fi
+done
+# The README's example provider ("Write your own provider"), loaded by
+# tests/minimal_provider.rs.
+cargo build --release --target "$target" -p provider-sdk --example minimal_provider
+echo "example: $PWD/target/$target/release/examples/minimal_provider.wasm"

@@ -216,6 +216,17 @@ pub fn write_file(root: &Path, path: &str, data: &mut dyn Read) -> Result<(), Pa
     Ok(())
 }
 
+/// Creates a directory (and its missing parents) inside the sandbox root,
+/// each new one with `mode` and owned like the root; an existing directory
+/// is fine, an existing file is [`PathError::NotAFile`].
+pub fn create_dir(root: &Path, path: &str, mode: u32) -> Result<(), PathError> {
+    let parts = check_file_path(path)?;
+    let rootfd = open_root(root)?;
+    let dir = ensure_dir(&rootfd, &parts)?;
+    let _ = rustix::fs::fchmod(&dir, Mode::from_raw_mode(mode & 0o7777));
+    Ok(())
+}
+
 /// Resolves a directory inside the root and returns its real host path (used
 /// to validate a process `cwd`, and as the host cwd in fallback mode).
 pub fn resolve_dir(root: &Path, path: &str) -> Result<std::path::PathBuf, PathError> {

@@ -37,11 +37,20 @@ pub enum FaultAction {
         /// Milliseconds to wait before handling.
         ms: u64,
     },
-    /// `/connect` only: send `frames` real frames, then abort the connection
+    /// `/connect` and Daytona command logs with `follow=true`: send
+    /// `frames` real frames (log chunks), then abort the connection
     /// without finishing the chunked body (the client sees a truncated,
     /// errored body).
     ResetAfterFrames {
         /// Frames sent before the abort.
+        frames: u64,
+    },
+    /// Streams only (`/connect`, Daytona command logs with `follow=true`):
+    /// send `frames` real frames (log chunks), then nothing more while
+    /// keeping the connection open: the body neither ends nor fails (a hung
+    /// stream).
+    StallAfterFrames {
+        /// Frames sent before the stall.
         frames: u64,
     },
     /// `/connect` only: send `frames` real frames, then one line that is not

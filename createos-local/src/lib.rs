@@ -20,6 +20,12 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The same core also serves a Daytona-compatible face: the sandbox API
+//! under `/daytona/api` and the toolbox API (sessions, commands, labelled
+//! logs, `process/execute`, files) under `/daytona/toolbox`, or on a second
+//! loopback origin with [`ServerBuilder::toolbox_port`]; the subset is
+//! recorded in `docs/daytona-api.md`.
+//!
 //! Limits worth knowing: no PTYs (`kind` is always `process`), no fork, no
 //! ingress, rate limiting only when asked for ([`ServerBuilder::rate_limit`]),
 //! no outbound network in bwrap mode, and the `shape` is only validated and
@@ -28,6 +34,7 @@
 pub(crate) mod api;
 pub(crate) mod confine;
 pub(crate) mod connections;
+pub(crate) mod daytona;
 pub mod deathguard;
 pub mod faults;
 pub mod isolation;
@@ -40,6 +47,7 @@ pub(crate) mod store;
 pub(crate) mod supervisor;
 pub(crate) mod util;
 
+pub use daytona::toolbox::{STDERR_PREFIX, STDOUT_PREFIX};
 pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};
 pub use isolation::{IsolationMode, IsolationPreference};
 pub use rate_limit::{RateLimitStats, RateLimiter};

@@ -1,7 +1,10 @@
-//! `createos-local --port 0 --api-key KEY`: serves the CreateOS API on
-//! loopback, prints `listening on http://127.0.0.1:<port>` once on stdout,
-//! logs to stderr, and on SIGINT/SIGTERM terminates every process tree it
-//! started (exit status 1 if any survived).
+//! `createos-local --port 0 --api-key KEY`: serves the CreateOS API (and
+//! the Daytona API under `/daytona/api`) on loopback, prints `listening on
+//! http://127.0.0.1:<port>` once on stdout, logs to stderr, and on
+//! SIGINT/SIGTERM terminates every process tree it started (exit status 1
+//! if any survived). With `--toolbox-port P` it also serves the Daytona
+//! toolbox on a second loopback origin and prints a second line, `toolbox
+//! on http://127.0.0.1:<port>`.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -43,6 +46,12 @@ struct Cli {
     /// window (for example 20/2000), as CreateOS limits a caller. Off by default.
     #[arg(long, value_name = "REQUESTS/WINDOW_MS", value_parser = parse_rate_limit)]
     rate_limit: Option<(u32, std::time::Duration)>,
+    /// Serve the Daytona toolbox on a second loopback listener on this port
+    /// (0 = any free port), at `/toolbox/{sandboxId}/...`; prints a second
+    /// stdout line `toolbox on http://127.0.0.1:<port>`. Without it the
+    /// toolbox is served under `/daytona/toolbox` on the main port.
+    #[arg(long, value_name = "PORT")]
+    toolbox_port: Option<u16>,
 }
 
 fn parse_rate_limit(text: &str) -> Result<(u32, std::time::Duration), String> {
@@ -87,6 +96,9 @@ async fn run(cli: Cli) -> ExitCode {
     if let Some((requests, window)) = cli.rate_limit {
         builder = builder.rate_limit(requests, window);
     }
+    if let Some(port) = cli.toolbox_port {
+        builder = builder.toolbox_port(port);
+    }
     builder = builder.allow_unconfined(cli.allow_unconfined);
     builder = builder.isolation(match cli.isolation {
         Isolation::Auto => IsolationPreference::Auto,
@@ -101,7 +113,12 @@ async fn run(cli: Cli) -> ExitCode {
         }
     };
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "listening on {}", server.base_url())
+    let mut lines = format!("listening on {}\n", server.base_url());
+    if let Some(toolbox) = server.toolbox_addr() {
+        lines.push_str(&format!("toolbox on http://{toolbox}\n"));
+    }
+    if out
+        .write_all(lines.as_bytes())
         .and_then(|()| out.flush())
         .is_err()
     {

@@ -48,6 +48,7 @@ pub struct ServerBuilder {
     rate_limit: Option<(u32, Duration)>,
     connections: ConnectionLimits,
     allow_unconfined: bool,
+    toolbox_addr: Option<SocketAddr>,
 }
 
 impl Default for ServerBuilder {
@@ -64,6 +65,7 @@ impl Default for ServerBuilder {
             rate_limit: None,
             connections: ConnectionLimits::default(),
             allow_unconfined: false,
+            toolbox_addr: None,
         }
     }
 }
@@ -167,6 +169,17 @@ impl ServerBuilder {
         self
     }
 
+    /// Serves the Daytona toolbox on a second loopback listener (0 = any
+    /// free port), at `http://127.0.0.1:<port>/toolbox/{sandboxId}/...`, the
+    /// `toolboxProxyUrl` of every Daytona sandbox. Without it the toolbox is
+    /// served on the main origin under `/daytona/toolbox`. With it, the main
+    /// origin does not serve the toolbox (as the real service, whose API and
+    /// toolbox proxy are different origins).
+    pub fn toolbox_port(mut self, port: u16) -> Self {
+        self.toolbox_addr = Some(SocketAddr::from(([127, 0, 0, 1], port)));
+        self
+    }
+
     /// Detects isolation, binds, and starts serving on the current tokio
     /// runtime.
     pub async fn start(self) -> std::io::Result<RunningServer> {
@@ -177,7 +190,8 @@ impl ServerBuilder {
                 "an API key is required",
             ));
         }
-        if !self.addr.ip().is_loopback() {
+        if !self.addr.ip().is_loopback() || self.toolbox_addr.is_some_and(|a| !a.ip().is_loopback())
+        {
             return Err(Error::new(
                 ErrorKind::InvalidInput,
                 "createos-local only listens on loopback addresses",
@@ -241,6 +255,18 @@ impl ServerBuilder {
         crate::connections::raise_descriptor_limit(DESCRIPTOR_LIMIT);
         let listener = TcpListener::bind(self.addr).await?;
         let addr = listener.local_addr()?;
+        let toolbox_listener = match self.toolbox_addr {
+            Some(a) => Some(TcpListener::bind(a).await?),
+            None => None,
+        };
+        let toolbox_addr = match &toolbox_listener {
+            Some(l) => Some(l.local_addr()?),
+            None => None,
+        };
+        let toolbox_url = match toolbox_addr {
+            Some(a) => format!("http://{a}{}", crate::daytona::TOOLBOX_LISTENER_PREFIX),
+            None => format!("http://{addr}{}", crate::daytona::TOOLBOX_PREFIX),
+        };
         let supervision = SupervisionRuntime::start()?;
         let state = Arc::new(AppState {
             supervision: supervision.handle(),
@@ -257,17 +283,32 @@ impl ServerBuilder {
                 .map(|(requests, window)| crate::rate_limit::RateLimiter::new(requests, window)),
             blocking: Arc::new(tokio::sync::Semaphore::new(crate::api::BLOCKING_SLOTS)),
             uploads: Arc::new(tokio::sync::Semaphore::new(crate::api::UPLOAD_SLOTS)),
+            daytona: crate::daytona::registry::Registry::default(),
+            toolbox_url,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
-        let app = router(state.clone());
-        let task = tokio::spawn(crate::connections::serve(
-            listener,
-            app,
-            self.connections,
-            stop_rx,
-        ));
+        let app = router(state.clone(), toolbox_listener.is_some());
+        let limits = self.connections;
+        let toolbox = toolbox_listener.map(|l| {
+            (
+                l,
+                crate::api::toolbox_router(state.clone()),
+                stop_rx.clone(),
+            )
+        });
+        let task = tokio::spawn(async move {
+            let main = crate::connections::serve(listener, app, limits, stop_rx);
+            match toolbox {
+                Some((l, toolbox_app, stop)) => {
+                    let second = crate::connections::serve(l, toolbox_app, limits, stop);
+                    tokio::join!(main, second);
+                }
+                None => main.await,
+            }
+        });
         Ok(RunningServer {
             addr,
+            toolbox_addr,
             state,
             _supervision: supervision,
             mode,
@@ -283,6 +324,7 @@ impl ServerBuilder {
 #[derive(Debug)]
 pub struct RunningServer {
     addr: SocketAddr,
+    toolbox_addr: Option<SocketAddr>,
     state: Arc<AppState>,
     /// Held for its `Drop`: the supervision runtime lives as long as the server.
     _supervision: SupervisionRuntime,
@@ -362,6 +404,21 @@ impl RunningServer {
     /// Fault rules and the request record.
     pub fn faults(&self) -> &Faults {
         &self.state.faults
+    }
+
+    /// The Daytona API base URL: `http://127.0.0.1:<port>/daytona/api`.
+    pub fn daytona_api_url(&self) -> String {
+        format!("http://{}{}", self.addr, crate::daytona::API_PREFIX)
+    }
+
+    /// The Daytona `toolboxProxyUrl` (see [`ServerBuilder::toolbox_port`]).
+    pub fn toolbox_url(&self) -> &str {
+        &self.state.toolbox_url
+    }
+
+    /// The toolbox listener's address, when there is one.
+    pub fn toolbox_addr(&self) -> Option<SocketAddr> {
+        self.toolbox_addr
     }
 
     /// The rate limit's counters, when a limit is set.
@@ -480,6 +537,7 @@ pub struct BackgroundServer {
     addr: SocketAddr,
     faults: Faults,
     mode: IsolationMode,
+    toolbox_url: String,
     stop: Option<std::sync::mpsc::Sender<std::sync::mpsc::Sender<ShutdownReport>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -517,6 +575,7 @@ impl BackgroundServer {
                         server.addr(),
                         server.faults().clone(),
                         server.isolation().clone(),
+                        server.toolbox_url().to_string(),
                     );
                     let _ = ready_tx.send(Ok(info));
                     // Wait for a shutdown request (or the handle being dropped).
@@ -530,13 +589,14 @@ impl BackgroundServer {
                     }
                 });
             })?;
-        let (addr, faults, mode) = ready_rx
+        let (addr, faults, mode, toolbox_url) = ready_rx
             .recv()
             .map_err(|_| std::io::Error::other("server thread ended before listening"))??;
         Ok(Self {
             addr,
             faults,
             mode,
+            toolbox_url,
             stop: Some(stop_tx),
             thread: Some(thread),
         })
@@ -550,6 +610,16 @@ impl BackgroundServer {
     /// `http://127.0.0.1:<port>`.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// The Daytona API base URL: `http://127.0.0.1:<port>/daytona/api`.
+    pub fn daytona_api_url(&self) -> String {
+        format!("http://{}{}", self.addr, crate::daytona::API_PREFIX)
+    }
+
+    /// The Daytona `toolboxProxyUrl` (see [`ServerBuilder::toolbox_port`]).
+    pub fn toolbox_url(&self) -> &str {
+        &self.toolbox_url
     }
 
     /// Fault rules and the request record.

@@ -152,6 +152,12 @@ impl Sandbox {
         let _ = rx.wait_for(|n| *n == 0).await;
     }
 
+    /// Admits process starts again after [`Sandbox::close`] (a Daytona
+    /// sandbox started after a verified stop).
+    pub fn reopen(&self) {
+        *lock(&self.closed) = false;
+    }
+
     /// Current status.
     pub fn status(&self) -> Status {
         lock(&self.status).0

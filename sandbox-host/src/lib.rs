@@ -5,8 +5,15 @@
 //! ([`ProviderInstance`]) with a memory cap and an epoch deadline, forwards
 //! live output to a callback, offers cancellation as a `wasi:io` pollable,
 //! and routes every `wasi:http` request through a pluggable [`Transport`]
-//! — usually a [`Guard`] (one allowed origin, secret header, rate budget, limits)
-//! in front of [`NetworkTransport`] or, in tests, [`ScriptedTransport`].
+//! — usually a [`Guard`] (the allowed origins, their secret headers, rate
+//! budget, limits) in front of [`NetworkTransport`] or, in tests (feature
+//! `testing`), `ScriptedTransport`.
+//!
+//! Modules by concern: `wasm/` (engine, component, instance, the `host`
+//! interface, limits), `network/` (transports, the policy guard, secrets,
+//! rate budget), `leases/` (the store trait, its SQLite and PostgreSQL
+//! backends, the state machine), and the runtime (`runtime`, `budget`,
+//! `messages`).
 //!
 //! On top of that, [`SandboxRuntime`] keeps leases in a durable
 //! [`LeaseStore`] (poisoned on `cleanup-failed`, a trap, or the death of
@@ -26,31 +33,29 @@
 //! # Ok(()) }
 //! ```
 
-mod bindings;
-mod body;
-mod budget;
-mod cache;
-mod cancel;
-mod component;
-mod engine;
-mod host_impl;
-mod http_hook;
-mod instance;
-mod lease_backend;
-mod lease_postgres;
-pub mod lease_rules;
-mod lease_store;
-mod lease_store_url;
-mod messages;
+// One concept per folder: the wasm embedding, the network policy, the
+// lease store, and the runtime on top (this file's siblings).
+mod leases;
 mod network;
-mod options;
-mod policy;
-mod rate_budget;
+mod wasm;
+
+mod budget;
+mod messages;
 mod runtime;
-mod scripted;
-mod secrets;
-mod state;
-mod transport;
+#[cfg(any(test, feature = "testing"))]
+mod testing;
+
+// Short paths inside the crate (`crate::policy`, `crate::lease_store`, ...).
+use leases::{
+    backend as lease_backend, postgres as lease_postgres, sqlite as lease_store,
+    url as lease_store_url,
+};
+use network::{body, http_hook, policy, rate_budget, secrets, transport};
+use wasm::{bindings, cache, cancel, component, engine, instance, options, state};
+
+/// The lease state machine: states, operations and the transition rules
+/// every store applies.
+pub use leases::rules as lease_rules;
 
 pub use bindings::{types, PROVIDER_INTERFACE};
 pub use budget::Budget;
@@ -67,13 +72,14 @@ pub use lease_rules::{LeaseState, Operation};
 pub use lease_store::LeaseStore;
 pub use lease_store_url::{open_store, StoreUrl};
 pub use messages::{cleanup_text, error_text};
-pub use network::NetworkTransport;
+pub use network::client::NetworkTransport;
 pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink, SandboxRecorder};
 pub use policy::{Guard, Origin, Policy};
 pub use rate_budget::{BudgetStats, Grant, Priority, RateBudget, RateLimit};
 pub use runtime::{action_name, Environment, SandboxRuntime};
-pub use scripted::{RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport};
 pub use secrets::Secrets;
+#[cfg(any(test, feature = "testing"))]
+pub use testing::scripted::{RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport};
 pub use transport::{
     BodySender, DenyAll, ErrorCode, OutgoingRequest, RequestTimeouts, ResponseBody, Transport,
     TransportFuture, TransportResponse,

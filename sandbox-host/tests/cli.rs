@@ -198,3 +198,44 @@ fn a_second_ctrl_c_abandons_the_cleanup_and_exits_120() {
     assert!(seen.contains("abandoned"), "{seen}");
     assert!(seen.contains("may still be running"), "{seen}");
 }
+
+/// Issue 13: the CLI is provider-neutral. `--provider daytona.wasm` runs a
+/// command end to end on the embedded engine (its Daytona face: API and
+/// toolbox on two origins), and `describe` shows each component's own
+/// config schema and origin fields.
+#[test]
+fn the_daytona_component_runs_end_to_end_and_describes_itself() {
+    let Some(createos) = provider() else { return };
+    let daytona = createos.with_file_name("daytona_provider.wasm");
+    assert!(daytona.is_file(), "./build.sh builds both providers");
+    let output = sandbox(&daytona)
+        .args(["--provider", "daytona.wasm", "run", "--", "sh", "-c"])
+        .arg("echo from daytona; echo oops >&2; exit 5")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(5), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "from daytona\n");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("oops"));
+
+    let describe = |component: &Path| -> serde_json::Value {
+        let output = sandbox(component)
+            .args(["describe", "--json"])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let (d, c) = (describe(&daytona), describe(&createos));
+    assert_eq!(d["driverKey"], "daytona");
+    assert_eq!(c["driverKey"], "createos");
+    assert!(
+        d["configSchema"]["properties"]["toolboxUrl"].is_object(),
+        "{d}"
+    );
+    assert!(
+        c["configSchema"]["properties"]["toolboxUrl"].is_null(),
+        "{c}"
+    );
+    assert_eq!(d["originFields"].as_array().unwrap().len(), 2);
+    assert_eq!(d["secrets"][0]["scheme"], "Bearer");
+}

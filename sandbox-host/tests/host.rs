@@ -454,3 +454,19 @@ fn the_artifact_cache_reuses_a_compiled_component() {
         .is_ok());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 13: the host checks the contract version a component exports. A
+/// component built for 0.1.0 is refused at load with both versions named
+/// and the fix, never half-run.
+#[test]
+fn a_component_built_for_another_contract_version_is_refused_by_name() {
+    let wasm = common::build_fixture("contract-v0-1");
+    let engine = sandbox_host::shared_engine().unwrap();
+    let error = match sandbox_host::ProviderComponent::load(&engine, &wasm) {
+        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.2.0 host"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(error.contains("sandbox:provider/provider@0.1.0"), "{error}");
+    assert!(error.contains("sandbox:provider/provider@0.2.0"), "{error}");
+    assert!(error.contains("rebuild"), "{error}");
+}

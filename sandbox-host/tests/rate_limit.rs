@@ -259,15 +259,22 @@ fn two_sandbox_processes_share_one_budget() {
             .arg(server.base_url())
             .arg("--api-key-file")
             .arg(&key_file)
-            .args(["--rate-limit", "12/1500", "run", "--", "echo", tag]);
+            .args(["--rate-limit", "12/1500", "run", "--", "echo", tag])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
         command.spawn().unwrap()
     };
-    let mut children: Vec<_> = (0..3)
+    let children: Vec<_> = (0..3)
         .flat_map(|i| [run(&format!("a{i}")), run(&format!("b{i}"))])
         .collect();
-    for child in &mut children {
-        let status = child.wait().unwrap();
-        assert!(status.success(), "{status:?}");
+    for child in children {
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{:?}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     let total = server.faults().requests().len();
     assert!(

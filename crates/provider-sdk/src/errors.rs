@@ -6,8 +6,8 @@
 
 use crate::platform::TransportError;
 use crate::types::{
-    ApiRejection, CleanupCause, InvalidResponse, PartialOutput, ProviderError, TransportFailure,
-    TransportKind,
+    ApiRejection, CleanupCause, CleanupFailure, CleanupPhase, InvalidResponse, PartialOutput,
+    ProviderError, TransportFailure, TransportKind,
 };
 
 /// Why an API call did not give a valid success answer.
@@ -36,6 +36,29 @@ impl ApiError {
             self,
             ApiError::Transport(TransportError::Denied(_) | TransportError::Unreachable(_))
         )
+    }
+
+    /// True when the request surely did nothing: it never reached the
+    /// server, or the server refused it with a 4xx.
+    pub fn is_definite(&self) -> bool {
+        self.never_sent() || matches!(self, ApiError::Status(status) if *status < 500)
+    }
+
+    /// The contract error for a failed request that creates something (a
+    /// sandbox, a process): a definite failure is the API's error; any
+    /// other leaves something that may exist, so it is `cleanup-failed`
+    /// (with `sandbox_id` when known).
+    pub fn into_creation_error(
+        self,
+        operation: &str,
+        sandbox_id: Option<&str>,
+        phase: CleanupPhase,
+    ) -> ProviderError {
+        if self.is_definite() {
+            self.into_provider_error(operation)
+        } else {
+            cleanup_failed(sandbox_id, phase, cleanup_cause(self))
+        }
     }
 
     /// The contract error for a failure that leaves nothing running.
@@ -88,6 +111,29 @@ pub fn with_partial(error: ProviderError, output: PartialOutput) -> ProviderErro
         ProviderError::Cancelled(_) => ProviderError::Cancelled(Some(output)),
         other => other,
     }
+}
+
+/// `cleanup-failed`: something may still exist or run.
+pub fn cleanup_failed(
+    sandbox_id: Option<&str>,
+    phase: CleanupPhase,
+    cause: CleanupCause,
+) -> ProviderError {
+    ProviderError::CleanupFailed(CleanupFailure {
+        sandbox_id: sandbox_id.map(str::to_string),
+        process_id: None,
+        phase,
+        cause,
+        partial: None,
+    })
+}
+
+/// True for an id safe to put in a path: `^[A-Za-z0-9_-]{1,200}$`.
+pub fn is_valid_id(id: &str) -> bool {
+    (1..=200).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Why a cleanup request did not confirm anything, for `cleanup-failed`.

@@ -86,10 +86,15 @@ pub trait Provider {
     fn validate_config(config: &str) -> ConfigValidation;
 
     /// Creates a sandbox, runs a marker command in it, and always deletes it.
+    /// Default: `unsupported`.
     fn probe(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-    ) -> Result<ProbeReport, ProviderError>;
+        _platform: &mut dyn Platform,
+        _ctx: &EnvironmentContext,
+    ) -> Result<ProbeReport, ProviderError> {
+        Err(ProviderError::Unsupported(
+            "this provider has no probe".into(),
+        ))
+    }
 
     /// Creates and prepares a sandbox.
     fn acquire_lease(
@@ -98,19 +103,26 @@ pub trait Provider {
         request: &AcquireRequest,
     ) -> Result<Lease, ProviderError>;
 
-    /// Resumes a released lease, or proves it expired.
+    /// Resumes a released lease, or proves it expired. Default (a provider
+    /// without `reusable-leases`): `unsupported`.
     fn resume_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<ResumeOutcome, ProviderError>;
+        _platform: &mut dyn Platform,
+        _ctx: &EnvironmentContext,
+        _lease: &Lease,
+    ) -> Result<ResumeOutcome, ProviderError> {
+        Err(ProviderError::Unsupported(
+            "this provider has no reusable leases".into(),
+        ))
+    }
 
-    /// Pauses (reusable) or deletes a lease.
+    /// Pauses (reusable) or deletes a lease. Default: [`destroy_lease`](Self::destroy_lease).
     fn release_lease(
         platform: &mut dyn Platform,
         ctx: &EnvironmentContext,
         lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError>;
+    ) -> Result<TerminationReceipt, ProviderError> {
+        Self::destroy_lease(platform, ctx, lease)
+    }
 
     /// Deletes a lease's sandbox; a sandbox already gone is success.
     fn destroy_lease(
@@ -120,12 +132,17 @@ pub trait Provider {
     ) -> Result<TerminationReceipt, ProviderError>;
 
     /// Makes sure the remote working directory exists; returns its path.
+    /// Default: `unsupported`.
     fn realize_workspace(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-        request: &WorkspaceRequest,
-    ) -> Result<String, ProviderError>;
+        _platform: &mut dyn Platform,
+        _ctx: &EnvironmentContext,
+        _lease: &Lease,
+        _request: &WorkspaceRequest,
+    ) -> Result<String, ProviderError> {
+        Err(ProviderError::Unsupported(
+            "this provider has no workspace directories".into(),
+        ))
+    }
 
     /// Copies files into the sandbox. Without `native-sync`: `unsupported`.
     fn sync_in(

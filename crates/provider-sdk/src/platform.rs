@@ -102,6 +102,16 @@ pub struct Wait {
     pub cancellable: bool,
 }
 
+impl Wait {
+    /// A wait of `ms` milliseconds from now.
+    pub fn from_now(platform: &dyn Platform, ms: u64, cancellable: bool) -> Wait {
+        Wait {
+            deadline: platform.now().saturating_add(ms.saturating_mul(MS)),
+            cancellable,
+        }
+    }
+}
+
 /// A request that did not produce an HTTP answer (or whose body broke).
 ///
 /// [`Denied`](Self::Denied) and [`Unreachable`](Self::Unreachable) prove

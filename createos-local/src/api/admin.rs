@@ -41,13 +41,18 @@ pub async fn clear_requests(State(state): State<Shared>) -> Response {
     ok(json!({ "requests": [] }))
 }
 
-/// `GET /_admin/info`: isolation mode and data directory.
+/// `GET /_admin/info`: isolation mode, data directory, sandbox counts and
+/// the Daytona `toolboxProxyUrl`.
 pub async fn info(State(state): State<Shared>) -> Response {
     ok(json!({
         "isolation": state.mode.as_str(),
         "bwrap": state.bwrap.as_ref().map(|p| p.display().to_string()),
         "data_dir": state.data_dir.display().to_string(),
         "sandboxes": state.store.all().len(),
+        "daytona": {
+            "sandboxes": state.daytona.all().len(),
+            "toolbox_url": state.toolbox_url,
+        },
         "rate_limit": state.rate_limit.as_ref().map(|l| l.stats()),
     }))
 }

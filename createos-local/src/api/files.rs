@@ -22,7 +22,8 @@ pub struct PathQuery {
     path: Option<String>,
 }
 
-fn path_error(e: PathError) -> ApiError {
+/// The answer to a refused or failed path.
+pub(crate) fn path_error(e: PathError) -> ApiError {
     match e {
         PathError::Invalid(why) => ApiError::bad_request(why),
         PathError::SystemDir => ApiError::new(
@@ -100,8 +101,29 @@ pub async fn put_file(
     if declared.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
     }
-    let root = sb.root.clone();
-    let p = path.clone();
+    let len = write_stream(
+        &state,
+        sb.root.clone(),
+        path.clone(),
+        body.into_data_stream(),
+    )
+    .await?;
+    Ok(ok(json!({ "path": path, "bytes": len })))
+}
+
+/// Streams `stream` into `path` inside `root` (see [`put_file`]): at most
+/// [`MAX_BODY`] bytes, through a temporary file renamed over the target
+/// when complete. Returns the number of bytes written.
+pub(crate) async fn write_stream<S, E>(
+    state: &super::AppState,
+    root: std::path::PathBuf,
+    path: String,
+    mut stream: S,
+) -> Result<usize, ApiError>
+where
+    S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
     let slot = super::slot(&state.uploads, "uploads").await?;
     let (tx, rx) = tokio::sync::mpsc::channel(UPLOAD_QUEUE);
     let writer = tokio::task::spawn_blocking(move || {
@@ -109,11 +131,10 @@ pub async fn put_file(
             rx,
             current: Bytes::new(),
         };
-        let written = confine::write_file(&root, &p, &mut reader);
+        let written = confine::write_file(&root, &path, &mut reader);
         drop(slot);
         written
     });
-    let mut stream = body.into_data_stream();
     let mut len = 0usize;
     let mut refused = None;
     while let Some(chunk) = stream.next().await {
@@ -148,7 +169,7 @@ pub async fn put_file(
         return Err(e);
     }
     written.map_err(path_error)?;
-    Ok(ok(json!({ "path": path, "bytes": len })))
+    Ok(len)
 }
 
 /// `GET .../files?path=`: the raw bytes (not an envelope), streamed in
@@ -162,8 +183,16 @@ pub async fn get_file(
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
     let path = required(q)?;
-    let root = sb.root.clone();
-    let (file, size) = super::blocking(&state, move || confine::open_file(&root, &path))
+    read_response(&state, sb.root.clone(), path).await
+}
+
+/// The download answer for `path` inside `root` (see [`get_file`]).
+pub(crate) async fn read_response(
+    state: &super::AppState,
+    root: std::path::PathBuf,
+    path: String,
+) -> Result<Response, ApiError> {
+    let (file, size) = super::blocking(state, move || confine::open_file(&root, &path))
         .await?
         .map_err(path_error)?;
     // Exactly `size` bytes: a file that shrinks meanwhile ends the body

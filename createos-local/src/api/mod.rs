@@ -53,6 +53,11 @@ pub struct AppState {
     pub blocking: Arc<tokio::sync::Semaphore>,
     /// Slots for uploads in progress (each holds a writing thread).
     pub uploads: Arc<tokio::sync::Semaphore>,
+    /// The Daytona face's sandboxes and sessions.
+    pub daytona: crate::daytona::registry::Registry,
+    /// The Daytona `toolboxProxyUrl`: the toolbox listener's
+    /// `http://127.0.0.1:<port>/toolbox`, or `<base>/daytona/toolbox`.
+    pub toolbox_url: String,
 }
 
 /// Blocking file-system work (other than uploads) running at once.
@@ -108,8 +113,11 @@ pub struct InjectedFault(pub FaultAction);
 /// body streams to disk (every other body: [`limits::MAX_JSON_BODY`]).
 pub const MAX_BODY: usize = 256 * 1024 * 1024;
 
-/// Builds the router.
-pub fn router(state: Shared) -> Router {
+/// Builds the router of the server's origin: the CreateOS face under `/v1`,
+/// the admin API, the Daytona API under `/daytona/api`, and, unless the
+/// toolbox has a listener of its own (`toolbox_listener`), the Daytona
+/// toolbox under `/daytona/toolbox`.
+pub fn router(state: Shared, toolbox_listener: bool) -> Router {
     let v1 = Router::new()
         .route("/sandboxes", post(sandboxes::create))
         .route(
@@ -154,11 +162,37 @@ pub fn router(state: Shared) -> Router {
             get(admin::list_requests).delete(admin::clear_requests),
         )
         .route("/info", get(admin::info));
-    Router::new()
+    let mut app = Router::new()
         .nest("/v1", v1)
         .nest("/_admin", admin)
-        .fallback(|| async { ApiError::not_found("route") })
-        .layer(DefaultBodyLimit::max(limits::MAX_JSON_BODY))
+        .nest(crate::daytona::API_PREFIX, crate::daytona::api_routes());
+    if !toolbox_listener {
+        app = app.nest(
+            crate::daytona::TOOLBOX_PREFIX,
+            crate::daytona::toolbox_routes(),
+        );
+    }
+    layers(
+        app.fallback(|| async { ApiError::not_found("route") }),
+        state,
+    )
+}
+
+/// Builds the router of the toolbox listener's origin: the Daytona toolbox
+/// under `/toolbox` (as the real `toolboxProxyUrl`), nothing else.
+pub fn toolbox_router(state: Shared) -> Router {
+    let app = Router::new()
+        .nest(
+            crate::daytona::TOOLBOX_LISTENER_PREFIX,
+            crate::daytona::toolbox_routes(),
+        )
+        .fallback(|| async { crate::daytona::error::DaytonaError::not_found("route") });
+    layers(app, state)
+}
+
+/// The middleware chain of both origins.
+fn layers(app: Router<Shared>, state: Shared) -> Router {
+    app.layer(DefaultBodyLimit::max(limits::MAX_JSON_BODY))
         .layer(middleware::from_fn(envelope_errors))
         .layer(middleware::from_fn_with_state(state.clone(), rate_limit))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
@@ -191,15 +225,16 @@ async fn faults(State(state): State<Shared>, mut req: Request, next: Next) -> Re
     let Some(action) = state.faults.take(req.method().as_str(), &path) else {
         return next.run(req).await;
     };
+    let daytona = crate::daytona::is_daytona_path(&path);
     let mut resp = match &action {
         FaultAction::Status { status } => {
             let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            envelope_for(
-                code,
-                "injected",
-                "injected fault",
-                Some(serde_json::json!({ "injected": true })),
-            )
+            let extra = Some(serde_json::json!({ "injected": true }));
+            if daytona {
+                crate::daytona::error::body(code, "injected", "injected fault", extra)
+            } else {
+                envelope_for(code, "injected", "injected fault", extra)
+            }
         }
         FaultAction::Respond { status, body } => {
             let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::OK);
@@ -237,9 +272,11 @@ async fn faults(State(state): State<Shared>, mut req: Request, next: Next) -> Re
 }
 
 /// Wraps axum's own rejections (bad query, wrong method, body too large …),
-/// which are plain text, into the JSend envelope. Answers that are already
-/// JSON, and successes, pass unchanged.
+/// which are plain text, into the JSend envelope (the Daytona face's error
+/// body on its paths). Answers that are already JSON, and successes, pass
+/// unchanged.
 async fn envelope_errors(req: Request, next: Next) -> Response {
+    let daytona = crate::daytona::is_daytona_path(req.uri().path());
     let resp = next.run(req).await;
     let status = resp.status();
     let is_json = resp
@@ -262,6 +299,9 @@ async fn envelope_errors(req: Request, next: Next) -> Response {
     } else {
         text.trim().to_string()
     };
+    if daytona {
+        return crate::daytona::error::body(status, "rejected", &message, None);
+    }
     envelope_for(status, "rejected", &message, None)
 }
 
@@ -294,7 +334,29 @@ async fn rate_limit(State(state): State<Shared>, req: Request, next: Next) -> Re
     }
 }
 
+/// The CreateOS face (and the admin API) take the key in `X-Api-Key`, the
+/// Daytona face as `Authorization: Bearer <key>`; anything else is 401.
 async fn auth(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    if crate::daytona::is_daytona_path(req.uri().path()) {
+        let given = req
+            .headers()
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, token) = v.trim().split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+            .unwrap_or("");
+        if !constant_time_eq(given.as_bytes(), state.api_key.as_bytes()) {
+            return crate::daytona::error::DaytonaError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "missing or wrong API key (send Authorization: Bearer <key>)",
+            )
+            .into_response();
+        }
+        return next.run(req).await;
+    }
     let given = req
         .headers()
         .get("x-api-key")
@@ -320,6 +382,10 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// Looks up a sandbox or answers 404.
 pub fn sandbox(state: &AppState, id: &str) -> Result<Arc<crate::store::Sandbox>, ApiError> {
+    // A Daytona sandbox is not part of the CreateOS face.
+    if state.daytona.contains(id) {
+        return Err(ApiError::not_found("sandbox"));
+    }
     state
         .store
         .get(id)

@@ -386,6 +386,8 @@ struct Follow {
     sent: u64,
     fault: Option<FaultAction>,
     abort_next: bool,
+    /// A `stall_after_frames` fault was reached: send nothing more, never end.
+    stall: bool,
     done: bool,
 }
 
@@ -399,6 +401,9 @@ impl Follow {
     async fn next(&mut self) -> Step {
         if self.done {
             return Step::End;
+        }
+        if self.stall {
+            futures_util::future::pending::<()>().await;
         }
         if self.abort_next {
             return self.next_abort();
@@ -438,6 +443,7 @@ impl Follow {
     fn frames(&mut self, frames: Vec<Frame>) -> Step {
         let limit = match &self.fault {
             Some(FaultAction::ResetAfterFrames { frames })
+            | Some(FaultAction::StallAfterFrames { frames })
             | Some(FaultAction::MalformedFrame { frames }) => Some(*frames),
             _ => None,
         };
@@ -458,6 +464,7 @@ impl Follow {
                         return self.next_abort();
                     }
                 }
+                Some(FaultAction::StallAfterFrames { .. }) => self.stall = true,
                 Some(FaultAction::MalformedFrame { .. }) => {
                     out.extend_from_slice(b"{\"type\":\"data\",\"seq\":\"not-a-number\",\n");
                     self.done = true;
@@ -503,12 +510,17 @@ pub async fn connect(
         )
         .with_extra(json!({ "error": "output_offset_expired", "oldest_seq": oldest })));
     }
+    let fault_kind = fault.map(|Extension(InjectedFault(f))| f);
     let mut follow = Follow {
         proc: p,
         rx,
         cursor: after,
         sent: 0,
-        fault: fault.map(|Extension(InjectedFault(f))| f),
+        stall: matches!(
+            fault_kind,
+            Some(FaultAction::StallAfterFrames { frames: 0 })
+        ),
+        fault: fault_kind,
         abort_next: false,
         done: false,
     };

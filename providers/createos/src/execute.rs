@@ -25,6 +25,7 @@ use crate::types::{
     ProviderError,
 };
 use serde_json::{json, Value};
+use std::ops::ControlFlow;
 
 /// The grace the server gives the tree between SIGTERM and SIGKILL.
 pub const GRACE_MS: u64 = 1_000;
@@ -273,14 +274,14 @@ impl Run {
                     ));
                 }
             };
-            let complete = match lines.push(&chunk) {
-                Ok(complete) => complete,
+            let flow = lines.for_each_line(&chunk, |line| match self.handle_line(platform, line) {
+                Some(stop) => ControlFlow::Break(stop),
+                None => ControlFlow::Continue(()),
+            });
+            match flow {
+                Ok(ControlFlow::Continue(())) => {}
+                Ok(ControlFlow::Break(stop)) => return StreamEnd::Stop(stop),
                 Err(error) => return StreamEnd::Stop(Stop::Failed(frame_error(&error))),
-            };
-            for line in complete {
-                if let Some(stop) = self.handle_line(platform, &line) {
-                    return StreamEnd::Stop(stop);
-                }
             }
         }
     }

@@ -4,7 +4,11 @@
 //! [`parse_frame`] turns one line into a [`Frame`] or a [`FrameError`].
 
 use base64::Engine as _;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
 use serde_json::Value;
+use std::borrow::Cow;
+use std::ops::ControlFlow;
 
 /// The longest line accepted, without its newline.
 pub const MAX_LINE_BYTES: usize = 1024 * 1024;
@@ -81,6 +85,88 @@ impl std::fmt::Display for FrameError {
     }
 }
 
+/// A JSON string field, borrowed from the line when it has no escapes, or
+/// whatever else the field held (kept apart, so a wrong type is the
+/// field's typed error rather than "not JSON").
+enum Loose<'a> {
+    Str(Cow<'a, str>),
+    Other,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Loose<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct LooseVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for LooseVisitor<'a> {
+            type Value = Loose<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Loose::Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Loose::Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Loose::Str(Cow::Owned(v)))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Loose::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Loose::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Loose::Other)
+            }
+        }
+        deserializer.deserialize_any(LooseVisitor(std::marker::PhantomData))
+    }
+}
+
+impl<'a> Loose<'a> {
+    fn as_str(&self) -> Option<&str> {
+        match self {
+            Loose::Str(s) => Some(s),
+            Loose::Other => None,
+        }
+    }
+}
+
+/// One frame as it is on the wire: every field optional and borrowed where
+/// it can be, so a data frame costs no allocation but its decoded bytes.
+#[derive(Deserialize)]
+struct WireFrame<'a> {
+    #[serde(rename = "type", borrow = "'a", default)]
+    kind: Option<Loose<'a>>,
+    #[serde(default)]
+    seq: Option<Value>,
+    #[serde(borrow = "'a", default)]
+    stream: Option<Loose<'a>>,
+    #[serde(borrow = "'a", default)]
+    data_base64: Option<Loose<'a>>,
+    #[serde(default)]
+    exit_code: Option<Value>,
+    #[serde(borrow = "'a", default)]
+    signal: Option<Loose<'a>>,
+    #[serde(borrow = "'a", default)]
+    error: Option<Loose<'a>>,
+}
+
 /// Parses one line (without its newline). Blank lines give `Ok(None)`.
 pub fn parse_frame(line: &[u8]) -> Result<Option<Frame>, FrameError> {
     if line.len() > MAX_LINE_BYTES {
@@ -89,23 +175,29 @@ pub fn parse_frame(line: &[u8]) -> Result<Option<Frame>, FrameError> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    let value: Value = serde_json::from_slice(line).map_err(|_| FrameError::NotJson)?;
-    let object = value.as_object().ok_or(FrameError::NotJson)?;
-    let frame = match object.get("type").and_then(Value::as_str) {
+    // A struct also deserializes from a JSON array: only an object is a frame.
+    if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(FrameError::NotJson);
+    }
+    let wire: WireFrame = serde_json::from_slice(line).map_err(|_| FrameError::NotJson)?;
+    let str_of = |field: &Option<Loose>| field.as_ref().and_then(|f| f.as_str().map(str::to_owned));
+    let frame = match wire.kind.as_ref().and_then(Loose::as_str) {
         Some("data") => {
-            let seq = object
-                .get("seq")
+            let seq = wire
+                .seq
+                .as_ref()
                 .and_then(Value::as_u64)
                 .filter(|seq| *seq >= 1)
                 .ok_or(FrameError::InvalidSeq)?;
-            let stream = match object.get("stream").and_then(Value::as_str) {
+            let stream = match wire.stream.as_ref().and_then(Loose::as_str) {
                 Some("stdout") => StreamId::Stdout,
                 Some("stderr") => StreamId::Stderr,
                 _ => return Err(FrameError::InvalidStream),
             };
-            let encoded = object
-                .get("data_base64")
-                .and_then(Value::as_str)
+            let encoded = wire
+                .data_base64
+                .as_ref()
+                .and_then(Loose::as_str)
                 .ok_or(FrameError::InvalidBase64)?;
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(encoded)
@@ -113,8 +205,8 @@ pub fn parse_frame(line: &[u8]) -> Result<Option<Frame>, FrameError> {
             Frame::Data { seq, stream, bytes }
         }
         Some("exit") => {
-            let code = object.get("exit_code").filter(|v| !v.is_null());
-            let signal = object.get("signal").filter(|v| !v.is_null());
+            let code = wire.exit_code.as_ref().filter(|v| !v.is_null());
+            let signal = wire.signal.as_ref();
             match (code, signal) {
                 (Some(code), _) => Frame::Exit(ExitStatus::Code(
                     code.as_i64()
@@ -135,17 +227,14 @@ pub fn parse_frame(line: &[u8]) -> Result<Option<Frame>, FrameError> {
         // Only a well-formed error code is kept: the text is server data and
         // must not carry anything (a reflected secret, a body) into errors.
         Some("error") => Frame::Error(
-            object
-                .get("error")
-                .and_then(Value::as_str)
+            str_of(&wire.error)
                 .filter(|code| {
                     (1..=64).contains(&code.len())
                         && code
                             .bytes()
                             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
                 })
-                .unwrap_or("unrecognised")
-                .to_string(),
+                .unwrap_or_else(|| "unrecognised".to_string()),
         ),
         _ => return Err(FrameError::UnknownType),
     };
@@ -195,6 +284,52 @@ impl LineSplitter {
             return Err(FrameError::LineTooLong);
         }
         Ok(lines)
+    }
+
+    /// Calls `each` with every complete line `chunk` finishes, in order,
+    /// without copying lines that lie wholly inside the chunk; stops early
+    /// when `each` breaks (the rest of the chunk is then dropped).
+    pub fn for_each_line<B>(
+        &mut self,
+        chunk: &[u8],
+        mut each: impl FnMut(&[u8]) -> ControlFlow<B>,
+    ) -> Result<ControlFlow<B>, FrameError> {
+        let mut rest = chunk;
+        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+            let flow = if self.partial.is_empty() {
+                let mut line = &rest[..i];
+                if line.last() == Some(&b'\r') {
+                    line = &line[..line.len() - 1];
+                }
+                if line.len() > MAX_LINE_BYTES {
+                    return Err(FrameError::LineTooLong);
+                }
+                each(line)
+            } else {
+                let mut line = std::mem::take(&mut self.partial);
+                line.extend_from_slice(&rest[..i]);
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                if line.len() > MAX_LINE_BYTES {
+                    return Err(FrameError::LineTooLong);
+                }
+                let flow = each(&line);
+                // Keep the allocation for the next partial line.
+                line.clear();
+                self.partial = line;
+                flow
+            };
+            rest = &rest[i + 1..];
+            if flow.is_break() {
+                return Ok(flow);
+            }
+        }
+        self.partial.extend_from_slice(rest);
+        if self.partial.len() > MAX_LINE_BYTES + 1 {
+            return Err(FrameError::LineTooLong);
+        }
+        Ok(ControlFlow::Continue(()))
     }
 
     /// Ends the stream: the final line without a newline, if any.
@@ -354,6 +489,42 @@ mod tests {
         );
         assert_eq!(splitter.finish(), Some(b"f".to_vec()));
         assert_eq!(splitter.finish(), None);
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn lines_are_visited_in_place_across_chunks_and_a_break_stops_the_chunk() {
+        let mut splitter = LineSplitter::default();
+        let mut seen: Vec<Vec<u8>> = Vec::new();
+        let mut visit = |splitter: &mut LineSplitter, chunk: &[u8], stop_at: &[u8]| {
+            splitter
+                .for_each_line(chunk, |line| {
+                    seen.push(line.to_vec());
+                    if line == stop_at {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
+                .unwrap()
+        };
+        assert!(visit(&mut splitter, b"a\r\nb", b"-").is_continue());
+        assert!(visit(&mut splitter, b"c\nd\n\nx\ny\n", b"x").is_break());
+        assert_eq!(
+            seen,
+            vec![
+                b"a".to_vec(),
+                b"bc".to_vec(),
+                b"d".to_vec(),
+                b"".to_vec(),
+                b"x".to_vec()
+            ]
+        );
+        let mut endless = LineSplitter::default();
+        let long = vec![b'z'; MAX_LINE_BYTES + 2];
+        assert_eq!(
+            endless.for_each_line(&long, |_| ControlFlow::<()>::Continue(())),
+            Err(FrameError::LineTooLong)
+        );
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -21,33 +21,43 @@ pub fn workspace_dir() -> PathBuf {
 pub fn test_provider() -> &'static ProviderComponent {
     static COMPONENT: OnceLock<ProviderComponent> = OnceLock::new();
     COMPONENT.get_or_init(|| {
-        let manifest =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/test-provider/Cargo.toml");
-        let target_dir = workspace_dir().join("target/sandbox-host-fixtures");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--release",
-                "--target",
-                "wasm32-wasip2",
-                "--manifest-path",
-            ])
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(&target_dir)
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .status()
-            .expect("running cargo to build the test provider");
-        assert!(
-            status.success(),
-            "building the test provider failed (is `rustup target add wasm32-wasip2` done?)"
-        );
-        let wasm = target_dir.join("wasm32-wasip2/release/test_provider.wasm");
+        let wasm = build_fixture("test-provider");
         let engine = shared_engine().expect("engine");
         ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"))
     })
+}
+
+/// Builds the fixture crate `tests/fixtures/<name>` for wasm32-wasip2 and
+/// returns its component's path.
+pub fn build_fixture(name: &str) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+        .join("Cargo.toml");
+    let target_dir = workspace_dir().join("target/sandbox-host-fixtures");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+        ])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .status()
+        .expect("running cargo to build a fixture component");
+    assert!(
+        status.success(),
+        "building the fixture {name} failed (is `rustup target add wasm32-wasip2` done?)"
+    );
+    target_dir
+        .join("wasm32-wasip2/release")
+        .join(format!("{}.wasm", name.replace('-', "_")))
 }
 
 pub fn ctx(config: &str) -> EnvironmentContext {

@@ -14,10 +14,8 @@ use serde_json::Value;
 
 use crate::Global;
 
-/// The component ./build.sh produces.
-const PROVIDER_FILE: &str = "createos_provider.wasm";
-/// The config field `--api-url` sets (the CreateOS provider's).
-const API_URL_FIELD: &str = "apiUrl";
+/// The provider used without `--provider` (./build.sh builds it).
+const DEFAULT_PROVIDER: &str = "createos";
 
 /// Everything a subcommand works with.
 pub struct Setup {
@@ -28,7 +26,8 @@ pub struct Setup {
 struct LocalBackend {
     #[cfg(feature = "local-backend")]
     server: createos_local::BackgroundServer,
-    api_url: String,
+    /// The config fields that point the provider at the embedded engine.
+    urls: Vec<(String, String)>,
     api_key: String,
 }
 
@@ -47,16 +46,26 @@ impl Setup {
     /// to the durable store, except with the embedded backend, whose
     /// sandboxes end with this process.
     pub fn with_backend(global: &Global, allow_embedded: bool) -> Result<Self> {
-        if configured_api_url(global)?.is_some() {
+        let component = load_component(global)?;
+        let description = component
+            .instantiate(sandbox_host::HostOptions::new())?
+            .describe()?;
+        let url_fields: Vec<String> = description
+            .origin_fields
+            .iter()
+            .map(|o| o.config_field.clone())
+            .collect();
+        if configures_a_url(global, &url_fields)? {
             return Self::for_stored_leases(global);
         }
+        let first = url_fields.first().map_or("apiUrl", String::as_str);
         if !allow_embedded {
             bail!(
                 "this command needs a backend that outlives this process: pass --api-url \
-                 or set apiUrl in --config"
+                 or set {first} in --config"
             );
         }
-        let local = LocalBackend::start(global.isolation)?;
+        let local = LocalBackend::start(global.isolation, &description.driver_key)?;
         let store = Arc::new(LeaseStore::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
         let runtime = runtime(global, store)?.with_rate_limit(None);
@@ -94,10 +103,19 @@ impl Setup {
             .as_object_mut()
             .context("the config is not a JSON object")?;
         if let Some(url) = &global.api_url {
-            object.insert(API_URL_FIELD.into(), Value::String(url.clone()));
+            let field = self
+                .runtime
+                .description()
+                .origin_fields
+                .first()
+                .map(|o| o.config_field.clone())
+                .context("the provider declares no API URL field for --api-url to set")?;
+            object.insert(field, Value::String(url.clone()));
         }
         if let Some(local) = &self.local {
-            object.insert(API_URL_FIELD.into(), Value::String(local.api_url.clone()));
+            for (field, url) in &local.urls {
+                object.insert(field.clone(), Value::String(url.clone()));
+            }
         }
         let config = config.to_string();
         let secrets = self.secrets(global)?;
@@ -152,7 +170,7 @@ impl Setup {
 
 impl LocalBackend {
     #[cfg(feature = "local-backend")]
-    fn start(isolation: crate::Isolation) -> Result<Self> {
+    fn start(isolation: crate::Isolation, driver_key: &str) -> Result<Self> {
         use createos_local::IsolationPreference;
         let api_key = random_key()?;
         let preference = match isolation {
@@ -169,23 +187,36 @@ impl LocalBackend {
             createos_local::Server::builder()
                 .api_key(api_key.clone())
                 .isolation(preference)
+                .toolbox_port(0)
                 .quiet(true),
         )
         .context(
             "the embedded local backend refused to start, nothing was run \
              (or pass --api-url to use another backend)",
         )?;
-        let api_url = server.base_url();
+        // The engine serves each provider's API face; the config fields
+        // that point a provider at it are that provider's.
+        let urls = match driver_key {
+            "createos" => vec![("apiUrl".to_owned(), server.base_url())],
+            "daytona" => vec![
+                ("apiUrl".to_owned(), server.daytona_api_url()),
+                ("toolboxUrl".to_owned(), server.toolbox_url().to_owned()),
+            ],
+            other => bail!(
+                "the embedded engine serves the createos and daytona APIs, not {other}'s: \
+                 pass --api-url (and the provider's other URLs in --config)"
+            ),
+        };
         Ok(LocalBackend {
             server,
-            api_url,
+            urls,
             api_key,
         })
     }
 
     #[cfg(not(feature = "local-backend"))]
-    fn start(_isolation: crate::Isolation) -> Result<Self> {
-        bail!("this build has no embedded backend: pass --api-url or set apiUrl in --config")
+    fn start(_isolation: crate::Isolation, _driver_key: &str) -> Result<Self> {
+        bail!("this build has no embedded backend: pass --api-url or set the API URL in --config")
     }
 
     fn stop(self) {
@@ -196,7 +227,7 @@ impl LocalBackend {
                 eprintln!("sandbox: warning: the local backend could not confirm that every process exited: {report:?}");
             }
         }
-        let _ = (self.api_url, self.api_key);
+        let _ = (self.urls, self.api_key);
     }
 }
 
@@ -209,23 +240,28 @@ pub fn read_config(global: &Global) -> Result<String> {
     }
 }
 
-fn configured_api_url(global: &Global) -> Result<Option<String>> {
-    if let Some(url) = &global.api_url {
-        return Ok(Some(url.clone()));
+/// Whether `--api-url` or the config names one of the provider's API URLs.
+fn configures_a_url(global: &Global, url_fields: &[String]) -> Result<bool> {
+    if global.api_url.is_some() {
+        return Ok(true);
     }
     let config: Value =
         serde_json::from_str(&read_config(global)?).context("the config is not JSON")?;
-    Ok(config
-        .get(API_URL_FIELD)
-        .and_then(Value::as_str)
-        .map(str::to_owned))
+    Ok(url_fields
+        .iter()
+        .any(|field| config.get(field).and_then(Value::as_str).is_some()))
 }
 
-fn runtime(global: &Global, store: Arc<dyn LeaseBackend>) -> Result<SandboxRuntime> {
+/// The provider component, compiled once per machine (the artifact cache).
+fn load_component(global: &Global) -> Result<ProviderComponent> {
     let path = find_provider(global.provider.as_deref())?;
     let engine = shared_engine()?;
     let cache = ArtifactCache::new(ArtifactCache::default_dir());
-    let component = ProviderComponent::load_cached(&engine, &path, &cache)?;
+    ProviderComponent::load_cached(&engine, &path, &cache)
+}
+
+fn runtime(global: &Global, store: Arc<dyn LeaseBackend>) -> Result<SandboxRuntime> {
+    let component = load_component(global)?;
     let stderr = if global.verbose {
         GuestStderr::Inherit
     } else {
@@ -239,33 +275,47 @@ fn runtime(global: &Global, store: Arc<dyn LeaseBackend>) -> Result<SandboxRunti
     })
 }
 
-/// `--provider`, else `createos_provider.wasm` beside the binary or in the
-/// `target/wasm32-wasip2/release` next to its target dir, else under the
-/// current directory or one of its parents.
+/// `--provider`: a component file, or a provider name (`createos`,
+/// `daytona`, `daytona.wasm`: `<name>_provider.wasm`) looked up beside the
+/// binary, in the `target/wasm32-wasip2/release` next to its target dir,
+/// else under the current directory or one of its parents. Default:
+/// `createos`.
 fn find_provider(explicit: Option<&Path>) -> Result<PathBuf> {
-    if let Some(path) = explicit {
-        return Ok(path.to_owned());
+    let wanted = explicit.unwrap_or(Path::new(DEFAULT_PROVIDER));
+    if wanted.is_file() {
+        return Ok(wanted.to_owned());
     }
+    // `daytona`, `daytona.wasm` and `daytona_provider.wasm` all name the
+    // component ./build.sh builds.
+    let file = match wanted.to_str() {
+        Some(name) if !name.contains('/') => {
+            let stem = name.strip_suffix(".wasm").unwrap_or(name);
+            let stem = stem.strip_suffix("_provider").unwrap_or(stem);
+            format!("{stem}_provider.wasm")
+        }
+        _ => bail!("the provider component {} does not exist", wanted.display()),
+    };
+    let file = file.as_str();
     let mut candidates = Vec::new();
     if let Some(dir) = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent().map(Path::to_owned))
     {
-        candidates.push(dir.join(PROVIDER_FILE));
+        candidates.push(dir.join(file));
         for up in dir.ancestors().skip(1).take(2) {
-            candidates.push(up.join("wasm32-wasip2/release").join(PROVIDER_FILE));
+            candidates.push(up.join("wasm32-wasip2/release").join(file));
         }
     }
     if let Ok(cwd) = std::env::current_dir() {
         for dir in cwd.ancestors() {
-            candidates.push(dir.join("target/wasm32-wasip2/release").join(PROVIDER_FILE));
+            candidates.push(dir.join("target/wasm32-wasip2/release").join(file));
         }
     }
     if let Some(found) = candidates.iter().find(|p| p.is_file()) {
         return Ok(found.clone());
     }
     bail!(
-        "no provider component found: run ./build.sh or pass --provider FILE (looked for {PROVIDER_FILE} beside the binary and under target/wasm32-wasip2/release)"
+        "no provider component found: run ./build.sh or pass --provider FILE (looked for {file} beside the binary and under target/wasm32-wasip2/release)"
     )
 }
 

@@ -2,6 +2,7 @@
 //! component. See `sandbox --help`.
 
 mod backend;
+mod commands;
 mod exec;
 mod report;
 
@@ -47,14 +48,21 @@ struct Cli {
 /// Options every subcommand takes.
 #[derive(Debug, Args, Clone)]
 pub struct Global {
-    /// The provider component (default: createos_provider.wasm built by ./build.sh).
-    #[arg(long, global = true, env = "SANDBOX_PROVIDER", value_name = "FILE")]
+    /// The provider component: a .wasm file, or a provider name built by
+    /// ./build.sh (`createos`, the default, or `daytona`).
+    #[arg(
+        long,
+        global = true,
+        env = "SANDBOX_PROVIDER",
+        value_name = "FILE|NAME"
+    )]
     pub provider: Option<PathBuf>,
     /// The provider config, a JSON object.
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The provider's API URL (overrides the config's `apiUrl`); without it
-    /// and without `apiUrl`, an embedded local backend is started.
+    /// The provider's API URL (sets its first URL field, `apiUrl` for
+    /// CreateOS and Daytona); without it and without a URL in the config,
+    /// an embedded local engine is started.
     #[arg(long, global = true, value_name = "URL")]
     pub api_url: Option<String>,
     /// A file holding the API key (else the config, else the provider's
@@ -110,7 +118,8 @@ impl Global {
 }
 
 /// Applies the global settings every setup needs (the host's liveness).
-fn ready(setup: Result<Setup>, global: &Global) -> Result<Setup> {
+/// A setup with this process's liveness settings applied.
+pub fn ready(setup: Result<Setup>, global: &Global) -> Result<Setup> {
     let setup = setup?;
     setup.runtime.set_liveness(global.liveness()?)?;
     Ok(setup)
@@ -203,83 +212,11 @@ fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<u8> {
     let global = cli.global;
     match cli.command {
-        Command::Describe => {
-            let setup = ready(Setup::provider_only(&global), &global)?;
-            report::description(setup.runtime.description(), global.json);
-            Ok(0)
-        }
-        Command::ValidateConfig => {
-            let setup = ready(Setup::provider_only(&global), &global)?;
-            let config = backend::read_config(&global)?;
-            let validation = setup.runtime.validate_config(&config)?;
-            report::validation(&validation, global.json);
-            Ok(if validation.ok { 0 } else { 1 })
-        }
-        Command::Probe => {
-            exec::finish_on_first_signal();
-            let setup = ready(Setup::with_backend(&global, true), &global)?;
-            let env = setup.environment(&global)?;
-            let outcome = setup.runtime.probe(&env, None)?;
-            let code = report::probe(&outcome, global.json);
-            setup.finish();
-            Ok(code)
-        }
-        Command::Run(args) => {
-            let setup = ready(Setup::with_backend(&global, true), &global)?;
-            let code = exec::run(&setup, &global, &args);
-            setup.finish();
-            code
-        }
-        Command::Lease(command) => lease(&global, command),
-    }
-}
-
-fn lease(global: &Global, command: LeaseCommand) -> Result<u8> {
-    if !matches!(command, LeaseCommand::Exec { .. } | LeaseCommand::List) {
-        exec::finish_on_first_signal();
-    }
-    match command {
-        LeaseCommand::Acquire { run_id } => {
-            let setup = ready(Setup::with_backend(global, false), global)?;
-            let env = setup.environment(global)?;
-            exec::acquire(&setup, &env, &run_id, global.json)
-        }
-        LeaseCommand::Exec { lease, run } => {
-            let setup = ready(Setup::for_stored_leases(global), global)?;
-            let env = setup.environment_of(global, &lease)?;
-            exec::exec(&setup, &env, &lease, &run)
-        }
-        LeaseCommand::Release { lease } => {
-            let setup = ready(Setup::for_stored_leases(global), global)?;
-            let env = setup.environment_of(global, &lease)?;
-            let outcome = setup.runtime.release(&env, &lease)?;
-            Ok(report::termination(
-                "released",
-                &lease,
-                &outcome,
-                global.json,
-            ))
-        }
-        LeaseCommand::Destroy { lease } => {
-            let setup = ready(Setup::for_stored_leases(global), global)?;
-            let env = setup.environment_of(global, &lease)?;
-            let outcome = setup.runtime.destroy(&env, &lease)?;
-            Ok(report::termination(
-                "destroyed",
-                &lease,
-                &outcome,
-                global.json,
-            ))
-        }
-        LeaseCommand::List => {
-            let setup = ready(Setup::for_stored_leases(global), global)?;
-            report::leases(&setup.runtime.store().list()?, global.json);
-            Ok(0)
-        }
-        LeaseCommand::Sweep => {
-            let setup = ready(Setup::for_stored_leases(global), global)?;
-            exec::sweep(&setup, global)
-        }
+        Command::Describe => commands::describe::run(&global),
+        Command::ValidateConfig => commands::validate_config::run(&global),
+        Command::Probe => commands::probe::run(&global),
+        Command::Run(args) => commands::run::run(&global, &args),
+        Command::Lease(command) => commands::lease::run(&global, command),
     }
 }
 

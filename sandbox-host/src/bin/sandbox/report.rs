@@ -41,7 +41,11 @@ pub fn description(d: &ProviderDescription, as_json: bool) {
             "configSchema": schema,
             "capabilities": capabilities,
             "secrets": d.secrets.iter().map(|s| json!({
-                "configField": s.config_field, "header": s.header, "envVar": s.env_var,
+                "configField": s.config_field, "header": s.header, "scheme": s.scheme,
+                "envVar": s.env_var,
+            })).collect::<Vec<_>>(),
+            "originFields": d.origin_fields.iter().map(|o| json!({
+                "configField": o.config_field, "defaultUrl": o.default_url, "secrets": o.secrets,
             })).collect::<Vec<_>>(),
             "rateLimit": d.rate_limit.map(|l| json!({
                 "requests": l.requests, "windowMs": l.window_ms, "perSecond": l.per_second,
@@ -57,9 +61,30 @@ pub fn description(d: &ProviderDescription, as_json: bool) {
             .as_deref()
             .map(|v| format!(", or ${v}"))
             .unwrap_or_default();
+        let scheme = s
+            .scheme
+            .as_deref()
+            .map(|w| format!(" ({w} <secret>)"))
+            .unwrap_or_default();
         println!(
-            "secret: config field {} sent as {}{env}",
+            "secret: config field {} sent as {}{scheme}{env}",
             s.config_field, s.header
+        );
+    }
+    for o in &d.origin_fields {
+        let default = o
+            .default_url
+            .as_deref()
+            .map(|u| format!(" (default {u})"))
+            .unwrap_or_else(|| " (required)".to_owned());
+        let secrets = if o.secrets.is_empty() {
+            "no secret".to_owned()
+        } else {
+            format!("receives {}", o.secrets.join(", "))
+        };
+        println!(
+            "api origin: config field {}{default}, {secrets}",
+            o.config_field
         );
     }
     match d.rate_limit {
@@ -74,6 +99,32 @@ pub fn description(d: &ProviderDescription, as_json: bool) {
             );
         }
         None => println!("rate limit: none declared"),
+    }
+    config_schema(&d.config_schema);
+}
+
+/// The config fields of a JSON Schema, one line each.
+fn config_schema(schema: &str) {
+    let Ok(schema) = serde_json::from_str::<Value>(schema) else {
+        println!("config schema: not valid JSON");
+        return;
+    };
+    println!("config fields:");
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return;
+    };
+    for (name, field) in properties {
+        let kind = field.get("type").and_then(Value::as_str).unwrap_or("any");
+        let default = field
+            .get("default")
+            .map(|d| format!(", default {d}"))
+            .unwrap_or_default();
+        let about = field
+            .get("description")
+            .and_then(Value::as_str)
+            .map(|d| format!(": {d}"))
+            .unwrap_or_default();
+        println!("  {name} ({kind}{default}){about}");
     }
 }
 

@@ -1,0 +1,104 @@
+//! The Daytona-compatible face: the main API under `/daytona/api` on the
+//! server's origin and the toolbox API on the toolbox origin, both over the
+//! same process and isolation core as the CreateOS face. The subset served
+//! and how it differs from the real service are recorded in
+//! `docs/daytona-api.md`.
+//!
+//! - API: `{base}/daytona/api/sandbox[/{id}[/start|/stop|/toolbox-proxy-url]]`
+//! - toolbox: `{toolboxProxyUrl}/{sandboxId}/process/...` and `.../files/...`,
+//!   where `toolboxProxyUrl` (in every Sandbox answer) is
+//!   `http://127.0.0.1:<toolbox port>/toolbox` when the server has a toolbox
+//!   listener ([`crate::ServerBuilder::toolbox_port`]), else
+//!   `{base}/daytona/toolbox`.
+//!
+//! Auth on both: `Authorization: Bearer <api key>` (401 otherwise).
+
+pub mod error;
+pub mod files;
+pub mod registry;
+pub mod sandboxes;
+pub mod toolbox;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+
+use crate::api::Shared;
+use error::DaytonaError;
+
+/// Where the main API lives on the server's origin.
+pub const API_PREFIX: &str = "/daytona/api";
+
+/// Where the toolbox lives on the server's origin when there is no toolbox
+/// listener.
+pub const TOOLBOX_PREFIX: &str = "/daytona/toolbox";
+
+/// Where the toolbox lives on the toolbox listener's origin.
+pub const TOOLBOX_LISTENER_PREFIX: &str = "/toolbox";
+
+/// `true` for the paths of the Daytona face (its auth and error bodies).
+pub fn is_daytona_path(path: &str) -> bool {
+    path == "/daytona"
+        || path.starts_with("/daytona/")
+        || path == TOOLBOX_LISTENER_PREFIX
+        || path.starts_with("/toolbox/")
+}
+
+/// The main API routes (nested under [`API_PREFIX`]).
+pub fn api_routes() -> Router<Shared> {
+    Router::new()
+        .route("/sandbox", post(sandboxes::create).get(sandboxes::list))
+        .route(
+            "/sandbox/{id}",
+            get(sandboxes::get_one).delete(sandboxes::delete),
+        )
+        .route("/sandbox/{id}/start", post(sandboxes::start))
+        .route("/sandbox/{id}/stop", post(sandboxes::stop))
+        .route(
+            "/sandbox/{id}/toolbox-proxy-url",
+            get(sandboxes::toolbox_proxy_url),
+        )
+        .fallback(|| async { DaytonaError::not_found("route") })
+}
+
+/// The toolbox routes, per sandbox (nested under the toolbox prefix).
+pub fn toolbox_routes() -> Router<Shared> {
+    Router::new()
+        .route(
+            "/{id}/process/session",
+            post(toolbox::create_session).get(toolbox::list_sessions),
+        )
+        .route(
+            "/{id}/process/session/{sid}",
+            get(toolbox::get_session).delete(toolbox::delete_session),
+        )
+        .route(
+            "/{id}/process/session/{sid}/exec",
+            post(toolbox::session_exec),
+        )
+        .route(
+            "/{id}/process/session/{sid}/command/{cid}",
+            get(toolbox::get_command),
+        )
+        .route(
+            "/{id}/process/session/{sid}/command/{cid}/logs",
+            get(toolbox::logs),
+        )
+        .route(
+            "/{id}/process/session/{sid}/command/{cid}/terminate",
+            post(toolbox::terminate_command),
+        )
+        .route("/{id}/process/execute", post(toolbox::execute))
+        .route(
+            "/{id}/files/upload",
+            // The multipart extractor obeys the body limit: room for the
+            // largest upload plus the multipart framing.
+            post(files::upload).layer(DefaultBodyLimit::max(crate::api::MAX_BODY + 64 * 1024)),
+        )
+        .route("/{id}/files/download", get(files::download))
+        .route("/{id}/files/folder", post(files::create_folder))
+        .route("/{id}/work-dir", get(toolbox::work_dir))
+        .route("/{id}/user-home-dir", get(toolbox::work_dir))
+        .route("/{id}/version", get(toolbox::version))
+        .fallback(|| async { DaytonaError::not_found("route") })
+}

@@ -1,0 +1,455 @@
+//! The Daytona main API face: `/daytona/api/sandbox[/{id}[/start|/stop]]`.
+//!
+//! Create answers `started` at once (the real API waits up to 30 s for
+//! `started` before it answers too). Stop terminates every process tree of
+//! the sandbox with verification and answers only then (the real stop is
+//! asynchronous: `stopping`, then `stopped`); a survivor makes it 500 with
+//! the sandbox in `error`. Delete does the same and then removes the
+//! sandbox's files; a deleted sandbox is 404.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::DaytonaError;
+use super::registry::{CreateSpec, DaytonaSandbox, State as SbState};
+use crate::api::sandboxes::parse_json;
+use crate::api::{limits, AppState, Shared};
+use crate::store::{Sandbox, SandboxSpec, Status};
+
+/// Body of `POST /sandbox` (camelCase, as the real API).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateBody {
+    name: Option<String>,
+    snapshot: Option<String>,
+    user: Option<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    public: bool,
+    class: Option<String>,
+    target: Option<String>,
+    cpu: Option<f64>,
+    gpu: Option<f64>,
+    memory: Option<f64>,
+    disk: Option<f64>,
+    auto_stop_interval: Option<i64>,
+    auto_archive_interval: Option<i64>,
+    auto_delete_interval: Option<i64>,
+    #[serde(default)]
+    volumes: Vec<Value>,
+    build_info: Option<Value>,
+}
+
+/// Default auto-stop interval of the real API (minutes).
+const DEFAULT_AUTO_STOP: i64 = 15;
+
+/// Default auto-archive interval of the real API (minutes, 7 days).
+const DEFAULT_AUTO_ARCHIVE: i64 = 10_080;
+
+fn valid_env_name(k: &str) -> bool {
+    let mut chars = k.chars();
+    matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
+        && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
+}
+
+/// Looks a Daytona sandbox up (by id or name) or answers 404.
+pub fn daytona_sandbox(state: &AppState, id: &str) -> Result<Arc<DaytonaSandbox>, DaytonaError> {
+    state
+        .daytona
+        .get(id)
+        .ok_or_else(|| DaytonaError::not_found("sandbox"))
+}
+
+/// The Sandbox object of the real API (the fields a provider reads, plus
+/// `local*` fields that say what the local backend really does).
+pub fn to_json(state: &AppState, sb: &DaytonaSandbox) -> Value {
+    let (st, error_reason, updated_at) = sb.state_detail();
+    let spec = &sb.spec;
+    let mut v = json!({
+        "id": sb.id(),
+        "organizationId": "local",
+        "name": spec.name,
+        "snapshot": spec.snapshot,
+        "user": spec.user,
+        "env": spec.env,
+        "labels": spec.labels,
+        "public": spec.public,
+        "networkBlockAll": state.mode.network() == "none",
+        "target": spec.target,
+        "cpu": spec.resources[0],
+        "gpu": spec.resources[1],
+        "memory": spec.resources[2],
+        "disk": spec.resources[3],
+        "state": st,
+        "desiredState": match st {
+            SbState::Stopped | SbState::Stopping => "stopped",
+            SbState::Destroying => "destroyed",
+            _ => "started",
+        },
+        "backupState": "None",
+        "autoStopInterval": spec.intervals[0],
+        "autoArchiveInterval": spec.intervals[1],
+        "autoDeleteInterval": spec.intervals[2],
+        "volumes": [],
+        "createdAt": sb.core.created_at,
+        "updatedAt": updated_at,
+        "daemonVersion": concat!("createos-local ", env!("CARGO_PKG_VERSION")),
+        "toolboxProxyUrl": state.toolbox_url,
+        "localIsolation": state.mode.as_str(),
+        "localNetwork": state.mode.network(),
+        "localLimits": state.mode.limits(),
+    });
+    if let Value::Object(map) = &mut v {
+        if let Some(reason) = error_reason {
+            map.insert("errorReason".into(), json!(reason));
+            map.insert("recoverable".into(), json!(true));
+        }
+        if let Some(class) = &spec.class {
+            map.insert("class".into(), json!(class));
+        }
+        if let Some(b) = &spec.build_info {
+            map.insert("buildInfo".into(), b.clone());
+        }
+    }
+    v
+}
+
+fn answer(state: &AppState, sb: &DaytonaSandbox) -> Response {
+    (StatusCode::OK, Json(to_json(state, sb))).into_response()
+}
+
+/// `POST /sandbox`: 200 with the Sandbox in state `started`.
+pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response, DaytonaError> {
+    let body: CreateBody = parse_json(&body)?;
+    for (field, value) in [
+        ("name", &body.name),
+        ("snapshot", &body.snapshot),
+        ("user", &body.user),
+        ("class", &body.class),
+        ("target", &body.target),
+    ] {
+        limits::name(field, value.as_deref())?;
+    }
+    limits::env("env", &body.env)?;
+    limits::env("labels", &body.labels)?;
+    if let Some(bad) = body
+        .env
+        .iter()
+        .find(|(k, v)| !valid_env_name(k) || v.contains('\0'))
+    {
+        return Err(DaytonaError::bad_request(format!(
+            "invalid env entry {:?}: names are letters, digits and _ (not first a digit), values contain no NUL",
+            bad.0
+        )));
+    }
+    let resources = [body.cpu, body.gpu, body.memory, body.disk];
+    if body.build_info.is_none() && resources.iter().any(Option::is_some) {
+        return Err(DaytonaError::bad_request(
+            "Cannot specify Sandbox resources when using a snapshot",
+        ));
+    }
+    if body.build_info.is_some() && body.snapshot.is_some() {
+        return Err(DaytonaError::bad_request(
+            "Cannot specify a snapshot when using a build info entry",
+        ));
+    }
+    if resources
+        .iter()
+        .flatten()
+        .any(|r| !r.is_finite() || *r < 0.0)
+    {
+        return Err(DaytonaError::bad_request(
+            "cpu, gpu, memory and disk must be non-negative numbers",
+        ));
+    }
+    if !body.volumes.is_empty() {
+        return Err(DaytonaError::bad_request(
+            "volumes are not supported by createos-local",
+        ));
+    }
+    if let Some(name) = &body.name {
+        if name.is_empty() || state.daytona.name_taken(name) {
+            return Err(DaytonaError::conflict(format!(
+                "a sandbox named {name:?} already exists (or the name is empty)"
+            )));
+        }
+    }
+    let id = uuid();
+    let root = state.data_dir.join(format!("daytona-{id}"));
+    let r = root.clone();
+    crate::api::blocking(&state, move || crate::isolation::prepare_root(&r))
+        .await?
+        .map_err(|e| DaytonaError::internal(format!("cannot create the sandbox's files: {e}")))?;
+    let core = Arc::new(Sandbox::new(
+        id.clone(),
+        SandboxSpec {
+            shape: "daytona".to_string(),
+            rootfs: body.snapshot.clone(),
+            region: body.target.clone(),
+            ingress_enabled: body.public,
+            env: body.env.clone(),
+        },
+        root,
+    ));
+    core.force(Status::Running);
+    let spec = CreateSpec {
+        name: body.name.unwrap_or_else(|| id.clone()),
+        snapshot: body.snapshot,
+        user: body.user.unwrap_or_else(|| "root".to_string()),
+        env: body.env,
+        labels: body.labels,
+        public: body.public,
+        target: body.target.unwrap_or_else(|| "local".to_string()),
+        resources: [
+            body.cpu.unwrap_or(1.0),
+            body.gpu.unwrap_or(0.0),
+            body.memory.unwrap_or(1.0),
+            body.disk.unwrap_or(3.0),
+        ],
+        intervals: [
+            body.auto_stop_interval.unwrap_or(DEFAULT_AUTO_STOP),
+            body.auto_archive_interval.unwrap_or(DEFAULT_AUTO_ARCHIVE),
+            body.auto_delete_interval.unwrap_or(-1),
+        ],
+        class: body.class,
+        build_info: body.build_info,
+    };
+    let sb = Arc::new(DaytonaSandbox::new(core.clone(), spec));
+    state.store.insert(core);
+    state.daytona.insert(sb.clone());
+    Ok(answer(&state, &sb))
+}
+
+/// `?labels=` of `GET /sandbox` (a JSON object).
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    labels: Option<String>,
+}
+
+/// `GET /sandbox?labels={"k":"v"}`: the sandboxes carrying every given
+/// label.
+pub async fn list(
+    State(state): State<Shared>,
+    Query(q): Query<ListQuery>,
+) -> Result<Response, DaytonaError> {
+    let wanted: BTreeMap<String, String> = match q.labels.as_deref() {
+        None | Some("") => BTreeMap::new(),
+        Some(text) => serde_json::from_str(text).map_err(|e| {
+            DaytonaError::bad_request(format!(
+                "labels must be a JSON object of strings, e.g. {{\"k\":\"v\"}}: {e}"
+            ))
+        })?,
+    };
+    let mut all: Vec<Value> = state
+        .daytona
+        .all()
+        .iter()
+        .filter(|sb| wanted.iter().all(|(k, v)| sb.spec.labels.get(k) == Some(v)))
+        .map(|sb| to_json(&state, sb))
+        .collect();
+    all.sort_by(|a, b| a["createdAt"].as_str().cmp(&b["createdAt"].as_str()));
+    Ok((StatusCode::OK, Json(Value::Array(all))).into_response())
+}
+
+/// `GET /sandbox/{id}`.
+pub async fn get_one(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    Ok(answer(&state, &sb))
+}
+
+/// `GET /sandbox/{id}/toolbox-proxy-url`: `{"url": ...}`.
+pub async fn toolbox_proxy_url(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, DaytonaError> {
+    daytona_sandbox(&state, &id)?;
+    Ok((StatusCode::OK, Json(json!({ "url": state.toolbox_url }))).into_response())
+}
+
+/// `POST /sandbox/{id}/start`: `stopped` (or `error` after a failed stop,
+/// once its processes are verified gone) → `started`; 200 with the Sandbox.
+/// Starting a started sandbox is a no-op.
+pub async fn start(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let _lifecycle = sb.lifecycle.lock().await;
+    match sb.state() {
+        SbState::Started => {}
+        SbState::Stopped => {
+            sb.set_state(SbState::Starting, None);
+            sb.core.reopen();
+            sb.set_state(SbState::Started, None);
+        }
+        SbState::Error => {
+            // A failed stop left processes behind: try again before starting.
+            let survivors = terminate_everything(&state, &sb).await?;
+            if !survivors.is_empty() {
+                return Err(survived(&sb, "start", &survivors));
+            }
+            sb.clear_sessions();
+            sb.core.reopen();
+            sb.set_state(SbState::Started, None);
+        }
+        other => {
+            return Err(DaytonaError::conflict(format!(
+                "cannot start a sandbox that is {}",
+                json!(other)
+            ))
+            .with_state(other))
+        }
+    }
+    Ok(answer(&state, &sb))
+}
+
+/// `POST /sandbox/{id}/stop`: terminates every process tree (SIGTERM, a
+/// short grace, SIGKILL, a fresh scan), forgets the sessions, answers 200
+/// with the Sandbox in `stopped`. A survivor: 500, state `error`.
+pub async fn stop(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let _lifecycle = sb.lifecycle.lock().await;
+    match sb.state() {
+        SbState::Stopped => return Ok(answer(&state, &sb)),
+        SbState::Started | SbState::Error => {}
+        other => {
+            return Err(DaytonaError::conflict(format!(
+                "cannot stop a sandbox that is {}",
+                json!(other)
+            ))
+            .with_state(other))
+        }
+    }
+    sb.set_state(SbState::Stopping, None);
+    let survivors = terminate_everything(&state, &sb).await?;
+    if !survivors.is_empty() {
+        return Err(survived(&sb, "stop", &survivors));
+    }
+    sb.clear_sessions();
+    sb.set_state(SbState::Stopped, None);
+    Ok(answer(&state, &sb))
+}
+
+/// `DELETE /sandbox/{id}`: terminates every process tree with verification,
+/// removes the files, answers 200 with the Sandbox in `destroyed`; later
+/// requests get 404. A survivor: 500, state `error`, the sandbox is kept
+/// (a retry tries again).
+pub async fn delete(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let _lifecycle = sb.lifecycle.lock().await;
+    if state.daytona.get(sb.id()).is_none() {
+        return Err(DaytonaError::not_found("sandbox"));
+    }
+    sb.set_state(SbState::Destroying, None);
+    let survivors = terminate_everything(&state, &sb).await?;
+    if !survivors.is_empty() {
+        return Err(survived(&sb, "delete", &survivors));
+    }
+    sb.clear_sessions();
+    state.daytona.remove(sb.id());
+    state.store.remove(sb.id());
+    let root = sb.core.root.clone();
+    // Gone from both registries already: the removal needs no pool slot.
+    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&root))
+        .await
+        .map_err(|e| DaytonaError::internal(e.to_string()))?;
+    if let Err(e) = removed {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            eprintln!(
+                "createos-local: could not remove the files of sandbox {}: {e}",
+                sb.id()
+            );
+        }
+    }
+    let mut v = to_json(&state, &sb);
+    v["state"] = json!("destroyed");
+    v["desiredState"] = json!("destroyed");
+    Ok((StatusCode::OK, Json(v)).into_response())
+}
+
+/// Refuses new commands, waits for starts under way, terminates every
+/// process tree of the sandbox concurrently and forgets the verified ones.
+/// Returns the pids that survived (empty = every tree verified gone).
+async fn terminate_everything(
+    state: &AppState,
+    sb: &Arc<DaytonaSandbox>,
+) -> Result<Vec<i32>, DaytonaError> {
+    let core = sb.core.clone();
+    let sessions = sb.sessions();
+    let survivors = crate::api::processes::detached(&state.supervision, async move {
+        // No session starts a command after this (each waits for a start
+        // under way), and the sandbox admits no new process.
+        for s in &sessions {
+            *s.gate.lock().await = true;
+        }
+        core.close().await;
+        let terminations = core.processes().into_iter().map(|p| async move {
+            let t = p.terminate(std::time::Duration::from_millis(500)).await;
+            (p, t)
+        });
+        let mut survivors = Vec::new();
+        for (p, t) in futures_util::future::join_all(terminations).await {
+            if t.verified {
+                core.remove_process(&p.id);
+            } else {
+                survivors.extend(t.survivors);
+            }
+        }
+        Ok(survivors)
+    })
+    .await?;
+    Ok(survivors)
+}
+
+fn survived(sb: &DaytonaSandbox, op: &str, survivors: &[i32]) -> DaytonaError {
+    let reason = format!(
+        "{op}: {} process(es) survived termination (host pids {survivors:?}); they may still run",
+        survivors.len()
+    );
+    sb.set_state(SbState::Error, Some(reason.clone()));
+    DaytonaError::internal(reason)
+}
+
+impl DaytonaError {
+    fn with_state(mut self, st: SbState) -> Self {
+        self.0.extra = Some(json!({ "state": st }));
+        self
+    }
+}
+
+/// A random version-4 UUID (the real API's sandbox and command ids).
+pub fn uuid() -> String {
+    let hex = crate::util::random_hex(16);
+    let b = hex.as_bytes();
+    let s = |r: std::ops::Range<usize>| std::str::from_utf8(&b[r]).unwrap_or("0");
+    let variant = ["8", "9", "a", "b"][usize::from(b[16] % 4)];
+    format!(
+        "{}-{}-4{}-{}{}-{}",
+        s(0..8),
+        s(8..12),
+        s(13..16),
+        variant,
+        s(17..20),
+        s(20..32)
+    )
+}

@@ -1,0 +1,665 @@
+//! The toolbox face's process API: sessions, commands run in them, their
+//! logs, and the one-shot `process/execute`. Reached at
+//! `{toolboxProxyUrl}/{sandboxId}/...`.
+//!
+//! Each session command runs as its own process tree (`bash -c COMMAND`,
+//! or `sh -c` where bash is missing) under the same isolation as the
+//! CreateOS face. Unlike the real service, where a session is one
+//! long-lived shell, nothing carries over between the commands of a
+//! session (`cd`, `export`): put what a command needs into its text.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::DaytonaError;
+use super::registry::{exit_code, Command, DaytonaSandbox, Session, State as SbState};
+use super::sandboxes::{daytona_sandbox, uuid};
+use crate::api::processes::detached;
+use crate::api::sandboxes::parse_json;
+use crate::api::{limits, AppState, InjectedFault, Shared};
+use crate::faults::FaultAction;
+use crate::journal::{Frame, Replay, Retention, StreamKind};
+use crate::supervisor::{build_env, Process, StartRequest};
+
+/// Marker before each stdout chunk in a command's logs (as the real
+/// service's log format).
+pub const STDOUT_PREFIX: &[u8] = &[1, 1, 1];
+
+/// Marker before each stderr chunk in a command's logs.
+pub const STDERR_PREFIX: &[u8] = &[2, 2, 2];
+
+/// Working directory of every command unless `process/execute` names one:
+/// the sandbox user's home.
+pub const WORK_DIR: &str = "/root";
+
+/// Default timeout of `process/execute` when none (or 0) is given, as the
+/// real daemon: 360 s.
+const EXECUTE_TIMEOUT: Duration = Duration::from_secs(360);
+
+/// The most output one `process/execute` keeps (its newest bytes).
+const EXECUTE_OUTPUT_CAP: usize = 8 * 1024 * 1024;
+
+/// Longest `sessionId`.
+const MAX_SESSION_ID: usize = 256;
+
+fn shell() -> &'static str {
+    static SHELL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    SHELL.get_or_init(|| {
+        if std::path::Path::new("/bin/bash").exists() {
+            "/bin/bash"
+        } else {
+            "/bin/sh"
+        }
+    })
+}
+
+fn session_of(sb: &DaytonaSandbox, id: &str) -> Result<Arc<Session>, DaytonaError> {
+    sb.session(id)
+        .ok_or_else(|| DaytonaError::not_found("session"))
+}
+
+fn command_of(session: &Session, id: &str) -> Result<Arc<Command>, DaytonaError> {
+    session
+        .command(id)
+        .ok_or_else(|| DaytonaError::not_found("command"))
+}
+
+/// 409 unless the sandbox is `started`.
+fn require_started(sb: &DaytonaSandbox) -> Result<(), DaytonaError> {
+    match sb.state() {
+        SbState::Started => Ok(()),
+        other => Err(DaytonaError::conflict(format!(
+            "sandbox is {}; the toolbox answers only while it is started",
+            json!(other)
+        ))),
+    }
+}
+
+/// Starts one process in the sandbox under an admission (a stop or delete
+/// that begins meanwhile waits for it and then terminates it).
+async fn start_process(
+    state: &AppState,
+    sb: &Arc<DaytonaSandbox>,
+    argv: Vec<String>,
+    cwd: String,
+    journal: Retention,
+) -> Result<Arc<Process>, DaytonaError> {
+    require_started(sb)?;
+    let _admission = sb
+        .core
+        .admit()
+        .ok_or_else(|| DaytonaError::conflict("sandbox is stopping or being deleted"))?;
+    let root = sb.core.root.clone();
+    let c = cwd.clone();
+    let host_cwd = crate::api::blocking(state, move || crate::confine::resolve_dir(&root, &c))
+        .await?
+        .map_err(|e| DaytonaError::bad_request(format!("invalid cwd {cwd:?}: {e}")))?;
+    let env = build_env(&state.mode, &sb.core.root, &sb.spec.env, &BTreeMap::new())
+        .map_err(DaytonaError::internal)?;
+    let mut argv = argv.into_iter();
+    let cmd = argv
+        .next()
+        .ok_or_else(|| DaytonaError::bad_request("empty command"))?;
+    let req = StartRequest {
+        cmd,
+        args: argv.collect(),
+        cwd,
+        host_cwd,
+        env,
+        root: sb.core.root.clone(),
+        journal,
+    };
+    let id = format!("proc-{}", crate::util::random_hex(8));
+    let p = Process::start(id, state.bwrap.clone(), &state.mode, req).await;
+    sb.core.add_process(p.clone());
+    Ok(p)
+}
+
+/// Waits (without a limit) until the leader's exit is recorded, which
+/// happens only after its output was read to the end.
+async fn exited(p: &Process) {
+    let mut rx = p.subscribe();
+    loop {
+        rx.borrow_and_update();
+        if p.exit().is_some() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Body of `POST /process/session`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSessionBody {
+    session_id: Option<String>,
+}
+
+/// `POST /process/session {"sessionId"}`: 201, empty body; 409 when the id
+/// is taken.
+pub async fn create_session(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let body: CreateSessionBody = parse_json(&body)?;
+    let sid = body
+        .session_id
+        .filter(|s| !s.trim().is_empty())
+        .ok_or_else(|| DaytonaError::bad_request("sessionId is required"))?;
+    if sid.len() > MAX_SESSION_ID || sid.contains(['/', '\0']) {
+        return Err(DaytonaError::bad_request(format!(
+            "sessionId must be at most {MAX_SESSION_ID} bytes without '/' or NUL"
+        )));
+    }
+    require_started(&sb)?;
+    if !sb.add_session(Arc::new(Session::new(sid))) {
+        return Err(DaytonaError::conflict("session already exists"));
+    }
+    Ok(StatusCode::CREATED.into_response())
+}
+
+fn command_json(c: &Command) -> Value {
+    let mut v = json!({ "id": c.id, "command": c.command });
+    if let Some(code) = c.exit_code() {
+        v["exitCode"] = json!(code);
+    }
+    v
+}
+
+fn session_json(s: &Session) -> Value {
+    let commands: Vec<Value> = s.commands().iter().map(|c| command_json(c)).collect();
+    json!({ "sessionId": s.id, "commands": commands })
+}
+
+/// `GET /process/session`: every session with its commands.
+pub async fn list_sessions(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let all: Vec<Value> = sb.sessions().iter().map(|s| session_json(s)).collect();
+    Ok(Json(Value::Array(all)).into_response())
+}
+
+/// `GET /process/session/{sessionId}`.
+pub async fn get_session(
+    State(state): State<Shared>,
+    Path((id, sid)): Path<(String, String)>,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let s = session_of(&sb, &sid)?;
+    Ok(Json(session_json(&s)).into_response())
+}
+
+/// `DELETE /process/session/{sessionId}`: terminates the process tree of
+/// every command the session started (SIGTERM, 500 ms grace, SIGKILL, a
+/// fresh scan) and answers 204 only when all are verified gone. Otherwise
+/// 500 naming the survivors; the session stays (without accepting new
+/// commands) so that a retry terminates again.
+pub async fn delete_session(
+    State(state): State<Shared>,
+    Path((id, sid)): Path<(String, String)>,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let session = session_of(&sb, &sid)?;
+    let s = session.clone();
+    let core = sb.core.clone();
+    let survivors = detached(&state.supervision, async move {
+        // A command start under way finishes (and is terminated below);
+        // none starts after this.
+        *s.gate.lock().await = true;
+        let terminations = s.commands().into_iter().map(|c| async move {
+            let t = c.process.terminate(Duration::from_millis(500)).await;
+            (c, t)
+        });
+        let mut survivors = Vec::new();
+        for (c, t) in futures_util::future::join_all(terminations).await {
+            if t.verified {
+                core.remove_process(&c.process.id);
+            } else {
+                survivors.extend(t.survivors);
+            }
+        }
+        Ok(survivors)
+    })
+    .await?;
+    if !survivors.is_empty() {
+        return Err(DaytonaError::internal(format!(
+            "{} process(es) of session {sid:?} survived termination (host pids {survivors:?}); \
+             they may still run; delete the session again",
+            survivors.len()
+        )));
+    }
+    sb.remove_session(&sid);
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// Body of `POST /process/session/{sessionId}/exec`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecBody {
+    command: Option<String>,
+    #[serde(default)]
+    run_async: bool,
+    #[serde(default, rename = "async")]
+    is_async: bool,
+    #[serde(default)]
+    #[allow(dead_code)] // accepted for compatibility: nothing is echoed locally
+    suppress_input_echo: bool,
+}
+
+/// The logs of a command as the real service writes them: each chunk
+/// preceded by [`STDOUT_PREFIX`] or [`STDERR_PREFIX`].
+fn labelled(frames: &[Frame]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for f in frames {
+        out.extend_from_slice(match f.stream {
+            StreamKind::Stdout => STDOUT_PREFIX,
+            StreamKind::Stderr => STDERR_PREFIX,
+        });
+        out.extend_from_slice(&f.data);
+    }
+    out
+}
+
+fn only(frames: &[Frame], stream: StreamKind) -> String {
+    let bytes: Vec<u8> = frames
+        .iter()
+        .filter(|f| f.stream == stream)
+        .flat_map(|f| f.data.iter().copied())
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Every retained frame, and whether older ones were evicted.
+fn retained(p: &Process) -> (Vec<Frame>, bool) {
+    p.with_journal(|j| match j.after(0) {
+        Replay::Frames(f) => (f, false),
+        Replay::Expired => match j.after(j.oldest_seq().saturating_sub(1)) {
+            Replay::Frames(f) => (f, true),
+            Replay::Expired => (Vec::new(), true),
+        },
+    })
+}
+
+/// `POST /process/session/{sessionId}/exec {"command","runAsync"}`:
+/// with `runAsync` (or `async`) 202 `{"cmdId"}` at once; otherwise 200
+/// `{"cmdId","output","stdout","stderr","exitCode"}` when the command has
+/// exited (no server-side time limit, as the real service). `output` is
+/// the labelled log (see [`labelled`]). When the start of the output was
+/// evicted (more than `journal_capacity` bytes), `outputTruncated: true`.
+pub async fn session_exec(
+    State(state): State<Shared>,
+    Path((id, sid)): Path<(String, String)>,
+    body: Bytes,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let session = session_of(&sb, &sid)?;
+    let body: ExecBody = parse_json(&body)?;
+    let command = body
+        .command
+        .filter(|c| !c.trim().is_empty())
+        .ok_or_else(|| DaytonaError::bad_request("command cannot be empty"))?;
+    if command.len() > limits::MAX_ARG || command.contains('\0') {
+        return Err(DaytonaError::bad_request(format!(
+            "command must be at most {} bytes without NUL",
+            limits::MAX_ARG
+        )));
+    }
+    let run_async = body.run_async || body.is_async;
+    let st = state.clone();
+    let cmd = detached(&state.supervision.clone(), async move {
+        let gate = session.gate.lock().await;
+        if *gate {
+            return Err(DaytonaError::not_found("session").0);
+        }
+        let argv = vec![shell().to_string(), "-c".to_string(), command.clone()];
+        let journal = Retention::Total(st.journal_capacity);
+        let p = start_process(&st, &sb, argv, WORK_DIR.to_string(), journal)
+            .await
+            .map_err(|e| e.0)?;
+        let c = Arc::new(Command {
+            id: uuid(),
+            command,
+            process: p,
+        });
+        session.add_command(c.clone());
+        drop(gate);
+        Ok(c)
+    })
+    .await?;
+    if run_async {
+        return Ok((StatusCode::ACCEPTED, Json(json!({ "cmdId": cmd.id }))).into_response());
+    }
+    // A synchronous command reads end-of-file on stdin, as on the real
+    // service; an asynchronous one keeps an open, empty stdin.
+    cmd.process.close_stdin();
+    exited(&cmd.process).await;
+    let (frames, evicted) = retained(&cmd.process);
+    let mut v = json!({
+        "cmdId": cmd.id,
+        "output": String::from_utf8_lossy(&labelled(&frames)),
+        "stdout": only(&frames, StreamKind::Stdout),
+        "stderr": only(&frames, StreamKind::Stderr),
+        "exitCode": cmd.exit_code(),
+    });
+    if evicted {
+        // Never a silently shortened result.
+        v["outputTruncated"] = json!(true);
+    }
+    Ok(Json(v).into_response())
+}
+
+/// `GET /process/session/{sessionId}/command/{commandId}`: `{"id",
+/// "command","exitCode"}`; `exitCode` appears once the command exited and
+/// its output was read to the end.
+pub async fn get_command(
+    State(state): State<Shared>,
+    Path((id, sid, cid)): Path<(String, String, String)>,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let session = session_of(&sb, &sid)?;
+    let c = command_of(&session, &cid)?;
+    Ok(Json(command_json(&c)).into_response())
+}
+
+/// `POST /process/session/{sessionId}/command/{commandId}/terminate`:
+/// terminates the command's process tree; 204 when verified gone, 500
+/// otherwise.
+pub async fn terminate_command(
+    State(state): State<Shared>,
+    Path((id, sid, cid)): Path<(String, String, String)>,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let session = session_of(&sb, &sid)?;
+    let c = command_of(&session, &cid)?;
+    let p = c.process.clone();
+    let t = detached(&state.supervision, async move {
+        Ok(p.terminate(Duration::from_millis(500)).await)
+    })
+    .await?;
+    if !t.verified {
+        return Err(DaytonaError::internal(format!(
+            "{} process(es) of command {cid} survived termination (host pids {:?}); they may still run",
+            t.survivors.len(),
+            t.survivors
+        )));
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `?follow=`.
+#[derive(Debug, Deserialize)]
+pub struct LogsQuery {
+    follow: Option<bool>,
+}
+
+/// Header set when the start of a command's output was evicted (the logs
+/// keep the newest `journal_capacity` bytes): the body is not the whole
+/// output.
+pub const EVICTED_HEADER: &str = "x-createos-local-output-evicted";
+
+/// `GET /process/session/{sessionId}/command/{commandId}/logs[?follow=true]`:
+/// `text/plain`, each chunk labelled (see [`labelled`]). Without `follow`:
+/// the output so far. With `follow=true` (over plain HTTP; the real service
+/// follows only over WebSocket and answers plain HTTP with the output so
+/// far): the output so far, then live output, and the body ends once the
+/// command has exited and its output was read to the end.
+pub async fn logs(
+    State(state): State<Shared>,
+    Path((id, sid, cid)): Path<(String, String, String)>,
+    Query(q): Query<LogsQuery>,
+    headers: HeaderMap,
+    fault: Option<Extension<InjectedFault>>,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let session = session_of(&sb, &sid)?;
+    let c = command_of(&session, &cid)?;
+    if headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+    {
+        return Err(DaytonaError::bad_request(
+            "createos-local does not speak WebSocket; follow logs with ?follow=true over plain HTTP",
+        ));
+    }
+    let p = c.process.clone();
+    let rx = p.subscribe();
+    let (frames, evicted) = retained(&p);
+    let cursor = frames
+        .last()
+        .map_or_else(|| p.with_journal(|j| j.newest_seq()), |f| f.seq);
+    let first = labelled(&frames);
+    let mut builder = Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
+    if evicted {
+        builder = builder.header(EVICTED_HEADER, "true");
+    }
+    if !q.follow.unwrap_or(false) {
+        return builder
+            .body(Body::from(first))
+            .map_err(|e| DaytonaError::internal(e.to_string()));
+    }
+    let limit = match fault.map(|Extension(InjectedFault(f))| f) {
+        Some(FaultAction::ResetAfterFrames { frames }) => Some((frames, false)),
+        Some(FaultAction::StallAfterFrames { frames }) => Some((frames, true)),
+        _ => None,
+    };
+    // Under a frame-limited fault, the output so far is replayed frame by
+    // frame so that the limit counts frames.
+    let (first, cursor) = match limit {
+        None => (Some(first), cursor),
+        Some(_) => (None, frames.first().map_or(cursor, |f| f.seq - 1)),
+    };
+    let follow = LogFollow {
+        proc: p,
+        rx,
+        cursor,
+        first,
+        sent: 0,
+        limit,
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(follow, |mut f| async move {
+        f.next().await.map(|item| (item, f))
+    });
+    builder
+        .body(Body::from_stream(stream))
+        .map_err(|e| DaytonaError::internal(e.to_string()))
+}
+
+/// A follower of one command's logs.
+struct LogFollow {
+    proc: Arc<Process>,
+    rx: tokio::sync::watch::Receiver<u64>,
+    cursor: u64,
+    /// The output so far, sent first.
+    first: Option<Vec<u8>>,
+    sent: u64,
+    /// An injected fault: after this many frames, abort (`false`) or stall
+    /// forever (`true`).
+    limit: Option<(u64, bool)>,
+    done: bool,
+}
+
+impl LogFollow {
+    async fn next(&mut self) -> Option<std::io::Result<Bytes>> {
+        if self.done {
+            return None;
+        }
+        if let Some((limit, stall)) = self.limit {
+            if self.sent >= limit {
+                if stall {
+                    futures_util::future::pending::<()>().await;
+                }
+                self.done = true;
+                // Let hyper flush what was produced before failing the body.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                return Some(Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "injected connection reset",
+                )));
+            }
+        }
+        if let Some(first) = self.first.take() {
+            if !first.is_empty() {
+                return Some(Ok(Bytes::from(first)));
+            }
+        }
+        loop {
+            self.rx.borrow_and_update();
+            let (replay, exit) = self
+                .proc
+                .with_journal(|j| (j.after(self.cursor), j.exit().is_some()));
+            match replay {
+                Replay::Expired => {
+                    // The follower fell behind the journal: output was lost,
+                    // so the body fails rather than silently skipping it.
+                    self.done = true;
+                    return Some(Err(std::io::Error::other(
+                        "log output was evicted before it could be sent",
+                    )));
+                }
+                Replay::Frames(frames) if !frames.is_empty() => {
+                    let frames = match self.limit {
+                        Some((limit, _)) => {
+                            let room = limit.saturating_sub(self.sent) as usize;
+                            frames.into_iter().take(room.max(1)).collect::<Vec<_>>()
+                        }
+                        None => frames,
+                    };
+                    if let Some(last) = frames.last() {
+                        self.cursor = last.seq;
+                    }
+                    self.sent += frames.len() as u64;
+                    return Some(Ok(Bytes::from(labelled(&frames))));
+                }
+                Replay::Frames(_) if exit => {
+                    self.done = true;
+                    return None;
+                }
+                Replay::Frames(_) => {}
+            }
+            if self.rx.changed().await.is_err() {
+                self.done = true;
+                return None;
+            }
+        }
+    }
+}
+
+/// Body of `POST /process/execute`.
+#[derive(Debug, Deserialize)]
+pub struct ExecuteBody {
+    command: Option<String>,
+    cwd: Option<String>,
+    /// Seconds; absent or 0: 360 s.
+    timeout: Option<u64>,
+}
+
+/// `POST /process/execute {"command","cwd","timeout"}`: splits `command`
+/// into words (quotes respected, no shell: wrap in `sh -c '...'` for shell
+/// syntax), runs it, answers 200 `{"exitCode","result"}` (stdout and
+/// stderr interleaved as they arrived). Processes the command left behind
+/// are terminated afterwards. 408 after `timeout` seconds (the tree is
+/// terminated).
+pub async fn execute(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, DaytonaError> {
+    let sb = daytona_sandbox(&state, &id)?;
+    let body: ExecuteBody = parse_json(&body)?;
+    let command = body
+        .command
+        .filter(|c| !c.trim().is_empty())
+        .ok_or_else(|| DaytonaError::bad_request("command is required"))?;
+    if command.len() > limits::MAX_ARG || command.contains('\0') {
+        return Err(DaytonaError::bad_request(format!(
+            "command must be at most {} bytes without NUL",
+            limits::MAX_ARG
+        )));
+    }
+    limits::name("cwd", body.cwd.as_deref())?;
+    let argv = shlex::split(&command)
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| DaytonaError::bad_request("empty command or unbalanced quotes"))?;
+    let cwd = body.cwd.unwrap_or_else(|| WORK_DIR.to_string());
+    let timeout = match body.timeout {
+        None | Some(0) => EXECUTE_TIMEOUT,
+        Some(s) => Duration::from_secs(s.min(24 * 3600)),
+    };
+    let st = state.clone();
+    let (p, finished) = detached(&state.supervision.clone(), async move {
+        let p = start_process(&st, &sb, argv, cwd, Retention::Total(EXECUTE_OUTPUT_CAP))
+            .await
+            .map_err(|e| e.0)?;
+        p.close_stdin();
+        let finished = tokio::time::timeout(timeout, exited(&p)).await.is_ok();
+        let t = p.terminate(Duration::from_millis(200)).await;
+        if t.verified {
+            sb.core.remove_process(&p.id);
+        } else {
+            eprintln!(
+                "createos-local: process/execute {} left {} process(es) that could not be terminated",
+                p.id,
+                t.survivors.len()
+            );
+        }
+        Ok((p, finished))
+    })
+    .await?;
+    if !finished {
+        return Err(DaytonaError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            "command execution timeout; the command was terminated",
+        ));
+    }
+    let (frames, evicted) = retained(&p);
+    let result: Vec<u8> = frames.iter().flat_map(|f| f.data.iter().copied()).collect();
+    let mut v = json!({
+        "exitCode": p.exit().map(|e| exit_code(&e)),
+        "result": String::from_utf8_lossy(&result),
+    });
+    if evicted {
+        v["resultTruncated"] = json!(true);
+    }
+    Ok(Json(v).into_response())
+}
+
+/// `GET /work-dir` and `GET /user-home-dir`: `{"dir":"/root"}`.
+pub async fn work_dir(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, DaytonaError> {
+    daytona_sandbox(&state, &id)?;
+    Ok(Json(json!({ "dir": WORK_DIR })).into_response())
+}
+
+/// `GET /version`.
+pub async fn version(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, DaytonaError> {
+    daytona_sandbox(&state, &id)?;
+    Ok(
+        Json(json!({ "version": concat!("createos-local ", env!("CARGO_PKG_VERSION")) }))
+            .into_response(),
+    )
+}

@@ -1,0 +1,71 @@
+//! What `describe` says: identity, config schema, capabilities, the API
+//! key (a `Bearer` token for both origins), the two origin fields, and no
+//! declared rate limit.
+
+use crate::config::{
+    DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, DEFAULT_TOOLBOX_URL,
+    MAX_TIMEOUT_MS, SECRET_FIELD,
+};
+use provider_sdk::types::{Capabilities, OriginField, ProviderDescription, SecretField};
+use serde_json::json;
+
+/// The header the API key travels in (`Authorization: Bearer <key>`).
+pub const SECRET_HEADER: &str = "Authorization";
+/// Where operators usually keep the key.
+pub const SECRET_ENV_VAR: &str = "DAYTONA_API_KEY";
+
+/// The provider description.
+pub fn description() -> ProviderDescription {
+    ProviderDescription {
+        driver_key: "daytona".into(),
+        display_name: "Daytona".into(),
+        config_schema: config_schema(),
+        capabilities: Capabilities::REUSABLE_LEASES | Capabilities::INCREMENTAL_OUTPUT,
+        secrets: vec![SecretField {
+            config_field: SECRET_FIELD.into(),
+            header: SECRET_HEADER.into(),
+            scheme: Some("Bearer".into()),
+            env_var: Some(SECRET_ENV_VAR.into()),
+        }],
+        origin_fields: vec![
+            OriginField {
+                config_field: "apiUrl".into(),
+                default_url: Some(DEFAULT_API_URL.into()),
+                secrets: vec![SECRET_FIELD.into()],
+            },
+            OriginField {
+                config_field: "toolboxUrl".into(),
+                default_url: Some(DEFAULT_TOOLBOX_URL.into()),
+                secrets: vec![SECRET_FIELD.into()],
+            },
+        ],
+        // Daytona publishes per-organization quotas, not a request rate a
+        // host could spend; a host may still impose one (`--rate-limit`).
+        rate_limit: None,
+    }
+}
+
+/// The JSON Schema of the config object.
+pub fn config_schema() -> String {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "Daytona sandbox provider config",
+        "type": "object",
+        "properties": {
+            "apiUrl": {"type": "string", "default": DEFAULT_API_URL,
+                "description": "The Daytona API (https, or http on a loopback host), with its base path"},
+            "toolboxUrl": {"type": "string", "default": DEFAULT_TOOLBOX_URL,
+                "description": "The toolbox proxy that runs commands and moves files"},
+            "apiKey": {"description": "The API key; the host resolves it and sends it as a Bearer token to both URLs", "format": "secret-ref"},
+            "organizationId": {"type": "string", "description": "Sent as X-Daytona-Organization-ID"},
+            "snapshot": {"type": "string", "description": "The snapshot sandboxes are created from"},
+            "target": {"type": "string", "description": "The region sandboxes are created in"},
+            "timeoutMs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "default": DEFAULT_TIMEOUT_MS},
+            "requestTimeoutMs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "default": DEFAULT_REQUEST_TIMEOUT_MS},
+            "reuseLease": {"type": "boolean", "default": false,
+                "description": "Stop released sandboxes for reuse instead of deleting them"}
+        },
+        "additionalProperties": true
+    })
+    .to_string()
+}

@@ -1,0 +1,537 @@
+//! Running one command through the toolbox's session API.
+//!
+//! Flow: (stage stdin with `files/upload`) → `POST process/session` (a
+//! fresh session per command) → `POST session/{sid}/exec` with `runAsync`
+//! → follow `GET .../command/{cid}/logs?follow=true` (labelled stdout and
+//! stderr, forwarded live) → `GET .../command/{cid}` for the exit code →
+//! `DELETE session/{sid}`, which terminates every process the session
+//! started. The result is returned only after that delete was confirmed
+//! (204, or 404: the session is gone); otherwise the command (or what it
+//! left behind) may still run, and the error is `cleanup-failed`.
+
+use crate::api::{self, ApiError, Face};
+use crate::config::{Config, MAX_TIMEOUT_MS};
+use crate::logs::Demux;
+use provider_sdk::output::{Tail, Utf8Decoder};
+use provider_sdk::platform::{
+    random_hex, BodyReader, Method, Platform, StreamId, TransportError, Wait, MS,
+};
+use provider_sdk::script;
+use provider_sdk::types::{
+    CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, PartialOutput,
+    ProviderError,
+};
+use serde_json::{json, Value};
+
+/// Reconnects of the log stream before giving up (each skips what was read).
+pub const MAX_RECONNECTS: u32 = 3;
+/// Pause before a reconnect, and between exit-code reads.
+pub const RETRY_DELAY_MS: u64 = 250;
+
+/// Runs `request` in sandbox `sandbox_id`; `timeoutMs` applies when the
+/// request sets none, `requestTimeoutMs` bounds each request outside the
+/// command's run and each cleanup request afresh.
+pub fn execute(
+    platform: &mut dyn Platform,
+    config: &Config,
+    sandbox_id: &str,
+    request: &ExecuteRequest,
+) -> Result<ExecuteResult, ProviderError> {
+    script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
+    let timeout_ms = request.timeout_ms.unwrap_or(config.timeout_ms);
+    if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
+        return Err(ProviderError::InvalidRequest(format!(
+            "timeout must be from 1 to {MAX_TIMEOUT_MS} ms"
+        )));
+    }
+    if !api::is_valid_id(sandbox_id) {
+        return Err(ProviderError::ForeignLease(
+            "the lease has an invalid sandbox id".into(),
+        ));
+    }
+    let session = Session {
+        config,
+        sandbox_id: sandbox_id.to_string(),
+        session_id: format!("paperclip-{}", random_hex(platform, 12)),
+        budget: config.request_timeout_ms.saturating_mul(MS),
+    };
+    let stdin_path = match &request.stdin {
+        Some(bytes) => {
+            let path = format!("/tmp/paperclip-stdin-{}", random_hex(platform, 16));
+            session.stage_stdin(platform, &path, bytes)?;
+            Some(path)
+        }
+        None => None,
+    };
+    session.create(platform)?;
+    let command_id = session.start(platform, request, stdin_path.as_deref())?;
+    let deadline = platform.now().saturating_add(timeout_ms.saturating_mul(MS));
+    let mut run = Run {
+        command_id,
+        deadline,
+        stdout: Stream::default(),
+        stderr: Stream::default(),
+    };
+    let stop = run.follow(platform, &session);
+    run.finish(platform, &session, stop)
+}
+
+/// One command's session: where its requests go and its cleanup budget.
+struct Session<'a> {
+    config: &'a Config,
+    sandbox_id: String,
+    session_id: String,
+    budget: u64,
+}
+
+impl Session<'_> {
+    fn path(&self) -> String {
+        api::session_path(&self.sandbox_id, &self.session_id)
+    }
+
+    fn wait(&self, platform: &dyn Platform, cancellable: bool) -> Wait {
+        Wait {
+            deadline: platform.now().saturating_add(self.budget),
+            cancellable,
+        }
+    }
+
+    /// `POST files/upload?path=` (multipart, part `file`). The script
+    /// removes the file once it has opened it as the command's stdin.
+    fn stage_stdin(
+        &self,
+        platform: &mut dyn Platform,
+        path: &str,
+        bytes: &[u8],
+    ) -> Result<(), ProviderError> {
+        let boundary = format!("paperclip-{}", random_hex(platform, 16));
+        let mut body = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"stdin\"\r\n\
+             Content-Type: application/octet-stream\r\n\r\n"
+        )
+        .into_bytes();
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+        // The boundary is part of the content type, so it goes as a header
+        // (a body with an empty content type adds none).
+        let upload = api::request(
+            self.config,
+            Face::Toolbox,
+            Method::Post,
+            &format!(
+                "/{}/files/upload?path={}",
+                self.sandbox_id,
+                api::encode_query_value(path)
+            ),
+            None,
+        )
+        .with_body("", body)
+        .with_header(
+            "content-type",
+            &format!("multipart/form-data; boundary={boundary}"),
+        );
+        let wait = self.wait(platform, true);
+        api::call(platform, &upload, wait)
+            .map(|_| ())
+            .map_err(|e| e.into_provider_error("stage-stdin"))
+    }
+
+    /// `POST process/session`. Nothing runs in a session yet, so a failure
+    /// here leaves nothing running; a session that may exist is deleted
+    /// best effort.
+    fn create(&self, platform: &mut dyn Platform) -> Result<(), ProviderError> {
+        let create = api::request(
+            self.config,
+            Face::Toolbox,
+            Method::Post,
+            &format!("/{}/process/session", self.sandbox_id),
+            Some(json!({ "sessionId": self.session_id })),
+        );
+        let wait = self.wait(platform, true);
+        match api::call(platform, &create, wait) {
+            Ok(_) => Ok(()),
+            Err(error) => {
+                if !error.never_sent() && !matches!(error, ApiError::Status(s) if s < 500) {
+                    let _ = self.delete(platform);
+                }
+                Err(error.into_provider_error("create-session"))
+            }
+        }
+    }
+
+    /// `POST session/{sid}/exec {"command", "runAsync": true}` → the
+    /// command id. When the answer is not a definite rejection, a process
+    /// may have started: the session is deleted (which terminates it)
+    /// before the error is raised, and `cleanup-failed` when that delete
+    /// is not confirmed.
+    fn start(
+        &self,
+        platform: &mut dyn Platform,
+        request: &ExecuteRequest,
+        stdin_path: Option<&str>,
+    ) -> Result<String, ProviderError> {
+        let exec = api::request(
+            self.config,
+            Face::Toolbox,
+            Method::Post,
+            &format!("{}/exec", self.path()),
+            Some(json!({
+                "command": format!("/bin/bash -lc {}", script::quote(&command_script(request, stdin_path))),
+                "runAsync": true,
+            })),
+        );
+        // Not cancellable: once sent, only the answer tells whether it started.
+        let wait = self.wait(platform, false);
+        let error = match api::call_object(platform, &exec, wait) {
+            Ok(data) => match api::id_field(&data, "cmdId") {
+                Ok(id) => return Ok(id),
+                Err(error) => error,
+            },
+            Err(ApiError::Status(status)) if status < 500 => {
+                let _ = self.delete(platform);
+                return Err(ApiError::Status(status).into_provider_error("start-command"));
+            }
+            Err(error) if error.never_sent() => {
+                let _ = self.delete(platform);
+                return Err(error.into_provider_error("start-command"));
+            }
+            Err(error) => error,
+        };
+        match self.delete(platform) {
+            Ok(()) => Err(with_empty_partial(
+                error.into_provider_error("start-command"),
+            )),
+            Err(cause) => Err(ProviderError::CleanupFailed(CleanupFailure {
+                sandbox_id: Some(self.sandbox_id.clone()),
+                process_id: None,
+                phase: CleanupPhase::ProcessCreation,
+                cause,
+                partial: Some(empty_partial()),
+            })),
+        }
+    }
+
+    /// `DELETE session/{sid}` with a fresh deadline, not cancellable: `Ok`
+    /// only on 2xx (the service terminated what the session started) or
+    /// 404 (the session is gone).
+    fn delete(&self, platform: &mut dyn Platform) -> Result<(), CleanupCause> {
+        let delete = api::request(
+            self.config,
+            Face::Toolbox,
+            Method::Delete,
+            &self.path(),
+            None,
+        );
+        let wait = self.wait(platform, false);
+        match api::call(platform, &delete, wait) {
+            Ok(_) | Err(ApiError::Status(404)) => Ok(()),
+            Err(error) => Err(api::cleanup_cause(error)),
+        }
+    }
+}
+
+/// The bash script of a command: with staged stdin, the file is opened as
+/// the shell's stdin and removed before the command starts.
+fn command_script(request: &ExecuteRequest, stdin_path: Option<&str>) -> String {
+    match stdin_path {
+        Some(path) => {
+            let quoted = script::quote(path);
+            format!(
+                "exec 0< {quoted} || exit\n/bin/rm -f -- {quoted}\n{}",
+                script::build(request, Some("/dev/stdin"))
+            )
+        }
+        None => script::build(request, None),
+    }
+}
+
+/// Why following the logs stopped.
+enum Stop {
+    /// The command exited with this code.
+    Exited(i32),
+    /// The command deadline passed.
+    TimedOut,
+    /// The host asked to stop.
+    Cancelled,
+    /// Reading failed; the error is raised after cleanup.
+    Failed(ProviderError),
+}
+
+#[derive(Default)]
+struct Stream {
+    decoder: Utf8Decoder,
+    tail: Tail,
+}
+
+/// One running command and the output read so far.
+struct Run {
+    command_id: String,
+    deadline: u64,
+    stdout: Stream,
+    stderr: Stream,
+}
+
+impl Run {
+    fn command_wait(&self) -> Wait {
+        Wait {
+            deadline: self.deadline,
+            cancellable: true,
+        }
+    }
+
+    fn command_path(&self, session: &Session) -> String {
+        format!("{}/command/{}", session.path(), self.command_id)
+    }
+
+    /// Reads the logs until the command exited and all of its output was
+    /// read: a logs read that began after the exit code appeared is the
+    /// proof. `follow=true` streams live output where the service streams
+    /// over HTTP (the local engine); where it answers the output so far
+    /// (the real service over plain HTTP), the loop polls. Every read
+    /// skips the bytes already taken, and a bounded number of failed reads
+    /// is tolerated.
+    fn follow(&mut self, platform: &mut dyn Platform, session: &Session) -> Stop {
+        let mut consumed: u64 = 0;
+        let mut demux = Demux::default();
+        let mut failures = 0;
+        let mut exit: Option<i32> = None;
+        loop {
+            let query = if exit.is_some() { "" } else { "?follow=true" };
+            let logs = api::request(
+                session.config,
+                Face::Toolbox,
+                Method::Get,
+                &format!("{}/logs{query}", self.command_path(session)),
+                None,
+            );
+            let failure = match platform.open(&logs, self.command_wait()) {
+                Err(TransportError::Deadline) => return Stop::TimedOut,
+                Err(TransportError::Cancelled) => return Stop::Cancelled,
+                Err(error) => Some(transport_error("logs", &error)),
+                Ok((200, mut body)) => {
+                    match self.read(platform, body.as_mut(), &mut demux, &mut consumed) {
+                        Ok(()) => None,
+                        Err(Some(stop)) => return stop,
+                        Err(None) => Some(invalid("logs", "the log stream broke")),
+                    }
+                }
+                Ok((status, _)) if status == 429 || status >= 500 => Some(rejected("logs", status)),
+                Ok((status, _)) => return Stop::Failed(rejected("logs", status)),
+            };
+            match (failure, exit) {
+                (None, Some(code)) => {
+                    if let Some((stream, bytes)) = demux.finish() {
+                        self.emit(platform, stream, &bytes);
+                    }
+                    return Stop::Exited(code);
+                }
+                (None, None) => match self.exit_code(platform, session) {
+                    Ok(Some(code)) => exit = Some(code),
+                    Ok(None) => {}
+                    Err(stop) => return stop,
+                },
+                (Some(failure), _) => {
+                    failures += 1;
+                    if failures > MAX_RECONNECTS {
+                        return Stop::Failed(failure);
+                    }
+                }
+            }
+            if exit.is_none() {
+                if let Some(stop) = self.pause(platform) {
+                    return stop;
+                }
+            }
+        }
+    }
+
+    /// Reads one log body to its end. `Err(None)`: the body broke (retry).
+    fn read(
+        &mut self,
+        platform: &mut dyn Platform,
+        body: &mut dyn BodyReader,
+        demux: &mut Demux,
+        consumed: &mut u64,
+    ) -> Result<(), Option<Stop>> {
+        // A reconnect replays the log from its start: skip what was read.
+        let mut skip = *consumed;
+        loop {
+            let chunk = match body.next_chunk(self.command_wait()) {
+                Err(TransportError::Deadline) => return Err(Some(Stop::TimedOut)),
+                Err(TransportError::Cancelled) => return Err(Some(Stop::Cancelled)),
+                Err(_) => return Err(None),
+                Ok(None) => return Ok(()),
+                Ok(Some(chunk)) => chunk,
+            };
+            let fresh = if skip >= chunk.len() as u64 {
+                skip -= chunk.len() as u64;
+                continue;
+            } else {
+                let start = skip as usize;
+                skip = 0;
+                &chunk[start..]
+            };
+            *consumed += fresh.len() as u64;
+            for (stream, bytes) in demux.push(fresh) {
+                self.emit(platform, stream, &bytes);
+            }
+        }
+    }
+
+    fn emit(&mut self, platform: &mut dyn Platform, stream: StreamId, bytes: &[u8]) {
+        let target = match stream {
+            StreamId::Stdout => &mut self.stdout,
+            StreamId::Stderr => &mut self.stderr,
+        };
+        let text = target.decoder.push(bytes);
+        if !text.is_empty() {
+            platform.emit_output(stream, &text);
+            target.tail.push(&text);
+        }
+    }
+
+    /// Waits before a retry; a stop when the deadline or cancellation came.
+    fn pause(&self, platform: &mut dyn Platform) -> Option<Stop> {
+        let until = platform.now().saturating_add(RETRY_DELAY_MS * MS);
+        match platform.sleep_until(until, self.command_wait()) {
+            Err(TransportError::Cancelled) => Some(Stop::Cancelled),
+            Err(_) => Some(Stop::TimedOut),
+            Ok(()) => None,
+        }
+    }
+
+    /// `GET .../command/{cid}`: its exit code once it has exited (a few
+    /// failed reads are retried).
+    fn exit_code(
+        &mut self,
+        platform: &mut dyn Platform,
+        session: &Session,
+    ) -> Result<Option<i32>, Stop> {
+        let mut failures = 0;
+        loop {
+            let get = api::request(
+                session.config,
+                Face::Toolbox,
+                Method::Get,
+                &self.command_path(session),
+                None,
+            );
+            match api::call_object(platform, &get, self.command_wait()) {
+                Ok(data) => {
+                    return match data.get("exitCode") {
+                        None | Some(Value::Null) => Ok(None),
+                        Some(Value::Number(n)) => n
+                            .as_i64()
+                            .and_then(|c| i32::try_from(c).ok())
+                            .map(Some)
+                            .ok_or_else(|| {
+                                Stop::Failed(invalid("command", "`exitCode` is not an integer"))
+                            }),
+                        Some(_) => Err(Stop::Failed(invalid(
+                            "command",
+                            "`exitCode` is not a number",
+                        ))),
+                    }
+                }
+                Err(ApiError::Transport(TransportError::Deadline)) => return Err(Stop::TimedOut),
+                Err(ApiError::Transport(TransportError::Cancelled)) => return Err(Stop::Cancelled),
+                Err(error) => {
+                    failures += 1;
+                    if failures > MAX_RECONNECTS {
+                        return Err(Stop::Failed(error.into_provider_error("command")));
+                    }
+                }
+            }
+            if let Some(stop) = self.pause(platform) {
+                return Err(stop);
+            }
+        }
+    }
+
+    fn flush(&mut self, platform: &mut dyn Platform) {
+        for (id, stream) in [
+            (StreamId::Stdout, &mut self.stdout),
+            (StreamId::Stderr, &mut self.stderr),
+        ] {
+            let rest = stream.decoder.finish();
+            if !rest.is_empty() {
+                platform.emit_output(id, &rest);
+                stream.tail.push(&rest);
+            }
+        }
+    }
+
+    fn partial(&self, timed_out: bool) -> PartialOutput {
+        PartialOutput {
+            stdout: self.stdout.tail.text(),
+            stderr: self.stderr.tail.text(),
+            timed_out,
+            output_truncated: self.truncated(),
+        }
+    }
+
+    fn truncated(&self) -> bool {
+        self.stdout.tail.truncated() || self.stderr.tail.truncated()
+    }
+
+    /// Deletes the session on every path (it terminates what the command
+    /// left running), then turns the stop into the outcome.
+    fn finish(
+        mut self,
+        platform: &mut dyn Platform,
+        session: &Session,
+        stop: Stop,
+    ) -> Result<ExecuteResult, ProviderError> {
+        self.flush(platform);
+        let timed_out = matches!(stop, Stop::TimedOut);
+        if let Err(cause) = session.delete(platform) {
+            return Err(ProviderError::CleanupFailed(CleanupFailure {
+                sandbox_id: Some(session.sandbox_id.clone()),
+                process_id: Some(self.command_id.clone()),
+                phase: CleanupPhase::ProcessTermination,
+                cause,
+                partial: Some(self.partial(timed_out)),
+            }));
+        }
+        let result = |exit_code, timed_out| ExecuteResult {
+            exit_code,
+            signal: None,
+            timed_out,
+            stdout: self.stdout.tail.text(),
+            stderr: self.stderr.tail.text(),
+            process_id: self.command_id.clone(),
+            output_truncated: self.truncated(),
+        };
+        match stop {
+            Stop::Exited(code) => Ok(result(Some(code), false)),
+            Stop::TimedOut => Ok(result(None, true)),
+            Stop::Cancelled => Err(ProviderError::Cancelled(Some(self.partial(false)))),
+            Stop::Failed(error) => Err(api::with_partial(error, self.partial(false))),
+        }
+    }
+}
+
+fn empty_partial() -> PartialOutput {
+    PartialOutput {
+        stdout: String::new(),
+        stderr: String::new(),
+        timed_out: false,
+        output_truncated: false,
+    }
+}
+
+fn with_empty_partial(error: ProviderError) -> ProviderError {
+    api::with_partial(error, empty_partial())
+}
+
+fn rejected(operation: &str, status: u16) -> ProviderError {
+    ApiError::Status(status).into_provider_error(operation)
+}
+
+fn invalid(operation: &str, reason: &str) -> ProviderError {
+    ApiError::Invalid(reason.into()).into_provider_error(operation)
+}
+
+fn transport_error(operation: &str, error: &TransportError) -> ProviderError {
+    ApiError::Transport(error.clone()).into_provider_error(operation)
+}

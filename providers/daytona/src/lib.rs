@@ -1,0 +1,33 @@
+//! The Daytona sandbox provider: Daytona API knowledge only, over the
+//! provider SDK (`crates/provider-sdk`), compiled to a `wasm32-wasip2`
+//! component implementing the `sandbox-provider` WIT world
+//! (`wit/since_v0.2.0`). The API subset it uses is recorded in
+//! `docs/daytona-api.md`.
+//!
+//! It talks to two origins: the API (`apiUrl`: sandboxes) and the toolbox
+//! proxy (`toolboxUrl`: sessions, commands, logs, files), both with the
+//! host-injected `Authorization: Bearer` key.
+//!
+//! Modules, in the order a request flows through them:
+//! - [`config`]: the config, both URLs and the budgets;
+//! - [`api`]: requests to either face, plain JSON answers, ids;
+//! - [`lease`]: the lease metadata and the labels that tie a sandbox to it;
+//! - [`lifecycle`]: acquire, resume, release, destroy, probe, realize;
+//! - [`logs`]: the labelled stdout/stderr log stream;
+//! - [`execute`]: one command in its own session, with cleanup;
+//! - [`describe`]: the provider description.
+
+// `ProviderError` is the WIT variant itself; returned once per call.
+#![allow(clippy::result_large_err)]
+
+pub mod api;
+pub mod config;
+pub mod describe;
+pub mod execute;
+pub mod lease;
+pub mod lifecycle;
+pub mod logs;
+
+mod component;
+
+pub use component::Daytona;

@@ -1,0 +1,573 @@
+//! Lease lifecycle on Daytona: acquire (create, wait until `started`,
+//! workspace), resume (start a stopped sandbox), release (stop or delete),
+//! destroy, probe and realize.
+//!
+//! State changes are observed by polling `GET /sandbox/{id}` every 250 ms,
+//! bounded by the operation's deadline (the config's `timeoutMs`). Only a
+//! 404 or the `destroyed` state prove a sandbox gone.
+
+use crate::api::{self, ApiError, Face};
+use crate::config::Config;
+use crate::lease::{self, LeaseMetadata, ENVIRONMENT_LABEL, MARKER_LABEL, PROVIDER};
+use provider_sdk::platform::{random_hex, Instant, Method, Platform, Wait, MS};
+use provider_sdk::types::{
+    AcquireRequest, CleanupCause, CleanupFailure, CleanupPhase, EnvironmentContext, Lease,
+    ProbeReport, ProviderError, ResumeOutcome, TerminationAction, TerminationReceipt,
+    WorkspaceRequest,
+};
+use serde_json::{json, Map, Value};
+
+/// How often a state change is polled.
+pub const POLL_INTERVAL_MS: u64 = 250;
+/// The workspace directory under the sandbox user's home.
+pub const WORKSPACE_DIR: &str = "paperclip-workspace";
+
+/// States from which a sandbox becomes `started` by itself.
+const STARTING_STATES: &[&str] = &[
+    "creating",
+    "restoring",
+    "starting",
+    "pending_build",
+    "building_snapshot",
+    "pulling_snapshot",
+    "unknown",
+];
+
+/// One lifecycle operation: the platform, the config and its deadline.
+pub struct Lifecycle<'a> {
+    platform: &'a mut dyn Platform,
+    config: &'a Config,
+    deadline: Instant,
+}
+
+impl<'a> Lifecycle<'a> {
+    /// Starts an operation whose budget is the config's `timeoutMs`.
+    pub fn new(platform: &'a mut dyn Platform, config: &'a Config) -> Lifecycle<'a> {
+        let deadline = platform
+            .now()
+            .saturating_add(config.timeout_ms.saturating_mul(MS));
+        Lifecycle {
+            platform,
+            config,
+            deadline,
+        }
+    }
+
+    fn wait(&self, cancellable: bool) -> Wait {
+        Wait {
+            deadline: self.deadline,
+            cancellable,
+        }
+    }
+
+    /// A cleanup request's wait: the config's `requestTimeoutMs` afresh.
+    fn cleanup_wait(&self) -> Wait {
+        Wait {
+            deadline: self
+                .platform
+                .now()
+                .saturating_add(self.config.request_timeout_ms.saturating_mul(MS)),
+            cancellable: false,
+        }
+    }
+
+    fn call(
+        &mut self,
+        face: Face,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, ApiError> {
+        let request = api::request(self.config, face, method, path, body);
+        let wait = self.wait(true);
+        api::call(self.platform, &request, wait)
+    }
+
+    /// Creates a sandbox labelled for this lease, waits until it is
+    /// `started` and prepares the workspace. A setup failure deletes the
+    /// sandbox (or raises `cleanup-failed` when that delete fails).
+    pub fn acquire(
+        &mut self,
+        ctx: &EnvironmentContext,
+        request: &AcquireRequest,
+    ) -> Result<Lease, ProviderError> {
+        if request.requested_expires_at.is_some() {
+            return Err(ProviderError::Unsupported(
+                "Daytona leases have no expiry; leave requested-expires-at unset".into(),
+            ));
+        }
+        let marker = random_hex(self.platform, 16);
+        let sandbox_id = self.create_sandbox(ctx, &marker)?;
+        let setup = self
+            .wait_for(&sandbox_id, "started")
+            .and_then(|()| self.workspace(&sandbox_id, request.requested_cwd.as_deref()));
+        match setup {
+            Ok(cwd) => {
+                let metadata = LeaseMetadata {
+                    provider: PROVIDER.into(),
+                    sandbox_id: sandbox_id.clone(),
+                    environment_id: ctx.environment_id.clone(),
+                    company_id: ctx.company_id.clone(),
+                    marker,
+                    cwd,
+                };
+                Ok(Lease {
+                    provider_lease_id: sandbox_id,
+                    metadata: metadata.to_json(),
+                    expires_at: None,
+                })
+            }
+            Err(error) => match self.delete_sandbox(&sandbox_id) {
+                Ok(_) => Err(error),
+                Err(cause) => Err(cleanup_failed(&sandbox_id, CleanupPhase::LeaseSetup, cause)),
+            },
+        }
+    }
+
+    /// `POST /sandbox`. Any outcome but a definite rejection, a request
+    /// that never reached the server, or a valid id leaves a sandbox that
+    /// may exist and cannot be found: `cleanup-failed` without an id. The
+    /// id is reported to the host (`record-sandbox`) before anything else.
+    fn create_sandbox(
+        &mut self,
+        ctx: &EnvironmentContext,
+        marker: &str,
+    ) -> Result<String, ProviderError> {
+        let mut labels = Map::new();
+        labels.insert(
+            ENVIRONMENT_LABEL.into(),
+            Value::String(ctx.environment_id.clone()),
+        );
+        labels.insert(MARKER_LABEL.into(), Value::String(marker.into()));
+        let mut body = json!({
+            "labels": labels,
+            // Never stopped, archived or deleted behind the lease's back.
+            "autoStopInterval": 0,
+            "autoArchiveInterval": 0,
+            "autoDeleteInterval": -1,
+        });
+        if let Some(snapshot) = &self.config.snapshot {
+            body["snapshot"] = Value::String(snapshot.clone());
+        }
+        if let Some(target) = &self.config.target {
+            body["target"] = Value::String(target.clone());
+        }
+        let create = api::request(self.config, Face::Api, Method::Post, "/sandbox", Some(body));
+        // Not cancellable: once sent, only the answer says whether it exists.
+        let wait = self.wait(false);
+        let unconfirmed = |error| {
+            ProviderError::CleanupFailed(CleanupFailure {
+                sandbox_id: None,
+                process_id: None,
+                phase: CleanupPhase::LeaseSetup,
+                cause: api::cleanup_cause(error),
+                partial: None,
+            })
+        };
+        match api::call_object(self.platform, &create, wait) {
+            Ok(data) => {
+                let id = api::id_field(&data, "id").map_err(unconfirmed)?;
+                self.platform.record_sandbox(&id);
+                if let Err(error) = self.check_toolbox(&data) {
+                    return match self.delete_sandbox(&id) {
+                        Ok(_) => Err(error),
+                        Err(cause) => Err(cleanup_failed(&id, CleanupPhase::LeaseSetup, cause)),
+                    };
+                }
+                Ok(id)
+            }
+            Err(ApiError::Status(status)) if status < 500 => {
+                Err(ApiError::Status(status).into_provider_error("create-sandbox"))
+            }
+            Err(error) if error.never_sent() => Err(error.into_provider_error("create-sandbox")),
+            Err(error) => Err(unconfirmed(error)),
+        }
+    }
+
+    /// The toolbox the API names for a sandbox must be the configured one:
+    /// the host allows only the configured origins, so a sandbox whose
+    /// toolbox lives elsewhere cannot be used (set `toolboxUrl` to it).
+    fn check_toolbox(&self, data: &Map<String, Value>) -> Result<(), ProviderError> {
+        let Some(url) = data.get("toolboxProxyUrl").and_then(Value::as_str) else {
+            return Ok(());
+        };
+        match provider_sdk::origin::split_url(url) {
+            Ok((origin, path))
+                if origin == self.config.toolbox.origin && path == self.config.toolbox.path =>
+            {
+                Ok(())
+            }
+            _ => Err(invalid(
+                "create-sandbox",
+                "the API names a toolbox proxy other than the configured `toolboxUrl`; \
+                 set `toolboxUrl` to the sandbox's toolboxProxyUrl",
+            )),
+        }
+    }
+
+    /// `GET /sandbox/{id}`: the sandbox, or `None` when it is gone (404 or
+    /// `destroyed`).
+    fn sandbox(&mut self, id: &str) -> Result<Option<Map<String, Value>>, ProviderError> {
+        match self.call(Face::Api, Method::Get, &api::sandbox_path(id), None) {
+            Ok(Value::Object(data)) => {
+                if state_of(&data) == Some("destroyed") {
+                    Ok(None)
+                } else {
+                    Ok(Some(data))
+                }
+            }
+            Ok(_) => Err(invalid("get-sandbox", "the sandbox is not a JSON object")),
+            Err(ApiError::Status(404)) => Ok(None),
+            Err(error) => Err(error.into_provider_error("get-sandbox")),
+        }
+    }
+
+    /// Polls until the sandbox is in `wanted`.
+    fn wait_for(&mut self, id: &str, wanted: &str) -> Result<(), ProviderError> {
+        loop {
+            let Some(data) = self.sandbox(id)? else {
+                return Err(invalid("wait-sandbox", "the sandbox disappeared"));
+            };
+            let state = state_of(&data).unwrap_or("unknown");
+            if state == wanted {
+                return Ok(());
+            }
+            let transitional = STARTING_STATES.contains(&state)
+                || matches!(state, "stopping" | "archiving")
+                || (wanted == "stopped" && state == "started");
+            if !transitional {
+                return Err(invalid(
+                    "wait-sandbox",
+                    &format!("the sandbox is `{}`, not `{wanted}`", printable(state)),
+                ));
+            }
+            self.pause()?;
+        }
+    }
+
+    fn pause(&mut self) -> Result<(), ProviderError> {
+        let until = self.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
+        let wait = self.wait(true);
+        self.platform
+            .sleep_until(until, wait)
+            .map_err(|e| ApiError::Transport(e).into_provider_error("wait-sandbox"))
+    }
+
+    /// Creates `{home}/paperclip-workspace[/cwd]` and returns its path.
+    fn workspace(&mut self, id: &str, cwd: Option<&str>) -> Result<String, ProviderError> {
+        let home = match self.call(
+            Face::Toolbox,
+            Method::Get,
+            &format!("/{id}/user-home-dir"),
+            None,
+        ) {
+            Ok(Value::Object(data)) => api::string_field(&data, "dir")
+                .map(|d| d.trim_end_matches('/').to_string())
+                .map_err(|e| e.into_provider_error("home-dir"))?,
+            Ok(_) => return Err(invalid("home-dir", "the answer is not a JSON object")),
+            Err(error) => return Err(error.into_provider_error("home-dir")),
+        };
+        if !home.starts_with('/') {
+            return Err(invalid(
+                "home-dir",
+                "the home directory is not an absolute path",
+            ));
+        }
+        let mut path = format!("{home}/{WORKSPACE_DIR}");
+        if let Some(cwd) = cwd {
+            path = join_workspace(&path, cwd)?;
+        }
+        self.make_dir(id, &path)?;
+        Ok(path)
+    }
+
+    fn make_dir(&mut self, id: &str, path: &str) -> Result<(), ProviderError> {
+        let folder = format!(
+            "/{id}/files/folder?path={}&mode=755",
+            api::encode_query_value(path)
+        );
+        self.call(Face::Toolbox, Method::Post, &folder, None)
+            .map(|_| ())
+            .map_err(|e| e.into_provider_error("create-folder"))
+    }
+
+    /// `DELETE /sandbox/{id}` with a fresh budget, then polls until a 404 or
+    /// `destroyed` proves it gone. `Ok(true)` when it was already gone.
+    fn delete_sandbox(&mut self, id: &str) -> Result<bool, CleanupCause> {
+        let delete = api::request(
+            self.config,
+            Face::Api,
+            Method::Delete,
+            &api::sandbox_path(id),
+            None,
+        );
+        let wait = self.cleanup_wait();
+        match api::call(self.platform, &delete, wait) {
+            Ok(_) => {}
+            Err(ApiError::Status(404)) => return Ok(true),
+            Err(error) => return Err(api::cleanup_cause(error)),
+        }
+        let deadline = self.cleanup_wait().deadline;
+        loop {
+            let get = api::request(
+                self.config,
+                Face::Api,
+                Method::Get,
+                &api::sandbox_path(id),
+                None,
+            );
+            let wait = Wait {
+                deadline,
+                cancellable: false,
+            };
+            match api::call_object(self.platform, &get, wait) {
+                Err(ApiError::Status(404)) => return Ok(false),
+                Ok(data) if state_of(&data) == Some("destroyed") => return Ok(false),
+                Ok(data) if state_of(&data) == Some("error") => {
+                    return Err(CleanupCause::InvalidResponse(
+                        "the sandbox is in `error` after its delete".into(),
+                    ))
+                }
+                Ok(_) => {}
+                Err(error) => return Err(api::cleanup_cause(error)),
+            }
+            let until = self.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
+            if self.platform.sleep_until(until, wait).is_err() {
+                return Err(CleanupCause::Deadline);
+            }
+        }
+    }
+
+    /// Resumes a released lease: a `stopped` sandbox is started. `expired`
+    /// only with proof: gone (404, `destroyed`), not the leased one (its
+    /// marker label differs), or no longer what the config asks for
+    /// (snapshot, target). States that prove nothing are errors.
+    pub fn resume(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+    ) -> Result<ResumeOutcome, ProviderError> {
+        let metadata = lease::check(lease, ctx)?;
+        let id = metadata.sandbox_id.clone();
+        let Some(data) = self.sandbox(&id)? else {
+            return Ok(ResumeOutcome::Expired(
+                "the sandbox no longer exists".into(),
+            ));
+        };
+        let labels = data.get("labels").and_then(Value::as_object);
+        if labels
+            .and_then(|l| l.get(MARKER_LABEL))
+            .and_then(Value::as_str)
+            != Some(metadata.marker.as_str())
+        {
+            return Ok(ResumeOutcome::Expired(
+                "the sandbox is not the leased one (its lease label differs)".into(),
+            ));
+        }
+        for (field, wanted) in [
+            ("snapshot", &self.config.snapshot),
+            ("target", &self.config.target),
+        ] {
+            if let Some(wanted) = wanted {
+                if data.get(field).and_then(Value::as_str) != Some(wanted.as_str()) {
+                    return Ok(ResumeOutcome::Expired(format!(
+                        "the sandbox's {field} is not the one the config asks for"
+                    )));
+                }
+            }
+        }
+        match state_of(&data).unwrap_or("unknown") {
+            "started" => {}
+            "stopped" | "archived" => {
+                self.call(
+                    Face::Api,
+                    Method::Post,
+                    &format!("{}/start", api::sandbox_path(&id)),
+                    None,
+                )
+                .map_err(|e| e.into_provider_error("start-sandbox"))?;
+                self.wait_for(&id, "started")?;
+            }
+            state if STARTING_STATES.contains(&state) => self.wait_for(&id, "started")?,
+            state => {
+                return Err(invalid(
+                    "resume",
+                    &format!("the sandbox is `{}`; destroy the lease", printable(state)),
+                ))
+            }
+        }
+        Ok(ResumeOutcome::Resumed(lease.clone()))
+    }
+
+    /// Stops a reusable lease (`paused`), or deletes it otherwise.
+    /// `already-gone` only on a 404 or `destroyed`.
+    pub fn release(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+    ) -> Result<TerminationReceipt, ProviderError> {
+        let metadata = lease::check(lease, ctx)?;
+        let id = metadata.sandbox_id;
+        if !self.config.reuse_lease {
+            return self.destroy_checked(&id);
+        }
+        let stop = api::request(
+            self.config,
+            Face::Api,
+            Method::Post,
+            &format!("{}/stop", api::sandbox_path(&id)),
+            None,
+        );
+        let wait = self.wait(false);
+        match api::call(self.platform, &stop, wait) {
+            Ok(_) => {}
+            Err(ApiError::Status(404)) => return Ok(receipt(&id, TerminationAction::AlreadyGone)),
+            Err(error) => return Err(error.into_provider_error("stop-sandbox")),
+        }
+        match self.sandbox(&id)? {
+            None => Ok(receipt(&id, TerminationAction::AlreadyGone)),
+            Some(_) => {
+                self.wait_for(&id, "stopped")?;
+                Ok(receipt(&id, TerminationAction::Paused))
+            }
+        }
+    }
+
+    /// Deletes the lease's sandbox; one already gone is success.
+    pub fn destroy(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+    ) -> Result<TerminationReceipt, ProviderError> {
+        let id = lease::sandbox_for_destroy(lease, ctx)?;
+        self.destroy_checked(&id)
+    }
+
+    fn destroy_checked(&mut self, id: &str) -> Result<TerminationReceipt, ProviderError> {
+        match self.delete_sandbox(id) {
+            Ok(true) => Ok(receipt(id, TerminationAction::AlreadyGone)),
+            Ok(false) => Ok(receipt(id, TerminationAction::Deleted)),
+            Err(cause) => Err(cleanup_failed(id, CleanupPhase::SandboxDeletion, cause)),
+        }
+    }
+
+    /// Makes sure `{workspace}/{remote-path}` exists and returns it.
+    pub fn realize(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+        request: &WorkspaceRequest,
+    ) -> Result<String, ProviderError> {
+        let metadata = lease::check(lease, ctx)?;
+        let path = match &request.remote_path {
+            Some(path) => join_workspace(&metadata.cwd, path)?,
+            None => metadata.cwd.clone(),
+        };
+        self.make_dir(&metadata.sandbox_id, &path)?;
+        Ok(path)
+    }
+
+    /// Creates a sandbox, runs `echo <marker>` in it (one-shot
+    /// `process/execute`), and always deletes it.
+    pub fn probe(&mut self, ctx: &EnvironmentContext) -> Result<ProbeReport, ProviderError> {
+        let marker = random_hex(self.platform, 8);
+        let id = self.create_sandbox(ctx, &marker)?;
+        let mut diagnostics = vec![format!("created sandbox {id}")];
+        let outcome = self.probe_run(&id, &marker, &mut diagnostics);
+        match self.delete_sandbox(&id) {
+            Ok(_) => diagnostics.push(format!("deleted sandbox {id}")),
+            Err(cause) => return Err(cleanup_failed(&id, CleanupPhase::SandboxDeletion, cause)),
+        }
+        let ok = outcome?;
+        Ok(ProbeReport {
+            ok,
+            summary: if ok {
+                format!(
+                    "Daytona at {} created, ran and deleted a sandbox",
+                    self.config.api.origin
+                )
+            } else {
+                "the probe command did not print its marker".into()
+            },
+            diagnostics,
+        })
+    }
+
+    fn probe_run(
+        &mut self,
+        id: &str,
+        marker: &str,
+        diagnostics: &mut Vec<String>,
+    ) -> Result<bool, ProviderError> {
+        self.wait_for(id, "started")?;
+        diagnostics.push("sandbox is started".into());
+        let run = self
+            .call(
+                Face::Toolbox,
+                Method::Post,
+                &format!("/{id}/process/execute"),
+                Some(json!({ "command": format!("echo {marker}"), "timeout": 60 })),
+            )
+            .map_err(|e| e.into_provider_error("probe-execute"))?;
+        let exit = run.get("exitCode").and_then(Value::as_i64);
+        let printed = run
+            .get("result")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        diagnostics.push(format!(
+            "echo exited {}",
+            exit.map_or("?".into(), |c| c.to_string())
+        ));
+        Ok(exit == Some(0) && printed.trim() == marker)
+    }
+}
+
+/// `{root}/{path}` for a relative path without `..`, or an absolute path
+/// inside `root`.
+fn join_workspace(root: &str, path: &str) -> Result<String, ProviderError> {
+    if path.contains('\0') || path.split('/').any(|segment| segment == "..") {
+        return Err(ProviderError::InvalidRequest(
+            "the workspace path must not contain `..` or NUL".into(),
+        ));
+    }
+    let joined = if path.starts_with('/') {
+        path.trim_end_matches('/').to_string()
+    } else {
+        format!("{root}/{}", path.trim_end_matches('/'))
+    };
+    if joined != root && !joined.starts_with(&format!("{root}/")) {
+        return Err(ProviderError::InvalidRequest(format!(
+            "the workspace path must be inside {root}"
+        )));
+    }
+    Ok(joined)
+}
+
+fn state_of(data: &Map<String, Value>) -> Option<&str> {
+    data.get("state").and_then(Value::as_str)
+}
+
+fn printable(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control()).take(40).collect()
+}
+
+fn receipt(id: &str, action: TerminationAction) -> TerminationReceipt {
+    TerminationReceipt {
+        sandbox_id: id.to_string(),
+        action,
+    }
+}
+
+fn cleanup_failed(id: &str, phase: CleanupPhase, cause: CleanupCause) -> ProviderError {
+    ProviderError::CleanupFailed(CleanupFailure {
+        sandbox_id: Some(id.to_string()),
+        process_id: None,
+        phase,
+        cause,
+        partial: None,
+    })
+}
+
+fn invalid(operation: &str, reason: &str) -> ProviderError {
+    ApiError::Invalid(reason.into()).into_provider_error(operation)
+}

@@ -1,0 +1,7 @@
+//! One file per `sandbox` subcommand.
+
+pub mod describe;
+pub mod lease;
+pub mod probe;
+pub mod run;
+pub mod validate_config;

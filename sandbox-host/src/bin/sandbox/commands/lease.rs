@@ -1,0 +1,56 @@
+//! `sandbox lease acquire|exec|release|destroy|list|sweep`: leases kept in
+//! the durable store across `sandbox` processes.
+
+use anyhow::Result;
+
+use crate::backend::Setup;
+use crate::{exec, ready, report, Global, LeaseCommand};
+
+pub fn run(global: &Global, command: LeaseCommand) -> Result<u8> {
+    if !matches!(command, LeaseCommand::Exec { .. } | LeaseCommand::List) {
+        exec::finish_on_first_signal();
+    }
+    match command {
+        LeaseCommand::Acquire { run_id } => {
+            let setup = ready(Setup::with_backend(global, false), global)?;
+            let env = setup.environment(global)?;
+            exec::acquire(&setup, &env, &run_id, global.json)
+        }
+        LeaseCommand::Exec { lease, run } => {
+            let setup = ready(Setup::for_stored_leases(global), global)?;
+            let env = setup.environment_of(global, &lease)?;
+            exec::exec(&setup, &env, &lease, &run)
+        }
+        LeaseCommand::Release { lease } => {
+            let setup = ready(Setup::for_stored_leases(global), global)?;
+            let env = setup.environment_of(global, &lease)?;
+            let outcome = setup.runtime.release(&env, &lease)?;
+            Ok(report::termination(
+                "released",
+                &lease,
+                &outcome,
+                global.json,
+            ))
+        }
+        LeaseCommand::Destroy { lease } => {
+            let setup = ready(Setup::for_stored_leases(global), global)?;
+            let env = setup.environment_of(global, &lease)?;
+            let outcome = setup.runtime.destroy(&env, &lease)?;
+            Ok(report::termination(
+                "destroyed",
+                &lease,
+                &outcome,
+                global.json,
+            ))
+        }
+        LeaseCommand::List => {
+            let setup = ready(Setup::for_stored_leases(global), global)?;
+            report::leases(&setup.runtime.store().list()?, global.json);
+            Ok(0)
+        }
+        LeaseCommand::Sweep => {
+            let setup = ready(Setup::for_stored_leases(global), global)?;
+            exec::sweep(&setup, global)
+        }
+    }
+}

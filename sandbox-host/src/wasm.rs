@@ -1,0 +1,13 @@
+//! The wasm embedding: the engine, a compiled component and its artifact
+//! cache, one instance per operation with its limits, and the
+//! `sandbox:provider/host` interface.
+
+pub(crate) mod bindings;
+pub(crate) mod cache;
+pub(crate) mod cancel;
+pub(crate) mod component;
+pub(crate) mod engine;
+pub(crate) mod host_impl;
+pub(crate) mod instance;
+pub(crate) mod options;
+pub(crate) mod state;

@@ -1,0 +1,215 @@
+//! The Daytona component under the real host (`SandboxRuntime`: policy,
+//! secrets, lease store) against createos-local's Daytona face with real
+//! processes: the API and the toolbox on two origins, the key injected by
+//! the host as a Bearer token to both and never seen by the component.
+
+// `ProviderError` is the contract's variant, returned as it is.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+
+use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
+use sandbox_host::types::*;
+use sandbox_host::{
+    shared_engine, CancelToken, Environment, LeaseState, LeaseStore, NetworkTransport,
+    OutputCapture, ProviderComponent, SandboxRuntime, Secrets,
+};
+
+const KEY: &str = "daytona-local-key-7d21";
+
+struct Local {
+    server: BackgroundServer,
+    runtime: SandboxRuntime,
+    env: Environment,
+}
+
+fn component() -> ProviderComponent {
+    let path = sandbox_conformance::built_component("daytona_provider.wasm");
+    assert!(
+        path.exists(),
+        "{} is missing: run ./build.sh first",
+        path.display()
+    );
+    ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap()
+}
+
+impl Local {
+    fn start(extra: serde_json::Value) -> Local {
+        let server =
+            BackgroundServer::start(Server::builder().api_key(KEY).toolbox_port(0).quiet(true))
+                .expect("server starts");
+        let runtime = SandboxRuntime::new(
+            component(),
+            Arc::new(LeaseStore::open_in_memory().unwrap()),
+            Arc::new(NetworkTransport::new()),
+        )
+        .unwrap();
+        let mut config = serde_json::json!({
+            "apiUrl": server.daytona_api_url(),
+            "toolboxUrl": server.toolbox_url(),
+            "timeoutMs": 60_000,
+            "requestTimeoutMs": 15_000,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            config[k] = v.clone();
+        }
+        let env = runtime
+            .environment(
+                "company",
+                "env-daytona",
+                &config.to_string(),
+                &Secrets::none().with("apiKey", KEY),
+            )
+            .unwrap();
+        Local {
+            server,
+            runtime,
+            env,
+        }
+    }
+
+    fn acquire(&self) -> String {
+        let request = AcquireRequest {
+            run_id: "run".into(),
+            requested_cwd: Some("project".into()),
+            workspace_mode: None,
+            requested_expires_at: None,
+        };
+        self.runtime
+            .acquire(&self.env, &request)
+            .unwrap()
+            .expect("lease acquired")
+            .id
+    }
+
+    fn run(&self, lease: &str, request: ExecuteRequest) -> Result<ExecuteResult, ProviderError> {
+        self.runtime
+            .execute(&self.env, lease, &request, None, CancelToken::new())
+            .unwrap()
+    }
+}
+
+fn command(command: &str, args: &[&str]) -> ExecuteRequest {
+    ExecuteRequest {
+        command: command.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        cwd: None,
+        env: vec![],
+        stdin: None,
+        timeout_ms: Some(30_000),
+    }
+}
+
+#[test]
+fn a_command_runs_with_its_input_environment_and_exit_code() {
+    let local = Local::start(serde_json::json!({}));
+    let lease = local.acquire();
+    let mut request = command(
+        "/bin/sh",
+        &["-c", "pwd; cat; echo \"$GREETING\" >&2; exit 3"],
+    );
+    request.env = vec![("GREETING".into(), "héllo 'there'".into())];
+    request.stdin = Some(b"from stdin\n".to_vec());
+    let result = local.run(&lease, request).expect("runs");
+    assert_eq!(result.exit_code, Some(3), "{result:?}");
+    assert!(!result.timed_out);
+    assert!(
+        result
+            .stdout
+            .ends_with("/paperclip-workspace/project\nfrom stdin\n"),
+        "{result:?}"
+    );
+    assert_eq!(result.stderr, "héllo 'there'\n");
+    // Both origins received the key, as a Bearer token the host added.
+    let requests = local.server.faults().requests();
+    assert!(requests
+        .iter()
+        .any(|r| r.path.starts_with("/daytona/api/sandbox")));
+    assert!(requests.iter().any(|r| r.path.starts_with("/toolbox/")));
+    let destroyed = local.runtime.destroy(&local.env, &lease).unwrap().unwrap();
+    assert_eq!(destroyed.action, TerminationAction::Deleted);
+    assert!(local.server.shutdown().all_exited());
+}
+
+#[test]
+fn live_output_arrives_before_the_result_and_a_timeout_leaves_nothing() {
+    let local = Local::start(serde_json::json!({}));
+    let lease = local.acquire();
+    let output = OutputCapture::new();
+    let marker = format!("daytona-timeout-{}", std::process::id());
+    let mut request = command("/bin/sh", &["-c", "echo started; exec sleep 1000", &marker]);
+    request.timeout_ms = Some(1_500);
+    let result = local
+        .runtime
+        .execute(
+            &local.env,
+            &lease,
+            &request,
+            Some(output.sink()),
+            CancelToken::new(),
+        )
+        .unwrap()
+        .expect("a timeout is a result");
+    assert!(result.timed_out, "{result:?}");
+    assert_eq!(result.stdout, "started\n");
+    assert!(output.text(OutputStream::Stdout).contains("started"));
+    local.runtime.destroy(&local.env, &lease).unwrap().unwrap();
+    let report = local.server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}
+
+#[test]
+fn a_reusable_lease_is_stopped_and_started_again() {
+    let local = Local::start(serde_json::json!({"reuseLease": true}));
+    let lease = local.acquire();
+    local
+        .run(&lease, command("/bin/sh", &["-c", "echo kept > kept.txt"]))
+        .unwrap();
+    let receipt = local.runtime.release(&local.env, &lease).unwrap().unwrap();
+    assert_eq!(receipt.action, TerminationAction::Paused);
+    let resumed = local.runtime.resume(&local.env, &lease).unwrap().unwrap();
+    assert!(matches!(resumed, ResumeOutcome::Resumed(_)), "{resumed:?}");
+    let result = local.run(&lease, command("cat", &["kept.txt"])).unwrap();
+    assert_eq!(result.stdout, "kept\n");
+    local.runtime.destroy(&local.env, &lease).unwrap().unwrap();
+}
+
+/// A session delete that fails leaves the command's processes running:
+/// `cleanup-failed`, the lease poisoned; sweep destroys the sandbox once the
+/// fault is gone, and nothing survives.
+#[test]
+fn an_unconfirmed_session_delete_poisons_the_lease_and_sweep_cleans_up() {
+    let local = Local::start(serde_json::json!({}));
+    let lease = local.acquire();
+    local.server.faults().add(
+        FaultRule::new(
+            "DELETE",
+            "/toolbox/*/process/session/*",
+            FaultAction::Status { status: 503 },
+        )
+        .always(),
+    );
+    let mut request = command("/bin/sh", &["-c", "sleep 1000 & echo bg"]);
+    request.timeout_ms = Some(20_000);
+    let error = local.run(&lease, request).unwrap_err();
+    assert!(
+        matches!(&error, ProviderError::CleanupFailed(f) if f.phase == CleanupPhase::ProcessTermination),
+        "{error:?}"
+    );
+    let record = local.runtime.store().get(&lease).unwrap().unwrap();
+    assert_eq!(record.state, LeaseState::Poisoned);
+    let refused = local.runtime.execute(
+        &local.env,
+        &lease,
+        &command("true", &[]),
+        None,
+        CancelToken::new(),
+    );
+    assert!(refused.is_err(), "a poisoned lease ran a command");
+    local.server.faults().clear();
+    let swept = local.runtime.sweep(&local.env).unwrap();
+    assert_eq!(swept.len(), 1);
+    assert!(swept[0].1.is_ok(), "{:?}", swept[0].1);
+    let report = local.server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}
