@@ -10,7 +10,9 @@ use sandbox_host::types::CleanupPhase;
 pub enum FaultPoint {
     /// The request that starts a command is carried out, but its answer
     /// never arrives (the connection closes): the command runs, and the
-    /// provider cannot know it.
+    /// provider cannot know it. A target may add a failure of the
+    /// provider's cleanup of that doubt (for example the delete of the
+    /// command's session), so that the doubt stays.
     CommandCreationUnanswered,
     /// The request that starts a command is answered with a 5xx: it may
     /// have started.
@@ -18,7 +20,8 @@ pub enum FaultPoint {
     /// The request that terminates a command (on timeout or cancellation)
     /// is answered with a 5xx: the command's tree may still run.
     CommandTerminationFails,
-    /// The termination request is answered, but without proof that the
+    /// The termination request is carried out, but its outcome is not
+    /// confirmed: no answer arrives, or the answer holds no proof that the
     /// whole tree is gone.
     CommandTerminationUnconfirmed,
     /// The request that deletes the sandbox is answered with a 5xx.
@@ -28,8 +31,9 @@ pub enum FaultPoint {
     /// The request that creates a sandbox is answered with a 5xx: a sandbox
     /// may exist, and no id is known to delete it by.
     SandboxCreationAmbiguous,
-    /// The command's output stream is accepted but never delivers
-    /// anything: the provider's deadline must still end the command.
+    /// The command's output stream stops delivering (the connection stays
+    /// open, the body never ends): the provider's deadline must still end
+    /// the command.
     OutputStreamHangs,
 }
 

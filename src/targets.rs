@@ -26,9 +26,6 @@ pub fn local(name: &str, component_file: &str, face: LocalFace) -> Target {
 const TIMEOUT_MS: u64 = 120_000;
 const REQUEST_TIMEOUT_MS: u64 = 30_000;
 
-/// An hour: a stream that waits this long has hung.
-const HANG_MS: u64 = 3_600_000;
-
 /// The CreateOS provider (`createos_provider.wasm`) against the CreateOS
 /// face (`/v1`).
 pub fn createos() -> Target {
@@ -72,7 +69,63 @@ fn createos_faults(point: FaultPoint) -> Vec<FaultRule> {
         FaultPoint::OutputStreamHangs => vec![rule(
             "GET",
             "/v1/sandboxes/*/processes/*/connect",
-            FaultAction::Delay { ms: HANG_MS },
+            FaultAction::StallAfterFrames { frames: 1 },
+        )],
+    }
+}
+
+/// The Daytona provider (`daytona_provider.wasm`) against the Daytona face
+/// (API under `/daytona/api`, toolbox on a second listener).
+pub fn daytona() -> Target {
+    local("daytona", "daytona_provider.wasm", DAYTONA).with_reuse(json!({"reuseLease": true}))
+}
+
+const DAYTONA: LocalFace = LocalFace {
+    builder: |builder: ServerBuilder| builder.toolbox_port(0),
+    config: |server: &BackgroundServer| -> Value {
+        json!({
+            "apiUrl": server.daytona_api_url(),
+            "toolboxUrl": server.toolbox_url(),
+            "timeoutMs": TIMEOUT_MS,
+            "requestTimeoutMs": REQUEST_TIMEOUT_MS,
+        })
+    },
+    secret_field: "apiKey",
+    faults: daytona_faults,
+};
+
+fn daytona_faults(point: FaultPoint) -> Vec<FaultRule> {
+    const SESSION: &str = "/toolbox/*/process/session/*";
+    const EXEC: &str = "/toolbox/*/process/session/*/exec";
+    const SANDBOXES: &str = "/daytona/api/sandbox";
+    const SANDBOX: &str = "/daytona/api/sandbox/*";
+    let rule = FaultRule::new;
+    let unavailable = || FaultAction::Status { status: 503 };
+    // A command's doubt is resolved by deleting its session (which
+    // terminates what it started): the doubt stays only when that delete
+    // fails too.
+    let session_delete_fails = || rule("DELETE", SESSION, unavailable());
+    match point {
+        FaultPoint::CommandCreationUnanswered => vec![
+            rule("POST", EXEC, FaultAction::DropResponse),
+            session_delete_fails(),
+        ],
+        FaultPoint::CommandCreationServerError => {
+            vec![rule("POST", EXEC, unavailable()), session_delete_fails()]
+        }
+        FaultPoint::CommandTerminationFails => vec![session_delete_fails()],
+        FaultPoint::CommandTerminationUnconfirmed => {
+            vec![rule("DELETE", SESSION, FaultAction::DropResponse)]
+        }
+        FaultPoint::SandboxDeletionFails => vec![rule("DELETE", SANDBOX, unavailable())],
+        FaultPoint::SandboxDeletionUnanswered => {
+            vec![rule("DELETE", SANDBOX, FaultAction::DropResponse)]
+        }
+        FaultPoint::SandboxCreationAmbiguous => vec![rule("POST", SANDBOXES, unavailable())],
+        FaultPoint::OutputStreamHangs => vec![rule(
+            "GET",
+            "/toolbox/*/process/session/*/command/*/logs",
+            FaultAction::StallAfterFrames { frames: 1 },
         )],
     }
 }

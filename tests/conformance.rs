@@ -6,3 +6,7 @@ sandbox_conformance::conformance_suite!(
     conformance_createos,
     sandbox_conformance::targets::createos()
 );
+sandbox_conformance::conformance_suite!(
+    conformance_daytona,
+    sandbox_conformance::targets::daytona()
+);

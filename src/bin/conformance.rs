@@ -5,7 +5,7 @@
 //! cargo run -p sandbox-conformance --bin conformance -- --target createos    # a workspace target, with faults
 //! ```
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -29,8 +29,8 @@ struct Args {
     /// its key (or {"env": "VAR"} / {"file": "/path"} in the key's field).
     #[arg(long, requires = "provider")]
     config: Option<PathBuf>,
-    /// A workspace target instead (`createos`), on an in-process
-    /// createos-local with fault injection.
+    /// A workspace target instead (`createos`, `daytona`), on an
+    /// in-process createos-local with fault injection.
     #[arg(long, conflicts_with_all = ["provider", "config"])]
     target: Option<String>,
     /// The config fields (JSON) that make leases reusable, for the reuse
@@ -75,7 +75,8 @@ fn run(args: Args) -> Result<bool> {
     let mut target = match (&args.target, &args.provider, &args.config) {
         (Some(name), _, _) => match name.as_str() {
             "createos" => targets::createos(),
-            other => bail!("unknown target {other:?}: the workspace targets are: createos"),
+            "daytona" => targets::daytona(),
+            other => bail!("unknown target {other:?}: the workspace targets are createos, daytona"),
         },
         (None, Some(provider), Some(config)) => live_target(provider, config, &args)?,
         _ => bail!("give --provider and --config, or --target"),
@@ -125,7 +126,7 @@ fn run(args: Args) -> Result<bool> {
     Ok(failed == 0)
 }
 
-fn live_target(provider: &PathBuf, config: &PathBuf, args: &Args) -> Result<Target> {
+fn live_target(provider: &Path, config: &Path, args: &Args) -> Result<Target> {
     let text = std::fs::read_to_string(config)
         .with_context(|| format!("cannot read {}", config.display()))?;
     let config: Value =
@@ -139,7 +140,7 @@ fn live_target(provider: &PathBuf, config: &PathBuf, args: &Args) -> Result<Targ
         .map_or("provider".into(), |s| s.to_string_lossy().into_owned());
     let target = Target::new(
         name,
-        provider.clone(),
+        provider.to_path_buf(),
         Arc::new(move || Ok(Box::new(backend.clone()) as Box<dyn Backend>)),
     );
     Ok(if args.no_rate_limit {

@@ -49,7 +49,7 @@ pub fn cleanup_failed(target: &Target, point: FaultPoint) -> Result<Verdict> {
             },
         };
         let Some(poisoned) = poisoned else {
-            // The hanging stream ended in a confirmed timeout.
+            // The provider proved the command's end itself (checked).
             return Ok(Verdict::Passed(notes));
         };
         swept(s, &poisoned, &marker, &mut notes)?;
@@ -91,8 +91,10 @@ fn poisoned(s: &Session, lease_id: &str, point: FaultPoint) -> Result<LeaseRecor
 }
 
 /// A command under a fault of its creation, termination or output stream.
-/// Returns the poisoned lease, or `None` when the hanging stream ended in a
-/// confirmed timeout (checked here: nothing left, lease usable).
+/// Returns the poisoned lease, or `None` when the provider proved the
+/// command's end itself (the hanging stream ended in a confirmed timeout,
+/// or a doubtful creation was cleaned up with proof; checked here: nothing
+/// left, lease usable).
 fn command_fault(
     s: &Session,
     point: FaultPoint,
@@ -136,33 +138,59 @@ fn command_fault(
                 "a timed-out result has no exit code: {}",
                 outcome_text(&outcome)
             );
-            s.backend().clear_faults();
-            match s.survivors(marker) {
-                Some(left) => ensure!(
-                    left.is_empty(),
-                    "the provider confirmed the timeout, but these are alive: {left:?}"
-                ),
-                None => notes.push(not_observable("no survivor after the timeout")),
-            }
-            let state = s.state(&lease.id)?;
-            ensure!(
-                state == LeaseState::Active,
-                "a confirmed timeout leaves the lease active, it is {state}"
-            );
+            confirmed_end(s, &lease.id, marker, notes)?;
+            Ok(None)
+        }
+        Err(error) if creation && !matches!(error, ProviderError::CleanupFailed(_)) => {
+            // The provider resolved the doubt itself (it terminated what
+            // may have started, with proof) and raised a typed error.
+            notes.push(format!(
+                "the provider confirmed its own cleanup of the doubtful creation and raised: {}",
+                error_text(error)
+            ));
+            confirmed_end(s, &lease.id, marker, notes)?;
             Ok(None)
         }
         other => bail!(
             "{}: a command that may still run must end in cleanup-failed (phase {:?}){}; got {}",
             point.name(),
             point.phase(),
-            if point == FaultPoint::OutputStreamHangs {
-                " or a confirmed timeout"
-            } else {
-                ""
+            match point {
+                FaultPoint::OutputStreamHangs => " or a confirmed timeout",
+                _ if creation => " or a typed error after a confirmed cleanup",
+                _ => "",
             },
             outcome_text(other)
         ),
     }
+}
+
+/// The provider claimed the command's end with proof: with the fault gone,
+/// nothing carrying `marker` is alive and the lease is active and usable.
+fn confirmed_end(s: &Session, lease_id: &str, marker: &str, notes: &mut Vec<String>) -> Result<()> {
+    s.backend().clear_faults();
+    match s.survivors(marker) {
+        Some(left) => ensure!(
+            left.is_empty(),
+            "the provider claimed the command ended, but these are alive: {left:?}"
+        ),
+        None => notes.push(not_observable("no survivor after the confirmed end")),
+    }
+    let state = s.state(lease_id)?;
+    ensure!(
+        state == LeaseState::Active,
+        "a confirmed end leaves the lease active, it is {state}"
+    );
+    succeeded(
+        "a command after the confirmed end",
+        s.execute(
+            lease_id,
+            &crate::command::cmd("true", &[]),
+            None,
+            CancelToken::new(),
+        )?,
+    )?;
+    Ok(())
 }
 
 /// A destroy under a fault of the sandbox's deletion, with a process left
