@@ -29,10 +29,12 @@ const REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// The CreateOS provider (`createos_provider.wasm`) against the CreateOS
 /// face (`/v1`).
 pub fn createos() -> Target {
-    local("createos", "createos_provider.wasm", CREATEOS).with_reuse(json!({"reuseLease": true}))
+    local("createos", "createos_provider.wasm", CREATEOS_FACE)
+        .with_reuse(json!({"reuseLease": true}))
 }
 
-const CREATEOS: LocalFace = LocalFace {
+/// The CreateOS face of `createos-local` (`/v1`) and its fault rules.
+pub const CREATEOS_FACE: LocalFace = LocalFace {
     builder: |builder: ServerBuilder| builder,
     config: |server: &BackgroundServer| -> Value {
         json!({
@@ -77,10 +79,12 @@ fn createos_faults(point: FaultPoint) -> Vec<FaultRule> {
 /// The Daytona provider (`daytona_provider.wasm`) against the Daytona face
 /// (API under `/daytona/api`, toolbox on a second listener).
 pub fn daytona() -> Target {
-    local("daytona", "daytona_provider.wasm", DAYTONA).with_reuse(json!({"reuseLease": true}))
+    local("daytona", "daytona_provider.wasm", DAYTONA_FACE).with_reuse(json!({"reuseLease": true}))
 }
 
-const DAYTONA: LocalFace = LocalFace {
+/// The Daytona face of `createos-local` (API under `/daytona/api`, the
+/// toolbox on a second listener) and its fault rules.
+pub const DAYTONA_FACE: LocalFace = LocalFace {
     builder: |builder: ServerBuilder| builder.toolbox_port(0),
     config: |server: &BackgroundServer| -> Value {
         json!({
