@@ -20,6 +20,11 @@
 //!   the group (`setsid`, `setpgid`) are not found: that mode is no
 //!   isolation.
 //!
+//! - a directory (the sandboxes' in-memory `/etc` copy under `/dev/shm`,
+//!   see [`crate::rootfs::prepare_etc`]) is removed, so that a killed
+//!   server does not leave it in memory; only paths with the copy's name
+//!   prefix are ever removed.
+//!
 //! Why not bwrap's `--die-with-parent`: bwrap's outer process exits when
 //! the command exits, and `--die-with-parent` then kills the namespace at
 //! once, ending background processes the command left running, which the
@@ -49,6 +54,7 @@ for key in "${!live[@]}"; do
           [ "${20}" = "$id" ] || continue
         fi
         kill -KILL -- "-$pid" ;;
+    rm) case $pid in /dev/shm/createos-local-etc-*) rm -rf -- "$pid" ;; esac ;;
   esac
 done 2>/dev/null
 "#;
@@ -128,6 +134,32 @@ fn send(line: &str) -> bool {
 /// not be started): the tree then dies only with an orderly shutdown.
 pub fn watch(tree: Guarded) -> bool {
     send(&tree.line('+'))
+}
+
+/// Asks the guard to remove the directory `path` if this process dies
+/// without removing it itself (only a `/dev/shm/createos-local-etc-*`
+/// path without white space is accepted; `false` otherwise, or when there
+/// is no guard).
+pub fn remove_on_death(path: &std::path::Path) -> bool {
+    match removable(path) {
+        Some(p) => send(&format!("+ rm {p} 0\n")),
+        None => false,
+    }
+}
+
+/// Withdraws [`remove_on_death`] (the directory was removed).
+pub fn forget_removal(path: &std::path::Path) {
+    if let Some(p) = removable(path) {
+        send(&format!("- rm {p} 0\n"));
+    }
+}
+
+fn removable(path: &std::path::Path) -> Option<&str> {
+    let p = path.to_str()?;
+    (p.starts_with("/dev/shm/createos-local-etc-")
+        && !p.contains(char::is_whitespace)
+        && !p.contains(".."))
+    .then_some(p)
 }
 
 /// Withdraws a tree that was verified gone.

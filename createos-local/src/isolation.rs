@@ -211,15 +211,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         Some(bwrap) => {
             let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
             let raw = write.as_raw_fd();
-            let mut cmd = std::process::Command::new(bwrap);
-            cmd.args(bwrap_args(&spec.root, &spec.cwd, raw));
-            cmd.arg("--").arg(&spec.cmd).args(&spec.args);
-            cmd.current_dir("/");
-            if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
-                // bwrap itself runs unprivileged: the sandbox's uid 0 maps to
-                // this uid, never to the host's root.
-                cmd.uid(uid).gid(gid);
-            }
+            let cmd = bwrap_command(bwrap, spec, Some(raw));
             (cmd, Some((read, write)), Some(raw))
         }
         None => {
@@ -279,6 +271,48 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     Ok(Spawned { child, status_pipe })
 }
 
+/// The bwrap invocation of `spec`: bwrap's arguments, the command, `/` as
+/// the working directory and, when the server is root, the sandbox's own
+/// uid and gid (bwrap itself runs unprivileged: the sandbox's uid 0 maps to
+/// that uid, never to the host's root). `status_fd` adds
+/// `--json-status-fd`.
+fn bwrap_command(bwrap: &Path, spec: &SpawnSpec, status_fd: Option<i32>) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bwrap);
+    cmd.args(bwrap_args(&spec.root, &spec.cwd, status_fd));
+    cmd.arg("--").arg(&spec.cmd).args(&spec.args);
+    cmd.current_dir("/");
+    if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd
+}
+
+/// The same bwrap command line the server runs for `cmd args` in the
+/// sandbox whose root is `root` (same namespaces, mounts, uid and working
+/// directory `/`), without the status pipe, the supervision and the
+/// resource limits: the baseline the spawn benchmark compares
+/// `POST /processes` with. Its environment is the server's base
+/// environment; stdio is inherited unless the caller sets it.
+pub fn bare_bwrap_command(
+    bwrap: &Path,
+    root: &Path,
+    cmd: &str,
+    args: &[&str],
+) -> std::process::Command {
+    let spec = SpawnSpec {
+        root: root.to_path_buf(),
+        cmd: cmd.to_string(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        cwd: "/".to_string(),
+        host_cwd: root.to_path_buf(),
+        env: base_env(&IsolationMode::Bwrap, root),
+        marker: String::new(),
+    };
+    let mut command = bwrap_command(bwrap, &spec, None);
+    command.env_clear().envs(spec.env);
+    command
+}
+
 /// Marks every descriptor from `first` up close-on-exec. Async-signal-safe
 /// (runs between fork and exec): one `close_range` call, or on kernels
 /// without it (before 5.11) `fcntl` on each number up to the descriptor
@@ -320,7 +354,7 @@ pub(crate) fn mark_cloexec_from(first: u32) {
 /// [`crate::rootfs`]), PID,
 /// network (only a loopback interface of its own), IPC and UTS (host name
 /// `sandbox`). bwrap runs unprivileged, so every capability is dropped.
-fn bwrap_args(root: &Path, cwd: &str, status_fd: i32) -> Vec<String> {
+fn bwrap_args(root: &Path, cwd: &str, status_fd: Option<i32>) -> Vec<String> {
     let mut args: Vec<String> = [
         "--unshare-user",
         "--uid",
@@ -356,8 +390,10 @@ fn bwrap_args(root: &Path, cwd: &str, status_fd: i32) -> Vec<String> {
         crate::rootfs::etc_template(root).display().to_string(),
         "/etc".to_string(),
     ]);
-    args.extend(["--dev", "/dev", "--proc", "/proc", "--json-status-fd"].map(String::from));
-    args.push(status_fd.to_string());
+    args.extend(["--dev", "/dev", "--proc", "/proc"].map(String::from));
+    if let Some(fd) = status_fd {
+        args.extend(["--json-status-fd".to_string(), fd.to_string()]);
+    }
     args.extend(["--chdir".to_string(), cwd.to_string()]);
     args
 }
@@ -412,7 +448,8 @@ pub fn drain_pipe(pipe: OwnedFd) {
     });
 }
 
-fn find_in_path(name: &str) -> Option<PathBuf> {
+/// The first `name` in the server's `PATH` (how the server finds bwrap).
+pub fn find_in_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))
@@ -559,6 +596,9 @@ impl Tree {
             Tree::Namespace { init_pid, .. } => Some(*init_pid),
             _ => None,
         };
+        if sig != Signal::KILL && self.only_init_left() {
+            return 0;
+        }
         let mut hit = 0;
         for p in self.members() {
             if Some(p.pid) == init && sig != Signal::KILL {
@@ -574,6 +614,21 @@ impl Tree {
             }
         }
         hit
+    }
+
+    /// Whether the namespace holds nothing but bwrap's init, without a
+    /// `/proc` scan: every other process of a PID namespace descends from
+    /// its init (orphans are reparented to it, or to a subreaper that
+    /// itself descends from it), so an init without children is alone,
+    /// and stays alone (nothing else can fork into the namespace). The
+    /// children are read before the init's namespace is checked, so a
+    /// reused pid is never taken for the init. `false` when unsure.
+    fn only_init_left(&self) -> bool {
+        let Tree::Namespace { init_pid, ns } = self else {
+            return false;
+        };
+        let alone = procfs::children(*init_pid).is_some_and(|c| c.is_empty());
+        alone && procfs::pid_namespace(*init_pid) == Some(*ns)
     }
 
     /// Stops (`SIGSTOP`) or continues (`SIGCONT`) every member, bwrap's init

@@ -85,17 +85,49 @@ pub fn environ_contains(pid: i32, entry: &[u8]) -> bool {
     }
 }
 
-/// Live (non-zombie) processes whose pid namespace is `ns`.
+/// Live (non-zombie) processes whose pid namespace is `ns`: every pid in
+/// `/proc` is looked at, its namespace first (one `readlink`), and only
+/// the members' `stat` is read.
 pub fn live_in_namespace(ns: u64) -> Vec<ProcInfo> {
-    snapshot()
+    all_pids()
         .into_iter()
-        .filter(|p| !p.is_zombie() && pid_namespace(p.pid) == Some(ns))
+        .filter(|pid| pid_namespace(*pid) == Some(ns))
+        .filter_map(stat)
+        .filter(|p| !p.is_zombie())
         .collect()
+}
+
+/// The children of every thread of `pid` (`/proc/PID/task/*/children`).
+/// `None` when the process is gone or the list cannot be read.
+pub fn children(pid: i32) -> Option<Vec<i32>> {
+    let mut out = Vec::new();
+    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let path = task.path().join("children");
+        let list = fs::read_to_string(path).ok()?;
+        out.extend(
+            list.split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok()),
+        );
+    }
+    Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lists_the_children_of_a_process() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("100")
+            .spawn()
+            .expect("spawn sleep");
+        let me = std::process::id() as i32;
+        let listed = children(me).expect("own children");
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(listed.contains(&(child.id() as i32)), "{listed:?}");
+    }
 
     #[test]
     fn reads_own_stat_and_namespace() {

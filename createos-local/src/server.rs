@@ -223,9 +223,11 @@ impl ServerBuilder {
                 match result {
                     Ok(path) => (IsolationMode::Bwrap, Some(path), "bwrap works".to_string()),
                     Err(e) if pref == IsolationPreference::Auto && self.allow_unconfined => {
+                        crate::rootfs::remove_etc(&data_dir);
                         (IsolationMode::ProcessGroup, None, e)
                     }
                     Err(e) => {
+                        crate::rootfs::remove_etc(&data_dir);
                         if owned {
                             let _ = std::fs::remove_dir_all(&data_dir);
                         }
@@ -458,6 +460,7 @@ impl RunningServer {
         for sb in self.state.store.all() {
             let _ = std::fs::remove_dir_all(&sb.root);
         }
+        crate::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
             let _ = std::fs::remove_dir_all(&self.state.data_dir);
         }
@@ -493,6 +496,7 @@ impl Drop for RunningServer {
             }
             let _ = std::fs::remove_dir_all(&sb.root);
         }
+        crate::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
             let _ = std::fs::remove_dir_all(&self.state.data_dir);
         }

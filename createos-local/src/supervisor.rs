@@ -2,17 +2,21 @@
 //! tracks leader and tree exit, and terminates trees with verification.
 //!
 //! Lifecycle of one process:
-//! 1. spawn (see [`crate::isolation`]); in bwrap mode the status pipe tells
-//!    the host pid of the namespace's init and the namespace inode before the
-//!    create request is answered;
+//! 1. spawn (see [`crate::isolation`]); in bwrap mode the create request is
+//!    answered as soon as bwrap's status pipe tells the host pid of the
+//!    namespace's init and the namespace inode (no timer, no `/proc` scan:
+//!    the command itself may not have been forked yet). The process's `pid`
+//!    is that init's host pid, and a pidfd of it announces the tree's end;
 //! 2. two reader tasks append stdout / stderr chunks to the [`Journal`];
 //! 3. when the leader has been reaped, each reader takes what is left in its
 //!    pipe without waiting (all the leader wrote is there by then, see
 //!    [`spawn_reader`]); only then is the exit recorded, so the exit frame
 //!    follows the last byte of the command's output. Output orphans write
 //!    later is read and dropped;
-//! 4. a watcher polls the tree (every 100 ms) until it is gone and then sets
-//!    `tree_exited`.
+//! 4. a watcher sets `tree_exited` once a fresh `/proc` scan finds the tree
+//!    gone. In bwrap mode it scans when the init's pidfd reports its exit
+//!    (the init exits only when nothing is left in its namespace); in
+//!    process-group mode there is no such event and it polls every 100 ms.
 //!
 //! Exit status in bwrap mode: bwrap reports a leader killed by signal N as
 //! exit code `128 + N`. The server reports `signal` instead of `exit_code`
@@ -30,6 +34,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use rustix::process::Signal;
 use serde_json::{json, Value};
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::{oneshot, watch};
 
 use crate::isolation::{self, IsolationMode, SpawnSpec, Tree};
@@ -94,6 +100,11 @@ pub struct Process {
     changed: watch::Sender<u64>,
     version: AtomicU64,
     terminate_lock: tokio::sync::Mutex<()>,
+    /// The tree's end is announced by an event (the init's pidfd), so
+    /// waiting for `tree_exited` needs no polling.
+    init_exit: AtomicBool,
+    /// The command has been seen forked (see [`Process::command_forked`]).
+    command_seen: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -160,6 +171,8 @@ impl Process {
             changed,
             version: AtomicU64::new(0),
             terminate_lock: tokio::sync::Mutex::new(()),
+            init_exit: AtomicBool::new(false),
+            command_seen: AtomicBool::new(false),
         });
         let spec = SpawnSpec {
             root: req.root.clone(),
@@ -183,14 +196,15 @@ impl Process {
         };
         let mut child = spawned.child;
         let outer_pid = child.id().map_or(0, |p| p as i32);
-        let tree = match (mode, spawned.status_pipe) {
+        let (tree, init_exit) = match (mode, spawned.status_pipe) {
             (IsolationMode::Bwrap, Some(pipe)) => namespace_tree(pipe, outer_pid, &marker).await,
-            _ => Tree::group(outer_pid, &marker),
+            _ => (Tree::group(outer_pid, &marker), None),
         };
-        let leader_pid = match &tree {
-            Tree::Namespace { init_pid, .. } => find_child(*init_pid).await.unwrap_or(outer_pid),
+        let shown_pid = match &tree {
+            Tree::Namespace { init_pid, .. } => *init_pid,
             _ => outer_pid,
         };
+        proc.init_exit.store(init_exit.is_some(), Ordering::SeqCst);
         if let Some(guarded) = tree.guarded() {
             crate::deathguard::watch(guarded);
         }
@@ -198,7 +212,7 @@ impl Process {
         *lock(&proc.stdin) = child.stdin.take();
         {
             let mut inner = lock(&proc.inner);
-            inner.pid = leader_pid;
+            inner.pid = shown_pid;
             inner.state = ProcState::Running;
         }
         // Both readers learn when the leader has been reaped; each answers
@@ -231,7 +245,7 @@ impl Process {
                 Err(_) => ExitStatus::Code(-1),
             };
             p.finish_leader(exit, ProcState::Exited);
-            p.watch_tree().await;
+            p.watch_tree(init_exit).await;
         });
         proc
     }
@@ -280,7 +294,20 @@ impl Process {
         self.bump();
     }
 
-    async fn watch_tree(&self) {
+    /// Sets `tree_exited` once a fresh scan finds the tree gone: right
+    /// after `init_exit` (a pidfd of the namespace's init) reports the
+    /// init's exit, or (without one) by polling.
+    async fn watch_tree(&self, init_exit: Option<OwnedFd>) {
+        if let Some(fd) = init_exit {
+            // SAFETY: the AsyncFd owns the pidfd; nothing else closes or
+            // replaces it while it is registered.
+            let registered = unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) };
+            if let Ok(fd) = registered {
+                // The init exits only once its namespace is empty (it waits
+                // for every orphan, and its exit takes any straggler down).
+                let _ = fd.readable().await;
+            }
+        }
         loop {
             if lock(&self.inner).tree_exited {
                 return;
@@ -323,13 +350,56 @@ impl Process {
         true
     }
 
-    /// Sends a signal to every process of the tree. Returns how many were hit.
-    pub fn signal(&self, sig: Signal) -> usize {
+    /// Sends a signal to every process of the tree. Returns how many were
+    /// hit. In bwrap mode it first waits until the command has been forked
+    /// (see [`Process::command_forked`]): before that, the namespace holds
+    /// only bwrap's init, which ignores every signal but SIGKILL and
+    /// SIGSTOP, and the signal would be lost.
+    pub async fn signal(&self, sig: Signal) -> usize {
+        if sig != Signal::KILL && sig != Signal::STOP {
+            self.command_forked().await;
+        }
+        self.signal_now(sig)
+    }
+
+    /// Sends a signal to every process of the tree found now (without
+    /// waiting for the command to be forked). Returns how many were hit.
+    pub fn signal_now(&self, sig: Signal) -> usize {
         lock(&self.inner).delivered.insert(sig.as_raw());
         lock(&self.tree).signal(sig)
     }
 
-    /// Stops or continues the whole tree (sandbox pause / resume).
+    /// Returns once bwrap's init has forked the command (it has a child),
+    /// or the command has exited, or the init is gone or stopped (a paused
+    /// sandbox); at once outside bwrap mode. `POST /processes` answers as
+    /// soon as the namespace exists, a few milliseconds before bwrap forks
+    /// the command, and no event announces that fork; so only a signal
+    /// sent in that window waits here, re-reading the init's list of
+    /// children (`/proc/PID/task/*/children`) every millisecond, for at
+    /// most 5 s. Nothing on the way of a command's start or output waits
+    /// here.
+    pub async fn command_forked(&self) {
+        let Tree::Namespace { init_pid, ns } = *lock(&self.tree) else {
+            return;
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.command_seen.load(Ordering::SeqCst) {
+            // Unreadable: the init is gone (checked below either way).
+            let forked = crate::procfs::children(init_pid).is_none_or(|c| !c.is_empty());
+            let init_cannot_fork = crate::procfs::stat(init_pid)
+                .is_none_or(|p| p.is_zombie() || matches!(p.state, 'T' | 't'))
+                || crate::procfs::pid_namespace(init_pid) != Some(ns);
+            if forked || init_cannot_fork || self.exited().0 || Instant::now() > deadline {
+                self.command_seen.store(true, Ordering::SeqCst);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Stops or continues the whole tree (sandbox pause / resume). A tree
+    /// whose command has not been forked yet is stopped too: its init stops
+    /// before it forks.
     pub fn freeze(&self, stop: bool) {
         lock(&self.tree).freeze(stop);
     }
@@ -363,19 +433,23 @@ impl Process {
                     inner.state = ProcState::Terminating;
                 }
             }
-            self.signal(Signal::TERM);
-            self.poll_gone(grace).await;
+            self.signal(Signal::TERM).await;
+            self.wait_gone(grace).await;
             // SIGKILL until nothing is found (forking loops need repeats).
             let deadline = Instant::now() + Duration::from_secs(5);
             while !self.tree_gone() && Instant::now() < deadline {
-                self.signal(Signal::KILL);
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                self.signal_now(Signal::KILL);
+                self.wait_gone(Duration::from_millis(50)).await;
             }
         }
         // Give the leader's exit a moment to be recorded for the answer.
         let _ = self.wait(false, Duration::from_secs(2)).await;
-        let survivors: Vec<i32> = lock(&self.tree).members().iter().map(|p| p.pid).collect();
-        let verified = survivors.is_empty() && self.tree_gone();
+        let verified = self.tree_gone();
+        let survivors: Vec<i32> = if verified {
+            Vec::new()
+        } else {
+            lock(&self.tree).members().iter().map(|p| p.pid).collect()
+        };
         if verified {
             self.set_tree_exited();
         }
@@ -392,11 +466,21 @@ impl Process {
         lock(&self.tree).signal(Signal::KILL);
     }
 
+    /// Whether the tree is gone: already verified (`tree_exited` is set
+    /// only after a scan found nothing, and a gone tree cannot come back),
+    /// or found gone by a fresh scan now.
     fn tree_gone(&self) -> bool {
-        lock(&self.tree).is_gone()
+        lock(&self.inner).tree_exited || lock(&self.tree).is_gone()
     }
 
-    async fn poll_gone(&self, limit: Duration) {
+    /// Waits up to `limit` for the tree to be gone. With an exit event (a
+    /// bwrap tree whose init has a pidfd) this is the `tree_exited` change
+    /// the watcher makes; otherwise a `/proc` scan every 25 ms.
+    async fn wait_gone(&self, limit: Duration) {
+        if self.init_exit.load(Ordering::SeqCst) {
+            self.wait(true, limit).await;
+            return;
+        }
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             if self.tree_gone() {
@@ -537,10 +621,16 @@ fn drain_written(
 }
 
 /// Reads bwrap's `--json-status-fd` first line: `{"child-pid": N, ...,
-/// "pid-namespace": M}`. When bwrap fails before that (bad cwd, …) the tree
-/// is the outer process alone, tracked as a group.
-async fn namespace_tree(pipe: std::os::fd::OwnedFd, outer_pid: i32, marker: &str) -> Tree {
-    let fallback = || Tree::group(outer_pid, marker);
+/// "pid-namespace": M}`, which bwrap writes as soon as the namespace
+/// exists, before its init runs. Returns the tree and a pidfd of the init
+/// (see [`init_pidfd`]). When bwrap fails before that (bad cwd, …) the
+/// tree is the outer process alone, tracked as a group.
+async fn namespace_tree(
+    pipe: std::os::fd::OwnedFd,
+    outer_pid: i32,
+    marker: &str,
+) -> (Tree, Option<OwnedFd>) {
+    let fallback = || (Tree::group(outer_pid, marker), None);
     let Ok(rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(pipe) else {
         return fallback();
     };
@@ -562,28 +652,22 @@ async fn namespace_tree(pipe: std::os::fd::OwnedFd, outer_pid: i32, marker: &str
     });
     let v: Value = serde_json::from_str(line.trim()).unwrap_or(Value::Null);
     match (v["child-pid"].as_i64(), v["pid-namespace"].as_u64()) {
-        (Some(init), Some(ns)) => Tree::Namespace {
-            init_pid: init as i32,
-            ns,
-        },
+        (Some(init), Some(ns)) => {
+            let init_pid = init as i32;
+            (Tree::Namespace { init_pid, ns }, init_pidfd(init_pid, ns))
+        }
         _ => fallback(),
     }
 }
 
-/// The first child of `parent` (the command under bwrap's init), if it shows
-/// up within a short time. A command that exits at once is never seen.
-async fn find_child(parent: i32) -> Option<i32> {
-    for _ in 0..20 {
-        if let Some(p) = crate::procfs::snapshot()
-            .into_iter()
-            .find(|p| p.ppid == parent)
-        {
-            return Some(p.pid);
-        }
-        crate::procfs::stat(parent)?;
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    None
+/// A pidfd of the namespace's init, only if the process it pins is still
+/// the init of namespace `ns` (checked after opening, so a reused pid is
+/// never taken for it). `None` when the init is already gone (the watcher
+/// then scans at once).
+fn init_pidfd(init_pid: i32, ns: u64) -> Option<OwnedFd> {
+    let pid = rustix::process::Pid::from_raw(init_pid)?;
+    let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK).ok()?;
+    (crate::procfs::pid_namespace(init_pid) == Some(ns)).then_some(fd)
 }
 
 /// Builds the environment of a process: base, then the sandbox's declared

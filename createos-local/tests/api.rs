@@ -753,3 +753,32 @@ async fn injected_dropped_response_and_raw_body() {
     assert!(marked_pids(&m).is_empty());
     assert!(h.server.shutdown().await.all_exited());
 }
+
+/// Issue 11 (`sandbox run` latency): with `transition_delay(0)` a created
+/// sandbox still answered `creating` and became `running` only in a task
+/// run later, so a client's first status read could still see `creating`
+/// and wait a whole poll interval (250 ms in the provider). With no delay
+/// the create answer is already `running`, and so is every read after it.
+#[tokio::test]
+async fn without_a_transition_delay_a_new_sandbox_runs_at_once() {
+    let mut builder = createos_local::Server::builder()
+        .api_key(KEY)
+        .transition_delay(Duration::ZERO)
+        .quiet(true);
+    if std::env::var("CREATEOS_LOCAL_TEST_ISOLATION").as_deref() == Ok("process-group") {
+        builder = builder.isolation(createos_local::IsolationPreference::ProcessGroup);
+    }
+    let server = builder.start().await.expect("server starts");
+    let http = reqwest::Client::new();
+    let resp = http
+        .post(format!("{}/v1/sandboxes", server.base_url()))
+        .header("X-Api-Key", KEY)
+        .json(&json!({"shape": "s-1vcpu-256mb"}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(resp.status(), StatusCode::CREATED);
+    let v: Value = resp.json().await.expect("json");
+    assert_eq!(v["data"]["status"], "running", "{v}");
+    assert!(server.shutdown().await.all_exited());
+}

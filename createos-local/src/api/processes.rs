@@ -297,6 +297,10 @@ pub async fn signal(
     let body: SignalBody = parse_json(&body)?;
     limits::name("signal", body.signal.as_deref())?;
     let name = body.signal.unwrap_or_else(|| "SIGTERM".to_string());
+    let sig = crate::isolation::signal_from_name(&name)
+        .ok_or_else(|| ApiError::bad_request(format!("unknown signal {name:?}")))?;
+    // A command bwrap has not forked yet would miss the signal.
+    p.command_forked().await;
     // A signal (SIGCONT above all) must not undo a pause behind the
     // sandbox's back. (Pause freezes the tree only after its transition
     // delay, after any signal that passed this check.)
@@ -308,9 +312,7 @@ pub async fn signal(
         ))
         .with_extra(json!({ "current_status": status })));
     }
-    let sig = crate::isolation::signal_from_name(&name)
-        .ok_or_else(|| ApiError::bad_request(format!("unknown signal {name:?}")))?;
-    let hit = p.signal(sig);
+    let hit = p.signal_now(sig);
     Ok(ok(
         json!({ "process_id": p.id, "signal": name, "delivered_to": hit }),
     ))

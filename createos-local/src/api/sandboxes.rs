@@ -89,9 +89,15 @@ pub async fn create(
         root,
     ));
     state.store.insert(sb.clone());
+    // `creating` → `running` after the transition delay; without one, at
+    // once (the answer already says `running`).
+    if state.transition_delay.is_zero() {
+        sb.complete(0, Status::Running);
+    }
     let data = sb.to_json(&state.mode);
-    // `creating` → `running` after the transition delay.
-    finish_later(sb, 0, state.transition_delay, Status::Running, |_| {});
+    if !state.transition_delay.is_zero() {
+        finish_later(sb, 0, state.transition_delay, Status::Running, |_| {});
+    }
     Ok(success(StatusCode::CREATED, data))
 }
 

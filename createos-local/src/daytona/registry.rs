@@ -208,6 +208,28 @@ impl Command {
     }
 }
 
+/// How many times a termination is attempted before a tree is reported as
+/// surviving. Each attempt signals what a fresh scan finds and verifies
+/// with another fresh scan, so a retry only helps a tree that was slow to
+/// go (a loaded host), never hides one that is still there.
+const TERMINATION_ATTEMPTS: usize = 3;
+
+/// Terminates `p`'s tree (SIGTERM, `grace`, SIGKILL, fresh scan), trying
+/// again while it is not verified gone, up to [`TERMINATION_ATTEMPTS`].
+pub async fn terminate_verified(
+    p: &Process,
+    grace: std::time::Duration,
+) -> crate::supervisor::Termination {
+    let mut t = p.terminate(grace).await;
+    for _ in 1..TERMINATION_ATTEMPTS {
+        if t.verified {
+            break;
+        }
+        t = p.terminate(grace).await;
+    }
+    t
+}
+
 /// Maps an exit to a shell-style exit code.
 pub fn exit_code(e: &ExitStatus) -> i32 {
     match e {

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::DaytonaError;
-use super::registry::{CreateSpec, DaytonaSandbox, State as SbState};
+use super::registry::{terminate_verified, CreateSpec, DaytonaSandbox, State as SbState};
 use crate::api::sandboxes::parse_json;
 use crate::api::{limits, AppState, Shared};
 use crate::store::{Sandbox, SandboxSpec, Status};
@@ -404,7 +404,7 @@ async fn terminate_everything(
         }
         core.close().await;
         let terminations = core.processes().into_iter().map(|p| async move {
-            let t = p.terminate(std::time::Duration::from_millis(500)).await;
+            let t = terminate_verified(&p, std::time::Duration::from_millis(500)).await;
             (p, t)
         });
         let mut survivors = Vec::new();

@@ -21,7 +21,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::DaytonaError;
-use super::registry::{exit_code, Command, DaytonaSandbox, Session, State as SbState};
+use super::registry::{
+    exit_code, terminate_verified, Command, DaytonaSandbox, Session, State as SbState,
+};
 use super::sandboxes::{daytona_sandbox, uuid};
 use crate::api::processes::detached;
 use crate::api::sandboxes::parse_json;
@@ -222,7 +224,7 @@ pub async fn delete_session(
         // none starts after this.
         *s.gate.lock().await = true;
         let terminations = s.commands().into_iter().map(|c| async move {
-            let t = c.process.terminate(Duration::from_millis(500)).await;
+            let t = terminate_verified(&c.process, Duration::from_millis(500)).await;
             (c, t)
         });
         let mut survivors = Vec::new();
@@ -388,7 +390,7 @@ pub async fn terminate_command(
     let c = command_of(&session, &cid)?;
     let p = c.process.clone();
     let t = detached(&state.supervision, async move {
-        Ok(p.terminate(Duration::from_millis(500)).await)
+        Ok(terminate_verified(&p, Duration::from_millis(500)).await)
     })
     .await?;
     if !t.verified {
@@ -440,9 +442,8 @@ pub async fn logs(
     let p = c.process.clone();
     let rx = p.subscribe();
     let (frames, evicted) = retained(&p);
-    let cursor = frames
-        .last()
-        .map_or_else(|| p.with_journal(|j| j.newest_seq()), |f| f.seq);
+    // The newest frame is always retained: no frame means none was written.
+    let cursor = frames.last().map_or(0, |f| f.seq);
     let first = labelled(&frames);
     let mut builder = Response::builder()
         .status(StatusCode::OK)
@@ -611,7 +612,7 @@ pub async fn execute(
             .map_err(|e| e.0)?;
         p.close_stdin();
         let finished = tokio::time::timeout(timeout, exited(&p)).await.is_ok();
-        let t = p.terminate(Duration::from_millis(200)).await;
+        let t = terminate_verified(&p, Duration::from_millis(200)).await;
         if t.verified {
             sb.core.remove_process(&p.id);
         } else {

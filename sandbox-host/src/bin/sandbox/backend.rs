@@ -188,6 +188,9 @@ impl LocalBackend {
                 .api_key(api_key.clone())
                 .isolation(preference)
                 .toolbox_port(0)
+                // Sandboxes of the embedded engine run at once: no
+                // simulated `creating` state to poll through.
+                .transition_delay(std::time::Duration::ZERO)
                 .quiet(true),
         )
         .context(
