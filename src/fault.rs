@@ -24,6 +24,12 @@ pub enum FaultPoint {
     /// confirmed: no answer arrives, or the answer holds no proof that the
     /// whole tree is gone.
     CommandTerminationUnconfirmed,
+    /// The termination request gets no answer within the provider's
+    /// request budget (its deadline passes).
+    CommandTerminationTimesOut,
+    /// The termination request is answered 2xx with a body that is not a
+    /// valid answer.
+    CommandTerminationInvalidAnswer,
     /// The request that deletes the sandbox is answered with a 5xx.
     SandboxDeletionFails,
     /// The sandbox deletion is carried out, but its answer never arrives.
@@ -39,11 +45,13 @@ pub enum FaultPoint {
 
 impl FaultPoint {
     /// Every fault point, in the order the suite runs them.
-    pub const ALL: [FaultPoint; 8] = [
+    pub const ALL: [FaultPoint; 10] = [
         FaultPoint::CommandCreationUnanswered,
         FaultPoint::CommandCreationServerError,
         FaultPoint::CommandTerminationFails,
         FaultPoint::CommandTerminationUnconfirmed,
+        FaultPoint::CommandTerminationTimesOut,
+        FaultPoint::CommandTerminationInvalidAnswer,
         FaultPoint::SandboxDeletionFails,
         FaultPoint::SandboxDeletionUnanswered,
         FaultPoint::SandboxCreationAmbiguous,
@@ -58,6 +66,8 @@ impl FaultPoint {
             FaultPoint::CommandCreationServerError => "command_creation_server_error",
             FaultPoint::CommandTerminationFails => "command_termination_fails",
             FaultPoint::CommandTerminationUnconfirmed => "command_termination_unconfirmed",
+            FaultPoint::CommandTerminationTimesOut => "command_termination_times_out",
+            FaultPoint::CommandTerminationInvalidAnswer => "command_termination_invalid_answer",
             FaultPoint::SandboxDeletionFails => "sandbox_deletion_fails",
             FaultPoint::SandboxDeletionUnanswered => "sandbox_deletion_unanswered",
             FaultPoint::SandboxCreationAmbiguous => "sandbox_creation_ambiguous",
@@ -73,14 +83,25 @@ impl FaultPoint {
             FaultPoint::CommandCreationUnanswered | FaultPoint::CommandCreationServerError => {
                 Some(CleanupPhase::ProcessCreation)
             }
-            FaultPoint::CommandTerminationFails | FaultPoint::CommandTerminationUnconfirmed => {
-                Some(CleanupPhase::ProcessTermination)
-            }
+            FaultPoint::CommandTerminationFails
+            | FaultPoint::CommandTerminationUnconfirmed
+            | FaultPoint::CommandTerminationTimesOut
+            | FaultPoint::CommandTerminationInvalidAnswer => Some(CleanupPhase::ProcessTermination),
             FaultPoint::SandboxDeletionFails | FaultPoint::SandboxDeletionUnanswered => {
                 Some(CleanupPhase::SandboxDeletion)
             }
             FaultPoint::SandboxCreationAmbiguous => Some(CleanupPhase::LeaseSetup),
             FaultPoint::OutputStreamHangs => None,
         }
+    }
+}
+
+/// A cleanup phase in the contract's words.
+pub fn phase_name(phase: CleanupPhase) -> &'static str {
+    match phase {
+        CleanupPhase::ProcessCreation => "process-creation",
+        CleanupPhase::ProcessTermination => "process-termination",
+        CleanupPhase::LeaseSetup => "lease-setup",
+        CleanupPhase::SandboxDeletion => "sandbox-deletion",
     }
 }

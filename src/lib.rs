@@ -157,6 +157,14 @@ macro_rules! conformance_suite {
                 check(Scenario::CleanupFailed(FaultPoint::CommandTerminationUnconfirmed));
             }
             #[test]
+            fn cleanup_failed_command_termination_times_out() {
+                check(Scenario::CleanupFailed(FaultPoint::CommandTerminationTimesOut));
+            }
+            #[test]
+            fn cleanup_failed_command_termination_invalid_answer() {
+                check(Scenario::CleanupFailed(FaultPoint::CommandTerminationInvalidAnswer));
+            }
+            #[test]
             fn cleanup_failed_sandbox_deletion_fails() {
                 check(Scenario::CleanupFailed(FaultPoint::SandboxDeletionFails));
             }

@@ -26,6 +26,21 @@ pub fn local(name: &str, component_file: &str, face: LocalFace) -> Target {
 const TIMEOUT_MS: u64 = 120_000;
 const REQUEST_TIMEOUT_MS: u64 = 30_000;
 
+/// A delay past the provider's request budget.
+fn past_budget() -> FaultAction {
+    FaultAction::Delay {
+        ms: 4 * REQUEST_TIMEOUT_MS,
+    }
+}
+
+/// A 200 whose body is not JSON.
+fn not_json() -> FaultAction {
+    FaultAction::Respond {
+        status: 200,
+        body: "{\"tree_exited\": tr".into(),
+    }
+}
+
 /// The CreateOS provider (`createos_provider.wasm`) against the CreateOS
 /// face (`/v1`).
 pub fn createos() -> Target {
@@ -62,6 +77,10 @@ fn createos_faults(point: FaultPoint) -> Vec<FaultRule> {
         FaultPoint::CommandTerminationFails => vec![rule("DELETE", PROCESS, unavailable())],
         FaultPoint::CommandTerminationUnconfirmed => {
             vec![rule("DELETE", PROCESS, FaultAction::TreeNotExited)]
+        }
+        FaultPoint::CommandTerminationTimesOut => vec![rule("DELETE", PROCESS, past_budget())],
+        FaultPoint::CommandTerminationInvalidAnswer => {
+            vec![rule("DELETE", PROCESS, not_json())]
         }
         FaultPoint::SandboxDeletionFails => vec![rule("DELETE", SANDBOX, unavailable())],
         FaultPoint::SandboxDeletionUnanswered => {
@@ -120,6 +139,10 @@ fn daytona_faults(point: FaultPoint) -> Vec<FaultRule> {
         FaultPoint::CommandTerminationFails => vec![session_delete_fails()],
         FaultPoint::CommandTerminationUnconfirmed => {
             vec![rule("DELETE", SESSION, FaultAction::DropResponse)]
+        }
+        FaultPoint::CommandTerminationTimesOut => vec![rule("DELETE", SESSION, past_budget())],
+        FaultPoint::CommandTerminationInvalidAnswer => {
+            vec![rule("DELETE", SESSION, not_json())]
         }
         FaultPoint::SandboxDeletionFails => vec![rule("DELETE", SANDBOX, unavailable())],
         FaultPoint::SandboxDeletionUnanswered => {

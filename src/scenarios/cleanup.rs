@@ -8,7 +8,7 @@ use sandbox_host::types::{CleanupFailure, ExecuteRequest, ProviderError};
 use sandbox_host::{error_text, CancelToken, LeaseRecord, LeaseState};
 
 use crate::command::{background_leftover, outcome_text, stubborn_tree, GENEROUS_MS, SHORT_MS};
-use crate::fault::FaultPoint;
+use crate::fault::{phase_name, FaultPoint};
 use crate::procs::unique_marker;
 use crate::scenarios::{expect_refused, not_observable, succeeded, with_session};
 use crate::session::Session;
@@ -32,6 +32,8 @@ pub fn cleanup_failed(target: &Target, point: FaultPoint) -> Result<Verdict> {
             | FaultPoint::CommandCreationServerError
             | FaultPoint::CommandTerminationFails
             | FaultPoint::CommandTerminationUnconfirmed
+            | FaultPoint::CommandTerminationTimesOut
+            | FaultPoint::CommandTerminationInvalidAnswer
             | FaultPoint::OutputStreamHangs => command_fault(s, point, &marker, &mut notes)?,
             FaultPoint::SandboxDeletionFails | FaultPoint::SandboxDeletionUnanswered => {
                 deletion_fault(s, point, &marker)?
@@ -61,10 +63,10 @@ pub fn cleanup_failed(target: &Target, point: FaultPoint) -> Result<Verdict> {
 fn check_failure(point: FaultPoint, failure: &CleanupFailure, sandbox: Option<&str>) -> Result<()> {
     ensure!(
         Some(failure.phase) == point.phase(),
-        "{}: cleanup-failed in phase {:?}, expected {:?}",
+        "{}: cleanup-failed in phase {}, expected {}",
         point.name(),
-        failure.phase,
-        point.phase()
+        phase_name(failure.phase),
+        point.phase().map_or("none", phase_name)
     );
     if let Some(sandbox) = sandbox {
         ensure!(
@@ -152,9 +154,9 @@ fn command_fault(
             Ok(None)
         }
         other => bail!(
-            "{}: a command that may still run must end in cleanup-failed (phase {:?}){}; got {}",
+            "{}: a command that may still run must end in cleanup-failed (phase {}){}; got {}",
             point.name(),
-            point.phase(),
+            point.phase().map_or("none", phase_name),
             match point {
                 FaultPoint::OutputStreamHangs => " or a confirmed timeout",
                 _ if creation => " or a typed error after a confirmed cleanup",

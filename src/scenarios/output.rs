@@ -120,11 +120,14 @@ pub fn utf8_across_chunks(target: &Target) -> Result<Verdict> {
             result.stdout,
             result.stderr
         );
-        for stream in [OutputStream::Stdout, OutputStream::Stderr] {
+        for (stream, name) in [
+            (OutputStream::Stdout, "stdout"),
+            (OutputStream::Stderr, "stderr"),
+        ] {
             let text = capture.text(stream);
             ensure!(
                 text == expected,
-                "the sink's {stream:?} is {text:?}, expected {expected:?}"
+                "the sink's {name} is {text:?}, expected {expected:?}"
             );
         }
         let replacements: usize = capture
