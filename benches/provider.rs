@@ -12,7 +12,11 @@
 //!    CreateOS's declared limit vs the old fixed 300 ms gap, and 300
 //!    commands against a backend enforcing the limit (429s, floor);
 //! 5. cancellation and exit latency;
-//! 6. component size and instance memory.
+//! 6. component size and instance memory;
+//! 8. the `sandbox` CLI end to end (`lease exec` on a held lease, `run`)
+//!    next to a bare `bwrap ... true` in the same run, with a per-stage
+//!    breakdown and cold vs warm start (needs `cargo build --release -p
+//!    sandbox-host`).
 //!
 //! Arguments that do not start with `-` select sections by number or name
 //! (`cargo bench --bench provider -- 2 output`). Targets are reported,
@@ -1095,6 +1099,132 @@ fn size_and_memory(b: &Bench, report: &mut Report) {
 /// A section: its number, its name, and what runs it.
 type Section = (&'static str, &'static str, fn(&Bench, &mut Report));
 
+// ---------------------------------------------------------------- 8
+
+/// Medians of `n` timed runs of `command` (after one warm-up), which must
+/// succeed.
+fn timed_runs(n: usize, mut command: impl FnMut() -> Command) -> Duration {
+    let mut samples = Vec::with_capacity(n);
+    for i in 0..=n {
+        let t = Instant::now();
+        let output = command().output().expect("the command starts");
+        let took = t.elapsed();
+        assert!(output.status.success(), "{output:?}");
+        if i > 0 {
+            samples.push(took);
+        }
+    }
+    median(&samples)
+}
+
+/// The issue's baseline: a bare bubblewrap start of `true`.
+fn bare_bwrap() -> Command {
+    let mut command = Command::new("bwrap");
+    command.args([
+        "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid", "true",
+    ]);
+    command
+}
+
+fn cli_end_to_end(b: &Bench, report: &mut Report) {
+    const N: usize = 20;
+    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/sandbox");
+    if !cli.is_file() {
+        report.note(format!(
+            "section 8 skipped: {} is not built (cargo build --release -p sandbox-host)",
+            cli.display()
+        ));
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("sandbox-bench-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let key_file = dir.join("key");
+    std::fs::write(&key_file, KEY).unwrap();
+    let cache = dir.join("cache");
+    let sandbox = |args: &[&str]| {
+        let mut command = Command::new(&cli);
+        command
+            .env("XDG_CACHE_HOME", &cache)
+            .env("SANDBOX_DATA_DIR", dir.join("data"))
+            .env_remove("CREATEOS_API_KEY")
+            .arg("--provider")
+            .arg(&b.wasm)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    };
+    let remote = |args: &[&str]| {
+        let mut command = sandbox(&["--api-url", &b.base, "--api-key-file"]);
+        command.arg(&key_file).args(args);
+        command
+    };
+
+    // Cold start: the first `describe` compiles the component into the
+    // artifact cache; every later start loads it from there.
+    let t = Instant::now();
+    let cold = sandbox(&["describe"]).output().unwrap();
+    let cold = (t.elapsed(), cold.status.success());
+    assert!(cold.1, "describe runs");
+    let bare = timed_runs(N, bare_bwrap);
+    let start = timed_runs(N, || sandbox(&["--version"]));
+    let describe = timed_runs(N, || sandbox(&["describe"]));
+    let list = timed_runs(N, || remote(&["lease", "list"]));
+    let acquired = remote(&["lease", "acquire"]).output().unwrap();
+    assert!(acquired.status.success(), "{acquired:?}");
+    let lease = String::from_utf8(acquired.stdout).unwrap().trim().to_owned();
+    let requests_before = b.requests_recorded();
+    let exec = timed_runs(N, || remote(&["lease", "exec", &lease, "--", "true"]));
+    let requests = (b.requests_recorded() - requests_before) as f64 / (N + 1) as f64;
+    let run = timed_runs(N, || sandbox(&["run", "--", "true"]));
+    let destroyed = remote(&["lease", "destroy", &lease]).output().unwrap();
+    assert!(destroyed.status.success(), "{destroyed:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let ratio = |d: Duration| secs(d) / secs(bare);
+    report.row(
+        "8",
+        format!("`sandbox lease exec L -- true` on a held lease (median of {N})"),
+        fmt(exec),
+        format!("bare `bwrap ... true`: {}", fmt(bare)),
+        format!("{:.1}x", ratio(exec)),
+        "≤10x",
+        met(ratio(exec) <= 10.0),
+    );
+    report.row(
+        "8",
+        format!("`sandbox run -- true` (embedded engine; median of {N})"),
+        fmt(run),
+        format!("bare `bwrap ... true`: {}", fmt(bare)),
+        format!("{:.1}x", ratio(run)),
+        "≤25x",
+        met(ratio(run) <= 25.0),
+    );
+    report.row(
+        "8",
+        "CLI start, cold (compiles the component into the artifact cache)",
+        fmt(cold.0),
+        format!("warm (`describe`, cached): {}", fmt(describe)),
+        format!("{:.1}x", secs(cold.0) / secs(describe)),
+        "",
+        Status::Info,
+    );
+    let stage = |name: &str, d: Duration| format!("{name} {}", fmt(d));
+    report.note(format!(
+        "section 8 breakdown of `lease exec` (medians, each stage the difference of two \
+         commands): {}; {}; {}; {} ({requests:.1} HTTP requests per command; the backend's own \
+         POST /processes and bash start are in createos-local's spawn bench)",
+        stage("process start and argument parsing (`--version`)", start),
+        stage(
+            "+ component from the artifact cache, instance, describe",
+            describe.saturating_sub(start)
+        ),
+        stage("+ lease store and environment (`lease list`)", list.saturating_sub(describe)),
+        stage("+ execute: requests, backend spawn, bash, release of the mark", exec.saturating_sub(list)),
+    ));
+}
+
 fn main() {
     let filters: Vec<String> = std::env::args()
         .skip(1)
@@ -1117,13 +1247,14 @@ fn main() {
         bench.base,
         bench.server.isolation()
     ));
-    let sections: [Section; 6] = [
+    let sections: [Section; 7] = [
         ("1", "cold", cold_start),
         ("2", "command", per_command),
         ("3", "output", output_path),
         ("4", "budget", budget),
         ("5", "latency", latencies),
         ("6", "size", size_and_memory),
+        ("8", "cli", cli_end_to_end),
     ];
     for (number, name, run) in sections {
         if selected(number, name) {
