@@ -1,0 +1,119 @@
+//! The suite: every provider-neutral scenario, its name, and how it runs
+//! against a target.
+
+use std::fmt;
+
+use anyhow::Result;
+
+use crate::fault::FaultPoint;
+use crate::scenarios;
+use crate::target::Target;
+use crate::verdict::Verdict;
+
+/// One scenario of the suite.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    /// Commands exit with their own code, output per stream; a killed one
+    /// is not a success; a missing command is not a success.
+    ExitCodes,
+    /// Env values, the working directory and stdin (none, empty, text,
+    /// 1 MiB) reach the command exactly.
+    EnvCwdStdin,
+    /// Quotes, `$()`, backticks, globs, newlines and Unicode in arguments,
+    /// env values and the cwd arrive verbatim and run nothing.
+    HostileQuoting,
+    /// Output arrives through the output sink while the command runs, in
+    /// order, and equals the result.
+    LiveOutput,
+    /// Multi-byte characters written a byte at a time arrive whole; an
+    /// invalid byte is U+FFFD.
+    Utf8AcrossChunks,
+    /// A command that ignores SIGTERM times out with its whole tree gone
+    /// and its partial output kept; the lease stays usable.
+    TimeoutLeavesNoSurvivor,
+    /// A cancelled command ends `cancelled` with its partial output and its
+    /// whole tree gone; the lease stays usable.
+    CancellationLeavesNoSurvivor,
+    /// Acquire, release, destroy (twice), and leases that refuse commands
+    /// once released or destroyed.
+    Lifecycle,
+    /// A reusable lease keeps its files across release (paused) and resume.
+    LifecycleReuse,
+    /// The key reaches the backend and nothing else: not the component's
+    /// config, the lease store, the sandbox's environment, any output or
+    /// error.
+    SecretNeverVisible,
+    /// A fault point: `cleanup-failed` with the right phase, the lease
+    /// poisoned and refused, and sweep (once the fault is gone) destroying
+    /// it with no survivor.
+    CleanupFailed(FaultPoint),
+}
+
+impl Scenario {
+    /// The scenarios that need no fault injection.
+    pub const FAULT_FREE: [Scenario; 10] = [
+        Scenario::ExitCodes,
+        Scenario::EnvCwdStdin,
+        Scenario::HostileQuoting,
+        Scenario::LiveOutput,
+        Scenario::Utf8AcrossChunks,
+        Scenario::TimeoutLeavesNoSurvivor,
+        Scenario::CancellationLeavesNoSurvivor,
+        Scenario::Lifecycle,
+        Scenario::LifecycleReuse,
+        Scenario::SecretNeverVisible,
+    ];
+
+    /// Every scenario: the fault-free ones, then one per fault point.
+    pub fn all() -> Vec<Scenario> {
+        let mut all = Scenario::FAULT_FREE.to_vec();
+        all.extend(FaultPoint::ALL.map(Scenario::CleanupFailed));
+        all
+    }
+
+    /// The scenario's name (`exit_codes`, `cleanup_failed_command_termination_fails`, …).
+    pub fn name(self) -> String {
+        match self {
+            Scenario::ExitCodes => "exit_codes".into(),
+            Scenario::EnvCwdStdin => "env_cwd_stdin".into(),
+            Scenario::HostileQuoting => "hostile_quoting".into(),
+            Scenario::LiveOutput => "live_output".into(),
+            Scenario::Utf8AcrossChunks => "utf8_across_chunks".into(),
+            Scenario::TimeoutLeavesNoSurvivor => "timeout_leaves_no_survivor".into(),
+            Scenario::CancellationLeavesNoSurvivor => "cancellation_leaves_no_survivor".into(),
+            Scenario::Lifecycle => "lifecycle".into(),
+            Scenario::LifecycleReuse => "lifecycle_reuse".into(),
+            Scenario::SecretNeverVisible => "secret_never_visible".into(),
+            Scenario::CleanupFailed(point) => format!("cleanup_failed_{}", point.name()),
+        }
+    }
+
+    /// The scenario called `name`.
+    pub fn from_name(name: &str) -> Option<Scenario> {
+        Scenario::all().into_iter().find(|s| s.name() == name)
+    }
+
+    /// Runs the scenario against `target` on a fresh backend. An error
+    /// says which check failed and what happened instead.
+    pub fn run(self, target: &Target) -> Result<Verdict> {
+        match self {
+            Scenario::ExitCodes => scenarios::exec::exit_codes(target),
+            Scenario::EnvCwdStdin => scenarios::exec::env_cwd_stdin(target),
+            Scenario::HostileQuoting => scenarios::exec::hostile_quoting(target),
+            Scenario::LiveOutput => scenarios::output::live_output(target),
+            Scenario::Utf8AcrossChunks => scenarios::output::utf8_across_chunks(target),
+            Scenario::TimeoutLeavesNoSurvivor => scenarios::termination::timeout(target),
+            Scenario::CancellationLeavesNoSurvivor => scenarios::termination::cancellation(target),
+            Scenario::Lifecycle => scenarios::lifecycle::release_and_destroy(target),
+            Scenario::LifecycleReuse => scenarios::lifecycle::reuse(target),
+            Scenario::SecretNeverVisible => scenarios::secret::never_visible(target),
+            Scenario::CleanupFailed(point) => scenarios::cleanup::cleanup_failed(target, point),
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}

@@ -1,0 +1,145 @@
+//! Output: live through the output sink, in order, equal to the result;
+//! UTF-8 decoded per stream across chunks.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, ensure, Result};
+use sandbox_host::types::{Capabilities, OutputStream, ProviderError};
+use sandbox_host::{CancelToken, OutputCapture, OutputSink};
+
+use crate::command::{bash, outcome_text};
+use crate::procs::unique_marker;
+use crate::scenarios::{not_observable, succeeded, with_session};
+use crate::target::Target;
+use crate::verdict::Verdict;
+
+/// Output reaches the sink while the command runs (the command never ends:
+/// only output seen live can trigger its cancellation), in order, and the
+/// sink's text equals the result's.
+pub fn live_output(target: &Target) -> Result<Verdict> {
+    with_session(target, None, |s| {
+        if !s
+            .runtime()
+            .description()
+            .capabilities
+            .contains(Capabilities::INCREMENTAL_OUTPUT)
+        {
+            return Ok(Verdict::NotApplicable(
+                "the provider does not declare incremental-output".into(),
+            ));
+        }
+        let lease = s.acquire()?;
+        let id = &lease.id;
+        let mut notes = Vec::new();
+
+        let marker = unique_marker();
+        let token = CancelToken::new();
+        let seen = Arc::new(Mutex::new(String::new()));
+        let sink: OutputSink = {
+            let (token, seen) = (token.clone(), seen.clone());
+            Arc::new(move |stream, chunk: &str| {
+                if stream == OutputStream::Stdout {
+                    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    seen.push_str(chunk);
+                    if seen.contains("first\n") {
+                        token.cancel();
+                    }
+                }
+            })
+        };
+        let request = bash(&format!("echo first; exec -a {marker} sleep 600"));
+        let outcome = s.execute(id, &request, Some(sink), token.clone())?;
+        match &outcome {
+            Err(ProviderError::Cancelled(Some(partial))) if partial.stdout == "first\n" => {}
+            other => bail!(
+                "a command printing `first` and then sleeping: its output should have reached \
+                 the sink live (and cancelled it), got {}",
+                outcome_text(other)
+            ),
+        }
+        match s.survivors(&marker) {
+            Some(left) => ensure!(left.is_empty(), "after cancellation, alive: {left:?}"),
+            None => notes.push(not_observable("no survivor after cancellation")),
+        }
+
+        let capture = OutputCapture::new();
+        let request = bash("for i in $(seq 1 300); do echo out-$i; echo err-$i >&2; done");
+        let result = succeeded(
+            "300 lines on each stream",
+            s.execute(id, &request, Some(capture.sink()), CancelToken::new())?,
+        )?;
+        let expected_out: String = (1..=300).map(|i| format!("out-{i}\n")).collect();
+        let expected_err: String = (1..=300).map(|i| format!("err-{i}\n")).collect();
+        ensure!(
+            result.stdout == expected_out && result.stderr == expected_err,
+            "300 lines on each stream: the result's streams are not the lines in order"
+        );
+        ensure!(
+            capture.text(OutputStream::Stdout) == expected_out,
+            "the sink's stdout differs from the result's (order or content)"
+        );
+        ensure!(
+            capture.text(OutputStream::Stderr) == expected_err,
+            "the sink's stderr differs from the result's (order or content)"
+        );
+        Ok(Verdict::Passed(notes))
+    })
+}
+
+/// Multi-byte characters written one byte at a time (so that the backend
+/// is likely to cut them across chunks) arrive whole on both streams, in
+/// the result and through the sink; an invalid byte is U+FFFD.
+pub fn utf8_across_chunks(target: &Target) -> Result<Verdict> {
+    with_session(target, None, |s| {
+        let lease = s.acquire()?;
+        let bytes = |fd: &str| {
+            let write = |b: &str| format!("printf '{b}' >&{fd}; sleep 0.2; ");
+            [
+                "\\xe2", "\\x82", "\\xac", "\\xf0", "\\x9f", "\\xa6", "\\x80", "\\xc3", "\\xbc",
+                "a\\xffb", "\\n",
+            ]
+            .iter()
+            .map(|b| write(b))
+            .collect::<String>()
+        };
+        let script = format!("{}{}", bytes("1"), bytes("2"));
+        let capture = OutputCapture::new();
+        let result = succeeded(
+            "bytes of multi-byte characters written one at a time",
+            s.execute(
+                &lease.id,
+                &bash(&script),
+                Some(capture.sink()),
+                CancelToken::new(),
+            )?,
+        )?;
+        let expected = "€🦀üa\u{FFFD}b\n";
+        ensure!(
+            result.stdout == expected && result.stderr == expected,
+            "characters split across writes: stdout {:?}, stderr {:?}, expected {expected:?} on both",
+            result.stdout,
+            result.stderr
+        );
+        for (stream, name) in [
+            (OutputStream::Stdout, "stdout"),
+            (OutputStream::Stderr, "stderr"),
+        ] {
+            let text = capture.text(stream);
+            ensure!(
+                text == expected,
+                "the sink's {name} is {text:?}, expected {expected:?}"
+            );
+        }
+        let replacements: usize = capture
+            .chunks()
+            .iter()
+            .map(|(_, chunk)| chunk.matches('\u{FFFD}').count())
+            .sum();
+        ensure!(
+            replacements == 2,
+            "only the one invalid byte per stream may become U+FFFD; the sink saw {replacements} \
+             (a character cut across chunks was decoded in pieces)"
+        );
+        Ok(Verdict::passed())
+    })
+}

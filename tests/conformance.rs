@@ -1,0 +1,12 @@
+//! The conformance kit (`src/`) on every provider of the workspace, each
+//! against its face of `createos-local` (real processes, real fault
+//! injection). Needs `./build.sh`. `cargo test conformance` runs them all.
+
+sandbox_conformance::conformance_suite!(
+    conformance_createos,
+    sandbox_conformance::targets::createos()
+);
+sandbox_conformance::conformance_suite!(
+    conformance_daytona,
+    sandbox_conformance::targets::daytona()
+);
