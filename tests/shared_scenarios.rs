@@ -1,0 +1,266 @@
+//! The fault scenarios shared with the Node suites (issue 17: one scenario
+//! list, as data, so the two hosts cannot drift):
+//! `node/test/scenarios/local-backend-faults.json`, run here through the
+//! Rust host (`SandboxRuntime` with CreateOS's declared rate limit) against
+//! the real createos-local, with the same fault rules and the same
+//! expected outcomes. `sync-in` is a Paperclip plugin operation with no
+//! `SandboxRuntime` counterpart: that scenario is listed as such, never
+//! silently skipped.
+
+// `ProviderError` is the contract's variant, matched as it is.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+
+use createos_local::{faults::path_matches, BackgroundServer, FaultRule, Server};
+use sandbox_host::types::*;
+use sandbox_host::{
+    shared_engine, CancelToken, Environment, LeaseStore, NetworkTransport, ProviderComponent,
+    RateBudget, SandboxRuntime, Secrets,
+};
+use serde_json::Value;
+
+const KEY: &str = "shared-scenarios-key";
+
+/// Operations of the shared list that only a Paperclip plugin has.
+const PLUGIN_ONLY: &[&str] = &["sync-in"];
+
+fn scenarios() -> Vec<Value> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("node/test/scenarios/local-backend-faults.json");
+    let text = std::fs::read_to_string(&path).expect("the shared scenario file");
+    let data: Value = serde_json::from_str(&text).expect("the shared scenarios are JSON");
+    data["scenarios"].as_array().expect("a scenarios list").clone()
+}
+
+struct Run {
+    server: BackgroundServer,
+    runtime: SandboxRuntime,
+    env: Environment,
+}
+
+impl Run {
+    fn start(reuse: bool) -> Run {
+        let server = BackgroundServer::start(Server::builder().api_key(KEY).quiet(true)).unwrap();
+        let path = sandbox_conformance::built_component("createos_provider.wasm");
+        assert!(path.exists(), "run ./build.sh first");
+        let component = ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap();
+        // The declared limit (300 per 60 s) is kept: a 429 is repeated.
+        let runtime = SandboxRuntime::new(
+            component,
+            Arc::new(LeaseStore::open_in_memory().unwrap()),
+            Arc::new(NetworkTransport::new()),
+        )
+        .unwrap()
+        .with_rate_budget(RateBudget::in_memory());
+        let config = serde_json::json!({
+            "apiUrl": server.base_url(),
+            "timeoutMs": 30_000,
+            "requestTimeoutMs": 10_000,
+            "reuseLease": reuse,
+        });
+        let env = runtime
+            .environment(
+                "co",
+                "env",
+                &config.to_string(),
+                &Secrets::none().with("apiKey", KEY),
+            )
+            .unwrap();
+        Run {
+            server,
+            runtime,
+            env,
+        }
+    }
+
+    fn acquire(&self) -> Result<sandbox_host::LeaseRecord, ProviderError> {
+        let request = AcquireRequest {
+            run_id: "shared".into(),
+            requested_cwd: None,
+            workspace_mode: None,
+            requested_expires_at: None,
+        };
+        self.runtime.acquire(&self.env, &request).unwrap()
+    }
+
+    fn add_faults(&self, scenario: &Value) {
+        for rule in scenario["faults"].as_array().unwrap() {
+            let rule: FaultRule = serde_json::from_value(rule.clone())
+                .unwrap_or_else(|e| panic!("{}: a fault rule createos-local reads: {e}", scenario["name"]));
+            self.server.faults().add(rule);
+        }
+    }
+
+    /// Statuses of the requests matching `"METHOD what"` (`POST processes`,
+    /// `GET connect`, `PUT files`), in order.
+    fn statuses(&self, key: &str) -> Vec<u16> {
+        let (method, what) = key.split_once(' ').unwrap();
+        let pattern = match what {
+            "processes" => "/v1/sandboxes/*/processes",
+            "connect" => "/v1/sandboxes/*/processes/*/connect",
+            "files" => "/v1/sandboxes/*/files",
+            other => panic!("unknown request kind {other}"),
+        };
+        self.server
+            .faults()
+            .requests()
+            .iter()
+            .filter(|r| r.method == method && path_matches(pattern, &r.path))
+            .map(|r| r.status)
+            .collect()
+    }
+}
+
+fn error_tag(error: &ProviderError) -> &'static str {
+    match error {
+        ProviderError::CleanupFailed(_) => "cleanup-failed",
+        ProviderError::ApiRejected(_) => "api-rejected",
+        ProviderError::TransportFailed(_) => "transport-failed",
+        ProviderError::InvalidResponse(_) => "invalid-response",
+        ProviderError::Cancelled(_) => "cancelled",
+        _ => "other",
+    }
+}
+
+fn phase_name(phase: CleanupPhase) -> &'static str {
+    match phase {
+        CleanupPhase::ProcessCreation => "process-creation",
+        CleanupPhase::ProcessTermination => "process-termination",
+        CleanupPhase::LeaseSetup => "lease-setup",
+        CleanupPhase::SandboxDeletion => "sandbox-deletion",
+    }
+}
+
+/// Checks an outcome's error against `expect` (`error`, `phase`,
+/// `carriesSandboxId`; `ok: false` with a `phase` is a cleanup failure).
+fn check_error(name: &str, expect: &Value, error: &ProviderError) {
+    if let Some(tag) = expect["error"].as_str() {
+        assert_eq!(error_tag(error), tag, "{name}: {error:?}");
+    }
+    if let Some(phase) = expect["phase"].as_str() {
+        match error {
+            ProviderError::CleanupFailed(failure) => {
+                assert_eq!(phase_name(failure.phase), phase, "{name}");
+                if expect["carriesSandboxId"] == true {
+                    assert!(failure.sandbox_id.is_some(), "{name}: {failure:?}");
+                }
+            }
+            other => panic!("{name}: expected a cleanup failure in {phase}, got {other:?}"),
+        }
+    }
+}
+
+fn run_scenario(scenario: &Value) {
+    let name = scenario["name"].as_str().unwrap();
+    let expect = &scenario["expect"];
+    let operation = scenario["operation"].as_str().unwrap();
+    let run = Run::start(operation == "resume");
+    match operation {
+        "execute" => {
+            let lease = run.acquire().expect("the lease is acquired before the faults");
+            run.add_faults(scenario);
+            let command = &scenario["command"];
+            let request = ExecuteRequest {
+                command: command["command"].as_str().unwrap_or("true").into(),
+                args: command["args"]
+                    .as_array()
+                    .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
+                    .unwrap_or_default(),
+                cwd: None,
+                env: vec![],
+                stdin: None,
+                timeout_ms: command["timeoutMs"].as_u64(),
+            };
+            let outcome = run
+                .runtime
+                .execute(&run.env, &lease.id, &request, None, CancelToken::new())
+                .unwrap();
+            match (&outcome, expect["ok"] == true) {
+                (Ok(result), true) => assert_eq!(result.exit_code, Some(0), "{name}"),
+                (Err(error), false) => check_error(name, expect, error),
+                other => panic!("{name}: unexpected outcome {other:?}"),
+            }
+            if expect["poisoned"] == true {
+                let record = run.runtime.store().get(&lease.id).unwrap().unwrap();
+                assert_eq!(record.state, sandbox_host::LeaseState::Poisoned, "{name}");
+            }
+        }
+        "acquire" => {
+            run.add_faults(scenario);
+            let error = run.acquire().expect_err(name);
+            check_error(name, expect, &error);
+        }
+        "probe" => {
+            run.add_faults(scenario);
+            let outcome = run.runtime.probe(&run.env, None).unwrap();
+            match (&outcome, expect["ok"] == true) {
+                (Ok(report), true) => assert!(report.ok, "{name}"),
+                (Err(error), false) => check_error(name, expect, error),
+                (Ok(report), false) => assert!(!report.ok, "{name}: {report:?}"),
+                (Err(error), true) => panic!("{name}: {error:?}"),
+            }
+        }
+        "resume" => {
+            let lease = run.acquire().expect("acquired");
+            run.runtime.release(&run.env, &lease.id).unwrap().unwrap();
+            run.add_faults(scenario);
+            let outcome = run.runtime.resume(&run.env, &lease.id).unwrap();
+            match &outcome {
+                Ok(ResumeOutcome::Expired(_)) if expect["expired"] == false => {
+                    panic!("{name}: a transient failure expired the lease")
+                }
+                Ok(other) => assert!(expect["ok"] == true, "{name}: {other:?}"),
+                Err(error) => check_error(name, expect, error),
+            }
+            if let Some(deletes) = expect["deletes"].as_u64() {
+                let count = run.server.faults().count("DELETE", "/v1/sandboxes/*");
+                assert_eq!(count as u64, deletes, "{name}");
+            }
+        }
+        other => panic!("{name}: operation {other} is not handled by the Rust suite"),
+    }
+    if let Some(statuses) = expect["statuses"].as_object() {
+        for (key, wanted) in statuses {
+            let wanted: Vec<u16> = wanted
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_u64().unwrap() as u16)
+                .collect();
+            assert_eq!(run.statuses(key), wanted, "{name}: {key}");
+        }
+    }
+    if let Some(throttled) = expect["throttled"].as_u64() {
+        let count = run
+            .server
+            .faults()
+            .requests()
+            .iter()
+            .filter(|r| r.status == 429)
+            .count();
+        assert_eq!(count as u64, throttled, "{name}");
+    }
+    let report = run.server.shutdown();
+    assert!(report.all_exited(), "{name}: {report:?}");
+}
+
+#[test]
+fn the_shared_fault_scenarios_hold_for_the_rust_host() {
+    let scenarios = scenarios();
+    assert!(scenarios.len() >= 6, "the shared list lost scenarios");
+    let mut ran = Vec::new();
+    for scenario in &scenarios {
+        let operation = scenario["operation"].as_str().unwrap();
+        if PLUGIN_ONLY.contains(&operation) {
+            eprintln!(
+                "{}: {operation} is a plugin operation (no SandboxRuntime counterpart)",
+                scenario["name"]
+            );
+            continue;
+        }
+        run_scenario(scenario);
+        ran.push(scenario["name"].as_str().unwrap().to_owned());
+    }
+    assert!(ran.len() >= 6, "ran only {ran:?}");
+}
