@@ -11,12 +11,13 @@
 #![allow(clippy::result_large_err)]
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use createos_local::{faults::path_matches, BackgroundServer, FaultRule, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
     shared_engine, CancelToken, Environment, LeaseStore, NetworkTransport, ProviderComponent,
-    RateBudget, SandboxRuntime, Secrets,
+    RateBudget, RateLimit, SandboxRuntime, Secrets,
 };
 use serde_json::Value;
 
@@ -30,7 +31,10 @@ fn scenarios() -> Vec<Value> {
         .join("node/test/scenarios/local-backend-faults.json");
     let text = std::fs::read_to_string(&path).expect("the shared scenario file");
     let data: Value = serde_json::from_str(&text).expect("the shared scenarios are JSON");
-    data["scenarios"].as_array().expect("a scenarios list").clone()
+    data["scenarios"]
+        .as_array()
+        .expect("a scenarios list")
+        .clone()
 }
 
 struct Run {
@@ -45,14 +49,17 @@ impl Run {
         let path = sandbox_conformance::built_component("createos_provider.wasm");
         assert!(path.exists(), "run ./build.sh first");
         let component = ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap();
-        // The declared limit (300 per 60 s) is kept: a 429 is repeated.
+        // The operator's limit the Node suite runs these with (100 per
+        // 500 ms): a 429 without Retry-After pauses one window, which must
+        // fit in the provider's request budget for the repeat to help.
         let runtime = SandboxRuntime::new(
             component,
             Arc::new(LeaseStore::open_in_memory().unwrap()),
             Arc::new(NetworkTransport::new()),
         )
         .unwrap()
-        .with_rate_budget(RateBudget::in_memory());
+        .with_rate_budget(RateBudget::in_memory())
+        .with_rate_limit(Some(RateLimit::new(100, Duration::from_millis(500))));
         let config = serde_json::json!({
             "apiUrl": server.base_url(),
             "timeoutMs": 30_000,
@@ -86,8 +93,12 @@ impl Run {
 
     fn add_faults(&self, scenario: &Value) {
         for rule in scenario["faults"].as_array().unwrap() {
-            let rule: FaultRule = serde_json::from_value(rule.clone())
-                .unwrap_or_else(|e| panic!("{}: a fault rule createos-local reads: {e}", scenario["name"]));
+            let rule: FaultRule = serde_json::from_value(rule.clone()).unwrap_or_else(|e| {
+                panic!(
+                    "{}: a fault rule createos-local reads: {e}",
+                    scenario["name"]
+                )
+            });
             self.server.faults().add(rule);
         }
     }
@@ -158,7 +169,9 @@ fn run_scenario(scenario: &Value) {
     let run = Run::start(operation == "resume");
     match operation {
         "execute" => {
-            let lease = run.acquire().expect("the lease is acquired before the faults");
+            let lease = run
+                .acquire()
+                .expect("the lease is acquired before the faults");
             run.add_faults(scenario);
             let command = &scenario["command"];
             let request = ExecuteRequest {
