@@ -208,6 +208,7 @@ impl SandboxRuntime {
             .clone()
             .context("the provider accepted the config but returned no normalized config")?;
         let policy = self.policy_for(&split, secrets, &validation.api_origins)?;
+        let budget = Budget::from_validation(validation.budget.as_ref()).with_margin(self.margin);
         Ok(Environment {
             ctx: EnvironmentContext {
                 driver_key: self.description.driver_key.clone(),
@@ -216,8 +217,9 @@ impl SandboxRuntime {
                 issue_id: None,
                 config: normalized.clone(),
             },
-            policy,
-            budget: Budget::from_validation(validation.budget.as_ref()).with_margin(self.margin),
+            // A 429's pause is repeated only within one request's budget.
+            policy: policy.with_max_throttle_wait(budget.request),
+            budget,
             validation,
         })
     }

@@ -291,3 +291,51 @@ fn tempdir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// Found by the shared scenarios: under CreateOS's declared limit (300 per
+/// 60 s) a 429 without Retry-After paused the origin a whole minute, longer
+/// than the provider's request budget; the provider gave up first and
+/// reported the process creation unconfirmed (`cleanup-failed`, lease
+/// poisoned) for a request the 429 proves never ran. A pause that cannot
+/// fit one request's budget now goes to the provider at once as the 429:
+/// a definite rejection, and the lease stays usable.
+#[test]
+fn a_429_whose_pause_outlasts_the_request_budget_is_a_rejection_not_a_doubt() {
+    let server = BackgroundServer::start(Server::builder().api_key(KEY).quiet(true)).unwrap();
+    let budget = RateBudget::in_memory();
+    let rt = runtime(RateLimit::new(300, Duration::from_secs(60)), &budget);
+    let config = format!(
+        r#"{{"apiUrl":"{}","timeoutMs":60000,"requestTimeoutMs":5000}}"#,
+        server.base_url()
+    );
+    let env = rt
+        .environment("co", "env", &config, &Secrets::none().with("apiKey", KEY))
+        .unwrap();
+    let lease = acquire(&rt, &env);
+    server.faults().add(FaultRule::new(
+        "POST",
+        "/v1/sandboxes/*/processes",
+        FaultAction::Status { status: 429 },
+    ));
+    let request = ExecuteRequest {
+        command: "true".into(),
+        args: vec![],
+        cwd: None,
+        env: vec![],
+        stdin: None,
+        timeout_ms: None,
+    };
+    let outcome = rt
+        .execute(&env, &lease, &request, None, CancelToken::new())
+        .unwrap();
+    assert!(
+        matches!(&outcome, Err(ProviderError::ApiRejected(r)) if r.status == 429),
+        "{outcome:?}"
+    );
+    let record = rt.store().get(&lease).unwrap().unwrap();
+    assert_eq!(record.state, sandbox_host::LeaseState::Active);
+    assert_eq!(
+        server.faults().count("POST", "/v1/sandboxes/*/processes"),
+        1
+    );
+}

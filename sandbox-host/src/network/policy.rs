@@ -110,6 +110,7 @@ pub struct Policy {
     rate_limit: Option<RateLimit>,
     budget: RateBudget,
     max_timeout: Option<Duration>,
+    max_throttle_wait: Option<Duration>,
     max_response_bytes: u64,
 }
 
@@ -134,6 +135,7 @@ impl Policy {
             rate_limit: None,
             budget: RateBudget::global(),
             max_timeout: None,
+            max_throttle_wait: None,
             max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
@@ -198,6 +200,16 @@ impl Policy {
     /// The rate limit spent, if any.
     pub fn rate_limit(&self) -> Option<&RateLimit> {
         self.rate_limit.as_ref()
+    }
+
+    /// Repeats a request answered 429 only when the pause it asks for is
+    /// at most `max` (the provider's own budget for one request): a longer
+    /// pause would outlast the provider's wait, which would then count a
+    /// request the 429 proved never ran as unanswered. Beyond it the 429
+    /// goes to the provider at once.
+    pub fn with_max_throttle_wait(mut self, max: Duration) -> Self {
+        self.max_throttle_wait = Some(max);
+        self
     }
 
     /// Clamps every per-phase timeout to at most `max`. Without it, only the
@@ -357,7 +369,8 @@ impl Transport for Guard {
                         .min(Policy::MAX_THROTTLE_PAUSE);
                     // Without a working budget the 429 goes to the provider.
                     let recorded = policy.budget.throttled(&key, pause).is_ok();
-                    let fits = deadline.is_none_or(|d| Instant::now() + pause < d);
+                    let fits = deadline.is_none_or(|d| Instant::now() + pause < d)
+                        && policy.max_throttle_wait.is_none_or(|max| pause <= max);
                     if recorded && fits && repeats < Policy::MAX_THROTTLED_REPEATS {
                         repeats += 1;
                         continue;
