@@ -2,6 +2,9 @@
 
 use std::collections::VecDeque;
 
+use crate::platform::{Platform, StreamId};
+use crate::types::PartialOutput;
+
 /// How many characters of each stream are kept (the last ones): 4 Mi.
 pub const MAX_OUTPUT_CHARS: usize = 4 * 1024 * 1024;
 
@@ -196,6 +199,71 @@ mod counting {
     /// The bytes the current thread has allocated and not yet freed.
     pub fn live_bytes() -> isize {
         LIVE.with(Cell::get)
+    }
+}
+
+/// A running command's two output streams: each decoded across chunks,
+/// forwarded live to the host, and kept as a bounded tail for the result.
+#[derive(Debug, Default)]
+pub struct CommandOutput {
+    stdout: (Utf8Decoder, Tail),
+    stderr: (Utf8Decoder, Tail),
+}
+
+impl CommandOutput {
+    fn stream(&mut self, id: StreamId) -> &mut (Utf8Decoder, Tail) {
+        match id {
+            StreamId::Stdout => &mut self.stdout,
+            StreamId::Stderr => &mut self.stderr,
+        }
+    }
+
+    /// Decodes `bytes` of stream `id`, forwards the text to the host and
+    /// keeps it in that stream's tail.
+    pub fn push(&mut self, platform: &mut dyn Platform, id: StreamId, bytes: &[u8]) {
+        let (decoder, tail) = self.stream(id);
+        let text = decoder.push(bytes);
+        if !text.is_empty() {
+            platform.emit_output(id, &text);
+            tail.push(&text);
+        }
+    }
+
+    /// Ends both streams: an incomplete trailing character becomes U+FFFD.
+    pub fn finish(&mut self, platform: &mut dyn Platform) {
+        for id in [StreamId::Stdout, StreamId::Stderr] {
+            let (decoder, tail) = self.stream(id);
+            let rest = decoder.finish();
+            if !rest.is_empty() {
+                platform.emit_output(id, &rest);
+                tail.push(&rest);
+            }
+        }
+    }
+
+    /// The kept standard output.
+    pub fn stdout(&self) -> String {
+        self.stdout.1.text()
+    }
+
+    /// The kept standard error.
+    pub fn stderr(&self) -> String {
+        self.stderr.1.text()
+    }
+
+    /// Whether either tail dropped older output.
+    pub fn truncated(&self) -> bool {
+        self.stdout.1.truncated() || self.stderr.1.truncated()
+    }
+
+    /// What the command printed, for an error raised after it existed.
+    pub fn partial(&self, timed_out: bool) -> PartialOutput {
+        PartialOutput {
+            stdout: self.stdout(),
+            stderr: self.stderr(),
+            timed_out,
+            output_truncated: self.truncated(),
+        }
     }
 }
 

@@ -16,8 +16,8 @@
 
 use crate::api::{self, ApiError};
 use crate::config::Config;
-use crate::frames::{parse_frame, ExitStatus, Frame, FrameError, LineSplitter, StreamId};
-use crate::output::{Tail, Utf8Decoder};
+use crate::frames::{parse_frame, ExitStatus, Frame, FrameError, LineSplitter};
+use crate::output::CommandOutput;
 use crate::platform::{random_hex, Method, Platform, Request, TransportError, Wait, MS};
 use crate::script;
 use crate::types::{
@@ -180,14 +180,7 @@ struct Run {
     deadline: u64,
     budget: u64,
     cursor: u64,
-    stdout: Stream,
-    stderr: Stream,
-}
-
-#[derive(Default)]
-struct Stream {
-    decoder: Utf8Decoder,
-    tail: Tail,
+    output: CommandOutput,
 }
 
 impl Run {
@@ -198,8 +191,7 @@ impl Run {
             deadline,
             budget,
             cursor: 0,
-            stdout: Stream::default(),
-            stderr: Stream::default(),
+            output: CommandOutput::default(),
         }
     }
 
@@ -305,45 +297,10 @@ impl Run {
             }
             Ok(Some(Frame::Data { seq, stream, bytes })) => {
                 self.cursor = seq;
-                let target = match stream {
-                    StreamId::Stdout => &mut self.stdout,
-                    StreamId::Stderr => &mut self.stderr,
-                };
-                let text = target.decoder.push(&bytes);
-                if !text.is_empty() {
-                    platform.emit_output(stream, &text);
-                    target.tail.push(&text);
-                }
+                self.output.push(platform, stream, &bytes);
                 None
             }
         }
-    }
-
-    /// Flushes the decoders (an incomplete trailing character becomes U+FFFD).
-    fn flush_output(&mut self, platform: &mut dyn Platform) {
-        for (id, stream) in [
-            (StreamId::Stdout, &mut self.stdout),
-            (StreamId::Stderr, &mut self.stderr),
-        ] {
-            let rest = stream.decoder.finish();
-            if !rest.is_empty() {
-                platform.emit_output(id, &rest);
-                stream.tail.push(&rest);
-            }
-        }
-    }
-
-    fn partial(&self, timed_out: bool) -> PartialOutput {
-        PartialOutput {
-            stdout: self.stdout.tail.text(),
-            stderr: self.stderr.tail.text(),
-            timed_out,
-            output_truncated: self.truncated(),
-        }
-    }
-
-    fn truncated(&self) -> bool {
-        self.stdout.tail.truncated() || self.stderr.tail.truncated()
     }
 
     /// Turns a stop into the outcome, deleting the process tree first on
@@ -353,7 +310,7 @@ impl Run {
         platform: &mut dyn Platform,
         stop: Stop,
     ) -> Result<ExecuteResult, ProviderError> {
-        self.flush_output(platform);
+        self.output.finish(platform);
         let timed_out = matches!(stop, Stop::TimedOut);
         let after_cleanup = match stop {
             Stop::Exited(ExitStatus::Code(code)) => {
@@ -372,13 +329,13 @@ impl Run {
                 process_id: Some(self.process_id.clone()),
                 phase: CleanupPhase::ProcessTermination,
                 cause,
-                partial: Some(self.partial(timed_out)),
+                partial: Some(self.output.partial(timed_out)),
             }));
         }
         // Termination is confirmed: an error keeps what the command printed.
         after_cleanup
             .map(|()| self.result(None, None, true))
-            .map_err(|error| api::with_partial(error, self.partial(false)))
+            .map_err(|error| api::with_partial(error, self.output.partial(false)))
     }
 
     fn result(
@@ -391,10 +348,10 @@ impl Run {
             exit_code,
             signal,
             timed_out,
-            stdout: self.stdout.tail.text(),
-            stderr: self.stderr.tail.text(),
+            stdout: self.output.stdout(),
+            stderr: self.output.stderr(),
             process_id: self.process_id.clone(),
-            output_truncated: self.truncated(),
+            output_truncated: self.output.truncated(),
         }
     }
 
@@ -478,6 +435,7 @@ fn transport_error(operation: &str, error: &TransportError) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frames::StreamId;
     use crate::platform::Instant;
     use crate::testing::ok;
     use provider_sdk::testing::{Answer, FakePlatform};

@@ -12,10 +12,8 @@
 use crate::api::{self, ApiError, Face};
 use crate::config::{Config, MAX_TIMEOUT_MS};
 use crate::logs::Demux;
-use provider_sdk::output::{Tail, Utf8Decoder};
-use provider_sdk::platform::{
-    random_hex, BodyReader, Method, Platform, StreamId, TransportError, Wait, MS,
-};
+use provider_sdk::output::CommandOutput;
+use provider_sdk::platform::{random_hex, BodyReader, Method, Platform, TransportError, Wait, MS};
 use provider_sdk::script;
 use provider_sdk::types::{
     CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, PartialOutput,
@@ -69,8 +67,7 @@ pub fn execute(
     let mut run = Run {
         command_id,
         deadline,
-        stdout: Stream::default(),
-        stderr: Stream::default(),
+        output: CommandOutput::default(),
     };
     let stop = run.follow(platform, &session);
     run.finish(platform, &session, stop)
@@ -257,18 +254,11 @@ enum Stop {
     Failed(ProviderError),
 }
 
-#[derive(Default)]
-struct Stream {
-    decoder: Utf8Decoder,
-    tail: Tail,
-}
-
 /// One running command and the output read so far.
 struct Run {
     command_id: String,
     deadline: u64,
-    stdout: Stream,
-    stderr: Stream,
+    output: CommandOutput,
 }
 
 impl Run {
@@ -321,7 +311,7 @@ impl Run {
             match (failure, exit) {
                 (None, Some(code)) => {
                     if let Some((stream, bytes)) = demux.finish() {
-                        self.emit(platform, stream, &bytes);
+                        self.output.push(platform, stream, &bytes);
                     }
                     return Stop::Exited(code);
                 }
@@ -373,20 +363,8 @@ impl Run {
             };
             *consumed += fresh.len() as u64;
             for (stream, bytes) in demux.push(fresh) {
-                self.emit(platform, stream, &bytes);
+                self.output.push(platform, stream, &bytes);
             }
-        }
-    }
-
-    fn emit(&mut self, platform: &mut dyn Platform, stream: StreamId, bytes: &[u8]) {
-        let target = match stream {
-            StreamId::Stdout => &mut self.stdout,
-            StreamId::Stderr => &mut self.stderr,
-        };
-        let text = target.decoder.push(bytes);
-        if !text.is_empty() {
-            platform.emit_output(stream, &text);
-            target.tail.push(&text);
         }
     }
 
@@ -448,32 +426,6 @@ impl Run {
         }
     }
 
-    fn flush(&mut self, platform: &mut dyn Platform) {
-        for (id, stream) in [
-            (StreamId::Stdout, &mut self.stdout),
-            (StreamId::Stderr, &mut self.stderr),
-        ] {
-            let rest = stream.decoder.finish();
-            if !rest.is_empty() {
-                platform.emit_output(id, &rest);
-                stream.tail.push(&rest);
-            }
-        }
-    }
-
-    fn partial(&self, timed_out: bool) -> PartialOutput {
-        PartialOutput {
-            stdout: self.stdout.tail.text(),
-            stderr: self.stderr.tail.text(),
-            timed_out,
-            output_truncated: self.truncated(),
-        }
-    }
-
-    fn truncated(&self) -> bool {
-        self.stdout.tail.truncated() || self.stderr.tail.truncated()
-    }
-
     /// Deletes the session on every path (it terminates what the command
     /// left running), then turns the stop into the outcome.
     fn finish(
@@ -482,7 +434,7 @@ impl Run {
         session: &Session,
         stop: Stop,
     ) -> Result<ExecuteResult, ProviderError> {
-        self.flush(platform);
+        self.output.finish(platform);
         let timed_out = matches!(stop, Stop::TimedOut);
         if let Err(cause) = session.delete(platform) {
             return Err(ProviderError::CleanupFailed(CleanupFailure {
@@ -490,23 +442,23 @@ impl Run {
                 process_id: Some(self.command_id.clone()),
                 phase: CleanupPhase::ProcessTermination,
                 cause,
-                partial: Some(self.partial(timed_out)),
+                partial: Some(self.output.partial(timed_out)),
             }));
         }
         let result = |exit_code, timed_out| ExecuteResult {
             exit_code,
             signal: None,
             timed_out,
-            stdout: self.stdout.tail.text(),
-            stderr: self.stderr.tail.text(),
+            stdout: self.output.stdout(),
+            stderr: self.output.stderr(),
             process_id: self.command_id.clone(),
-            output_truncated: self.truncated(),
+            output_truncated: self.output.truncated(),
         };
         match stop {
             Stop::Exited(code) => Ok(result(Some(code), false)),
             Stop::TimedOut => Ok(result(None, true)),
-            Stop::Cancelled => Err(ProviderError::Cancelled(Some(self.partial(false)))),
-            Stop::Failed(error) => Err(api::with_partial(error, self.partial(false))),
+            Stop::Cancelled => Err(ProviderError::Cancelled(Some(self.output.partial(false)))),
+            Stop::Failed(error) => Err(api::with_partial(error, self.output.partial(false))),
         }
     }
 }
