@@ -15,6 +15,7 @@ import { CANCEL_REQUESTED } from "./cancel-extension.js";
 import { createPacerBuffer, pacerStarted, pacerThrottled, pacerWaits } from "./pacer.js";
 import { defaultLedgerPath } from "./rate-ledger.js";
 import type { ThreadCall, ThreadCallError, ThreadMessage } from "./provider-thread.js";
+import type { OriginRoute } from "./secrets.js";
 import type { ProviderOperation, WitRateLimit } from "./wit-types.js";
 
 /** A call's failure as the pool reports it. */
@@ -33,8 +34,8 @@ export class ProviderCallError extends Error {
 export interface CallOptions {
   /** Receives live output chunks in order. */
   onOutput?: (stream: "stdout" | "stderr", chunk: string) => void;
-  /** The secret header for the call's allowed origin. */
-  secret?: { header: string; value: string };
+  /** The API origins the call may reach, each with its secret header (`splitConfig`). */
+  routes?: OriginRoute[];
   /** The request budget per origin, shared by all threads (none: no limit). */
   rateLimit?: WitRateLimit;
 }
@@ -77,6 +78,7 @@ export class ProviderPool {
   readonly #ledgerPath: string;
   readonly #size: number;
   readonly #testTrapMarker: string | undefined;
+  readonly #componentDir: string | undefined;
   #nextId = 1;
   #closed = false;
   readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0 };
@@ -106,11 +108,21 @@ export class ProviderPool {
    * pool); `ledgerPath`: the machine-wide budget file (default
    * {@link defaultLedgerPath}).
    */
-  constructor(options: { size?: number; testTrapMarker?: string; pacerBuffer?: SharedArrayBuffer; ledgerPath?: string } = {}) {
+  constructor(
+    options: {
+      size?: number;
+      testTrapMarker?: string;
+      pacerBuffer?: SharedArrayBuffer;
+      ledgerPath?: string;
+      /** The transpiled component's directory (a `file:` URL ending in `/`); default `./component/` beside this module. */
+      componentDir?: string;
+    } = {},
+  ) {
     this.#pacerBuffer = options.pacerBuffer ?? createPacerBuffer();
     this.#ledgerPath = options.ledgerPath ?? defaultLedgerPath();
     this.#size = Math.max(1, options.size ?? Math.min(4, cpus().length));
     this.#testTrapMarker = options.testTrapMarker;
+    this.#componentDir = options.componentDir;
     for (let i = 0; i < this.#size; i++) this.#threads.push(this.#spawn());
     this.stats.threads = this.#size;
   }
@@ -122,7 +134,12 @@ export class ProviderPool {
 
   #spawn(): PoolThread {
     const worker = new Worker(new URL("./provider-thread.js", import.meta.url), {
-      workerData: { pacerBuffer: this.#pacerBuffer, ledgerPath: this.#ledgerPath, testTrapMarker: this.#testTrapMarker },
+      workerData: {
+        pacerBuffer: this.#pacerBuffer,
+        ledgerPath: this.#ledgerPath,
+        testTrapMarker: this.#testTrapMarker,
+        componentDir: this.#componentDir,
+      },
       // Whatever the thread (or the shim's I/O thread under it) prints goes to
       // this process's stderr: stdout is Paperclip's JSON-RPC channel.
       stdout: true,
@@ -205,7 +222,7 @@ export class ProviderPool {
           operation,
           args,
           cancelFlag,
-          secret: options.secret,
+          routes: options.routes,
           rateLimit: options.rateLimit,
         },
         onOutput: options.onOutput,

@@ -17,9 +17,11 @@ import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
 import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
 import { callBudgetMs } from "./call-deadline.js";
 import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
-import { allowedOrigins, createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
+import { createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
+import { checkAskedOrigins, type OriginRoute } from "./secrets.js";
 import { HostOutgoingBody, HostOutgoingRequest } from "./request-body.js";
 import { Pacer } from "./pacer.js";
+import { COMPONENT_NAME } from "./component-name.js";
 import type { ProviderOperation, WitConfigValidation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
 
 /** A call the pool sends to a thread. */
@@ -30,8 +32,12 @@ export interface ThreadCall {
   args: unknown[];
   /** Int32 flag: 0 running, 1 cancel requested, 2 finished. */
   cancelFlag: SharedArrayBuffer;
-  /** The secret header for the call's allowed origin, resolved by the pool. */
-  secret?: { header: string; value: string };
+  /**
+   * The API origins the config names (in the provider's `origin-fields`
+   * order), each with the secret header its requests carry; the only
+   * origins the call may reach (`secrets.ts`).
+   */
+  routes?: OriginRoute[];
   /** The request budget per origin for this call (none: no limit). */
   rateLimit?: WitRateLimit;
 }
@@ -52,12 +58,16 @@ export type ThreadCallError =
 const port = parentPort;
 if (!port) throw new Error("provider-thread.js must run as a worker thread");
 
-const componentDir = new URL("./component/", import.meta.url);
+/** The transpiled component: `./component/` beside the host code (a packed package), or the pool's choice. */
+const componentDir = workerData.componentDir ? new URL(workerData.componentDir as string) : new URL("./component/", import.meta.url);
 const cancelExtension = new URL("./cancel-extension.js", import.meta.url);
 const pacer = new Pacer(workerData.pacerBuffer as SharedArrayBuffer, workerData.ledgerPath as string);
 const trapMarker: string | undefined = workerData.testTrapMarker;
 
-let policy: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
+/** Nothing allowed: outside a call, and for calls that send no request. */
+const NOTHING: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
+/** The rules of the call in progress, for a request's target origin. */
+let policy: (target: string | undefined) => OutgoingPolicy = () => NOTHING;
 let currentCall: { id: number; cancelFlag: SharedArrayBuffer; futures: number[] } | undefined;
 
 const coreModules = new Map<string, Promise<WebAssembly.Module>>();
@@ -122,7 +132,7 @@ function importObject() {
     "wasi:clocks/monotonic-clock": clocks.monotonicClock,
     "wasi:clocks/wall-clock": clocks.wallClock,
     "wasi:http/types": { ...http.types, Fields: HostFields, OutgoingRequest: HostOutgoingRequest, OutgoingBody: HostOutgoingBody },
-    "wasi:http/outgoing-handler": createOutgoingHandler(() => policy, pacer),
+    "wasi:http/outgoing-handler": createOutgoingHandler((target) => policy(target), pacer),
     "wasi:io/error": io.error,
     "wasi:io/poll": io.poll,
     "wasi:io/streams": io.streams,
@@ -133,7 +143,7 @@ function importObject() {
 type Provider = Record<ProviderOperation, (...args: unknown[]) => unknown>;
 
 async function instantiate(): Promise<Provider> {
-  const { instantiate: instantiateComponent } = await import(new URL("createos.js", componentDir).href);
+  const { instantiate: instantiateComponent } = await import(new URL(`${COMPONENT_NAME}.js`, componentDir).href);
   const root = await instantiateComponent(coreModule, importObject());
   return root.provider as Provider;
 }
@@ -161,20 +171,27 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
   currentCall = { id: call.id, cancelFlag: call.cancelFlag, futures: [] };
   try {
     const ctx = contextOf(call.operation, call.args);
-    let allowedOrigin: string | undefined;
+    const routes = call.routes ?? [];
     let budget: WitConfigValidation["budget"];
     if (ctx) {
       const validation = instance.validateConfig(ctx.config) as WitConfigValidation;
-      allowedOrigin = allowedOrigins(validation)[0];
       budget = validation.budget;
+      const problem = validation.ok ? checkAskedOrigins(validation.apiOrigins, routes) : undefined;
+      if (problem) {
+        // Refused before the operation runs: no request was made.
+        return { kind: "done", id: call.id, ok: false, error: { kind: "provider", payload: { tag: "invalid-config", val: [problem] } } };
+      }
     }
     const cancelFlag = new Int32Array(call.cancelFlag);
-    policy = {
-      allowedOrigin,
-      secret: allowedOrigin ? call.secret : undefined,
+    const common = {
       rateLimit: call.rateLimit,
       deadlineMs: Date.now() + callBudgetMs(call.operation, budget, call.args),
       cancelled: () => Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED,
+    };
+    const allowed = ctx ? routes : [];
+    policy = (target) => {
+      const route = target === undefined ? undefined : allowed.find((r) => r.origin === target);
+      return { ...common, allowedOrigin: route?.origin, secret: route?.secret };
     };
     const value = instance[call.operation](...call.args);
     return { kind: "done", id: call.id, ok: true, value };
@@ -188,7 +205,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     return { kind: "done", id: call.id, ok: false, error: { kind: "trap", message } };
   } finally {
-    policy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
+    policy = () => NOTHING;
     const flag = new Int32Array(call.cancelFlag);
     Atomics.compareExchange(flag, 0, 0, CALL_FINISHED);
     Atomics.notify(flag, 0);
