@@ -163,6 +163,9 @@ export async function pack({ component, out, devCopy = false, log = () => {} }) 
     const description = await describeComponent(componentDir, name);
     const pkg = JSON.parse(readFileSync(path.join(nodeDir, "package.json"), "utf8"));
     const manifest = await manifestFor(description, { version: pkg.version, author: pkg.author }, name);
+    // The worker answers `initialize` from this instead of instantiating the component first.
+    const { PACKED_DESCRIPTION } = await hostModule("pool.js");
+    writeFileSync(path.join(componentDir, PACKED_DESCRIPTION), `${JSON.stringify(description, null, 2)}\n`);
     if (devCopy) {
       rmSync(path.join(hostDist, "component"), { recursive: true, force: true });
       cpSync(componentDir, path.join(hostDist, "component"), { recursive: true });

@@ -58,7 +58,7 @@ import {
 import { OrphanStore } from "./orphans.js";
 import { PoisonStore } from "./poison.js";
 import { defaultLedgerPath } from "./rate-ledger.js";
-import { ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
+import { packedDescription, ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
 import { checkAskedOrigins, splitConfig, type OriginRoute } from "./secrets.js";
 import { syncIn, syncOut, type SyncBackend } from "./sync.js";
 import type {
@@ -364,7 +364,11 @@ export function createPlugin(options: PluginOptions = {}) {
         componentDir: options.componentDir,
         ledgerPath: options.rateLedgerPath ?? defaultLedgerPath(env),
       });
-      description = await pool.call<WitProviderDescription>("describe", []).result;
+      // The packer stored describe()'s answer beside the component: the worker answers
+      // `initialize` at once while the pool's first thread instantiates in the background.
+      description =
+        ((await packedDescription(options.componentDir)) as WitProviderDescription | undefined) ??
+        (await pool.call<WitProviderDescription>("describe", []).result);
     },
 
     async onHealth() {

@@ -3,13 +3,18 @@
  * from the thread that serves Paperclip's JSON-RPC (which never blocks).
  *
  * Each thread holds one reused component instance and runs one call at a
- * time; calls wait in FIFO order for a free thread. Every call gets its own
+ * time; calls wait in FIFO order for a free thread. The component's core
+ * modules are compiled once per pool (off the main thread, by V8) and
+ * shared with every thread; one thread starts with the pool, the others
+ * only when calls wait and fewer than `size` threads exist, so a worker's
+ * start pays for one instance at most. Every call gets its own
  * cancellation flag, so the plugin can stop a running `execute` (release,
  * destroy, shutdown) through `sandbox:provider/host.cancellation`. A thread
  * whose instance trapped replaces the instance itself; a thread that dies is
  * replaced by the pool.
  */
 import { Worker } from "node:worker_threads";
+import { readdir, readFile } from "node:fs/promises";
 import { cpus } from "node:os";
 import { CANCEL_REQUESTED } from "./cancel-extension.js";
 import { createPacerBuffer, pacerStarted, pacerThrottled, pacerWaits } from "./pacer.js";
@@ -79,6 +84,8 @@ export class ProviderPool {
   readonly #size: number;
   readonly #testTrapMarker: string | undefined;
   readonly #componentDir: string | undefined;
+  /** The component's core modules, compiled once for every thread of this pool. */
+  readonly #modules: Promise<Map<string, WebAssembly.Module>>;
   #nextId = 1;
   #closed = false;
   readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0 };
@@ -123,8 +130,11 @@ export class ProviderPool {
     this.#size = Math.max(1, options.size ?? Math.min(4, cpus().length));
     this.#testTrapMarker = options.testTrapMarker;
     this.#componentDir = options.componentDir;
-    for (let i = 0; i < this.#size; i++) this.#threads.push(this.#spawn());
-    this.stats.threads = this.#size;
+    this.#modules = compileCoreModules(componentDirOf(this.#componentDir));
+    // Unhandled here: a thread that needs the modules reports the failure with its call.
+    this.#modules.catch(() => {});
+    this.#threads.push(this.#spawn());
+    this.stats.threads = this.#threads.length;
   }
 
   /** Resolves when every thread has its first instance (milliseconds each took). */
@@ -147,6 +157,10 @@ export class ProviderPool {
     });
     worker.stdout.pipe(process.stderr, { end: false });
     worker.unref();
+    this.#modules.then(
+      (modules) => worker.postMessage({ kind: "modules", modules }),
+      (error: unknown) => worker.postMessage({ kind: "modules", error: error instanceof Error ? error.message : String(error) }),
+    );
     let markReady: (ms: number) => void = () => {};
     const thread: PoolThread = { worker, busy: undefined, ready: new Promise((resolve) => (markReady = resolve)) };
     worker.on("message", (message: ThreadMessage) => {
@@ -194,6 +208,11 @@ export class ProviderPool {
   }
 
   #dispatch() {
+    // Calls wait and every thread is busy: start another, up to `size`.
+    if (!this.#closed && this.#threads.length < this.#size && this.#queue.length > this.#threads.filter((t) => !t.busy).length) {
+      this.#threads.push(this.#spawn());
+      this.stats.threads = this.#threads.length;
+    }
     for (const thread of this.#threads) {
       if (thread.busy) continue;
       const call = this.#queue.shift();
@@ -246,5 +265,33 @@ export class ProviderPool {
     this.#closed = true;
     for (const call of this.#queue.splice(0)) call.reject(new Error("the provider pool is shut down"));
     await Promise.all(this.#threads.map((thread) => thread.worker.terminate()));
+  }
+}
+
+/** Compiles every core module of the transpiled component in `dir` (V8 compiles off the main thread). */
+async function compileCoreModules(dir: URL): Promise<Map<string, WebAssembly.Module>> {
+  const names = (await readdir(dir)).filter((name) => name.endsWith(".wasm"));
+  const compiled = await Promise.all(names.map(async (name) => [name, await WebAssembly.compile(await readFile(new URL(name, dir)))] as const));
+  return new Map(compiled);
+}
+
+/** The transpiled component's directory: `option` (a `file:` URL ending in `/`), else `./component/` beside this module. */
+export function componentDirOf(option?: string): URL {
+  return new URL(option ?? new URL("./component/", import.meta.url).href);
+}
+
+/** The name of the file in which the packer stores the component's `describe()` answer, beside the component. */
+export const PACKED_DESCRIPTION = "description.json";
+
+/**
+ * The `describe()` answer the packer stored with the component, or
+ * undefined when there is none (then the component is asked). Lets a
+ * worker answer `initialize` before any instance exists.
+ */
+export async function packedDescription(option?: string): Promise<unknown> {
+  try {
+    return JSON.parse(await readFile(new URL(PACKED_DESCRIPTION, componentDirOf(option)), "utf8"));
+  } catch {
+    return undefined;
   }
 }

@@ -12,7 +12,6 @@
  * no arguments and no stdin.
  */
 import { parentPort, workerData } from "node:worker_threads";
-import { readFile } from "node:fs/promises";
 import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
 import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
 import { callBudgetMs } from "./call-deadline.js";
@@ -70,13 +69,17 @@ const NOTHING: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, r
 let policy: (target: string | undefined) => OutgoingPolicy = () => NOTHING;
 let currentCall: { id: number; cancelFlag: SharedArrayBuffer; futures: number[] } | undefined;
 
-const coreModules = new Map<string, Promise<WebAssembly.Module>>();
-function coreModule(name: string): Promise<WebAssembly.Module> {
-  let module = coreModules.get(name);
-  if (!module) {
-    module = readFile(new URL(name, componentDir)).then((bytes) => WebAssembly.compile(bytes));
-    coreModules.set(name, module);
-  }
+/** The core modules the pool compiled once for all its threads (posted right after the thread starts). */
+let markModules: (modules: Map<string, WebAssembly.Module>) => void = () => {};
+let failModules: (reason: Error) => void = () => {};
+const compiledModules = new Promise<Map<string, WebAssembly.Module>>((resolve, reject) => {
+  markModules = resolve;
+  failModules = reject;
+});
+compiledModules.catch(() => {});
+async function coreModule(name: string): Promise<WebAssembly.Module> {
+  const module = (await compiledModules).get(name);
+  if (!module) throw new Error(`the transpiled component has no core module ${name}`);
   return module;
 }
 
@@ -220,7 +223,13 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
   }
 }
 
-port.on("message", (call: ThreadCall) => {
+port.on("message", (message: ThreadCall | { kind: "modules"; modules?: Map<string, WebAssembly.Module>; error?: string }) => {
+  if (message.kind === "modules") {
+    if (message.modules) markModules(message.modules);
+    else failModules(new Error(`the component could not be compiled: ${message.error}`));
+    return;
+  }
+  const call = message;
   run(call).then(
     (message) => port.postMessage(message),
     (error) =>

@@ -33,6 +33,8 @@ for (const key of PACKAGES) {
     const { default: manifest } = await import(new URL("dist/manifest.js", packageDir(key)).href);
     const description = await describePackage(key);
     assert.equal(description.driverKey, key);
+    const packed = JSON.parse(await readFile(new URL("dist/component/description.json", packageDir(key)), "utf8"));
+    assert.deepEqual(packed, JSON.parse(JSON.stringify(description)), "the description the worker answers initialize from is the component's own (absent options as absent keys)");
     assert.deepEqual(manifest, buildManifest(description, { version: hostPackage.version, author: hostPackage.author }));
     const [driver] = manifest.environmentDrivers;
     assert.equal(manifest.id, `sandbox-provider.${key}-wasm`);

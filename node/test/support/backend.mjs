@@ -24,9 +24,9 @@ export function backendBinary() {
  * `/v1` request beyond that many in any sliding window; `info()` gives its
  * counters (`rate_limit.admitted`, `rate_limit.refused`).
  */
-export async function startBackend({ rateLimit, toolbox = false } = {}) {
+export async function startBackend({ rateLimit, toolbox = false, extraArgs = [] } = {}) {
   const key = `test-key-${randomBytes(12).toString("hex")}`;
-  const args = ["--port", "0", "--api-key", key, ...(rateLimit ? ["--rate-limit", rateLimit] : []), ...(toolbox ? ["--toolbox-port", "0"] : [])];
+  const args = ["--port", "0", "--api-key", key, ...(rateLimit ? ["--rate-limit", rateLimit] : []), ...(toolbox ? ["--toolbox-port", "0"] : []), ...extraArgs];
   const child = spawn(backendBinary(), args, { stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (chunk) => (stderr += chunk));
