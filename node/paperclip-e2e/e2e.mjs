@@ -13,7 +13,10 @@
 // own with nothing but `lo` (`unshare --net`), so neither Paperclip nor the
 // plugin can reach anything else. Embedded PostgreSQL refuses to run as
 // root, so as root Paperclip runs as `nobody` (setpriv) with a data
-// directory it owns; otherwise as the calling user.
+// directory it owns; otherwise as the calling user. As root the run also
+// gets a mount namespace of its own, where node/ is bind-mounted inside
+// that data directory, so `nobody` reaches the CLI, Node and the packages
+// even when the checkout lives under a directory only root may enter.
 //
 // Needs: node/packages/{createos,daytona} (`npm run build`), `paperclipai`
 // in node/paperclip-host-test/node_modules, target/debug/createos-local
@@ -21,14 +24,14 @@
 // `unshare` and `setpriv`, and iproute2's `ip`.
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, chownSync, existsSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
-const nodeDir = path.resolve(here, "..");
+const nodeDir = realpathSync(path.resolve(here, ".."));
 const paperclipCli = path.join(nodeDir, "paperclip-host-test", "node_modules", "paperclipai", "dist", "index.js");
 const backendBinary = process.env.CREATEOS_LOCAL_BIN ?? path.resolve(nodeDir, "..", "target", "debug", "createos-local");
 const NOBODY = 65534;
@@ -42,7 +45,7 @@ function fail(message) {
 
 // 1. A network namespace of our own, with only loopback up.
 if (process.env.PAPERCLIP_E2E_IN_NETNS !== "1") {
-  const userns = process.getuid() === 0 ? [] : ["--user", "--map-current-user"];
+  const userns = process.getuid() === 0 ? ["--mount"] : ["--user", "--map-current-user"];
   const child = spawnSync(
     "unshare",
     [...userns, "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', process.execPath, fileURLToPath(import.meta.url), ...process.argv.slice(2)],
@@ -70,10 +73,24 @@ if (!existsSync(backendBinary)) fail(`createos-local is missing at ${backendBina
 
 const asRoot = process.getuid() === 0;
 const data = mkdtempSync(path.join(tmpdir(), "paperclip-e2e-"));
+/** node/ as Paperclip sees it: bind-mounted into the data directory when Paperclip runs as nobody. */
+let visibleNode = nodeDir;
 if (asRoot) {
   chownSync(data, NOBODY, NOBODY);
   chmodSync(data, 0o700);
+  visibleNode = path.join(data, "node");
+  mkdirSync(visibleNode);
+  const mounted = spawnSync("mount", ["--bind", nodeDir, visibleNode], { encoding: "utf8" });
+  if (mounted.status !== 0) fail(`cannot bind-mount node/ for the unprivileged Paperclip: ${mounted.stderr.trim()}`);
 }
+/** Whether `dir` is a mount point in this mount namespace (/proc/self/mountinfo, field 5). */
+function isMountPoint(dir) {
+  return readFileSync("/proc/self/mountinfo", "utf8")
+    .split("\n")
+    .some((line) => line.split(" ")[4] === dir);
+}
+/** A path under node/ as Paperclip sees it. */
+const visible = (file) => (file.startsWith(nodeDir + path.sep) ? path.join(visibleNode, path.relative(nodeDir, file)) : file);
 /** Paperclip's own environment: nothing of ours but what it needs; no telemetry. */
 const paperclipEnv = {
   PATH: process.env.PATH ?? "/usr/bin:/bin",
@@ -86,7 +103,7 @@ const paperclipEnv = {
 /** argv to run `paperclipai ARGS` (as nobody when we are root). */
 const paperclip = (args) =>
   asRoot
-    ? ["setpriv", ["--reuid", String(NOBODY), "--regid", String(NOBODY), "--clear-groups", process.execPath, paperclipCli, ...args]]
+    ? ["setpriv", ["--reuid", String(NOBODY), "--regid", String(NOBODY), "--clear-groups", visible(process.execPath), visible(paperclipCli), ...args]]
     : [process.execPath, [paperclipCli, ...args]];
 
 const cleanups = [];
@@ -189,14 +206,19 @@ try {
       console.error(`e2e: FAIL createos-local did not report every process tree gone:\n${stderr.slice(-1000)}`);
     }
   });
-  cleanups.push(async () => rmSync(data, { recursive: true, force: true }));
+  cleanups.push(async () => {
+    // The bind mount goes first (it is node/ itself), then the data directory.
+    if (visibleNode !== nodeDir) spawnSync("umount", [visibleNode]);
+    if (visibleNode !== nodeDir && isMountPoint(visibleNode)) throw new Error(`${visibleNode} is still mounted; not removing the data directory`);
+    rmSync(data, { recursive: true, force: true });
+  });
   paperclipServer = await startPaperclip();
   console.log(`e2e: Paperclip ready at ${paperclipServer.apiBase} (${elapsed()}), createos-local at ${backend.url}, running as ${asRoot ? "nobody" : "this user"} in a loopback-only network namespace`);
   const [company] = cli(paperclipServer.apiBase, ["company", "list"]);
   if (!company?.id) throw new Error("test-drive created no company");
 
   for (const { driver, config } of PACKAGES) {
-    const packageDir = path.join(nodeDir, "packages", driver);
+    const packageDir = visible(path.join(nodeDir, "packages", driver));
     const t0 = performance.now();
     cli(paperclipServer.apiBase, ["plugin", "install", "--local", packageDir]);
     const installed = cli(paperclipServer.apiBase, ["plugin", "list"]).find((p) => p.manifestJson?.environmentDrivers?.some((d) => d.driverKey === driver));
