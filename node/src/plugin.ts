@@ -350,6 +350,8 @@ export function createPlugin(options: PluginOptions = {}) {
           [ctx, lease, toExecuteRequest({ command, args, cwd: options?.cwd, timeoutMs: options?.timeoutMs })],
           secret,
         ),
+      // An entry a sync refuses alone is named here and skipped (sync.ts).
+      warn: (message) => context?.logger.warn(message),
     };
   }
 
