@@ -15,9 +15,9 @@ import { parentPort, workerData } from "node:worker_threads";
 import { readFile } from "node:fs/promises";
 import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
 import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
-import { callBudgetMs } from "./call-deadline.js";
+import { callBudgetMs, requestBudgetMs } from "./call-deadline.js";
 import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
-import { allowedOrigins, createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
+import { allowedOrigins, createOutgoingHandler, HostFields, httpErrorCode, type OutgoingPolicy } from "./outgoing-handler.js";
 import { HostOutgoingBody, HostOutgoingRequest } from "./request-body.js";
 import { Pacer } from "./pacer.js";
 import type { ProviderOperation, WitConfigValidation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
@@ -121,7 +121,7 @@ function importObject() {
     "wasi:cli/terminal-stderr": cli.terminalStderr,
     "wasi:clocks/monotonic-clock": clocks.monotonicClock,
     "wasi:clocks/wall-clock": clocks.wallClock,
-    "wasi:http/types": { ...http.types, Fields: HostFields, OutgoingRequest: HostOutgoingRequest, OutgoingBody: HostOutgoingBody },
+    "wasi:http/types": { ...http.types, Fields: HostFields, OutgoingRequest: HostOutgoingRequest, OutgoingBody: HostOutgoingBody, httpErrorCode },
     "wasi:http/outgoing-handler": createOutgoingHandler(() => policy, pacer),
     "wasi:io/error": io.error,
     "wasi:io/poll": io.poll,
@@ -175,6 +175,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
       rateLimit: call.rateLimit,
       deadlineMs: Date.now() + callBudgetMs(call.operation, budget, call.args),
       cancelled: () => Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED,
+      maxThrottleWaitMs: ctx ? requestBudgetMs(budget) : undefined,
     };
     const value = instance[call.operation](...call.args);
     return { kind: "done", id: call.id, ok: true, value };
