@@ -320,3 +320,39 @@ fn the_shared_fault_scenarios_hold_for_the_rust_host() {
     }
     assert!(ran.len() >= 10, "ran only {ran:?}");
 }
+
+/// The shared decision table's deadline arithmetic
+/// (`node/test/scenarios/policy-decisions.json`, run by the Node host's
+/// `callBudgetMs` / `requestBudgetMs` too): the host's deadline for a call
+/// and one request's budget, from the provider's `operation-budget`.
+#[test]
+fn the_shared_deadline_decisions_hold_for_the_rust_host() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("node/test/scenarios/policy-decisions.json");
+    let table: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let cases = table["deadlines"].as_array().unwrap();
+    assert!(cases.len() >= 5);
+    for case in cases {
+        let declared = case["budget"].as_object().map(|b| OperationBudget {
+            operation_ms: b["operationMs"].as_u64().unwrap(),
+            request_ms: b["requestMs"].as_u64().unwrap(),
+        });
+        let budget = sandbox_host::Budget::from_validation(declared.as_ref());
+        let deadline = if case["operation"] == "execute" {
+            budget.execute_deadline(case["commandTimeoutMs"].as_u64().map(Duration::from_millis))
+        } else {
+            budget.lifecycle_deadline()
+        };
+        let name = &case["name"];
+        assert_eq!(
+            deadline.as_millis() as u64,
+            case["deadlineMs"].as_u64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            budget.request.as_millis() as u64,
+            case["requestBudgetMs"].as_u64().unwrap(),
+            "{name}"
+        );
+    }
+}

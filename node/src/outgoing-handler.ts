@@ -212,9 +212,28 @@ function methodOf(request: ShimOutgoingRequest): string {
 export function retryAfterMs(response: ShimIncomingResponse): number | undefined {
   const values = response.headers().get("retry-after") as Uint8Array[];
   if (values.length === 0) return undefined;
-  const text = new TextDecoder().decode(values[0]).trim();
-  if (!/^\d+$/.test(text)) return undefined;
-  return Number(text) * 1000;
+  return retryAfterTextMs(new TextDecoder().decode(values[0]));
+}
+
+/**
+ * A `Retry-After` value in milliseconds: only delta-seconds (digits, no
+ * sign); a value too large for any clock still counts (the pause is capped
+ * anyway); a date or anything else is no answer.
+ */
+export function retryAfterTextMs(text: string): number | undefined {
+  const trimmed = text.trim();
+  if (!/^\d+$/.test(trimmed)) return undefined;
+  return Number(trimmed) * 1000;
+}
+
+/**
+ * How long a 429 pauses its origin: its `Retry-After` (seconds), else one
+ * window, at most {@link MAX_THROTTLE_PAUSE_MS}. The Rust host's
+ * `throttle_pause`; the shared decision table holds both.
+ */
+export function throttlePauseMs(retryAfter: string | undefined, windowMs: number): number {
+  const asked = retryAfter === undefined ? undefined : retryAfterTextMs(retryAfter);
+  return Math.min(asked ?? windowMs, MAX_THROTTLE_PAUSE_MS);
 }
 
 function responseOf(value: FutureValue): ShimIncomingResponse | undefined {
@@ -442,7 +461,7 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
     for (let repeats = 0; ; repeats++) {
       const response = responseOf(value);
       if (!response || response.status() !== 429) return value;
-      const pause = Math.min(retryAfterMs(response) ?? limit.windowMs, MAX_THROTTLE_PAUSE_MS);
+      const pause = Math.min(retryAfterMs(response) ?? limit.windowMs, MAX_THROTTLE_PAUSE_MS); // = throttlePauseMs
       try {
         pacer.throttled(origin, pause);
       } catch {

@@ -10,6 +10,7 @@ import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { startBackend } from "./support/backend.mjs";
 import { startPlugin, base, COMPANY } from "./support/plugin.mjs";
+import { isErrorCode, streamFailureCode } from "../dist/outgoing-handler.js";
 
 const SCENARIOS = Object.fromEntries(
   JSON.parse(readFileSync(new URL("./scenarios/local-backend-faults.json", import.meta.url), "utf8")).scenarios.map((s) => [s.name, s]),
@@ -97,4 +98,25 @@ test("a /connect that always breaks off ends in a typed error with the process c
   } finally {
     await plugin.harness.destroyLease({ ...params(), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
   }
+});
+
+/** The mapping itself: whatever the shim caught, the component gets an `error-code` jco can lower. */
+test("every stream failure the shim can report maps to a wasi:http error code", () => {
+  const failures = [
+    new Error("aborted"),
+    Object.assign(new Error("socket hang up"), { code: "ECONNRESET" }),
+    Object.assign(new Error("write EPIPE"), { code: "EPIPE" }),
+    { code: "ETIMEDOUT", message: "timed out" },
+    { code: "HPE_INVALID_CHUNK_SIZE" },
+    undefined,
+    null,
+    "text",
+    42,
+  ];
+  for (const failure of failures) assert.ok(isErrorCode(streamFailureCode(failure)), String(failure));
+  assert.deepEqual(streamFailureCode(new Error("aborted")), { tag: "HTTP-response-incomplete" });
+  assert.deepEqual(streamFailureCode(Object.assign(new Error("x"), { code: "ECONNRESET" })), { tag: "connection-terminated" });
+  assert.deepEqual(streamFailureCode({ code: "ETIMEDOUT" }), { tag: "connection-read-timeout" });
+  const typed = { tag: "HTTP-response-body-size", val: 5n };
+  assert.equal(streamFailureCode(typed), typed, "a real error code passes through unchanged");
 });
