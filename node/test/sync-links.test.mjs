@@ -9,7 +9,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { lstat, mkdir, mkdtemp, readFile, readlink, rm, symlink, writeFile } from "node:fs/promises";
+import { lstat, mkdir, mkdtemp, readdir, readFile, readlink, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { startBackend } from "./support/backend.mjs";
@@ -141,6 +141,44 @@ test("followSymlinks copies links inside the mapping as contents and refuses the
     assert.deepEqual(report.operations, [{ operationId: "follow-in", filesTransferred: 3, bytesTransferred: 18 }]);
     const check = await plugin.harness.execute({ ...params(), lease, command: "sh", args: ["-c", "cd /paperclip-workspace/inside && find . -type l | wc -l && cat alias.py lib64/mod.py"] });
     assert.equal(check.stdout, "0\nX = 2\nX = 2\n");
+  } finally {
+    await plugin.harness.destroyLease({ ...params(), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+  }
+});
+
+/**
+ * The host side of "never followed out of the mapping": a host target
+ * whose directory is a link out of it (left by an earlier sync, say) is
+ * never written through; that one entry is named and skipped, the rest of
+ * the operation lands.
+ */
+test("sync out never writes through a host link out of the mapping: that entry is named and skipped, the rest lands", async () => {
+  const lease = await plugin.harness.acquireLease({ ...params(), runId: `run-${randomUUID()}` });
+  try {
+    const prepared = await plugin.harness.execute({
+      ...params(),
+      lease,
+      command: "sh",
+      args: ["-c", "mkdir -p /paperclip-workspace/out/lib && echo inner > /paperclip-workspace/out/lib/mod.py && echo top > /paperclip-workspace/out/top.txt"],
+    });
+    assert.equal(prepared.exitCode, 0, prepared.stderr);
+    const back = path.join(root, `back-${randomUUID()}`);
+    const elsewhere = path.join(root, `elsewhere-${randomUUID()}`);
+    await mkdir(back, { recursive: true });
+    await mkdir(elsewhere);
+    await symlink(elsewhere, path.join(back, "lib"));
+    plugin.harness.logs.length = 0;
+    const out = await plugin.hooks.onEnvironmentSyncOut({
+      ...params(),
+      lease,
+      operations: [{ operationId: "out", files: [{ sourcePath: "/paperclip-workspace/out", targetPath: back, kind: "directory" }] }],
+    });
+    assert.deepEqual(out.operations, [{ operationId: "out", filesTransferred: 1, bytesTransferred: 4 }]);
+    assert.equal(await readFile(path.join(back, "top.txt"), "utf8"), "top\n");
+    assert.deepEqual(await readdir(elsewhere), [], "nothing was written through the link");
+    const warnings = plugin.harness.logs.filter((l) => l.level === "warn").map((l) => l.message);
+    assert.equal(warnings.length, 1, JSON.stringify(warnings));
+    assert.match(warnings[0], /lib\/mod\.py.*never written through/);
   } finally {
     await plugin.harness.destroyLease({ ...params(), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
   }
