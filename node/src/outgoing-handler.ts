@@ -208,11 +208,16 @@ function methodOf(request: ShimOutgoingRequest): string {
   return (method.tag === "other" ? (method.val ?? "") : method.tag).toUpperCase();
 }
 
+/** A response's `Retry-After` text, if it has one. */
+function retryAfterHeader(response: ShimIncomingResponse): string | undefined {
+  const values = response.headers().get("retry-after") as Uint8Array[];
+  return values.length === 0 ? undefined : new TextDecoder().decode(values[0]);
+}
+
 /** A `Retry-After` given in seconds (an HTTP date is not trusted: clocks differ). */
 export function retryAfterMs(response: ShimIncomingResponse): number | undefined {
-  const values = response.headers().get("retry-after") as Uint8Array[];
-  if (values.length === 0) return undefined;
-  return retryAfterTextMs(new TextDecoder().decode(values[0]));
+  const text = retryAfterHeader(response);
+  return text === undefined ? undefined : retryAfterTextMs(text);
 }
 
 /**
@@ -461,7 +466,7 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
     for (let repeats = 0; ; repeats++) {
       const response = responseOf(value);
       if (!response || response.status() !== 429) return value;
-      const pause = Math.min(retryAfterMs(response) ?? limit.windowMs, MAX_THROTTLE_PAUSE_MS); // = throttlePauseMs
+      const pause = throttlePauseMs(retryAfterHeader(response), limit.windowMs);
       try {
         pacer.throttled(origin, pause);
       } catch {
