@@ -10,7 +10,7 @@ import { randomUUID } from "node:crypto";
 import { createEnvironmentTestHarness } from "@paperclipai/plugin-sdk/testing";
 import manifest from "../dist/manifest.js";
 import { createPlugin } from "../dist/plugin.js";
-import { startBackend } from "./support/backend.mjs";
+import { processesWith, startBackend } from "./support/backend.mjs";
 import { base, freshLedgerPath } from "./support/plugin.mjs";
 
 const HIGH_WATER = 64 * 1024;
@@ -109,6 +109,44 @@ test("a blocking log sink holds the stream back and loses nothing", async () => 
     assert.equal(delivered, result.stdout);
     const backlog = (await hooks.onHealth()).details.outputBacklogMaxChars;
     assert.ok(backlog <= HIGH_WATER + 256 * 1024, `at most ${backlog} characters were undelivered`);
+  } finally {
+    await hooks.onShutdown();
+  }
+});
+
+/**
+ * A command whose output is held back by a slow sink (the provider thread
+ * waiting in emit-output) is still cancellable: release cancels it, the
+ * thread stops waiting, the component deletes the process tree, and every
+ * chunk it had already read still reaches the sink before the result.
+ */
+test("a command held back by a slow sink is still cancelled by release, its tree deleted, its output so far delivered", async () => {
+  let delivered = "";
+  let first;
+  const firstChunk = new Promise((resolve) => (first = resolve));
+  const hooks = await pluginWithSink(async (stream, chunk) => {
+    first();
+    await new Promise((resolve) => setTimeout(resolve, 250));
+    if (stream === "stdout") delivered += chunk;
+  });
+  const token = `47.${Math.floor(Math.random() * 1e6)}`;
+  const params = base(backend);
+  try {
+    const lease = await hooks.onEnvironmentAcquireLease({ ...params, runId: `run-${randomUUID()}` });
+    const running = hooks
+      .onEnvironmentExecute({ ...params, lease, command: "sh", args: ["-c", `seq 1 60000; sleep ${token}`] })
+      .then(
+        () => null,
+        (error) => error,
+      );
+    await firstChunk;
+    const receipt = await hooks.onEnvironmentReleaseLease({ ...params, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+    const error = await running;
+    assert.match(error?.message ?? "", /cancelled/);
+    assert.match(error.message, /cleanup completed/);
+    assert.deepEqual(receipt, { providerLeaseId: lease.providerLeaseId, state: "destroyed" });
+    assert.deepEqual(await processesWith(`sleep ${token}`), [], "the process tree is gone");
+    assert.ok(delivered.length > 0 && seq(1, 60000).startsWith(delivered), "what was delivered is a prefix of the output, in order");
   } finally {
     await hooks.onShutdown();
   }
