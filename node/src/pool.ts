@@ -31,8 +31,14 @@ export class ProviderCallError extends Error {
 
 /** Options of one call. */
 export interface CallOptions {
-  /** Receives live output chunks in order. */
-  onOutput?: (stream: "stdout" | "stderr", chunk: string) => void;
+  /**
+   * Receives live output chunks in order, one at a time: a returned promise
+   * is awaited before the next chunk (and before the call's result). While
+   * more than the pool's `outputHighWaterChars` are not yet delivered, the
+   * provider thread waits in `emit-output`, so the component stops reading
+   * the stream: a slow sink slows the command's output, it never drops it.
+   */
+  onOutput?: (stream: "stdout" | "stderr", chunk: string) => void | Promise<void>;
   /** The secret header for the call's allowed origin. */
   secret?: { header: string; value: string };
   /** The request budget per origin, shared by all threads (none: no limit). */
@@ -52,6 +58,10 @@ interface PendingCall {
   onOutput?: CallOptions["onOutput"];
   /** The sandbox ids the component reported during the call. */
   recorded: string[];
+  /** Int32: output characters posted by the thread and not yet delivered to `onOutput`. */
+  outputCredit: Int32Array;
+  /** Settles when every chunk posted so far was delivered. */
+  delivered: Promise<void>;
   resolve(value: unknown): void;
   reject(error: unknown): void;
 }
@@ -68,7 +78,12 @@ export interface PoolStats {
   calls: number;
   traps: number;
   threadRestarts: number;
+  /** The most output characters a call ever had posted and not yet delivered (flow control's bound). */
+  outputBacklogMax: number;
 }
+
+/** Default bound of undelivered output per call (characters): beyond it the provider thread waits for the sink. */
+export const OUTPUT_HIGH_WATER_CHARS = 4 * 1024 * 1024;
 
 export class ProviderPool {
   readonly #threads: PoolThread[] = [];
@@ -79,7 +94,8 @@ export class ProviderPool {
   readonly #testTrapMarker: string | undefined;
   #nextId = 1;
   #closed = false;
-  readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0 };
+  readonly #outputHighWater: number;
+  readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0, outputBacklogMax: 0 };
 
   /** How many API requests of this process had to wait for the rate-limit budget so far. */
   get rateLimitWaits(): number {
@@ -106,7 +122,10 @@ export class ProviderPool {
    * pool); `ledgerPath`: the machine-wide budget file (default
    * {@link defaultLedgerPath}).
    */
-  constructor(options: { size?: number; testTrapMarker?: string; pacerBuffer?: SharedArrayBuffer; ledgerPath?: string } = {}) {
+  constructor(
+    options: { size?: number; testTrapMarker?: string; pacerBuffer?: SharedArrayBuffer; ledgerPath?: string; outputHighWaterChars?: number } = {},
+  ) {
+    this.#outputHighWater = Math.max(1, options.outputHighWaterChars ?? OUTPUT_HIGH_WATER_CHARS);
     this.#pacerBuffer = options.pacerBuffer ?? createPacerBuffer();
     this.#ledgerPath = options.ledgerPath ?? defaultLedgerPath();
     this.#size = Math.max(1, options.size ?? Math.min(4, cpus().length));
@@ -122,7 +141,12 @@ export class ProviderPool {
 
   #spawn(): PoolThread {
     const worker = new Worker(new URL("./provider-thread.js", import.meta.url), {
-      workerData: { pacerBuffer: this.#pacerBuffer, ledgerPath: this.#ledgerPath, testTrapMarker: this.#testTrapMarker },
+      workerData: {
+        pacerBuffer: this.#pacerBuffer,
+        ledgerPath: this.#ledgerPath,
+        testTrapMarker: this.#testTrapMarker,
+        outputHighWaterChars: this.#outputHighWater,
+      },
       // Whatever the thread (or the shim's I/O thread under it) prints goes to
       // this process's stderr: stdout is Paperclip's JSON-RPC channel.
       stdout: true,
@@ -140,7 +164,18 @@ export class ProviderPool {
       const call = thread.busy;
       if (!call || call.id !== message.id) return;
       if (message.kind === "output") {
-        call.onOutput?.(message.stream, message.chunk);
+        this.stats.outputBacklogMax = Math.max(this.stats.outputBacklogMax, Atomics.load(call.outputCredit, 0));
+        const { stream, chunk } = message;
+        // In order, one at a time; the thread may go on once the sink took the chunk.
+        call.delivered = call.delivered
+          .then(() => call.onOutput?.(stream, chunk))
+          .catch(() => {
+            // A sink that fails is not this call's failure; the thread must not wait on it.
+          })
+          .then(() => {
+            Atomics.sub(call.outputCredit, 0, chunk.length);
+            Atomics.notify(call.outputCredit, 0);
+          });
         return;
       }
       if (message.kind === "sandbox") {
@@ -148,11 +183,12 @@ export class ProviderPool {
         return;
       }
       thread.busy = undefined;
-      if (message.ok) call.resolve(message.value);
-      else {
-        if (message.error.kind === "trap") this.stats.traps++;
-        call.reject(new ProviderCallError(message.error, call.recorded));
-      }
+      if (!message.ok && message.error.kind === "trap") this.stats.traps++;
+      // The result follows the last output chunk's delivery.
+      void call.delivered.then(() => {
+        if (message.ok) call.resolve(message.value);
+        else call.reject(new ProviderCallError(message.error, call.recorded));
+      });
       this.#dispatch();
     });
     const lost = (reason: string) => {
@@ -160,9 +196,14 @@ export class ProviderPool {
       if (index < 0) return;
       const call = thread.busy;
       thread.busy = undefined;
-      call?.reject(
-        new ProviderCallError({ kind: "trap", message: `the provider thread stopped (${reason})` }, call.recorded),
-      );
+      if (call) {
+        // Nothing waits for output any more.
+        Atomics.store(call.outputCredit, 0, -(2 ** 30));
+        Atomics.notify(call.outputCredit, 0);
+        void call.delivered.then(() =>
+          call.reject(new ProviderCallError({ kind: "trap", message: `the provider thread stopped (${reason})` }, call.recorded)),
+        );
+      }
       if (this.#closed) {
         this.#threads.splice(index, 1);
         return;
@@ -195,6 +236,7 @@ export class ProviderPool {
     }
     this.stats.calls++;
     const cancelFlag = new SharedArrayBuffer(4);
+    const outputCredit = new SharedArrayBuffer(4);
     const id = this.#nextId++;
     const result = new Promise<T>((resolve, reject) => {
       this.#queue.push({
@@ -205,11 +247,14 @@ export class ProviderPool {
           operation,
           args,
           cancelFlag,
+          outputCredit,
           secret: options.secret,
           rateLimit: options.rateLimit,
         },
         onOutput: options.onOutput,
         recorded: [],
+        outputCredit: new Int32Array(outputCredit),
+        delivered: Promise.resolve(),
         resolve: resolve as (value: unknown) => void,
         reject,
       });

@@ -15,9 +15,9 @@ import { parentPort, workerData } from "node:worker_threads";
 import { readFile } from "node:fs/promises";
 import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
 import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
-import { callBudgetMs } from "./call-deadline.js";
+import { callBudgetMs, requestBudgetMs } from "./call-deadline.js";
 import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
-import { allowedOrigins, createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
+import { allowedOrigins, createOutgoingHandler, HostFields, httpErrorCode, type OutgoingPolicy } from "./outgoing-handler.js";
 import { HostOutgoingBody, HostOutgoingRequest } from "./request-body.js";
 import { Pacer } from "./pacer.js";
 import type { ProviderOperation, WitConfigValidation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
@@ -30,6 +30,8 @@ export interface ThreadCall {
   args: unknown[];
   /** Int32 flag: 0 running, 1 cancel requested, 2 finished. */
   cancelFlag: SharedArrayBuffer;
+  /** Int32: output characters posted and not yet delivered by the pool (flow control). */
+  outputCredit: SharedArrayBuffer;
   /** The secret header for the call's allowed origin, resolved by the pool. */
   secret?: { header: string; value: string };
   /** The request budget per origin for this call (none: no limit). */
@@ -58,7 +60,11 @@ const pacer = new Pacer(workerData.pacerBuffer as SharedArrayBuffer, workerData.
 const trapMarker: string | undefined = workerData.testTrapMarker;
 
 let policy: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
-let currentCall: { id: number; cancelFlag: SharedArrayBuffer; futures: number[] } | undefined;
+let currentCall: { id: number; cancelFlag: SharedArrayBuffer; outputCredit: Int32Array; futures: number[] } | undefined;
+/** Beyond this many undelivered output characters, `emit-output` waits for the sink. */
+const outputHighWater: number = workerData.outputHighWaterChars;
+/** How often a thread waiting for the sink looks at its call's cancellation and deadline. */
+const OUTPUT_WAIT_SLICE_MS = 50;
 
 const coreModules = new Map<string, Promise<WebAssembly.Module>>();
 function coreModule(name: string): Promise<WebAssembly.Module> {
@@ -84,6 +90,18 @@ const hostInterface = {
       throw new WebAssembly.RuntimeError("test trap requested by output marker");
     }
     port!.postMessage({ kind: "output", id: currentCall.id, stream, chunk } satisfies ThreadMessage);
+    // Backpressure: while the sink is behind, the component waits here and
+    // stops reading the stream (nothing is dropped). A cancelled call, or
+    // one past its deadline, goes on to its cleanup.
+    const credit = currentCall.outputCredit;
+    const cancelFlag = new Int32Array(currentCall.cancelFlag);
+    let backlog = Atomics.add(credit, 0, chunk.length) + chunk.length;
+    while (backlog > outputHighWater) {
+      if (Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED) break;
+      if (policy.deadlineMs !== undefined && Date.now() >= policy.deadlineMs) break;
+      Atomics.wait(credit, 0, backlog, OUTPUT_WAIT_SLICE_MS);
+      backlog = Atomics.load(credit, 0);
+    }
   },
   /**
    * `host.record-sandbox`: the id goes to the main thread at once (before
@@ -121,7 +139,7 @@ function importObject() {
     "wasi:cli/terminal-stderr": cli.terminalStderr,
     "wasi:clocks/monotonic-clock": clocks.monotonicClock,
     "wasi:clocks/wall-clock": clocks.wallClock,
-    "wasi:http/types": { ...http.types, Fields: HostFields, OutgoingRequest: HostOutgoingRequest, OutgoingBody: HostOutgoingBody },
+    "wasi:http/types": { ...http.types, Fields: HostFields, OutgoingRequest: HostOutgoingRequest, OutgoingBody: HostOutgoingBody, httpErrorCode },
     "wasi:http/outgoing-handler": createOutgoingHandler(() => policy, pacer),
     "wasi:io/error": io.error,
     "wasi:io/poll": io.poll,
@@ -158,7 +176,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     provider = fresh();
     throw error;
   });
-  currentCall = { id: call.id, cancelFlag: call.cancelFlag, futures: [] };
+  currentCall = { id: call.id, cancelFlag: call.cancelFlag, outputCredit: new Int32Array(call.outputCredit), futures: [] };
   try {
     const ctx = contextOf(call.operation, call.args);
     let allowedOrigin: string | undefined;
@@ -175,6 +193,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
       rateLimit: call.rateLimit,
       deadlineMs: Date.now() + callBudgetMs(call.operation, budget, call.args),
       cancelled: () => Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED,
+      maxThrottleWaitMs: ctx ? requestBudgetMs(budget) : undefined,
     };
     const value = instance[call.operation](...call.args);
     return { kind: "done", id: call.id, ok: true, value };
