@@ -43,15 +43,32 @@ struct Run {
     env: Environment,
 }
 
+/// A scenario's `{ "requests": N, "windowMs": M }`, if it names one.
+fn limit_of(value: &Value) -> Option<(u32, Duration)> {
+    let requests = value["requests"].as_u64()?;
+    let window = value["windowMs"].as_u64()?;
+    Some((requests as u32, Duration::from_millis(window)))
+}
+
 impl Run {
-    fn start(reuse: bool) -> Run {
-        let server = BackgroundServer::start(Server::builder().api_key(KEY).quiet(true)).unwrap();
+    /// `hostRateLimit` (the operator's limit both hosts are given),
+    /// `serverRateLimit` (createos-local's own) and `config` (overrides of
+    /// the provider config) come from the scenario.
+    fn start(reuse: bool, scenario: &Value) -> Run {
+        let mut builder = Server::builder().api_key(KEY).quiet(true);
+        if let Some((requests, window)) = limit_of(&scenario["serverRateLimit"]) {
+            builder = builder.rate_limit(requests, window);
+        }
+        let server = BackgroundServer::start(builder).unwrap();
         let path = sandbox_conformance::built_component("createos_provider.wasm");
         assert!(path.exists(), "run ./build.sh first");
         let component = ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap();
-        // The operator's limit the Node suite runs these with (100 per
-        // 500 ms): a 429 without Retry-After pauses one window, which must
-        // fit in the provider's request budget for the repeat to help.
+        // The operator's limit the Node suite runs these with unless the
+        // scenario names one (100 per 500 ms): a 429 without Retry-After
+        // pauses one window, which must fit in the provider's request
+        // budget for the repeat to help.
+        let (requests, window) =
+            limit_of(&scenario["hostRateLimit"]).unwrap_or((100, Duration::from_millis(500)));
         let runtime = SandboxRuntime::new(
             component,
             Arc::new(LeaseStore::open_in_memory().unwrap()),
@@ -59,13 +76,18 @@ impl Run {
         )
         .unwrap()
         .with_rate_budget(RateBudget::in_memory())
-        .with_rate_limit(Some(RateLimit::new(100, Duration::from_millis(500))));
-        let config = serde_json::json!({
+        .with_rate_limit(Some(RateLimit::new(requests, window)));
+        let mut config = serde_json::json!({
             "apiUrl": server.base_url(),
             "timeoutMs": 30_000,
             "requestTimeoutMs": 10_000,
             "reuseLease": reuse,
         });
+        if let Some(overrides) = scenario["config"].as_object() {
+            for (key, value) in overrides {
+                config[key] = value.clone();
+            }
+        }
         let env = runtime
             .environment(
                 "co",
@@ -166,12 +188,13 @@ fn run_scenario(scenario: &Value) {
     let name = scenario["name"].as_str().unwrap();
     let expect = &scenario["expect"];
     let operation = scenario["operation"].as_str().unwrap();
-    let run = Run::start(operation == "resume");
+    let run = Run::start(operation == "resume", scenario);
     match operation {
         "execute" => {
             let lease = run
                 .acquire()
                 .expect("the lease is acquired before the faults");
+            run.server.faults().clear_requests();
             run.add_faults(scenario);
             let command = &scenario["command"];
             let request = ExecuteRequest {
@@ -185,18 +208,38 @@ fn run_scenario(scenario: &Value) {
                 stdin: None,
                 timeout_ms: command["timeoutMs"].as_u64(),
             };
-            let outcome = run
-                .runtime
-                .execute(&run.env, &lease.id, &request, None, CancelToken::new())
-                .unwrap();
-            match (&outcome, expect["ok"] == true) {
-                (Ok(result), true) => assert_eq!(result.exit_code, Some(0), "{name}"),
-                (Err(error), false) => check_error(name, expect, error),
-                other => panic!("{name}: unexpected outcome {other:?}"),
+            for _ in 0..scenario["runs"].as_u64().unwrap_or(1) {
+                let outcome = run
+                    .runtime
+                    .execute(&run.env, &lease.id, &request, None, CancelToken::new())
+                    .unwrap();
+                match (&outcome, expect["ok"] == true) {
+                    (Ok(result), true) => {
+                        assert_eq!(result.exit_code, Some(0), "{name}");
+                        if let Some(stdout) = expect["stdout"].as_str() {
+                            assert_eq!(result.stdout, stdout, "{name}: stdout");
+                        }
+                    }
+                    (Err(error), false) => check_error(name, expect, error),
+                    other => panic!("{name}: unexpected outcome {other:?}"),
+                }
             }
-            if expect["poisoned"] == true {
+            if let Some(poisoned) = expect["poisoned"].as_bool() {
                 let record = run.runtime.store().get(&lease.id).unwrap().unwrap();
-                assert_eq!(record.state, sandbox_host::LeaseState::Poisoned, "{name}");
+                assert_eq!(
+                    record.state == sandbox_host::LeaseState::Poisoned,
+                    poisoned,
+                    "{name}: {:?}",
+                    record.state
+                );
+            }
+            if let Some(created) = expect["created"].as_u64() {
+                let count = run
+                    .statuses("POST processes")
+                    .iter()
+                    .filter(|s| (200..300).contains(*s))
+                    .count();
+                assert_eq!(count as u64, created, "{name}: processes created");
             }
         }
         "acquire" => {
@@ -261,7 +304,7 @@ fn run_scenario(scenario: &Value) {
 #[test]
 fn the_shared_fault_scenarios_hold_for_the_rust_host() {
     let scenarios = scenarios();
-    assert!(scenarios.len() >= 6, "the shared list lost scenarios");
+    assert!(scenarios.len() >= 11, "the shared list lost scenarios");
     let mut ran = Vec::new();
     for scenario in &scenarios {
         let operation = scenario["operation"].as_str().unwrap();
@@ -275,5 +318,41 @@ fn the_shared_fault_scenarios_hold_for_the_rust_host() {
         run_scenario(scenario);
         ran.push(scenario["name"].as_str().unwrap().to_owned());
     }
-    assert!(ran.len() >= 6, "ran only {ran:?}");
+    assert!(ran.len() >= 10, "ran only {ran:?}");
+}
+
+/// The shared decision table's deadline arithmetic
+/// (`node/test/scenarios/policy-decisions.json`, run by the Node host's
+/// `callBudgetMs` / `requestBudgetMs` too): the host's deadline for a call
+/// and one request's budget, from the provider's `operation-budget`.
+#[test]
+fn the_shared_deadline_decisions_hold_for_the_rust_host() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("node/test/scenarios/policy-decisions.json");
+    let table: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let cases = table["deadlines"].as_array().unwrap();
+    assert!(cases.len() >= 5);
+    for case in cases {
+        let declared = case["budget"].as_object().map(|b| OperationBudget {
+            operation_ms: b["operationMs"].as_u64().unwrap(),
+            request_ms: b["requestMs"].as_u64().unwrap(),
+        });
+        let budget = sandbox_host::Budget::from_validation(declared.as_ref());
+        let deadline = if case["operation"] == "execute" {
+            budget.execute_deadline(case["commandTimeoutMs"].as_u64().map(Duration::from_millis))
+        } else {
+            budget.lifecycle_deadline()
+        };
+        let name = &case["name"];
+        assert_eq!(
+            deadline.as_millis() as u64,
+            case["deadlineMs"].as_u64().unwrap(),
+            "{name}"
+        );
+        assert_eq!(
+            budget.request.as_millis() as u64,
+            case["requestBudgetMs"].as_u64().unwrap(),
+            "{name}"
+        );
+    }
 }

@@ -46,3 +46,16 @@ export function callBudgetMs(operation: ProviderOperation, budget: WitOperationB
   }
   return timeout + reserve + DEADLINE_MARGIN_MS;
 }
+
+/**
+ * The provider's budget for one request (`request-ms`), in milliseconds: a
+ * request answered 429 is repeated only when the pause it asks for fits
+ * in it (the Rust host's `with_max_throttle_wait`). A longer pause would
+ * outlast the provider's own wait for that request, which then counts a
+ * request the 429 proved never ran as unanswered (an unconfirmed creation
+ * that poisons the lease); beyond it the 429 goes to the provider at once,
+ * a definite rejection.
+ */
+export function requestBudgetMs(budget: WitOperationBudget | undefined): number {
+  return capped(budget?.requestMs, DEFAULT_REQUEST_TIMEOUT_MS);
+}

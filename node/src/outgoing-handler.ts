@@ -53,6 +53,12 @@ export interface OutgoingPolicy {
   deadlineMs?: number;
   /** Whether the call was cancelled (a waiting work request then gives up). */
   cancelled?: () => boolean;
+  /**
+   * The longest 429 pause after which a request is repeated: the provider's
+   * budget for one request (`request-ms`). A longer pause sends the 429 to
+   * the component at once (none: only the call's deadline bounds it).
+   */
+  maxThrottleWaitMs?: number;
 }
 
 type ShimFields = InstanceType<typeof http.types.Fields>;
@@ -120,6 +126,77 @@ export function normaliseOrigin(origin: string): string | undefined {
 }
 
 
+/** Every case of `wasi:http/types.error-code` (the tags jco lowers). */
+const ERROR_CODE_TAGS = new Set([
+  "DNS-timeout", "DNS-error", "destination-not-found", "destination-unavailable", "destination-IP-prohibited",
+  "destination-IP-unroutable", "connection-refused", "connection-terminated", "connection-timeout",
+  "connection-read-timeout", "connection-write-timeout", "connection-limit-reached", "TLS-protocol-error",
+  "TLS-certificate-error", "TLS-alert-received", "HTTP-request-denied", "HTTP-request-length-required",
+  "HTTP-request-body-size", "HTTP-request-method-invalid", "HTTP-request-URI-invalid", "HTTP-request-URI-too-long",
+  "HTTP-request-header-section-size", "HTTP-request-header-size", "HTTP-request-trailer-section-size",
+  "HTTP-request-trailer-size", "HTTP-response-incomplete", "HTTP-response-header-section-size",
+  "HTTP-response-header-size", "HTTP-response-body-size", "HTTP-response-trailer-section-size",
+  "HTTP-response-trailer-size", "HTTP-response-transfer-coding", "HTTP-response-content-coding",
+  "HTTP-response-timeout", "HTTP-upgrade-failed", "HTTP-protocol-error", "loop-detected", "configuration-error",
+  "internal-error",
+]);
+
+/** A `wasi:http` error code as jco lowers it. */
+export type WasiErrorCode = { tag: string; val?: unknown };
+
+/** Whether `value` is an `error-code` jco can hand to the component. */
+export function isErrorCode(value: unknown): value is WasiErrorCode {
+  return typeof value === "object" && value !== null && ERROR_CODE_TAGS.has((value as { tag?: unknown }).tag as string);
+}
+
+/**
+ * The `error-code` of a failed request or response body stream, from the
+ * Node error preview2-shim keeps as the stream error's payload (its
+ * `code` and `message`). A body that broke off after the request went out
+ * is a transport failure the component knows how to handle (reconnect,
+ * or clean up), exactly as under wasmtime, never a value jco cannot lower.
+ */
+export function streamFailureCode(failure: unknown): WasiErrorCode {
+  if (isErrorCode(failure)) return failure;
+  const { code } = (typeof failure === "object" && failure !== null ? failure : {}) as { code?: unknown };
+  switch (code) {
+    case "ECONNRESET":
+    case "EPIPE":
+    case "ECONNABORTED":
+    case "ERR_STREAM_PREMATURE_CLOSE":
+      return { tag: "connection-terminated" };
+    case "ETIMEDOUT":
+    case "UND_ERR_BODY_TIMEOUT":
+      return { tag: "connection-read-timeout" };
+    case "HPE_INVALID_CHUNK_SIZE":
+    case "HPE_INVALID_CONSTANT":
+    case "HPE_UNEXPECTED_CONTENT_LENGTH":
+      return { tag: "HTTP-protocol-error" };
+    default:
+      // "aborted" (the server closed the connection mid-body) and anything else: the answer is incomplete.
+      return { tag: "HTTP-response-incomplete" };
+  }
+}
+
+/**
+ * `wasi:http/types.http-error-code`: the shim answers a body stream's
+ * error with the Node `Error` it caught (not an `error-code`), which jco
+ * cannot lower (`invalid variant tag value 'undefined' (received 'Error:
+ * aborted')`: a trap that poisoned the lease). This answers a real
+ * `error-code` for every stream failure.
+ */
+export function httpErrorCode(error: unknown): WasiErrorCode | undefined {
+  let code: unknown;
+  try {
+    code = http.types.httpErrorCode(error as never);
+  } catch {
+    code = undefined;
+  }
+  if (code === undefined || code === null) return undefined;
+  if (isErrorCode(code)) return code;
+  return streamFailureCode(code);
+}
+
 type ShimOutgoingRequest = InstanceType<typeof http.types.OutgoingRequest>;
 type ShimIncomingResponse = (typeof http.types.IncomingResponse)["prototype"];
 type ShimFuture = (typeof http.types.FutureIncomingResponse)["prototype"];
@@ -131,13 +208,37 @@ function methodOf(request: ShimOutgoingRequest): string {
   return (method.tag === "other" ? (method.val ?? "") : method.tag).toUpperCase();
 }
 
+/** A response's `Retry-After` text, if it has one. */
+function retryAfterHeader(response: ShimIncomingResponse): string | undefined {
+  const values = response.headers().get("retry-after") as Uint8Array[];
+  return values.length === 0 ? undefined : new TextDecoder().decode(values[0]);
+}
+
 /** A `Retry-After` given in seconds (an HTTP date is not trusted: clocks differ). */
 export function retryAfterMs(response: ShimIncomingResponse): number | undefined {
-  const values = response.headers().get("retry-after") as Uint8Array[];
-  if (values.length === 0) return undefined;
-  const text = new TextDecoder().decode(values[0]).trim();
-  if (!/^\d+$/.test(text)) return undefined;
-  return Number(text) * 1000;
+  const text = retryAfterHeader(response);
+  return text === undefined ? undefined : retryAfterTextMs(text);
+}
+
+/**
+ * A `Retry-After` value in milliseconds: only delta-seconds (digits, no
+ * sign); a value too large for any clock still counts (the pause is capped
+ * anyway); a date or anything else is no answer.
+ */
+export function retryAfterTextMs(text: string): number | undefined {
+  const trimmed = text.trim();
+  if (!/^\d+$/.test(trimmed)) return undefined;
+  return Number(trimmed) * 1000;
+}
+
+/**
+ * How long a 429 pauses its origin: its `Retry-After` (seconds), else one
+ * window, at most {@link MAX_THROTTLE_PAUSE_MS}. The Rust host's
+ * `throttle_pause`; the shared decision table holds both.
+ */
+export function throttlePauseMs(retryAfter: string | undefined, windowMs: number): number {
+  const asked = retryAfter === undefined ? undefined : retryAfterTextMs(retryAfter);
+  return Math.min(asked ?? windowMs, MAX_THROTTLE_PAUSE_MS);
 }
 
 function responseOf(value: FutureValue): ShimIncomingResponse | undefined {
@@ -174,6 +275,20 @@ function optionsOf(timeouts: Timeouts) {
 }
 
 const ShimFutureClass = http.types.FutureIncomingResponse as unknown as { prototype: object };
+
+/**
+ * Whether a request answered 429 is sent again: while repeats are left,
+ * the pause ends before the call's deadline, and the pause fits in one
+ * request's budget (`maxThrottleWaitMs`). Otherwise the 429 reaches the
+ * component at once (a definite rejection: the API did not carry the
+ * request out). The same rule as the Rust host's `Guard`
+ * (`sandbox-host/src/network/policy.rs`); the shared scenarios hold both.
+ */
+export function throttleRepeatAllowed(repeats: number, pauseMs: number, nowMs: number, deadlineMs: number, maxThrottleWaitMs: number | undefined): boolean {
+  if (repeats >= MAX_THROTTLED_REPEATS) return false;
+  if (nowMs + pauseMs >= deadlineMs) return false;
+  return maxThrottleWaitMs === undefined || pauseMs <= maxThrottleWaitMs;
+}
 
 /** The grant of a request under no limit. */
 const NO_LIMIT: Grant = { settle() {} };
@@ -355,7 +470,7 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
     for (let repeats = 0; ; repeats++) {
       const response = responseOf(value);
       if (!response || response.status() !== 429) return value;
-      const pause = Math.min(retryAfterMs(response) ?? limit.windowMs, MAX_THROTTLE_PAUSE_MS);
+      const pause = throttlePauseMs(retryAfterHeader(response), limit.windowMs);
       try {
         pacer.throttled(origin, pause);
       } catch {
@@ -363,7 +478,7 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
         return value;
       }
       const deadline = current.deadlineMs ?? Number.POSITIVE_INFINITY;
-      if (repeats >= MAX_THROTTLED_REPEATS || Date.now() + pause >= deadline) return value;
+      if (!throttleRepeatAllowed(repeats, pause, Date.now(), deadline, current.maxThrottleWaitMs)) return value;
       let grant: Grant | undefined;
       try {
         grant = admit(origin, current, priority);

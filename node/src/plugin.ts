@@ -90,6 +90,8 @@ export interface PluginOptions {
   env?: NodeJS.ProcessEnv;
   /** Test-only: output containing this marker makes the component trap. */
   testTrapMarker?: string;
+  /** Undelivered live output (characters) beyond which a command's stream waits for `ctx.execution.log` (default 4 Mi). */
+  outputHighWaterChars?: number;
   /**
    * Replaces the declared rate limit: the operator's account limit
    * (`PAPERCLIP_WASM_RATE_LIMIT` in the worker), or in benchmarks and
@@ -351,6 +353,8 @@ export function createPlugin(options: PluginOptions = {}) {
           [ctx, lease, toExecuteRequest({ command, args, cwd: options?.cwd, timeoutMs: options?.timeoutMs })],
           secret,
         ),
+      // An entry a sync refuses alone is named here and skipped (sync.ts).
+      warn: (message) => context?.logger.warn(message),
     };
   }
 
@@ -360,6 +364,7 @@ export function createPlugin(options: PluginOptions = {}) {
       pool = new ProviderPool({
         size: options.poolSize,
         testTrapMarker: options.testTrapMarker,
+        outputHighWaterChars: options.outputHighWaterChars,
         pacerBuffer: options.pacerBuffer,
         componentDir: options.componentDir,
         ledgerPath: options.rateLedgerPath ?? defaultLedgerPath(env),
@@ -381,6 +386,7 @@ export function createPlugin(options: PluginOptions = {}) {
           rateLimitStarts: pool?.rateLimitStarts ?? 0,
           rateLimitWaits: pool?.rateLimitWaits ?? 0,
           rateLimitThrottled: pool?.rateLimitThrottled ?? 0,
+          outputBacklogMaxChars: pool?.stats.outputBacklogMax ?? 0,
           runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0),
         },
       };
@@ -534,8 +540,9 @@ export function createPlugin(options: PluginOptions = {}) {
       const log = context?.execution;
       // Output arrives on worker-thread message events; bind the callback to this
       // call's async context so the SDK stamps the chunk with this invocation's id.
-      const emit = AsyncResource.bind((stream: "stdout" | "stderr", chunk: string) => {
-        for (const piece of logPieces(chunk)) log?.log(stream, piece);
+      // A sink that returns a promise is awaited piece by piece (the pool holds the component meanwhile).
+      const emit = AsyncResource.bind(async (stream: "stdout" | "stderr", chunk: string) => {
+        for (const piece of logPieces(chunk)) await (log?.log(stream, piece) as unknown);
       });
       const running = start<WitExecuteResult>("execute", "execute", [ctx, lease, toExecuteRequest(params)], secret, emit);
       const settled = running.result.then(

@@ -37,8 +37,14 @@ export class ProviderCallError extends Error {
 
 /** Options of one call. */
 export interface CallOptions {
-  /** Receives live output chunks in order. */
-  onOutput?: (stream: "stdout" | "stderr", chunk: string) => void;
+  /**
+   * Receives live output chunks in order, one at a time: a returned promise
+   * is awaited before the next chunk (and before the call's result). While
+   * more than the pool's `outputHighWaterChars` are not yet delivered, the
+   * provider thread waits in `emit-output`, so the component stops reading
+   * the stream: a slow sink slows the command's output, it never drops it.
+   */
+  onOutput?: (stream: "stdout" | "stderr", chunk: string) => void | Promise<void>;
   /** The API origins the call may reach, each with its secret header (`splitConfig`). */
   routes?: OriginRoute[];
   /** The request budget per origin, shared by all threads (none: no limit). */
@@ -58,6 +64,10 @@ interface PendingCall {
   onOutput?: CallOptions["onOutput"];
   /** The sandbox ids the component reported during the call. */
   recorded: string[];
+  /** Int32: output characters posted by the thread and not yet delivered to `onOutput`. */
+  outputCredit: Int32Array;
+  /** Settles when every chunk posted so far was delivered. */
+  delivered: Promise<void>;
   resolve(value: unknown): void;
   reject(error: unknown): void;
 }
@@ -74,7 +84,12 @@ export interface PoolStats {
   calls: number;
   traps: number;
   threadRestarts: number;
+  /** The most output characters a call ever had posted and not yet delivered (flow control's bound). */
+  outputBacklogMax: number;
 }
+
+/** Default bound of undelivered output per call (characters): beyond it the provider thread waits for the sink. */
+export const OUTPUT_HIGH_WATER_CHARS = 4 * 1024 * 1024;
 
 export class ProviderPool {
   readonly #threads: PoolThread[] = [];
@@ -88,7 +103,8 @@ export class ProviderPool {
   readonly #modules: Promise<Map<string, WebAssembly.Module>>;
   #nextId = 1;
   #closed = false;
-  readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0 };
+  readonly #outputHighWater: number;
+  readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0, outputBacklogMax: 0 };
 
   /** How many API requests of this process had to wait for the rate-limit budget so far. */
   get rateLimitWaits(): number {
@@ -121,10 +137,12 @@ export class ProviderPool {
       testTrapMarker?: string;
       pacerBuffer?: SharedArrayBuffer;
       ledgerPath?: string;
+      outputHighWaterChars?: number;
       /** The transpiled component's directory (a `file:` URL ending in `/`); default `./component/` beside this module. */
       componentDir?: string;
     } = {},
   ) {
+    this.#outputHighWater = Math.max(1, options.outputHighWaterChars ?? OUTPUT_HIGH_WATER_CHARS);
     this.#pacerBuffer = options.pacerBuffer ?? createPacerBuffer();
     this.#ledgerPath = options.ledgerPath ?? defaultLedgerPath();
     this.#size = Math.max(1, options.size ?? Math.min(4, cpus().length));
@@ -149,6 +167,7 @@ export class ProviderPool {
         ledgerPath: this.#ledgerPath,
         testTrapMarker: this.#testTrapMarker,
         componentDir: this.#componentDir,
+        outputHighWaterChars: this.#outputHighWater,
       },
       // Whatever the thread (or the shim's I/O thread under it) prints goes to
       // this process's stderr: stdout is Paperclip's JSON-RPC channel.
@@ -171,7 +190,18 @@ export class ProviderPool {
       const call = thread.busy;
       if (!call || call.id !== message.id) return;
       if (message.kind === "output") {
-        call.onOutput?.(message.stream, message.chunk);
+        this.stats.outputBacklogMax = Math.max(this.stats.outputBacklogMax, Atomics.load(call.outputCredit, 0));
+        const { stream, chunk } = message;
+        // In order, one at a time; the thread may go on once the sink took the chunk.
+        call.delivered = call.delivered
+          .then(() => call.onOutput?.(stream, chunk))
+          .catch(() => {
+            // A sink that fails is not this call's failure; the thread must not wait on it.
+          })
+          .then(() => {
+            Atomics.sub(call.outputCredit, 0, chunk.length);
+            Atomics.notify(call.outputCredit, 0);
+          });
         return;
       }
       if (message.kind === "sandbox") {
@@ -179,11 +209,12 @@ export class ProviderPool {
         return;
       }
       thread.busy = undefined;
-      if (message.ok) call.resolve(message.value);
-      else {
-        if (message.error.kind === "trap") this.stats.traps++;
-        call.reject(new ProviderCallError(message.error, call.recorded));
-      }
+      if (!message.ok && message.error.kind === "trap") this.stats.traps++;
+      // The result follows the last output chunk's delivery.
+      void call.delivered.then(() => {
+        if (message.ok) call.resolve(message.value);
+        else call.reject(new ProviderCallError(message.error, call.recorded));
+      });
       this.#dispatch();
     });
     const lost = (reason: string) => {
@@ -191,9 +222,14 @@ export class ProviderPool {
       if (index < 0) return;
       const call = thread.busy;
       thread.busy = undefined;
-      call?.reject(
-        new ProviderCallError({ kind: "trap", message: `the provider thread stopped (${reason})` }, call.recorded),
-      );
+      if (call) {
+        // Nothing waits for output any more.
+        Atomics.store(call.outputCredit, 0, -(2 ** 30));
+        Atomics.notify(call.outputCredit, 0);
+        void call.delivered.then(() =>
+          call.reject(new ProviderCallError({ kind: "trap", message: `the provider thread stopped (${reason})` }, call.recorded)),
+        );
+      }
       if (this.#closed) {
         this.#threads.splice(index, 1);
         return;
@@ -231,6 +267,7 @@ export class ProviderPool {
     }
     this.stats.calls++;
     const cancelFlag = new SharedArrayBuffer(4);
+    const outputCredit = new SharedArrayBuffer(4);
     const id = this.#nextId++;
     const result = new Promise<T>((resolve, reject) => {
       this.#queue.push({
@@ -241,11 +278,14 @@ export class ProviderPool {
           operation,
           args,
           cancelFlag,
+          outputCredit,
           routes: options.routes,
           rateLimit: options.rateLimit,
         },
         onOutput: options.onOutput,
         recorded: [],
+        outputCredit: new Int32Array(outputCredit),
+        delivered: Promise.resolve(),
         resolve: resolve as (value: unknown) => void,
         reject,
       });

@@ -14,9 +14,9 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
 import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
-import { callBudgetMs } from "./call-deadline.js";
+import { callBudgetMs, requestBudgetMs } from "./call-deadline.js";
 import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
-import { createOutgoingHandler, HostFields, type OutgoingPolicy } from "./outgoing-handler.js";
+import { createOutgoingHandler, HostFields, httpErrorCode, type OutgoingPolicy } from "./outgoing-handler.js";
 import { checkAskedOrigins, type OriginRoute } from "./secrets.js";
 import { HostOutgoingBody, HostOutgoingRequest } from "./request-body.js";
 import { Pacer } from "./pacer.js";
@@ -31,6 +31,8 @@ export interface ThreadCall {
   args: unknown[];
   /** Int32 flag: 0 running, 1 cancel requested, 2 finished. */
   cancelFlag: SharedArrayBuffer;
+  /** Int32: output characters posted and not yet delivered by the pool (flow control). */
+  outputCredit: SharedArrayBuffer;
   /**
    * The API origins the config names (in the provider's `origin-fields`
    * order), each with the secret header its requests carry; the only
@@ -67,7 +69,11 @@ const trapMarker: string | undefined = workerData.testTrapMarker;
 const NOTHING: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
 /** The rules of the call in progress, for a request's target origin. */
 let policy: (target: string | undefined) => OutgoingPolicy = () => NOTHING;
-let currentCall: { id: number; cancelFlag: SharedArrayBuffer; futures: number[] } | undefined;
+let currentCall: { id: number; cancelFlag: SharedArrayBuffer; outputCredit: Int32Array; futures: number[] } | undefined;
+/** Beyond this many undelivered output characters, `emit-output` waits for the sink. */
+const outputHighWater: number = workerData.outputHighWaterChars;
+/** How often a thread waiting for the sink looks at its call's cancellation and deadline. */
+const OUTPUT_WAIT_SLICE_MS = 50;
 
 /** The core modules the pool compiled once for all its threads (posted right after the thread starts). */
 let markModules: (modules: Map<string, WebAssembly.Module>) => void = () => {};
@@ -97,6 +103,19 @@ const hostInterface = {
       throw new WebAssembly.RuntimeError("test trap requested by output marker");
     }
     port!.postMessage({ kind: "output", id: currentCall.id, stream, chunk } satisfies ThreadMessage);
+    // Backpressure: while the sink is behind, the component waits here and
+    // stops reading the stream (nothing is dropped). A cancelled call, or
+    // one past its deadline, goes on to its cleanup.
+    const credit = currentCall.outputCredit;
+    const cancelFlag = new Int32Array(currentCall.cancelFlag);
+    let backlog = Atomics.add(credit, 0, chunk.length) + chunk.length;
+    const deadlineMs = policy(undefined).deadlineMs;
+    while (backlog > outputHighWater) {
+      if (Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED) break;
+      if (deadlineMs !== undefined && Date.now() >= deadlineMs) break;
+      Atomics.wait(credit, 0, backlog, OUTPUT_WAIT_SLICE_MS);
+      backlog = Atomics.load(credit, 0);
+    }
   },
   /**
    * `host.record-sandbox`: the id goes to the main thread at once (before
@@ -134,7 +153,7 @@ function importObject() {
     "wasi:cli/terminal-stderr": cli.terminalStderr,
     "wasi:clocks/monotonic-clock": clocks.monotonicClock,
     "wasi:clocks/wall-clock": clocks.wallClock,
-    "wasi:http/types": { ...http.types, Fields: HostFields, OutgoingRequest: HostOutgoingRequest, OutgoingBody: HostOutgoingBody },
+    "wasi:http/types": { ...http.types, Fields: HostFields, OutgoingRequest: HostOutgoingRequest, OutgoingBody: HostOutgoingBody, httpErrorCode },
     "wasi:http/outgoing-handler": createOutgoingHandler((target) => policy(target), pacer),
     "wasi:io/error": io.error,
     "wasi:io/poll": io.poll,
@@ -171,7 +190,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     provider = fresh();
     throw error;
   });
-  currentCall = { id: call.id, cancelFlag: call.cancelFlag, futures: [] };
+  currentCall = { id: call.id, cancelFlag: call.cancelFlag, outputCredit: new Int32Array(call.outputCredit), futures: [] };
   try {
     const ctx = contextOf(call.operation, call.args);
     const routes = call.routes ?? [];
@@ -190,6 +209,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
       rateLimit: call.rateLimit,
       deadlineMs: Date.now() + callBudgetMs(call.operation, budget, call.args),
       cancelled: () => Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED,
+      maxThrottleWaitMs: ctx ? requestBudgetMs(budget) : undefined,
     };
     const allowed = ctx ? routes : [];
     policy = (target) => {

@@ -4,21 +4,28 @@
  * (`sync-in` / `sync-out`) and confines the remote paths.
  *
  * Rules:
- * - Operations run in order; every failure is thrown (nothing is skipped
- *   silently).
+ * - Operations run in order; a failure of a transfer is thrown.
  * - A directory mapping walks its tree; `exclude` globs match the path
  *   relative to the mapping root, its base name, or any parent directory.
- * - Nothing leaves a mapping: a relative path with `..`, or a symlink whose
- *   target resolves outside the mapping root, is refused. A symlink inside
- *   the mapping is copied as its target's bytes when `followSymlinks` is set
- *   and recreated as a link otherwise (tar's `-h` semantics).
+ * - Symlinks sync like tar: a link is copied as a link, its target text
+ *   exactly as it is (absolute, relative, pointing outside the mapping or
+ *   dangling alike: a Python venv's `bin/python -> /usr/bin/python3`
+ *   arrives as that link). Copying a link never reads what it points to.
+ * - A link is never *followed* out of its mapping, on either side. With
+ *   `followSymlinks` (tar's `-h`) a link inside the mapping is copied as
+ *   its target's bytes (or tree); one that leads outside it, or nowhere,
+ *   fails the operation (the user asked for its contents), naming it.
+ * - Anything else a sync cannot carry (a FIFO, socket or device, a sandbox
+ *   path with `..`, a host path whose parent is a link) is refused alone:
+ *   the entry is named in a warning (`warn`) and skipped; the rest of the
+ *   operation goes on. Nothing is skipped without a warning that names it.
  * - `mode` on a sandbox target is applied with `chmod` right after the
  *   upload; on a host target the file is created with the mode (no
  *   world-readable window) and renamed into place (atomic replace).
  * - `postUploadCommands` run verbatim with `sh -c`, in order, stopping at the
  *   first failure.
  */
-import { lstat, mkdir, open, readdir, readFile, realpath, rename, rm, symlink } from "node:fs/promises";
+import { lstat, mkdir, open, readdir, readFile, readlink, realpath, rename, rm, symlink } from "node:fs/promises";
 import { randomUUID } from "node:crypto";
 import path from "node:path";
 import type { WitExecuteResult, WitFileDownload, WitFileUpload } from "./wit-types.js";
@@ -45,7 +52,12 @@ export interface SyncBackend {
   upload(files: WitFileUpload[]): Promise<{ files: number; bytes: bigint }>;
   download(remotePaths: string[]): Promise<WitFileDownload[]>;
   run(command: string, args: string[], options?: { cwd?: string; timeoutMs?: number }): Promise<WitExecuteResult>;
+  /** Receives the message for each entry refused and skipped (none: the message is dropped by the caller's choice). */
+  warn?(message: string): void;
 }
+
+/** An entry refused alone: named for people, then skipped. */
+class Skipped extends Error {}
 
 /** Per-operation accounting (`PluginEnvironmentSyncResult`). */
 export interface SyncReport {
@@ -80,22 +92,20 @@ function within(root: string, candidate: string): boolean {
   return relative === "" || (!relative.startsWith("..") && !path.isAbsolute(relative));
 }
 
-function checkRelative(relative: string, where: string) {
-  if (relative.split("/").some((part) => part === ".." || part.includes("\0"))) {
-    throw new SyncError(`${where}: the path ${JSON.stringify(relative)} leaves its mapping; nothing was synced for it.`);
-  }
+function leavesMapping(relative: string): boolean {
+  return relative.split("/").some((part) => part === ".." || part.includes("\0"));
 }
 
 interface HostEntry {
   relative: string;
   kind: "file" | "link";
   hostPath: string;
-  /** For links kept as links: the link text (relative, inside the mapping). */
+  /** For links copied as links: the link text, exactly as it is. */
   linkText?: string;
 }
 
-/** Walks a host source of a mapping; refuses symlinks out of it. */
-async function collectHost(mapping: SyncMapping): Promise<HostEntry[]> {
+/** Walks a host source of a mapping; never follows a link out of it; skips (and names) what it cannot carry. */
+async function collectHost(mapping: SyncMapping, warn: (message: string) => void): Promise<HostEntry[]> {
   const source = path.resolve(mapping.sourcePath);
   const rootReal = await realpath(mapping.kind === "directory" ? source : path.dirname(source));
   const excludes = mapping.exclude ?? [];
@@ -103,28 +113,30 @@ async function collectHost(mapping: SyncMapping): Promise<HostEntry[]> {
   const visit = async (hostPath: string, relative: string) => {
     const info = await lstat(hostPath);
     if (info.isSymbolicLink()) {
+      if (!mapping.followSymlinks) {
+        // Copied as a link, its text exactly as it is; what it points to is never read.
+        out.push({ relative, kind: "link", hostPath, linkText: await readlink(hostPath) });
+        return;
+      }
+      // The user asked for the contents: a link that leads nowhere or out of the mapping fails the operation.
       let resolved: string;
       try {
         resolved = await realpath(hostPath);
       } catch {
-        throw new SyncError(`The symlink ${hostPath} points to nothing; it was not synced.`);
+        throw new SyncError(`The symlink ${hostPath} points to nothing, and followSymlinks asks for its contents; nothing was synced.`);
       }
       if (!within(rootReal, resolved)) {
-        throw new SyncError(`The symlink ${hostPath} points outside its mapping (${mapping.sourcePath}); nothing was synced.`);
+        throw new SyncError(`The symlink ${hostPath} points outside its mapping (${mapping.sourcePath}), and followSymlinks would copy what it points to; nothing was synced.`);
       }
-      if (mapping.followSymlinks) {
-        const target = await lstat(resolved);
-        if (target.isDirectory()) return visitDirectory(resolved, relative);
-        if (target.isFile()) out.push({ relative, kind: "file", hostPath: resolved });
-        return;
-      }
-      // Kept as a link, rewritten relative so it stays inside the mapping remotely too.
-      out.push({ relative, kind: "link", hostPath, linkText: path.relative(path.dirname(path.join(rootReal, relative)), resolved) || "." });
+      const target = await lstat(resolved);
+      if (target.isDirectory()) return visitDirectory(resolved, relative);
+      if (target.isFile()) out.push({ relative, kind: "file", hostPath: resolved });
+      else warn(`Skipped ${hostPath}: it points to something that is neither a file nor a directory.`);
       return;
     }
     if (info.isDirectory()) return visitDirectory(hostPath, relative);
     if (info.isFile()) out.push({ relative, kind: "file", hostPath });
-    else throw new SyncError(`${hostPath} is neither a file, a directory nor a symlink; it cannot be synced.`);
+    else warn(`Skipped ${hostPath}: it is neither a file, a directory nor a symlink (a FIFO, socket or device cannot be synced).`);
   };
   const visitDirectory = async (hostPath: string, relative: string) => {
     const names = (await readdir(hostPath)).sort();
@@ -156,17 +168,24 @@ function checkExit(result: WitExecuteResult, what: string) {
 }
 
 /** Runs `syncIn` operations: host -> sandbox. */
+/**
+ * Creates every link of a mapping in the sandbox in one command (parents
+ * first; `ln -sfn` replaces an old link, never writes through it), each
+ * with its text exactly as given.
+ */
+const MAKE_LINKS = 'while [ "$#" -gt 0 ]; do mkdir -p -- "$(dirname -- "$2")" && ln -sfn -- "$1" "$2" || exit 1; shift 2; done';
+
 export async function syncIn(operations: SyncOperation[], backend: SyncBackend): Promise<SyncReport[]> {
   const reports: SyncReport[] = [];
+  const warn = (message: string) => backend.warn?.(message);
   for (const operation of operations) {
     let files = 0;
     let bytes = 0;
     for (const mapping of operation.files) {
-      const entries = await collectHost(mapping);
+      const entries = await collectHost(mapping, warn);
       const uploads: WitFileUpload[] = [];
       const links: { remote: string; text: string }[] = [];
       for (const entry of entries) {
-        checkRelative(entry.relative, mapping.sourcePath);
         const remote = joinRemote(mapping.targetPath, entry.relative);
         if (entry.kind === "link") links.push({ remote, text: entry.linkText! });
         else uploads.push({ remotePath: remote, contents: new Uint8Array(await readFile(entry.hostPath)) });
@@ -176,8 +195,12 @@ export async function syncIn(operations: SyncOperation[], backend: SyncBackend):
         files += report.files;
         bytes += Number(report.bytes);
       }
-      for (const link of links) {
-        checkExit(await backend.run("ln", ["-sfn", link.text, link.remote]), `Creating the link ${link.remote}`);
+      if (links.length > 0) {
+        checkExit(
+          await backend.run("sh", ["-c", MAKE_LINKS, "sh", ...links.flatMap((link) => [link.text, link.remote])]),
+          `Creating ${links.length} symlink(s) under ${mapping.targetPath}`,
+        );
+        files += links.length;
       }
       if (mapping.mode !== undefined && uploads.length > 0) {
         const mode = (mapping.mode & 0o7777).toString(8);
@@ -223,7 +246,7 @@ async function ensureParents(root: string, target: string) {
     current = path.join(current, part);
     try {
       const info = await lstat(current);
-      if (!info.isDirectory()) throw new SyncError(`${current} is not a directory (a symlink is never followed out of a mapping).`);
+      if (!info.isDirectory()) throw new Skipped(`Skipped ${target}: ${current} is not a directory (a symlink is never written through).`);
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
       await mkdir(current);
@@ -233,7 +256,7 @@ async function ensureParents(root: string, target: string) {
 
 /** Writes a host file atomically, created with its mode from the start. */
 async function writeHostFile(root: string, target: string, contents: Uint8Array, mode: number | undefined) {
-  if (!within(root, target)) throw new SyncError(`${target} is outside the mapping ${root}.`);
+  if (!within(root, target)) throw new Skipped(`Skipped ${target}: it is outside the mapping ${root}.`);
   await ensureParents(root, target);
   const temporary = path.join(path.dirname(target), `.paperclip-sync-${randomUUID()}`);
   const handle = await open(temporary, "wx", mode ?? 0o644);
@@ -252,8 +275,21 @@ async function writeHostFile(root: string, target: string, contents: Uint8Array,
 }
 
 /** Runs `syncOut` operations: sandbox -> host. */
+/** Runs `write`; an entry it refuses alone ({@link Skipped}) is named and skipped. Whether it was written. */
+async function orSkip(write: () => Promise<void>, warn: (message: string) => void): Promise<boolean> {
+  try {
+    await write();
+    return true;
+  } catch (error) {
+    if (!(error instanceof Skipped)) throw error;
+    warn(error.message);
+    return false;
+  }
+}
+
 export async function syncOut(operations: SyncOperation[], backend: SyncBackend): Promise<SyncReport[]> {
   const reports: SyncReport[] = [];
+  const warn = (message: string) => backend.warn?.(message);
   for (const operation of operations) {
     let files = 0;
     let bytes = 0;
@@ -261,39 +297,49 @@ export async function syncOut(operations: SyncOperation[], backend: SyncBackend)
       const hostRoot = path.resolve(mapping.kind === "directory" ? mapping.targetPath : path.dirname(mapping.targetPath));
       if (mapping.kind === "file") {
         const [download] = await backend.download([mapping.sourcePath]);
-        await writeHostFile(hostRoot, path.resolve(mapping.targetPath), download.contents, mapping.mode);
-        files += 1;
-        bytes += download.contents.length;
+        if (await orSkip(() => writeHostFile(hostRoot, path.resolve(mapping.targetPath), download.contents, mapping.mode), warn)) {
+          files += 1;
+          bytes += download.contents.length;
+        }
         continue;
       }
       const listing = await listRemote(mapping.sourcePath, backend);
       const excludes = mapping.exclude ?? [];
-      const wanted = listing.files.filter((relative) => !isExcluded(relative, excludes));
-      const links = listing.links.filter((link) => !isExcluded(link.relative, excludes));
-      for (const relative of [...wanted, ...links.map((link) => link.relative)]) checkRelative(relative, mapping.sourcePath);
+      const named = (relative: string) => {
+        if (!leavesMapping(relative)) return true;
+        warn(`Skipped the sandbox path ${JSON.stringify(relative)} under ${mapping.sourcePath}: it leaves its mapping.`);
+        return false;
+      };
+      const wanted = listing.files.filter((relative) => !isExcluded(relative, excludes) && named(relative));
+      const links = listing.links.filter((link) => !isExcluded(link.relative, excludes) && named(link.relative));
       const remoteRoot = mapping.sourcePath.replace(/\/+$/, "");
-      const linkTargets = new Map<string, string>();
-      for (const link of links) {
-        const remoteTarget = path.posix.resolve(path.posix.dirname(joinRemote(remoteRoot, link.relative)), link.target);
-        linkTargets.set(link.relative, path.posix.relative(path.posix.dirname(joinRemote(remoteRoot, link.relative)), remoteTarget) || ".");
-        if (!within(remoteRoot, remoteTarget)) {
-          throw new SyncError(`The sandbox symlink ${link.relative} points outside ${mapping.sourcePath}; nothing more was synced.`);
+      if (mapping.followSymlinks) {
+        // The user asked for the contents: a link out of the mapping fails the operation rather than be read.
+        for (const link of links) {
+          const remoteTarget = path.posix.resolve(path.posix.dirname(joinRemote(remoteRoot, link.relative)), link.target);
+          if (!within(remoteRoot, remoteTarget)) {
+            throw new SyncError(`The sandbox symlink ${link.relative} points outside ${mapping.sourcePath}, and followSymlinks would copy what it points to; nothing more was synced.`);
+          }
+          wanted.push(link.relative);
         }
-        if (mapping.followSymlinks) wanted.push(link.relative);
       }
       const downloads = wanted.length > 0 ? await backend.download(wanted.map((relative) => joinRemote(remoteRoot, relative))) : [];
       for (let i = 0; i < downloads.length; i++) {
-        await writeHostFile(hostRoot, path.join(hostRoot, wanted[i]), downloads[i].contents, mapping.mode);
-        files += 1;
-        bytes += downloads[i].contents.length;
+        if (await orSkip(() => writeHostFile(hostRoot, path.join(hostRoot, wanted[i]), downloads[i].contents, mapping.mode), warn)) {
+          files += 1;
+          bytes += downloads[i].contents.length;
+        }
       }
       if (!mapping.followSymlinks) {
         for (const link of links) {
+          // Recreated as a link with its text exactly as it is; what it points to is never read or written.
           const hostLink = path.join(hostRoot, link.relative);
-          await ensureParents(hostRoot, hostLink);
-          await rm(hostLink, { force: true });
-          await symlink(linkTargets.get(link.relative)!, hostLink);
-          files += 1;
+          const made = await orSkip(async () => {
+            await ensureParents(hostRoot, hostLink);
+            await rm(hostLink, { force: true });
+            await symlink(link.target, hostLink);
+          }, warn);
+          if (made) files += 1;
         }
       }
     }

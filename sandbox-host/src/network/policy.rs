@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 
 use crate::rate_budget::{Priority, RateBudget, RateLimit};
 use crate::transport::{ErrorCode, OutgoingRequest, RequestTimeouts, Transport, TransportFuture};
@@ -364,14 +364,21 @@ impl Transport for Guard {
                 if let (StatusCode::TOO_MANY_REQUESTS, Some(limit)) =
                     (response.status, &policy.rate_limit)
                 {
-                    let pause = retry_after(&response.headers)
-                        .unwrap_or(limit.window)
-                        .min(Policy::MAX_THROTTLE_PAUSE);
+                    let header = response
+                        .headers
+                        .get(http::header::RETRY_AFTER)
+                        .and_then(|value| value.to_str().ok());
+                    let pause = throttle_pause(header, limit.window);
                     // Without a working budget the 429 goes to the provider.
                     let recorded = policy.budget.throttled(&key, pause).is_ok();
-                    let fits = deadline.is_none_or(|d| Instant::now() + pause < d)
-                        && policy.max_throttle_wait.is_none_or(|max| pause <= max);
-                    if recorded && fits && repeats < Policy::MAX_THROTTLED_REPEATS {
+                    let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                    let repeat = throttle_repeat_allowed(
+                        repeats,
+                        pause,
+                        remaining,
+                        policy.max_throttle_wait,
+                    );
+                    if recorded && repeat {
                         repeats += 1;
                         continue;
                     }
@@ -386,21 +393,93 @@ impl Transport for Guard {
     }
 }
 
-/// A `Retry-After` given in seconds (an HTTP date is not trusted: clocks differ).
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let seconds: u64 = headers
-        .get(http::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    Some(Duration::from_secs(seconds))
+/// A `Retry-After` value: only delta-seconds (ASCII digits, no sign; an
+/// HTTP date is not trusted: clocks differ). A value too large for any
+/// clock still counts (the pause is capped anyway).
+fn retry_after(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(Duration::from_secs(text.parse().unwrap_or(u64::MAX)))
+}
+
+/// How long a 429 pauses its origin: its `Retry-After` (seconds), else one
+/// window, at most [`Policy::MAX_THROTTLE_PAUSE`]. The Node host's
+/// `throttlePauseMs`; the shared decision table
+/// (`node/test/scenarios/policy-decisions.json`) holds both.
+pub(crate) fn throttle_pause(retry_after_header: Option<&str>, window: Duration) -> Duration {
+    retry_after_header
+        .and_then(retry_after)
+        .unwrap_or(window)
+        .min(Policy::MAX_THROTTLE_PAUSE)
+}
+
+/// Whether a request answered 429 is sent again: while repeats are left,
+/// the pause ends before the operation's deadline (`remaining` of it), and
+/// the pause fits one request's budget (`max_wait`). Otherwise the 429 goes
+/// to the provider at once, a definite rejection. The Node host's
+/// `throttleRepeatAllowed`; the shared decision table holds both.
+pub(crate) fn throttle_repeat_allowed(
+    repeats: u32,
+    pause: Duration,
+    remaining: Option<Duration>,
+    max_wait: Option<Duration>,
+) -> bool {
+    repeats < Policy::MAX_THROTTLED_REPEATS
+        && remaining.is_none_or(|remaining| pause < remaining)
+        && max_wait.is_none_or(|max| pause <= max)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Origin;
+    use super::{throttle_pause, throttle_repeat_allowed, Origin};
+    use std::time::Duration;
+
+    fn decisions() -> serde_json::Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../node/test/scenarios/policy-decisions.json");
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the shared decision table"))
+            .expect("the shared decision table is JSON")
+    }
+
+    fn ms(value: &serde_json::Value) -> Option<Duration> {
+        value.as_u64().map(Duration::from_millis)
+    }
+
+    /// The shared decision table's 429 pauses, as the Node host decides them.
+    #[test]
+    fn shared_decisions_throttle_pause() {
+        let table = decisions();
+        let cases = table["throttlePause"].as_array().unwrap();
+        assert!(cases.len() >= 8);
+        for case in cases {
+            let pause = throttle_pause(case["retryAfter"].as_str(), ms(&case["windowMs"]).unwrap());
+            assert_eq!(Some(pause), ms(&case["pauseMs"]), "{}", case["name"]);
+        }
+    }
+
+    /// The shared decision table's repeats after a 429.
+    #[test]
+    fn shared_decisions_throttle_repeat() {
+        let table = decisions();
+        let cases = table["throttleRepeat"].as_array().unwrap();
+        assert!(cases.len() >= 6);
+        for case in cases {
+            let repeat = throttle_repeat_allowed(
+                case["repeats"].as_u64().unwrap() as u32,
+                ms(&case["pauseMs"]).unwrap(),
+                ms(&case["remainingMs"]),
+                ms(&case["maxThrottleWaitMs"]),
+            );
+            assert_eq!(
+                repeat,
+                case["repeat"].as_bool().unwrap(),
+                "{}",
+                case["name"]
+            );
+        }
+    }
 
     #[test]
     fn origins_parse_with_default_ports_and_reject_paths() {

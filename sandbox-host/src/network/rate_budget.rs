@@ -512,6 +512,44 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
+    /// The shared decision table's rate budget starts
+    /// (`node/test/scenarios/policy-decisions.json`, run by the Node host
+    /// against its `waitFor` too).
+    #[test]
+    fn shared_decisions_start_wait() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../node/test/scenarios/policy-decisions.json");
+        let table: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let cases = table["startWait"].as_array().unwrap();
+        assert!(cases.len() >= 6);
+        for case in cases {
+            let mut limit = RateLimit::new(
+                case["limit"]["requests"].as_u64().unwrap() as u32,
+                Duration::from_millis(case["limit"]["windowMs"].as_u64().unwrap()),
+            );
+            if let Some(cap) = case["limit"]["perSecond"].as_u64() {
+                limit = limit.with_per_second(cap as u32);
+            }
+            let recent: Vec<i64> = case["recent"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_i64().unwrap())
+                .collect();
+            let window = limit.window_ms() + margin_ms(&limit);
+            let wait = wait_for(
+                &recent,
+                case["pausedUntil"].as_i64().unwrap(),
+                &limit,
+                window,
+                case["now"].as_i64().unwrap(),
+            );
+            let expected = case["waitMs"].as_u64().map(Duration::from_millis);
+            assert_eq!(wait, expected, "{}", case["name"]);
+        }
+    }
+
     const TEN_PER_SECOND: RateLimit = RateLimit {
         requests: 10,
         window: Duration::from_secs(1),
