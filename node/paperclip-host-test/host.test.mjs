@@ -1,6 +1,7 @@
-// Layer 2: the built plugin driven by Paperclip's own worker manager
-// (`createPluginWorkerHandle` from @paperclipai/server): it forks
-// ../dist/worker.js and speaks JSON-RPC over stdio with it. The `state.*`
+// Layer 2: the packed plugins driven by Paperclip's own worker manager
+// (`createPluginWorkerHandle` from @paperclipai/server): it forks a
+// package's dist/worker.js (../packages/createos, and ../packages/daytona
+// at the end) and speaks JSON-RPC over stdio with it. The `state.*`
 // host handlers are served from a store that outlives each worker, as
 // Paperclip's database does.
 import { test, before, after } from "node:test";
@@ -14,10 +15,12 @@ import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { createPluginWorkerHandle } from "./node_modules/@paperclipai/server/dist/services/plugin-worker-manager.js";
 import { PLUGIN_RPC_ERROR_CODES, JSONRPC_ERROR_CODES } from "@paperclipai/plugin-sdk";
-import manifest from "../dist/manifest.js";
+import manifest from "../packages/createos/dist/manifest.js";
+import daytonaManifest from "../packages/daytona/dist/manifest.js";
 import { startBackend, startRecordingServer } from "../test/support/backend.mjs";
 
-const WORKER = fileURLToPath(new URL("../dist/worker.js", import.meta.url));
+const WORKER = fileURLToPath(new URL("../packages/createos/dist/worker.js", import.meta.url));
+const DAYTONA_WORKER = fileURLToPath(new URL("../packages/daytona/dist/worker.js", import.meta.url));
 const SCENARIOS = Object.fromEntries(
   JSON.parse(readFileSync(new URL("../test/scenarios/local-backend-faults.json", import.meta.url), "utf8")).scenarios.map((s) => [s.name, s]),
 );
@@ -41,7 +44,7 @@ let stranger;
 const handles = [];
 
 before(async () => {
-  backend = await startBackend();
+  backend = await startBackend({ toolbox: true });
   stranger = await startRecordingServer();
 });
 
@@ -53,16 +56,16 @@ after(async () => {
   assert.match(stopped.stderr, /none survived/);
 });
 
-async function startWorker(env = {}) {
-  const handle = createPluginWorkerHandle(manifest.id, {
-    entrypointPath: WORKER,
-    manifest,
+async function startWorker(env = {}, { worker = WORKER, pluginManifest = manifest } = {}) {
+  const handle = createPluginWorkerHandle(pluginManifest.id, {
+    entrypointPath: worker,
+    manifest: pluginManifest,
     config: {},
     instanceInfo: { instanceId: `test-${randomUUID()}`, hostVersion: "2026.916.1" },
     apiVersion: 1,
     hostHandlers,
     autoRestart: false,
-    env: { PAPERCLIP_CREATEOS_WASM_THREADS: "2", PAPERCLIP_CREATEOS_RATE_LEDGER: LEDGER, ...env },
+    env: { PAPERCLIP_WASM_THREADS: "2", PAPERCLIP_WASM_RATE_LEDGER: LEDGER, ...env },
   });
   handles.push(handle);
   await handle.start();
@@ -187,9 +190,11 @@ test("a sandbox a failed acquire left behind is deleted by the next acquire, aft
  * Paperclip's worker manager (two processes, each with its own pool) run
  * commands at once against a server that allows 10 requests per 2 s (far
  * below what four threads ask for, so the budget binds); the operator's
- * limit (`PAPERCLIP_CREATEOS_RATE_LIMIT`, the same 10 per 2 s)
- * is one budget in the ledger file both open, so the server refuses
- * nothing.
+ * limit (the same 10 per 2 s) is one budget in the ledger file both
+ * open, so the server refuses nothing. The settings are given by their
+ * earlier names (`PAPERCLIP_CREATEOS_RATE_LIMIT`, `..._RATE_LEDGER`), which
+ * the worker still reads as aliases of `PAPERCLIP_WASM_RATE_LIMIT` and
+ * `PAPERCLIP_WASM_RATE_LEDGER`.
  */
 test("two Paperclip workers share one rate budget: the rate-limited server never answers 429", async () => {
   const limited = await startBackend({ rateLimit: "10/2000" });
@@ -240,7 +245,7 @@ test("unknown methods and wrong param types through Paperclip's host are JSON-RP
 test("raw lines that are not JSON-RPC get JSON-RPC errors on the worker's stdout, and the worker keeps serving", async () => {
   // Paperclip's handle never writes a malformed line itself, so this drives the
   // same built worker over its stdio directly.
-  const child = spawn(process.execPath, [WORKER], { stdio: ["pipe", "pipe", "inherit"], env: { PATH: process.env.PATH, PAPERCLIP_CREATEOS_WASM_THREADS: "1" } });
+  const child = spawn(process.execPath, [WORKER], { stdio: ["pipe", "pipe", "inherit"], env: { PATH: process.env.PATH, PAPERCLIP_WASM_THREADS: "1" } });
   const answers = [];
   const lines = createInterface({ input: child.stdout });
   lines.on("line", (line) => answers.push(JSON.parse(line)));
@@ -269,7 +274,7 @@ test("raw lines that are not JSON-RPC get JSON-RPC errors on the worker's stdout
 
 test("a component trap fails that call, replaces the instance and poisons the lease; the worker stays up", async () => {
   const marker = `TRAP-${randomUUID()}`;
-  const handle = await startWorker({ PAPERCLIP_CREATEOS_WASM_TEST_TRAP_MARKER: marker, PAPERCLIP_CREATEOS_WASM_THREADS: "1" });
+  const handle = await startWorker({ PAPERCLIP_WASM_TEST_TRAP_MARKER: marker, PAPERCLIP_WASM_THREADS: "1" });
   const pid = handle.diagnostics().pid;
   const lease = await handle.call("environmentAcquireLease", { ...params(), runId: "run-host-trap" });
   const trapped = await settle(handle.call("environmentExecute", { ...params(), lease, command: "echo", args: [marker] }, 60_000));
@@ -304,6 +309,33 @@ test("stopping the worker (Paperclip's shutdown) cancels a running command first
   const cleaner = await startWorker();
   await cleaner.call("environmentDestroyLease", { ...params(), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
   await cleaner.stop();
+});
+
+test("the Daytona package under the same worker manager: same host code, Bearer key on two origins", async () => {
+  const handle = await startWorker({}, { worker: DAYTONA_WORKER, pluginManifest: daytonaManifest });
+  const daytona = {
+    driverKey: "daytona",
+    companyId: COMPANY,
+    environmentId: "environment-daytona",
+    config: { apiUrl: backend.daytonaApiUrl, toolboxUrl: backend.toolboxUrl, apiKey: backend.key, timeoutMs: 60_000 },
+  };
+  const health = await handle.call("health", {});
+  assert.match(health.message, /^Daytona provider component ready/);
+  const lease = await handle.call("environmentAcquireLease", { ...daytona, runId: "run-host-daytona" });
+  const chunks = [];
+  const result = await handle.call(
+    "environmentExecute",
+    { ...daytona, lease, command: "sh", args: ["-c", "echo from-daytona; echo err >&2"] },
+    60_000,
+    (stream, chunk) => chunks.push({ stream, chunk }),
+  );
+  assert.equal(result.exitCode, 0);
+  assert.equal(result.stdout, "from-daytona\n");
+  assert.ok(chunks.some((c) => c.stream === "stdout" && c.chunk.includes("from-daytona")), "live log");
+  const receipt = await handle.call("environmentDestroyLease", { ...daytona, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+  assert.equal(receipt.state, "destroyed");
+  assert.equal(JSON.stringify([lease, result, receipt, chunks]).includes(backend.key), false);
+  await handle.stop();
 });
 
 test("the key never reached the second server", async () => {

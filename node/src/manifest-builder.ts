@@ -1,8 +1,10 @@
 /**
- * Builds the Paperclip manifest from the component's `describe()`: the one
- * source of truth for the driver key, the display name, the config schema,
- * the secret fields and the capabilities. `scripts/generate-manifest.mjs`
- * runs this at build time and writes `dist/manifest.js`.
+ * Builds a Paperclip plugin manifest from a component's `describe()`: the
+ * one source of truth for the plugin id, the driver key, the names, the
+ * config schema, the secret fields and the capabilities. The packer
+ * (`scripts/pack.mjs`) checks the description with {@link descriptionProblems},
+ * then writes `dist/manifest.js` of each package from {@link buildManifest}.
+ * Nothing here names a provider.
  */
 import type { PaperclipPluginManifestV1 } from "@paperclipai/shared";
 import type { WitProviderDescription } from "./wit-types.js";
@@ -10,17 +12,74 @@ import type { WitProviderDescription } from "./wit-types.js";
 /** The package facts the manifest needs besides the description. */
 export interface PackageFacts {
   version: string;
-  description: string;
   author: string;
 }
 
-/** The plugin id Paperclip installs this package under. */
-export const PLUGIN_ID = "sandbox-provider.createos-wasm";
+/** What Paperclip accepts as a plugin id (`pluginManifestV1Schema`), and so as a driver key here. */
+const ID_PATTERN = /^[a-z0-9][a-z0-9._-]*$/;
+/** An HTTP header name (RFC 9110 token). */
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+/** The plugin id Paperclip installs a provider's package under. */
+export function pluginIdFor(driverKey: string): string {
+  return `sandbox-provider.${driverKey}-wasm`;
+}
+
+/** The npm package name of a provider's package. */
+export function packageNameFor(driverKey: string): string {
+  return `@sandbox-provider/paperclip-${driverKey}-wasm`;
+}
+
+/** The package's one-line description. */
+export function packageDescription(description: WitProviderDescription): string {
+  return `${description.displayName} sandboxes for Paperclip through its WebAssembly provider component (driver ${description.driverKey}); secrets never enter the component.`;
+}
+
+/**
+ * Why a description cannot be packed (each problem in words, naming the
+ * field), or an empty list. A packer refuses a component with problems.
+ */
+export function descriptionProblems(description: WitProviderDescription): string[] {
+  const problems: string[] = [];
+  if (typeof description.driverKey !== "string" || !ID_PATTERN.test(description.driverKey)) {
+    problems.push(`driver-key ${JSON.stringify(description.driverKey)} is not usable as a Paperclip driver key and plugin id (lower-case letters, digits, '.', '_', '-', starting with a letter or digit)`);
+  }
+  if (typeof description.displayName !== "string" || description.displayName.trim() === "") {
+    problems.push("display-name is empty");
+  }
+  let schema: unknown;
+  try {
+    schema = JSON.parse(description.configSchema);
+  } catch {
+    problems.push("config-schema is not JSON");
+  }
+  if (schema !== undefined && (typeof schema !== "object" || schema === null || Array.isArray(schema) || (schema as { type?: unknown }).type !== "object")) {
+    problems.push('config-schema is not a JSON Schema of an object (`"type": "object"`)');
+  }
+  const secretNames = new Set<string>();
+  for (const secret of description.secrets) {
+    if (!secret.configField) problems.push("a secret field has no config-field");
+    if (!TOKEN.test(secret.header)) problems.push(`secret ${secret.configField}: header ${JSON.stringify(secret.header)} is not an HTTP header name`);
+    if (secret.scheme !== undefined && !TOKEN.test(secret.scheme)) problems.push(`secret ${secret.configField}: scheme ${JSON.stringify(secret.scheme)} is not a single word`);
+    secretNames.add(secret.configField);
+  }
+  if (description.originFields.length === 0) {
+    problems.push("it declares no origin-fields, so a host can allow it no request (contract 0.2.0 needs at least one)");
+  }
+  for (const origin of description.originFields) {
+    for (const name of origin.secrets) {
+      if (!secretNames.has(name)) problems.push(`origin field ${origin.configField} carries secret ${name}, which is not among its secrets`);
+    }
+    if (secretNames.has(origin.configField)) problems.push(`${origin.configField} is both an origin field and a secret field`);
+  }
+  return problems;
+}
 
 /**
  * The config schema Paperclip shows: the component's schema, with every
  * declared secret field marked `format: "secret-ref"` (Paperclip stores a
- * pasted value as a company secret and hands the worker the resolved string).
+ * pasted value as a company secret and hands the worker the resolved
+ * string) and stripped of any default or example (no secret in a manifest).
  */
 export function paperclipConfigSchema(description: WitProviderDescription): Record<string, unknown> {
   const schema = JSON.parse(description.configSchema) as Record<string, unknown> & {
@@ -29,25 +88,22 @@ export function paperclipConfigSchema(description: WitProviderDescription): Reco
   delete schema.$schema;
   const properties = { ...(schema.properties ?? {}) };
   for (const secret of description.secrets) {
-    properties[secret.configField] = {
-      ...(properties[secret.configField] ?? {}),
-      type: "string",
-      format: "secret-ref",
-    };
+    const { default: _default, examples: _examples, const: _const, enum: _enum, ...rest } = properties[secret.configField] ?? {};
+    properties[secret.configField] = { ...rest, type: "string", format: "secret-ref" };
   }
   return { ...schema, properties };
 }
 
 /** The whole manifest. */
 export function buildManifest(description: WitProviderDescription, facts: PackageFacts): PaperclipPluginManifestV1 {
-  const reusable = description.capabilities.reusableLeases;
-  const sync = description.capabilities.nativeSync;
+  const reusable = description.capabilities.reusableLeases ?? false;
+  const sync = description.capabilities.nativeSync ?? false;
   return {
-    id: PLUGIN_ID,
+    id: pluginIdFor(description.driverKey),
     apiVersion: 1,
     version: facts.version,
     displayName: `${description.displayName} (WebAssembly component)`,
-    description: facts.description,
+    description: packageDescription(description),
     author: facts.author,
     categories: ["workspace"],
     // Exactly what the worker uses: the driver, and ctx.state for durable poison.
@@ -58,14 +114,14 @@ export function buildManifest(description: WitProviderDescription, facts: Packag
         driverKey: description.driverKey,
         kind: "sandbox_provider",
         displayName: description.displayName,
-        description: `${description.displayName} sandboxes through a WebAssembly provider component that never sees the API key.`,
+        description: `${description.displayName} sandboxes through a WebAssembly provider component that never sees a secret.`,
         configSchema: paperclipConfigSchema(description),
         supportsReusableLeases: reusable,
         sandboxCapabilities: {
           reusableLeases: reusable,
           nativeSyncIn: sync,
           nativeSyncOut: sync,
-          incrementalSessionOutput: description.capabilities.incrementalOutput,
+          incrementalSessionOutput: description.capabilities.incrementalOutput ?? false,
         },
       },
     ],

@@ -230,25 +230,31 @@ export type Operation =
   | "sync-out";
 
 /** One `provider-error` -> the error Paperclip's host receives. */
-export function toFailure(error: WitProviderError, operation: Operation, secrets: readonly string[] = []): ProviderFailure {
+export function toFailure(
+  error: WitProviderError,
+  operation: Operation,
+  secrets: readonly string[] = [],
+  /** The provider's `display-name` (`describe()`), for messages. */
+  provider = "Provider",
+): ProviderFailure {
   const clean = (text: string) => redact(text, secrets);
   switch (error.tag) {
     case "invalid-config":
-      return new ProviderFailure(clean(`The CreateOS config is invalid: ${error.val.join("; ")}`), error.tag, "none");
+      return new ProviderFailure(clean(`The ${provider} config is invalid: ${error.val.join("; ")}`), error.tag, "none");
     case "invalid-request":
       return new ProviderFailure(clean(`The ${operation} request was refused before any API call: ${error.val}`), error.tag, "none");
     case "foreign-lease":
       return new ProviderFailure(
-        clean(`The lease does not belong to this environment (${error.val}); nothing was sent to CreateOS.`),
+        clean(`The lease does not belong to this environment (${error.val}); nothing was sent to ${provider}.`),
         error.tag,
         "none",
       );
     case "unsupported":
-      return new ProviderFailure(clean(`CreateOS cannot do this: ${error.val}`), error.tag, "none");
+      return new ProviderFailure(clean(`${provider} cannot do this: ${error.val}`), error.tag, "none");
     case "api-rejected":
       return new ProviderFailure(
         clean(
-          `CreateOS rejected ${error.val.operation} with HTTP ${error.val.status}; nothing is left running.${partialText(error.val.partial)}`,
+          `${provider} rejected ${error.val.operation} with HTTP ${error.val.status}; nothing is left running.${partialText(error.val.partial)}`,
         ),
         error.tag,
         "none",
@@ -268,7 +274,7 @@ export function toFailure(error: WitProviderError, operation: Operation, secrets
       // confirmed that nothing it started is left running.
       const outcome = kind === "denied" || kind === "unreachable" ? "nothing was created" : "nothing is left running";
       return new ProviderFailure(
-        clean(`CreateOS ${error.val.operation} got no answer: ${how}; ${outcome}.${partialText(error.val.partial)}`),
+        clean(`${provider} ${error.val.operation} got no answer: ${how}; ${outcome}.${partialText(error.val.partial)}`),
         error.tag,
         "none",
       );
@@ -276,7 +282,7 @@ export function toFailure(error: WitProviderError, operation: Operation, secrets
     case "invalid-response":
       return new ProviderFailure(
         clean(
-          `CreateOS answered ${error.val.operation} with something invalid: ${error.val.reason}.${partialText(error.val.partial)}`,
+          `${provider} answered ${error.val.operation} with something invalid: ${error.val.reason}.${partialText(error.val.partial)}`,
         ),
         error.tag,
         "none",
@@ -294,8 +300,8 @@ export function toFailure(error: WitProviderError, operation: Operation, secrets
       const partial = partialText(failure.partial);
       if (operation === "acquire") {
         const message = failure.sandboxId
-          ? `CreateOS setup failed and cleanup is unconfirmed for sandbox ${failure.sandboxId}: ${describeCause(failure.cause)}. Destroy that sandbox (environmentDestroyLease with providerLeaseId ${failure.sandboxId}).`
-          : `CreateOS setup failed and cleanup is unconfirmed: ${describeCause(failure.cause)}; the sandbox id is unknown, check the CreateOS account for a leftover sandbox.`;
+          ? `${provider} setup failed and cleanup is unconfirmed for sandbox ${failure.sandboxId}: ${describeCause(failure.cause)}. Destroy that sandbox (environmentDestroyLease with providerLeaseId ${failure.sandboxId}).`
+          : `${provider} setup failed and cleanup is unconfirmed: ${describeCause(failure.cause)}; the sandbox id is unknown, check the ${provider} account for a leftover sandbox.`;
         return new ProviderFailure(clean(message), error.tag, "none", {
           providerLeaseId: failure.sandboxId,
           processId: failure.processId,

@@ -293,8 +293,12 @@ export function throttleRepeatAllowed(repeats: number, pauseMs: number, nowMs: n
 /** The grant of a request under no limit. */
 const NO_LIMIT: Grant = { settle() {} };
 
-/** Builds the handler; `policy()` gives the rules of the call in progress. */
-export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer) {
+/**
+ * Builds the handler; `policy(target)` gives the rules of the call in
+ * progress for a request to `target` (its origin; `allowedOrigin` is unset
+ * when the call may not reach it, `secret` is that origin's header).
+ */
+export function createOutgoingHandler(policy: (target: string | undefined) => OutgoingPolicy, pacer: Pacer) {
   const encoder = new TextEncoder();
 
   /** Sends `request` through the shim, with the key injected when there is one. */
@@ -389,8 +393,8 @@ export function createOutgoingHandler(policy: () => OutgoingPolicy, pacer: Pacer
 
   return {
     handle(request: ShimOutgoingRequest, options: unknown) {
-      const current = policy();
       const target = requestOrigin(request.scheme(), request.authority());
+      const current = policy(target);
       const allowed = current.allowedOrigin ? normaliseOrigin(current.allowedOrigin) : undefined;
       if (!target || !allowed || target !== allowed) {
         // The typed WASI error; the request never leaves this process.

@@ -1,11 +1,16 @@
 /**
- * The Paperclip plugin: `definePlugin` hooks that run the unchanged CreateOS
- * provider component through the worker-thread pool.
+ * The Paperclip plugin: `definePlugin` hooks that run an unchanged
+ * `sandbox-provider` component (any provider: the packed package's
+ * `dist/component/`) through the worker-thread pool. Nothing here names a
+ * provider: the driver key, names, secrets and origins come from the
+ * component's `describe()`.
  *
  * What the hooks add to the component (the host duties):
- * - the API key is taken out of the config (Paperclip resolved its
- *   secret-ref) and injected by the outgoing handler, only for the origin
- *   `validate-config` returned;
+ * - secrets are taken out of the config (Paperclip resolved their
+ *   secret-refs) and injected by the outgoing handler as the headers the
+ *   component declares, only to the origins its `origin-fields` list them
+ *   for (`secrets.ts`); the origins `validate-config` asks for must be the
+ *   ones the config names, or nothing is sent;
  * - a lease is bound to its company: another company's lease is refused
  *   before any request (the component binds the environment);
  * - a lease whose cleanup could not be confirmed is poisoned durably in
@@ -51,11 +56,10 @@ import {
   type Operation,
 } from "./mapping.js";
 import { OrphanStore } from "./orphans.js";
-import { allowedOrigins } from "./outgoing-handler.js";
 import { PoisonStore } from "./poison.js";
 import { defaultLedgerPath } from "./rate-ledger.js";
-import { ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
-import { splitConfig, type ResolvedSecret } from "./secrets.js";
+import { packedDescription, ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
+import { checkAskedOrigins, splitConfig, type OriginRoute } from "./secrets.js";
 import { syncIn, syncOut, type SyncBackend } from "./sync.js";
 import type {
   ProviderOperation,
@@ -76,6 +80,12 @@ import type {
 export interface PluginOptions {
   /** Number of worker threads (default: up to 4). */
   poolSize?: number;
+  /**
+   * The transpiled component (a `file:` URL of its directory, ending in
+   * `/`); default `./component/` beside the host code, as a packed package
+   * has it.
+   */
+  componentDir?: string;
   /** Environment for the key fallback (default `process.env`). */
   env?: NodeJS.ProcessEnv;
   /** Test-only: output containing this marker makes the component trap. */
@@ -84,7 +94,7 @@ export interface PluginOptions {
   outputHighWaterChars?: number;
   /**
    * Replaces the declared rate limit: the operator's account limit
-   * (`PAPERCLIP_CREATEOS_RATE_LIMIT` in the worker), or in benchmarks and
+   * (`PAPERCLIP_WASM_RATE_LIMIT` in the worker), or in benchmarks and
    * tests `null` for no limit (the benchmarks compare per-command cost
    * without a limit, as the Rust host's do). Undefined: the limit
    * `describe()` declares.
@@ -96,7 +106,7 @@ export interface PluginOptions {
    */
   pacerBuffer?: SharedArrayBuffer;
   /**
-   * The machine-wide rate budget file; default `PAPERCLIP_CREATEOS_RATE_LEDGER`
+   * The machine-wide rate budget file; default `PAPERCLIP_WASM_RATE_LEDGER`
    * from `env`, else a per-user file in the temporary directory
    * (`defaultLedgerPath`).
    */
@@ -148,26 +158,39 @@ export function createPlugin(options: PluginOptions = {}) {
   const inFlight = new Map<string, Set<InFlight>>();
 
   function activePool(): ProviderPool {
-    if (!pool) throw new ProviderFailure("The CreateOS provider worker is not set up yet.", "trap", "none");
+    if (!pool) throw new ProviderFailure("The provider worker is not set up yet.", "trap", "none");
     return pool;
   }
 
   function describeOrThrow(): WitProviderDescription {
-    if (!description) throw new ProviderFailure("The CreateOS provider worker is not set up yet.", "trap", "none");
+    if (!description) throw new ProviderFailure("The provider worker is not set up yet.", "trap", "none");
     return description;
   }
 
-  /** Splits the config; refuses it when a secret field is unusable. */
+  /** The provider's name for messages (its `display-name`). */
+  function providerName(): string {
+    return description?.displayName ?? "The provider";
+  }
+
+  /** Splits the config; refuses it when a secret or origin field is unusable. */
   function prepare(params: PluginEnvironmentDriverBaseParams) {
     const split = splitConfig(params.config, describeOrThrow(), env);
     if (split.errors.length > 0) {
-      throw new ProviderFailure(`The CreateOS config is invalid: ${split.errors.join("; ")}`, "invalid-config", "none");
+      throw new ProviderFailure(`The ${providerName()} config is invalid: ${split.errors.join("; ")}; nothing was sent.`, "invalid-config", "none");
     }
-    return { ctx: toContext(params, JSON.stringify(split.componentConfig)), secret: split.secret };
+    return { ctx: toContext(params, JSON.stringify(split.componentConfig)), secret: split.routes };
   }
 
-  function secretsOf(secret: ResolvedSecret | undefined): string[] {
-    return secret ? [secret.value] : [];
+  /** Every secret value a message must never show: each header value, and the bare secret after its scheme. */
+  function secretsOf(routes: readonly OriginRoute[] | undefined): string[] {
+    const values = new Set<string>();
+    for (const route of routes ?? []) {
+      if (!route.secret) continue;
+      values.add(route.secret.value);
+      const bare = route.secret.value.slice(route.secret.value.indexOf(" ") + 1);
+      if (bare.length >= 8) values.add(bare);
+    }
+    return [...values];
   }
 
   /** Runs one component call; maps its failure to what Paperclip sees. */
@@ -175,18 +198,18 @@ export function createPlugin(options: PluginOptions = {}) {
     operation: Operation,
     witOperation: ProviderOperation,
     args: unknown[],
-    secret: ResolvedSecret | undefined,
+    secret: OriginRoute[] | undefined,
     onOutput?: (stream: "stdout" | "stderr", chunk: string) => void,
   ): RunningCall<T> {
     const running = activePool().call<T>(witOperation, args, {
-      secret,
+      routes: secret,
       rateLimit: options.rateLimit === undefined ? describeOrThrow().rateLimit : (options.rateLimit ?? undefined),
       onOutput,
     });
     const result = running.result.catch((error: unknown) => {
       if (error instanceof ProviderCallError) {
         if (error.failure.kind === "provider") {
-          throw toFailure(error.failure.payload as WitProviderError, operation, secretsOf(secret));
+          throw toFailure(error.failure.payload as WitProviderError, operation, secretsOf(secret), providerName());
         }
         throw new ProviderFailure(
           redact(
@@ -205,7 +228,7 @@ export function createPlugin(options: PluginOptions = {}) {
     return { result, cancel: running.cancel };
   }
 
-  function call<T>(operation: Operation, witOperation: ProviderOperation, args: unknown[], secret: ResolvedSecret | undefined) {
+  function call<T>(operation: Operation, witOperation: ProviderOperation, args: unknown[], secret: OriginRoute[] | undefined) {
     return start<T>(operation, witOperation, args, secret).result;
   }
 
@@ -215,7 +238,7 @@ export function createPlugin(options: PluginOptions = {}) {
     const holdsComponentLease = typeof metadata?.[COMPONENT_LEASE_KEY] === "string";
     if ((holdsComponentLease && owner === undefined) || (owner !== undefined && owner !== params.companyId)) {
       throw new ProviderFailure(
-        "The lease does not belong to this environment (it was acquired for another company); nothing was sent to CreateOS.",
+        `The lease does not belong to this environment (it was acquired for another company); nothing was sent to ${providerName()}.`,
         "foreign-company",
         "none",
       );
@@ -287,31 +310,9 @@ export function createPlugin(options: PluginOptions = {}) {
     }
   }
 
-  /**
-   * Which sandbox setting (shape, rootfs, region) of the normalised config
-   * differs from the one the lease was created with, if any. Runs the
-   * component's `validate-config` only (no request).
-   */
-  async function changedSandboxSetting(componentConfig: string, lease: WitLease): Promise<string | undefined> {
-    let recorded: Record<string, unknown>;
-    try {
-      recorded = JSON.parse(lease.metadata) as Record<string, unknown>;
-    } catch {
-      return undefined;
-    }
-    const validation = await call<WitConfigValidation>("resume", "validateConfig", [componentConfig], undefined);
-    if (!validation.ok || !validation.normalizedConfig) return undefined;
-    const configured = JSON.parse(validation.normalizedConfig) as Record<string, unknown>;
-    for (const field of ["shape", "rootfs", "region"]) {
-      if (!(field in recorded)) continue;
-      if ((configured[field] ?? null) !== (recorded[field] ?? null)) return field;
-    }
-    return undefined;
-  }
-
-  /** The API origins a component config sends to (`validate-config`, no request), normalised. */
-  async function apiOriginsOf(componentConfig: string): Promise<string[]> {
-    return allowedOrigins(await call<WitConfigValidation>("validate", "validateConfig", [componentConfig], undefined));
+  /** The API origins a config sends to (from its origin fields, no component call). */
+  function apiOriginsOf(params: PluginEnvironmentDriverBaseParams): string[] {
+    return splitConfig(params.config, describeOrThrow(), env).routes.map((route) => route.origin);
   }
 
   /**
@@ -324,7 +325,7 @@ export function createPlugin(options: PluginOptions = {}) {
     const recorded = await orphans.list(params.companyId, params.environmentId);
     if (recorded.length === 0) return;
     const { ctx, secret } = prepare(params);
-    const origins = await apiOriginsOf(ctx.config);
+    const origins = apiOriginsOf(params);
     for (const orphan of recorded) {
       if (!origins.includes(orphan.apiOrigin)) continue;
       try {
@@ -365,16 +366,21 @@ export function createPlugin(options: PluginOptions = {}) {
         testTrapMarker: options.testTrapMarker,
         outputHighWaterChars: options.outputHighWaterChars,
         pacerBuffer: options.pacerBuffer,
+        componentDir: options.componentDir,
         ledgerPath: options.rateLedgerPath ?? defaultLedgerPath(env),
       });
-      description = await pool.call<WitProviderDescription>("describe", []).result;
+      // The packer stored describe()'s answer beside the component: the worker answers
+      // `initialize` at once while the pool's first thread instantiates in the background.
+      description =
+        ((await packedDescription(options.componentDir)) as WitProviderDescription | undefined) ??
+        (await pool.call<WitProviderDescription>("describe", []).result);
     },
 
     async onHealth() {
       const stats = pool?.stats;
       return {
         status: pool ? "ok" : "error",
-        message: pool ? `CreateOS provider component ready in ${stats?.threads} worker threads` : "not set up",
+        message: pool ? `${providerName()} provider component ready in ${stats?.threads} worker threads` : "not set up",
         details: {
           ...stats,
           rateLimitStarts: pool?.rateLimitStarts ?? 0,
@@ -407,6 +413,8 @@ export function createPlugin(options: PluginOptions = {}) {
       if (!validation.ok || validation.normalizedConfig === undefined) {
         return { ok: false, warnings: validation.warnings, errors: validation.errors };
       }
+      const originProblem = checkAskedOrigins(validation.apiOrigins, split.routes);
+      if (originProblem) return { ok: false, warnings: validation.warnings, errors: [originProblem] };
       const normalizedConfig = JSON.parse(validation.normalizedConfig) as Record<string, unknown>;
       // Secret-ref fields go back exactly as Paperclip gave them.
       for (const field of info.secrets) {
@@ -464,7 +472,7 @@ export function createPlugin(options: PluginOptions = {}) {
             reason: error.message,
             recordedAt,
           });
-          const [apiOrigin] = await apiOriginsOf(ctx.config);
+          const [apiOrigin] = apiOriginsOf(params);
           if (apiOrigin) {
             await orphans.record(params.companyId, params.environmentId, {
               providerLeaseId: error.data.providerLeaseId,
@@ -483,11 +491,7 @@ export function createPlugin(options: PluginOptions = {}) {
       checkCompany(params, params.leaseMetadata);
       await refuseIfPoisoned(params, params.providerLeaseId, "resume");
       const { ctx, secret } = prepare(params);
-      const changed = await changedSandboxSetting(ctx.config, toWitLease(params.providerLeaseId, params.leaseMetadata));
-      if (changed) {
-        // Paperclip's CreateOS behaviour: a changed shape/rootfs/region expires the lease with no request.
-        return { providerLeaseId: null, metadata: { expired: true, reason: `the configured ${changed} changed since the lease was acquired` } };
-      }
+      // A config that changed since the acquire is the component's to judge (its resume answers `expired`).
       const outcome = await call<WitResumeOutcome>("resume", "resumeLease", [ctx, toWitLease(params.providerLeaseId, params.leaseMetadata)], secret);
       return toResumeResult(outcome, params.companyId);
     },

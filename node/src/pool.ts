@@ -3,18 +3,24 @@
  * from the thread that serves Paperclip's JSON-RPC (which never blocks).
  *
  * Each thread holds one reused component instance and runs one call at a
- * time; calls wait in FIFO order for a free thread. Every call gets its own
+ * time; calls wait in FIFO order for a free thread. The component's core
+ * modules are compiled once per pool (off the main thread, by V8) and
+ * shared with every thread; one thread starts with the pool, the others
+ * only when calls wait and fewer than `size` threads exist, so a worker's
+ * start pays for one instance at most. Every call gets its own
  * cancellation flag, so the plugin can stop a running `execute` (release,
  * destroy, shutdown) through `sandbox:provider/host.cancellation`. A thread
  * whose instance trapped replaces the instance itself; a thread that dies is
  * replaced by the pool.
  */
 import { Worker } from "node:worker_threads";
+import { readdir, readFile } from "node:fs/promises";
 import { cpus } from "node:os";
 import { CANCEL_REQUESTED } from "./cancel-extension.js";
 import { createPacerBuffer, pacerStarted, pacerThrottled, pacerWaits } from "./pacer.js";
 import { defaultLedgerPath } from "./rate-ledger.js";
 import type { ThreadCall, ThreadCallError, ThreadMessage } from "./provider-thread.js";
+import type { OriginRoute } from "./secrets.js";
 import type { ProviderOperation, WitRateLimit } from "./wit-types.js";
 
 /** A call's failure as the pool reports it. */
@@ -39,8 +45,8 @@ export interface CallOptions {
    * the stream: a slow sink slows the command's output, it never drops it.
    */
   onOutput?: (stream: "stdout" | "stderr", chunk: string) => void | Promise<void>;
-  /** The secret header for the call's allowed origin. */
-  secret?: { header: string; value: string };
+  /** The API origins the call may reach, each with its secret header (`splitConfig`). */
+  routes?: OriginRoute[];
   /** The request budget per origin, shared by all threads (none: no limit). */
   rateLimit?: WitRateLimit;
 }
@@ -92,6 +98,9 @@ export class ProviderPool {
   readonly #ledgerPath: string;
   readonly #size: number;
   readonly #testTrapMarker: string | undefined;
+  readonly #componentDir: string | undefined;
+  /** The component's core modules, compiled once for every thread of this pool. */
+  readonly #modules: Promise<Map<string, WebAssembly.Module>>;
   #nextId = 1;
   #closed = false;
   readonly #outputHighWater: number;
@@ -123,15 +132,27 @@ export class ProviderPool {
    * {@link defaultLedgerPath}).
    */
   constructor(
-    options: { size?: number; testTrapMarker?: string; pacerBuffer?: SharedArrayBuffer; ledgerPath?: string; outputHighWaterChars?: number } = {},
+    options: {
+      size?: number;
+      testTrapMarker?: string;
+      pacerBuffer?: SharedArrayBuffer;
+      ledgerPath?: string;
+      outputHighWaterChars?: number;
+      /** The transpiled component's directory (a `file:` URL ending in `/`); default `./component/` beside this module. */
+      componentDir?: string;
+    } = {},
   ) {
     this.#outputHighWater = Math.max(1, options.outputHighWaterChars ?? OUTPUT_HIGH_WATER_CHARS);
     this.#pacerBuffer = options.pacerBuffer ?? createPacerBuffer();
     this.#ledgerPath = options.ledgerPath ?? defaultLedgerPath();
     this.#size = Math.max(1, options.size ?? Math.min(4, cpus().length));
     this.#testTrapMarker = options.testTrapMarker;
-    for (let i = 0; i < this.#size; i++) this.#threads.push(this.#spawn());
-    this.stats.threads = this.#size;
+    this.#componentDir = options.componentDir;
+    this.#modules = compileCoreModules(componentDirOf(this.#componentDir));
+    // Unhandled here: a thread that needs the modules reports the failure with its call.
+    this.#modules.catch(() => {});
+    this.#threads.push(this.#spawn());
+    this.stats.threads = this.#threads.length;
   }
 
   /** Resolves when every thread has its first instance (milliseconds each took). */
@@ -145,6 +166,7 @@ export class ProviderPool {
         pacerBuffer: this.#pacerBuffer,
         ledgerPath: this.#ledgerPath,
         testTrapMarker: this.#testTrapMarker,
+        componentDir: this.#componentDir,
         outputHighWaterChars: this.#outputHighWater,
       },
       // Whatever the thread (or the shim's I/O thread under it) prints goes to
@@ -154,6 +176,10 @@ export class ProviderPool {
     });
     worker.stdout.pipe(process.stderr, { end: false });
     worker.unref();
+    this.#modules.then(
+      (modules) => worker.postMessage({ kind: "modules", modules }),
+      (error: unknown) => worker.postMessage({ kind: "modules", error: error instanceof Error ? error.message : String(error) }),
+    );
     let markReady: (ms: number) => void = () => {};
     const thread: PoolThread = { worker, busy: undefined, ready: new Promise((resolve) => (markReady = resolve)) };
     worker.on("message", (message: ThreadMessage) => {
@@ -218,6 +244,11 @@ export class ProviderPool {
   }
 
   #dispatch() {
+    // Calls wait and every thread is busy: start another, up to `size`.
+    if (!this.#closed && this.#threads.length < this.#size && this.#queue.length > this.#threads.filter((t) => !t.busy).length) {
+      this.#threads.push(this.#spawn());
+      this.stats.threads = this.#threads.length;
+    }
     for (const thread of this.#threads) {
       if (thread.busy) continue;
       const call = this.#queue.shift();
@@ -248,7 +279,7 @@ export class ProviderPool {
           args,
           cancelFlag,
           outputCredit,
-          secret: options.secret,
+          routes: options.routes,
           rateLimit: options.rateLimit,
         },
         onOutput: options.onOutput,
@@ -274,5 +305,33 @@ export class ProviderPool {
     this.#closed = true;
     for (const call of this.#queue.splice(0)) call.reject(new Error("the provider pool is shut down"));
     await Promise.all(this.#threads.map((thread) => thread.worker.terminate()));
+  }
+}
+
+/** Compiles every core module of the transpiled component in `dir` (V8 compiles off the main thread). */
+async function compileCoreModules(dir: URL): Promise<Map<string, WebAssembly.Module>> {
+  const names = (await readdir(dir)).filter((name) => name.endsWith(".wasm"));
+  const compiled = await Promise.all(names.map(async (name) => [name, await WebAssembly.compile(await readFile(new URL(name, dir)))] as const));
+  return new Map(compiled);
+}
+
+/** The transpiled component's directory: `option` (a `file:` URL ending in `/`), else `./component/` beside this module. */
+export function componentDirOf(option?: string): URL {
+  return new URL(option ?? new URL("./component/", import.meta.url).href);
+}
+
+/** The name of the file in which the packer stores the component's `describe()` answer, beside the component. */
+export const PACKED_DESCRIPTION = "description.json";
+
+/**
+ * The `describe()` answer the packer stored with the component, or
+ * undefined when there is none (then the component is asked). Lets a
+ * worker answer `initialize` before any instance exists.
+ */
+export async function packedDescription(option?: string): Promise<unknown> {
+  try {
+    return JSON.parse(await readFile(new URL(PACKED_DESCRIPTION, componentDirOf(option)), "utf8"));
+  } catch {
+    return undefined;
   }
 }

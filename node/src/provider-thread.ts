@@ -12,14 +12,15 @@
  * no arguments and no stdin.
  */
 import { parentPort, workerData } from "node:worker_threads";
-import { readFile } from "node:fs/promises";
 import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
 import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
 import { callBudgetMs, requestBudgetMs } from "./call-deadline.js";
 import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
-import { allowedOrigins, createOutgoingHandler, HostFields, httpErrorCode, type OutgoingPolicy } from "./outgoing-handler.js";
+import { createOutgoingHandler, HostFields, httpErrorCode, type OutgoingPolicy } from "./outgoing-handler.js";
+import { checkAskedOrigins, type OriginRoute } from "./secrets.js";
 import { HostOutgoingBody, HostOutgoingRequest } from "./request-body.js";
 import { Pacer } from "./pacer.js";
+import { COMPONENT_NAME } from "./component-name.js";
 import type { ProviderOperation, WitConfigValidation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
 
 /** A call the pool sends to a thread. */
@@ -32,8 +33,12 @@ export interface ThreadCall {
   cancelFlag: SharedArrayBuffer;
   /** Int32: output characters posted and not yet delivered by the pool (flow control). */
   outputCredit: SharedArrayBuffer;
-  /** The secret header for the call's allowed origin, resolved by the pool. */
-  secret?: { header: string; value: string };
+  /**
+   * The API origins the config names (in the provider's `origin-fields`
+   * order), each with the secret header its requests carry; the only
+   * origins the call may reach (`secrets.ts`).
+   */
+  routes?: OriginRoute[];
   /** The request budget per origin for this call (none: no limit). */
   rateLimit?: WitRateLimit;
 }
@@ -54,25 +59,33 @@ export type ThreadCallError =
 const port = parentPort;
 if (!port) throw new Error("provider-thread.js must run as a worker thread");
 
-const componentDir = new URL("./component/", import.meta.url);
+/** The transpiled component: `./component/` beside the host code (a packed package), or the pool's choice. */
+const componentDir = workerData.componentDir ? new URL(workerData.componentDir as string) : new URL("./component/", import.meta.url);
 const cancelExtension = new URL("./cancel-extension.js", import.meta.url);
 const pacer = new Pacer(workerData.pacerBuffer as SharedArrayBuffer, workerData.ledgerPath as string);
 const trapMarker: string | undefined = workerData.testTrapMarker;
 
-let policy: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
+/** Nothing allowed: outside a call, and for calls that send no request. */
+const NOTHING: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
+/** The rules of the call in progress, for a request's target origin. */
+let policy: (target: string | undefined) => OutgoingPolicy = () => NOTHING;
 let currentCall: { id: number; cancelFlag: SharedArrayBuffer; outputCredit: Int32Array; futures: number[] } | undefined;
 /** Beyond this many undelivered output characters, `emit-output` waits for the sink. */
 const outputHighWater: number = workerData.outputHighWaterChars;
 /** How often a thread waiting for the sink looks at its call's cancellation and deadline. */
 const OUTPUT_WAIT_SLICE_MS = 50;
 
-const coreModules = new Map<string, Promise<WebAssembly.Module>>();
-function coreModule(name: string): Promise<WebAssembly.Module> {
-  let module = coreModules.get(name);
-  if (!module) {
-    module = readFile(new URL(name, componentDir)).then((bytes) => WebAssembly.compile(bytes));
-    coreModules.set(name, module);
-  }
+/** The core modules the pool compiled once for all its threads (posted right after the thread starts). */
+let markModules: (modules: Map<string, WebAssembly.Module>) => void = () => {};
+let failModules: (reason: Error) => void = () => {};
+const compiledModules = new Promise<Map<string, WebAssembly.Module>>((resolve, reject) => {
+  markModules = resolve;
+  failModules = reject;
+});
+compiledModules.catch(() => {});
+async function coreModule(name: string): Promise<WebAssembly.Module> {
+  const module = (await compiledModules).get(name);
+  if (!module) throw new Error(`the transpiled component has no core module ${name}`);
   return module;
 }
 
@@ -96,9 +109,10 @@ const hostInterface = {
     const credit = currentCall.outputCredit;
     const cancelFlag = new Int32Array(currentCall.cancelFlag);
     let backlog = Atomics.add(credit, 0, chunk.length) + chunk.length;
+    const deadlineMs = policy(undefined).deadlineMs;
     while (backlog > outputHighWater) {
       if (Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED) break;
-      if (policy.deadlineMs !== undefined && Date.now() >= policy.deadlineMs) break;
+      if (deadlineMs !== undefined && Date.now() >= deadlineMs) break;
       Atomics.wait(credit, 0, backlog, OUTPUT_WAIT_SLICE_MS);
       backlog = Atomics.load(credit, 0);
     }
@@ -140,7 +154,7 @@ function importObject() {
     "wasi:clocks/monotonic-clock": clocks.monotonicClock,
     "wasi:clocks/wall-clock": clocks.wallClock,
     "wasi:http/types": { ...http.types, Fields: HostFields, OutgoingRequest: HostOutgoingRequest, OutgoingBody: HostOutgoingBody, httpErrorCode },
-    "wasi:http/outgoing-handler": createOutgoingHandler(() => policy, pacer),
+    "wasi:http/outgoing-handler": createOutgoingHandler((target) => policy(target), pacer),
     "wasi:io/error": io.error,
     "wasi:io/poll": io.poll,
     "wasi:io/streams": io.streams,
@@ -151,7 +165,7 @@ function importObject() {
 type Provider = Record<ProviderOperation, (...args: unknown[]) => unknown>;
 
 async function instantiate(): Promise<Provider> {
-  const { instantiate: instantiateComponent } = await import(new URL("createos.js", componentDir).href);
+  const { instantiate: instantiateComponent } = await import(new URL(`${COMPONENT_NAME}.js`, componentDir).href);
   const root = await instantiateComponent(coreModule, importObject());
   return root.provider as Provider;
 }
@@ -179,21 +193,28 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
   currentCall = { id: call.id, cancelFlag: call.cancelFlag, outputCredit: new Int32Array(call.outputCredit), futures: [] };
   try {
     const ctx = contextOf(call.operation, call.args);
-    let allowedOrigin: string | undefined;
+    const routes = call.routes ?? [];
     let budget: WitConfigValidation["budget"];
     if (ctx) {
       const validation = instance.validateConfig(ctx.config) as WitConfigValidation;
-      allowedOrigin = allowedOrigins(validation)[0];
       budget = validation.budget;
+      const problem = validation.ok ? checkAskedOrigins(validation.apiOrigins, routes) : undefined;
+      if (problem) {
+        // Refused before the operation runs: no request was made.
+        return { kind: "done", id: call.id, ok: false, error: { kind: "provider", payload: { tag: "invalid-config", val: [problem] } } };
+      }
     }
     const cancelFlag = new Int32Array(call.cancelFlag);
-    policy = {
-      allowedOrigin,
-      secret: allowedOrigin ? call.secret : undefined,
+    const common = {
       rateLimit: call.rateLimit,
       deadlineMs: Date.now() + callBudgetMs(call.operation, budget, call.args),
       cancelled: () => Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED,
       maxThrottleWaitMs: ctx ? requestBudgetMs(budget) : undefined,
+    };
+    const allowed = ctx ? routes : [];
+    policy = (target) => {
+      const route = target === undefined ? undefined : allowed.find((r) => r.origin === target);
+      return { ...common, allowedOrigin: route?.origin, secret: route?.secret };
     };
     const value = instance[call.operation](...call.args);
     return { kind: "done", id: call.id, ok: true, value };
@@ -207,7 +228,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
     return { kind: "done", id: call.id, ok: false, error: { kind: "trap", message } };
   } finally {
-    policy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
+    policy = () => NOTHING;
     const flag = new Int32Array(call.cancelFlag);
     Atomics.compareExchange(flag, 0, 0, CALL_FINISHED);
     Atomics.notify(flag, 0);
@@ -222,7 +243,13 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
   }
 }
 
-port.on("message", (call: ThreadCall) => {
+port.on("message", (message: ThreadCall | { kind: "modules"; modules?: Map<string, WebAssembly.Module>; error?: string }) => {
+  if (message.kind === "modules") {
+    if (message.modules) markModules(message.modules);
+    else failModules(new Error(`the component could not be compiled: ${message.error}`));
+    return;
+  }
+  const call = message;
   run(call).then(
     (message) => port.postMessage(message),
     (error) =>

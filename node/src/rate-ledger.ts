@@ -25,7 +25,9 @@ import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { WitRateLimit } from "./wit-types.js";
 
 /** Environment variable that names the ledger file (tests, or a shared data directory). */
-export const LEDGER_PATH_ENV = "PAPERCLIP_CREATEOS_RATE_LEDGER";
+export const LEDGER_PATH_ENV = "PAPERCLIP_WASM_RATE_LEDGER";
+/** Its earlier name (the package once served CreateOS only), still read when the new one is unset. */
+export const LEDGER_PATH_ENV_ALIAS = "PAPERCLIP_CREATEOS_RATE_LEDGER";
 
 /** How much longer than declared a window is counted: 1% of it, at least 25 ms. */
 export function windowMargin(windowMs: number): number {
@@ -40,13 +42,15 @@ export function windowMargin(windowMs: number): number {
  * user only (mode 0700): every worker of one Paperclip server runs as its
  * user and finds the same file; the origin is a column, so one file holds
  * every origin's budget. It only matters while requests run, so losing it
- * on reboot loses nothing. `PAPERCLIP_CREATEOS_RATE_LEDGER` overrides it.
+ * on reboot loses nothing. `PAPERCLIP_WASM_RATE_LEDGER` (or its alias
+ * `PAPERCLIP_CREATEOS_RATE_LEDGER`) overrides it. Every packed provider
+ * shares the file (one budget per origin, whichever plugin spends it).
  */
 export function defaultLedgerPath(env: NodeJS.ProcessEnv = process.env): string {
-  const configured = env[LEDGER_PATH_ENV];
+  const configured = env[LEDGER_PATH_ENV] || env[LEDGER_PATH_ENV_ALIAS];
   if (configured) return configured;
   const { uid } = userInfo();
-  return path.join(tmpdir(), `paperclip-createos-wasm-${uid}`, "rate-budget.sqlite");
+  return path.join(tmpdir(), `paperclip-wasm-provider-${uid}`, "rate-budget.sqlite");
 }
 
 /** Creates the ledger's directory (0700) and refuses one that another user owns or that is a symlink. */
@@ -60,7 +64,9 @@ function ensurePrivateDirectory(dir: string) {
 }
 
 /** Environment variable with the operator's limit instead of the declared one (`REQUESTS/WINDOW_MS[/PER_SECOND]`). */
-export const RATE_LIMIT_ENV = "PAPERCLIP_CREATEOS_RATE_LIMIT";
+export const RATE_LIMIT_ENV = "PAPERCLIP_WASM_RATE_LIMIT";
+/** Its earlier name, still read when the new one is unset. */
+export const RATE_LIMIT_ENV_ALIAS = "PAPERCLIP_CREATEOS_RATE_LIMIT";
 
 /**
  * Parses `REQUESTS/WINDOW_MS` (for example `300/60000`) or

@@ -1,53 +1,84 @@
 /**
- * Splits a Paperclip config into what the component may see and the secrets
- * the host keeps, following the component's `describe().secrets`.
+ * Secrets and API origins from the contract (`sandbox:provider@0.2.0`),
+ * the same rules as the Rust host (`sandbox-host/src/network/secrets.rs`
+ * and `runtime.rs`'s `policy_for`): nothing here names a provider, a
+ * config field or a header.
  *
- * Paperclip resolves a `format: "secret-ref"` field before the worker is
- * called, so `config.apiKey` holds the key itself. It is removed from the
- * config the component gets; the outgoing handler adds it as the declared
- * header, only to the allowed origin. When the config holds no key, the
- * declared environment variable (`CREATEOS_API_KEY`) is used, and only for
- * the provider's official endpoint (the schema's default `apiUrl`), never
- * for a custom URL.
+ * - `describe().origin-fields` says which config fields name the API
+ *   origins (each with its default URL) and which secret fields the
+ *   requests to each origin carry;
+ * - `describe().secrets` says which config fields hold secrets, the header
+ *   that carries each one and its `scheme` (`Bearer` gives
+ *   `Authorization: Bearer <key>`; none gives the bare secret);
+ * - a secret field is taken out of the config the component sees;
+ *   Paperclip resolved its `secret-ref` before the worker was called, so
+ *   it holds the secret itself;
+ * - a secret goes only to the origins whose origin field lists it, and
+ *   only over `https:` (plain `http:` only to a loopback host);
+ * - when the config holds no secret, the variable the provider names
+ *   (`env-var`) is read from the worker's environment, and used only when
+ *   every origin that would receive it is the provider's own default (the
+ *   config names none of them): a key from the environment never goes to
+ *   a URL someone typed into a config;
+ * - the origins `validate-config` asks for must be exactly the ones the
+ *   config names, field by field (checked by {@link checkAskedOrigins}
+ *   before the component's operation runs): otherwise nothing is sent.
  */
 import type { WitProviderDescription } from "./wit-types.js";
 
-/** A resolved secret and the header it travels in. */
+/** A resolved secret header for one origin. Never printed. */
 export interface ResolvedSecret {
   header: string;
   value: string;
 }
 
+/** One API origin of a config: where it came from and what its requests carry. */
+export interface OriginRoute {
+  /** The config field that names it. */
+  field: string;
+  /** `scheme://host[:port]`, normalised like `URL.origin`. */
+  origin: string;
+  /** True when the config named it; false for the provider's default. */
+  namedByConfig: boolean;
+  /** The secret header its requests carry, if a secret was resolved. */
+  secret?: ResolvedSecret;
+}
+
 /** The result of splitting a config. */
 export interface SplitConfig {
-  /** The config without secret fields, as JSON for the component. */
+  /** The config without secret fields, for the component. */
   componentConfig: Record<string, unknown>;
-  /** The secret for the config's origin, if one was found. */
-  secret: ResolvedSecret | undefined;
-  /** Problems with secret fields, each naming the field. */
+  /** The config's API origins, in the provider's `origin-fields` order. */
+  routes: OriginRoute[];
+  /** Problems, each naming the field (never a secret). */
   errors: string[];
 }
 
-/** The official API URL: the config schema's default `apiUrl`. */
-export function officialApiUrl(description: WitProviderDescription): string | undefined {
+/** Whether `host` (from a URL) is a loopback host. */
+function isLoopback(host: string): boolean {
+  const bare = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return bare === "localhost" || bare === "::1" || /^127\.\d+\.\d+\.\d+$/.test(bare);
+}
+
+/** The origin of an http(s) URL without user info, normalised; undefined otherwise. */
+export function originOf(url: string): string | undefined {
+  let parsed: URL;
   try {
-    const schema = JSON.parse(description.configSchema) as { properties?: { apiUrl?: { default?: unknown } } };
-    const value = schema.properties?.apiUrl?.default;
-    return typeof value === "string" ? value : undefined;
+    parsed = new URL(url);
   } catch {
     return undefined;
   }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") return undefined;
+  if (parsed.username || parsed.password || !parsed.hostname) return undefined;
+  return parsed.origin;
 }
 
-function sameOrigin(a: unknown, b: string | undefined): boolean {
-  if (b === undefined) return false;
-  if (a === undefined || a === null) return true; // no apiUrl means the default
-  if (typeof a !== "string") return false;
-  try {
-    return new URL(a).origin === new URL(b).origin;
-  } catch {
-    return false;
-  }
+/** Why a secret may not travel to `origin`, or undefined when it may (https, or http on loopback). */
+export function secretOriginProblem(origin: string): string | undefined {
+  const url = new URL(origin);
+  if (url.protocol === "https:") return undefined;
+  if (url.protocol === "http:" && isLoopback(url.hostname)) return undefined;
+  return `the secret would be sent to ${origin} in plain text; use an https URL (plain http is allowed only for localhost, 127.0.0.1 or [::1])`;
 }
 
 /** Splits `config` (a JSON object from Paperclip) for the component. */
@@ -58,26 +89,92 @@ export function splitConfig(
 ): SplitConfig {
   const componentConfig: Record<string, unknown> = { ...(config ?? {}) };
   const errors: string[] = [];
-  let secret: ResolvedSecret | undefined;
-  for (const field of description.secrets) {
+  const routes: OriginRoute[] = [];
+  for (const field of description.originFields) {
     const value = componentConfig[field.configField];
-    delete componentConfig[field.configField];
+    let url: string;
+    let namedByConfig: boolean;
+    if (value === undefined || value === null) {
+      if (field.defaultUrl === undefined) {
+        errors.push(`${field.configField}: required (the API URL to use)`);
+        continue;
+      }
+      url = field.defaultUrl;
+      namedByConfig = false;
+    } else if (typeof value === "string") {
+      url = value;
+      namedByConfig = true;
+    } else {
+      errors.push(`${field.configField}: must be a URL string`);
+      continue;
+    }
+    const origin = originOf(url);
+    if (!origin) {
+      errors.push(
+        namedByConfig
+          ? `${field.configField}: must be an http or https URL without user name or password`
+          : `${field.configField}: the provider's default URL is not an http or https URL`,
+      );
+      continue;
+    }
+    routes.push({ field: field.configField, origin, namedByConfig });
+  }
+  for (const secretField of description.secrets) {
+    const name = secretField.configField;
+    const value = componentConfig[name];
+    delete componentConfig[name];
+    const receivers = routes.filter((route) =>
+      description.originFields.some((o) => o.configField === route.field && o.secrets.includes(name)),
+    );
     let resolved: string | undefined;
     if (value !== undefined && value !== null) {
       if (typeof value !== "string") {
-        errors.push(`${field.configField}: must be a secret reference resolved to a string`);
+        errors.push(`${name}: must be a secret reference resolved to a string`);
         continue;
       }
       resolved = value;
-    } else if (field.envVar && env[field.envVar] && sameOrigin(componentConfig.apiUrl, officialApiUrl(description))) {
-      resolved = env[field.envVar];
+    } else if (secretField.envVar && env[secretField.envVar] && receivers.length > 0 && receivers.every((r) => !r.namedByConfig)) {
+      // Only the provider's own default origins receive a key from the environment.
+      resolved = env[secretField.envVar];
     }
     if (resolved === undefined) continue;
     if (resolved.trim() === "" || /[\r\n\0]/.test(resolved)) {
-      errors.push(`${field.configField}: the key is empty or contains a line break or NUL`);
+      errors.push(`${name}: the secret is empty or contains a line break or NUL`);
       continue;
     }
-    secret = { header: field.header, value: resolved };
+    const headerValue = secretField.scheme ? `${secretField.scheme} ${resolved}` : resolved;
+    for (const route of receivers) {
+      const problem = secretOriginProblem(route.origin);
+      if (problem) {
+        errors.push(`${name} (for ${route.field}): ${problem}`);
+        continue;
+      }
+      if (route.secret && route.secret.header.toLowerCase() !== secretField.header.toLowerCase()) {
+        errors.push(
+          `${route.field}: the provider sends two secrets (${route.secret.header}, ${secretField.header}) to one origin; this host injects one secret header per origin`,
+        );
+        continue;
+      }
+      route.secret = { header: secretField.header, value: headerValue };
+    }
   }
-  return { componentConfig, secret, errors };
+  return { componentConfig, routes, errors };
+}
+
+/**
+ * Why the origins a component's `validate-config` asks for cannot be
+ * allowed, or undefined when they are exactly the config's (`routes`), in
+ * order. Checked before any request of the call.
+ */
+export function checkAskedOrigins(asked: readonly string[], routes: readonly OriginRoute[]): string | undefined {
+  if (asked.length !== routes.length) {
+    return `the provider asks for ${asked.length} API origin(s) (${asked.join(", ") || "none"}) but declares ${routes.length} origin field(s) (${routes.map((r) => r.field).join(", ") || "none"}); nothing was sent`;
+  }
+  for (let i = 0; i < asked.length; i++) {
+    const origin = originOf(asked[i]);
+    if (origin !== routes[i].origin) {
+      return `the provider asks to send its requests to ${asked[i]}, but the config names ${routes[i].origin} (field ${routes[i].field}); the host sends requests (and secrets) only to the origins the config names, and nothing was sent`;
+    }
+  }
+  return undefined;
 }

@@ -1,19 +1,39 @@
 /**
  * The worker entry point Paperclip forks (`paperclipPlugin.worker`): the
  * plugin defined with Paperclip's SDK, served over stdio by the SDK's own
- * JSON-RPC host (`runWorker`). No protocol code of our own.
+ * JSON-RPC host (`runWorker`). No protocol code of our own, and nothing of
+ * one provider: the component in `./component/` says who it is.
+ *
+ * Worker settings (environment), each with the earlier CreateOS-only name
+ * still read as an alias when the new one is unset:
+ * - `PAPERCLIP_WASM_RATE_LIMIT` (`PAPERCLIP_CREATEOS_RATE_LIMIT`): the
+ *   operator's account limit instead of the declared one;
+ * - `PAPERCLIP_WASM_RATE_LEDGER` (`PAPERCLIP_CREATEOS_RATE_LEDGER`): the
+ *   rate budget file (read in `rate-ledger.ts`);
+ * - `PAPERCLIP_WASM_THREADS` (`PAPERCLIP_CREATEOS_WASM_THREADS`): the
+ *   most worker threads;
+ * - `PAPERCLIP_WASM_TEST_TRAP_MARKER` (`PAPERCLIP_CREATEOS_WASM_TEST_TRAP_MARKER`):
+ *   test-only fault.
  */
 import { runWorker } from "@paperclipai/plugin-sdk";
 import { createPlugin } from "./plugin.js";
-import { parseRateLimit, RATE_LIMIT_ENV } from "./rate-ledger.js";
+import { parseRateLimit, RATE_LIMIT_ENV, RATE_LIMIT_ENV_ALIAS } from "./rate-ledger.js";
+
+/** A setting by its name, else by its earlier alias. */
+function setting(name: string, alias: string): { name: string; value: string } | undefined {
+  if (process.env[name]) return { name, value: process.env[name]! };
+  if (process.env[alias]) return { name: alias, value: process.env[alias]! };
+  return undefined;
+}
 
 // The operator's account limit instead of the declared one, like the `sandbox` CLI's `--rate-limit`.
-const operatorLimit = process.env[RATE_LIMIT_ENV];
+const operatorLimit = setting(RATE_LIMIT_ENV, RATE_LIMIT_ENV_ALIAS);
+const threads = setting("PAPERCLIP_WASM_THREADS", "PAPERCLIP_CREATEOS_WASM_THREADS");
 
 const plugin = createPlugin({
-  poolSize: process.env.PAPERCLIP_CREATEOS_WASM_THREADS ? Number(process.env.PAPERCLIP_CREATEOS_WASM_THREADS) : undefined,
-  testTrapMarker: process.env.PAPERCLIP_CREATEOS_WASM_TEST_TRAP_MARKER || undefined,
-  rateLimit: operatorLimit ? parseRateLimit(operatorLimit) : undefined,
+  poolSize: threads ? Number(threads.value) : undefined,
+  testTrapMarker: setting("PAPERCLIP_WASM_TEST_TRAP_MARKER", "PAPERCLIP_CREATEOS_WASM_TEST_TRAP_MARKER")?.value,
+  rateLimit: operatorLimit ? parseRateLimit(operatorLimit.value, operatorLimit.name) : undefined,
 });
 
 export default plugin;

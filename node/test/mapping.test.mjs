@@ -79,7 +79,7 @@ const ERROR_CASES = [
 
 for (const [name, error, operation, pattern, consequence, data] of ERROR_CASES) {
   test(`provider-error ${name} -> Paperclip error`, () => {
-    const failure = toFailure(error, operation, [KEY]);
+    const failure = toFailure(error, operation, [KEY], "CreateOS");
     assert.match(failure.message, pattern);
     assert.equal(failure.message.includes(KEY), false, "the key never appears");
     assert.equal(failure.kind, error.tag);

@@ -154,7 +154,7 @@ test("an operator's limit parses like the sandbox CLI's --rate-limit; bad ones a
   assert.deepEqual(parseRateLimit("300/60000"), { requests: 300, windowMs: 60_000, perSecond: undefined });
   assert.deepEqual(parseRateLimit("20/2000/5"), { requests: 20, windowMs: 2000, perSecond: 5 });
   for (const bad of ["", "300", "0/100", "x/100", "1/2/3/4", "-1/5", "1.5/100"]) {
-    assert.throws(() => parseRateLimit(bad), (error) => /invalid PAPERCLIP_CREATEOS_RATE_LIMIT/.test(error.message), bad);
+    assert.throws(() => parseRateLimit(bad), (error) => /invalid PAPERCLIP_WASM_RATE_LIMIT/.test(error.message), bad);
   }
 });
 

@@ -24,19 +24,33 @@ export function backendBinary() {
  * `/v1` request beyond that many in any sliding window; `info()` gives its
  * counters (`rate_limit.admitted`, `rate_limit.refused`).
  */
-export async function startBackend({ rateLimit } = {}) {
+export async function startBackend({ rateLimit, toolbox = false, extraArgs = [] } = {}) {
   const key = `test-key-${randomBytes(12).toString("hex")}`;
-  const args = ["--port", "0", "--api-key", key, ...(rateLimit ? ["--rate-limit", rateLimit] : [])];
+  const args = ["--port", "0", "--api-key", key, ...(rateLimit ? ["--rate-limit", rateLimit] : []), ...(toolbox ? ["--toolbox-port", "0"] : []), ...extraArgs];
   const child = spawn(backendBinary(), args, { stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (chunk) => (stderr += chunk));
   const lines = createInterface({ input: child.stdout });
-  const url = await new Promise((resolve, reject) => {
-    lines.once("line", (line) => {
-      const match = /listening on (http:\/\/\S+)/.exec(line);
-      if (match) resolve(match[1]);
-      else reject(new Error(`unexpected createos-local output: ${line}`));
-    });
+  // The first stdout line names the server; with `toolbox`, a second one the
+  // Daytona toolbox's loopback origin. Both are read by one listener (readline
+  // may emit them in one go).
+  const [url, toolboxUrl] = await new Promise((resolve, reject) => {
+    const wanted = toolbox ? 2 : 1;
+    const seen = [];
+    const onLine = (line) => {
+      const match = seen.length === 0 ? /listening on (http:\/\/\S+)/.exec(line) : /toolbox on (http:\/\/\S+)/.exec(line);
+      if (!match) {
+        lines.off("line", onLine);
+        reject(new Error(`unexpected createos-local output: ${line}`));
+        return;
+      }
+      seen.push(seen.length === 0 ? match[1] : `${match[1]}/toolbox`);
+      if (seen.length === wanted) {
+        lines.off("line", onLine);
+        resolve([seen[0], seen[1]]);
+      }
+    };
+    lines.on("line", onLine);
     child.once("exit", (code) => reject(new Error(`createos-local exited with ${code}: ${stderr}`)));
   });
   const admin = async (method, path, body) => {
@@ -52,6 +66,9 @@ export async function startBackend({ rateLimit } = {}) {
   return {
     url,
     key,
+    /** The Daytona face: its API base URL and (with `toolbox`) its toolbox URL. */
+    daytonaApiUrl: `${url}/daytona/api`,
+    toolboxUrl,
     admin,
     addFault: (rule) => admin("POST", "/_admin/faults", rule),
     clearFaults: () => admin("DELETE", "/_admin/faults"),

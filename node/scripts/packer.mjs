@@ -1,0 +1,209 @@
+// The packer: turns any `sandbox-provider` component (contract 0.2.0) into
+// a Paperclip plugin package. Everything provider-specific comes from the
+// component's describe(); the host code (../dist/*.js, built by tsc) is the
+// same for every package. Used by scripts/pack.mjs (the command) and by
+// scripts/build-dev.mjs (the development copy in ../dist).
+import { execFileSync } from "node:child_process";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const nodeDir = fileURLToPath(new URL("..", import.meta.url));
+const hostDist = path.join(nodeDir, "dist");
+/** The contract version this host speaks. */
+export const CONTRACT_VERSION = "0.2.0";
+/** The interface every provider exports. */
+const PROVIDER_EXPORT = "sandbox:provider/provider";
+/** How long describe() may take before the packer gives up. */
+const DESCRIBE_TIMEOUT_MS = 60_000;
+
+/** A refusal the packer explains in words (no stack trace). */
+export class PackError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "PackError";
+  }
+}
+
+async function hostModule(name) {
+  const file = path.join(hostDist, name);
+  if (!existsSync(file)) throw new PackError(`The host code is not built (${file} is missing): run \`npm run build\` in node/ first.`);
+  return import(pathToFileURL(file).href);
+}
+
+/**
+ * The contract version `wasm` (bytes) exports, or a PackError saying why it
+ * is not a sandbox-provider component at all.
+ */
+export async function contractVersionOf(bytes, name) {
+  if (bytes.length < 8 || bytes[0] !== 0 || bytes[1] !== 0x61 || bytes[2] !== 0x73 || bytes[3] !== 0x6d) {
+    throw new PackError(`${name} is not a WebAssembly file.`);
+  }
+  // Byte 4..7: version and layer; a component has layer 1 (`0d 00 01 00`).
+  if (!(bytes[6] === 1 && bytes[7] === 0)) {
+    throw new PackError(`${name} is a core WebAssembly module, not a component: build the provider for wasm32-wasip2 (see ../build.sh) or wrap it with \`wasm-tools component new\`.`);
+  }
+  const { componentWit } = await import("@bytecodealliance/jco-transpile/wasm-tools");
+  let wit;
+  try {
+    wit = await componentWit(bytes);
+  } catch (error) {
+    throw new PackError(`${name} is not a valid WebAssembly component (${String(error?.message ?? error).split("\n")[0]}).`);
+  }
+  const exported = [...wit.matchAll(/^\s*export\s+([^;]+);/gm)].map((m) => m[1].trim());
+  const provider = exported.find((e) => e === PROVIDER_EXPORT || e.startsWith(`${PROVIDER_EXPORT}@`));
+  if (!provider) {
+    throw new PackError(
+      `${name} does not export ${PROVIDER_EXPORT} (it exports ${exported.length ? exported.join(", ") : "nothing"}), so it has no describe() to pack from: it is not a sandbox-provider component.`,
+    );
+  }
+  const version = provider.includes("@") ? provider.slice(provider.indexOf("@") + 1) : "";
+  return version;
+}
+
+/** Transpiles `wasm` into `outDir` with jco (instantiation mode; files named `provider.*`). */
+export async function transpile(wasm, outDir) {
+  const { COMPONENT_NAME } = await hostModule("component-name.js");
+  rmSync(outDir, { recursive: true, force: true });
+  const bin = path.join(nodeDir, "node_modules", ".bin", "jco");
+  try {
+    execFileSync(process.execPath, [bin, "transpile", wasm, "-o", outDir, "--name", COMPONENT_NAME, "--instantiation", "async", "--no-typescript", "--quiet"], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+  } catch (error) {
+    throw new PackError(`jco could not transpile ${wasm}: ${String(error.stderr ?? error.message).trim().split("\n").slice(0, 3).join(" ")}`);
+  }
+}
+
+/** Calls describe() of the transpiled component in `componentDir`. */
+export async function describeComponent(componentDir, name) {
+  const { ProviderPool } = await hostModule("pool.js");
+  const ledgerDir = mkdtempSync(path.join(tmpdir(), "paperclip-wasm-pack-"));
+  const pool = new ProviderPool({
+    size: 1,
+    componentDir: pathToFileURL(componentDir + path.sep).href,
+    ledgerPath: path.join(ledgerDir, "rate-budget.sqlite"),
+  });
+  let timer;
+  try {
+    const described = pool.call("describe", []).result;
+    const timeout = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new PackError(`describe() of ${name} did not answer within ${DESCRIBE_TIMEOUT_MS / 1000} s.`)), DESCRIBE_TIMEOUT_MS);
+    });
+    return await Promise.race([described, timeout]);
+  } catch (error) {
+    if (error instanceof PackError) throw error;
+    const reason = error?.failure?.message ?? error?.message ?? String(error);
+    throw new PackError(`describe() of ${name} failed (${reason}); a provider's describe() must answer without any request.`);
+  } finally {
+    clearTimeout(timer);
+    await pool.close();
+    rmSync(ledgerDir, { recursive: true, force: true });
+  }
+}
+
+/** Checks a description and returns the manifest, or a PackError listing every problem. */
+export async function manifestFor(description, facts, name) {
+  const { descriptionProblems, buildManifest } = await hostModule("manifest-builder.js");
+  const shaped =
+    typeof description === "object" &&
+    description !== null &&
+    Array.isArray(description.secrets) &&
+    Array.isArray(description.originFields) &&
+    typeof description.capabilities === "object";
+  const problems = shaped
+    ? descriptionProblems(description)
+    : [`it answered ${JSON.stringify(description)?.slice(0, 200)}, not a provider-description`];
+  if (problems.length > 0) {
+    throw new PackError(`describe() of ${name} is not usable:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+  }
+  const manifest = buildManifest(description, facts);
+  const { pluginManifestV1Schema } = await import("@paperclipai/shared");
+  const checked = pluginManifestV1Schema.safeParse(manifest);
+  if (!checked.success) {
+    throw new PackError(
+      `The manifest built from describe() of ${name} is not valid for Paperclip:\n${checked.error.issues.map((i) => `  - ${i.path.join(".")}: ${i.message}`).join("\n")}`,
+    );
+  }
+  return manifest;
+}
+
+/** The text of `dist/manifest.js`. */
+export function manifestModule(manifest, source) {
+  return `// Generated by node/scripts/pack.mjs from describe() of ${source}; do not edit.\nconst manifest = ${JSON.stringify(manifest, null, 2)};\nexport default manifest;\n`;
+}
+
+/** The host code files a package carries (compiled JS only; no manifest, no component, no types). */
+function hostFiles() {
+  return readdirSync(hostDist).filter((f) => f.endsWith(".js") && f !== "manifest.js" && statSync(path.join(hostDist, f)).isFile());
+}
+
+/**
+ * Packs `component` (a .wasm path) into a Paperclip plugin package in `out`
+ * (default `packages/<driver key>` under node/). With `devCopy`, writes
+ * only `dist/component/` and `dist/manifest.js` of node/ itself (the copy
+ * the tests run). Returns `{out, manifest, description, contract}`.
+ */
+export async function pack({ component, out, devCopy = false, log = () => {} }) {
+  const wasm = path.resolve(component);
+  const name = path.basename(wasm);
+  if (!existsSync(wasm) || !statSync(wasm).isFile()) throw new PackError(`The component ${wasm} does not exist. Build it first (./build.sh at the repository root builds the bundled providers).`);
+  const bytes = readFileSync(wasm);
+  const contract = await contractVersionOf(bytes, name);
+  if (contract !== CONTRACT_VERSION) {
+    throw new PackError(
+      `${name} is built for the sandbox-provider contract ${contract || "without a version"}; this host speaks ${CONTRACT_VERSION} only. Rebuild the provider against wit/since_v${CONTRACT_VERSION} (the provider SDK's current version).`,
+    );
+  }
+  const staging = mkdtempSync(path.join(tmpdir(), "paperclip-wasm-pack-"));
+  try {
+    const componentDir = path.join(staging, "component");
+    await transpile(wasm, componentDir);
+    const description = await describeComponent(componentDir, name);
+    const pkg = JSON.parse(readFileSync(path.join(nodeDir, "package.json"), "utf8"));
+    const manifest = await manifestFor(description, { version: pkg.version, author: pkg.author }, name);
+    // The worker answers `initialize` from this instead of instantiating the component first.
+    const { PACKED_DESCRIPTION } = await hostModule("pool.js");
+    writeFileSync(path.join(componentDir, PACKED_DESCRIPTION), `${JSON.stringify(description, null, 2)}\n`);
+    if (devCopy) {
+      rmSync(path.join(hostDist, "component"), { recursive: true, force: true });
+      cpSync(componentDir, path.join(hostDist, "component"), { recursive: true });
+      writeFileSync(path.join(hostDist, "manifest.js"), manifestModule(manifest, name));
+      log(`development copy: ${name} (driver ${description.driverKey}) -> dist/component/, dist/manifest.js`);
+      return { out: hostDist, manifest, description, contract };
+    }
+    const { packageNameFor, packageDescription } = await hostModule("manifest-builder.js");
+    const target = path.resolve(out ?? path.join(nodeDir, "packages", description.driverKey));
+    rmSync(path.join(target, "dist"), { recursive: true, force: true });
+    mkdirSync(path.join(target, "dist"), { recursive: true });
+    for (const file of hostFiles()) cpSync(path.join(hostDist, file), path.join(target, "dist", file));
+    cpSync(componentDir, path.join(target, "dist", "component"), { recursive: true });
+    writeFileSync(path.join(target, "dist", "manifest.js"), manifestModule(manifest, name));
+    const packageJson = {
+      name: packageNameFor(description.driverKey),
+      version: pkg.version,
+      description: packageDescription(description),
+      author: pkg.author,
+      license: pkg.license,
+      type: "module",
+      engines: pkg.engines,
+      dependencies: {
+        "@bytecodealliance/preview2-shim": pkg.dependencies["@bytecodealliance/preview2-shim"],
+        "@paperclipai/plugin-sdk": pkg.dependencies["@paperclipai/plugin-sdk"],
+      },
+      paperclipPlugin: { manifest: "./dist/manifest.js", worker: "./dist/worker.js" },
+      files: ["dist"],
+    };
+    writeFileSync(path.join(target, "package.json"), `${JSON.stringify(packageJson, null, 2)}\n`);
+    log(
+      `packed ${name} (contract ${contract}): driver ${description.driverKey}, plugin ${manifest.id}, ` +
+        `${Object.keys(manifest.environmentDrivers[0].configSchema.properties ?? {}).length} config fields, ` +
+        `secrets ${description.secrets.map((s) => `${s.configField} -> ${s.header}${s.scheme ? ` (${s.scheme})` : ""}`).join(", ") || "none"}, ` +
+        `origins ${description.originFields.map((o) => o.configField).join(", ")} -> ${path.relative(process.cwd(), target) || "."}`,
+    );
+    return { out: target, manifest, description, contract };
+  } finally {
+    rmSync(staging, { recursive: true, force: true });
+  }
+}
