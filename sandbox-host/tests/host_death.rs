@@ -59,6 +59,7 @@ impl Cli {
             .env("SANDBOX_HEARTBEAT", HEARTBEAT)
             .env("SANDBOX_HOST_EXPIRY", EXPIRY)
             .env_remove("CREATEOS_API_KEY")
+            .stdin(Stdio::null())
             .arg("--api-url")
             .arg(&self.api_url)
             .arg("--api-key-file")

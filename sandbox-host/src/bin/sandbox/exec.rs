@@ -198,7 +198,7 @@ fn execute(
         args: rest.to_vec(),
         cwd: Some(cwd),
         env: environment,
-        stdin: None,
+        stdin: args.input.clone(),
         timeout_ms: args
             .timeout
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),

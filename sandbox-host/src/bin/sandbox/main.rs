@@ -5,6 +5,7 @@ mod backend;
 mod commands;
 mod exec;
 mod report;
+mod stdin;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -161,6 +162,22 @@ pub struct RunArgs {
     /// Extra environment variables, NAME=VALUE.
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
+    /// Give the command this process's standard input even when it is a
+    /// terminal (read to its end first; Ctrl-D ends it). A piped or
+    /// redirected stdin is always given to the command.
+    #[arg(short = 'i', long, conflicts_with_all = ["stdin_file", "no_stdin"])]
+    pub interactive: bool,
+    /// Give the command this file as its standard input (`-`: this
+    /// process's stdin), at most 32 MiB.
+    #[arg(long = "stdin", value_name = "FILE", conflicts_with = "no_stdin")]
+    pub stdin_file: Option<PathBuf>,
+    /// Give the command an empty standard input (do not read this
+    /// process's stdin even when it is a pipe).
+    #[arg(long)]
+    pub no_stdin: bool,
+    /// The input read for the command (see the `stdin` module).
+    #[arg(skip)]
+    pub input: Option<Vec<u8>>,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -215,7 +232,14 @@ fn dispatch(cli: Cli) -> Result<u8> {
         Command::Describe => commands::describe::run(&global),
         Command::ValidateConfig => commands::validate_config::run(&global),
         Command::Probe => commands::probe::run(&global),
-        Command::Run(args) => commands::run::run(&global, &args),
+        Command::Run(mut args) => {
+            args.input = stdin::read(&args)?;
+            commands::run::run(&global, &args)
+        }
+        Command::Lease(LeaseCommand::Exec { lease, mut run }) => {
+            run.input = stdin::read(&run)?;
+            commands::lease::run(&global, LeaseCommand::Exec { lease, run })
+        }
         Command::Lease(command) => commands::lease::run(&global, command),
     }
 }
