@@ -50,7 +50,9 @@ impl Daytona {
             .h
             .http
             .request(method, url)
-            .header("Authorization", format!("Bearer {KEY}"));
+            .header("Authorization", format!("Bearer {KEY}"))
+            // Logs with stream markers, as the provider asks for them.
+            .header("X-Daytona-Split-Output", "true");
         if let Some(b) = body {
             rb = rb.json(&b);
         }
@@ -135,6 +137,7 @@ impl Daytona {
             .http
             .get(self.logs_url(sb, sid, cmd))
             .header("Authorization", format!("Bearer {KEY}"))
+            .header("X-Daytona-Split-Output", "true")
             .send()
             .await
             .expect("logs request");
@@ -1187,5 +1190,64 @@ async fn a_dropped_session_delete_answer_can_be_confirmed_by_asking_again() {
     assert_eq!(marked_pids(&m), Vec::<i32>::new());
     let (st, v) = d.tb(Method::GET, &sb, "/process/session/s", None).await;
     assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    assert!(d.h.server.shutdown().await.all_exited());
+}
+
+/// Pins issue 27 item 1: the real toolbox answers a command's logs as
+/// stdout and stderr combined, markers removed, unless the request sends
+/// `X-Daytona-Split-Output: true` (or the version of an SDK that demuxes,
+/// 0.27 or later). The face always answered marked text, so no test could
+/// see that a client sending neither reads every byte as stdout.
+#[tokio::test]
+async fn logs_are_combined_unless_split_output_is_asked_for() {
+    let d = Daytona::start().await;
+    let sb = d.sandbox(json!({})).await;
+    d.session(&sb, "s").await;
+    let cmd = d
+        .exec_async(&sb, "s", "echo out; sleep 0.2; echo err >&2")
+        .await;
+    assert_eq!(d.exit_code(&sb, "s", &cmd).await, 0);
+    let url = format!("{}/{sb}/process/session/s/command/{cmd}/logs", d.toolbox);
+    let logs = |headers: &'static [(&'static str, &'static str)], follow: bool| {
+        let mut rb =
+            d.h.http
+                .get(if follow {
+                    format!("{url}?follow=true")
+                } else {
+                    url.clone()
+                })
+                .header("Authorization", format!("Bearer {KEY}"));
+        for (name, value) in headers {
+            rb = rb.header(*name, *value);
+        }
+        async move {
+            let resp = rb.send().await.expect("logs request");
+            assert_eq!(resp.status(), StatusCode::OK);
+            read_all(resp).await
+        }
+    };
+    for follow in [false, true] {
+        for combined in [
+            &[][..],
+            &[("X-Daytona-Split-Output", "false")][..],
+            &[("X-Daytona-SDK-Version", "0.26.1")][..],
+        ] {
+            assert_eq!(
+                logs(combined, follow).await,
+                b"out\nerr\n",
+                "{combined:?} follow={follow}"
+            );
+        }
+        for split in [
+            &[("X-Daytona-Split-Output", "true")][..],
+            &[("X-Daytona-SDK-Version", "0.218.0")][..],
+        ] {
+            assert_eq!(
+                demux(&logs(split, follow).await),
+                ("out\n".to_owned(), "err\n".to_owned()),
+                "{split:?} follow={follow}"
+            );
+        }
+    }
     assert!(d.h.server.shutdown().await.all_exited());
 }

@@ -403,6 +403,53 @@ pub async fn terminate_command(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// The header that asks for the logs with their stream markers.
+pub const SPLIT_OUTPUT_HEADER: &str = "x-daytona-split-output";
+
+/// The header the official SDKs send with their version.
+pub const SDK_VERSION_HEADER: &str = "x-daytona-sdk-version";
+
+/// Whether a logs request gets the labelled log (see [`labelled`]) or the
+/// combined text with the markers removed, as the real daemon decides:
+/// labelled when `X-Daytona-Split-Output: true` is sent without an SDK
+/// version, or when an SDK version of 0.27 or later (one that demuxes) is
+/// sent; combined otherwise.
+pub fn wants_split(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    match text(SDK_VERSION_HEADER)
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    {
+        Some(version) => !sdk_predates_split(version),
+        None => text(SPLIT_OUTPUT_HEADER) == Some("true"),
+    }
+}
+
+/// True for an SDK version before 0.27.0 (`0.0.0-dev` excepted); a
+/// version that does not parse counts as a new one.
+fn sdk_predates_split(version: &str) -> bool {
+    if version == "0.0.0-dev" {
+        return false;
+    }
+    let mut parts = version
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map(|p| p.parse::<u64>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) < (0, 27),
+        _ => false,
+    }
+}
+
+/// A command's frames as a logs answer: labelled, or combined.
+fn rendered(frames: &[Frame], split: bool) -> Vec<u8> {
+    if split {
+        labelled(frames)
+    } else {
+        frames.iter().flat_map(|f| f.data.iter().copied()).collect()
+    }
+}
+
 /// `?follow=`.
 #[derive(Debug, Deserialize)]
 pub struct LogsQuery {
@@ -415,7 +462,9 @@ pub struct LogsQuery {
 pub const EVICTED_HEADER: &str = "x-createos-local-output-evicted";
 
 /// `GET /process/session/{sessionId}/command/{commandId}/logs[?follow=true]`:
-/// `text/plain`, each chunk labelled (see [`labelled`]). Without `follow`:
+/// `text/plain`, each chunk labelled (see [`labelled`]) when the request
+/// asks for split output ([`wants_split`]), else stdout and stderr combined
+/// without markers, as the real daemon answers. Without `follow`:
 /// the output so far. With `follow=true` (over plain HTTP; the real service
 /// follows only over WebSocket and answers plain HTTP with the output so
 /// far): the output so far, then live output, and the body ends once the
@@ -444,7 +493,8 @@ pub async fn logs(
     let (frames, evicted) = retained(&p);
     // The newest frame is always retained: no frame means none was written.
     let cursor = frames.last().map_or(0, |f| f.seq);
-    let first = labelled(&frames);
+    let split = wants_split(&headers);
+    let first = rendered(&frames, split);
     let mut builder = Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
@@ -475,6 +525,7 @@ pub async fn logs(
         sent: 0,
         limit,
         done: false,
+        split,
     };
     let stream = futures_util::stream::unfold(follow, |mut f| async move {
         f.next().await.map(|item| (item, f))
@@ -496,6 +547,8 @@ struct LogFollow {
     /// forever (`true`).
     limit: Option<(u64, bool)>,
     done: bool,
+    /// Labelled (`true`) or combined output ([`wants_split`]).
+    split: bool,
 }
 
 impl LogFollow {
@@ -548,7 +601,7 @@ impl LogFollow {
                         self.cursor = last.seq;
                     }
                     self.sent += frames.len() as u64;
-                    return Some(Ok(Bytes::from(labelled(&frames))));
+                    return Some(Ok(Bytes::from(rendered(&frames, self.split))));
                 }
                 Replay::Frames(_) if exit => {
                     self.done = true;

@@ -293,7 +293,10 @@ impl Run {
                 Method::Get,
                 &format!("{}/logs{query}", self.command_path(session)),
                 None,
-            );
+            )
+            // Without it the service strips the stream markers and every
+            // byte would read as stdout.
+            .with_header(api::SPLIT_OUTPUT_HEADER, "true");
             let failure = match platform.open(&logs, self.command_wait()) {
                 Err(TransportError::Deadline) => return Stop::TimedOut,
                 Err(TransportError::Cancelled) => return Stop::Cancelled,
