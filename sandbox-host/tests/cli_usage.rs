@@ -133,3 +133,53 @@ fn a_cwd_resolves_once_against_the_workspace_root_with_both_providers() {
         }
     }
 }
+
+/// Pins issue 27 item 6: with `CREATEOS_API_KEY` set and `--api-url`
+/// naming another origin, the CLI (by design) sends no key, and the user
+/// saw only `the API refused create-sandbox (HTTP 401)`. It now says why
+/// before the request and what to do; doing it works.
+#[cfg(feature = "local-backend")]
+#[test]
+fn a_key_withheld_from_another_origin_is_explained_with_the_fix() {
+    use createos_local::{BackgroundServer, Server};
+    let Some((createos, _)) = providers() else {
+        return;
+    };
+    let key = "withheld-key";
+    let server = BackgroundServer::start(Server::builder().api_key(key).quiet(true)).unwrap();
+    let url = server.base_url();
+    let run = |origin_var: Option<&str>| {
+        let mut command = sandbox(&createos, "cli-key");
+        command.env("CREATEOS_API_KEY", key);
+        match origin_var {
+            Some(origin) => command.env("SANDBOX_API_KEY_ORIGIN", origin),
+            None => command.env_remove("SANDBOX_API_KEY_ORIGIN"),
+        };
+        command
+            .args(["--api-url", &url, "run", "--", "echo", "ran"])
+            .output()
+            .unwrap()
+    };
+    let refused = run(None);
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_ne!(refused.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("CREATEOS_API_KEY is set"), "{stderr}");
+    assert!(stderr.contains("--api-key-file"), "{stderr}");
+    let advice = stderr
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("SANDBOX_API_KEY_ORIGIN="))
+        .unwrap_or_else(|| panic!("no SANDBOX_API_KEY_ORIGIN=… in {stderr}"))
+        .trim_end_matches(['.', ',', ')', ';']);
+    assert!(
+        stderr.find("is set") < stderr.find("401"),
+        "the note comes before the refusal: {stderr}"
+    );
+
+    let accepted = run(Some(advice));
+    let stderr = String::from_utf8_lossy(&accepted.stderr);
+    assert_eq!(accepted.status.code(), Some(0), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&accepted.stdout), "ran\n");
+    assert!(!stderr.contains("is set"), "{stderr}");
+    let report = server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}

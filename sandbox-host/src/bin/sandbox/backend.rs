@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use sandbox_host::{
     open_store, shared_engine, ArtifactCache, Environment, GuestStderr, LeaseBackend, LeaseStore,
     NetworkTransport, ProviderComponent, RateBudget, RateLimit, SandboxRuntime, Secrets,
+    KEY_ORIGIN_VAR,
 };
 use serde_json::Value;
 
@@ -119,6 +120,7 @@ impl Setup {
         }
         let config = config.to_string();
         let secrets = self.secrets(global)?;
+        self.explain_withheld_keys(&config, &secrets);
         self.runtime
             .environment(&global.company, &global.environment, &config, &secrets)
     }
@@ -132,6 +134,7 @@ impl Setup {
             .get(lease_id)?
             .with_context(|| format!("no lease {lease_id} in the lease store"))?;
         let secrets = self.secrets(global)?;
+        self.explain_withheld_keys(&record.config, &secrets);
         self.runtime.environment(
             &record.company_id,
             &record.environment_id,
@@ -144,6 +147,22 @@ impl Setup {
     pub fn finish(self) {
         if let Some(local) = self.local {
             local.stop();
+        }
+    }
+
+    /// Says, before any request, when a key variable is set but withheld
+    /// from the API the config names (only the provider's own API gets the
+    /// variable's key): otherwise the user sees only the API's 401.
+    fn explain_withheld_keys(&self, config: &str, secrets: &Secrets) {
+        let Ok(withheld) = secrets.withheld_keys(config, self.runtime.description()) else {
+            return; // the environment itself reports a bad config
+        };
+        for (var, origin) in withheld {
+            eprintln!(
+                "sandbox: note: {var} is set but its key is not sent to {origin}: the CLI sends \
+                 that variable's key only to the provider's own API. To send it to this API, \
+                 set {KEY_ORIGIN_VAR}={origin} (or pass the key with --api-key-file FILE)."
+            );
         }
     }
 
