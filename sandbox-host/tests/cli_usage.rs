@@ -183,3 +183,150 @@ fn a_key_withheld_from_another_origin_is_explained_with_the_fix() {
     let report = server.shutdown();
     assert!(report.all_exited(), "{report:?}");
 }
+
+/// A `sandbox` CLI pointed at a createos-local of the test, with a data
+/// directory (the lease store) of its own and a long host expiry: only a
+/// direct check can tell a dead holder before a minute has passed.
+#[cfg(feature = "local-backend")]
+struct StoredCli {
+    provider: PathBuf,
+    dir: PathBuf,
+    api_url: String,
+}
+
+#[cfg(feature = "local-backend")]
+impl StoredCli {
+    const KEY: &'static str = "stored-cli-key";
+
+    fn new(provider: &Path, server: &createos_local::BackgroundServer, name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("cli-usage-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("key"), Self::KEY).unwrap();
+        StoredCli {
+            provider: provider.to_owned(),
+            dir,
+            api_url: server.base_url(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = sandbox(&self.provider, "cli-usage-stored");
+        command
+            .env("SANDBOX_DATA_DIR", self.dir.join("data"))
+            .env("SANDBOX_HOST_EXPIRY", "60s")
+            .arg("--api-url")
+            .arg(&self.api_url)
+            .arg("--api-key-file")
+            .arg(self.dir.join("key"))
+            .args(args);
+        command
+    }
+
+    fn output(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("running sandbox")
+    }
+
+    fn acquire(&self) -> String {
+        let acquired = self.output(&["lease", "acquire"]);
+        assert!(acquired.status.success(), "{acquired:?}");
+        String::from_utf8(acquired.stdout)
+            .unwrap()
+            .trim()
+            .to_owned()
+    }
+
+    /// Starts `lease exec` of `sleep <duration>`, once it printed `started`.
+    fn exec_sleeper(&self, lease: &str, duration: &str) -> std::process::Child {
+        use std::io::BufRead;
+        let mut child = self
+            .command(&[
+                "lease",
+                "exec",
+                lease,
+                "--",
+                "sh",
+                "-c",
+                "echo started; exec sleep \"$0\"",
+                duration,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "started\n");
+        child
+    }
+
+    fn state(&self, lease: &str) -> String {
+        let output = self.output(&["lease", "list", "--json"]);
+        assert!(output.status.success(), "{output:?}");
+        let leases: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        leases
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["id"] == lease)
+            .map(|l| l["state"].as_str().unwrap().to_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Pins issue 27 item 7: after `kill -9` of a `lease exec`, `sandbox lease
+/// sweep` said `nothing to sweep` until the dead holder's heartbeat had
+/// expired, although its process was gone on this very machine. The
+/// holder's liveness is now checked directly: sweep destroys the lease at
+/// once (and the command with it), while a live holder's lease is left
+/// alone with a line that says what sweep waits for.
+#[cfg(feature = "local-backend")]
+#[test]
+fn sweep_handles_a_lease_of_a_holder_killed_on_this_machine_at_once() {
+    use createos_local::{BackgroundServer, Server};
+    let Some((createos, _)) = providers() else {
+        return;
+    };
+    let server =
+        BackgroundServer::start(Server::builder().api_key(StoredCli::KEY).quiet(true)).unwrap();
+    let cli = StoredCli::new(&createos, &server, "sweep-local");
+
+    // A live holder: left alone, and sweep says why.
+    let live_lease = cli.acquire();
+    let live_sleep = format!("1000.{}1", std::process::id());
+    let mut live = cli.exec_sleeper(&live_lease, &live_sleep);
+    let swept = cli.output(&["lease", "sweep"]);
+    let stderr = String::from_utf8_lossy(&swept.stderr);
+    assert!(swept.status.success(), "{swept:?}");
+    assert!(stderr.contains(&live_lease), "{stderr}");
+    assert!(stderr.contains("still using it"), "{stderr}");
+    assert_eq!(cli.state(&live_lease), "active");
+    // `started` comes before the shell execs `sleep`: wait for it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while common::processes(&["sleep", &live_sleep]).is_empty()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(common::processes(&["sleep", &live_sleep]).len(), 1);
+
+    // Killed: swept at once, though its heartbeat is far from expired.
+    live.kill().unwrap();
+    live.wait().unwrap();
+    let swept = cli.output(&["lease", "sweep"]);
+    let stdout = String::from_utf8_lossy(&swept.stdout);
+    assert!(swept.status.success(), "{swept:?}");
+    assert!(
+        stdout.contains(&format!("{live_lease}: destroyed")),
+        "{stdout}"
+    );
+    assert_eq!(cli.state(&live_lease), "destroyed");
+    assert!(
+        common::processes(&["sleep", &live_sleep]).is_empty(),
+        "the dead holder's command survived the sweep"
+    );
+    let report = server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}

@@ -129,6 +129,13 @@ fn a_cli_killed_mid_command_poisons_its_lease_and_sweep_kills_the_command() {
     assert_eq!(line, "started\n");
     doomed.kill().unwrap();
     doomed.wait().unwrap();
+    // `started` is printed before the shell execs `sleep`: wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while common::processes(&["sleep", &duration]).is_empty()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(
         common::processes(&["sleep", &duration]).len(),
         1,
