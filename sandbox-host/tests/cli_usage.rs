@@ -330,3 +330,75 @@ fn sweep_handles_a_lease_of_a_holder_killed_on_this_machine_at_once() {
     let report = server.shutdown();
     assert!(report.all_exited(), "{report:?}");
 }
+
+/// Pins issue 27 item 8: `sandbox lease acquire` needs a backend that
+/// outlives the process, and the user had to find, build and start
+/// `createos-local`. `sandbox engine` serves the embedded engine until a
+/// signal and prints the line that points other processes at it; the
+/// lease workflow runs against it with both providers, and SIGTERM stops
+/// it with every sandbox in it.
+#[test]
+fn sandbox_engine_serves_the_lease_workflow_until_a_signal() {
+    use std::io::BufRead;
+    let Some((createos, daytona)) = providers() else {
+        return;
+    };
+    for (provider, name) in [(&createos, "createos"), (&daytona, "daytona")] {
+        let data = std::env::temp_dir().join(format!("cli-engine-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        let mut engine = sandbox(provider, "cli-engine")
+            .env("SANDBOX_DATA_DIR", &data)
+            .args(["--provider", name, "engine"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(engine.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let exports: Vec<(String, String)> = line
+            .trim()
+            .strip_prefix("export ")
+            .unwrap_or_else(|| panic!("not an export line: {line:?}"))
+            .split_whitespace()
+            .map(|pair| {
+                let (k, v) = pair.split_once('=').unwrap();
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        assert!(exports.iter().any(|(k, _)| k == "SANDBOX_CONFIG"), "{line}");
+        let cli = |args: &[&str]| {
+            let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox"));
+            command
+                .env_remove("SANDBOX_PROVIDER")
+                .env_remove("CREATEOS_API_KEY")
+                .env("SANDBOX_DATA_DIR", &data)
+                .stdin(Stdio::null())
+                .envs(exports.iter().map(|(k, v)| (k, v)))
+                .args(args);
+            command.output().unwrap()
+        };
+        let acquired = cli(&["lease", "acquire"]);
+        assert!(acquired.status.success(), "{name}: {acquired:?}");
+        let lease = String::from_utf8(acquired.stdout)
+            .unwrap()
+            .trim()
+            .to_owned();
+        let ran = cli(&["lease", "exec", &lease, "--", "sh", "-c", "echo hi; exit 3"]);
+        assert_eq!(ran.status.code(), Some(3), "{name}: {ran:?}");
+        assert_eq!(String::from_utf8_lossy(&ran.stdout), "hi\n");
+        let released = cli(&["lease", "release", &lease]);
+        assert!(released.status.success(), "{name}: {released:?}");
+
+        let killed = Command::new("kill")
+            .args(["-TERM", &engine.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let output = engine.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{name}: {stderr}");
+        assert!(stderr.contains("every process in it exited"), "{stderr}");
+    }
+}

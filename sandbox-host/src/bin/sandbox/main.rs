@@ -59,7 +59,7 @@ pub struct Global {
     )]
     pub provider: Option<PathBuf>,
     /// The provider config, a JSON object.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, env = "SANDBOX_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The provider's API URL (sets its first URL field, `apiUrl` for
     /// CreateOS and Daytona); without it and without a URL in the config,
@@ -68,7 +68,7 @@ pub struct Global {
     pub api_url: Option<String>,
     /// A file holding the API key (else the config, else the provider's
     /// declared environment variable, for example CREATEOS_API_KEY).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, env = "SANDBOX_API_KEY_FILE", value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
     /// The API's rate limit as REQUESTS/WINDOW_MS[/PER_SECOND] (for example
     /// 300/60000), instead of the one the provider declares: your account's
@@ -148,6 +148,15 @@ enum Command {
     /// Manage leases kept in the lease store.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// Serve the embedded engine until Ctrl-C, SIGTERM or SIGHUP, for the
+    /// lease commands of other `sandbox` processes: prints the line that
+    /// points them at it (`export SANDBOX_CONFIG=… SANDBOX_API_KEY_FILE=…`).
+    /// Stopping it ends every sandbox in it.
+    Engine {
+        /// The loopback port of its API (0: any free port).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+    },
 }
 
 /// A command to run and its limits.
@@ -241,6 +250,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             commands::lease::run(&global, LeaseCommand::Exec { lease, run })
         }
         Command::Lease(command) => commands::lease::run(&global, command),
+        Command::Engine { port } => commands::engine::run(&global, port),
     }
 }
 
