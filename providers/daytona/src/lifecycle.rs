@@ -33,6 +33,24 @@ const STARTING_STATES: &[&str] = &[
     "unknown",
 ];
 
+/// States of an operation under way (stop, archive, pause, resume, resize,
+/// snapshot, fork) after which the sandbox settles by itself: waited
+/// through, never taken for a final answer.
+const BUSY_STATES: &[&str] = &[
+    "stopping",
+    "archiving",
+    "pausing",
+    "paused",
+    "resuming",
+    "resizing",
+    "snapshotting",
+    "forking",
+];
+
+/// States from which a sandbox returns to `started` by itself after an
+/// operation on it (resume waits through them).
+const RETURNING_STATES: &[&str] = &["resuming", "resizing", "snapshotting", "forking"];
+
 /// One lifecycle operation: the platform, the config and its deadline.
 pub struct Lifecycle<'a> {
     platform: &'a mut dyn Platform,
@@ -234,7 +252,7 @@ impl<'a> Lifecycle<'a> {
                 return Ok(());
             }
             let transitional = STARTING_STATES.contains(&state)
-                || matches!(state, "stopping" | "archiving")
+                || BUSY_STATES.contains(&state)
                 || (wanted == "stopped" && state == "started");
             if !transitional {
                 return Err(invalid(
@@ -400,7 +418,9 @@ impl<'a> Lifecycle<'a> {
                 .map_err(|e| e.into_provider_error("start-sandbox"))?;
                 self.wait_for(&id, "started")?;
             }
-            state if STARTING_STATES.contains(&state) => self.wait_for(&id, "started")?,
+            state if STARTING_STATES.contains(&state) || RETURNING_STATES.contains(&state) => {
+                self.wait_for(&id, "started")?
+            }
             state => {
                 return Err(invalid(
                     "resume",
@@ -586,8 +606,42 @@ fn invalid(operation: &str, reason: &str) -> ProviderError {
 
 #[cfg(test)]
 mod tests {
-    use super::resolve_path;
+    use super::*;
+    use provider_sdk::testing::{Answer, FakePlatform};
     use wasm_bindgen_test::wasm_bindgen_test;
+
+    /// Pins issue 27 item 4 (states): `pausing`, `paused`, `resuming`,
+    /// `resizing`, `snapshotting` and `forking` (states of the current
+    /// API) made a wait fail at once as if the sandbox were unusable. They
+    /// are operations under way: the wait goes on until the wanted state.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn operations_under_way_are_waited_through() {
+        let config = crate::config::parse(
+            r#"{"apiUrl":"http://127.0.0.1:1/api","toolboxUrl":"http://127.0.0.1:2/toolbox"}"#,
+        )
+        .unwrap();
+        for busy in [
+            "pausing",
+            "paused",
+            "resuming",
+            "resizing",
+            "snapshotting",
+            "forking",
+        ] {
+            let mut reads = 0;
+            let mut platform = FakePlatform::new(move |_| {
+                reads += 1;
+                let state = if reads < 3 { busy } else { "started" };
+                Answer::Full(
+                    200,
+                    format!(r#"{{"id":"sb-1","state":"{state}"}}"#).into_bytes(),
+                )
+            });
+            let mut lifecycle = Lifecycle::new(&mut platform, &config);
+            assert!(lifecycle.wait_for("sb-1", "started").is_ok(), "{busy}");
+            assert_eq!(platform.requests.len(), 3, "{busy}");
+        }
+    }
 
     /// Pins issue 27 item 2: a relative cwd was joined to the lease's cwd
     /// (which already held it: `/root/paperclip-workspace/sub/dir/sub/dir`)
