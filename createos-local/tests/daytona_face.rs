@@ -277,7 +277,7 @@ async fn session_command_runs_with_cwd_env_and_complete_logs() {
         )
         .await;
     assert_eq!(st, StatusCode::OK, "{v}");
-    assert!(v
+    assert!(v["items"]
         .as_array()
         .expect("list")
         .iter()
@@ -925,7 +925,7 @@ async fn bad_input_is_a_4xx_with_a_json_error() {
         (
             Method::POST,
             format!("{tb}/process/execute"),
-            r#"{"command":"echo 'unbalanced"}"#,
+            r#"{"command":"true","envs":{"1BAD":"x"}}"#,
             StatusCode::BAD_REQUEST,
         ),
         (
@@ -985,7 +985,7 @@ async fn bad_input_is_a_4xx_with_a_json_error() {
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     let (_, v) = d.api(Method::GET, "/sandbox", None).await;
     assert_eq!(
-        v.as_array().map(Vec::len),
+        v["items"].as_array().map(Vec::len),
         Some(1),
         "refused creates made nothing: {v}"
     );
