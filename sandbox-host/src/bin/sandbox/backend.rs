@@ -157,11 +157,30 @@ impl Setup {
         let Ok(withheld) = secrets.withheld_keys(config, self.runtime.description()) else {
             return; // the environment itself reports a bad config
         };
+        let mut by_var: Vec<(String, Vec<String>)> = Vec::new();
         for (var, origin) in withheld {
+            let origin = origin.to_string();
+            match by_var.iter_mut().find(|(v, _)| *v == var) {
+                Some((_, origins)) if !origins.contains(&origin) => origins.push(origin),
+                Some(_) => {}
+                None => by_var.push((var, vec![origin])),
+            }
+        }
+        for (var, origins) in by_var {
+            let how = match origins.as_slice() {
+                [origin] => format!(
+                    "To send it to this API, set {KEY_ORIGIN_VAR}={origin} (or pass the key \
+                     with --api-key-file FILE)."
+                ),
+                _ => format!(
+                    "{KEY_ORIGIN_VAR} names one origin only, so pass the key with \
+                     --api-key-file FILE (or SANDBOX_API_KEY_FILE)."
+                ),
+            };
             eprintln!(
-                "sandbox: note: {var} is set but its key is not sent to {origin}: the CLI sends \
-                 that variable's key only to the provider's own API. To send it to this API, \
-                 set {KEY_ORIGIN_VAR}={origin} (or pass the key with --api-key-file FILE)."
+                "sandbox: note: {var} is set but its key is not sent to {}: the CLI sends that \
+                 variable's key only to the provider's own API. {how}",
+                origins.join(" and ")
             );
         }
     }
