@@ -1251,3 +1251,112 @@ async fn logs_are_combined_unless_split_output_is_asked_for() {
     }
     assert!(d.h.server.shutdown().await.all_exited());
 }
+
+/// Pins issue 27 item 4 in Rust (the official SDK's suite in
+/// `node/daytona-sdk-test` drives the same): the list is a page
+/// `{items, nextCursor}`; `process/execute` runs through a shell with
+/// `envs`; logs asked for as JSON are `{output, stdout, stderr}`;
+/// `files/upload-v2` takes raw bytes; `GET files?path=` lists a directory.
+#[tokio::test]
+async fn the_face_answers_as_the_current_service() {
+    let d = Daytona::start().await;
+    let first = d.sandbox(json!({})).await;
+    let second = d.sandbox(json!({})).await;
+    let (st, page) = d.api(Method::GET, "/sandbox?limit=1", None).await;
+    assert_eq!(st, StatusCode::OK, "{page}");
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1), "{page}");
+    let cursor = page["nextCursor"].as_str().expect("a next page").to_owned();
+    let (_, next) = d
+        .api(
+            Method::GET,
+            &format!("/sandbox?limit=1&cursor={cursor}"),
+            None,
+        )
+        .await;
+    assert!(next["nextCursor"].is_null(), "{next}");
+    let mut ids = vec![
+        page["items"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        next["items"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    ];
+    ids.sort();
+    let mut want = vec![first.clone(), second.clone()];
+    want.sort();
+    assert_eq!(ids, want);
+
+    let (st, v) = d
+        .tb(
+            Method::POST,
+            &first,
+            "/process/execute",
+            Some(json!({"command": "echo \"$A $B\" | tr a-z A-Z; exit 5", "envs": {"A": "one two", "B": "x"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["exitCode"].as_i64(), v["result"].as_str()),
+        (Some(5), Some("ONE TWO X\n"))
+    );
+
+    d.session(&first, "s").await;
+    let cmd = d
+        .exec_async(&first, "s", "echo out; sleep 0.2; echo err >&2")
+        .await;
+    assert_eq!(d.exit_code(&first, "s", &cmd).await, 0);
+    let resp =
+        d.h.http
+            .get(format!(
+                "{}/{first}/process/session/s/command/{cmd}/logs",
+                d.toolbox
+            ))
+            .header("Authorization", format!("Bearer {KEY}"))
+            .header("Accept", "application/json,text/plain")
+            .send()
+            .await
+            .expect("logs");
+    let logs: Value = resp.json().await.expect("JSON logs");
+    assert_eq!(
+        logs,
+        json!({"output": "out\nerr\n", "stdout": "out\n", "stderr": "err\n"})
+    );
+
+    let resp =
+        d.h.http
+            .post(format!("{}/{first}/files/upload-v2", d.toolbox))
+            .query(&[("path", "/root/dir/raw.bin")])
+            .header("Authorization", format!("Bearer {KEY}"))
+            .header("Content-Type", "application/octet-stream")
+            .body(b"raw\0bytes".to_vec())
+            .send()
+            .await
+            .expect("upload-v2");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (st, _, bytes) = d
+        .call(
+            Method::GET,
+            &format!(
+                "{}/{first}/files/download?path=/root/dir/raw.bin",
+                d.toolbox
+            ),
+            None,
+        )
+        .await;
+    assert_eq!((st, &bytes[..]), (StatusCode::OK, &b"raw\0bytes"[..]));
+    let (st, listing) = d
+        .tb(Method::GET, &first, "/files?path=/root/dir", None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{listing}");
+    assert_eq!(listing[0]["name"], "raw.bin", "{listing}");
+    assert_eq!(listing[0]["size"], 9, "{listing}");
+    assert_eq!(listing[0]["isDir"], false, "{listing}");
+    let (st, _) = d
+        .tb(Method::GET, &first, "/files?path=/root/../etc", None)
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert!(d.h.server.shutdown().await.all_exited());
+}
