@@ -35,7 +35,9 @@ impl Drop for LocalHold {
 pub(crate) fn hold(id: &str) -> Option<LocalHold> {
     let dir = locks_dir()?;
     let path = lock_path(&dir, id)?;
-    std::fs::create_dir_all(&dir).ok()?;
+    if !private_dir(&dir, true) {
+        return None;
+    }
     // Locked before it gets its name: nobody can find the file unlocked
     // and take its holder for dead.
     let staging = dir.join(format!(".{id}.{}.new", std::process::id()));
@@ -56,7 +58,10 @@ pub(crate) fn hold(id: &str) -> Option<LocalHold> {
 /// process has ended: the lock could be taken. False when it is alive or
 /// unknown here.
 pub(crate) fn has_exited(id: &str) -> bool {
-    let Some(path) = locks_dir().and_then(|dir| lock_path(&dir, id)) else {
+    let Some(dir) = locks_dir().filter(|dir| private_dir(dir, false)) else {
+        return false;
+    };
+    let Some(path) = lock_path(&dir, id) else {
         return false;
     };
     let Ok(file) = File::open(&path) else {
@@ -80,6 +85,26 @@ fn lock_path(dir: &Path, id: &str) -> Option<PathBuf> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     plain.then(|| dir.join(format!("{id}.lock")))
+}
+
+/// Whether `dir` is this user's own directory that nobody else may write
+/// (created with mode 0700 when `create`): in a directory another user
+/// controls, a planted unlocked file could make a live host look dead.
+fn private_dir(dir: &Path, create: bool) -> bool {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if create {
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir);
+    }
+    let (Ok(meta), Ok(me)) = (
+        std::fs::symlink_metadata(dir),
+        std::fs::metadata("/proc/self"),
+    ) else {
+        return false;
+    };
+    meta.is_dir() && meta.uid() == me.uid() && meta.mode() & 0o022 == 0
 }
 
 /// `$XDG_RUNTIME_DIR/sandbox-hosts`, else `<tmp>/sandbox-hosts-<uid>`.
