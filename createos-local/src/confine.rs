@@ -245,6 +245,64 @@ pub fn resolve_dir(root: &Path, path: &str) -> Result<std::path::PathBuf, PathEr
     Ok(real)
 }
 
+/// One entry of a directory listed with [`list_dir`] (symlinks are not
+/// followed: a link is listed as itself).
+#[derive(Debug, Clone)]
+pub struct DirEntryInfo {
+    /// The entry's name.
+    pub name: String,
+    /// True for a directory.
+    pub is_dir: bool,
+    /// Size in bytes.
+    pub size: u64,
+    /// The mode bits (type and permissions).
+    pub mode: u32,
+    /// Last modification, seconds since the epoch.
+    pub modified: i64,
+    /// Owner uid and gid.
+    pub uid: u32,
+    /// Owner gid.
+    pub gid: u32,
+}
+
+/// Lists a directory inside the sandbox root, resolved like every other
+/// path here (in the root, symlinks confined) and read through that one
+/// descriptor, so nothing outside the root can be listed.
+pub fn list_dir(root: &Path, path: &str) -> Result<Vec<DirEntryInfo>, PathError> {
+    let parts = components(path)?;
+    let rootfd = open_root(root)?;
+    let dirfd = open_in_root(
+        &rootfd,
+        &parts.join("/"),
+        OFlags::DIRECTORY | OFlags::RDONLY,
+    )?;
+    let mut dir = rustix::fs::Dir::read_from(&dirfd).map_err(map_errno)?;
+    let mut entries = Vec::new();
+    while let Some(entry) = dir.read() {
+        let entry = entry.map_err(map_errno)?;
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        let Ok(stat) = rustix::fs::statat(&dirfd, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+        else {
+            continue; // removed meanwhile
+        };
+        entries.push(DirEntryInfo {
+            name: String::from_utf8_lossy(name.to_bytes()).into_owned(),
+            is_dir: rustix::fs::FileType::from_raw_mode(stat.st_mode)
+                == rustix::fs::FileType::Directory,
+            size: stat.st_size as u64,
+            mode: stat.st_mode,
+            modified: stat.st_mtime,
+            uid: stat.st_uid,
+            gid: stat.st_gid,
+        });
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(entries)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

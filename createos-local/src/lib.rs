@@ -1,7 +1,7 @@
 //! `createos-local`: a local, CreateOS-compatible sandbox server ("LocalStack
 //! for CreateOS") that runs commands as real Linux processes.
 //!
-//! It implements the server side of the API in `shared/spec/createos-api.md`
+//! It implements the server side of the API in `docs/createos-api.md`
 //! under `/v1`, with the JSend envelope and `X-Api-Key` auth. Each sandbox is
 //! a directory; commands run in it under bubblewrap with a PID namespace per
 //! process, or — where bubblewrap cannot run — as plain process groups (see

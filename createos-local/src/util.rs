@@ -37,6 +37,11 @@ pub fn now_rfc3339() -> String {
     format_rfc3339(d.as_secs(), d.subsec_millis())
 }
 
+/// Seconds since the epoch as RFC 3339 UTC (times before 1970 read as 1970).
+pub fn rfc3339(secs: i64) -> String {
+    format_rfc3339(secs.max(0) as u64, 0)
+}
+
 fn format_rfc3339(secs: u64, millis: u32) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;

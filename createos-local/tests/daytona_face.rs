@@ -50,7 +50,9 @@ impl Daytona {
             .h
             .http
             .request(method, url)
-            .header("Authorization", format!("Bearer {KEY}"));
+            .header("Authorization", format!("Bearer {KEY}"))
+            // Logs with stream markers, as the provider asks for them.
+            .header("X-Daytona-Split-Output", "true");
         if let Some(b) = body {
             rb = rb.json(&b);
         }
@@ -135,6 +137,7 @@ impl Daytona {
             .http
             .get(self.logs_url(sb, sid, cmd))
             .header("Authorization", format!("Bearer {KEY}"))
+            .header("X-Daytona-Split-Output", "true")
             .send()
             .await
             .expect("logs request");
@@ -274,7 +277,7 @@ async fn session_command_runs_with_cwd_env_and_complete_logs() {
         )
         .await;
     assert_eq!(st, StatusCode::OK, "{v}");
-    assert!(v
+    assert!(v["items"]
         .as_array()
         .expect("list")
         .iter()
@@ -922,7 +925,7 @@ async fn bad_input_is_a_4xx_with_a_json_error() {
         (
             Method::POST,
             format!("{tb}/process/execute"),
-            r#"{"command":"echo 'unbalanced"}"#,
+            r#"{"command":"true","envs":{"1BAD":"x"}}"#,
             StatusCode::BAD_REQUEST,
         ),
         (
@@ -982,7 +985,7 @@ async fn bad_input_is_a_4xx_with_a_json_error() {
     assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
     let (_, v) = d.api(Method::GET, "/sandbox", None).await;
     assert_eq!(
-        v.as_array().map(Vec::len),
+        v["items"].as_array().map(Vec::len),
         Some(1),
         "refused creates made nothing: {v}"
     );
@@ -1187,5 +1190,173 @@ async fn a_dropped_session_delete_answer_can_be_confirmed_by_asking_again() {
     assert_eq!(marked_pids(&m), Vec::<i32>::new());
     let (st, v) = d.tb(Method::GET, &sb, "/process/session/s", None).await;
     assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    assert!(d.h.server.shutdown().await.all_exited());
+}
+
+/// Pins issue 27 item 1: the real toolbox answers a command's logs as
+/// stdout and stderr combined, markers removed, unless the request sends
+/// `X-Daytona-Split-Output: true` (or the version of an SDK that demuxes,
+/// 0.27 or later). The face always answered marked text, so no test could
+/// see that a client sending neither reads every byte as stdout.
+#[tokio::test]
+async fn logs_are_combined_unless_split_output_is_asked_for() {
+    let d = Daytona::start().await;
+    let sb = d.sandbox(json!({})).await;
+    d.session(&sb, "s").await;
+    let cmd = d
+        .exec_async(&sb, "s", "echo out; sleep 0.2; echo err >&2")
+        .await;
+    assert_eq!(d.exit_code(&sb, "s", &cmd).await, 0);
+    let url = format!("{}/{sb}/process/session/s/command/{cmd}/logs", d.toolbox);
+    let logs = |headers: &'static [(&'static str, &'static str)], follow: bool| {
+        let mut rb =
+            d.h.http
+                .get(if follow {
+                    format!("{url}?follow=true")
+                } else {
+                    url.clone()
+                })
+                .header("Authorization", format!("Bearer {KEY}"));
+        for (name, value) in headers {
+            rb = rb.header(*name, *value);
+        }
+        async move {
+            let resp = rb.send().await.expect("logs request");
+            assert_eq!(resp.status(), StatusCode::OK);
+            read_all(resp).await
+        }
+    };
+    for follow in [false, true] {
+        for combined in [
+            &[][..],
+            &[("X-Daytona-Split-Output", "false")][..],
+            &[("X-Daytona-SDK-Version", "0.26.1")][..],
+        ] {
+            assert_eq!(
+                logs(combined, follow).await,
+                b"out\nerr\n",
+                "{combined:?} follow={follow}"
+            );
+        }
+        for split in [
+            &[("X-Daytona-Split-Output", "true")][..],
+            &[("X-Daytona-SDK-Version", "0.218.0")][..],
+        ] {
+            assert_eq!(
+                demux(&logs(split, follow).await),
+                ("out\n".to_owned(), "err\n".to_owned()),
+                "{split:?} follow={follow}"
+            );
+        }
+    }
+    assert!(d.h.server.shutdown().await.all_exited());
+}
+
+/// Pins issue 27 item 4 in Rust (the official SDK's suite in
+/// `node/daytona-sdk-test` drives the same): the list is a page
+/// `{items, nextCursor}`; `process/execute` runs through a shell with
+/// `envs`; logs asked for as JSON are `{output, stdout, stderr}`;
+/// `files/upload-v2` takes raw bytes; `GET files?path=` lists a directory.
+#[tokio::test]
+async fn the_face_answers_as_the_current_service() {
+    let d = Daytona::start().await;
+    let first = d.sandbox(json!({})).await;
+    let second = d.sandbox(json!({})).await;
+    let (st, page) = d.api(Method::GET, "/sandbox?limit=1", None).await;
+    assert_eq!(st, StatusCode::OK, "{page}");
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1), "{page}");
+    let cursor = page["nextCursor"].as_str().expect("a next page").to_owned();
+    let (_, next) = d
+        .api(
+            Method::GET,
+            &format!("/sandbox?limit=1&cursor={cursor}"),
+            None,
+        )
+        .await;
+    assert!(next["nextCursor"].is_null(), "{next}");
+    let mut ids = vec![
+        page["items"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        next["items"][0]["id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    ];
+    ids.sort();
+    let mut want = vec![first.clone(), second.clone()];
+    want.sort();
+    assert_eq!(ids, want);
+
+    let (st, v) = d
+        .tb(
+            Method::POST,
+            &first,
+            "/process/execute",
+            Some(json!({"command": "echo \"$A $B\" | tr a-z A-Z; exit 5", "envs": {"A": "one two", "B": "x"}})),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["exitCode"].as_i64(), v["result"].as_str()),
+        (Some(5), Some("ONE TWO X\n"))
+    );
+
+    d.session(&first, "s").await;
+    let cmd = d
+        .exec_async(&first, "s", "echo out; sleep 0.2; echo err >&2")
+        .await;
+    assert_eq!(d.exit_code(&first, "s", &cmd).await, 0);
+    let resp =
+        d.h.http
+            .get(format!(
+                "{}/{first}/process/session/s/command/{cmd}/logs",
+                d.toolbox
+            ))
+            .header("Authorization", format!("Bearer {KEY}"))
+            .header("Accept", "application/json,text/plain")
+            .send()
+            .await
+            .expect("logs");
+    let logs: Value = resp.json().await.expect("JSON logs");
+    assert_eq!(
+        logs,
+        json!({"output": "out\nerr\n", "stdout": "out\n", "stderr": "err\n"})
+    );
+
+    let resp =
+        d.h.http
+            .post(format!("{}/{first}/files/upload-v2", d.toolbox))
+            .query(&[("path", "/root/dir/raw.bin")])
+            .header("Authorization", format!("Bearer {KEY}"))
+            .header("Content-Type", "application/octet-stream")
+            .body(b"raw\0bytes".to_vec())
+            .send()
+            .await
+            .expect("upload-v2");
+    assert_eq!(resp.status(), StatusCode::OK);
+    let (st, _, bytes) = d
+        .call(
+            Method::GET,
+            &format!(
+                "{}/{first}/files/download?path=/root/dir/raw.bin",
+                d.toolbox
+            ),
+            None,
+        )
+        .await;
+    assert_eq!((st, &bytes[..]), (StatusCode::OK, &b"raw\0bytes"[..]));
+    let (st, listing) = d
+        .tb(Method::GET, &first, "/files?path=/root/dir", None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{listing}");
+    assert_eq!(listing[0]["name"], "raw.bin", "{listing}");
+    assert_eq!(listing[0]["size"], 9, "{listing}");
+    assert_eq!(listing[0]["isDir"], false, "{listing}");
+    let (st, _) = d
+        .tb(Method::GET, &first, "/files?path=/root/../etc", None)
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
     assert!(d.h.server.shutdown().await.all_exited());
 }

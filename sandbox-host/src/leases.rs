@@ -3,6 +3,7 @@
 //! apply.
 
 pub(crate) mod backend;
+pub(crate) mod local;
 pub(crate) mod postgres;
 pub mod rules;
 pub(crate) mod sqlite;

@@ -79,7 +79,7 @@ pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink, SandboxRe
 pub use policy::{Guard, Origin, Policy};
 pub use rate_budget::{BudgetStats, Grant, Priority, RateBudget, RateLimit};
 pub use runtime::{action_name, Environment, SandboxRuntime};
-pub use secrets::Secrets;
+pub use secrets::{Secrets, KEY_ORIGIN_VAR};
 #[cfg(any(test, feature = "testing"))]
 pub use testing::postgres::ThrowawayPostgres;
 #[cfg(any(test, feature = "testing"))]

@@ -59,6 +59,7 @@ impl Cli {
             .env("SANDBOX_HEARTBEAT", HEARTBEAT)
             .env("SANDBOX_HOST_EXPIRY", EXPIRY)
             .env_remove("CREATEOS_API_KEY")
+            .stdin(Stdio::null())
             .arg("--api-url")
             .arg(&self.api_url)
             .arg("--api-key-file")
@@ -128,6 +129,13 @@ fn a_cli_killed_mid_command_poisons_its_lease_and_sweep_kills_the_command() {
     assert_eq!(line, "started\n");
     doomed.kill().unwrap();
     doomed.wait().unwrap();
+    // `started` is printed before the shell execs `sleep`: wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while common::processes(&["sleep", &duration]).is_empty()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(
         common::processes(&["sleep", &duration]).len(),
         1,

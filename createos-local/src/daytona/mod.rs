@@ -95,6 +95,16 @@ pub fn toolbox_routes() -> Router<Shared> {
             // largest upload plus the multipart framing.
             post(files::upload).layer(DefaultBodyLimit::max(crate::api::MAX_BODY + 64 * 1024)),
         )
+        .route(
+            "/{id}/files/upload-v2",
+            post(files::upload_v2).layer(DefaultBodyLimit::max(crate::api::MAX_BODY + 64 * 1024)),
+        )
+        .route(
+            "/{id}/files/bulk-upload",
+            post(files::bulk_upload).layer(DefaultBodyLimit::max(crate::api::MAX_BODY + 64 * 1024)),
+        )
+        .route("/{id}/files/bulk-download", post(files::bulk_download))
+        .route("/{id}/files", get(files::list))
         .route("/{id}/files/download", get(files::download))
         .route("/{id}/files/folder", post(files::create_folder))
         .route("/{id}/work-dir", get(toolbox::work_dir))

@@ -57,7 +57,7 @@ const DEFAULT_AUTO_STOP: i64 = 15;
 /// Default auto-archive interval of the real API (minutes, 7 days).
 const DEFAULT_AUTO_ARCHIVE: i64 = 10_080;
 
-fn valid_env_name(k: &str) -> bool {
+pub(crate) fn valid_env_name(k: &str) -> bool {
     let mut chars = k.chars();
     matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
@@ -235,10 +235,18 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
 #[derive(Debug, Deserialize)]
 pub struct ListQuery {
     labels: Option<String>,
+    /// Where a page starts (the `nextCursor` of the page before).
+    cursor: Option<String>,
+    /// Page size (default and maximum 100).
+    limit: Option<usize>,
 }
 
-/// `GET /sandbox?labels={"k":"v"}`: the sandboxes carrying every given
-/// label.
+/// Largest page of `GET /sandbox`.
+const MAX_PAGE: usize = 100;
+
+/// `GET /sandbox?labels={"k":"v"}[&limit=N&cursor=C]`: the sandboxes
+/// carrying every given label, oldest first, one page as the current API
+/// answers: `{"items": [...], "nextCursor": "..."|null}`.
 pub async fn list(
     State(state): State<Shared>,
     Query(q): Query<ListQuery>,
@@ -259,7 +267,31 @@ pub async fn list(
         .map(|sb| to_json(&state, sb))
         .collect();
     all.sort_by(|a, b| a["createdAt"].as_str().cmp(&b["createdAt"].as_str()));
-    Ok((StatusCode::OK, Json(Value::Array(all))).into_response())
+    let limit = match q.limit {
+        None => MAX_PAGE,
+        Some(n) if (1..=MAX_PAGE).contains(&n) => n,
+        Some(_) => {
+            return Err(DaytonaError::bad_request(format!(
+                "limit must be from 1 to {MAX_PAGE}"
+            )))
+        }
+    };
+    let start = match q.cursor.as_deref() {
+        None | Some("") => 0,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| *n <= all.len())
+            .ok_or_else(|| DaytonaError::bad_request("cursor is not one this server gave"))?,
+    };
+    let end = (start + limit).min(all.len());
+    let next = (end < all.len()).then(|| end.to_string());
+    let items: Vec<Value> = all.drain(start..end).collect();
+    Ok((
+        StatusCode::OK,
+        Json(json!({ "items": items, "nextCursor": next })),
+    )
+        .into_response())
 }
 
 /// `GET /sandbox/{id}`.

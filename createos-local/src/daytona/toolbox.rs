@@ -94,6 +94,7 @@ async fn start_process(
     argv: Vec<String>,
     cwd: String,
     journal: Retention,
+    extra_env: &BTreeMap<String, String>,
 ) -> Result<Arc<Process>, DaytonaError> {
     require_started(sb)?;
     let _admission = sb
@@ -105,8 +106,11 @@ async fn start_process(
     let host_cwd = crate::api::blocking(state, move || crate::confine::resolve_dir(&root, &c))
         .await?
         .map_err(|e| DaytonaError::bad_request(format!("invalid cwd {cwd:?}: {e}")))?;
-    let env = build_env(&state.mode, &sb.core.root, &sb.spec.env, &BTreeMap::new())
+    let mut env = build_env(&state.mode, &sb.core.root, &sb.spec.env, &BTreeMap::new())
         .map_err(DaytonaError::internal)?;
+    // Variables of this command alone (`process/execute`'s `envs`).
+    env.retain(|(name, _)| !extra_env.contains_key(name));
+    env.extend(extra_env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let mut argv = argv.into_iter();
     let cmd = argv
         .next()
@@ -330,9 +334,16 @@ pub async fn session_exec(
         }
         let argv = vec![shell().to_string(), "-c".to_string(), command.clone()];
         let journal = Retention::Total(st.journal_capacity);
-        let p = start_process(&st, &sb, argv, WORK_DIR.to_string(), journal)
-            .await
-            .map_err(|e| e.0)?;
+        let p = start_process(
+            &st,
+            &sb,
+            argv,
+            WORK_DIR.to_string(),
+            journal,
+            &BTreeMap::new(),
+        )
+        .await
+        .map_err(|e| e.0)?;
         let c = Arc::new(Command {
             id: uuid(),
             command,
@@ -403,6 +414,65 @@ pub async fn terminate_command(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// The header that asks for the logs with their stream markers.
+pub const SPLIT_OUTPUT_HEADER: &str = "x-daytona-split-output";
+
+/// The header the official SDKs send with their version.
+pub const SDK_VERSION_HEADER: &str = "x-daytona-sdk-version";
+
+/// Whether a logs request gets the labelled log (see [`labelled`]) or the
+/// combined text with the markers removed, as the real daemon decides:
+/// labelled when `X-Daytona-Split-Output: true` is sent without an SDK
+/// version, or when an SDK version of 0.27 or later (one that demuxes) is
+/// sent; combined otherwise.
+pub fn wants_split(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    match text(SDK_VERSION_HEADER)
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+    {
+        Some(version) => !sdk_predates_split(version),
+        None => text(SPLIT_OUTPUT_HEADER) == Some("true"),
+    }
+}
+
+/// True for an SDK version before 0.27.0 (`0.0.0-dev` excepted); a
+/// version that does not parse counts as a new one.
+fn sdk_predates_split(version: &str) -> bool {
+    if version == "0.0.0-dev" {
+        return false;
+    }
+    let mut parts = version
+        .split(|c: char| !c.is_ascii_digit())
+        .take(3)
+        .map(|p| p.parse::<u64>());
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) < (0, 27),
+        _ => false,
+    }
+}
+
+/// Whether a logs request asks for JSON (`Accept` naming
+/// `application/json`, as the current SDKs send it): then a plain read
+/// answers `{"output","stdout","stderr"}`.
+fn wants_json(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().split(';').next() == Some("application/json"))
+}
+
+/// A command's frames as a logs answer: labelled, or combined.
+fn rendered(frames: &[Frame], split: bool) -> Vec<u8> {
+    if split {
+        labelled(frames)
+    } else {
+        frames.iter().flat_map(|f| f.data.iter().copied()).collect()
+    }
+}
+
 /// `?follow=`.
 #[derive(Debug, Deserialize)]
 pub struct LogsQuery {
@@ -415,7 +485,9 @@ pub struct LogsQuery {
 pub const EVICTED_HEADER: &str = "x-createos-local-output-evicted";
 
 /// `GET /process/session/{sessionId}/command/{commandId}/logs[?follow=true]`:
-/// `text/plain`, each chunk labelled (see [`labelled`]). Without `follow`:
+/// `text/plain`, each chunk labelled (see [`labelled`]) when the request
+/// asks for split output ([`wants_split`]), else stdout and stderr combined
+/// without markers, as the real daemon answers. Without `follow`:
 /// the output so far. With `follow=true` (over plain HTTP; the real service
 /// follows only over WebSocket and answers plain HTTP with the output so
 /// far): the output so far, then live output, and the body ends once the
@@ -444,7 +516,8 @@ pub async fn logs(
     let (frames, evicted) = retained(&p);
     // The newest frame is always retained: no frame means none was written.
     let cursor = frames.last().map_or(0, |f| f.seq);
-    let first = labelled(&frames);
+    let split = wants_split(&headers);
+    let first = rendered(&frames, split);
     let mut builder = Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
@@ -452,6 +525,24 @@ pub async fn logs(
         builder = builder.header(EVICTED_HEADER, "true");
     }
     if !q.follow.unwrap_or(false) {
+        if wants_json(&headers) {
+            // The current clients ask for JSON: the three views at once.
+            let mut v = json!({
+                "output": String::from_utf8_lossy(&rendered(&frames, false)),
+                "stdout": only(&frames, StreamKind::Stdout),
+                "stderr": only(&frames, StreamKind::Stderr),
+            });
+            if evicted {
+                v["outputTruncated"] = json!(true);
+            }
+            let mut response = Json(v).into_response();
+            if evicted {
+                response
+                    .headers_mut()
+                    .insert(EVICTED_HEADER, header::HeaderValue::from_static("true"));
+            }
+            return Ok(response);
+        }
         return builder
             .body(Body::from(first))
             .map_err(|e| DaytonaError::internal(e.to_string()));
@@ -475,6 +566,7 @@ pub async fn logs(
         sent: 0,
         limit,
         done: false,
+        split,
     };
     let stream = futures_util::stream::unfold(follow, |mut f| async move {
         f.next().await.map(|item| (item, f))
@@ -496,6 +588,8 @@ struct LogFollow {
     /// forever (`true`).
     limit: Option<(u64, bool)>,
     done: bool,
+    /// Labelled (`true`) or combined output ([`wants_split`]).
+    split: bool,
 }
 
 impl LogFollow {
@@ -548,7 +642,7 @@ impl LogFollow {
                         self.cursor = last.seq;
                     }
                     self.sent += frames.len() as u64;
-                    return Some(Ok(Bytes::from(labelled(&frames))));
+                    return Some(Ok(Bytes::from(rendered(&frames, self.split))));
                 }
                 Replay::Frames(_) if exit => {
                     self.done = true;
@@ -571,14 +665,17 @@ pub struct ExecuteBody {
     cwd: Option<String>,
     /// Seconds; absent or 0: 360 s.
     timeout: Option<u64>,
+    /// Variables for this command alone (names must be shell names).
+    #[serde(default)]
+    envs: BTreeMap<String, String>,
 }
 
-/// `POST /process/execute {"command","cwd","timeout"}`: splits `command`
-/// into words (quotes respected, no shell: wrap in `sh -c '...'` for shell
-/// syntax), runs it, answers 200 `{"exitCode","result"}` (stdout and
-/// stderr interleaved as they arrived). Processes the command left behind
-/// are terminated afterwards. 408 after `timeout` seconds (the tree is
-/// terminated).
+/// `POST /process/execute {"command","cwd","timeout","envs"}`: runs
+/// `command` through a shell (`bash -c`, or `sh -c`), as the current
+/// daemon does, with `envs` added to the sandbox's environment; answers
+/// 200 `{"exitCode","result"}` (stdout and stderr interleaved as they
+/// arrived). Processes the command left behind are terminated afterwards.
+/// 408 after `timeout` seconds (the tree is terminated).
 pub async fn execute(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -597,9 +694,17 @@ pub async fn execute(
         )));
     }
     limits::name("cwd", body.cwd.as_deref())?;
-    let argv = shlex::split(&command)
-        .filter(|a| !a.is_empty())
-        .ok_or_else(|| DaytonaError::bad_request("empty command or unbalanced quotes"))?;
+    if let Some((name, _)) = body.envs.iter().find(|(k, v)| {
+        !super::sandboxes::valid_env_name(k) || v.contains('\0') || k.len() > limits::MAX_ARG
+    }) {
+        return Err(DaytonaError::bad_request(format!(
+            "envs: {:?} is not a variable name (letters, digits, _; not first a digit) \
+             or its value holds NUL",
+            name.escape_default().to_string()
+        )));
+    }
+    let argv = vec![shell().to_string(), "-c".to_string(), command];
+    let envs = body.envs;
     let cwd = body.cwd.unwrap_or_else(|| WORK_DIR.to_string());
     let timeout = match body.timeout {
         None | Some(0) => EXECUTE_TIMEOUT,
@@ -607,8 +712,15 @@ pub async fn execute(
     };
     let st = state.clone();
     let (p, finished) = detached(&state.supervision.clone(), async move {
-        let p = start_process(&st, &sb, argv, cwd, Retention::Total(EXECUTE_OUTPUT_CAP))
-            .await
+        let p = start_process(
+            &st,
+            &sb,
+            argv,
+            cwd,
+            Retention::Total(EXECUTE_OUTPUT_CAP),
+            &envs,
+        )
+        .await
             .map_err(|e| e.0)?;
         p.close_stdin();
         let finished = tokio::time::timeout(timeout, exited(&p)).await.is_ok();

@@ -14,6 +14,11 @@ pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 /// The header naming the organization a request acts for.
 pub const ORGANIZATION_HEADER: &str = "X-Daytona-Organization-ID";
 
+/// The header that asks the toolbox for command logs with their stream
+/// markers; without it (and without an SDK version header) the service
+/// answers stdout and stderr combined, markers removed.
+pub const SPLIT_OUTPUT_HEADER: &str = "X-Daytona-Split-Output";
+
 /// Where a request goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Face {

@@ -94,9 +94,10 @@ impl Provider for Daytona {
         provider_sdk::script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
         let metadata = lease::check(lease, ctx)?;
         let mut request = request.clone();
-        if request.cwd.is_none() {
-            request.cwd = Some(metadata.cwd.clone());
-        }
+        request.cwd = Some(match &request.cwd {
+            None => metadata.cwd.clone(),
+            Some(cwd) => crate::lifecycle::resolve_path(&metadata.workspace_root(), cwd)?,
+        });
         execute::execute(platform, &config, &metadata.sandbox_id, &request)
     }
 }

@@ -1,6 +1,6 @@
 //! Running one command through the toolbox's session API.
 //!
-//! Flow: (stage stdin with `files/upload`) → `POST process/session` (a
+//! Flow: (stage stdin with `files/upload-v2`) → `POST process/session` (a
 //! fresh session per command) → `POST session/{sid}/exec` with `runAsync`
 //! → follow `GET .../command/{cid}/logs?follow=true` (labelled stdout and
 //! stderr, forwarded live) → `GET .../command/{cid}` for the exit code →
@@ -93,40 +93,28 @@ impl Session<'_> {
         }
     }
 
-    /// `POST files/upload?path=` (multipart, part `file`). The script
-    /// removes the file once it has opened it as the command's stdin.
+    /// `POST files/upload-v2?path=` with the raw bytes (the current
+    /// upload endpoint; the older multipart `files/upload` is gone from
+    /// the current clients). The script removes the file once it has
+    /// opened it as the command's stdin.
     fn stage_stdin(
         &self,
         platform: &mut dyn Platform,
         path: &str,
         bytes: &[u8],
     ) -> Result<(), ProviderError> {
-        let boundary = format!("paperclip-{}", random_hex(platform, 16));
-        let mut body = format!(
-            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"stdin\"\r\n\
-             Content-Type: application/octet-stream\r\n\r\n"
-        )
-        .into_bytes();
-        body.extend_from_slice(bytes);
-        body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
-        // The boundary is part of the content type, so it goes as a header
-        // (a body with an empty content type adds none).
         let upload = api::request(
             self.config,
             Face::Toolbox,
             Method::Post,
             &format!(
-                "/{}/files/upload?path={}",
+                "/{}/files/upload-v2?path={}",
                 self.sandbox_id,
                 api::encode_query_value(path)
             ),
             None,
         )
-        .with_body("", body)
-        .with_header(
-            "content-type",
-            &format!("multipart/form-data; boundary={boundary}"),
-        );
+        .with_body("application/octet-stream", bytes.to_vec());
         let wait = self.wait(platform, true);
         api::call(platform, &upload, wait)
             .map(|_| ())
@@ -293,7 +281,10 @@ impl Run {
                 Method::Get,
                 &format!("{}/logs{query}", self.command_path(session)),
                 None,
-            );
+            )
+            // Without it the service strips the stream markers and every
+            // byte would read as stdout.
+            .with_header(api::SPLIT_OUTPUT_HEADER, "true");
             let failure = match platform.open(&logs, self.command_wait()) {
                 Err(TransportError::Deadline) => return Stop::TimedOut,
                 Err(TransportError::Cancelled) => return Stop::Cancelled,
@@ -486,4 +477,80 @@ fn invalid(operation: &str, reason: &str) -> ProviderError {
 
 fn transport_error(operation: &str, error: &TransportError) -> ProviderError {
     ApiError::Transport(error.clone()).into_provider_error(operation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use provider_sdk::testing::{Answer, FakePlatform};
+    use provider_sdk::types::ExecuteRequest;
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    /// Pins issue 27 item 3: stdin was staged with the multipart
+    /// `files/upload`, which the current clients no longer have; it goes
+    /// to `files/upload-v2` as the raw bytes. Also pins item 1 on the
+    /// provider's side: every logs read asks for split output.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn stdin_goes_to_upload_v2_and_logs_ask_for_split_output() {
+        let config = crate::config::parse(
+            r#"{"apiUrl":"http://127.0.0.1:1/api","toolboxUrl":"http://127.0.0.1:2/toolbox"}"#,
+        )
+        .unwrap();
+        let mut platform = FakePlatform::new(|request| {
+            let path = request.path.as_str();
+            if path.contains("/files/upload-v2") {
+                Answer::Full(200, b"{}".to_vec())
+            } else if path.ends_with("/process/session") {
+                Answer::Full(201, Vec::new())
+            } else if path.ends_with("/exec") {
+                Answer::Full(202, br#"{"cmdId":"c1"}"#.to_vec())
+            } else if path.contains("/logs") {
+                Answer::Full(200, b"\x01\x01\x01a\n\x02\x02\x02b\n".to_vec())
+            } else if path.ends_with("/command/c1") {
+                Answer::Full(200, br#"{"id":"c1","exitCode":0}"#.to_vec())
+            } else {
+                Answer::Full(204, Vec::new())
+            }
+        });
+        let request = ExecuteRequest {
+            command: "cat".into(),
+            args: vec![],
+            cwd: None,
+            env: vec![],
+            stdin: Some(b"input bytes".to_vec()),
+            timeout_ms: Some(10_000),
+        };
+        let result = execute(&mut platform, &config, "sb-1", &request).unwrap();
+        assert_eq!(
+            (result.stdout.as_str(), result.stderr.as_str()),
+            ("a\n", "b\n")
+        );
+        let (upload, _) = &platform.requests[0];
+        assert!(
+            upload
+                .path
+                .starts_with("/toolbox/sb-1/files/upload-v2?path=/tmp/paperclip-stdin-"),
+            "{}",
+            upload.path
+        );
+        assert_eq!(
+            upload.body,
+            Some(("application/octet-stream", b"input bytes".to_vec()))
+        );
+        let logs: Vec<_> = platform
+            .requests
+            .iter()
+            .filter(|(r, _)| r.path.contains("/logs"))
+            .collect();
+        assert!(!logs.is_empty());
+        for (r, _) in logs {
+            assert!(
+                r.headers
+                    .iter()
+                    .any(|(k, v)| k == api::SPLIT_OUTPUT_HEADER && v == "true"),
+                "{:?}",
+                r.headers
+            );
+        }
+    }
 }

@@ -26,14 +26,33 @@ pub struct LeaseMetadata {
     pub company_id: String,
     /// The random marker also set as the sandbox's [`MARKER_LABEL`].
     pub marker: String,
-    /// The workspace directory (the command's default cwd).
+    /// The command's default cwd: the workspace root, or the directory
+    /// the acquire asked for.
     pub cwd: String,
+    /// The workspace root (`{home}/paperclip-workspace`), against which
+    /// relative paths resolve. Absent in leases of earlier versions (see
+    /// [`LeaseMetadata::workspace_root`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
 }
 
 impl LeaseMetadata {
     /// The metadata as the lease's JSON text.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The workspace root: the recorded one, or (for a lease of an
+    /// earlier version) `cwd` up to its workspace directory.
+    pub fn workspace_root(&self) -> String {
+        if let Some(root) = &self.workspace {
+            return root.clone();
+        }
+        let marker = format!("/{}", crate::lifecycle::WORKSPACE_DIR);
+        match self.cwd.find(&marker) {
+            Some(at) => self.cwd[..at + marker.len()].to_string(),
+            None => self.cwd.clone(),
+        }
     }
 }
 
@@ -102,6 +121,7 @@ mod tests {
             company_id: "co".into(),
             marker: "m".into(),
             cwd: "/root/paperclip-workspace".into(),
+            workspace: Some("/root/paperclip-workspace".into()),
         };
         Lease {
             provider_lease_id: "sb-1".into(),
@@ -120,6 +140,19 @@ mod tests {
         let mut swapped = lease();
         swapped.provider_lease_id = "sb-2".into();
         assert!(check(&swapped, &ctx("env")).is_err());
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn an_earlier_lease_finds_its_workspace_root_in_its_cwd() {
+        let mut metadata: LeaseMetadata = serde_json::from_str(&lease().metadata).unwrap();
+        metadata.workspace = None;
+        metadata.cwd = "/home/daytona/paperclip-workspace/sub/dir".into();
+        assert_eq!(
+            metadata.workspace_root(),
+            "/home/daytona/paperclip-workspace"
+        );
+        let text = metadata.to_json();
+        assert!(!text.contains("workspace\""), "{text}");
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -33,6 +33,24 @@ const STARTING_STATES: &[&str] = &[
     "unknown",
 ];
 
+/// States of an operation under way (stop, archive, pause, resume, resize,
+/// snapshot, fork) after which the sandbox settles by itself: waited
+/// through, never taken for a final answer.
+const BUSY_STATES: &[&str] = &[
+    "stopping",
+    "archiving",
+    "pausing",
+    "paused",
+    "resuming",
+    "resizing",
+    "snapshotting",
+    "forking",
+];
+
+/// States from which a sandbox returns to `started` by itself after an
+/// operation on it (resume waits through them).
+const RETURNING_STATES: &[&str] = &["resuming", "resizing", "snapshotting", "forking"];
+
 /// One lifecycle operation: the platform, the config and its deadline.
 pub struct Lifecycle<'a> {
     platform: &'a mut dyn Platform,
@@ -102,7 +120,7 @@ impl<'a> Lifecycle<'a> {
             .wait_for(&sandbox_id, "started")
             .and_then(|()| self.workspace(&sandbox_id, request.requested_cwd.as_deref()));
         match setup {
-            Ok(cwd) => {
+            Ok((workspace, cwd)) => {
                 let metadata = LeaseMetadata {
                     provider: PROVIDER.into(),
                     sandbox_id: sandbox_id.clone(),
@@ -110,6 +128,7 @@ impl<'a> Lifecycle<'a> {
                     company_id: ctx.company_id.clone(),
                     marker,
                     cwd,
+                    workspace: Some(workspace),
                 };
                 Ok(Lease {
                     provider_lease_id: sandbox_id,
@@ -233,7 +252,7 @@ impl<'a> Lifecycle<'a> {
                 return Ok(());
             }
             let transitional = STARTING_STATES.contains(&state)
-                || matches!(state, "stopping" | "archiving")
+                || BUSY_STATES.contains(&state)
                 || (wanted == "stopped" && state == "started");
             if !transitional {
                 return Err(invalid(
@@ -253,8 +272,13 @@ impl<'a> Lifecycle<'a> {
             .map_err(|e| ApiError::Transport(e).into_provider_error("wait-sandbox"))
     }
 
-    /// Creates `{home}/paperclip-workspace[/cwd]` and returns its path.
-    fn workspace(&mut self, id: &str, cwd: Option<&str>) -> Result<String, ProviderError> {
+    /// Creates the workspace root `{home}/paperclip-workspace` and the
+    /// requested cwd (relative to that root, or absolute); returns both.
+    fn workspace(
+        &mut self,
+        id: &str,
+        cwd: Option<&str>,
+    ) -> Result<(String, String), ProviderError> {
         let home = match self.call(
             Face::Toolbox,
             Method::Get,
@@ -273,12 +297,18 @@ impl<'a> Lifecycle<'a> {
                 "the home directory is not an absolute path",
             ));
         }
-        let mut path = format!("{home}/{WORKSPACE_DIR}");
-        if let Some(cwd) = cwd {
-            path = join_workspace(&path, cwd)?;
+        let root = format!("{home}/{WORKSPACE_DIR}");
+        let cwd = match cwd {
+            Some(cwd) => resolve_path(&root, cwd)?,
+            None => root.clone(),
+        };
+        // Creating a directory creates its parents: the root needs its own
+        // request only when the cwd is elsewhere.
+        if !cwd.starts_with(&format!("{root}/")) {
+            self.make_dir(id, &root)?;
         }
-        self.make_dir(id, &path)?;
-        Ok(path)
+        self.make_dir(id, &cwd)?;
+        Ok((root, cwd))
     }
 
     fn make_dir(&mut self, id: &str, path: &str) -> Result<(), ProviderError> {
@@ -388,7 +418,9 @@ impl<'a> Lifecycle<'a> {
                 .map_err(|e| e.into_provider_error("start-sandbox"))?;
                 self.wait_for(&id, "started")?;
             }
-            state if STARTING_STATES.contains(&state) => self.wait_for(&id, "started")?,
+            state if STARTING_STATES.contains(&state) || RETURNING_STATES.contains(&state) => {
+                self.wait_for(&id, "started")?
+            }
             state => {
                 return Err(invalid(
                     "resume",
@@ -451,7 +483,8 @@ impl<'a> Lifecycle<'a> {
         }
     }
 
-    /// Makes sure `{workspace}/{remote-path}` exists and returns it.
+    /// Makes sure `remote-path` (relative to the workspace root, or
+    /// absolute) exists and returns it.
     pub fn realize(
         &mut self,
         ctx: &EnvironmentContext,
@@ -460,7 +493,7 @@ impl<'a> Lifecycle<'a> {
     ) -> Result<String, ProviderError> {
         let metadata = lease::check(lease, ctx)?;
         let path = match &request.remote_path {
-            Some(path) => join_workspace(&metadata.cwd, path)?,
+            Some(path) => resolve_path(&metadata.workspace_root(), path)?,
             None => metadata.cwd.clone(),
         };
         self.make_dir(&metadata.sandbox_id, &path)?;
@@ -522,25 +555,24 @@ impl<'a> Lifecycle<'a> {
     }
 }
 
-/// `{root}/{path}` for a relative path without `..`, or an absolute path
-/// inside `root`.
-fn join_workspace(root: &str, path: &str) -> Result<String, ProviderError> {
-    if path.contains('\0') || path.split('/').any(|segment| segment == "..") {
+/// A directory as the contract reads it: an absolute path as it is, a
+/// relative one under the workspace `root`; `..`, NUL and empty paths are
+/// refused (as the CreateOS provider does).
+pub fn resolve_path(root: &str, path: &str) -> Result<String, ProviderError> {
+    if path.is_empty() || path.contains('\0') || path.split('/').any(|segment| segment == "..") {
         return Err(ProviderError::InvalidRequest(
-            "the workspace path must not contain `..` or NUL".into(),
+            "the path must be non-empty, without `..` or NUL".into(),
         ));
     }
-    let joined = if path.starts_with('/') {
-        path.trim_end_matches('/').to_string()
-    } else {
-        format!("{root}/{}", path.trim_end_matches('/'))
-    };
-    if joined != root && !joined.starts_with(&format!("{root}/")) {
-        return Err(ProviderError::InvalidRequest(format!(
-            "the workspace path must be inside {root}"
-        )));
+    let relative = path.trim_end_matches('/');
+    if path.starts_with('/') {
+        return Ok(if relative.is_empty() { "/" } else { relative }.to_string());
     }
-    Ok(joined)
+    let relative = relative.trim_start_matches("./");
+    Ok(match relative {
+        "" | "." => root.to_string(),
+        _ => format!("{root}/{relative}"),
+    })
 }
 
 fn state_of(data: &Map<String, Value>) -> Option<&str> {
@@ -570,4 +602,63 @@ fn cleanup_failed(id: &str, phase: CleanupPhase, cause: CleanupCause) -> Provide
 
 fn invalid(operation: &str, reason: &str) -> ProviderError {
     ApiError::Invalid(reason.into()).into_provider_error(operation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use provider_sdk::testing::{Answer, FakePlatform};
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    /// Pins issue 27 item 4 (states): `pausing`, `paused`, `resuming`,
+    /// `resizing`, `snapshotting` and `forking` (states of the current
+    /// API) made a wait fail at once as if the sandbox were unusable. They
+    /// are operations under way: the wait goes on until the wanted state.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn operations_under_way_are_waited_through() {
+        let config = crate::config::parse(
+            r#"{"apiUrl":"http://127.0.0.1:1/api","toolboxUrl":"http://127.0.0.1:2/toolbox"}"#,
+        )
+        .unwrap();
+        for busy in [
+            "pausing",
+            "paused",
+            "resuming",
+            "resizing",
+            "snapshotting",
+            "forking",
+        ] {
+            let mut reads = 0;
+            let mut platform = FakePlatform::new(move |_| {
+                reads += 1;
+                let state = if reads < 3 { busy } else { "started" };
+                Answer::Full(
+                    200,
+                    format!(r#"{{"id":"sb-1","state":"{state}"}}"#).into_bytes(),
+                )
+            });
+            let mut lifecycle = Lifecycle::new(&mut platform, &config);
+            assert!(lifecycle.wait_for("sb-1", "started").is_ok(), "{busy}");
+            assert_eq!(platform.requests.len(), 3, "{busy}");
+        }
+    }
+
+    /// Pins issue 27 item 2: a relative cwd was joined to the lease's cwd
+    /// (which already held it: `/root/paperclip-workspace/sub/dir/sub/dir`)
+    /// and an absolute one outside the workspace was refused.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn paths_resolve_against_the_workspace_root_or_stay_absolute() {
+        let root = "/root/paperclip-workspace";
+        assert_eq!(
+            resolve_path(root, "sub/dir").unwrap(),
+            "/root/paperclip-workspace/sub/dir"
+        );
+        assert_eq!(resolve_path(root, "sub/").unwrap(), format!("{root}/sub"));
+        assert_eq!(resolve_path(root, ".").unwrap(), root);
+        assert_eq!(resolve_path(root, "/tmp").unwrap(), "/tmp");
+        assert_eq!(resolve_path(root, "/").unwrap(), "/");
+        for bad in ["", "../x", "a/../../b", "a\0b"] {
+            assert!(resolve_path(root, bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::bindings::types::{EnvironmentContext, Lease};
-use crate::lease_rules::{LeaseState, Operation};
+use crate::lease_rules::{HostSeen, LeaseState, Operation, Owner};
 
 /// One stored lease.
 #[derive(Clone, Debug)]
@@ -187,6 +187,22 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
     fn needing_sweep(&self) -> Result<Vec<LeaseRecord>>;
 }
 
+/// Whether a host instance another one found in the store is alive: its
+/// process, when it ran on this machine, is checked directly (a holder
+/// killed here is gone at once, see [`local`](super::local)); otherwise,
+/// and for hosts elsewhere, its heartbeat must be younger than its expiry.
+pub(crate) fn judge(mut seen: HostSeen) -> Owner {
+    if super::local::has_exited(&seen.id) {
+        seen.exited_here = true;
+        return Owner::Gone(Some(seen));
+    }
+    if seen.silent_ms <= seen.expiry_ms {
+        Owner::Alive(seen)
+    } else {
+        Owner::Gone(Some(seen))
+    }
+}
+
 /// One running host, registered in a [`LeaseBackend`]: a random instance id
 /// (never a pid, which another process may get later) and a heartbeat
 /// refreshed by a background thread while this value lives.
@@ -196,6 +212,8 @@ pub struct HostInstance {
     interval: Arc<AtomicU64>,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    /// The lock that tells processes on this machine this one is alive.
+    _local: Option<super::local::LocalHold>,
 }
 
 impl HostInstance {
@@ -227,6 +245,7 @@ impl HostInstance {
                 .context("starting the heartbeat thread")?
         };
         Ok(HostInstance {
+            _local: super::local::hold(&id),
             id,
             store,
             interval,

@@ -235,12 +235,13 @@ impl PgLeaseStore {
                     hostname: row.try_get(1)?,
                     silent_ms: row.try_get(2)?,
                     expiry_ms: row.try_get(3)?,
+                    exited_here: false,
                 })
             })
             .transpose()?;
         Ok(Some(match seen {
-            Some(seen) if seen.silent_ms <= seen.expiry_ms => Owner::Alive(seen),
-            other => Owner::Gone(other),
+            Some(seen) => crate::lease_backend::judge(seen),
+            None => Owner::Gone(None),
         }))
     }
 

@@ -168,6 +168,9 @@ pub struct HostSeen {
     pub silent_ms: i64,
     /// How long it promised to be silent at most.
     pub expiry_ms: i64,
+    /// True when its process ran on this machine and is known to have
+    /// ended (checked directly, without waiting for the heartbeat).
+    pub exited_here: bool,
 }
 
 impl HostSeen {
@@ -240,6 +243,9 @@ pub fn decide(operation: Operation, lease: &LeaseView<'_>) -> Decision {
     // 1. A mark of a host that died: the lease is in doubt.
     let dead = |owner: &Option<Owner>| match owner {
         Some(Owner::Gone(seen)) => Some(match seen {
+            Some(seen) if seen.exited_here => {
+                format!("{} has ended (checked on this machine)", seen.describe())
+            }
             Some(seen) => format!(
                 "{} stopped heartbeating {:.1} s ago",
                 seen.describe(),
@@ -364,6 +370,7 @@ mod tests {
             hostname: "box".into(),
             silent_ms: 20_000,
             expiry_ms: 10_000,
+            exited_here: false,
         }
     }
 

@@ -165,13 +165,14 @@ impl LeaseStore {
                         hostname: row.get(1)?,
                         silent_ms: now_ms() - row.get::<_, i64>(2)?,
                         expiry_ms: row.get(3)?,
+                        exited_here: false,
                     })
                 },
             )
             .optional()?;
         Ok(Some(match seen {
-            Some(seen) if seen.silent_ms <= seen.expiry_ms => Owner::Alive(seen),
-            other => Owner::Gone(other),
+            Some(seen) => crate::lease_backend::judge(seen),
+            None => Owner::Gone(None),
         }))
     }
 

@@ -216,6 +216,52 @@ impl Secrets {
         })
     }
 
+    /// The keys these settings withhold: `(variable, origin)` for each
+    /// variable that is set and would be read for a secret the config does
+    /// not give, but whose scope does not include an origin the config
+    /// names (for example `CREATEOS_API_KEY` with an `apiUrl` that is not
+    /// the provider's own). Lets a CLI say why no key was sent before the
+    /// API answers 401.
+    pub fn withheld_keys(
+        &self,
+        config: &str,
+        description: &ProviderDescription,
+    ) -> Result<Vec<(String, Origin)>> {
+        let value: Value = serde_json::from_str(config).context("the config is not JSON")?;
+        let object = value
+            .as_object()
+            .context("the config is not a JSON object")?;
+        let origins = config_origins(object, description)?;
+        let mut fields = self.fields.clone();
+        fields.extend(description.secrets.iter().map(|s| s.config_field.clone()));
+        let mut withheld = Vec::new();
+        for field in &fields {
+            let given = !matches!(object.get(field), None | Some(Value::Null))
+                || self.values.contains_key(field);
+            if given {
+                continue;
+            }
+            for secret in self.env.iter().filter(|e| &e.field == field) {
+                if std::env::var(&secret.var).map_or(true, |v| v.is_empty()) {
+                    continue;
+                }
+                for receiver in origins.iter().filter(|o| o.secret_fields.contains(field)) {
+                    let allowed = match &secret.scope {
+                        EnvScope::Any => true,
+                        EnvScope::Default => self.trusts(&receiver.origin),
+                        EnvScope::Also(also) => {
+                            self.trusts(&receiver.origin) || &receiver.origin == also
+                        }
+                    };
+                    if !allowed {
+                        withheld.push((secret.var.clone(), receiver.origin.clone()));
+                    }
+                }
+            }
+        }
+        Ok(withheld)
+    }
+
     fn read_named_variables(&self, field: &str, receivers: &[&ConfigOrigin]) -> Option<String> {
         if receivers.is_empty() {
             return None;

@@ -127,6 +127,9 @@ pub fn sandbox_cli(provider: &Path, tag: &str) -> Command {
     command
         .env("SANDBOX_PROVIDER", provider)
         .env("SANDBOX_DATA_DIR", data)
-        .env_remove("CREATEOS_API_KEY");
+        .env_remove("CREATEOS_API_KEY")
+        // A piped stdin is read and given to the command: tests that want
+        // one set it; none inherits the test runner's.
+        .stdin(std::process::Stdio::null());
     command
 }

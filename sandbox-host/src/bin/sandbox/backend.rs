@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use sandbox_host::{
     open_store, shared_engine, ArtifactCache, Environment, GuestStderr, LeaseBackend, LeaseStore,
     NetworkTransport, ProviderComponent, RateBudget, RateLimit, SandboxRuntime, Secrets,
+    KEY_ORIGIN_VAR,
 };
 use serde_json::Value;
 
@@ -119,6 +120,7 @@ impl Setup {
         }
         let config = config.to_string();
         let secrets = self.secrets(global)?;
+        self.explain_withheld_keys(&config, &secrets);
         self.runtime
             .environment(&global.company, &global.environment, &config, &secrets)
     }
@@ -132,6 +134,7 @@ impl Setup {
             .get(lease_id)?
             .with_context(|| format!("no lease {lease_id} in the lease store"))?;
         let secrets = self.secrets(global)?;
+        self.explain_withheld_keys(&record.config, &secrets);
         self.runtime.environment(
             &record.company_id,
             &record.environment_id,
@@ -143,7 +146,42 @@ impl Setup {
     /// Stops the embedded backend, if one runs, and says if anything survived.
     pub fn finish(self) {
         if let Some(local) = self.local {
-            local.stop();
+            let _ = local.stop();
+        }
+    }
+
+    /// Says, before any request, when a key variable is set but withheld
+    /// from the API the config names (only the provider's own API gets the
+    /// variable's key): otherwise the user sees only the API's 401.
+    fn explain_withheld_keys(&self, config: &str, secrets: &Secrets) {
+        let Ok(withheld) = secrets.withheld_keys(config, self.runtime.description()) else {
+            return; // the environment itself reports a bad config
+        };
+        let mut by_var: Vec<(String, Vec<String>)> = Vec::new();
+        for (var, origin) in withheld {
+            let origin = origin.to_string();
+            match by_var.iter_mut().find(|(v, _)| *v == var) {
+                Some((_, origins)) if !origins.contains(&origin) => origins.push(origin),
+                Some(_) => {}
+                None => by_var.push((var, vec![origin])),
+            }
+        }
+        for (var, origins) in by_var {
+            let how = match origins.as_slice() {
+                [origin] => format!(
+                    "To send it to this API, set {KEY_ORIGIN_VAR}={origin} (or pass the key \
+                     with --api-key-file FILE)."
+                ),
+                _ => format!(
+                    "{KEY_ORIGIN_VAR} names one origin only, so pass the key with \
+                     --api-key-file FILE (or SANDBOX_API_KEY_FILE)."
+                ),
+            };
+            eprintln!(
+                "sandbox: note: {var} is set but its key is not sent to {}: the CLI sends that \
+                 variable's key only to the provider's own API. {how}",
+                origins.join(" and ")
+            );
         }
     }
 
@@ -168,9 +206,77 @@ impl Setup {
     }
 }
 
+/// The embedded engine served on its own by `sandbox engine`, with the
+/// files that point other `sandbox` processes at it.
+pub struct Engine {
+    local: LocalBackend,
+    /// A config naming the engine's URLs for the provider.
+    pub config_file: PathBuf,
+    /// The engine's API key (mode 0600).
+    pub key_file: PathBuf,
+}
+
+impl Engine {
+    /// Starts the engine for `global`'s provider on `port` (0: any free
+    /// port) and writes its config and key under the data directory.
+    pub fn start(global: &Global, port: u16) -> Result<Engine> {
+        let component = load_component(global)?;
+        let description = component
+            .instantiate(sandbox_host::HostOptions::new())?
+            .describe()?;
+        let local = LocalBackend::start_on(global.isolation, &description.driver_key, port)?;
+        let dir = data_dir(global).join("engine");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let key_file = dir.join("api-key");
+        write_private(&key_file, local.api_key.as_bytes())?;
+        let config: serde_json::Map<String, Value> = local
+            .urls
+            .iter()
+            .map(|(field, url)| (field.clone(), Value::String(url.clone())))
+            .collect();
+        let config_file = dir.join(format!("{}.json", description.driver_key));
+        write_private(&config_file, Value::Object(config).to_string().as_bytes())?;
+        Ok(Engine {
+            local,
+            config_file,
+            key_file,
+        })
+    }
+
+    /// `(config field, URL)` for each URL the provider is pointed at.
+    pub fn urls(&self) -> &[(String, String)] {
+        &self.local.urls
+    }
+
+    /// Stops the engine (every sandbox in it ends); false when some
+    /// process could not be confirmed gone.
+    pub fn stop(self) -> bool {
+        let _ = std::fs::remove_file(&self.key_file);
+        self.local.stop()
+    }
+}
+
+/// Writes `bytes` to a new file only its owner can read.
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(bytes))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
 impl LocalBackend {
-    #[cfg(feature = "local-backend")]
     fn start(isolation: crate::Isolation, driver_key: &str) -> Result<Self> {
+        Self::start_on(isolation, driver_key, 0)
+    }
+
+    #[cfg(feature = "local-backend")]
+    fn start_on(isolation: crate::Isolation, driver_key: &str, port: u16) -> Result<Self> {
         use createos_local::IsolationPreference;
         let api_key = random_key()?;
         let preference = match isolation {
@@ -185,6 +291,7 @@ impl LocalBackend {
         };
         let server = createos_local::BackgroundServer::start(
             createos_local::Server::builder()
+                .port(port)
                 .api_key(api_key.clone())
                 .isolation(preference)
                 .toolbox_port(0)
@@ -218,19 +325,23 @@ impl LocalBackend {
     }
 
     #[cfg(not(feature = "local-backend"))]
-    fn start(_isolation: crate::Isolation, _driver_key: &str) -> Result<Self> {
+    fn start_on(_isolation: crate::Isolation, _driver_key: &str, _port: u16) -> Result<Self> {
         bail!("this build has no embedded backend: pass --api-url or set the API URL in --config")
     }
 
-    fn stop(self) {
+    /// Stops the backend; false (with a warning) when some process could
+    /// not be confirmed gone.
+    fn stop(self) -> bool {
+        let _ = (&self.urls, &self.api_key);
         #[cfg(feature = "local-backend")]
         {
             let report = self.server.shutdown();
             if !report.all_exited() {
                 eprintln!("sandbox: warning: the local backend could not confirm that every process exited: {report:?}");
+                return false;
             }
         }
-        let _ = (self.urls, self.api_key);
+        true
     }
 }
 

@@ -124,7 +124,29 @@ pub fn sweep(setup: &Setup, global: &Global) -> Result<u8> {
         }
     }
     report::swept(&results, global.json);
+    waiting(setup, &results)?;
     Ok(if failures == 0 { 0 } else { 1 })
+}
+
+/// Says which leases sweep left alone and what it waits for: an operation
+/// of a `sandbox` process that is alive (on this machine, checked
+/// directly; elsewhere, by its heartbeat).
+fn waiting(setup: &Setup, swept: &[(sandbox_host::LeaseRecord, Result<(), String>)]) -> Result<()> {
+    for record in setup.runtime.store().needing_sweep()? {
+        if swept.iter().any(|(r, _)| r.id == record.id) || record.state.is_final() {
+            continue;
+        }
+        let Some(holder) = record.busy_owner.as_ref().or(record.closing_owner.as_ref()) else {
+            continue;
+        };
+        eprintln!(
+            "sandbox: lease {} ({}) left alone: the sandbox process {holder} is still using it; \
+             sweep handles it once that process has ended (on this machine: at once; on \
+             another: once its heartbeat is older than its expiry)",
+            record.id, record.state
+        );
+    }
+    Ok(())
 }
 
 fn execute_and_settle(
@@ -198,7 +220,7 @@ fn execute(
         args: rest.to_vec(),
         cwd: Some(cwd),
         env: environment,
-        stdin: None,
+        stdin: args.input.clone(),
         timeout_ms: args
             .timeout
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),

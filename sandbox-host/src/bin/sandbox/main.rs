@@ -5,6 +5,7 @@ mod backend;
 mod commands;
 mod exec;
 mod report;
+mod stdin;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -58,7 +59,7 @@ pub struct Global {
     )]
     pub provider: Option<PathBuf>,
     /// The provider config, a JSON object.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, env = "SANDBOX_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The provider's API URL (sets its first URL field, `apiUrl` for
     /// CreateOS and Daytona); without it and without a URL in the config,
@@ -67,7 +68,7 @@ pub struct Global {
     pub api_url: Option<String>,
     /// A file holding the API key (else the config, else the provider's
     /// declared environment variable, for example CREATEOS_API_KEY).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, env = "SANDBOX_API_KEY_FILE", value_name = "FILE")]
     pub api_key_file: Option<PathBuf>,
     /// The API's rate limit as REQUESTS/WINDOW_MS[/PER_SECOND] (for example
     /// 300/60000), instead of the one the provider declares: your account's
@@ -147,6 +148,15 @@ enum Command {
     /// Manage leases kept in the lease store.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// Serve the embedded engine until Ctrl-C, SIGTERM or SIGHUP, for the
+    /// lease commands of other `sandbox` processes: prints the line that
+    /// points them at it (`export SANDBOX_CONFIG=… SANDBOX_API_KEY_FILE=…`).
+    /// Stopping it ends every sandbox in it.
+    Engine {
+        /// The loopback port of its API (0: any free port).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+    },
 }
 
 /// A command to run and its limits.
@@ -161,6 +171,22 @@ pub struct RunArgs {
     /// Extra environment variables, NAME=VALUE.
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
+    /// Give the command this process's standard input even when it is a
+    /// terminal (read to its end first; Ctrl-D ends it). A piped or
+    /// redirected stdin is always given to the command.
+    #[arg(short = 'i', long, conflicts_with_all = ["stdin_file", "no_stdin"])]
+    pub interactive: bool,
+    /// Give the command this file as its standard input (`-`: this
+    /// process's stdin), at most 32 MiB.
+    #[arg(long = "stdin", value_name = "FILE", conflicts_with = "no_stdin")]
+    pub stdin_file: Option<PathBuf>,
+    /// Give the command an empty standard input (do not read this
+    /// process's stdin even when it is a pipe).
+    #[arg(long)]
+    pub no_stdin: bool,
+    /// The input read for the command (see the `stdin` module).
+    #[arg(skip)]
+    pub input: Option<Vec<u8>>,
     /// The command and its arguments.
     #[arg(required = true, last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -215,8 +241,16 @@ fn dispatch(cli: Cli) -> Result<u8> {
         Command::Describe => commands::describe::run(&global),
         Command::ValidateConfig => commands::validate_config::run(&global),
         Command::Probe => commands::probe::run(&global),
-        Command::Run(args) => commands::run::run(&global, &args),
+        Command::Run(mut args) => {
+            args.input = stdin::read(&args)?;
+            commands::run::run(&global, &args)
+        }
+        Command::Lease(LeaseCommand::Exec { lease, mut run }) => {
+            run.input = stdin::read(&run)?;
+            commands::lease::run(&global, LeaseCommand::Exec { lease, run })
+        }
         Command::Lease(command) => commands::lease::run(&global, command),
+        Command::Engine { port } => commands::engine::run(&global, port),
     }
 }
 
