@@ -526,3 +526,26 @@ fn invalid(operation: &str, reason: &str) -> ProviderError {
 fn transport_error(operation: &str, error: &TransportError) -> ProviderError {
     ApiError::Transport(error.clone()).into_provider_error(operation)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::log_skip;
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_log_answer_skips_exactly_what_was_taken() {
+        // The real daemon: no header, the whole log from byte 0.
+        assert_eq!(log_skip(None, 10).unwrap(), 10);
+        // The local engine after evicting 4 bytes of the log.
+        assert_eq!(log_skip(Some("4"), 10).unwrap(), 6);
+        assert_eq!(log_skip(Some("10"), 10).unwrap(), 0);
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_log_answer_starting_after_what_was_taken_is_lost_output() {
+        let error = log_skip(Some("12"), 10).unwrap_err();
+        assert!(format!("{error:?}").contains("2 bytes"), "{error:?}");
+        assert!(log_skip(Some("-1"), 10).is_err());
+        assert!(log_skip(Some("many"), 10).is_err());
+    }
+}
