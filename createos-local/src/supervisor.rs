@@ -39,7 +39,7 @@ use tokio::io::Interest;
 use tokio::sync::{oneshot, watch};
 
 use crate::isolation::{self, IsolationMode, SpawnSpec, Tree};
-use crate::journal::{ExitStatus, Journal, Retention, StreamKind};
+use crate::journal::{ExitStatus, Journal, ReaderId, Retention, Room, StreamKind};
 
 /// Process states from the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -330,6 +330,26 @@ impl Process {
         f(&lock(&self.inner).journal)
     }
 
+    /// Attaches a reader (a `/connect` stream or a log follower) to a
+    /// streamed journal, if `check` (which sees the journal as the reader
+    /// starts) accepts; `check` also names the seq the reader has received
+    /// up to. Atomic, so nothing is evicted in between. The guard is `None` for other journals.
+    /// While attached, nothing the reader has not received is evicted and
+    /// the pipes wait for it (see [`crate::journal`]); it detaches when the
+    /// guard drops.
+    pub fn attach_reader<R, E>(
+        self: &Arc<Self>,
+        check: impl FnOnce(&Journal) -> Result<(u64, R), E>,
+    ) -> Result<(Option<ReaderGuard>, R), E> {
+        let mut inner = lock(&self.inner);
+        let (after, r) = check(&inner.journal)?;
+        let guard = inner.journal.attach(after).map(|id| ReaderGuard {
+            proc: self.clone(),
+            id,
+        });
+        Ok((guard, r))
+    }
+
     /// `(leader_exited, tree_exited)`.
     pub fn exited(&self) -> (bool, bool) {
         let inner = lock(&self.inner);
@@ -536,6 +556,59 @@ impl Process {
     }
 }
 
+/// An attached reader of a process's output (see
+/// [`Process::attach_reader`]); detaches on drop.
+#[derive(Debug)]
+pub struct ReaderGuard {
+    proc: Arc<Process>,
+    id: ReaderId,
+}
+
+impl ReaderGuard {
+    /// The reader has received every frame up to `seq`: those may be
+    /// evicted, and the pipes may be read again.
+    pub fn advance(&self, seq: u64) {
+        lock(&self.proc.inner).journal.advance(self.id, seq);
+        self.proc.bump();
+    }
+}
+
+impl Drop for ReaderGuard {
+    fn drop(&mut self) {
+        lock(&self.proc.inner).journal.detach(self.id);
+        self.proc.bump();
+    }
+}
+
+/// Waits until the journal has room for more output (see
+/// [`crate::journal::Room`]), or the leader has been reaped. Returns
+/// `false` when the leader was reaped.
+async fn room(proc: &Process, reaped: &mut watch::Receiver<bool>) -> bool {
+    if lock(&proc.inner).journal.room() == Room::Open {
+        return true;
+    }
+    let mut changed = proc.subscribe();
+    loop {
+        changed.borrow_and_update();
+        let until = match lock(&proc.inner).journal.room() {
+            Room::Open => return true,
+            Room::Full(until) => until,
+        };
+        let lapse = async {
+            match until {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => futures_util::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = reaped.wait_for(|r| *r) => return false,
+            _ = changed.changed() => {}
+            _ = lapse => {}
+        }
+    }
+}
+
 /// Reads one output pipe into the journal.
 ///
 /// Until the leader is reaped, chunks are read as they come. Once it is
@@ -548,6 +621,11 @@ impl Process {
 /// orphan that keeps the pipe open cannot delay the exit. Output read later
 /// (written by orphans after the exit) is discarded, but still read to the
 /// end so that those writers do not die of `SIGPIPE`.
+///
+/// Backpressure: before each read the reader waits for room in the
+/// journal (see [`room`]); meanwhile the pipe fills and the command blocks
+/// on write. Once the leader is reaped, what is left is drained anyway (at
+/// most one pipe buffer beyond the journal's capacity).
 fn spawn_reader(
     proc: Arc<Process>,
     stream: StreamKind,
@@ -562,6 +640,9 @@ fn spawn_reader(
         };
         let mut buf = vec![0u8; 64 * 1024];
         let at_eof = loop {
+            if !room(&proc, &mut reaped).await {
+                break false;
+            }
             tokio::select! {
                 biased;
                 _ = reaped.wait_for(|r| *r) => break false,

@@ -161,6 +161,10 @@ pub trait BodyReader {
     fn next_chunk(&mut self, wait: Wait) -> Result<Option<Vec<u8>>, TransportError>;
 }
 
+/// What [`Platform::open_with_header`] gives: the status, the header's
+/// value, and a reader of the body.
+pub type OpenedWithHeader = (u16, Option<String>, Box<dyn BodyReader>);
+
 /// The capabilities the protocol runs on.
 pub trait Platform {
     /// The origin of requests that name none (usually the config's API
@@ -182,6 +186,18 @@ pub trait Platform {
         request: &Request,
         wait: Wait,
     ) -> Result<(u16, Box<dyn BodyReader>), TransportError>;
+    /// Like [`Platform::open`], and also the value of the response header
+    /// `name` (when present and valid UTF-8). The default reads no header.
+    fn open_with_header(
+        &mut self,
+        request: &Request,
+        wait: Wait,
+        name: &str,
+    ) -> Result<OpenedWithHeader, TransportError> {
+        let _ = name;
+        let (status, body) = self.open(request, wait)?;
+        Ok((status, None, body))
+    }
     /// Sleeps until `until` (or the wait's deadline, or cancellation).
     fn sleep_until(&mut self, until: Instant, wait: Wait) -> Result<(), TransportError>;
     /// True once the host has asked the operation to stop.

@@ -18,7 +18,8 @@ use crate::bindings::wasi::io::poll::{poll, Pollable};
 use crate::bindings::wasi::io::streams::{InputStream, OutputStream, StreamError};
 use crate::origin::Origin;
 use crate::platform::{
-    BodyReader, Instant, Method, Platform, Request, Response, StreamId, TransportError, Wait,
+    BodyReader, Instant, Method, OpenedWithHeader, Platform, Request, Response, StreamId,
+    TransportError, Wait,
 };
 
 /// How many bytes are read from a body stream at a time.
@@ -227,6 +228,26 @@ impl Platform for WasiPlatform {
         let status = response.status();
         Ok((
             status,
+            Box::new(WasiBody::new(response, self.cancellation_handle())?),
+        ))
+    }
+
+    fn open_with_header(
+        &mut self,
+        request: &Request,
+        wait: Wait,
+        name: &str,
+    ) -> Result<OpenedWithHeader, TransportError> {
+        let response = self.start(request, wait)?;
+        let status = response.status();
+        let value = response
+            .headers()
+            .get(name)
+            .into_iter()
+            .find_map(|v| String::from_utf8(v).ok());
+        Ok((
+            status,
+            value,
             Box::new(WasiBody::new(response, self.cancellation_handle())?),
         ))
     }

@@ -19,7 +19,7 @@ use super::{limits, process, sandbox, AppState, InjectedFault, Shared};
 use crate::faults::FaultAction;
 use crate::journal::{ExitStatus, Frame, Replay, Retention, StreamKind};
 use crate::store::{Sandbox, Status};
-use crate::supervisor::{build_env, Process, StartRequest};
+use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 
 /// Default cwd when the request has none. The spec is silent; `/` is what a
 /// process started by a VM agent most plausibly gets.
@@ -145,7 +145,13 @@ pub async fn create(
     let body: CreateBody = parse_json(&body)?;
     let supervision = state.supervision.clone();
     let p = detached(&supervision, async move {
-        start_registered(&state, &sb, body, Retention::Total(state.journal_capacity)).await
+        start_registered(
+            &state,
+            &sb,
+            body,
+            Retention::Streamed(state.journal_capacity),
+        )
+        .await
     })
     .await?;
     Ok(success(StatusCode::CREATED, p.to_json()))
@@ -385,6 +391,9 @@ struct Follow {
     proc: Arc<Process>,
     rx: tokio::sync::watch::Receiver<u64>,
     cursor: u64,
+    /// This stream as an attached reader: what it has not sent is kept,
+    /// and the process waits for it (backpressure).
+    reader: Option<ReaderGuard>,
     sent: u64,
     fault: Option<FaultAction>,
     abort_next: bool,
@@ -458,6 +467,12 @@ impl Follow {
             self.cursor = f.seq;
             self.sent += 1;
         }
+        // Handed to the connection, which asks for more only once it has
+        // written this: frames up to the cursor may go, and the pipes may
+        // be read again.
+        if let Some(reader) = &self.reader {
+            reader.advance(self.cursor);
+        }
         if limit.is_some_and(|l| self.sent >= l) {
             match self.fault.take() {
                 Some(FaultAction::ResetAfterFrames { .. }) => {
@@ -496,27 +511,34 @@ pub async fn connect(
     let (_, p) = process(&state, &id, &pid)?;
     let after = q.after.unwrap_or(0);
     let rx = p.subscribe();
-    let newest = p.with_journal(|j| j.newest_seq());
-    if after > newest {
-        return Err(ApiError::bad_request(format!(
-            "after={after} is beyond the newest output frame ({newest})"
-        ))
-        .with_extra(json!({ "newest_seq": newest })));
-    }
-    if matches!(p.with_journal(|j| j.after(after)), Replay::Expired) {
-        let oldest = p.with_journal(|j| j.oldest_seq());
-        return Err(ApiError::new(
-            StatusCode::GONE,
-            "output_offset_expired",
-            "output after this cursor was evicted",
-        )
-        .with_extra(json!({ "error": "output_offset_expired", "oldest_seq": oldest })));
-    }
+    // Attached at once, so nothing after the cursor is evicted from here on;
+    // the guard detaches when the stream ends or the client goes away.
+    let (reader, ()) = p.attach_reader(|j| {
+        let newest = j.newest_seq();
+        if after > newest {
+            return Err(ApiError::bad_request(format!(
+                "after={after} is beyond the newest output frame ({newest})"
+            ))
+            .with_extra(json!({ "newest_seq": newest })));
+        }
+        if matches!(j.after(after), Replay::Expired) {
+            return Err(ApiError::new(
+                StatusCode::GONE,
+                "output_offset_expired",
+                "output after this cursor was evicted",
+            )
+            .with_extra(
+                json!({ "error": "output_offset_expired", "oldest_seq": j.oldest_seq() }),
+            ));
+        }
+        Ok((after, ()))
+    })?;
     let fault_kind = fault.map(|Extension(InjectedFault(f))| f);
     let mut follow = Follow {
         proc: p,
         rx,
         cursor: after,
+        reader,
         sent: 0,
         stall: matches!(
             fault_kind,

@@ -29,8 +29,8 @@ use crate::api::processes::detached;
 use crate::api::sandboxes::parse_json;
 use crate::api::{limits, AppState, InjectedFault, Shared};
 use crate::faults::FaultAction;
-use crate::journal::{Frame, Replay, Retention, StreamKind};
-use crate::supervisor::{build_env, Process, StartRequest};
+use crate::journal::{Frame, Journal, Replay, Retention, StreamKind};
+use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 
 /// Marker before each stdout chunk in a command's logs (as the real
 /// service's log format).
@@ -292,13 +292,29 @@ fn only(frames: &[Frame], stream: StreamKind) -> String {
 
 /// Every retained frame, and whether older ones were evicted.
 fn retained(p: &Process) -> (Vec<Frame>, bool) {
-    p.with_journal(|j| match j.after(0) {
+    p.with_journal(retained_in)
+}
+
+fn retained_in(j: &Journal) -> (Vec<Frame>, bool) {
+    match j.after(0) {
         Replay::Frames(f) => (f, false),
         Replay::Expired => match j.after(j.oldest_seq().saturating_sub(1)) {
             Replay::Frames(f) => (f, true),
             Replay::Expired => (Vec::new(), true),
         },
-    })
+    }
+}
+
+/// The retained log as a logs answer starts it: its frames, whether older
+/// ones were evicted, and the byte offset of its first byte in the whole
+/// labelled log (see [`LOG_OFFSET_HEADER`]).
+fn log_snapshot(j: &Journal) -> (Vec<Frame>, bool, u64) {
+    let (frames, evicted) = retained_in(j);
+    (
+        frames,
+        evicted,
+        j.evicted_log_bytes(STDOUT_PREFIX.len() as u64),
+    )
 }
 
 /// `POST /process/session/{sessionId}/exec {"command","runAsync"}`:
@@ -333,7 +349,14 @@ pub async fn session_exec(
             return Err(DaytonaError::not_found("session").0);
         }
         let argv = vec![shell().to_string(), "-c".to_string(), command.clone()];
-        let journal = Retention::Total(st.journal_capacity);
+        // A command run in the background is followed through its logs:
+        // its journal holds output for that follower (backpressure). A
+        // synchronous one answers its retained output at the end.
+        let journal = if run_async {
+            Retention::Streamed(st.journal_capacity)
+        } else {
+            Retention::Total(st.journal_capacity)
+        };
         let p = start_process(
             &st,
             &sb,
@@ -484,6 +507,14 @@ pub struct LogsQuery {
 /// output.
 pub const EVICTED_HEADER: &str = "x-createos-local-output-evicted";
 
+/// Header on every logs answer (a local extension): the byte offset of the
+/// body's first byte in the command's whole labelled log, that is how many
+/// bytes of it were evicted before. A client that has taken `n` bytes of
+/// the log skips `n - offset` bytes of the body (and has lost output when
+/// the offset exceeds `n`). The real daemon keeps the whole log, so
+/// without this header the offset is 0.
+pub const LOG_OFFSET_HEADER: &str = "x-createos-local-log-offset";
+
 /// `GET /process/session/{sessionId}/command/{commandId}/logs[?follow=true]`:
 /// `text/plain`, each chunk labelled (see [`labelled`]) when the request
 /// asks for split output ([`wants_split`]), else stdout and stderr combined
@@ -513,18 +544,35 @@ pub async fn logs(
     }
     let p = c.process.clone();
     let rx = p.subscribe();
-    let (frames, evicted) = retained(&p);
+    let follow = q.follow.unwrap_or(false);
+    // A follower is attached (as the `/connect` streams are) atomically with
+    // the snapshot it starts from: what it has not sent is never evicted,
+    // and the command waits for it (backpressure).
+    let (reader, (frames, evicted, offset)) = if follow {
+        p.attach_reader(|j| {
+            let snapshot = log_snapshot(j);
+            let start = snapshot
+                .0
+                .first()
+                .map_or(j.newest_seq(), |f| f.seq.saturating_sub(1));
+            Ok::<_, std::convert::Infallible>((start, snapshot))
+        })
+        .unwrap_or_else(|never| match never {})
+    } else {
+        (None, p.with_journal(log_snapshot))
+    };
     // The newest frame is always retained: no frame means none was written.
     let cursor = frames.last().map_or(0, |f| f.seq);
     let split = wants_split(&headers);
     let first = rendered(&frames, split);
     let mut builder = Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8");
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .header(LOG_OFFSET_HEADER, offset.to_string());
     if evicted {
         builder = builder.header(EVICTED_HEADER, "true");
     }
-    if !q.follow.unwrap_or(false) {
+    if !follow {
         if wants_json(&headers) {
             // The current clients ask for JSON: the three views at once.
             let mut v = json!({
@@ -562,6 +610,7 @@ pub async fn logs(
         proc: p,
         rx,
         cursor,
+        reader,
         first,
         sent: 0,
         limit,
@@ -581,6 +630,8 @@ struct LogFollow {
     proc: Arc<Process>,
     rx: tokio::sync::watch::Receiver<u64>,
     cursor: u64,
+    /// This follower as an attached reader (see [`logs`]).
+    reader: Option<ReaderGuard>,
     /// The output so far, sent first.
     first: Option<Vec<u8>>,
     sent: u64,
@@ -593,6 +644,14 @@ struct LogFollow {
 }
 
 impl LogFollow {
+    /// Everything up to the cursor is handed to the connection (which asks
+    /// for more only once it has written it).
+    fn advance(&self) {
+        if let Some(reader) = &self.reader {
+            reader.advance(self.cursor);
+        }
+    }
+
     async fn next(&mut self) -> Option<std::io::Result<Bytes>> {
         if self.done {
             return None;
@@ -612,6 +671,7 @@ impl LogFollow {
             }
         }
         if let Some(first) = self.first.take() {
+            self.advance();
             if !first.is_empty() {
                 return Some(Ok(Bytes::from(first)));
             }
@@ -641,6 +701,7 @@ impl LogFollow {
                     if let Some(last) = frames.last() {
                         self.cursor = last.seq;
                     }
+                    self.advance();
                     self.sent += frames.len() as u64;
                     return Some(Ok(Bytes::from(rendered(&frames, self.split))));
                 }

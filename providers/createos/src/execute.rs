@@ -284,6 +284,16 @@ impl Run {
             Err(error) => Some(Stop::Failed(frame_error(&error))),
             Ok(None) | Ok(Some(Frame::Heartbeat)) => None,
             Ok(Some(Frame::Exit(status))) => Some(Stop::Exited(status)),
+            Ok(Some(Frame::Error(error))) if error == "output_offset_expired" => {
+                Some(Stop::Failed(invalid(
+                    "connect",
+                    &format!(
+                        "the server dropped output after frame {} before this reader received \
+                         it (output_offset_expired): output was lost; what was received is kept",
+                        self.cursor
+                    ),
+                )))
+            }
             Ok(Some(Frame::Error(error))) => Some(Stop::Failed(invalid(
                 "connect",
                 &format!("the server reported a stream error: {error}"),

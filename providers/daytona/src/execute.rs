@@ -285,19 +285,26 @@ impl Run {
             // Without it the service strips the stream markers and every
             // byte would read as stdout.
             .with_header(api::SPLIT_OUTPUT_HEADER, "true");
-            let failure = match platform.open(&logs, self.command_wait()) {
+            let opened = platform.open_with_header(&logs, self.command_wait(), LOG_OFFSET_HEADER);
+            let failure = match opened {
                 Err(TransportError::Deadline) => return Stop::TimedOut,
                 Err(TransportError::Cancelled) => return Stop::Cancelled,
                 Err(error) => Some(transport_error("logs", &error)),
-                Ok((200, mut body)) => {
-                    match self.read(platform, body.as_mut(), &mut demux, &mut consumed) {
+                Ok((200, offset, mut body)) => {
+                    let skip = match log_skip(offset.as_deref(), consumed) {
+                        Ok(skip) => skip,
+                        Err(error) => return Stop::Failed(error),
+                    };
+                    match self.read(platform, body.as_mut(), &mut demux, &mut consumed, skip) {
                         Ok(()) => None,
                         Err(Some(stop)) => return stop,
                         Err(None) => Some(invalid("logs", "the log stream broke")),
                     }
                 }
-                Ok((status, _)) if status == 429 || status >= 500 => Some(rejected("logs", status)),
-                Ok((status, _)) => return Stop::Failed(rejected("logs", status)),
+                Ok((status, _, _)) if status == 429 || status >= 500 => {
+                    Some(rejected("logs", status))
+                }
+                Ok((status, _, _)) => return Stop::Failed(rejected("logs", status)),
             };
             match (failure, exit) {
                 (None, Some(code)) => {
@@ -326,16 +333,16 @@ impl Run {
         }
     }
 
-    /// Reads one log body to its end. `Err(None)`: the body broke (retry).
+    /// Reads one log body to its end, skipping its first `skip` bytes
+    /// (already taken). `Err(None)`: the body broke (retry).
     fn read(
         &mut self,
         platform: &mut dyn Platform,
         body: &mut dyn BodyReader,
         demux: &mut Demux,
         consumed: &mut u64,
+        mut skip: u64,
     ) -> Result<(), Option<Stop>> {
-        // A reconnect replays the log from its start: skip what was read.
-        let mut skip = *consumed;
         loop {
             let chunk = match body.next_chunk(self.command_wait()) {
                 Err(TransportError::Deadline) => return Err(Some(Stop::TimedOut)),
@@ -454,6 +461,38 @@ impl Run {
     }
 }
 
+/// The local engine's header giving the byte offset in the whole log of a
+/// logs answer's first byte (it keeps only the newest part of a command's
+/// log; the real daemon answers the whole log, from offset 0).
+pub const LOG_OFFSET_HEADER: &str = "x-createos-local-log-offset";
+
+/// How many bytes of a logs answer starting at `offset` (the header's
+/// value; absent: 0, the whole log) were already taken, when `consumed`
+/// bytes of the log were. An answer that starts after what was taken
+/// means the output in between is gone: an error, never a silent gap.
+fn log_skip(offset: Option<&str>, consumed: u64) -> Result<u64, ProviderError> {
+    let offset = match offset {
+        None => 0,
+        Some(text) => text.trim().parse::<u64>().map_err(|_| {
+            invalid(
+                "logs",
+                "the log offset header is not a non-negative integer",
+            )
+        })?,
+    };
+    consumed.checked_sub(offset).ok_or_else(|| {
+        invalid(
+            "logs",
+            &format!(
+                "{} bytes of the command's output were dropped by the service before they \
+                 were read (the log now starts at byte {offset}, {consumed} were read): \
+                 output was lost",
+                offset - consumed
+            ),
+        )
+    })
+}
+
 fn empty_partial() -> PartialOutput {
     PartialOutput {
         stdout: String::new(),
@@ -552,5 +591,22 @@ mod tests {
                 r.headers
             );
         }
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_log_answer_skips_exactly_what_was_taken() {
+        // The real daemon: no header, the whole log from byte 0.
+        assert_eq!(log_skip(None, 10).unwrap(), 10);
+        // The local engine after evicting 4 bytes of the log.
+        assert_eq!(log_skip(Some("4"), 10).unwrap(), 6);
+        assert_eq!(log_skip(Some("10"), 10).unwrap(), 0);
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_log_answer_starting_after_what_was_taken_is_lost_output() {
+        let error = log_skip(Some("12"), 10).unwrap_err();
+        assert!(format!("{error:?}").contains("2 bytes"), "{error:?}");
+        assert!(log_skip(Some("-1"), 10).is_err());
+        assert!(log_skip(Some("many"), 10).is_err());
     }
 }

@@ -286,11 +286,15 @@ fn execute(
 }
 
 fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
+    // The tail cap applies to the result only: output that was written
+    // live above is complete, so only a printed result can lack its start.
     if !streamed {
         print_output(&result.stdout, &result.stderr);
-    }
-    if result.output_truncated {
-        eprintln!("sandbox: note: older output was dropped to respect the output cap");
+        if result.output_truncated {
+            eprintln!(
+                "sandbox: note: the provider kept only the last 4 Mi characters of each stream;                  older output was not shown"
+            );
+        }
     }
     if result.timed_out {
         let limit = args
