@@ -207,24 +207,34 @@ pub fn base_env(mode: &IsolationMode, root: &Path) -> Vec<(String, String)> {
 /// [`crate::deathguard`], and in fallback mode the leader also gets
 /// `PR_SET_PDEATHSIG(SIGKILL)`.
 pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned> {
+    let mut env_memfd = None;
     let (mut cmd, status_pipe, status_raw) = match bwrap {
         Some(bwrap) => {
             let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
             let raw = write.as_raw_fd();
-            let cmd = bwrap_command(bwrap, spec, Some(raw));
+            // The command's environment travels to bwrap in a memfd
+            // (`--args FD`), never on bwrap's own environment or command
+            // line: see [`launcher_env`].
+            let envfd = env_args_memfd(spec)?;
+            let mut cmd = std::process::Command::new(bwrap);
+            cmd.arg("--args").arg(envfd.as_raw_fd().to_string());
+            configure_bwrap(&mut cmd, spec, Some(raw));
+            cmd.env_clear().envs(launcher_env());
+            env_memfd = Some(envfd);
             (cmd, Some((read, write)), Some(raw))
         }
         None => {
             let mut cmd = std::process::Command::new(&spec.cmd);
             cmd.args(&spec.args).current_dir(&spec.host_cwd);
+            cmd.env_clear();
+            for (k, v) in &spec.env {
+                cmd.env(k, v);
+            }
             (cmd, None, None)
         }
     };
-    cmd.env_clear();
-    for (k, v) in &spec.env {
-        cmd.env(k, v);
-    }
     cmd.env(MARKER_VAR, &spec.marker);
+    let env_raw = env_memfd.as_ref().map(|fd| fd.as_raw_fd());
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -237,8 +247,9 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
             mark_cloexec_from(3);
-            if let Some(raw) = status_raw {
-                // Let exactly this child (bwrap) inherit the status pipe.
+            // Let exactly this child (bwrap) inherit the status pipe and
+            // the environment memfd (bwrap closes the latter once read).
+            for raw in [status_raw, env_raw].into_iter().flatten() {
                 let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
@@ -263,6 +274,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     let child = tokio::process::Command::from(cmd)
         .kill_on_drop(false)
         .spawn()?;
+    drop(env_memfd);
     // The write end must close in the parent, or the pipe never ends.
     let status_pipe = status_pipe.map(|(read, write)| {
         drop(write);
@@ -278,13 +290,65 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
 /// `--json-status-fd`.
 fn bwrap_command(bwrap: &Path, spec: &SpawnSpec, status_fd: Option<i32>) -> std::process::Command {
     let mut cmd = std::process::Command::new(bwrap);
+    configure_bwrap(&mut cmd, spec, status_fd);
+    cmd
+}
+
+/// Adds bwrap's arguments, the command, the working directory and the
+/// sandbox's uid and gid to `cmd` (see [`bwrap_command`]).
+fn configure_bwrap(cmd: &mut std::process::Command, spec: &SpawnSpec, status_fd: Option<i32>) {
     cmd.args(bwrap_args(&spec.root, &spec.cwd, status_fd));
     cmd.arg("--").arg(&spec.cmd).args(&spec.args);
     cmd.current_dir("/");
     if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
-    cmd
+}
+
+/// The environment of the host-side launcher (bwrap's outer process): the
+/// server's fixed minimal one, never a value from the API. bwrap runs on
+/// the host, unconfined, before any namespace exists, so whatever its
+/// environment names is honoured there: `LD_PRELOAD`, `LD_LIBRARY_PATH`,
+/// `GCONV_PATH`, `LOCPATH`, `MALLOC_*`, … would run a sandbox's code on
+/// the host (issue 24 item 2). The sandbox's and the process's env are
+/// instead handed to bwrap as `--clearenv --setenv K V …` arguments (read
+/// from a memfd, so they are not on a world-readable command line) which
+/// bwrap applies after it has started, only to the command it then runs
+/// inside the namespaces. Those names therefore need not be refused at
+/// the API: they reach only the sandboxed process, where they can do
+/// nothing the command could not do itself.
+pub fn launcher_env() -> Vec<(String, String)> {
+    vec![
+        ("PATH".to_string(), "/usr/bin:/bin".to_string()),
+        ("LANG".to_string(), "C.UTF-8".to_string()),
+    ]
+}
+
+/// A memfd (positioned at its start) holding bwrap's NUL-separated
+/// `--clearenv --setenv K V …` arguments for `spec`'s environment and
+/// marker.
+fn env_args_memfd(spec: &SpawnSpec) -> std::io::Result<OwnedFd> {
+    let mut data: Vec<u8> = b"--clearenv\0".to_vec();
+    let marker = (MARKER_VAR.to_string(), spec.marker.clone());
+    for (k, v) in spec.env.iter().chain(std::iter::once(&marker)) {
+        if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid environment variable name {k:?}"),
+            ));
+        }
+        for part in ["--setenv", k.as_str(), v.as_str()] {
+            data.extend_from_slice(part.as_bytes());
+            data.push(0);
+        }
+    }
+    let fd = rustix::fs::memfd_create("createos-local-env", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut written = 0;
+    while written < data.len() {
+        written += rustix::io::write(&fd, &data[written..])?;
+    }
+    rustix::fs::seek(&fd, rustix::fs::SeekFrom::Start(0))?;
+    Ok(fd)
 }
 
 /// The same bwrap command line the server runs for `cmd args` in the
