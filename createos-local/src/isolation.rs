@@ -139,6 +139,9 @@ pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
 pub const MAX_PROCESSES: u64 = 2048;
 /// Largest address space of one sandboxed process (`RLIMIT_AS`), 8 GiB.
 pub const MAX_ADDRESS_SPACE: u64 = 8 << 30;
+/// Size of each command's `/dev/shm` (a tmpfs: host memory), 64 MiB. The
+/// rest of `/dev` is read-only.
+pub const DEV_SHM_SIZE: u64 = 64 << 20;
 
 pub use crate::rootfs::prepare_root;
 
@@ -454,7 +457,21 @@ fn bwrap_args(root: &Path, cwd: &str, status_fd: Option<i32>) -> Vec<String> {
         crate::rootfs::etc_template(root).display().to_string(),
         "/etc".to_string(),
     ]);
-    args.extend(["--dev", "/dev", "--proc", "/proc"].map(String::from));
+    // A fresh `/dev` (device nodes bound from the host), made read-only
+    // once populated, and a small `/dev/shm`: both are tmpfs, which the
+    // kernel sizes at half the host's RAM by default, so a writable one
+    // let any command hold that much host memory (issue 24 item 3).
+    args.extend(["--dev", "/dev"].map(String::from));
+    args.extend([
+        "--size".to_string(),
+        DEV_SHM_SIZE.to_string(),
+        "--tmpfs".to_string(),
+        "/dev/shm".to_string(),
+        "--remount-ro".to_string(),
+        "/dev".to_string(),
+        "--proc".to_string(),
+        "/proc".to_string(),
+    ]);
     if let Some(fd) = status_fd {
         args.extend(["--json-status-fd".to_string(), fd.to_string()]);
     }
@@ -720,6 +737,73 @@ impl Tree {
                 signal_verified(p, Signal::STOP);
             }
         }
+    }
+}
+
+/// The host uid that is the sandbox at `root` and nothing else: its own
+/// uid when the server runs as root (see [`crate::rootfs`]); `None` when
+/// commands run as the server's own uid (a server that is not root).
+pub fn sandbox_uid(root: &Path) -> Option<u32> {
+    crate::rootfs::sandbox_owner(root).map(|(uid, _)| uid)
+}
+
+/// Every live (non-zombie) process whose real host uid is `uid` (a fresh
+/// `/proc` scan). For a sandbox uid that is every process of the sandbox,
+/// nested user and PID namespaces included: a process cannot leave its
+/// uid (the sandbox's user namespace maps nothing else).
+pub fn live_of_uid(uid: u32) -> Vec<ProcInfo> {
+    procfs::all_pids()
+        .into_iter()
+        .filter(|pid| real_uid(*pid) == Some(uid))
+        .filter_map(procfs::stat)
+        .filter(|p| !p.is_zombie())
+        .collect()
+}
+
+fn real_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
+/// Stops (`SIGSTOP`) or continues (`SIGCONT`) every process of the host
+/// uid `uid` (a paused sandbox: issue 24 item 5). A command that entered
+/// a nested PID namespace (`unshare -Upf`) is not in its tree's namespace
+/// but still has the sandbox's uid. Stopping repeats the scan until every
+/// process found is stopped (a stopped process cannot fork; bounded at 100
+/// rounds). Returns how many processes are stopped (or were continued).
+pub fn freeze_uid(uid: u32, stop: bool) -> usize {
+    if !stop {
+        return live_of_uid(uid)
+            .iter()
+            .filter(|p| signal_verified(p, Signal::CONT))
+            .count();
+    }
+    let mut stopped = 0;
+    for _ in 0..100 {
+        let all = live_of_uid(uid);
+        let running: Vec<&ProcInfo> = all
+            .iter()
+            .filter(|p| !matches!(p.state, 'T' | 't'))
+            .collect();
+        stopped = all.len() - running.len();
+        if running.is_empty() {
+            break;
+        }
+        for p in running {
+            signal_verified(p, Signal::STOP);
+        }
+    }
+    stopped
+}
+
+/// Stops or continues everything of the sandbox at `root`: every process
+/// of its own uid when it has one ([`sandbox_uid`]), nested namespaces
+/// included. Without one (a server that is not root) only the trees the
+/// supervisor knows are stopped, by the caller; this does nothing.
+pub fn freeze_sandbox(root: &Path, stop: bool) {
+    if let Some(uid) = sandbox_uid(root) {
+        freeze_uid(uid, stop);
     }
 }
 

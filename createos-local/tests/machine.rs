@@ -156,7 +156,7 @@ async fn daytona_env_never_reaches_the_host_side_launcher() {
     .await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let out = v["result"].as_str().unwrap_or_default();
-    assert!(out.ends_with(&format!("yes {lib}\n")), "{v}");
+    assert!(out.contains(&format!("yes {lib}\n")), "{v}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let escaped_now = escaped.exists();
     let _ = std::fs::remove_file(&escaped);
@@ -172,4 +172,105 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "never: {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Issue 24 item 3: `/dev` was a tmpfs sized at half the host's RAM in
+/// every command, writable by the sandbox; now `/dev` is read-only and
+/// `/dev/shm` is a small tmpfs: writing past it fails with ENOSPC inside,
+/// instead of holding host memory.
+#[tokio::test]
+async fn dev_and_dev_shm_cannot_hold_host_memory() {
+    let h = confined(Server::builder()).await;
+    let sb = h.sandbox().await;
+    let limit_kib = createos_local::isolation::DEV_SHM_SIZE / 1024;
+    let r = h
+        .exec(
+            &sb,
+            "df -k /dev/shm | tail -1 | awk '{print $2}'; \
+             echo x > /dev/big && echo wrote-dev; \
+             head -c 200M /dev/zero > /dev/shm/big || echo shm-full; \
+             echo ok > /dev/null && echo null-works; rm -f /dev/shm/big",
+        )
+        .await;
+    let out = r["stdout"].as_str().unwrap_or_default();
+    let mut lines = out.lines();
+    let size: u64 = lines
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{r}"));
+    assert!(size <= limit_kib, "/dev/shm holds {size} KiB: {r}");
+    assert!(!out.contains("wrote-dev"), "/dev is writable: {r}");
+    assert!(out.contains("shm-full"), "/dev/shm took 200 MiB: {r}");
+    assert!(out.contains("null-works"), "/dev/null still works: {r}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Live marked processes whose command line starts with `prefix`, with
+/// their single-letter state.
+fn marked_states(m: &str, prefix: &[u8]) -> Vec<(i32, char)> {
+    common::marked_pids(m)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c.starts_with(prefix))
+        })
+        .filter_map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+            let state = stat.rsplit(')').next()?.trim_start().chars().next()?;
+            Some((p, state))
+        })
+        .collect()
+}
+
+/// Issue 24 item 5: a command that entered a nested user and PID
+/// namespace (`unshare -Upf`, no privilege needed) kept running while the
+/// sandbox reported `paused`. Pause stops every process of the sandbox's
+/// uid; resume continues them; delete leaves none.
+#[tokio::test]
+async fn pause_stops_processes_in_nested_namespaces() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("needs a root server (one host uid per sandbox): skipped");
+        return;
+    }
+    let h = confined(Server::builder()).await;
+    let m = marker("nested");
+    let sb = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
+    h.spawn(
+        &sb,
+        "unshare -Upf sleep 1000 & unshare -Upf sh -c 'while :; do :; done' & wait",
+    )
+    .await;
+    eventually("nested sleep and loop running", || {
+        !marked_states(&m, b"sleep").is_empty() && !marked_states(&m, b"sh\0-c\0while").is_empty()
+    })
+    .await;
+    let (st, v) = h
+        .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    h.wait_status(&sb, "paused").await;
+    for prefix in [&b"sleep"[..], b"sh\0-c\0while"] {
+        let states = marked_states(&m, prefix);
+        assert!(!states.is_empty());
+        assert!(
+            states.iter().all(|(_, s)| *s == 'T'),
+            "a nested-namespace process runs in a paused sandbox: {states:?}"
+        );
+    }
+    let (st, v) = h
+        .post(&format!("/v1/sandboxes/{sb}/resume"), json!({}))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    h.wait_status(&sb, "running").await;
+    eventually("resumed", || {
+        let states = marked_states(&m, b"sleep");
+        !states.is_empty() && states.iter().all(|(_, s)| *s != 'T')
+    })
+    .await;
+    let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    eventually("nothing of the sandbox left after delete", || {
+        common::marked_pids(&m).is_empty()
+    })
+    .await;
+    assert!(h.server.shutdown().await.all_exited());
 }
