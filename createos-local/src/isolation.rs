@@ -238,14 +238,18 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     };
     cmd.env(MARKER_VAR, &spec.marker);
     let env_raw = env_memfd.as_ref().map(|fd| fd.as_raw_fd());
+    let cgroup = bwrap
+        .and_then(|_| sandbox_uid(&spec.root))
+        .and_then(pids_cgroup_procs);
+    let cgroup_raw = cgroup.as_ref().map(|f| f.as_raw_fd());
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let confined = bwrap.is_some();
     let server_pid = rustix::process::getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (setsid, close_range, fcntl, setrlimit,
-    // prctl, getppid) on memory it owns; it allocates nothing.
+    // async-signal-safe system calls (setsid, close_range, fcntl, write,
+    // setrlimit, prctl, getppid) on memory it owns; it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
@@ -255,6 +259,11 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
             for raw in [status_raw, env_raw].into_iter().flatten() {
                 let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+            }
+            if let Some(raw) = cgroup_raw {
+                // Join the sandbox's pids group (a plain write(2)).
+                let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
+                rustix::io::write(fd, b"0")?;
             }
             if confined {
                 use rustix::process::{setrlimit, Resource, Rlimit};
@@ -278,6 +287,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         .kill_on_drop(false)
         .spawn()?;
     drop(env_memfd);
+    drop(cgroup);
     // The write end must close in the parent, or the pipe never ends.
     let status_pipe = status_pipe.map(|(read, write)| {
         drop(write);
@@ -738,6 +748,64 @@ impl Tree {
             }
         }
     }
+}
+
+/// Where the kernel's pids controller bounds sandboxes, when the host lets
+/// the server use it: a cgroup v1 `pids` hierarchy the server (root) can
+/// write, `/sys/fs/cgroup/pids`. Under it, `createos-local/` caps the
+/// tasks of every sandbox of every server on the host together at
+/// [`total_tasks`], and `createos-local/sandbox-<uid>/` caps one sandbox at
+/// [`MAX_PROCESSES`] (nested namespaces and threads included). `None`
+/// elsewhere (not root, cgroup v2 only, no pids controller): then only
+/// `RLIMIT_NPROC` per sandbox uid applies. Empty groups stay (one per
+/// sandbox uid, reused when the uid is).
+pub fn pids_cgroup_base() -> Option<&'static Path> {
+    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        if !rustix::process::geteuid().is_root() {
+            return None;
+        }
+        let v1 = Path::new("/sys/fs/cgroup/pids");
+        if !v1.join("cgroup.procs").is_file() {
+            return None;
+        }
+        let base = v1.join("createos-local");
+        match std::fs::create_dir(&base) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(_) => return None,
+        }
+        std::fs::write(base.join("pids.max"), total_tasks().to_string()).ok()?;
+        Some(base)
+    })
+    .as_deref()
+}
+
+/// The most tasks all sandboxes on this host may hold together where the
+/// pids controller is used: half the host's `kernel.pid_max`, so that
+/// fork bombs in any number of sandboxes leave the host the other half.
+pub fn total_tasks() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(16384, |max| (max / 2).max(MAX_PROCESSES))
+}
+
+/// The `cgroup.procs` of the sandbox uid's pids group (created with its
+/// `pids.max` on first use), opened for writing: the launcher writes `0`
+/// to it between fork and exec, so bwrap and everything it starts are
+/// counted. `None` without a pids hierarchy (see [`pids_cgroup_base`]).
+fn pids_cgroup_procs(uid: u32) -> Option<std::fs::File> {
+    let dir = pids_cgroup_base()?.join(format!("sandbox-{uid}"));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => std::fs::write(dir.join("pids.max"), MAX_PROCESSES.to_string()).ok()?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))
+        .ok()
 }
 
 /// The host uid that is the sandbox at `root` and nothing else: its own

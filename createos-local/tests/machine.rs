@@ -274,3 +274,43 @@ async fn pause_stops_processes_in_nested_namespaces() {
     .await;
     assert!(h.server.shutdown().await.all_exited());
 }
+
+/// Issue 24 item 4 (per sandbox and host-wide, in the kernel): where the
+/// host has a writable cgroup v1 `pids` hierarchy (this test's machine),
+/// every process of a sandbox, nested namespaces included, is in its
+/// sandbox's pids group (`pids.max` = the per-sandbox process cap), under
+/// one group for all sandboxes capped at half the host's `pid_max`.
+#[tokio::test]
+async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
+    let Some(base) = createos_local::isolation::pids_cgroup_base() else {
+        eprintln!("no writable pids cgroup hierarchy here: RLIMIT_NPROC only; skipped");
+        return;
+    };
+    let h = confined(Server::builder()).await;
+    let m = marker("pids");
+    let sb = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
+    h.spawn(&sb, "unshare -Upf sleep 1000").await;
+    eventually("nested sleep running", || {
+        !marked_states(&m, b"sleep").is_empty()
+    })
+    .await;
+    let (pid, _) = marked_states(&m, b"sleep")[0];
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).expect("cgroup");
+    let line = cgroups
+        .lines()
+        .find(|l| l.split(':').nth(1) == Some("pids"))
+        .unwrap_or_else(|| panic!("{cgroups}"));
+    let group = line.rsplit(':').next().expect("path");
+    assert!(group.starts_with("/createos-local/sandbox-"), "{cgroups}");
+    let dir = base.join(group.trim_start_matches("/createos-local/"));
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).expect("read").trim().to_string();
+    assert_eq!(
+        read(dir.join("pids.max")),
+        createos_local::isolation::MAX_PROCESSES.to_string()
+    );
+    assert_eq!(
+        read(base.join("pids.max")),
+        createos_local::isolation::total_tasks().to_string()
+    );
+    assert!(h.server.shutdown().await.all_exited());
+}
