@@ -170,6 +170,9 @@ pub struct Spawned {
     pub child: tokio::process::Child,
     /// bwrap's `--json-status-fd` read end (bwrap mode only).
     pub status_pipe: Option<OwnedFd>,
+    /// In a sandbox machine (see [`crate::machine`]): the command's pids
+    /// group and its lease on the machine.
+    pub machine: Option<(PathBuf, crate::machine::Lease)>,
 }
 
 /// The minimal environment every command starts from.
@@ -210,6 +213,11 @@ pub fn base_env(mode: &IsolationMode, root: &Path) -> Vec<(String, String)> {
 /// [`crate::deathguard`], and in fallback mode the leader also gets
 /// `PR_SET_PDEATHSIG(SIGKILL)`.
 pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned> {
+    if let Some(bwrap) = bwrap {
+        if crate::machine::available(&spec.root) {
+            return spawn_in_machine(bwrap, spec);
+        }
+    }
     let mut env_memfd = None;
     let (mut cmd, status_pipe, status_raw) = match bwrap {
         Some(bwrap) => {
@@ -266,13 +274,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
                 rustix::io::write(fd, b"0")?;
             }
             if confined {
-                use rustix::process::{setrlimit, Resource, Rlimit};
-                let limit = |n: u64| Rlimit {
-                    current: Some(n),
-                    maximum: Some(n),
-                };
-                setrlimit(Resource::Nproc, limit(MAX_PROCESSES))?;
-                setrlimit(Resource::As, limit(MAX_ADDRESS_SPACE))?;
+                set_limits()?;
             } else {
                 rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
                 // The server may have died between fork and prctl.
@@ -293,7 +295,103 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         drop(write);
         read
     });
-    Ok(Spawned { child, status_pipe })
+    Ok(Spawned {
+        child,
+        status_pipe,
+        machine: None,
+    })
+}
+
+/// `RLIMIT_NPROC` and `RLIMIT_AS` of a confined command (async-signal-safe:
+/// runs between fork and exec).
+pub(crate) fn set_limits() -> std::io::Result<()> {
+    use rustix::process::{setrlimit, Resource, Rlimit};
+    let limit = |n: u64| Rlimit {
+        current: Some(n),
+        maximum: Some(n),
+    };
+    setrlimit(Resource::Nproc, limit(MAX_PROCESSES))?;
+    setrlimit(Resource::As, limit(MAX_ADDRESS_SPACE))?;
+    Ok(())
+}
+
+/// Starts a command in its sandbox's machine (see [`crate::machine`]), in
+/// a pids group of its own.
+fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> {
+    let uid = sandbox_uid(&spec.root)
+        .ok_or_else(|| std::io::Error::other("the sandbox has no uid of its own"))?;
+    let (init_pid, lease) = crate::machine::join(bwrap, &spec.root)?;
+    let (dir, procs) = command_cgroup(uid, &spec.marker)?;
+    let mut env = spec.env.clone();
+    env.push((MARKER_VAR.to_string(), spec.marker.clone()));
+    if let Some((k, _)) = env
+        .iter()
+        .find(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'))
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("invalid environment variable name {k:?}"),
+        ));
+    }
+    let mut cmd = crate::machine::command(init_pid, &spec.cwd, &env, &spec.cmd, &spec.args);
+    cmd.env_clear()
+        .envs(launcher_env())
+        .env(MARKER_VAR, &spec.marker);
+    if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let procs_raw = procs.as_raw_fd();
+    // SAFETY: only async-signal-safe system calls (setsid, close_range,
+    // write, setrlimit) on descriptors this process owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::setsid()?;
+            mark_cloexec_from(3);
+            // Join the command's own pids group before anything forks.
+            rustix::io::write(std::os::fd::BorrowedFd::borrow_raw(procs_raw), b"0")?;
+            set_limits()?;
+            Ok(())
+        });
+    }
+    let spawned = tokio::process::Command::from(cmd)
+        .kill_on_drop(false)
+        .spawn();
+    drop(procs);
+    let child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
+        }
+    };
+    Ok(Spawned {
+        child,
+        status_pipe: None,
+        machine: Some((dir, lease)),
+    })
+}
+
+/// A new pids group for one command under its sandbox's group, and its
+/// `cgroup.procs` opened for writing.
+fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let sandbox = pids_cgroup_procs(uid)
+        .and_then(|_| pids_cgroup_base().map(|b| b.join(format!("sandbox-{uid}"))))
+        .ok_or_else(|| std::io::Error::other("no pids group for the sandbox"))?;
+    let dir = sandbox.join(format!("cmd-{marker}"));
+    std::fs::create_dir(&dir)?;
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))?;
+    Ok((dir, procs))
+}
+
+/// bwrap's command line for a sandbox machine (see [`crate::machine`]):
+/// the same namespaces and mounts as a command's, working directory `/`.
+pub(crate) fn machine_bwrap_args(root: &Path, status_fd: i32) -> Vec<String> {
+    bwrap_args(root, "/", Some(status_fd))
 }
 
 /// The bwrap invocation of `spec`: bwrap's arguments, the command, `/` as
@@ -568,6 +666,21 @@ pub enum Tree {
         /// Every member seen so far, as (pid, start time).
         known: HashSet<(i32, u64)>,
     },
+    /// The members of one command's pids group in a sandbox machine (see
+    /// [`crate::machine`]).
+    Cgroup {
+        /// The group's directory.
+        dir: PathBuf,
+        /// The command's hold on the machine, released once the tree is
+        /// verified gone.
+        lease: Option<crate::machine::Lease>,
+        /// The launcher (`nsenter` on the host, the leader the server
+        /// waits for) as (pid, start time): it only relays its child's
+        /// exit, so signals other than SIGKILL and SIGSTOP go to the
+        /// command's processes only, as bwrap's processes are spared in a
+        /// namespace tree.
+        launcher: Option<(i32, u64)>,
+    },
     /// The process never started (spawn failed): the tree is empty.
     Empty,
 }
@@ -608,10 +721,38 @@ impl Tree {
         }
     }
 
+    /// Called once the tree is verified gone: a machine command's group is
+    /// removed and its lease on the machine released.
+    pub fn release(&mut self) {
+        if let Tree::Cgroup { dir, lease, .. } = self {
+            if lease.take().is_some() {
+                let _ = std::fs::remove_dir(&*dir);
+            }
+        }
+    }
+
+    /// For a machine command: whether its group holds a process other
+    /// than the launcher (the launcher has forked toward the command).
+    /// `true` for every other kind of tree.
+    pub fn command_started(&mut self) -> bool {
+        let launcher = match self {
+            Tree::Cgroup { launcher, .. } => launcher.map(|(pid, _)| pid),
+            _ => return true,
+        };
+        self.members().iter().any(|p| Some(p.pid) != launcher)
+    }
+
     /// A fresh scan of the live (non-zombie) members of the tree.
     pub fn members(&mut self) -> Vec<ProcInfo> {
         match self {
             Tree::Empty => Vec::new(),
+            Tree::Cgroup { dir, .. } => std::fs::read_to_string(dir.join("cgroup.procs"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+                .filter_map(procfs::stat)
+                .filter(|p| !p.is_zombie())
+                .collect(),
             Tree::Namespace { ns, .. } => procfs::live_in_namespace(*ns),
             Tree::Group {
                 leader,
@@ -685,10 +826,18 @@ impl Tree {
     pub fn signal(&mut self, sig: Signal) -> usize {
         let init = match self {
             Tree::Namespace { init_pid, .. } => Some(*init_pid),
+            Tree::Cgroup {
+                launcher: Some((pid, _)),
+                ..
+            } if sig != Signal::STOP => Some(*pid),
             _ => None,
         };
         if sig != Signal::KILL && self.only_init_left() {
             return 0;
+        }
+        if let (Tree::Cgroup { dir, .. }, Signal::KILL) = (&*self, sig) {
+            // No more forks in a tree being killed.
+            let _ = std::fs::write(dir.join("pids.max"), "0");
         }
         let mut hit = 0;
         for p in self.members() {
@@ -795,7 +944,7 @@ pub fn total_tasks() -> u64 {
 /// `pids.max` on first use), opened for writing: the launcher writes `0`
 /// to it between fork and exec, so bwrap and everything it starts are
 /// counted. `None` without a pids hierarchy (see [`pids_cgroup_base`]).
-fn pids_cgroup_procs(uid: u32) -> Option<std::fs::File> {
+pub(crate) fn pids_cgroup_procs(uid: u32) -> Option<std::fs::File> {
     let dir = pids_cgroup_base()?.join(format!("sandbox-{uid}"));
     match std::fs::create_dir(&dir) {
         Ok(()) => std::fs::write(dir.join("pids.max"), MAX_PROCESSES.to_string()).ok()?,

@@ -39,6 +39,7 @@ pub mod deathguard;
 pub mod faults;
 pub mod isolation;
 pub mod journal;
+pub mod machine;
 pub(crate) mod procfs;
 pub mod rate_limit;
 pub mod rootfs;

@@ -302,7 +302,14 @@ async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
         .unwrap_or_else(|| panic!("{cgroups}"));
     let group = line.rsplit(':').next().expect("path");
     assert!(group.starts_with("/createos-local/sandbox-"), "{cgroups}");
-    let dir = base.join(group.trim_start_matches("/createos-local/"));
+    // In a sandbox machine the command has a group of its own below the
+    // sandbox's.
+    let sandbox_group = group
+        .trim_start_matches("/createos-local/")
+        .split('/')
+        .next()
+        .expect("sandbox group");
+    let dir = base.join(sandbox_group);
     let read = |p: std::path::PathBuf| std::fs::read_to_string(p).expect("read").trim().to_string();
     assert_eq!(
         read(dir.join("pids.max")),
@@ -312,5 +319,82 @@ async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
         read(base.join("pids.max")),
         createos_local::isolation::total_tasks().to_string()
     );
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Issue 25 items 1, 2 and 5: a background server one command leaves
+/// behind answers the next command on `localhost` and shows in its `ps`;
+/// deleting one command's process kills exactly its tree (a `setsid`
+/// double-forked descendant included) and leaves another command's
+/// background process alive; deleting the sandbox ends everything.
+#[tokio::test]
+async fn a_sandbox_is_one_machine_with_per_command_trees() {
+    if !createos_local::machine::enabled_here() {
+        eprintln!("no sandbox machines on this host (needs root and a pids cgroup): skipped");
+        return;
+    }
+    let h = confined(Server::builder()).await;
+    let m = marker("machine");
+    let sb = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
+    // A managed process (what the providers' execute uses) that starts a
+    // server in the background and exits.
+    let starter = h
+        .spawn(
+            &sb,
+            "cd /tmp && nohup python3 -m http.server 8765 >/dev/null 2>&1 & \
+             for i in $(seq 100); do (echo > /dev/tcp/127.0.0.1/8765) 2>/dev/null && break; sleep 0.1; done",
+        )
+        .await;
+    let (st, v) = h
+        .get(&format!(
+            "/v1/sandboxes/{sb}/processes/{starter}/wait?scope=process&timeout_ms=60000"
+        ))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["data"]["exit_code"], 0, "{v}");
+    let r = h
+        .exec(
+            &sb,
+            "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://127.0.0.1:8765/\").status)'; \
+             ps -eo args | grep -c '^python3 -m [h]ttp.server'",
+        )
+        .await;
+    assert_eq!(
+        r["stdout"], "200\n1\n",
+        "the background server is on the machine: {r}"
+    );
+    // Two more commands: one whose tree we delete (with a setsid'd,
+    // double-forked descendant), one that must survive.
+    let victim = h
+        .spawn(&sb, "setsid sh -c 'sleep 2001 & exit' ; sleep 2002")
+        .await;
+    let bystander = h.spawn(&sb, "sleep 2003").await;
+    eventually("all sleeps running", || {
+        ["2001", "2002", "2003"].iter().all(|n| {
+            common::marked_pids(&m).iter().any(|p| {
+                std::fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c == format!("sleep\0{n}\0").as_bytes())
+            })
+        })
+    })
+    .await;
+    let (st, v) = h.delete_process(&sb, &victim, 100).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["data"]["tree_exited"], true, "{v}");
+    let r = h.exec(&sb, "ps -eo args | grep '[s]leep 200' | sort").await;
+    assert_eq!(
+        r["stdout"], "sleep 2003\n",
+        "only the bystander is left: {r}"
+    );
+    let (_, v) = h
+        .get(&format!("/v1/sandboxes/{sb}/processes/{bystander}"))
+        .await;
+    assert_eq!(v["data"]["tree_exited"], false, "{v}");
+    let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    eventually("nothing of the sandbox left", || {
+        common::marked_pids(&m).is_empty()
+    })
+    .await;
     assert!(h.server.shutdown().await.all_exited());
 }
