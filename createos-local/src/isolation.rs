@@ -322,7 +322,12 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
         .ok_or_else(|| std::io::Error::other("the sandbox has no uid of its own"))?;
     let (init_pid, lease) = crate::machine::join(bwrap, &spec.root)?;
     let (dir, procs) = command_cgroup(uid, &spec.marker)?;
-    let mut env = spec.env.clone();
+    // Egress proxy variables first: the sandbox's own env may override.
+    let mut env = match crate::egress::policy_for(&spec.root) {
+        Some(_) => crate::egress::proxy_env(),
+        None => Vec::new(),
+    };
+    env.extend(spec.env.iter().cloned());
     env.push((MARKER_VAR.to_string(), spec.marker.clone()));
     if let Some((k, _)) = env
         .iter()

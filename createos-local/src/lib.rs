@@ -36,6 +36,7 @@ pub(crate) mod confine;
 pub(crate) mod connections;
 pub(crate) mod daytona;
 pub mod deathguard;
+pub mod egress;
 pub mod faults;
 pub mod isolation;
 pub mod journal;

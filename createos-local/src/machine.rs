@@ -49,6 +49,8 @@ struct Machine {
     init_pid: i32,
     ns: u64,
     leases: usize,
+    /// The egress proxy serving this machine (see [`crate::egress`]).
+    proxy: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Machine {
@@ -58,6 +60,9 @@ impl Machine {
     }
 
     fn kill(&self) {
+        if let Some(p) = &self.proxy {
+            p.abort();
+        }
         if let Some(info) = procfs::stat(self.init_pid) {
             if procfs::pid_namespace(self.init_pid) == Some(self.ns) {
                 crate::isolation::signal_verified(&info, rustix::process::Signal::KILL);
@@ -142,14 +147,28 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(i32, Lease)> {
     }
     let (init_pid, ns) = start(bwrap, root)?;
     crate::deathguard::watch(Guarded::Namespace { init_pid, ns });
-    machines.insert(
-        root.to_path_buf(),
-        Machine {
-            init_pid,
-            ns,
-            leases: 1,
-        },
-    );
+    let mut machine = Machine {
+        init_pid,
+        ns,
+        leases: 1,
+        proxy: None,
+    };
+    if let Some(policy) = crate::egress::policy_for(root) {
+        let name = root
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        match crate::egress::start_proxy(init_pid, name, policy) {
+            Ok(task) => machine.proxy = Some(task),
+            Err(e) => {
+                machine.kill();
+                return Err(std::io::Error::other(format!(
+                    "the sandbox's egress proxy did not start: {e}"
+                )));
+            }
+        }
+    }
+    machines.insert(root.to_path_buf(), machine);
     Ok((
         init_pid,
         Lease {

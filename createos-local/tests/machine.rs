@@ -398,3 +398,117 @@ async fn a_sandbox_is_one_machine_with_per_command_trees() {
     .await;
     assert!(h.server.shutdown().await.all_exited());
 }
+
+/// A one-page HTTP server on the host's loopback (the test's own), which
+/// answers every request with `body`; returns its port.
+async fn host_http_server(body: &'static str) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+/// Issue 25 items 3 and 5: egress is off by default (no proxy, nothing
+/// outside reachable); with an allow-list naming a host-loopback test
+/// server, `curl` through the sandbox's proxy reaches it (plain HTTP and
+/// CONNECT), a destination not on the list gets 403 with the reason, and
+/// `any` does not open the host's loopback.
+#[tokio::test]
+async fn egress_follows_the_operators_allow_list() {
+    if !createos_local::machine::enabled_here() {
+        eprintln!("no sandbox machines on this host: skipped");
+        return;
+    }
+    let allowed = host_http_server("hello from the host\n").await;
+    let other = host_http_server("must not be reached\n").await;
+    // Off by default.
+    let h = confined(Server::builder()).await;
+    let sb = h.sandbox().await;
+    let r = h
+        .exec(
+            &sb,
+            &format!(
+                "env | grep -ci proxy; curl -s --max-time 5 --noproxy '' -x http://127.0.0.1:3128 \
+                 http://127.0.0.1:{allowed}/ || echo unreachable"
+            ),
+        )
+        .await;
+    assert_eq!(r["stdout"], "0\nunreachable\n", "{r}");
+    assert!(h.server.shutdown().await.all_exited());
+    // An allow-list naming the test server.
+    let dir = std::env::temp_dir().join(marker("egress"));
+    std::fs::create_dir_all(&dir).expect("data dir");
+    createos_local::egress::set_policy(
+        &dir,
+        createos_local::egress::Policy::parse(&[format!("127.0.0.1:{allowed}")]).expect("policy"),
+    );
+    let h = confined(Server::builder().data_dir(&dir)).await;
+    let sb = h.sandbox().await;
+    let r = h
+        .exec(
+            &sb,
+            &format!(
+                "curl -s --max-time 10 --noproxy '' http://127.0.0.1:{allowed}/; \
+                 curl -s --max-time 10 --noproxy '' -p http://127.0.0.1:{allowed}/; \
+                 curl -s --max-time 10 --noproxy '' -w '%{{http_code}}\\n' http://127.0.0.1:{other}/"
+            ),
+        )
+        .await;
+    let out = r["stdout"].as_str().unwrap_or_default();
+    assert!(
+        out.starts_with("hello from the host\nhello from the host\n"),
+        "allowed destination, plain and CONNECT: {r}"
+    );
+    assert!(
+        out.contains("not in the sandbox's egress allow-list"),
+        "{r}"
+    );
+    assert!(out.ends_with("403\n"), "{r}");
+    assert!(!out.contains("must not be reached"), "{r}");
+    assert!(h.server.shutdown().await.all_exited());
+    // `any` does not open the host's loopback.
+    let dir = std::env::temp_dir().join(marker("egress-any"));
+    std::fs::create_dir_all(&dir).expect("data dir");
+    createos_local::egress::set_policy(
+        &dir,
+        createos_local::egress::Policy::parse(&["any"]).expect("policy"),
+    );
+    let h = confined(Server::builder().data_dir(&dir)).await;
+    let sb = h.sandbox().await;
+    let api_port = h.server.addr().port();
+    let r = h
+        .exec(
+            &sb,
+            &format!(
+                "for p in {allowed} {api_port}; do curl -s --max-time 10 --noproxy '' -o /dev/null \
+                 -w '%{{http_code}}\\n' http://127.0.0.1:$p/; done"
+            ),
+        )
+        .await;
+    assert_eq!(r["stdout"], "403\n403\n", "{r}");
+    assert!(h.server.shutdown().await.all_exited());
+}

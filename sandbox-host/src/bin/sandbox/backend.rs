@@ -65,7 +65,7 @@ impl Setup {
                  or set {first} in --config"
             );
         }
-        let local = LocalBackend::start(global.isolation, &description.driver_key)?;
+        let local = LocalBackend::start(global.isolation, &global.egress, &description.driver_key)?;
         let store = Arc::new(LeaseStore::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
         let runtime = runtime(global, store)?.with_rate_limit(None);
@@ -170,8 +170,19 @@ impl Setup {
 
 impl LocalBackend {
     #[cfg(feature = "local-backend")]
-    fn start(isolation: crate::Isolation, driver_key: &str) -> Result<Self> {
+    fn start(isolation: crate::Isolation, egress: &[String], driver_key: &str) -> Result<Self> {
         use createos_local::IsolationPreference;
+        let policy =
+            createos_local::egress::Policy::parse(egress).map_err(|e| anyhow::anyhow!(e))?;
+        if policy.enabled() {
+            if !createos_local::machine::enabled_here() {
+                eprintln!(
+                    "sandbox: warning: --egress needs one machine per sandbox (root with a \
+                     writable cgroup v1 pids hierarchy); commands here have no outbound network"
+                );
+            }
+            createos_local::egress::set_default_policy(policy);
+        }
         let api_key = random_key()?;
         let preference = match isolation {
             crate::Isolation::Bwrap => IsolationPreference::RequireBwrap,
@@ -218,7 +229,10 @@ impl LocalBackend {
     }
 
     #[cfg(not(feature = "local-backend"))]
-    fn start(_isolation: crate::Isolation, _driver_key: &str) -> Result<Self> {
+    fn start(_isolation: crate::Isolation, egress: &[String], _driver_key: &str) -> Result<Self> {
+        if !egress.is_empty() {
+            bail!("--egress applies to the embedded backend, which this build does not have");
+        }
         bail!("this build has no embedded backend: pass --api-url or set the API URL in --config")
     }
 
