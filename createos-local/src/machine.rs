@@ -15,8 +15,9 @@
 //! namespaces, its root, its uid, the sandbox's pids group) running a
 //! holder (`sleep infinity`) under bwrap's init, which is PID 1 of the
 //! machine. It starts with the first command and ends (SIGKILL to its
-//! init: the kernel ends everything in its PID namespace) when the last
-//! command tree of the sandbox is verified gone: a background process
+//! init: the kernel ends everything in its PID namespace) [`IDLE_GRACE`]
+//! after the last command tree of the sandbox is verified gone, unless a
+//! command joined meanwhile: a background process
 //! keeps its command's tree, and so the machine, alive until the process
 //! is deleted, the sandbox is deleted or the server shuts down. The death
 //! guard kills it if the server dies.
@@ -49,6 +50,9 @@ struct Machine {
     init_pid: i32,
     ns: u64,
     leases: usize,
+    /// Bumped by every join: an idle timer only ends the machine if no
+    /// command joined since it was armed.
+    generation: u64,
     /// The egress proxy serving this machine (see [`crate::egress`]).
     proxy: Option<tokio::task::JoinHandle<()>>,
 }
@@ -87,19 +91,50 @@ pub struct Lease {
     root: PathBuf,
 }
 
+/// How long a machine without commands stays up for the next command
+/// (starting one costs a bwrap run; back-to-back commands reuse it).
+pub const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Drop for Lease {
     fn drop(&mut self) {
         let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
-        let last = match machines.get_mut(&self.root) {
+        let armed = match machines.get_mut(&self.root) {
             Some(m) => {
                 m.leases = m.leases.saturating_sub(1);
-                m.leases == 0
+                (m.leases == 0).then_some(m.generation)
             }
-            None => false,
+            None => None,
         };
-        if last {
-            if let Some(m) = machines.remove(&self.root) {
-                m.kill();
+        drop(machines);
+        let Some(generation) = armed else { return };
+        let root = self.root.clone();
+        let end_if_idle = move || {
+            let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+            let idle = machines
+                .get(&root)
+                .is_some_and(|m| m.leases == 0 && m.generation == generation);
+            if idle {
+                if let Some(m) = machines.remove(&root) {
+                    m.kill();
+                }
+            }
+        };
+        let timer = std::thread::Builder::new()
+            .name("createos-local-machine-idle".into())
+            .spawn(move || {
+                std::thread::sleep(IDLE_GRACE);
+                end_if_idle();
+            });
+        if timer.is_err() {
+            // No thread for the timer: end the machine now.
+            let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+            if machines
+                .get(&self.root)
+                .is_some_and(|m| m.leases == 0 && m.generation == generation)
+            {
+                if let Some(m) = machines.remove(&self.root) {
+                    m.kill();
+                }
             }
         }
     }
@@ -133,6 +168,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(i32, Lease)> {
     if let Some(m) = machines.get_mut(root) {
         if m.alive() {
             m.leases += 1;
+            m.generation += 1;
             let init = m.init_pid;
             return Ok((
                 init,
@@ -151,6 +187,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(i32, Lease)> {
         init_pid,
         ns,
         leases: 1,
+        generation: 0,
         proxy: None,
     };
     if let Some(policy) = crate::egress::policy_for(root) {
