@@ -379,14 +379,46 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     })
 }
 
+/// Removes a command's emptied pids group: at once, or (while its last
+/// processes are still being reaped, which keeps the group busy) retried
+/// from a short-lived thread for up to 2 s. The lease on the machine goes
+/// after the group.
+fn remove_group_soon(dir: PathBuf, lease: crate::machine::Lease) {
+    if std::fs::remove_dir(&dir).is_ok() {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("createos-local-cgroup-rm".into())
+        .spawn(move || {
+            for _ in 0..100 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                    break;
+                }
+            }
+            drop(lease);
+        });
+}
+
 /// A new pids group for one command under its sandbox's group, and its
 /// `cgroup.procs` opened for writing.
 fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
     let sandbox = pids_cgroup_procs(uid)
         .and_then(|_| pids_cgroup_base().map(|b| b.join(format!("sandbox-{uid}"))))
         .ok_or_else(|| std::io::Error::other("no pids group for the sandbox"))?;
-    let dir = sandbox.join(format!("cmd-{marker}"));
-    std::fs::create_dir(&dir)?;
+    // Unique even when a marker repeats (the start-up probe's) or a group
+    // of an earlier server with the same sandbox uid was left behind.
+    let mut attempt = 0;
+    let dir = loop {
+        let dir = sandbox.join(format!("cmd-{marker}-{}", crate::util::random_hex(4)));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => break dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let procs = std::fs::OpenOptions::new()
         .write(true)
         .open(dir.join("cgroup.procs"))?;
@@ -606,7 +638,10 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
         env: base_env(&IsolationMode::Bwrap, probe_root),
         marker: "probe".to_string(),
     };
-    let spawned = spawn(Some(&bwrap), &spec).map_err(|e| format!("cannot run bwrap: {e}"))?;
+    let mut spawned = spawn(Some(&bwrap), &spec).map_err(|e| format!("cannot run bwrap: {e}"))?;
+    // A machine command's group goes once the probe is done (the lease
+    // with it, ending the probe's machine after its idle grace).
+    let machine = spawned.machine.take();
     // bwrap must be able to write its status (a closed pipe kills it with
     // SIGPIPE before it lets the sandbox run).
     if let Some(pipe) = spawned.status_pipe {
@@ -619,6 +654,16 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     .await
     .map_err(|_| "bwrap probe timed out".to_string())?
     .map_err(|e| format!("bwrap probe failed: {e}"))?;
+    if let Some((dir, lease)) = machine {
+        // The group empties as the command's last process exits.
+        for _ in 0..100 {
+            if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        drop(lease);
+    }
     if out.status.success() {
         Ok(bwrap)
     } else {
@@ -730,8 +775,8 @@ impl Tree {
     /// removed and its lease on the machine released.
     pub fn release(&mut self) {
         if let Tree::Cgroup { dir, lease, .. } = self {
-            if lease.take().is_some() {
-                let _ = std::fs::remove_dir(&*dir);
+            if let Some(lease) = lease.take() {
+                remove_group_soon(dir.clone(), lease);
             }
         }
     }
