@@ -512,3 +512,68 @@ async fn egress_follows_the_operators_allow_list() {
     assert_eq!(r["stdout"], "403\n403\n", "{r}");
     assert!(h.server.shutdown().await.all_exited());
 }
+
+/// Issue 25 item 5, Daytona face: a server a session command starts in
+/// the background answers a later `process/execute` on `localhost`.
+#[tokio::test]
+async fn daytona_session_background_server_answers_later_commands() {
+    if !createos_local::machine::enabled_here() {
+        eprintln!("no sandbox machines on this host: skipped");
+        return;
+    }
+    let h = confined(Server::builder().toolbox_port(0)).await;
+    let api = h.server.daytona_api_url();
+    let toolbox = h.server.toolbox_url().to_string();
+    let call = |method: Method, url: String, body: Value| {
+        let http = h.http.clone();
+        async move {
+            let resp = http
+                .request(method, url)
+                .header("Authorization", format!("Bearer {KEY}"))
+                .json(&body)
+                .send()
+                .await
+                .expect("request");
+            let st = resp.status();
+            (st, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (st, v) = call(
+        Method::POST,
+        format!("{api}/sandbox"),
+        json!({"snapshot": "daytona-small", "autoStopInterval": 0}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let sb = v["id"].as_str().expect("id").to_string();
+    let (st, v) = call(
+        Method::POST,
+        format!("{toolbox}/{sb}/process/session"),
+        json!({"sessionId": "s"}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, v) = call(
+        Method::POST,
+        format!("{toolbox}/{sb}/process/session/s/exec"),
+        json!({"command": "cd /tmp && nohup python3 -m http.server 8766 >/dev/null 2>&1 &", "runAsync": true}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{v}");
+    let probe = "python3 -c 'import time, urllib.request\nfor i in range(100):\n    try:\n        print(urllib.request.urlopen(\"http://127.0.0.1:8766/\").status); break\n    except OSError:\n        time.sleep(0.1)'";
+    let (st, v) = call(
+        Method::POST,
+        format!("{toolbox}/{sb}/process/execute"),
+        json!({"command": format!("sh -c {}", shell_quote(probe))}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["result"], "200\n", "{v}");
+    let (st, v) = call(Method::DELETE, format!("{api}/sandbox/{sb}"), json!({})).await;
+    assert!(st.is_success(), "{v}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
