@@ -24,6 +24,13 @@
 //! SIGKILL and its verification (a fresh `/proc` scan finding nothing in the
 //! namespace) reliable.
 //!
+//! # One machine per sandbox
+//! Where the host allows it (a root server with a writable cgroup v1 `pids`
+//! hierarchy and `nsenter`), commands do not get namespaces of their own:
+//! they join their sandbox's long-lived machine, and a command's tree is
+//! its own pids group ([`Tree::Cgroup`]); see [`crate::machine`]. The
+//! namespace tree described above applies elsewhere.
+//!
 //! # `process-group` mode: no isolation
 //! Only when asked for ([`IsolationPreference::ProcessGroup`], or `Auto`
 //! with `allow_unconfined` where bwrap cannot run). The command runs
