@@ -9,9 +9,10 @@
 //! allow-list. `CONNECT host:port` (HTTPS and any TCP) and plain
 //! `http://` requests are relayed. A denied or unresolvable destination
 //! gets `403 Forbidden` with the reason in the body, and a line in the
-//! server's log. A destination that resolves to a loopback or unspecified
-//! address (the engine's own API, other host services) is allowed only by
-//! an entry that names that host exactly, never by `any` or a wildcard.
+//! server's log. A destination that resolves to a loopback, unspecified
+//! or link-local address (the engine's own API, other host services, cloud
+//! metadata) is allowed only by an entry that names that host exactly,
+//! never by `any` or a wildcard.
 //! Each sandbox has at most [`MAX_CONNECTIONS`] proxied connections at
 //! once.
 //!
@@ -265,6 +266,21 @@ pub fn start_proxy(
     }))
 }
 
+/// Loopback, unspecified and link-local addresses (the host's own
+/// services, cloud metadata at 169.254.169.254): reachable only through
+/// an entry naming the host exactly.
+fn host_local(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || (v6.segments()[0] & 0xffc0) == 0xfe80
+                || v6.to_ipv4_mapped().is_some_and(|v4| host_local(v4.into()))
+        }
+    }
+}
+
 async fn refuse(
     conn: &mut tokio::net::TcpStream,
     code: u16,
@@ -351,11 +367,7 @@ async fn serve(mut conn: tokio::net::TcpStream, policy: &Policy, sandbox: &str) 
             return;
         }
     };
-    if !exact
-        && addrs
-            .iter()
-            .any(|a| a.ip().is_loopback() || a.ip().is_unspecified())
-    {
+    if !exact && addrs.iter().any(|a| host_local(a.ip())) {
         let reason = deny(format!(
             "{host}:{port} is on the host's loopback; only an entry naming it exactly allows that"
         ))
