@@ -1053,9 +1053,17 @@ pub fn freeze_uid(uid: u32, stop: bool) -> usize {
             .filter(|p| signal_verified(p, Signal::CONT))
             .count();
     }
+    // The launchers (bwrap's outer process, nsenter) run as the sandbox's
+    // uid but on the host, in the server's PID namespace: they are not the
+    // sandbox's processes, and a launcher left stopped could never reap
+    // its child (a sandbox deleted while paused).
+    let host_ns = procfs::pid_namespace(rustix::process::getpid().as_raw_nonzero().get());
     let mut stopped = 0;
     for _ in 0..100 {
-        let all = live_of_uid(uid);
+        let all: Vec<ProcInfo> = live_of_uid(uid)
+            .into_iter()
+            .filter(|p| host_ns.is_none() || procfs::pid_namespace(p.pid) != host_ns)
+            .collect();
         let running: Vec<&ProcInfo> = all
             .iter()
             .filter(|p| !matches!(p.state, 'T' | 't'))

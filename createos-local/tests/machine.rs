@@ -266,10 +266,19 @@ async fn pause_stops_processes_in_nested_namespaces() {
         !states.is_empty() && states.iter().all(|(_, s)| *s != 'T')
     })
     .await;
+    // Deleted while paused: nothing of the sandbox's uid is left, the
+    // host-side launchers included (they are not stopped by a pause).
+    let uid = createos_local::isolation::sandbox_uid(&h.server.data_dir().join(&sb))
+        .expect("a root server gives each sandbox a uid");
+    let (st, v) = h
+        .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    h.wait_status(&sb, "paused").await;
     let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     eventually("nothing of the sandbox left after delete", || {
-        common::marked_pids(&m).is_empty()
+        common::marked_pids(&m).is_empty() && createos_local::isolation::live_of_uid(uid).is_empty()
     })
     .await;
     assert!(h.server.shutdown().await.all_exited());
