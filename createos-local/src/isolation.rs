@@ -24,6 +24,13 @@
 //! SIGKILL and its verification (a fresh `/proc` scan finding nothing in the
 //! namespace) reliable.
 //!
+//! # One machine per sandbox
+//! Where the host allows it (a root server with a writable cgroup v1 `pids`
+//! hierarchy and `nsenter`), commands do not get namespaces of their own:
+//! they join their sandbox's long-lived machine, and a command's tree is
+//! its own pids group ([`Tree::Cgroup`]); see [`crate::machine`]. The
+//! namespace tree described above applies elsewhere.
+//!
 //! # `process-group` mode: no isolation
 //! Only when asked for ([`IsolationPreference::ProcessGroup`], or `Auto`
 //! with `allow_unconfined` where bwrap cannot run). The command runs
@@ -139,6 +146,9 @@ pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
 pub const MAX_PROCESSES: u64 = 2048;
 /// Largest address space of one sandboxed process (`RLIMIT_AS`), 8 GiB.
 pub const MAX_ADDRESS_SPACE: u64 = 8 << 30;
+/// Size of each command's `/dev/shm` (a tmpfs: host memory), 64 MiB. The
+/// rest of `/dev` is read-only.
+pub const DEV_SHM_SIZE: u64 = 64 << 20;
 
 pub use crate::rootfs::prepare_root;
 
@@ -167,6 +177,9 @@ pub struct Spawned {
     pub child: tokio::process::Child,
     /// bwrap's `--json-status-fd` read end (bwrap mode only).
     pub status_pipe: Option<OwnedFd>,
+    /// In a sandbox machine (see [`crate::machine`]): the command's pids
+    /// group and its lease on the machine.
+    pub machine: Option<(PathBuf, crate::machine::Lease)>,
 }
 
 /// The minimal environment every command starts from.
@@ -207,49 +220,68 @@ pub fn base_env(mode: &IsolationMode, root: &Path) -> Vec<(String, String)> {
 /// [`crate::deathguard`], and in fallback mode the leader also gets
 /// `PR_SET_PDEATHSIG(SIGKILL)`.
 pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned> {
+    if let Some(bwrap) = bwrap {
+        if crate::machine::available(&spec.root) {
+            return spawn_in_machine(bwrap, spec);
+        }
+    }
+    let mut env_memfd = None;
     let (mut cmd, status_pipe, status_raw) = match bwrap {
         Some(bwrap) => {
             let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
             let raw = write.as_raw_fd();
-            let cmd = bwrap_command(bwrap, spec, Some(raw));
+            // The command's environment travels to bwrap in a memfd
+            // (`--args FD`), never on bwrap's own environment or command
+            // line: see [`launcher_env`].
+            let envfd = env_args_memfd(spec)?;
+            let mut cmd = std::process::Command::new(bwrap);
+            cmd.arg("--args").arg(envfd.as_raw_fd().to_string());
+            configure_bwrap(&mut cmd, spec, Some(raw));
+            cmd.env_clear().envs(launcher_env());
+            env_memfd = Some(envfd);
             (cmd, Some((read, write)), Some(raw))
         }
         None => {
             let mut cmd = std::process::Command::new(&spec.cmd);
             cmd.args(&spec.args).current_dir(&spec.host_cwd);
+            cmd.env_clear();
+            for (k, v) in &spec.env {
+                cmd.env(k, v);
+            }
             (cmd, None, None)
         }
     };
-    cmd.env_clear();
-    for (k, v) in &spec.env {
-        cmd.env(k, v);
-    }
     cmd.env(MARKER_VAR, &spec.marker);
+    let env_raw = env_memfd.as_ref().map(|fd| fd.as_raw_fd());
+    let cgroup = bwrap
+        .and_then(|_| sandbox_uid(&spec.root))
+        .and_then(pids_cgroup_procs);
+    let cgroup_raw = cgroup.as_ref().map(|f| f.as_raw_fd());
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let confined = bwrap.is_some();
     let server_pid = rustix::process::getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes
-    // async-signal-safe system calls (setsid, close_range, fcntl, setrlimit,
-    // prctl, getppid) on memory it owns; it allocates nothing.
+    // async-signal-safe system calls (setsid, close_range, fcntl, write,
+    // setrlimit, prctl, getppid) on memory it owns; it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
             mark_cloexec_from(3);
-            if let Some(raw) = status_raw {
-                // Let exactly this child (bwrap) inherit the status pipe.
+            // Let exactly this child (bwrap) inherit the status pipe and
+            // the environment memfd (bwrap closes the latter once read).
+            for raw in [status_raw, env_raw].into_iter().flatten() {
                 let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
+            if let Some(raw) = cgroup_raw {
+                // Join the sandbox's pids group (a plain write(2)).
+                let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
+                rustix::io::write(fd, b"0")?;
+            }
             if confined {
-                use rustix::process::{setrlimit, Resource, Rlimit};
-                let limit = |n: u64| Rlimit {
-                    current: Some(n),
-                    maximum: Some(n),
-                };
-                setrlimit(Resource::Nproc, limit(MAX_PROCESSES))?;
-                setrlimit(Resource::As, limit(MAX_ADDRESS_SPACE))?;
+                set_limits()?;
             } else {
                 rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
                 // The server may have died between fork and prctl.
@@ -263,12 +295,147 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     let child = tokio::process::Command::from(cmd)
         .kill_on_drop(false)
         .spawn()?;
+    drop(env_memfd);
+    drop(cgroup);
     // The write end must close in the parent, or the pipe never ends.
     let status_pipe = status_pipe.map(|(read, write)| {
         drop(write);
         read
     });
-    Ok(Spawned { child, status_pipe })
+    Ok(Spawned {
+        child,
+        status_pipe,
+        machine: None,
+    })
+}
+
+/// `RLIMIT_NPROC` and `RLIMIT_AS` of a confined command (async-signal-safe:
+/// runs between fork and exec).
+pub(crate) fn set_limits() -> std::io::Result<()> {
+    use rustix::process::{setrlimit, Resource, Rlimit};
+    let limit = |n: u64| Rlimit {
+        current: Some(n),
+        maximum: Some(n),
+    };
+    setrlimit(Resource::Nproc, limit(MAX_PROCESSES))?;
+    setrlimit(Resource::As, limit(MAX_ADDRESS_SPACE))?;
+    Ok(())
+}
+
+/// Starts a command in its sandbox's machine (see [`crate::machine`]), in
+/// a pids group of its own.
+fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> {
+    let uid = sandbox_uid(&spec.root)
+        .ok_or_else(|| std::io::Error::other("the sandbox has no uid of its own"))?;
+    let (init_pid, lease) = crate::machine::join(bwrap, &spec.root)?;
+    let (dir, procs) = command_cgroup(uid, &spec.marker)?;
+    // Egress proxy variables first: the sandbox's own env may override.
+    let mut env = match crate::egress::policy_for(&spec.root) {
+        Some(_) => crate::egress::proxy_env(),
+        None => Vec::new(),
+    };
+    env.extend(spec.env.iter().cloned());
+    env.push((MARKER_VAR.to_string(), spec.marker.clone()));
+    if let Some((k, _)) = env
+        .iter()
+        .find(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'))
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("invalid environment variable name {k:?}"),
+        ));
+    }
+    let mut cmd = crate::machine::command(init_pid, &spec.cwd, &env, &spec.cmd, &spec.args);
+    cmd.env_clear()
+        .envs(launcher_env())
+        .env(MARKER_VAR, &spec.marker);
+    if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let procs_raw = procs.as_raw_fd();
+    // SAFETY: only async-signal-safe system calls (setsid, close_range,
+    // write, setrlimit) on descriptors this process owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::setsid()?;
+            mark_cloexec_from(3);
+            // Join the command's own pids group before anything forks.
+            rustix::io::write(std::os::fd::BorrowedFd::borrow_raw(procs_raw), b"0")?;
+            set_limits()?;
+            Ok(())
+        });
+    }
+    let spawned = tokio::process::Command::from(cmd)
+        .kill_on_drop(false)
+        .spawn();
+    drop(procs);
+    let child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
+        }
+    };
+    Ok(Spawned {
+        child,
+        status_pipe: None,
+        machine: Some((dir, lease)),
+    })
+}
+
+/// Removes a command's emptied pids group: at once, or (while its last
+/// processes are still being reaped, which keeps the group busy) retried
+/// from a short-lived thread for up to 2 s. The lease on the machine goes
+/// after the group.
+fn remove_group_soon(dir: PathBuf, lease: crate::machine::Lease) {
+    if std::fs::remove_dir(&dir).is_ok() {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("createos-local-cgroup-rm".into())
+        .spawn(move || {
+            for _ in 0..100 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                    break;
+                }
+            }
+            drop(lease);
+        });
+}
+
+/// A new pids group for one command under its sandbox's group, and its
+/// `cgroup.procs` opened for writing.
+fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let sandbox = pids_cgroup_procs(uid)
+        .and_then(|_| pids_cgroup_base().map(|b| b.join(format!("sandbox-{uid}"))))
+        .ok_or_else(|| std::io::Error::other("no pids group for the sandbox"))?;
+    // Unique even when a marker repeats (the start-up probe's) or a group
+    // of an earlier server with the same sandbox uid was left behind.
+    let mut attempt = 0;
+    let dir = loop {
+        let dir = sandbox.join(format!("cmd-{marker}-{}", crate::util::random_hex(4)));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => break dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))?;
+    Ok((dir, procs))
+}
+
+/// bwrap's command line for a sandbox machine (see [`crate::machine`]):
+/// the same namespaces and mounts as a command's, working directory `/`.
+pub(crate) fn machine_bwrap_args(root: &Path, status_fd: i32) -> Vec<String> {
+    bwrap_args(root, "/", Some(status_fd))
 }
 
 /// The bwrap invocation of `spec`: bwrap's arguments, the command, `/` as
@@ -278,13 +445,65 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
 /// `--json-status-fd`.
 fn bwrap_command(bwrap: &Path, spec: &SpawnSpec, status_fd: Option<i32>) -> std::process::Command {
     let mut cmd = std::process::Command::new(bwrap);
+    configure_bwrap(&mut cmd, spec, status_fd);
+    cmd
+}
+
+/// Adds bwrap's arguments, the command, the working directory and the
+/// sandbox's uid and gid to `cmd` (see [`bwrap_command`]).
+fn configure_bwrap(cmd: &mut std::process::Command, spec: &SpawnSpec, status_fd: Option<i32>) {
     cmd.args(bwrap_args(&spec.root, &spec.cwd, status_fd));
     cmd.arg("--").arg(&spec.cmd).args(&spec.args);
     cmd.current_dir("/");
     if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
-    cmd
+}
+
+/// The environment of the host-side launcher (bwrap's outer process): the
+/// server's fixed minimal one, never a value from the API. bwrap runs on
+/// the host, unconfined, before any namespace exists, so whatever its
+/// environment names is honoured there: `LD_PRELOAD`, `LD_LIBRARY_PATH`,
+/// `GCONV_PATH`, `LOCPATH`, `MALLOC_*`, … would run a sandbox's code on
+/// the host (issue 24 item 2). The sandbox's and the process's env are
+/// instead handed to bwrap as `--clearenv --setenv K V …` arguments (read
+/// from a memfd, so they are not on a world-readable command line) which
+/// bwrap applies after it has started, only to the command it then runs
+/// inside the namespaces. Those names therefore need not be refused at
+/// the API: they reach only the sandboxed process, where they can do
+/// nothing the command could not do itself.
+pub fn launcher_env() -> Vec<(String, String)> {
+    vec![
+        ("PATH".to_string(), "/usr/bin:/bin".to_string()),
+        ("LANG".to_string(), "C.UTF-8".to_string()),
+    ]
+}
+
+/// A memfd (positioned at its start) holding bwrap's NUL-separated
+/// `--clearenv --setenv K V …` arguments for `spec`'s environment and
+/// marker.
+fn env_args_memfd(spec: &SpawnSpec) -> std::io::Result<OwnedFd> {
+    let mut data: Vec<u8> = b"--clearenv\0".to_vec();
+    let marker = (MARKER_VAR.to_string(), spec.marker.clone());
+    for (k, v) in spec.env.iter().chain(std::iter::once(&marker)) {
+        if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("invalid environment variable name {k:?}"),
+            ));
+        }
+        for part in ["--setenv", k.as_str(), v.as_str()] {
+            data.extend_from_slice(part.as_bytes());
+            data.push(0);
+        }
+    }
+    let fd = rustix::fs::memfd_create("createos-local-env", rustix::fs::MemfdFlags::CLOEXEC)?;
+    let mut written = 0;
+    while written < data.len() {
+        written += rustix::io::write(&fd, &data[written..])?;
+    }
+    rustix::fs::seek(&fd, rustix::fs::SeekFrom::Start(0))?;
+    Ok(fd)
 }
 
 /// The same bwrap command line the server runs for `cmd args` in the
@@ -390,7 +609,21 @@ fn bwrap_args(root: &Path, cwd: &str, status_fd: Option<i32>) -> Vec<String> {
         crate::rootfs::etc_template(root).display().to_string(),
         "/etc".to_string(),
     ]);
-    args.extend(["--dev", "/dev", "--proc", "/proc"].map(String::from));
+    // A fresh `/dev` (device nodes bound from the host), made read-only
+    // once populated, and a small `/dev/shm`: both are tmpfs, which the
+    // kernel sizes at half the host's RAM by default, so a writable one
+    // let any command hold that much host memory (issue 24 item 3).
+    args.extend(["--dev", "/dev"].map(String::from));
+    args.extend([
+        "--size".to_string(),
+        DEV_SHM_SIZE.to_string(),
+        "--tmpfs".to_string(),
+        "/dev/shm".to_string(),
+        "--remount-ro".to_string(),
+        "/dev".to_string(),
+        "--proc".to_string(),
+        "/proc".to_string(),
+    ]);
     if let Some(fd) = status_fd {
         args.extend(["--json-status-fd".to_string(), fd.to_string()]);
     }
@@ -412,7 +645,10 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
         env: base_env(&IsolationMode::Bwrap, probe_root),
         marker: "probe".to_string(),
     };
-    let spawned = spawn(Some(&bwrap), &spec).map_err(|e| format!("cannot run bwrap: {e}"))?;
+    let mut spawned = spawn(Some(&bwrap), &spec).map_err(|e| format!("cannot run bwrap: {e}"))?;
+    // A machine command's group goes once the probe is done (the lease
+    // with it, ending the probe's machine after its idle grace).
+    let machine = spawned.machine.take();
     // bwrap must be able to write its status (a closed pipe kills it with
     // SIGPIPE before it lets the sandbox run).
     if let Some(pipe) = spawned.status_pipe {
@@ -425,6 +661,16 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     .await
     .map_err(|_| "bwrap probe timed out".to_string())?
     .map_err(|e| format!("bwrap probe failed: {e}"))?;
+    if let Some((dir, lease)) = machine {
+        // The group empties as the command's last process exits.
+        for _ in 0..100 {
+            if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        drop(lease);
+    }
     if out.status.success() {
         Ok(bwrap)
     } else {
@@ -477,6 +723,21 @@ pub enum Tree {
         /// Every member seen so far, as (pid, start time).
         known: HashSet<(i32, u64)>,
     },
+    /// The members of one command's pids group in a sandbox machine (see
+    /// [`crate::machine`]).
+    Cgroup {
+        /// The group's directory.
+        dir: PathBuf,
+        /// The command's hold on the machine, released once the tree is
+        /// verified gone.
+        lease: Option<crate::machine::Lease>,
+        /// The launcher (`nsenter` on the host, the leader the server
+        /// waits for) as (pid, start time): it only relays its child's
+        /// exit, so signals other than SIGKILL and SIGSTOP go to the
+        /// command's processes only, as bwrap's processes are spared in a
+        /// namespace tree.
+        launcher: Option<(i32, u64)>,
+    },
     /// The process never started (spawn failed): the tree is empty.
     Empty,
 }
@@ -517,10 +778,38 @@ impl Tree {
         }
     }
 
+    /// Called once the tree is verified gone: a machine command's group is
+    /// removed and its lease on the machine released.
+    pub fn release(&mut self) {
+        if let Tree::Cgroup { dir, lease, .. } = self {
+            if let Some(lease) = lease.take() {
+                remove_group_soon(dir.clone(), lease);
+            }
+        }
+    }
+
+    /// For a machine command: whether its group holds a process other
+    /// than the launcher (the launcher has forked toward the command).
+    /// `true` for every other kind of tree.
+    pub fn command_started(&mut self) -> bool {
+        let launcher = match self {
+            Tree::Cgroup { launcher, .. } => launcher.map(|(pid, _)| pid),
+            _ => return true,
+        };
+        self.members().iter().any(|p| Some(p.pid) != launcher)
+    }
+
     /// A fresh scan of the live (non-zombie) members of the tree.
     pub fn members(&mut self) -> Vec<ProcInfo> {
         match self {
             Tree::Empty => Vec::new(),
+            Tree::Cgroup { dir, .. } => std::fs::read_to_string(dir.join("cgroup.procs"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|p| p.parse::<i32>().ok())
+                .filter_map(procfs::stat)
+                .filter(|p| !p.is_zombie())
+                .collect(),
             Tree::Namespace { ns, .. } => procfs::live_in_namespace(*ns),
             Tree::Group {
                 leader,
@@ -594,10 +883,18 @@ impl Tree {
     pub fn signal(&mut self, sig: Signal) -> usize {
         let init = match self {
             Tree::Namespace { init_pid, .. } => Some(*init_pid),
+            Tree::Cgroup {
+                launcher: Some((pid, _)),
+                ..
+            } if sig != Signal::STOP => Some(*pid),
             _ => None,
         };
         if sig != Signal::KILL && self.only_init_left() {
             return 0;
+        }
+        if let (Tree::Cgroup { dir, .. }, Signal::KILL) = (&*self, sig) {
+            // No more forks in a tree being killed.
+            let _ = std::fs::write(dir.join("pids.max"), "0");
         }
         let mut hit = 0;
         for p in self.members() {
@@ -656,6 +953,139 @@ impl Tree {
                 signal_verified(p, Signal::STOP);
             }
         }
+    }
+}
+
+/// Where the kernel's pids controller bounds sandboxes, when the host lets
+/// the server use it: a cgroup v1 `pids` hierarchy the server (root) can
+/// write, `/sys/fs/cgroup/pids`. Under it, `createos-local/` caps the
+/// tasks of every sandbox of every server on the host together at
+/// [`total_tasks`], and `createos-local/sandbox-<uid>/` caps one sandbox at
+/// [`MAX_PROCESSES`] (nested namespaces and threads included). `None`
+/// elsewhere (not root, cgroup v2 only, no pids controller): then only
+/// `RLIMIT_NPROC` per sandbox uid applies. Empty groups stay (one per
+/// sandbox uid, reused when the uid is).
+pub fn pids_cgroup_base() -> Option<&'static Path> {
+    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        if !rustix::process::geteuid().is_root() {
+            return None;
+        }
+        let v1 = Path::new("/sys/fs/cgroup/pids");
+        if !v1.join("cgroup.procs").is_file() {
+            return None;
+        }
+        let base = v1.join("createos-local");
+        match std::fs::create_dir(&base) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(_) => return None,
+        }
+        std::fs::write(base.join("pids.max"), total_tasks().to_string()).ok()?;
+        Some(base)
+    })
+    .as_deref()
+}
+
+/// The most tasks all sandboxes on this host may hold together where the
+/// pids controller is used: half the host's `kernel.pid_max`, so that
+/// fork bombs in any number of sandboxes leave the host the other half.
+pub fn total_tasks() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(16384, |max| (max / 2).max(MAX_PROCESSES))
+}
+
+/// The `cgroup.procs` of the sandbox uid's pids group (created with its
+/// `pids.max` on first use), opened for writing: the launcher writes `0`
+/// to it between fork and exec, so bwrap and everything it starts are
+/// counted. `None` without a pids hierarchy (see [`pids_cgroup_base`]).
+pub(crate) fn pids_cgroup_procs(uid: u32) -> Option<std::fs::File> {
+    let dir = pids_cgroup_base()?.join(format!("sandbox-{uid}"));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => std::fs::write(dir.join("pids.max"), MAX_PROCESSES.to_string()).ok()?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.procs"))
+        .ok()
+}
+
+/// The host uid that is the sandbox at `root` and nothing else: its own
+/// uid when the server runs as root (see [`crate::rootfs`]); `None` when
+/// commands run as the server's own uid (a server that is not root).
+pub fn sandbox_uid(root: &Path) -> Option<u32> {
+    crate::rootfs::sandbox_owner(root).map(|(uid, _)| uid)
+}
+
+/// Every live (non-zombie) process whose real host uid is `uid` (a fresh
+/// `/proc` scan). For a sandbox uid that is every process of the sandbox,
+/// nested user and PID namespaces included: a process cannot leave its
+/// uid (the sandbox's user namespace maps nothing else).
+pub fn live_of_uid(uid: u32) -> Vec<ProcInfo> {
+    procfs::all_pids()
+        .into_iter()
+        .filter(|pid| real_uid(*pid) == Some(uid))
+        .filter_map(procfs::stat)
+        .filter(|p| !p.is_zombie())
+        .collect()
+}
+
+fn real_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
+/// Stops (`SIGSTOP`) or continues (`SIGCONT`) every process of the host
+/// uid `uid` (a paused sandbox: issue 24 item 5). A command that entered
+/// a nested PID namespace (`unshare -Upf`) is not in its tree's namespace
+/// but still has the sandbox's uid. Stopping repeats the scan until every
+/// process found is stopped (a stopped process cannot fork; bounded at 100
+/// rounds). Returns how many processes are stopped (or were continued).
+pub fn freeze_uid(uid: u32, stop: bool) -> usize {
+    if !stop {
+        return live_of_uid(uid)
+            .iter()
+            .filter(|p| signal_verified(p, Signal::CONT))
+            .count();
+    }
+    // The launchers (bwrap's outer process, nsenter) run as the sandbox's
+    // uid but on the host, in the server's PID namespace: they are not the
+    // sandbox's processes, and a launcher left stopped could never reap
+    // its child (a sandbox deleted while paused).
+    let host_ns = procfs::pid_namespace(rustix::process::getpid().as_raw_nonzero().get());
+    let mut stopped = 0;
+    for _ in 0..100 {
+        let all: Vec<ProcInfo> = live_of_uid(uid)
+            .into_iter()
+            .filter(|p| host_ns.is_none() || procfs::pid_namespace(p.pid) != host_ns)
+            .collect();
+        let running: Vec<&ProcInfo> = all
+            .iter()
+            .filter(|p| !matches!(p.state, 'T' | 't'))
+            .collect();
+        stopped = all.len() - running.len();
+        if running.is_empty() {
+            break;
+        }
+        for p in running {
+            signal_verified(p, Signal::STOP);
+        }
+    }
+    stopped
+}
+
+/// Stops or continues everything of the sandbox at `root`: every process
+/// of its own uid when it has one ([`sandbox_uid`]), nested namespaces
+/// included. Without one (a server that is not root) only the trees the
+/// supervisor knows are stopped, by the caller; this does nothing.
+pub fn freeze_sandbox(root: &Path, stop: bool) {
+    if let Some(uid) = sandbox_uid(root) {
+        freeze_uid(uid, stop);
     }
 }
 

@@ -52,6 +52,18 @@ struct Cli {
     /// toolbox is served under `/daytona/toolbox` on the main port.
     #[arg(long, value_name = "PORT")]
     toolbox_port: Option<u16>,
+    /// Outbound network for sandboxes. OFF by default: commands have only
+    /// their sandbox's own loopback. With an allow-list (entries `any`,
+    /// `host`, `host:port`, `*.domain`, `*.domain:port`; repeat the flag or
+    /// separate with commas) each sandbox gets an HTTP/HTTPS (CONNECT)
+    /// proxy on its loopback at 127.0.0.1:3128 and its commands get
+    /// HTTP_PROXY/HTTPS_PROXY; other destinations are refused with 403.
+    /// The host's loopback (this server's API included) is reachable only
+    /// through an entry naming it exactly, never through `any`. Needs a
+    /// root server with a writable cgroup v1 pids hierarchy (one machine
+    /// per sandbox).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    egress: Vec<String>,
 }
 
 fn parse_rate_limit(text: &str) -> Result<(u32, std::time::Duration), String> {
@@ -89,6 +101,13 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> ExitCode {
+    let egress = match createos_local::egress::Policy::parse(&cli.egress) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("createos-local: cannot start: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut builder = Server::builder().api_key(cli.api_key).port(cli.port);
     if let Some(dir) = cli.data_dir {
         builder = builder.data_dir(dir);
@@ -112,6 +131,15 @@ async fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if egress.enabled() {
+        if !createos_local::machine::enabled_here() {
+            eprintln!(
+                "createos-local: warning: --egress needs one machine per sandbox (a root server \
+                 with a writable cgroup v1 pids hierarchy); commands here have no outbound network"
+            );
+        }
+        createos_local::egress::set_policy(server.data_dir(), egress);
+    }
     let mut out = std::io::stdout().lock();
     let mut lines = format!("listening on {}\n", server.base_url());
     if let Some(toolbox) = server.toolbox_addr() {

@@ -196,8 +196,18 @@ impl Process {
         };
         let mut child = spawned.child;
         let outer_pid = child.id().map_or(0, |p| p as i32);
-        let (tree, init_exit) = match (mode, spawned.status_pipe) {
-            (IsolationMode::Bwrap, Some(pipe)) => namespace_tree(pipe, outer_pid, &marker).await,
+        let (tree, init_exit) = match (mode, spawned.status_pipe, spawned.machine) {
+            (_, _, Some((dir, lease))) => (
+                Tree::Cgroup {
+                    dir,
+                    lease: Some(lease),
+                    launcher: crate::procfs::stat(outer_pid).map(|p| (outer_pid, p.starttime)),
+                },
+                None,
+            ),
+            (IsolationMode::Bwrap, Some(pipe), None) => {
+                namespace_tree(pipe, outer_pid, &marker).await
+            }
             _ => (Tree::group(outer_pid, &marker), None),
         };
         let shown_pid = match &tree {
@@ -287,8 +297,12 @@ impl Process {
     }
 
     fn set_tree_exited(&self) {
-        if let Some(guarded) = lock(&self.tree).guarded() {
-            crate::deathguard::release(guarded);
+        {
+            let mut tree = lock(&self.tree);
+            if let Some(guarded) = tree.guarded() {
+                crate::deathguard::release(guarded);
+            }
+            tree.release();
         }
         lock(&self.inner).tree_exited = true;
         self.bump();
@@ -399,10 +413,23 @@ impl Process {
     /// most 5 s. Nothing on the way of a command's start or output waits
     /// here.
     pub async fn command_forked(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        if matches!(*lock(&self.tree), Tree::Cgroup { .. }) {
+            // A machine command: until the launcher has forked, a signal
+            // would reach nobody (the launcher itself is spared).
+            while !self.command_seen.load(Ordering::SeqCst) {
+                let started = lock(&self.tree).command_started();
+                if started || self.exited().0 || Instant::now() > deadline {
+                    self.command_seen.store(true, Ordering::SeqCst);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            return;
+        }
         let Tree::Namespace { init_pid, ns } = *lock(&self.tree) else {
             return;
         };
-        let deadline = Instant::now() + Duration::from_secs(5);
         while !self.command_seen.load(Ordering::SeqCst) {
             // Unreadable: the init is gone (checked below either way).
             let forked = crate::procfs::children(init_pid).is_none_or(|c| !c.is_empty());

@@ -421,7 +421,13 @@ async fn a_command_cannot_see_or_signal_host_processes() {
         .as_str()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or_else(|| panic!("{r}"));
-    assert!(count <= 4, "saw {count} processes: {r}");
+    // A sandbox machine (issue 25) also holds its init and holder.
+    let most = if createos_local::machine::enabled_here() {
+        6
+    } else {
+        4
+    };
+    assert!(count <= most, "saw {count} processes: {r}");
     assert!(h.server.shutdown().await.all_exited());
 }
 
@@ -629,6 +635,18 @@ async fn the_pid_of_a_process_is_its_namespace_init() {
     assert_eq!(st, StatusCode::CREATED, "{v}");
     let id = v["data"]["process_id"].as_str().expect("id").to_string();
     let pid = v["data"]["pid"].as_i64().expect("pid");
+    if createos_local::machine::enabled_here() {
+        // In a sandbox machine (issue 25) the pid is the command's
+        // launcher on the host; its tree is its pids group (tests/machine.rs).
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
+        assert_eq!(comm, "nsenter\n");
+        let (st, v) = h.delete_process(&sb, &id, 100).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert_eq!(v["data"]["tree_exited"], true, "{v}");
+        assert!(marked_pids(&m).is_empty());
+        assert!(h.server.shutdown().await.all_exited());
+        return;
+    }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("init status");
     let nspid = status
         .lines()

@@ -66,7 +66,7 @@ impl Setup {
                  or set {first} in --config"
             );
         }
-        let local = LocalBackend::start(global.isolation, &description.driver_key)?;
+        let local = LocalBackend::start(global.isolation, &global.egress, &description.driver_key)?;
         let store = Arc::new(LeaseStore::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
         let runtime = runtime(global, store)?.with_rate_limit(None);
@@ -224,7 +224,12 @@ impl Engine {
         let description = component
             .instantiate(sandbox_host::HostOptions::new())?
             .describe()?;
-        let local = LocalBackend::start_on(global.isolation, &description.driver_key, port)?;
+        let local = LocalBackend::start_on(
+            global.isolation,
+            &global.egress,
+            &description.driver_key,
+            port,
+        )?;
         let dir = data_dir(global).join("engine");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let key_file = dir.join("api-key");
@@ -271,13 +276,29 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 impl LocalBackend {
-    fn start(isolation: crate::Isolation, driver_key: &str) -> Result<Self> {
-        Self::start_on(isolation, driver_key, 0)
+    fn start(isolation: crate::Isolation, egress: &[String], driver_key: &str) -> Result<Self> {
+        Self::start_on(isolation, egress, driver_key, 0)
     }
 
     #[cfg(feature = "local-backend")]
-    fn start_on(isolation: crate::Isolation, driver_key: &str, port: u16) -> Result<Self> {
+    fn start_on(
+        isolation: crate::Isolation,
+        egress: &[String],
+        driver_key: &str,
+        port: u16,
+    ) -> Result<Self> {
         use createos_local::IsolationPreference;
+        let policy =
+            createos_local::egress::Policy::parse(egress).map_err(|e| anyhow::anyhow!(e))?;
+        if policy.enabled() {
+            if !createos_local::machine::enabled_here() {
+                eprintln!(
+                    "sandbox: warning: --egress needs one machine per sandbox (root with a \
+                     writable cgroup v1 pids hierarchy); commands here have no outbound network"
+                );
+            }
+            createos_local::egress::set_default_policy(policy);
+        }
         let api_key = random_key()?;
         let preference = match isolation {
             crate::Isolation::Bwrap => IsolationPreference::RequireBwrap,
@@ -325,7 +346,15 @@ impl LocalBackend {
     }
 
     #[cfg(not(feature = "local-backend"))]
-    fn start_on(_isolation: crate::Isolation, _driver_key: &str, _port: u16) -> Result<Self> {
+    fn start_on(
+        _isolation: crate::Isolation,
+        egress: &[String],
+        _driver_key: &str,
+        _port: u16,
+    ) -> Result<Self> {
+        if !egress.is_empty() {
+            bail!("--egress applies to the embedded backend, which this build does not have");
+        }
         bail!("this build has no embedded backend: pass --api-url or set the API URL in --config")
     }
 

@@ -101,6 +101,14 @@ pub struct Global {
     /// you, on your file system and network).
     #[arg(long, global = true, value_enum, default_value_t = Isolation::Bwrap)]
     pub isolation: Isolation,
+    /// Outbound network for the embedded local backend's sandboxes: OFF by
+    /// default. An allow-list (`any`, `host`, `host:port`, `*.domain`,
+    /// `*.domain:port`; repeat or separate with commas) gives each sandbox
+    /// an HTTP/HTTPS proxy (HTTP_PROXY/HTTPS_PROXY set for commands) that
+    /// reaches only those destinations; the host's loopback only when
+    /// named exactly. Needs root with a writable cgroup v1 pids hierarchy.
+    #[arg(long, global = true, value_name = "HOST[:PORT]")]
+    pub egress: Vec<String>,
     /// How often this process refreshes its heartbeat in the lease store.
     #[arg(long, global = true, env = "SANDBOX_HEARTBEAT", value_parser = parse_duration,
           default_value = "2s", value_name = "DUR")]

@@ -1,0 +1,344 @@
+//! One machine per sandbox (issue 25): every command of a sandbox joins
+//! one long-lived set of namespaces, so a background server one command
+//! leaves behind answers the next command on `localhost` and shows in its
+//! `ps`.
+//!
+//! # Where it applies
+//! Only where a command's tree can still be proven without a PID namespace
+//! of its own: bwrap mode, a root server (one host uid per sandbox) and a
+//! writable cgroup v1 `pids` hierarchy ([`crate::isolation::pids_cgroup_base`]).
+//! Elsewhere every command keeps its own namespaces (the model before
+//! issue 25).
+//!
+//! # The machine
+//! The sandbox's usual bwrap command line (user, PID, network, IPC, UTS
+//! namespaces, its root, its uid, the sandbox's pids group) running a
+//! holder (`sleep infinity`) under bwrap's init, which is PID 1 of the
+//! machine. It starts with the first command and ends (SIGKILL to its
+//! init: the kernel ends everything in its PID namespace) [`IDLE_GRACE`]
+//! after the last command tree of the sandbox is verified gone, unless a
+//! command joined meanwhile: a background process
+//! keeps its command's tree, and so the machine, alive until the process
+//! is deleted, the sandbox is deleted or the server shuts down. The death
+//! guard kills it if the server dies.
+//!
+//! # A command
+//! `nsenter` (run as the sandbox uid, which owns the machine's user
+//! namespace) joins the machine's namespaces and root and forks; the child
+//! runs `env -i -- K=V… cmd args` there, so the command's environment is
+//! set inside (the launcher's is the server's, see
+//! [`crate::isolation::launcher_env`]). Before `nsenter` runs it joins a
+//! pids group of its own, `sandbox-<uid>/cmd-<marker>`: the command's tree
+//! is exactly the members of that group. The sandbox uid cannot write
+//! root's `cgroup.procs` files, so no process can leave it (`setsid`,
+//! double forks and nested namespaces stay in); terminating writes
+//! `pids.max` 0 (no more forks) and sends SIGKILL to every member until
+//! the kernel lists none, and `tree_exited: true` is that empty list.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Mutex, OnceLock};
+
+use crate::deathguard::Guarded;
+use crate::procfs;
+
+struct Machine {
+    init_pid: i32,
+    ns: u64,
+    leases: usize,
+    /// Bumped by every join: an idle timer only ends the machine if no
+    /// command joined since it was armed.
+    generation: u64,
+    /// The egress proxy serving this machine (see [`crate::egress`]).
+    proxy: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Machine {
+    fn alive(&self) -> bool {
+        procfs::stat(self.init_pid).is_some_and(|p| !p.is_zombie())
+            && procfs::pid_namespace(self.init_pid) == Some(self.ns)
+    }
+
+    fn kill(&self) {
+        if let Some(p) = &self.proxy {
+            p.abort();
+        }
+        if let Some(info) = procfs::stat(self.init_pid) {
+            if procfs::pid_namespace(self.init_pid) == Some(self.ns) {
+                crate::isolation::signal_verified(&info, rustix::process::Signal::KILL);
+            }
+        }
+        crate::deathguard::release(Guarded::Namespace {
+            init_pid: self.init_pid,
+            ns: self.ns,
+        });
+    }
+}
+
+fn registry() -> &'static Mutex<HashMap<PathBuf, Machine>> {
+    static MACHINES: OnceLock<Mutex<HashMap<PathBuf, Machine>>> = OnceLock::new();
+    MACHINES.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// A command's hold on its sandbox's machine: the machine ends when the
+/// last lease is dropped.
+#[derive(Debug)]
+pub struct Lease {
+    root: PathBuf,
+}
+
+/// How long a machine without commands stays up for the next command
+/// (starting one costs a bwrap run; back-to-back commands reuse it).
+pub const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+        let armed = match machines.get_mut(&self.root) {
+            Some(m) => {
+                m.leases = m.leases.saturating_sub(1);
+                (m.leases == 0).then_some(m.generation)
+            }
+            None => None,
+        };
+        drop(machines);
+        let Some(generation) = armed else { return };
+        let root = self.root.clone();
+        let end_if_idle = move || {
+            let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+            let idle = machines
+                .get(&root)
+                .is_some_and(|m| m.leases == 0 && m.generation == generation);
+            if idle {
+                if let Some(m) = machines.remove(&root) {
+                    m.kill();
+                }
+            }
+        };
+        let timer = std::thread::Builder::new()
+            .name("createos-local-machine-idle".into())
+            .spawn(move || {
+                std::thread::sleep(IDLE_GRACE);
+                end_if_idle();
+            });
+        if timer.is_err() {
+            // No thread for the timer: end the machine now.
+            let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+            if machines
+                .get(&self.root)
+                .is_some_and(|m| m.leases == 0 && m.generation == generation)
+            {
+                if let Some(m) = machines.remove(&self.root) {
+                    m.kill();
+                }
+            }
+        }
+    }
+}
+
+/// Whether commands of the sandbox at `root` share a machine here (see the
+/// module docs).
+pub fn available(root: &Path) -> bool {
+    enabled_here() && crate::isolation::sandbox_uid(root).is_some()
+}
+
+/// Whether bwrap sandboxes get one machine each on this host: a root
+/// server, a writable pids cgroup hierarchy and `nsenter`.
+pub fn enabled_here() -> bool {
+    rustix::process::geteuid().is_root()
+        && crate::isolation::pids_cgroup_base().is_some()
+        && nsenter().is_some()
+}
+
+fn nsenter() -> Option<&'static Path> {
+    static NSENTER: OnceLock<Option<PathBuf>> = OnceLock::new();
+    NSENTER
+        .get_or_init(|| crate::isolation::find_in_path("nsenter"))
+        .as_deref()
+}
+
+/// The host pid of the machine's init for the sandbox at `root` (started
+/// now if it is not running) and a lease on it.
+pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(i32, Lease)> {
+    let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(m) = machines.get_mut(root) {
+        if m.alive() {
+            m.leases += 1;
+            m.generation += 1;
+            let init = m.init_pid;
+            return Ok((
+                init,
+                Lease {
+                    root: root.to_path_buf(),
+                },
+            ));
+        }
+        if let Some(m) = machines.remove(root) {
+            m.kill();
+        }
+    }
+    let (init_pid, ns) = start(bwrap, root)?;
+    crate::deathguard::watch(Guarded::Namespace { init_pid, ns });
+    let mut machine = Machine {
+        init_pid,
+        ns,
+        leases: 1,
+        generation: 0,
+        proxy: None,
+    };
+    if let Some(policy) = crate::egress::policy_for(root) {
+        let name = root
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        match crate::egress::start_proxy(init_pid, name, policy) {
+            Ok(task) => machine.proxy = Some(task),
+            Err(e) => {
+                machine.kill();
+                return Err(std::io::Error::other(format!(
+                    "the sandbox's egress proxy did not start: {e}"
+                )));
+            }
+        }
+    }
+    machines.insert(root.to_path_buf(), machine);
+    Ok((
+        init_pid,
+        Lease {
+            root: root.to_path_buf(),
+        },
+    ))
+}
+
+/// Starts the machine's bwrap and reads its init's host pid and PID
+/// namespace from `--json-status-fd`.
+fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
+    let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+    let raw = write.as_raw_fd();
+    let mut cmd = std::process::Command::new(bwrap);
+    cmd.args(crate::isolation::machine_bwrap_args(root, raw))
+        .arg("--")
+        .args(["/usr/bin/sleep", "infinity"])
+        .current_dir("/")
+        .env_clear()
+        .envs(crate::isolation::launcher_env())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some((uid, gid)) = crate::rootfs::sandbox_owner(root) {
+        cmd.uid(uid).gid(gid);
+    }
+    let cgroup = crate::isolation::sandbox_uid(root).and_then(crate::isolation::pids_cgroup_procs);
+    let cgroup_raw = cgroup.as_ref().map(|f| f.as_raw_fd());
+    // SAFETY: only async-signal-safe system calls (setsid, close_range,
+    // fcntl, write, setrlimit) on descriptors this process owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            rustix::process::setsid()?;
+            crate::isolation::mark_cloexec_from(3);
+            let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
+            if let Some(c) = cgroup_raw {
+                rustix::io::write(std::os::fd::BorrowedFd::borrow_raw(c), b"0")?;
+            }
+            crate::isolation::set_limits()?;
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    drop(write);
+    drop(cgroup);
+    let mut line = String::new();
+    let _ = std::io::BufReader::new(std::fs::File::from(read)).read_line(&mut line);
+    let status: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or_default();
+    let parsed = match (
+        status["child-pid"].as_i64(),
+        status["pid-namespace"].as_u64(),
+    ) {
+        (Some(pid), Some(ns)) => Some((pid as i32, ns)),
+        _ => None,
+    };
+    let Some((init_pid, ns)) = parsed else {
+        let _ = child.kill();
+        let out = child.wait_with_output();
+        let err = out
+            .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())
+            .unwrap_or_default();
+        return Err(std::io::Error::other(format!(
+            "the sandbox's machine did not start: {err}"
+        )));
+    };
+    // bwrap writes the status as soon as the namespaces exist, before its
+    // init has set up the root; the init forks the holder only after that.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while procfs::children(init_pid).is_some_and(|c| c.is_empty()) {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(std::io::Error::other(
+                "the sandbox's machine did not finish starting",
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    if procfs::pid_namespace(init_pid) != Some(ns) {
+        return Err(std::io::Error::other(
+            "the sandbox's machine exited at start",
+        ));
+    }
+    // The outer bwrap lives as long as the machine; reap it then.
+    drop(child.stderr.take());
+    std::thread::Builder::new()
+        .name("createos-local-machine".into())
+        .spawn(move || {
+            let _ = child.wait();
+        })?;
+    Ok((init_pid, ns))
+}
+
+/// The launcher of one command in the machine whose init is `init_pid`:
+/// `nsenter` into its namespaces and root, then inside `setpriv` drops
+/// every capability (the command is uid 0 of the machine's user namespace
+/// without capabilities, as under bwrap, with `no_new_privs`) and `env -i
+/// -C cwd -- K=V… cmd args` sets the environment and working directory.
+pub fn command(
+    init_pid: i32,
+    cwd: &str,
+    env: &[(String, String)],
+    cmd: &str,
+    args: &[String],
+) -> std::process::Command {
+    let mut c = std::process::Command::new(nsenter().unwrap_or(Path::new("nsenter")));
+    c.arg("-t")
+        .arg(init_pid.to_string())
+        .args([
+            "--user",
+            "--preserve-credentials",
+            "--mount",
+            "--net",
+            "--ipc",
+            "--uts",
+            "--pid",
+            "--root",
+            "--",
+            "/usr/bin/setpriv",
+            "--no-new-privs",
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            "--",
+            "/usr/bin/env",
+            "-i",
+            "-C",
+        ])
+        .arg(cwd)
+        .arg("--");
+    for (k, v) in env {
+        c.arg(format!("{k}={v}"));
+    }
+    c.arg(cmd).args(args);
+    c.current_dir("/");
+    c
+}

@@ -1,0 +1,74 @@
+//! The `sandbox` CLI passes the operator's egress policy to its embedded
+//! engine (issue 25 item 4): with `--egress` naming a server this test
+//! starts on the host's loopback, `curl` in the sandbox reaches it through
+//! the sandbox's proxy; a bad entry is a clear error before anything runs.
+//! Skipped (with a note) until ./build.sh has built the provider, or where
+//! the engine has no sandbox machines (needs root and a pids cgroup).
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+
+mod common;
+
+use common::built_provider as provider;
+
+fn sandbox(provider: &Path) -> Command {
+    common::sandbox_cli(provider, "sandbox-cli-egress")
+}
+
+/// Serves `body` to every HTTP request on a loopback port, in a thread.
+fn host_server(body: &'static str) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    port
+}
+
+#[test]
+fn run_with_egress_reaches_only_the_allowed_host() {
+    let Some(provider) = provider() else { return };
+    if !createos_local::machine::enabled_here() {
+        eprintln!("no sandbox machines on this host: skipped");
+        return;
+    }
+    let allowed = host_server("hello through the proxy\n");
+    let other = host_server("must not be reached\n");
+    let output = sandbox(&provider)
+        .args(["run", "--egress", &format!("127.0.0.1:{allowed}"), "--", "sh", "-c"])
+        .arg(format!(
+            "curl -s --max-time 10 --noproxy '' http://127.0.0.1:{allowed}/; \
+             curl -s --max-time 10 --noproxy '' -o /dev/null -w '%{{http_code}}\\n' http://127.0.0.1:{other}/"
+        ))
+        .env_remove("CREATEOS_API_KEY")
+        .output()
+        .expect("run sandbox");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(stdout, "hello through the proxy\n403\n", "{output:?}");
+    let bad = sandbox(&provider)
+        .args(["run", "--egress", "http://x/y", "--", "true"])
+        .env_remove("CREATEOS_API_KEY")
+        .output()
+        .expect("run sandbox");
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("is not a host pattern"), "{err}");
+}
