@@ -49,6 +49,8 @@ pub struct ServerBuilder {
     connections: ConnectionLimits,
     allow_unconfined: bool,
     toolbox_addr: Option<SocketAddr>,
+    retention: crate::store::Retention,
+    budgets: crate::budgets::Budgets,
 }
 
 impl Default for ServerBuilder {
@@ -66,6 +68,8 @@ impl Default for ServerBuilder {
             connections: ConnectionLimits::default(),
             allow_unconfined: false,
             toolbox_addr: None,
+            retention: crate::store::Retention::default(),
+            budgets: crate::budgets::Budgets::for_host(),
         }
     }
 }
@@ -180,6 +184,31 @@ impl ServerBuilder {
         self
     }
 
+    /// How long finished processes (leader exited, tree gone) keep their
+    /// exit and output, and how many per sandbox (default 60 s and 16, the
+    /// most recently finished). After that a process answers 404 on both
+    /// faces, and its memory is returned.
+    pub fn finished_retention(mut self, ttl: Duration, keep: usize) -> Self {
+        self.retention = crate::store::Retention { ttl, keep };
+        self
+    }
+
+    /// Most sandboxes at once, both faces together (default: see
+    /// [`crate::budgets::Budgets::for_host`]); one more is a 429
+    /// `sandbox_limit`.
+    pub fn max_sandboxes(mut self, n: usize) -> Self {
+        self.budgets.max_sandboxes = n;
+        self
+    }
+
+    /// Most live managed processes across every sandbox (default: see
+    /// [`crate::budgets::Budgets::for_host`]); one more is a 429
+    /// `process_limit`.
+    pub fn max_processes(mut self, n: usize) -> Self {
+        self.budgets.max_processes = n;
+        self
+    }
+
     /// Detects isolation, binds, and starts serving on the current tokio
     /// runtime.
     pub async fn start(self) -> std::io::Result<RunningServer> {
@@ -219,7 +248,7 @@ impl ServerBuilder {
                     Ok(_) => isolation::probe_bwrap(&probe).await,
                     Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
                 };
-                let _ = std::fs::remove_dir_all(&probe);
+                let _ = crate::fstree::remove_tree(&probe);
                 match result {
                     Ok(path) => (IsolationMode::Bwrap, Some(path), "bwrap works".to_string()),
                     Err(e) if pref == IsolationPreference::Auto && self.allow_unconfined => {
@@ -229,7 +258,7 @@ impl ServerBuilder {
                     Err(e) => {
                         crate::rootfs::remove_etc(&data_dir);
                         if owned {
-                            let _ = std::fs::remove_dir_all(&data_dir);
+                            let _ = crate::fstree::remove_tree(&data_dir);
                         }
                         return Err(Error::other(format!(
                             "commands cannot be confined here: {e}; {}",
@@ -287,8 +316,28 @@ impl ServerBuilder {
             uploads: Arc::new(tokio::sync::Semaphore::new(crate::api::UPLOAD_SLOTS)),
             daytona: crate::daytona::registry::Registry::default(),
             toolbox_url,
+            retention: self.retention,
+            budgets: self.budgets,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
+        // Drops finished processes past their retention.
+        let sweeper = {
+            let state = Arc::downgrade(&state);
+            let mut stop = stop_rx.clone();
+            let tick =
+                (self.retention.ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(tick) => {}
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                    let Some(state) = state.upgrade() else { return };
+                    crate::api::prune_finished(&state);
+                }
+            }
+        };
+        tokio::spawn(sweeper);
         let app = router(state.clone(), toolbox_listener.is_some());
         let limits = self.connections;
         let toolbox = toolbox_listener.map(|l| {
@@ -457,13 +506,28 @@ impl RunningServer {
                 abort.abort();
             }
         }
-        for sb in self.state.store.all() {
-            let _ = std::fs::remove_dir_all(&sb.root);
-        }
-        crate::rootfs::remove_etc(&self.state.data_dir);
-        if self.owned_data_dir {
-            let _ = std::fs::remove_dir_all(&self.state.data_dir);
-        }
+        // Sandbox trees may be arbitrarily deep: removed iteratively, off
+        // the runtime's threads.
+        let mut roots: Vec<PathBuf> = self
+            .state
+            .store
+            .all()
+            .iter()
+            .map(|sb| sb.root.clone())
+            .collect();
+        roots.extend(self.state.store.take_leftovers());
+        let data_dir = self.owned_data_dir.then(|| self.state.data_dir.clone());
+        let etc_of = self.state.data_dir.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for root in roots {
+                let _ = crate::fstree::remove_tree(&root);
+            }
+            crate::rootfs::remove_etc(&etc_of);
+            if let Some(dir) = data_dir {
+                let _ = crate::fstree::remove_tree(&dir);
+            }
+        })
+        .await;
         if !self.quiet {
             if report.all_exited() {
                 eprintln!(
@@ -494,11 +558,14 @@ impl Drop for RunningServer {
             for p in sb.processes() {
                 p.kill_now();
             }
-            let _ = std::fs::remove_dir_all(&sb.root);
+            let _ = crate::fstree::remove_tree(&sb.root);
+        }
+        for root in self.state.store.take_leftovers() {
+            let _ = crate::fstree::remove_tree(&root);
         }
         crate::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
-            let _ = std::fs::remove_dir_all(&self.state.data_dir);
+            let _ = crate::fstree::remove_tree(&self.state.data_dir);
         }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);

@@ -336,6 +336,12 @@ impl Process {
         (inner.leader_exited, inner.tree_exited)
     }
 
+    /// When the leader's exit was recorded (RFC 3339, millisecond
+    /// precision, so the strings sort in time order).
+    pub fn finished_at(&self) -> Option<String> {
+        lock(&self.inner).finished_at.clone()
+    }
+
     /// The recorded exit of the leader.
     pub fn exit(&self) -> Option<ExitStatus> {
         lock(&self.inner).exit.clone()

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 
+use crate::budgets::Budgets;
 use crate::faults::{FaultAction, Faults, RecordedRequest};
 use crate::isolation::IsolationMode;
 use crate::store::Store;
@@ -55,6 +56,10 @@ pub struct AppState {
     pub uploads: Arc<tokio::sync::Semaphore>,
     /// The Daytona face's sandboxes and sessions.
     pub daytona: crate::daytona::registry::Registry,
+    /// How long and how many finished processes are kept.
+    pub retention: crate::store::Retention,
+    /// Host-wide budgets (sandbox count, live processes).
+    pub budgets: Budgets,
     /// The Daytona `toolboxProxyUrl`: the toolbox listener's
     /// `http://127.0.0.1:<port>/toolbox`, or `<base>/daytona/toolbox`.
     pub toolbox_url: String,
@@ -99,6 +104,48 @@ pub async fn blocking<T: Send + 'static>(
     .await
     .map_err(|e| ApiError::internal(format!("file-system task failed: {e}")))?;
     Ok(out)
+}
+
+/// Removes the root of a deleted sandbox on the blocking pool (without a
+/// slot: the sandbox is gone from the store already, a busy pool must not
+/// undo a delete), iteratively whatever the depth of the tree (see
+/// [`crate::fstree`]). A failure is logged and the root is marked for
+/// removal at shutdown; `Err` only when the removal itself failed
+/// unexpectedly (a panic), which the caller answers with a 500.
+pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<(), String> {
+    let r = root.clone();
+    match tokio::task::spawn_blocking(move || crate::fstree::remove_tree(&r)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Ok(Err(e)) => {
+            eprintln!("createos-local: could not remove the files of sandbox {id}: {e}; they are removed again at shutdown");
+            state.store.leave(root);
+            Ok(())
+        }
+        Err(e) => {
+            state.store.leave(root);
+            Err(format!(
+                "removing the files of sandbox {id} failed ({e}); its processes are gone and its files are removed at shutdown"
+            ))
+        }
+    }
+}
+
+/// Drops finished processes beyond the retention (both faces: a Daytona
+/// session forgets the commands whose process was dropped).
+pub fn prune_finished(state: &AppState) {
+    for (id, dropped) in state.store.prune_finished(state.retention) {
+        if let Some(sb) = state.daytona.get(&id) {
+            for session in sb.sessions() {
+                session.retain_commands(|c| !dropped.contains(&c.process.id));
+            }
+        }
+    }
+}
+
+/// A budget refusal as the CreateOS face answers it (429).
+pub fn over_budget(r: crate::budgets::Refusal) -> ApiError {
+    ApiError::new(crate::budgets::Refusal::STATUS, r.code, r.message)
 }
 
 /// Shared state handle.
@@ -193,6 +240,7 @@ pub fn toolbox_router(state: Shared) -> Router {
 /// The middleware chain of both origins.
 fn layers(app: Router<Shared>, state: Shared) -> Router {
     app.layer(DefaultBodyLimit::max(limits::MAX_JSON_BODY))
+        .layer(middleware::from_fn(catch_panic))
         .layer(middleware::from_fn(envelope_errors))
         .layer(middleware::from_fn_with_state(state.clone(), rate_limit))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
@@ -269,6 +317,34 @@ async fn faults(State(state): State<Shared>, mut req: Request, next: Next) -> Re
     };
     resp.extensions_mut().insert(InjectedFault(action));
     resp
+}
+
+/// A panic in one request's handler answers that request 500 (with a
+/// message) instead of dropping its connection; the server and every
+/// other request go on.
+async fn catch_panic(req: Request, next: Next) -> Response {
+    use futures_util::FutureExt;
+    let daytona = crate::daytona::is_daytona_path(req.uri().path());
+    match std::panic::AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .await
+    {
+        Ok(resp) => resp,
+        Err(_) => {
+            let message = "the server failed while handling this request (an internal error); \
+                           other requests are not affected";
+            if daytona {
+                crate::daytona::error::body(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    message,
+                    None,
+                )
+            } else {
+                envelope_for(StatusCode::INTERNAL_SERVER_ERROR, "internal", message, None)
+            }
+        }
+    }
 }
 
 /// Wraps axum's own rejections (bad query, wrong method, body too large …),

@@ -101,6 +101,8 @@ async fn start_registered(
     body: CreateBody,
     retention: Retention,
 ) -> Result<Arc<Process>, ApiError> {
+    crate::budgets::admit_process(&state.budgets, state.store.live_processes())
+        .map_err(super::over_budget)?;
     let _admission = sb.admit().ok_or_else(|| {
         ApiError::conflict("sandbox is being deleted")
             .with_extra(json!({ "current_status": sb.status() }))

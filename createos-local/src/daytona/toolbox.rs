@@ -96,6 +96,8 @@ async fn start_process(
     journal: Retention,
 ) -> Result<Arc<Process>, DaytonaError> {
     require_started(sb)?;
+    crate::budgets::admit_process(&state.budgets, state.store.live_processes())
+        .map_err(crate::api::over_budget)?;
     let _admission = sb
         .core
         .admit()
