@@ -143,6 +143,24 @@ pub fn prune_finished(state: &AppState) {
     }
 }
 
+/// 503 for a process the server could not start (see
+/// [`crate::supervisor::Process::server_failure`]).
+pub fn start_failed(message: String) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "start_failed", message)
+}
+
+/// The answer to a path the server could not resolve as the process's
+/// cwd: 400 when the path itself is wrong, 500 when the server failed
+/// (out of descriptors, I/O error).
+pub fn cwd_error(cwd: &str, e: crate::confine::PathError) -> ApiError {
+    match e {
+        crate::confine::PathError::Io(msg) => ApiError::internal(format!(
+            "the server could not open the working directory {cwd:?} ({msg}); nothing was started"
+        )),
+        other => ApiError::bad_request(format!("invalid cwd {cwd:?}: {other}")),
+    }
+}
+
 /// A budget refusal as the CreateOS face answers it (429).
 pub fn over_budget(r: crate::budgets::Refusal) -> ApiError {
     ApiError::new(crate::budgets::Refusal::STATUS, r.code, r.message)
