@@ -21,6 +21,10 @@ use crate::store::Store;
 /// hard limit).
 const DESCRIPTOR_LIMIT: u64 = 16_384;
 
+/// Default time an upload body may send nothing (see
+/// [`ServerBuilder::body_read_timeout`]).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Entry point: `Server::builder()`.
 #[derive(Debug)]
 pub struct Server;
@@ -51,6 +55,7 @@ pub struct ServerBuilder {
     toolbox_addr: Option<SocketAddr>,
     retention: crate::store::Retention,
     budgets: crate::budgets::Budgets,
+    body_read_timeout: Duration,
 }
 
 impl Default for ServerBuilder {
@@ -70,6 +75,7 @@ impl Default for ServerBuilder {
             toolbox_addr: None,
             retention: crate::store::Retention::default(),
             budgets: crate::budgets::Budgets::for_host(),
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
         }
     }
 }
@@ -190,6 +196,14 @@ impl ServerBuilder {
     /// faces, and its memory is returned.
     pub fn finished_retention(mut self, ttl: Duration, keep: usize) -> Self {
         self.retention = crate::store::Retention { ttl, keep };
+        self
+    }
+
+    /// How long an upload body may send nothing (default 30 s); then the
+    /// request is answered 408 `body_timeout`, nothing is written and its
+    /// upload slot is free again, so stalled clients cannot hold every slot.
+    pub fn body_read_timeout(mut self, d: Duration) -> Self {
+        self.body_read_timeout = d;
         self
     }
 
@@ -318,6 +332,7 @@ impl ServerBuilder {
             toolbox_url,
             retention: self.retention,
             budgets: self.budgets,
+            body_read_timeout: self.body_read_timeout,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         // Drops finished processes past their retention.

@@ -296,6 +296,50 @@ async fn host_wide_budgets_refuse_creation_with_429() {
     h.sandbox().await;
 }
 
+/// Issue 24 item 8: a request body that stalls was never timed out, so 8
+/// stalled `PUT /files` held every upload slot (503 `busy` for all uploads,
+/// on both faces, still after 137 s). Now a body that sends nothing for
+/// the body-read timeout is answered 408 and its slot is free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_upload_bodies_give_their_slots_back() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = Harness::start_builder(
+        createos_local::Server::builder().body_read_timeout(Duration::from_millis(1500)),
+    )
+    .await;
+    let sb = h.sandbox().await;
+    let addr = h.server.addr();
+    let mut stalled = Vec::new();
+    for i in 0..12 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let head = format!(
+            "PUT /v1/sandboxes/{sb}/files?path=/tmp/stalled-{i} HTTP/1.1\r\nHost: x\r\n\
+             X-Api-Key: {KEY}\r\nContent-Length: 100000\r\n\r\n0123456789"
+        );
+        s.write_all(head.as_bytes()).await.expect("write");
+        stalled.push(s);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let resp = h
+        .http
+        .put(format!("{}/v1/sandboxes/{sb}/files", h.base))
+        .query(&[("path", "/tmp/fresh")])
+        .header("X-Api-Key", KEY)
+        .body(vec![7u8; 4096])
+        .send()
+        .await
+        .expect("upload");
+    assert_eq!(resp.status(), StatusCode::OK, "{:?}", resp.text().await);
+    for mut s in stalled {
+        let mut answer = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut answer)).await;
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    }
+    let (st, v) = h.get(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+}
+
 fn deadline(secs: u64) -> Instant {
     Instant::now() + Duration::from_secs(secs)
 }

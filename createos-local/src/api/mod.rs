@@ -56,6 +56,9 @@ pub struct AppState {
     pub uploads: Arc<tokio::sync::Semaphore>,
     /// The Daytona face's sandboxes and sessions.
     pub daytona: crate::daytona::registry::Registry,
+    /// How long a request body may send nothing before the request is
+    /// answered 408 and its slot is released.
+    pub body_read_timeout: Duration,
     /// How long and how many finished processes are kept.
     pub retention: crate::store::Retention,
     /// Host-wide budgets (sandbox count, live processes).
