@@ -362,11 +362,14 @@ impl ServerBuilder {
                 stop_rx.clone(),
             )
         });
+        let key = state.api_key.clone();
+        let check: crate::connections::KeyCheck =
+            Arc::new(move |headers| crate::api::carries_key(headers, &key));
         let task = tokio::spawn(async move {
-            let main = crate::connections::serve(listener, app, limits, stop_rx);
+            let main = crate::connections::serve(listener, app, limits, check.clone(), stop_rx);
             match toolbox {
                 Some((l, toolbox_app, stop)) => {
-                    let second = crate::connections::serve(l, toolbox_app, limits, stop);
+                    let second = crate::connections::serve(l, toolbox_app, limits, check, stop);
                     tokio::join!(main, second);
                 }
                 None => main.await,

@@ -340,6 +340,48 @@ async fn stalled_upload_bodies_give_their_slots_back() {
     assert_eq!(st, StatusCode::OK, "{v}");
 }
 
+/// Issue 24 item 8: unauthenticated half-sent requests held every
+/// connection slot (512 of them made every API request 503 for each 120 s
+/// window). Now a connection that has not sent the key (for 2 s) is
+/// evicted, oldest first, when a new client needs its slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_half_sent_requests_cannot_starve_authenticated_ones() {
+    use tokio::io::AsyncWriteExt;
+    let h = Harness::start_builder(createos_local::Server::builder().max_connections(8)).await;
+    let addr = h.server.addr();
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET /v1/sandboxes/sb-x HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .expect("write");
+        held.push(s);
+    }
+    // Eviction takes connections at least 2 s old without the key.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Fresh connections each time (no pooled connection from before).
+    let fresh = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("client");
+    for _ in 0..3 {
+        let resp = fresh
+            .post(format!("{}/v1/sandboxes", h.base))
+            .header("X-Api-Key", KEY)
+            .json(&json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false}))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(
+            resp.status(),
+            StatusCode::CREATED,
+            "{:?}",
+            resp.text().await
+        );
+    }
+    drop(held);
+}
+
 fn deadline(secs: u64) -> Instant {
     Instant::now() + Duration::from_secs(secs)
 }
