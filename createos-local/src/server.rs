@@ -526,17 +526,14 @@ impl RunningServer {
         }
         // Sandbox trees may be arbitrarily deep: removed iteratively, off
         // the runtime's threads.
-        let mut roots: Vec<PathBuf> = self
-            .state
-            .store
-            .all()
-            .iter()
-            .map(|sb| sb.root.clone())
-            .collect();
-        roots.extend(self.state.store.take_leftovers());
+        let state = self.state.clone();
         let data_dir = self.owned_data_dir.then(|| self.state.data_dir.clone());
         let etc_of = self.state.data_dir.clone();
         let _ = tokio::task::spawn_blocking(move || {
+            state.store.finish_removals();
+            let mut roots: Vec<PathBuf> =
+                state.store.all().iter().map(|sb| sb.root.clone()).collect();
+            roots.extend(state.store.take_leftovers());
             for root in roots {
                 let _ = crate::fstree::remove_tree(&root);
             }
@@ -578,6 +575,9 @@ impl Drop for RunningServer {
             }
             let _ = crate::fstree::remove_tree(&sb.root);
         }
+        // Removals of deleted sandboxes finish first (they work inside the
+        // data directory removed below).
+        self.state.store.finish_removals();
         for root in self.state.store.take_leftovers() {
             let _ = crate::fstree::remove_tree(&root);
         }

@@ -312,6 +312,9 @@ pub struct Store {
     /// Roots of deleted sandboxes whose removal failed: removed again at
     /// shutdown.
     leftovers: Mutex<Vec<PathBuf>>,
+    /// Removals of deleted sandboxes' roots under way (see
+    /// [`crate::api::remove_root`]): `true` from a thread that succeeded.
+    removals: Mutex<Vec<(PathBuf, std::thread::JoinHandle<bool>)>>,
 }
 
 impl Store {
@@ -378,6 +381,24 @@ impl Store {
             .map(|sb| (sb.id.clone(), sb.prune_finished(retention, now)))
             .filter(|(_, dropped)| !dropped.is_empty())
             .collect()
+    }
+
+    /// Records a removal under way.
+    pub fn removing(&self, root: PathBuf, handle: std::thread::JoinHandle<bool>) {
+        let mut removals = lock(&self.removals);
+        removals.retain(|(_, h)| !h.is_finished());
+        removals.push((root, handle));
+    }
+
+    /// Waits for every removal under way (blocking); the roots whose
+    /// removal failed (or panicked) are marked by [`Store::leave`].
+    pub fn finish_removals(&self) {
+        let removals = std::mem::take(&mut *lock(&self.removals));
+        for (root, handle) in removals {
+            if !handle.join().unwrap_or(false) {
+                self.leave(root);
+            }
+        }
     }
 
     /// The roots marked by [`Store::leave`], taken.
