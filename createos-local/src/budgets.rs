@@ -10,10 +10,12 @@
 //!
 //! The defaults follow the host: [`Budgets::for_host`] allows one sandbox
 //! per [`PIDS_PER_SANDBOX`] of a quarter of the kernel's `pid_max` (at
-//! least 4, at most 256), and as many live managed processes as 2 per
-//! sandbox allowed, at least 64 and at most 1024. A process here is one
-//! started through the API (its descendants count against the sandbox's
-//! own task limit).
+//! least 16, at most 256), and 64 live managed processes per sandbox
+//! allowed, at least 256 and at most 1024. A process here is one started
+//! through the API (its descendants count against the sandbox's own task
+//! limit). On a host with a small `pid_max` (32 768) the minimum of 16
+//! sandboxes times 2048 tasks reaches `pid_max`: there the per-sandbox task
+//! limit of the launch path, or a lower `--max-sandboxes`, bounds the rest.
 
 use axum::http::StatusCode;
 
@@ -53,10 +55,10 @@ impl Budgets {
     /// The defaults for this host (see the module docs).
     pub fn for_host() -> Self {
         let sandboxes =
-            ((pid_max() / 4 / PIDS_PER_SANDBOX) as usize).clamp(4, MAX_DEFAULT_SANDBOXES);
+            ((pid_max() / 4 / PIDS_PER_SANDBOX) as usize).clamp(16, MAX_DEFAULT_SANDBOXES);
         Self {
             max_sandboxes: sandboxes,
-            max_processes: (sandboxes * 2).clamp(64, MAX_DEFAULT_PROCESSES),
+            max_processes: (sandboxes * 64).clamp(256, MAX_DEFAULT_PROCESSES),
         }
     }
 }

@@ -41,12 +41,12 @@ struct Cli {
     api_key_file: Option<std::path::PathBuf>,
     /// Most sandboxes at once (both faces); one more is answered 429
     /// `sandbox_limit`. The default follows this host: a quarter of the
-    /// kernel's pid_max in sandboxes of 2048 tasks each, 4 to 256.
+    /// kernel's pid_max in sandboxes of 2048 tasks each, 16 to 256.
     #[arg(long, value_name = "N", default_value_t = createos_local::budgets::Budgets::for_host().max_sandboxes)]
     max_sandboxes: usize,
     /// Most live processes started through the API across every sandbox;
-    /// one more is answered 429 `process_limit`. Default: twice the
-    /// sandbox default, 64 to 1024.
+    /// one more is answered 429 `process_limit`. Default: 64 per sandbox
+    /// allowed, 256 to 1024.
     #[arg(long, value_name = "N", default_value_t = createos_local::budgets::Budgets::for_host().max_processes)]
     max_processes: usize,
     /// A finished process (exited, tree gone) keeps its exit and output
