@@ -60,15 +60,88 @@ const BUSY: &str = concat!(
     r#"retry when other connections have closed","code":"too_many_connections"}"#
 );
 
+/// Tells whether a request's headers carry the API key.
+pub type KeyCheck = Arc<dyn Fn(&axum::http::HeaderMap) -> bool + Send + Sync>;
+
+/// The open connections that have not (yet) sent a request with the key,
+/// oldest first: when every slot is taken, a new connection evicts the
+/// oldest of them, so that unauthenticated (for example half-sent)
+/// connections can never keep an authenticated client out.
+#[derive(Default)]
+struct Unauthenticated {
+    next: u64,
+    open: std::collections::VecDeque<(
+        u64,
+        std::time::Instant,
+        Arc<std::sync::atomic::AtomicBool>,
+        Arc<tokio::sync::Notify>,
+    )>,
+}
+
+/// A connection is evicted only once it has been open this long without
+/// sending the key: a burst of new connections is refused (503) as before,
+/// and a client whose request is on its way is not cut off.
+const EVICT_MIN_AGE: Duration = Duration::from_secs(2);
+
+impl Unauthenticated {
+    fn add(
+        &mut self,
+    ) -> (
+        u64,
+        Arc<std::sync::atomic::AtomicBool>,
+        Arc<tokio::sync::Notify>,
+    ) {
+        self.next += 1;
+        let (authed, evict): (Arc<std::sync::atomic::AtomicBool>, Arc<tokio::sync::Notify>) =
+            (Arc::default(), Arc::default());
+        self.open.push_back((
+            self.next,
+            std::time::Instant::now(),
+            authed.clone(),
+            evict.clone(),
+        ));
+        (self.next, authed, evict)
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.open.retain(|(i, _, _, _)| *i != id);
+    }
+
+    /// Closes the oldest connection that has not authenticated, if it is
+    /// at least [`EVICT_MIN_AGE`] old; `false` when there is none.
+    fn evict_oldest(&mut self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.open
+            .retain(|(_, _, authed, _)| !authed.load(Ordering::SeqCst));
+        match self.open.front() {
+            Some((_, since, _, _)) if since.elapsed() >= EVICT_MIN_AGE => {}
+            _ => return false,
+        }
+        match self.open.pop_front() {
+            Some((_, _, _, evict)) => {
+                evict.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+fn lock(m: &std::sync::Mutex<Unauthenticated>) -> std::sync::MutexGuard<'_, Unauthenticated> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Serves `app` on `listener` until `stop` turns true, then stops accepting
 /// and waits for the open connections to finish their current requests.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
+    check: KeyCheck,
     mut stop: watch::Receiver<bool>,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let unauthenticated = Arc::new(std::sync::Mutex::new(Unauthenticated::default()));
     let mut open = JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -86,19 +159,39 @@ pub async fn serve(
             }
         };
         let _ = stream.set_nodelay(true);
-        match slots.clone().try_acquire_owned() {
-            Ok(slot) => {
-                let app = app.clone();
-                let stop = stop.clone();
-                open.spawn(async move {
-                    serve_one(stream, app, limits, stop).await;
-                    drop(slot);
-                });
-            }
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => Some(slot),
+            // Full: make room by closing the oldest unauthenticated
+            // connection (its slot comes back when its task ends).
+            Err(_) if lock(&unauthenticated).evict_oldest() => None,
             Err(_) => {
                 open.spawn(refuse(stream));
+                continue;
             }
-        }
+        };
+        let app = app.clone();
+        let stop = stop.clone();
+        let check = check.clone();
+        let slots = slots.clone();
+        let unauthenticated = unauthenticated.clone();
+        open.spawn(async move {
+            let slot = match slot {
+                Some(slot) => slot,
+                None => match tokio::time::timeout(Duration::from_secs(2), slots.acquire_owned())
+                    .await
+                {
+                    Ok(Ok(slot)) => slot,
+                    _ => return refuse(stream).await,
+                },
+            };
+            let (id, authed, evict) = lock(&unauthenticated).add();
+            tokio::select! {
+                _ = serve_one(stream, app, limits, check, authed, stop) => {}
+                _ = evict.notified() => {}
+            }
+            lock(&unauthenticated).remove(id);
+            drop(slot);
+        });
     }
     while open.join_next().await.is_some() {}
 }
@@ -107,6 +200,8 @@ async fn serve_one(
     stream: TcpStream,
     app: Router,
     limits: ConnectionLimits,
+    check: KeyCheck,
+    authed: Arc<std::sync::atomic::AtomicBool>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut first_byte = [0u8; 1];
@@ -117,7 +212,15 @@ async fn serve_one(
     if !matches!(first, Ok(Ok(n)) if n > 0) {
         return;
     }
-    let service = TowerToHyperService::new(app);
+    let inner = TowerToHyperService::new(app);
+    // A request with the key makes the connection authenticated: it is
+    // never evicted for a newcomer (see `Unauthenticated`).
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        if check(req.headers()) {
+            authed.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        hyper::service::Service::call(&inner, req)
+    });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())

@@ -32,12 +32,14 @@
 //! echoed (the same `prlimit` bounds apply to every shape).
 
 pub(crate) mod api;
+pub mod budgets;
 pub(crate) mod confine;
 pub(crate) mod connections;
 pub(crate) mod daytona;
 pub mod deathguard;
 pub mod egress;
 pub mod faults;
+pub(crate) mod fstree;
 pub mod isolation;
 pub mod journal;
 pub mod machine;
@@ -48,6 +50,15 @@ pub mod server;
 pub(crate) mod store;
 pub(crate) mod supervisor;
 pub(crate) mod util;
+
+/// Defaults of the retention of finished processes (see
+/// [`ServerBuilder::finished_retention`]).
+pub mod store_defaults {
+    /// Seconds a finished process is kept.
+    pub const FINISHED_TTL_SECS: u64 = crate::store::DEFAULT_FINISHED_TTL.as_secs();
+    /// Finished processes kept per sandbox.
+    pub const FINISHED_KEEP: usize = crate::store::DEFAULT_FINISHED_KEEP;
+}
 
 pub use daytona::toolbox::{STDERR_PREFIX, STDOUT_PREFIX};
 pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};

@@ -29,9 +29,34 @@ struct Cli {
     /// Loopback port to listen on (0 = any free port).
     #[arg(long, default_value_t = 0)]
     port: u16,
-    /// The API key clients must send in X-Api-Key.
+    /// The API key clients must send in X-Api-Key (or as a Bearer token on
+    /// the Daytona face). Prefer the environment variable or
+    /// --api-key-file: a key given as --api-key is readable by every user of
+    /// this host in /proc/<pid>/cmdline.
     #[arg(long, env = "CREATEOS_API_KEY", hide_env_values = true)]
-    api_key: String,
+    api_key: Option<String>,
+    /// Read the API key from this file (its first line; the file should be
+    /// readable by its owner only).
+    #[arg(long, value_name = "FILE", conflicts_with = "api_key")]
+    api_key_file: Option<std::path::PathBuf>,
+    /// Most sandboxes at once (both faces); one more is answered 429
+    /// `sandbox_limit`. The default follows this host: a quarter of the
+    /// kernel's pid_max in sandboxes of 2048 tasks each, 16 to 256.
+    #[arg(long, value_name = "N", default_value_t = createos_local::budgets::Budgets::for_host().max_sandboxes)]
+    max_sandboxes: usize,
+    /// Most live processes started through the API across every sandbox;
+    /// one more is answered 429 `process_limit`. Default: 64 per sandbox
+    /// allowed, 256 to 1024.
+    #[arg(long, value_name = "N", default_value_t = createos_local::budgets::Budgets::for_host().max_processes)]
+    max_processes: usize,
+    /// A finished process (exited, tree gone) keeps its exit and output
+    /// for this many seconds, then answers 404 and its memory is returned.
+    #[arg(long, value_name = "SECONDS", default_value_t = createos_local::store_defaults::FINISHED_TTL_SECS)]
+    finished_ttl: u64,
+    /// At most this many finished processes are kept per sandbox (the most
+    /// recently finished); older ones answer 404.
+    #[arg(long, value_name = "N", default_value_t = createos_local::store_defaults::FINISHED_KEEP)]
+    finished_keep: usize,
     /// Directory for sandbox roots (default: a temporary directory).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
@@ -100,6 +125,25 @@ fn main() -> ExitCode {
     rt.block_on(run(cli))
 }
 
+/// The key from --api-key / CREATEOS_API_KEY or --api-key-file.
+fn api_key(cli: &Cli) -> Result<String, String> {
+    if let Some(path) = &cli.api_key_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the API key file {}: {e}", path.display()))?;
+        let key = text.lines().next().unwrap_or("").trim().to_string();
+        if key.is_empty() {
+            return Err(format!("the API key file {} is empty", path.display()));
+        }
+        return Ok(key);
+    }
+    match &cli.api_key {
+        Some(key) if !key.is_empty() => Ok(key.clone()),
+        _ => Err(
+            "an API key is required: set CREATEOS_API_KEY, or pass --api-key-file FILE".to_string(),
+        ),
+    }
+}
+
 async fn run(cli: Cli) -> ExitCode {
     let egress = match createos_local::egress::Policy::parse(&cli.egress) {
         Ok(p) => p,
@@ -108,7 +152,22 @@ async fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let mut builder = Server::builder().api_key(cli.api_key).port(cli.port);
+    let key = match api_key(&cli) {
+        Ok(key) => key,
+        Err(e) => {
+            eprintln!("createos-local: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut builder = Server::builder()
+        .api_key(key)
+        .port(cli.port)
+        .max_sandboxes(cli.max_sandboxes)
+        .max_processes(cli.max_processes)
+        .finished_retention(
+            std::time::Duration::from_secs(cli.finished_ttl),
+            cli.finished_keep,
+        );
     if let Some(dir) = cli.data_dir {
         builder = builder.data_dir(dir);
     }

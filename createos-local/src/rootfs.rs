@@ -279,13 +279,13 @@ pub fn remove_etc(data_dir: &Path) {
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| n.starts_with(MEMORY_ETC_PREFIX));
             if ours {
-                let _ = std::fs::remove_dir_all(&target);
+                let _ = crate::fstree::remove_tree(&target);
                 crate::deathguard::forget_removal(&target);
             }
             let _ = std::fs::remove_file(&link);
         }
         Err(_) => {
-            let _ = std::fs::remove_dir_all(&link);
+            let _ = crate::fstree::remove_tree(&link);
         }
     }
 }

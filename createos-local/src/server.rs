@@ -21,6 +21,10 @@ use crate::store::Store;
 /// hard limit).
 const DESCRIPTOR_LIMIT: u64 = 16_384;
 
+/// Default time an upload body may send nothing (see
+/// [`ServerBuilder::body_read_timeout`]).
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Entry point: `Server::builder()`.
 #[derive(Debug)]
 pub struct Server;
@@ -49,6 +53,9 @@ pub struct ServerBuilder {
     connections: ConnectionLimits,
     allow_unconfined: bool,
     toolbox_addr: Option<SocketAddr>,
+    retention: crate::store::Retention,
+    budgets: crate::budgets::Budgets,
+    body_read_timeout: Duration,
 }
 
 impl Default for ServerBuilder {
@@ -66,6 +73,9 @@ impl Default for ServerBuilder {
             connections: ConnectionLimits::default(),
             allow_unconfined: false,
             toolbox_addr: None,
+            retention: crate::store::Retention::default(),
+            budgets: crate::budgets::Budgets::for_host(),
+            body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
         }
     }
 }
@@ -180,6 +190,39 @@ impl ServerBuilder {
         self
     }
 
+    /// How long finished processes (leader exited, tree gone) keep their
+    /// exit and output, and how many per sandbox (default 60 s and 16, the
+    /// most recently finished). After that a process answers 404 on both
+    /// faces, and its memory is returned.
+    pub fn finished_retention(mut self, ttl: Duration, keep: usize) -> Self {
+        self.retention = crate::store::Retention { ttl, keep };
+        self
+    }
+
+    /// How long an upload body may send nothing (default 30 s); then the
+    /// request is answered 408 `body_timeout`, nothing is written and its
+    /// upload slot is free again, so stalled clients cannot hold every slot.
+    pub fn body_read_timeout(mut self, d: Duration) -> Self {
+        self.body_read_timeout = d;
+        self
+    }
+
+    /// Most sandboxes at once, both faces together (default: see
+    /// [`crate::budgets::Budgets::for_host`]); one more is a 429
+    /// `sandbox_limit`.
+    pub fn max_sandboxes(mut self, n: usize) -> Self {
+        self.budgets.max_sandboxes = n;
+        self
+    }
+
+    /// Most live managed processes across every sandbox (default: see
+    /// [`crate::budgets::Budgets::for_host`]); one more is a 429
+    /// `process_limit`.
+    pub fn max_processes(mut self, n: usize) -> Self {
+        self.budgets.max_processes = n;
+        self
+    }
+
     /// Detects isolation, binds, and starts serving on the current tokio
     /// runtime.
     pub async fn start(self) -> std::io::Result<RunningServer> {
@@ -219,7 +262,7 @@ impl ServerBuilder {
                     Ok(_) => isolation::probe_bwrap(&probe).await,
                     Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
                 };
-                let _ = std::fs::remove_dir_all(&probe);
+                let _ = crate::fstree::remove_tree(&probe);
                 match result {
                     Ok(path) => (IsolationMode::Bwrap, Some(path), "bwrap works".to_string()),
                     Err(e) if pref == IsolationPreference::Auto && self.allow_unconfined => {
@@ -229,7 +272,7 @@ impl ServerBuilder {
                     Err(e) => {
                         crate::rootfs::remove_etc(&data_dir);
                         if owned {
-                            let _ = std::fs::remove_dir_all(&data_dir);
+                            let _ = crate::fstree::remove_tree(&data_dir);
                         }
                         return Err(Error::other(format!(
                             "commands cannot be confined here: {e}; {}",
@@ -287,8 +330,29 @@ impl ServerBuilder {
             uploads: Arc::new(tokio::sync::Semaphore::new(crate::api::UPLOAD_SLOTS)),
             daytona: crate::daytona::registry::Registry::default(),
             toolbox_url,
+            retention: self.retention,
+            budgets: self.budgets,
+            body_read_timeout: self.body_read_timeout,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
+        // Drops finished processes past their retention.
+        let sweeper = {
+            let state = Arc::downgrade(&state);
+            let mut stop = stop_rx.clone();
+            let tick =
+                (self.retention.ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(tick) => {}
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                    let Some(state) = state.upgrade() else { return };
+                    crate::api::prune_finished(&state);
+                }
+            }
+        };
+        tokio::spawn(sweeper);
         let app = router(state.clone(), toolbox_listener.is_some());
         let limits = self.connections;
         let toolbox = toolbox_listener.map(|l| {
@@ -298,11 +362,14 @@ impl ServerBuilder {
                 stop_rx.clone(),
             )
         });
+        let key = state.api_key.clone();
+        let check: crate::connections::KeyCheck =
+            Arc::new(move |headers| crate::api::carries_key(headers, &key));
         let task = tokio::spawn(async move {
-            let main = crate::connections::serve(listener, app, limits, stop_rx);
+            let main = crate::connections::serve(listener, app, limits, check.clone(), stop_rx);
             match toolbox {
                 Some((l, toolbox_app, stop)) => {
-                    let second = crate::connections::serve(l, toolbox_app, limits, stop);
+                    let second = crate::connections::serve(l, toolbox_app, limits, check, stop);
                     tokio::join!(main, second);
                 }
                 None => main.await,
@@ -457,13 +524,25 @@ impl RunningServer {
                 abort.abort();
             }
         }
-        for sb in self.state.store.all() {
-            let _ = std::fs::remove_dir_all(&sb.root);
-        }
-        crate::rootfs::remove_etc(&self.state.data_dir);
-        if self.owned_data_dir {
-            let _ = std::fs::remove_dir_all(&self.state.data_dir);
-        }
+        // Sandbox trees may be arbitrarily deep: removed iteratively, off
+        // the runtime's threads.
+        let state = self.state.clone();
+        let data_dir = self.owned_data_dir.then(|| self.state.data_dir.clone());
+        let etc_of = self.state.data_dir.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            state.store.finish_removals();
+            let mut roots: Vec<PathBuf> =
+                state.store.all().iter().map(|sb| sb.root.clone()).collect();
+            roots.extend(state.store.take_leftovers());
+            for root in roots {
+                let _ = crate::fstree::remove_tree(&root);
+            }
+            crate::rootfs::remove_etc(&etc_of);
+            if let Some(dir) = data_dir {
+                let _ = crate::fstree::remove_tree(&dir);
+            }
+        })
+        .await;
         if !self.quiet {
             if report.all_exited() {
                 eprintln!(
@@ -494,11 +573,17 @@ impl Drop for RunningServer {
             for p in sb.processes() {
                 p.kill_now();
             }
-            let _ = std::fs::remove_dir_all(&sb.root);
+            let _ = crate::fstree::remove_tree(&sb.root);
+        }
+        // Removals of deleted sandboxes finish first (they work inside the
+        // data directory removed below).
+        self.state.store.finish_removals();
+        for root in self.state.store.take_leftovers() {
+            let _ = crate::fstree::remove_tree(&root);
         }
         crate::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
-            let _ = std::fs::remove_dir_all(&self.state.data_dir);
+            let _ = crate::fstree::remove_tree(&self.state.data_dir);
         }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -96,6 +96,35 @@ pub struct Sandbox {
     closed: Mutex<bool>,
     /// Process creations admitted and not yet registered.
     starting: tokio::sync::watch::Sender<usize>,
+    /// When each finished process (leader and tree gone) was first seen
+    /// finished, for [`Sandbox::prune_finished`].
+    finished_seen: Mutex<HashMap<String, Instant>>,
+}
+
+/// How long and how many finished processes a sandbox keeps (their exit,
+/// output journal and `/connect` replay), see [`Sandbox::prune_finished`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// A finished process is dropped this long after it finished.
+    pub ttl: Duration,
+    /// At most this many finished processes are kept per sandbox (the most
+    /// recently finished ones).
+    pub keep: usize,
+}
+
+/// Default [`Retention::ttl`]: 60 s.
+pub const DEFAULT_FINISHED_TTL: Duration = Duration::from_secs(60);
+
+/// Default [`Retention::keep`]: 16 finished processes per sandbox.
+pub const DEFAULT_FINISHED_KEEP: usize = 16;
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            ttl: DEFAULT_FINISHED_TTL,
+            keep: DEFAULT_FINISHED_KEEP,
+        }
+    }
 }
 
 /// Permission to start one process in a sandbox, taken before the spawn
@@ -129,7 +158,50 @@ impl Sandbox {
             processes: Mutex::new(HashMap::new()),
             closed: Mutex::new(false),
             starting: tokio::sync::watch::channel(0).0,
+            finished_seen: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Drops finished processes (leader exited and tree verified gone: the
+    /// client has, or can no longer get, anything else from them) once
+    /// they finished longer than `retention.ttl` ago, and beyond the
+    /// `retention.keep` most recently finished. A dropped process answers
+    /// 404 like any unknown one. Returns the ids dropped.
+    pub fn prune_finished(&self, retention: Retention, now: Instant) -> Vec<String> {
+        // (finished at, id) of every finished process.
+        let finished: Vec<(String, String)> = lock(&self.processes)
+            .values()
+            .filter(|p| p.exited() == (true, true))
+            .map(|p| (p.finished_at().unwrap_or_default(), p.id.clone()))
+            .collect();
+        let mut seen = lock(&self.finished_seen);
+        seen.retain(|id, _| finished.iter().any(|(_, f)| f == id));
+        for (_, id) in &finished {
+            seen.entry(id.clone()).or_insert(now);
+        }
+        let mut by_age = finished;
+        // Most recently finished first: the first `keep` young enough stay.
+        by_age.sort_by(|a, b| b.cmp(a));
+        let drop: Vec<String> = by_age
+            .into_iter()
+            .enumerate()
+            .filter(|(i, (_, id))| {
+                *i >= retention.keep
+                    || seen
+                        .get(id)
+                        .is_some_and(|at| now.duration_since(*at) >= retention.ttl)
+            })
+            .map(|(_, (_, id))| id)
+            .collect();
+        if drop.is_empty() {
+            return drop;
+        }
+        let mut processes = lock(&self.processes);
+        for id in &drop {
+            seen.remove(id);
+            processes.remove(id);
+        }
+        drop
     }
 
     /// Admits one process start, or `None` once the sandbox is being
@@ -237,17 +309,50 @@ impl Sandbox {
 #[derive(Debug, Default)]
 pub struct Store {
     sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
+    /// Roots of deleted sandboxes whose removal failed: removed again at
+    /// shutdown.
+    leftovers: Mutex<Vec<PathBuf>>,
+    /// Removals of deleted sandboxes' roots under way (see
+    /// [`crate::api::remove_root`]): `true` from a thread that succeeded.
+    removals: Mutex<Vec<(PathBuf, std::thread::JoinHandle<bool>)>>,
 }
 
 impl Store {
-    /// Adds a sandbox.
-    pub fn insert(&self, sb: Arc<Sandbox>) {
-        lock(&self.sandboxes).insert(sb.id.clone(), sb);
-    }
-
     /// Looks a sandbox up.
     pub fn get(&self, id: &str) -> Option<Arc<Sandbox>> {
         lock(&self.sandboxes).get(id).cloned()
+    }
+
+    /// Adds a sandbox unless `max` sandboxes exist already (then `Err`
+    /// with their number): the check and the insertion are one step.
+    pub fn insert_within(&self, sb: Arc<Sandbox>, max: usize) -> Result<(), usize> {
+        let mut all = lock(&self.sandboxes);
+        if all.len() >= max {
+            return Err(all.len());
+        }
+        all.insert(sb.id.clone(), sb);
+        Ok(())
+    }
+
+    /// How many sandboxes exist.
+    pub fn len(&self) -> usize {
+        lock(&self.sandboxes).len()
+    }
+
+    /// Managed processes whose tree is not yet verified gone, across every
+    /// sandbox (processes being started included).
+    pub fn live_processes(&self) -> usize {
+        self.all()
+            .iter()
+            .map(|sb| {
+                let starting = *sb.starting.borrow();
+                let live = lock(&sb.processes)
+                    .values()
+                    .filter(|p| !p.exited().1)
+                    .count();
+                live + starting
+            })
+            .sum()
     }
 
     /// Removes a sandbox.
@@ -258,6 +363,47 @@ impl Store {
     /// All sandboxes.
     pub fn all(&self) -> Vec<Arc<Sandbox>> {
         lock(&self.sandboxes).values().cloned().collect()
+    }
+
+    /// Marks the root of a deleted sandbox for removal at shutdown (its
+    /// removal failed).
+    pub fn leave(&self, root: PathBuf) {
+        lock(&self.leftovers).push(root);
+    }
+
+    /// Applies `retention` to every sandbox (see
+    /// [`Sandbox::prune_finished`]); returns the ids of the processes
+    /// dropped, per sandbox id.
+    pub fn prune_finished(&self, retention: Retention) -> Vec<(String, Vec<String>)> {
+        let now = Instant::now();
+        self.all()
+            .into_iter()
+            .map(|sb| (sb.id.clone(), sb.prune_finished(retention, now)))
+            .filter(|(_, dropped)| !dropped.is_empty())
+            .collect()
+    }
+
+    /// Records a removal under way.
+    pub fn removing(&self, root: PathBuf, handle: std::thread::JoinHandle<bool>) {
+        let mut removals = lock(&self.removals);
+        removals.retain(|(_, h)| !h.is_finished());
+        removals.push((root, handle));
+    }
+
+    /// Waits for every removal under way (blocking); the roots whose
+    /// removal failed (or panicked) are marked by [`Store::leave`].
+    pub fn finish_removals(&self) {
+        let removals = std::mem::take(&mut *lock(&self.removals));
+        for (root, handle) in removals {
+            if !handle.join().unwrap_or(false) {
+                self.leave(root);
+            }
+        }
+    }
+
+    /// The roots marked by [`Store::leave`], taken.
+    pub fn take_leftovers(&self) -> Vec<PathBuf> {
+        std::mem::take(&mut *lock(&self.leftovers))
     }
 }
 

@@ -105,10 +105,22 @@ pub struct Process {
     init_exit: AtomicBool,
     /// The command has been seen forked (see [`Process::command_forked`]).
     command_seen: AtomicBool,
+    /// Set when the process could not be started for a reason of the
+    /// server's, not the command's (see [`Process::server_failure`]).
+    server_failure: Mutex<Option<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Out of descriptors, processes or memory: the host's state, not the
+/// command's.
+fn is_resource_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::EAGAIN | libc::ENOMEM)
+    )
 }
 
 /// What to start.
@@ -173,6 +185,7 @@ impl Process {
             terminate_lock: tokio::sync::Mutex::new(()),
             init_exit: AtomicBool::new(false),
             command_seen: AtomicBool::new(false),
+            server_failure: Mutex::new(None),
         });
         let spec = SpawnSpec {
             root: req.root.clone(),
@@ -186,6 +199,13 @@ impl Process {
         let spawned = match isolation::spawn(bwrap.as_deref(), &spec) {
             Ok(s) => s,
             Err(e) => {
+                if bwrap.is_some() || is_resource_error(&e) {
+                    // The launcher itself could not run: the server's
+                    // failure, never the command's result.
+                    *lock(&proc.server_failure) = Some(format!(
+                        "the server could not start the command ({e}); nothing runs, retry later"
+                    ));
+                }
                 // Like a shell: report the failure on stderr, exit 127.
                 let msg = format!("createos-local: cannot start {}: {e}\n", req.cmd);
                 proc.push(StreamKind::Stderr, Bytes::from(msg));
@@ -368,6 +388,20 @@ impl Process {
     pub fn exited(&self) -> (bool, bool) {
         let inner = lock(&self.inner);
         (inner.leader_exited, inner.tree_exited)
+    }
+
+    /// Why the server (not the command) failed to start this process: the
+    /// launcher could not be spawned (bwrap mode), or the host was out of
+    /// descriptors, processes or memory. Such a process never ran; the API
+    /// answers 503 instead of a command result.
+    pub fn server_failure(&self) -> Option<String> {
+        lock(&self.server_failure).clone()
+    }
+
+    /// When the leader's exit was recorded (RFC 3339, millisecond
+    /// precision, so the strings sort in time order).
+    pub fn finished_at(&self) -> Option<String> {
+        lock(&self.inner).finished_at.clone()
     }
 
     /// The recorded exit of the leader.

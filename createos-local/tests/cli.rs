@@ -102,3 +102,64 @@ async fn binary_prints_address_and_cleans_up_on_sigterm() {
     assert!(err.contains("none survived"), "{err}");
     assert!(marked_pids(&m).is_empty());
 }
+
+/// Issue 24: the key can come from a file (never on a command line, where
+/// `/proc/<pid>/cmdline` shows it to every user); `--help` warns about
+/// `--api-key` and states the host-wide budgets and the retention.
+#[tokio::test]
+async fn the_key_comes_from_a_file_and_help_states_budgets() {
+    let help = Command::new(env!("CARGO_BIN_EXE_createos-local"))
+        .arg("--help")
+        .output()
+        .expect("help");
+    let text = String::from_utf8_lossy(&help.stdout);
+    for needle in [
+        "/proc/<pid>/cmdline",
+        "--api-key-file",
+        "--max-sandboxes",
+        "--max-processes",
+        "--finished-ttl",
+        "--finished-keep",
+    ] {
+        assert!(text.contains(needle), "--help lacks {needle}: {text}");
+    }
+    let dir = std::env::temp_dir().join(format!("cl-keyfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let file = dir.join("key");
+    std::fs::write(&file, "file-key\n").expect("write key");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_createos-local"))
+        .args(["--port", "0", "--api-key-file"])
+        .arg(&file)
+        .env_remove("CREATEOS_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn binary");
+    let stdout = child.stdout.take().expect("stdout");
+    let first = BufReader::new(stdout)
+        .lines()
+        .next()
+        .expect("a line")
+        .expect("utf8 line");
+    let base = first
+        .strip_prefix("listening on ")
+        .expect("listening line")
+        .to_string();
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id())).expect("cmdline");
+    assert!(!String::from_utf8_lossy(&cmdline).contains("file-key"));
+    let http = reqwest::Client::new();
+    for (key, want) in [("file-key", 200), ("wrong", 401)] {
+        let resp = http
+            .get(format!("{base}/_admin/info"))
+            .header("X-Api-Key", key)
+            .send()
+            .await
+            .expect("info");
+        assert_eq!(resp.status(), want);
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -147,3 +147,25 @@ fn sigkill_of_the_cli_leaves_no_sandboxed_process() {
     }
     assert_eq!(pids_with(&token), Vec::<i32>::new(), "survived the CLI");
 }
+
+/// Issue 24 item 1: the CLI's embedded engine aborted (exit 134, stack
+/// overflow) when it released a sandbox whose command had built a
+/// directory chain 15 000 levels deep. A chain of 100 000 levels now ends
+/// with the command's own exit status and nothing left in the data
+/// directory's sandbox roots.
+#[test]
+fn releasing_a_sandbox_with_a_100000_level_tree_does_not_abort_the_cli() {
+    let Some(provider) = provider() else { return };
+    let output = sandbox(&provider)
+        .args([
+            "run",
+            "--",
+            "/usr/bin/perl",
+            "-e",
+            "for(1..100000){mkdir q(d) or die q(mkdir);chdir q(d) or die q(chdir)} print qq(deep\\n)",
+        ])
+        .output()
+        .expect("run sandbox");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "deep\n");
+}

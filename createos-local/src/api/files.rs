@@ -137,7 +137,27 @@ where
     });
     let mut len = 0usize;
     let mut refused = None;
-    while let Some(chunk) = stream.next().await {
+    loop {
+        // A body that stalls gives its slot back: no chunk within the
+        // body-read timeout ends the upload (nothing is written).
+        let chunk = match tokio::time::timeout(state.body_read_timeout, stream.next()).await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => break,
+            Err(_) => {
+                refused = Some(ApiError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    format!(
+                        "the upload body stalled: no data for {} ms; nothing was written",
+                        state.body_read_timeout.as_millis()
+                    ),
+                ));
+                let _ = tx
+                    .send(Err(std::io::Error::other("upload body stalled")))
+                    .await;
+                break;
+            }
+        };
         let item = match chunk {
             Ok(c) => {
                 len += c.len();

@@ -19,6 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::Router;
 
+use crate::budgets::Budgets;
 use crate::faults::{FaultAction, Faults, RecordedRequest};
 use crate::isolation::IsolationMode;
 use crate::store::Store;
@@ -55,6 +56,13 @@ pub struct AppState {
     pub uploads: Arc<tokio::sync::Semaphore>,
     /// The Daytona face's sandboxes and sessions.
     pub daytona: crate::daytona::registry::Registry,
+    /// How long a request body may send nothing before the request is
+    /// answered 408 and its slot is released.
+    pub body_read_timeout: Duration,
+    /// How long and how many finished processes are kept.
+    pub retention: crate::store::Retention,
+    /// Host-wide budgets (sandbox count, live processes).
+    pub budgets: Budgets,
     /// The Daytona `toolboxProxyUrl`: the toolbox listener's
     /// `http://127.0.0.1:<port>/toolbox`, or `<base>/daytona/toolbox`.
     pub toolbox_url: String,
@@ -99,6 +107,99 @@ pub async fn blocking<T: Send + 'static>(
     .await
     .map_err(|e| ApiError::internal(format!("file-system task failed: {e}")))?;
     Ok(out)
+}
+
+/// Removes the root of a deleted sandbox. The root is first renamed to
+/// `.removing-<id>` beside it (one step: the sandbox's files are gone from
+/// their path when the delete answers), then removed on a thread of its
+/// own, iteratively whatever the depth of the tree (see [`crate::fstree`]):
+/// a tree of 100 000 levels takes a minute on a slow disk, longer than a
+/// client waits for a DELETE. Shutdown waits for these removals. A
+/// failure is logged and the path is removed again at shutdown; `Err` only
+/// when no removal could be started.
+pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<(), String> {
+    let trash = state.data_dir.join(format!(".removing-{id}"));
+    let target = match std::fs::rename(&root, &trash) {
+        Ok(()) => trash,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // Could not rename: remove it where it is.
+        Err(_) => root,
+    };
+    let path = target.clone();
+    let label = id.to_string();
+    let spawned = std::thread::Builder::new()
+        .name("createos-local-remove".into())
+        .spawn(move || match crate::fstree::remove_tree(&path) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => {
+                eprintln!(
+                    "createos-local: could not remove the files of sandbox {label}: {e}; \
+                     they are removed again at shutdown"
+                );
+                false
+            }
+        });
+    match spawned {
+        Ok(handle) => {
+            state.store.removing(target, handle);
+            Ok(())
+        }
+        Err(e) => {
+            state.store.leave(target);
+            Err(format!(
+                "removing the files of sandbox {id} could not start ({e}); its processes are gone \
+                 and its files are removed at shutdown"
+            ))
+        }
+    }
+}
+
+/// Drops finished processes beyond the retention (both faces: a Daytona
+/// session forgets the commands whose process was dropped).
+pub fn prune_finished(state: &AppState) {
+    let pruned = state.store.prune_finished(state.retention);
+    if pruned.is_empty() {
+        return;
+    }
+    for (id, dropped) in pruned {
+        if let Some(sb) = state.daytona.get(&id) {
+            for session in sb.sessions() {
+                session.retain_commands(|c| !dropped.contains(&c.process.id));
+            }
+        }
+    }
+    // The journals just freed are many small allocations that glibc keeps
+    // in its arenas: give them back to the system, so that the server's
+    // memory returns to its baseline (see BENCHMARKS.md).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only releases free memory of the allocator.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// 503 for a process the server could not start (see
+/// [`crate::supervisor::Process::server_failure`]).
+pub fn start_failed(message: String) -> ApiError {
+    ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "start_failed", message)
+}
+
+/// The answer to a path the server could not resolve as the process's
+/// cwd: 400 when the path itself is wrong, 500 when the server failed
+/// (out of descriptors, I/O error).
+pub fn cwd_error(cwd: &str, e: crate::confine::PathError) -> ApiError {
+    match e {
+        crate::confine::PathError::Io(msg) => ApiError::internal(format!(
+            "the server could not open the working directory {cwd:?} ({msg}); nothing was started"
+        )),
+        other => ApiError::bad_request(format!("invalid cwd {cwd:?}: {other}")),
+    }
+}
+
+/// A budget refusal as the CreateOS face answers it (429).
+pub fn over_budget(r: crate::budgets::Refusal) -> ApiError {
+    ApiError::new(crate::budgets::Refusal::STATUS, r.code, r.message)
 }
 
 /// Shared state handle.
@@ -193,6 +294,7 @@ pub fn toolbox_router(state: Shared) -> Router {
 /// The middleware chain of both origins.
 fn layers(app: Router<Shared>, state: Shared) -> Router {
     app.layer(DefaultBodyLimit::max(limits::MAX_JSON_BODY))
+        .layer(middleware::from_fn(catch_panic))
         .layer(middleware::from_fn(envelope_errors))
         .layer(middleware::from_fn_with_state(state.clone(), rate_limit))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
@@ -269,6 +371,34 @@ async fn faults(State(state): State<Shared>, mut req: Request, next: Next) -> Re
     };
     resp.extensions_mut().insert(InjectedFault(action));
     resp
+}
+
+/// A panic in one request's handler answers that request 500 (with a
+/// message) instead of dropping its connection; the server and every
+/// other request go on.
+async fn catch_panic(req: Request, next: Next) -> Response {
+    use futures_util::FutureExt;
+    let daytona = crate::daytona::is_daytona_path(req.uri().path());
+    match std::panic::AssertUnwindSafe(next.run(req))
+        .catch_unwind()
+        .await
+    {
+        Ok(resp) => resp,
+        Err(_) => {
+            let message = "the server failed while handling this request (an internal error); \
+                           other requests are not affected";
+            if daytona {
+                crate::daytona::error::body(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    message,
+                    None,
+                )
+            } else {
+                envelope_for(StatusCode::INTERNAL_SERVER_ERROR, "internal", message, None)
+            }
+        }
+    }
 }
 
 /// Wraps axum's own rejections (bad query, wrong method, body too large …),
@@ -371,6 +501,25 @@ async fn auth(State(state): State<Shared>, req: Request, next: Next) -> Response
         .into_response();
     }
     next.run(req).await
+}
+
+/// `true` when `headers` carry the key, in either face's form
+/// (`X-Api-Key`, or `Authorization: Bearer`). The accept loop uses it to
+/// tell authenticated connections from ones that may be evicted.
+pub fn carries_key(headers: &axum::http::HeaderMap, key: &str) -> bool {
+    let x_api_key = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| constant_time_eq(v.as_bytes(), key.as_bytes()));
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        })
+        .is_some_and(|t| constant_time_eq(t.as_bytes(), key.as_bytes()));
+    x_api_key || bearer
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

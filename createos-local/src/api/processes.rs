@@ -71,7 +71,7 @@ async fn start(
     let c = cwd.clone();
     let host_cwd = super::blocking(state, move || crate::confine::resolve_dir(&root, &c))
         .await?
-        .map_err(|e| ApiError::bad_request(format!("invalid cwd {cwd:?}: {e}")))?;
+        .map_err(|e| super::cwd_error(&cwd, e))?;
     let env =
         build_env(&state.mode, &sb.root, &sb.spec.env, &body.env).map_err(ApiError::bad_request)?;
     let id = format!("proc-{}", crate::util::random_hex(8));
@@ -101,11 +101,16 @@ async fn start_registered(
     body: CreateBody,
     retention: Retention,
 ) -> Result<Arc<Process>, ApiError> {
+    crate::budgets::admit_process(&state.budgets, state.store.live_processes())
+        .map_err(super::over_budget)?;
     let _admission = sb.admit().ok_or_else(|| {
         ApiError::conflict("sandbox is being deleted")
             .with_extra(json!({ "current_status": sb.status() }))
     })?;
     let p = start(state, sb, body, retention).await?;
+    if let Some(why) = p.server_failure() {
+        return Err(super::start_failed(why));
+    }
     sb.add_process(p.clone());
     // A pause that began while this process was starting may have scanned
     // the sandbox before it was registered.

@@ -71,6 +71,7 @@ pub async fn create(
             bad.0
         )));
     }
+    crate::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(super::over_budget)?;
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
     let r = root.clone();
@@ -88,7 +89,16 @@ pub async fn create(
         },
         root,
     ));
-    state.store.insert(sb.clone());
+    if let Err(existing) = state
+        .store
+        .insert_within(sb.clone(), state.budgets.max_sandboxes)
+    {
+        let _ = super::remove_root(&state, &sb.id, sb.root.clone()).await;
+        return Err(super::over_budget(crate::budgets::sandbox_refusal(
+            &state.budgets,
+            existing,
+        )));
+    }
     // `creating` → `running` after the transition delay; without one, at
     // once (the answer already says `running`).
     if state.transition_delay.is_zero() {
@@ -146,17 +156,9 @@ pub async fn delete(
         )));
     }
     state.store.remove(&id);
-    let root = sb.root.clone();
-    // The sandbox is gone from the store already: the removal runs on the
-    // blocking pool without a slot (a busy pool must not undo a delete).
-    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&root))
+    super::remove_root(&state, &id, sb.root.clone())
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    if let Err(e) = removed {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            eprintln!("createos-local: could not remove sandbox root of {id}: {e}");
-        }
-    }
+        .map_err(ApiError::internal)?;
     Ok(ok(json!({ "id": id, "status": Status::Destroyed })))
 }
 

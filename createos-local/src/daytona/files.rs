@@ -44,9 +44,21 @@ pub async fn upload(
     let sb = daytona_sandbox(&state, &id)?;
     let path = required(&q)?;
     loop {
-        let field = form.next_field().await.map_err(|e| {
-            DaytonaError::bad_request(format!("the multipart body could not be read: {e}"))
-        })?;
+        let field = tokio::time::timeout(state.body_read_timeout, form.next_field())
+            .await
+            .map_err(|_| {
+                DaytonaError::new(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "body_timeout",
+                    format!(
+                        "the upload body stalled: no data for {} ms; nothing was written",
+                        state.body_read_timeout.as_millis()
+                    ),
+                )
+            })?
+            .map_err(|e| {
+                DaytonaError::bad_request(format!("the multipart body could not be read: {e}"))
+            })?;
         let Some(field) = field else {
             return Err(DaytonaError::bad_request(
                 "the multipart body has no part named \"file\"",

@@ -186,6 +186,12 @@ impl Session {
     pub fn commands(&self) -> Vec<Arc<Command>> {
         lock(&self.commands).clone()
     }
+
+    /// Keeps only the commands for which `keep` holds (retention of
+    /// finished commands, see [`crate::store::Sandbox::prune_finished`]).
+    pub fn retain_commands(&self, keep: impl Fn(&Command) -> bool) {
+        lock(&self.commands).retain(|c| keep(c));
+    }
 }
 
 /// One command executed in a session.

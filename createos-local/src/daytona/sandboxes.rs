@@ -185,6 +185,8 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
             )));
         }
     }
+    crate::budgets::admit_sandbox(&state.budgets, state.store.len())
+        .map_err(crate::api::over_budget)?;
     let id = uuid();
     let root = state.data_dir.join(format!("daytona-{id}"));
     let r = root.clone();
@@ -226,7 +228,17 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         build_info: body.build_info,
     };
     let sb = Arc::new(DaytonaSandbox::new(core.clone(), spec));
-    state.store.insert(core);
+    if let Err(existing) = state
+        .store
+        .insert_within(core.clone(), state.budgets.max_sandboxes)
+    {
+        let _ = crate::api::remove_root(&state, &core.id, core.root.clone()).await;
+        return Err(crate::api::over_budget(crate::budgets::sandbox_refusal(
+            &state.budgets,
+            existing,
+        ))
+        .into());
+    }
     state.daytona.insert(sb.clone());
     Ok(answer(&state, &sb))
 }
@@ -400,19 +412,9 @@ pub async fn delete(
     sb.clear_sessions();
     state.daytona.remove(sb.id());
     state.store.remove(sb.id());
-    let root = sb.core.root.clone();
-    // Gone from both registries already: the removal needs no pool slot.
-    let removed = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(&root))
+    crate::api::remove_root(&state, sb.id(), sb.core.root.clone())
         .await
-        .map_err(|e| DaytonaError::internal(e.to_string()))?;
-    if let Err(e) = removed {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            eprintln!(
-                "createos-local: could not remove the files of sandbox {}: {e}",
-                sb.id()
-            );
-        }
-    }
+        .map_err(DaytonaError::internal)?;
     let mut v = to_json(&state, &sb);
     v["state"] = json!("destroyed");
     v["desiredState"] = json!("destroyed");

@@ -97,6 +97,8 @@ async fn start_process(
     extra_env: &BTreeMap<String, String>,
 ) -> Result<Arc<Process>, DaytonaError> {
     require_started(sb)?;
+    crate::budgets::admit_process(&state.budgets, state.store.live_processes())
+        .map_err(crate::api::over_budget)?;
     let _admission = sb
         .core
         .admit()
@@ -105,7 +107,7 @@ async fn start_process(
     let c = cwd.clone();
     let host_cwd = crate::api::blocking(state, move || crate::confine::resolve_dir(&root, &c))
         .await?
-        .map_err(|e| DaytonaError::bad_request(format!("invalid cwd {cwd:?}: {e}")))?;
+        .map_err(|e| crate::api::cwd_error(&cwd, e))?;
     let mut env = build_env(&state.mode, &sb.core.root, &sb.spec.env, &BTreeMap::new())
         .map_err(DaytonaError::internal)?;
     // Variables of this command alone (`process/execute`'s `envs`).
@@ -126,6 +128,9 @@ async fn start_process(
     };
     let id = format!("proc-{}", crate::util::random_hex(8));
     let p = Process::start(id, state.bwrap.clone(), &state.mode, req).await;
+    if let Some(why) = p.server_failure() {
+        return Err(crate::api::start_failed(why).into());
+    }
     sb.core.add_process(p.clone());
     Ok(p)
 }

@@ -1,0 +1,52 @@
+//! Issue 24 item 7: when the server itself runs out of descriptors, a
+//! process creation was answered 400 "invalid cwd" and an exec 200 with
+//! exit code 127: server failures reported as the command's result. Now
+//! both are 5xx with a message. A file of its own: the test exhausts the
+//! descriptors of its whole process (the server runs in it), which would
+//! disturb any test running beside it.
+
+mod common;
+
+use common::Harness;
+use reqwest::StatusCode;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptor_exhaustion_is_a_5xx_not_a_command_result() {
+    let h = Harness::start().await;
+    let sb = h.sandbox().await;
+    // Warm the client's connection: no new descriptor is needed below.
+    let out = h.exec(&sb, "true").await;
+    assert_eq!(out["exit_code"], 0, "{out}");
+    let mut held = Vec::new();
+    while let Ok(f) = std::fs::File::open("/dev/null") {
+        held.push(f);
+        if held.len() > 1_000_000 {
+            break;
+        }
+    }
+    let (st_create, create) = h
+        .post(
+            &format!("/v1/sandboxes/{sb}/processes"),
+            json!({"cmd": "/bin/true"}),
+        )
+        .await;
+    let (st_exec, exec) = h
+        .post(
+            &format!("/v1/sandboxes/{sb}/exec"),
+            json!({"cmd": "/bin/true"}),
+        )
+        .await;
+    drop(held);
+    assert!(st_create.is_server_error(), "{st_create} {create}");
+    assert!(
+        create["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{create}"
+    );
+    assert!(st_exec.is_server_error(), "{st_exec} {exec}");
+    // Descriptors back: the server serves again.
+    let out = h.exec(&sb, "echo back").await;
+    assert_eq!(out["exit_code"], 0, "{out}");
+    let (st, v) = h.get(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+}
