@@ -69,10 +69,11 @@ pub use instance::{trap_of, ProviderInstance};
 pub use lease_backend::{
     HostInstance, LeaseBackend, LeaseRecord, LeaseRefused, Liveness, StoreUnavailable,
 };
-pub use lease_postgres::{PgLeaseStore, MIGRATIONS};
+pub use lease_postgres::PgLeaseStore;
 pub use lease_rules::{LeaseState, Operation};
 pub use lease_store::LeaseStore;
 pub use lease_store_url::{open_store, StoreUrl};
+pub use leases::sql::MIGRATIONS;
 pub use messages::{cleanup_text, error_text};
 pub use network::client::NetworkTransport;
 pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink, SandboxRecorder};

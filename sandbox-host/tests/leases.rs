@@ -218,3 +218,105 @@ fn an_expired_resume_destroys_the_sandbox_before_forgetting_the_lease() {
         }
     }
 }
+
+/// The tables of a SQLite store written before both stores shared one
+/// schema (`leases`, `hosts`), as the previous release made them.
+const OLDER_SQLITE_SCHEMA: &str = "
+    CREATE TABLE leases (id TEXT PRIMARY KEY, provider TEXT NOT NULL,
+        company_id TEXT NOT NULL, environment_id TEXT NOT NULL, run_id TEXT NOT NULL,
+        config TEXT NOT NULL, state TEXT NOT NULL, reason TEXT, provider_lease_id TEXT,
+        metadata TEXT, expires_at TEXT, created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL, busy_pid INTEGER, busy_owner TEXT,
+        busy_count INTEGER NOT NULL DEFAULT 0, closing_owner TEXT);
+    CREATE INDEX leases_state ON leases(state);
+    CREATE TABLE hosts (id TEXT PRIMARY KEY, pid INTEGER NOT NULL, hostname TEXT NOT NULL,
+        started_ms INTEGER NOT NULL, heartbeat_ms INTEGER NOT NULL, expiry_ms INTEGER NOT NULL);";
+
+fn sqlite_tables(path: &std::path::Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap();
+    let names = statement.query_map([], |row| row.get(0)).unwrap();
+    names.map(Result::unwrap).collect()
+}
+
+/// Both stores keep leases in one table name now (`sandbox_leases`): a
+/// SQLite file of the previous release must keep its leases (a poisoned
+/// one stays poisoned, a busy mark of a vanished host still poisons), and
+/// rows an older `sandbox` writes into a recreated old table later are
+/// merged at the next open, never lost.
+#[test]
+fn an_older_sqlite_store_keeps_its_leases_under_the_shared_table_name() {
+    let path = store_file("older-tables");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(OLDER_SQLITE_SCHEMA).unwrap();
+        conn.execute_batch(
+            "INSERT INTO leases VALUES ('P', 'test', 'co', 'env', 'r1', '{}', 'poisoned',
+                'cleanup failed', 'sb-1', '{}', NULL, 1, 1, NULL, NULL, 0, NULL);
+             INSERT INTO leases VALUES ('B', 'test', 'co', 'env', 'r2', '{}', 'active',
+                NULL, 'sb-2', '{}', NULL, 2, 2, NULL, 'host-gone', 1, NULL);
+             INSERT INTO hosts VALUES ('host-old', 1, 'm', 0, 0, 10000);",
+        )
+        .unwrap();
+    }
+    let ctx = sandbox_host::types::EnvironmentContext {
+        driver_key: "test".into(),
+        company_id: "co".into(),
+        environment_id: "env".into(),
+        issue_id: None,
+        config: "{}".into(),
+    };
+    {
+        let store = Arc::new(LeaseStore::open(&path).unwrap());
+        let ids: Vec<String> = store.list().unwrap().into_iter().map(|l| l.id).collect();
+        assert_eq!(ids, ["P", "B"]);
+        let poisoned = store.get("P").unwrap().unwrap();
+        assert_eq!(poisoned.state, LeaseState::Poisoned);
+        assert_eq!(poisoned.reason.as_deref(), Some("cleanup failed"));
+        assert_eq!(
+            poisoned.lease.unwrap().provider_lease_id,
+            "sb-1",
+            "the sandbox id survives the move"
+        );
+        let me = store.register_host(short()).unwrap();
+        let refused = store
+            .begin("B", Operation::Execute, &ctx, me.id())
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("B"),
+            "a busy mark of a host without a record still refuses: {refused}"
+        );
+        assert_eq!(store.get("B").unwrap().unwrap().state, LeaseState::Poisoned);
+    }
+    let tables = sqlite_tables(&path);
+    assert!(
+        tables.contains(&"sandbox_leases".to_owned())
+            && tables.contains(&"sandbox_hosts".to_owned()),
+        "{tables:?}"
+    );
+    assert!(
+        !tables.contains(&"leases".to_owned()) && !tables.contains(&"hosts".to_owned()),
+        "the old tables are gone once their rows moved: {tables:?}"
+    );
+
+    // An older `sandbox` opening the file recreates its tables and records
+    // a lease there; the next open merges it.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(OLDER_SQLITE_SCHEMA).unwrap();
+        conn.execute_batch(
+            "INSERT INTO leases VALUES ('N', 'test', 'co', 'env', 'r3', '{}', 'active',
+                NULL, 'sb-3', '{}', NULL, 3, 3, NULL, NULL, 0, NULL);",
+        )
+        .unwrap();
+    }
+    let store = LeaseStore::open(&path).unwrap();
+    let ids: Vec<String> = store.list().unwrap().into_iter().map(|l| l.id).collect();
+    assert_eq!(ids, ["P", "B", "N"]);
+    assert_eq!(store.get("N").unwrap().unwrap().state, LeaseState::Active);
+    assert!(!sqlite_tables(&path).contains(&"leases".to_owned()));
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
