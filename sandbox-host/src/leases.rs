@@ -5,6 +5,8 @@
 pub(crate) mod backend;
 pub(crate) mod local;
 pub(crate) mod postgres;
+/// The lease state machine: states, operations and the transition rules
+/// every store applies.
 pub mod rules;
 pub(crate) mod sql;
 pub(crate) mod sqlite;

@@ -19,8 +19,8 @@ use crate::budget::{Budget, DEFAULT_MARGIN};
 use crate::cancel::CancelToken;
 use crate::component::ProviderComponent;
 use crate::instance::{trap_of, ProviderInstance};
-use crate::lease_backend::{HostInstance, LeaseBackend, LeaseRecord, Liveness};
-use crate::lease_rules::{LeaseState, Operation};
+use crate::leases::backend::{HostInstance, LeaseBackend, LeaseRecord, Liveness};
+use crate::leases::rules::{LeaseState, Operation};
 use crate::messages::{cleanup_text, error_text};
 use crate::options::{GuestStderr, HostOptions, OutputSink, SandboxRecorder};
 use crate::policy::{Origin, Policy};
@@ -69,7 +69,7 @@ impl Environment {
 /// - A lease is recorded (`acquiring`, owned by this host instance) before
 ///   the provider creates anything; `probe` is recorded the same way.
 /// - Each operation checks and marks the lease in one store transaction
-///   (see [`lease_rules`](crate::lease_rules)): a mark left by a host whose
+///   (see [`leases::rules`](crate::leases::rules)): a mark left by a host whose
 ///   heartbeat expired poisons the lease first, whatever the operation.
 /// - `cleanup-failed`, or a trap or limit hit during an operation that may
 ///   have left something running, poisons the lease; a poisoned lease

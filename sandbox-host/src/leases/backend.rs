@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::bindings::types::{EnvironmentContext, Lease};
-use crate::lease_rules::{HostSeen, LeaseState, Operation, Owner};
+use crate::leases::rules::{HostSeen, LeaseState, Operation, Owner};
 
 /// One stored lease.
 #[derive(Clone, Debug)]
@@ -125,7 +125,7 @@ impl Default for Liveness {
 }
 
 /// Where leases and host instances are kept. The state machine is
-/// [`lease_rules`](crate::lease_rules); a backend applies its decisions
+/// [`leases::rules`](crate::leases::rules); a backend applies its decisions
 /// atomically (SQLite: one `BEGIN IMMEDIATE` transaction; a server
 /// database: one transaction with the lease row locked), judges host
 /// liveness by heartbeat age against each host's own expiry, and keeps a
@@ -145,7 +145,7 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
     fn remove_host(&self, id: &str) -> Result<()>;
 
     /// Checks and marks lease `id` for `operation` by host `me` in one
-    /// transaction, as [`lease_rules::decide`](crate::lease_rules::decide)
+    /// transaction, as [`leases::rules::decide`](crate::leases::rules::decide)
     /// says: a mark of a host whose heartbeat expired poisons the lease
     /// durably (even when the operation is then refused with
     /// [`LeaseRefused`]); execute, realize and resume take a busy mark;

@@ -20,7 +20,7 @@ use postgres::types::ToSql;
 use postgres::{Client, Config, GenericClient, NoTls, Row};
 
 use super::sql::{self, Columns, Dialect, Session, Value};
-use crate::lease_backend::{HostInstance, Liveness, StoreUnavailable};
+use crate::leases::backend::{HostInstance, Liveness, StoreUnavailable};
 
 /// Serialises migrations of hosts starting at the same time.
 const MIGRATION_LOCK: i64 = 0x0053_414e_4442_4f58; // "SANDBOX" in ASCII

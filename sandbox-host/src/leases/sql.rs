@@ -1,6 +1,6 @@
 //! The lease operations of both SQL stores, written once over a small
 //! [`Dialect`]: what a store does to apply a decision of
-//! [`lease_rules`](crate::lease_rules) (check and mark in one transaction,
+//! [`leases::rules`](crate::leases::rules) (check and mark in one transaction,
 //! end an operation, poison, list), the one schema both keep
 //! ([`MIGRATIONS`]), and how that schema is brought up to date.
 //!
@@ -15,8 +15,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::bindings::types::{EnvironmentContext, Lease};
-use crate::lease_backend::{judge, LeaseBackend, LeaseRecord, LeaseRefused, Liveness};
-use crate::lease_rules::{decide, Change, HostSeen, LeaseState, LeaseView, Operation, Owner};
+use crate::leases::backend::{judge, LeaseBackend, LeaseRecord, LeaseRefused, Liveness};
+use crate::leases::rules::{decide, Change, HostSeen, LeaseState, LeaseView, Operation, Owner};
 
 /// The schema of both stores, one step per version: version `n` is reached
 /// by applying `MIGRATIONS[n - 1]`. Append only; never edit a released

@@ -20,7 +20,7 @@ use rusqlite::types::ToSqlOutput;
 use rusqlite::{params_from_iter, Connection, Row, TransactionBehavior};
 
 use super::sql::{self, Columns, Dialect, Session, Value};
-use crate::lease_backend::{HostInstance, LeaseBackend, LeaseRecord, Liveness};
+use crate::leases::backend::{HostInstance, LeaseBackend, LeaseRecord, Liveness};
 
 /// The lease store. Safe to share between threads; several processes (and
 /// several hosts on one machine) may open the same file (SQLite locking,
@@ -262,8 +262,8 @@ fn now_ms() -> i64 {
 mod tests {
     use super::*;
     use crate::bindings::types::EnvironmentContext;
-    use crate::lease_backend::LeaseRefused;
-    use crate::lease_rules::{LeaseState, Operation};
+    use crate::leases::backend::LeaseRefused;
+    use crate::leases::rules::{LeaseState, Operation};
 
     fn ctx() -> EnvironmentContext {
         EnvironmentContext {

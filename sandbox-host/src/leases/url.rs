@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 
-use crate::lease_backend::LeaseBackend;
-use crate::lease_postgres::PgLeaseStore;
-use crate::lease_store::LeaseStore;
+use crate::leases::backend::LeaseBackend;
+use crate::leases::postgres::PgLeaseStore;
+use crate::leases::sqlite::LeaseStore;
 
 /// Where the leases are kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
