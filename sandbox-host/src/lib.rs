@@ -18,7 +18,7 @@
 //! `messages`).
 //!
 //! On top of that, [`SandboxRuntime`] keeps leases in a durable
-//! [`LeaseStore`] (poisoned on `cleanup-failed`, a trap, or the death of
+//! [`SqliteLeases`] (poisoned on `cleanup-failed`, a trap, or the death of
 //! the host using them, judged by heartbeat; destroyed by `sweep`), with
 //! the state machine in [`leases::rules`]; [`Secrets`] holds the operator's
 //! secret rules and [`Budget`] the deadlines; [`ArtifactCache`] keeps
@@ -59,12 +59,12 @@ pub use component::ProviderComponent;
 pub use engine::{new_engine, shared_engine, EPOCH_TICK};
 pub use instance::{trap_of, ProviderInstance};
 pub use leases::backend::{
-    HostInstance, LeaseBackend, LeaseRecord, LeaseRefused, Liveness, StoreUnavailable,
+    HostInstance, LeaseRecord, LeaseRefused, LeaseStore, Liveness, StoreUnavailable,
 };
-pub use leases::postgres::PgLeaseStore;
+pub use leases::postgres::PostgresLeases;
 pub use leases::rules::{LeaseState, Operation};
 pub use leases::sql::MIGRATIONS;
-pub use leases::sqlite::LeaseStore;
+pub use leases::sqlite::SqliteLeases;
 pub use leases::url::{open_store, StoreUrl};
 pub use messages::{cleanup_text, error_text};
 pub use network::client::NetworkTransport;

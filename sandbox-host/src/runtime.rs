@@ -19,7 +19,7 @@ use crate::budget::{Budget, DEFAULT_MARGIN};
 use crate::cancel::CancelToken;
 use crate::component::ProviderComponent;
 use crate::instance::{trap_of, ProviderInstance};
-use crate::leases::backend::{HostInstance, LeaseBackend, LeaseRecord, Liveness};
+use crate::leases::backend::{HostInstance, LeaseRecord, LeaseStore, Liveness};
 use crate::leases::rules::{LeaseState, Operation};
 use crate::messages::{cleanup_text, error_text};
 use crate::options::{GuestStderr, HostOptions, OutputSink, SandboxRecorder};
@@ -81,7 +81,7 @@ impl Environment {
 pub struct SandboxRuntime {
     component: ProviderComponent,
     description: ProviderDescription,
-    store: Arc<dyn LeaseBackend>,
+    store: Arc<dyn LeaseStore>,
     host: HostInstance,
     transport: Arc<dyn Transport>,
     budget: RateBudget,
@@ -94,13 +94,13 @@ pub struct SandboxRuntime {
 
 impl SandboxRuntime {
     /// A runtime for `component`, storing leases in `store` (for example a
-    /// [`LeaseStore`](crate::LeaseStore)), sending allowed
+    /// [`SqliteLeases`](crate::SqliteLeases)), sending allowed
     /// requests through `transport` (usually [`NetworkTransport`](crate::NetworkTransport)).
     /// Registers a host instance in the store whose heartbeat runs while
     /// the runtime lives ([`Liveness::DEFAULT`]).
     pub fn new(
         component: ProviderComponent,
-        store: Arc<dyn LeaseBackend>,
+        store: Arc<dyn LeaseStore>,
         transport: Arc<dyn Transport>,
     ) -> Result<Self> {
         let description = component.instantiate(HostOptions::new())?.describe()?;
@@ -173,7 +173,7 @@ impl SandboxRuntime {
     }
 
     /// The lease store.
-    pub fn store(&self) -> &dyn LeaseBackend {
+    pub fn store(&self) -> &dyn LeaseStore {
         &*self.store
     }
 

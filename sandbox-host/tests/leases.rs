@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError, ResumeOutcome};
 use sandbox_host::{
-    CancelToken, LeaseBackend, LeaseState, LeaseStore, Liveness, Operation, RateBudget,
-    SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets,
+    CancelToken, LeaseState, LeaseStore, Liveness, Operation, RateBudget, SandboxRuntime,
+    ScriptedResponse, ScriptedTransport, Secrets, SqliteLeases,
 };
 
 mod common;
 use common::test_provider;
 
-fn runtime(store: Arc<LeaseStore>) -> SandboxRuntime {
+fn runtime(store: Arc<SqliteLeases>) -> SandboxRuntime {
     let script = ScriptedTransport::new(|_| ScriptedResponse::status(500));
     SandboxRuntime::new(test_provider().clone(), store, script.shared())
         .unwrap()
@@ -62,7 +62,7 @@ fn short() -> Liveness {
 fn a_mark_of_a_host_whose_heartbeat_expired_poisons_the_lease_even_with_the_same_pid() {
     let path = store_file("same-pid");
     let lease_id = {
-        let store = Arc::new(LeaseStore::open(&path).unwrap());
+        let store = Arc::new(SqliteLeases::open(&path).unwrap());
         let rt = runtime(store.clone());
         let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
         let record = rt.acquire(&env, &acquire("r1")).unwrap().unwrap();
@@ -76,7 +76,7 @@ fn a_mark_of_a_host_whose_heartbeat_expired_poisons_the_lease_even_with_the_same
     };
     thread::sleep(short().expiry + Duration::from_millis(300));
 
-    let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()));
+    let rt = runtime(Arc::new(SqliteLeases::open(&path).unwrap()));
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     let refused = rt
         .execute(&env, &lease_id, &command("echo"), None, CancelToken::new())
@@ -85,7 +85,7 @@ fn a_mark_of_a_host_whose_heartbeat_expired_poisons_the_lease_even_with_the_same
     assert!(message.contains("died"), "{message}");
     assert!(message.contains("sandbox lease destroy"), "{message}");
     // Durably: a fresh store handle sees it.
-    let record = LeaseStore::open(&path)
+    let record = SqliteLeases::open(&path)
         .unwrap()
         .get(&lease_id)
         .unwrap()
@@ -108,7 +108,7 @@ fn a_mark_of_a_host_whose_heartbeat_expired_poisons_the_lease_even_with_the_same
 #[test]
 fn a_live_mark_can_be_neither_taken_nor_cleared_by_another_host() {
     let path = store_file("live");
-    let store = Arc::new(LeaseStore::open(&path).unwrap());
+    let store = Arc::new(SqliteLeases::open(&path).unwrap());
     let rt = runtime(store.clone());
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     let record = rt.acquire(&env, &acquire("r2")).unwrap().unwrap();
@@ -118,7 +118,7 @@ fn a_live_mark_can_be_neither_taken_nor_cleared_by_another_host() {
         .begin(&record.id, Operation::Execute, env.context(), other.id())
         .unwrap();
 
-    let second = runtime(Arc::new(LeaseStore::open(&path).unwrap()));
+    let second = runtime(Arc::new(SqliteLeases::open(&path).unwrap()));
     for outcome in [
         second
             .execute(&env, &record.id, &command("echo"), None, CancelToken::new())
@@ -150,7 +150,7 @@ fn a_live_mark_can_be_neither_taken_nor_cleared_by_another_host() {
 /// `closing` first, and execute refuses a closing lease.
 #[test]
 fn no_command_starts_while_a_release_is_under_way() {
-    let rt = Arc::new(runtime(Arc::new(LeaseStore::open_in_memory().unwrap())));
+    let rt = Arc::new(runtime(Arc::new(SqliteLeases::open_in_memory().unwrap())));
     let env = rt
         .environment("co", "env", r#"{"mode":"slow-release"}"#, &Secrets::none())
         .unwrap();
@@ -185,7 +185,7 @@ fn no_command_starts_while_a_release_is_under_way() {
 /// host destroys it first; when that delete fails, the lease is poisoned.
 #[test]
 fn an_expired_resume_destroys_the_sandbox_before_forgetting_the_lease() {
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()));
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()));
     for (config, state) in [
         (r#"{"mode":"resume-expired"}"#, LeaseState::Destroyed),
         (
@@ -270,7 +270,7 @@ fn an_older_sqlite_store_keeps_its_leases_under_the_shared_table_name() {
         config: "{}".into(),
     };
     {
-        let store = Arc::new(LeaseStore::open(&path).unwrap());
+        let store = Arc::new(SqliteLeases::open(&path).unwrap());
         let ids: Vec<String> = store.list().unwrap().into_iter().map(|l| l.id).collect();
         assert_eq!(ids, ["P", "B"]);
         let poisoned = store.get("P").unwrap().unwrap();
@@ -313,7 +313,7 @@ fn an_older_sqlite_store_keeps_its_leases_under_the_shared_table_name() {
         )
         .unwrap();
     }
-    let store = LeaseStore::open(&path).unwrap();
+    let store = SqliteLeases::open(&path).unwrap();
     let ids: Vec<String> = store.list().unwrap().into_iter().map(|l| l.id).collect();
     assert_eq!(ids, ["P", "B", "N"]);
     assert_eq!(store.get("N").unwrap().unwrap().state, LeaseState::Active);

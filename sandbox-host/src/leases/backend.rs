@@ -1,6 +1,6 @@
 //! What a lease store is, whatever keeps it: the stored lease, the host
-//! instance that proves it is alive by heartbeat, and the [`LeaseBackend`]
-//! trait a store implements (SQLite: [`LeaseStore`](crate::LeaseStore)).
+//! instance that proves it is alive by heartbeat, and the [`LeaseStore`]
+//! trait a store implements (SQLite: [`SqliteLeases`](crate::SqliteLeases)).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -130,7 +130,7 @@ impl Default for Liveness {
 /// database: one transaction with the lease row locked), judges host
 /// liveness by heartbeat age against each host's own expiry, and keeps a
 /// poison durable.
-pub trait LeaseBackend: Send + Sync + fmt::Debug {
+pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// Whether the leases outlive this process.
     fn is_durable(&self) -> bool;
 
@@ -203,12 +203,12 @@ pub(crate) fn judge(mut seen: HostSeen) -> Owner {
     }
 }
 
-/// One running host, registered in a [`LeaseBackend`]: a random instance id
+/// One running host, registered in a [`LeaseStore`]: a random instance id
 /// (never a pid, which another process may get later) and a heartbeat
 /// refreshed by a background thread while this value lives.
 pub struct HostInstance {
     id: String,
-    store: Arc<dyn LeaseBackend>,
+    store: Arc<dyn LeaseStore>,
     interval: Arc<AtomicU64>,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -220,7 +220,7 @@ impl HostInstance {
     /// Registers a new host instance (random id) in `store` and starts its
     /// heartbeat thread. The instance owns every mark this host takes;
     /// dropping it stops the heartbeat and removes its record.
-    pub fn register(store: Arc<dyn LeaseBackend>, liveness: Liveness) -> Result<HostInstance> {
+    pub fn register(store: Arc<dyn LeaseStore>, liveness: Liveness) -> Result<HostInstance> {
         let id = format!("host-{}", random_hex(16)?);
         store.add_host(&id, liveness)?;
         let interval = Arc::new(AtomicU64::new(millis_u64(liveness.heartbeat)));

@@ -29,13 +29,13 @@ const MIGRATION_LOCK: i64 = 0x0053_414e_4442_4f58; // "SANDBOX" in ASCII
 /// shared by the threads of this process; a connection lost (database
 /// restarted, network down) fails the operation with [`StoreUnavailable`]
 /// and is opened again by the next one.
-pub struct PgLeaseStore {
+pub struct PostgresLeases {
     config: Config,
     place: String,
     client: Mutex<Option<Client>>,
 }
 
-impl PgLeaseStore {
+impl PostgresLeases {
     /// Connects to the database at `url` (`postgres://user@host:port/db`,
     /// connect timeout 5 s unless the URL sets one) and applies the
     /// missing schema migrations. Fails before writing anything when the
@@ -51,7 +51,7 @@ impl PgLeaseStore {
             config.connect_timeout(Duration::from_secs(5));
         }
         let place = describe(&config);
-        let store = PgLeaseStore {
+        let store = PostgresLeases {
             config,
             place,
             client: Mutex::new(None),
@@ -130,7 +130,7 @@ impl PgLeaseStore {
     }
 }
 
-impl Dialect for PgLeaseStore {
+impl Dialect for PostgresLeases {
     const LOCK_ROW: &'static str = " FOR UPDATE";
 
     fn durable(&self) -> bool {
@@ -173,9 +173,9 @@ impl Dialect for PgLeaseStore {
     }
 }
 
-impl fmt::Debug for PgLeaseStore {
+impl fmt::Debug for PostgresLeases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PgLeaseStore")
+        f.debug_struct("PostgresLeases")
             .field("place", &self.place)
             .finish_non_exhaustive()
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::bindings::types::{EnvironmentContext, Lease};
-use crate::leases::backend::{judge, LeaseBackend, LeaseRecord, LeaseRefused, Liveness};
+use crate::leases::backend::{judge, LeaseRecord, LeaseRefused, LeaseStore, Liveness};
 use crate::leases::rules::{decide, Change, HostSeen, LeaseState, LeaseView, Operation, Owner};
 
 /// The schema of both stores, one step per version: version `n` is reached
@@ -87,7 +87,7 @@ pub trait Session {
 }
 
 /// What a SQL database adds to the shared lease operations. Every type
-/// that implements it is a [`LeaseBackend`].
+/// that implements it is a [`LeaseStore`].
 pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// What makes a `SELECT` in a [`transaction`](Self::transaction) lock
     /// the row it read until the transaction ends (empty where the
@@ -234,7 +234,7 @@ const NEEDING_SWEEP: &str = "SELECT * FROM sandbox_leases
             AND (busy_owner IS NOT NULL OR closing_owner IS NOT NULL))
      ORDER BY created_ms, id";
 
-impl<D: Dialect> LeaseBackend for D {
+impl<D: Dialect> LeaseStore for D {
     fn is_durable(&self) -> bool {
         self.durable()
     }

@@ -20,12 +20,12 @@ use rusqlite::types::ToSqlOutput;
 use rusqlite::{params_from_iter, Connection, Row, TransactionBehavior};
 
 use super::sql::{self, Columns, Dialect, Session, Value};
-use crate::leases::backend::{HostInstance, LeaseBackend, LeaseRecord, Liveness};
+use crate::leases::backend::{HostInstance, LeaseRecord, LeaseStore, Liveness};
 
 /// The lease store. Safe to share between threads; several processes (and
 /// several hosts on one machine) may open the same file (SQLite locking,
 /// 5 s busy timeout).
-pub struct LeaseStore {
+pub struct SqliteLeases {
     conn: Mutex<Connection>,
     place: String,
     durable: bool,
@@ -46,7 +46,7 @@ const LEASE_COLUMNS: &str = "id, provider, company_id, environment_id, run_id, c
      busy_count, closing_owner";
 const HOST_COLUMNS: &str = "id, pid, hostname, started_ms, heartbeat_ms, expiry_ms";
 
-impl LeaseStore {
+impl SqliteLeases {
     /// Opens (creating if needed) the store file at `path` and its parents.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
@@ -79,7 +79,7 @@ impl LeaseStore {
         }
         tx.commit().context("creating the lease store schema")?;
         migrated?;
-        Ok(LeaseStore {
+        Ok(SqliteLeases {
             conn: Mutex::new(conn),
             place,
             durable,
@@ -90,19 +90,19 @@ impl LeaseStore {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The lease with host id `id` (also [`LeaseBackend::get`]).
+    /// The lease with host id `id` (also [`LeaseStore::get`]).
     pub fn get(&self, id: &str) -> Result<Option<LeaseRecord>> {
-        <Self as LeaseBackend>::get(self, id)
+        <Self as LeaseStore>::get(self, id)
     }
 
-    /// Every lease, oldest first (also [`LeaseBackend::list`]).
+    /// Every lease, oldest first (also [`LeaseStore::list`]).
     pub fn list(&self) -> Result<Vec<LeaseRecord>> {
-        <Self as LeaseBackend>::list(self)
+        <Self as LeaseStore>::list(self)
     }
 
-    /// Leases a sweep may have to handle (also [`LeaseBackend::needing_sweep`]).
+    /// Leases a sweep may have to handle (also [`LeaseStore::needing_sweep`]).
     pub fn needing_sweep(&self) -> Result<Vec<LeaseRecord>> {
-        <Self as LeaseBackend>::needing_sweep(self)
+        <Self as LeaseStore>::needing_sweep(self)
     }
 
     /// Registers a host instance in this store and starts its heartbeat
@@ -152,7 +152,7 @@ fn absorb_older_tables(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
-impl Dialect for LeaseStore {
+impl Dialect for SqliteLeases {
     const LOCK_ROW: &'static str = "";
 
     /// Whether the store is a file that outlives this process (false for
@@ -193,9 +193,9 @@ impl Dialect for LeaseStore {
     }
 }
 
-impl fmt::Debug for LeaseStore {
+impl fmt::Debug for SqliteLeases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LeaseStore")
+        f.debug_struct("SqliteLeases")
             .field("place", &self.place)
             .finish_non_exhaustive()
     }
@@ -295,7 +295,7 @@ mod tests {
             )
             .unwrap();
         }
-        let store = Arc::new(LeaseStore::open(&path).unwrap());
+        let store = Arc::new(SqliteLeases::open(&path).unwrap());
         let me = store.register_host(Liveness::DEFAULT).unwrap();
         let refused = store
             .begin("L", Operation::Execute, &ctx(), me.id())
