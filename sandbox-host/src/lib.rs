@@ -35,6 +35,8 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 // One concept per folder: the wasm embedding, the network policy, the
 // lease store, and the runtime on top (this file's siblings).
 pub mod leases;
