@@ -173,6 +173,8 @@ impl Dialect for PostgresLeases {
     }
 }
 
+// The `transaction` above and this impl have the shape of the other
+// dialect's (`sqlite.rs`/`postgres.rs`): each wraps its own driver's types.
 impl fmt::Debug for PostgresLeases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresLeases")

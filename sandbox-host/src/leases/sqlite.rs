@@ -193,6 +193,8 @@ impl Dialect for SqliteLeases {
     }
 }
 
+// The `transaction` above and this impl have the shape of the other
+// dialect's (`sqlite.rs`/`postgres.rs`): each wraps its own driver's types.
 impl fmt::Debug for SqliteLeases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteLeases")
