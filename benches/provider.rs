@@ -13,7 +13,7 @@
 //!    commands against a backend enforcing the limit (429s, floor);
 //! 5. cancellation and exit latency;
 //! 6. component size and instance memory;
-//! 7. lease store: operations per second through the `LeaseBackend` trait
+//! 7. lease store: operations per second through the `LeaseStore` trait
 //!    and the latency a store adds to each command, PostgreSQL (a
 //!    throwaway cluster, fsync on) measured against an SQLite file;
 //! 8. the `sandbox` CLI end to end (`lease exec` on a held lease, `run`)
@@ -46,10 +46,10 @@ use sandbox_host::types::{
     AcquireRequest, EnvironmentContext, ExecuteRequest, ExecuteResult, Lease, ProviderError,
 };
 use sandbox_host::{
-    new_engine, open_store, CancelToken, Environment, Guard, HostInstance, HostOptions,
-    LeaseBackend, LeaseState, LeaseStore, Liveness, NetworkTransport, Operation, Policy,
-    ProviderComponent, RateBudget, RateLimit, SandboxRuntime, ScriptedChunk, ScriptedResponse,
-    ScriptedTransport, Secrets, ThrowawayPostgres, Transport,
+    new_engine, open_store, CancelToken, Environment, Guard, HostInstance, HostOptions, LeaseState,
+    LeaseStore, Liveness, NetworkTransport, Operation, Policy, ProviderComponent, RateBudget,
+    RateLimit, SandboxRuntime, ScriptedChunk, ScriptedResponse, ScriptedTransport, Secrets,
+    SqliteLeases, ThrowawayPostgres, Transport,
 };
 
 const KEY: &str = "bench-key-5c0ffee";
@@ -1285,11 +1285,11 @@ fn size_and_memory(b: &Bench, report: &mut Report) {
 /// baseline, as one machine's `sandbox` keeps it) and a throwaway
 /// PostgreSQL cluster with fsync on (as several hosts would share it).
 struct Stores {
-    sqlite: Arc<dyn LeaseBackend>,
-    postgres: Arc<dyn LeaseBackend>,
+    sqlite: Arc<dyn LeaseStore>,
+    postgres: Arc<dyn LeaseStore>,
     /// The same PostgreSQL with fsync off (as the tests run it), to show
     /// what the disk costs.
-    postgres_no_fsync: Arc<dyn LeaseBackend>,
+    postgres_no_fsync: Arc<dyn LeaseStore>,
     _clusters: [ThrowawayPostgres; 2],
     dir: PathBuf,
 }
@@ -1333,7 +1333,7 @@ fn load_average() -> String {
 
 /// One begin/end-use cycle (an `execute`'s bookkeeping without the
 /// command) on lease `id`; panics when the store refuses.
-fn use_cycle(store: &dyn LeaseBackend, id: &str, ctx: &EnvironmentContext, me: &str) {
+fn use_cycle(store: &dyn LeaseStore, id: &str, ctx: &EnvironmentContext, me: &str) {
     let record = store.begin(id, Operation::Execute, ctx, me).unwrap();
     assert_eq!(record.busy_owner.as_deref(), Some(me));
     store.end_use(id, me).unwrap();
@@ -1341,7 +1341,7 @@ fn use_cycle(store: &dyn LeaseBackend, id: &str, ctx: &EnvironmentContext, me: &
 
 /// One lease's whole life in the store: acquire recorded, provider lease
 /// stored, mark ended, destroy begun and ended.
-fn life_cycle(store: &dyn LeaseBackend, ctx: &EnvironmentContext, lease: &Lease, me: &str) {
+fn life_cycle(store: &dyn LeaseStore, ctx: &EnvironmentContext, lease: &Lease, me: &str) {
     let record = store.begin_acquire(ctx, "bench-life", me).unwrap();
     store
         .record_lease(&record.id, lease, LeaseState::Active)
@@ -1358,7 +1358,7 @@ fn life_cycle(store: &dyn LeaseBackend, ctx: &EnvironmentContext, lease: &Lease,
 }
 
 /// An active lease for `lease` recorded by host `me`.
-fn seeded(store: &dyn LeaseBackend, ctx: &EnvironmentContext, lease: &Lease, me: &str) -> String {
+fn seeded(store: &dyn LeaseStore, ctx: &EnvironmentContext, lease: &Lease, me: &str) -> String {
     let record = store.begin_acquire(ctx, "bench", me).unwrap();
     store
         .record_lease(&record.id, lease, LeaseState::Active)
@@ -1379,8 +1379,8 @@ fn lease_stores(b: &Bench, report: &mut Report) {
     let stores = Stores::open();
     // SQLite file (the baseline), PostgreSQL (measured), and for what
     // dominates: PostgreSQL without fsync, SQLite in memory.
-    let in_memory: Arc<dyn LeaseBackend> = Arc::new(LeaseStore::open_in_memory().unwrap());
-    let named: [(&str, Arc<dyn LeaseBackend>); 4] = [
+    let in_memory: Arc<dyn LeaseStore> = Arc::new(SqliteLeases::open_in_memory().unwrap());
+    let named: [(&str, Arc<dyn LeaseStore>); 4] = [
         ("SQLite file", stores.sqlite.clone()),
         ("PostgreSQL", stores.postgres.clone()),
         ("PostgreSQL, fsync off", stores.postgres_no_fsync.clone()),
@@ -1460,7 +1460,7 @@ fn lease_stores(b: &Bench, report: &mut Report) {
     // (b) `SandboxRuntime::execute` of `true` against the instant CreateOS,
     // with each store (and an in-memory one, the no-store baseline).
     let instant = instant_createos();
-    let in_memory: Arc<dyn LeaseBackend> = Arc::new(LeaseStore::open_in_memory().unwrap());
+    let in_memory: Arc<dyn LeaseStore> = Arc::new(SqliteLeases::open_in_memory().unwrap());
     let runtimes: Vec<(&str, SandboxRuntime)> = [
         ("in-memory SQLite", in_memory),
         ("SQLite file", stores.sqlite.clone()),

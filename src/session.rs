@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use anyhow::{anyhow, bail, Context, Result};
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ExecuteResult, ProviderError};
 use sandbox_host::{
-    error_text, CancelToken, Environment, HostOptions, LeaseRecord, LeaseState, LeaseStore,
-    NetworkTransport, OutputSink, ProviderComponent, ProviderInstance, RateBudget, SandboxRuntime,
-    Secrets,
+    error_text, CancelToken, Environment, HostOptions, LeaseRecord, LeaseState, NetworkTransport,
+    OutputSink, ProviderComponent, ProviderInstance, RateBudget, SandboxRuntime, Secrets,
+    SqliteLeases,
 };
 use serde_json::Value;
 
@@ -44,7 +44,7 @@ impl Session {
                 object.insert(field.clone(), value.clone());
             }
         }
-        let store = Arc::new(LeaseStore::open_in_memory()?);
+        let store = Arc::new(SqliteLeases::open_in_memory()?);
         let component = target.component()?;
         let mut runtime =
             SandboxRuntime::new(component.clone(), store, Arc::new(NetworkTransport::new()))?

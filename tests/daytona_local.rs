@@ -11,8 +11,8 @@ use std::sync::Arc;
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
-    shared_engine, CancelToken, Environment, LeaseState, LeaseStore, NetworkTransport,
-    OutputCapture, ProviderComponent, SandboxRuntime, Secrets,
+    shared_engine, CancelToken, Environment, LeaseState, NetworkTransport, OutputCapture,
+    ProviderComponent, SandboxRuntime, Secrets, SqliteLeases,
 };
 
 const KEY: &str = "daytona-local-key-7d21";
@@ -40,7 +40,7 @@ impl Local {
                 .expect("server starts");
         let runtime = SandboxRuntime::new(
             component(),
-            Arc::new(LeaseStore::open_in_memory().unwrap()),
+            Arc::new(SqliteLeases::open_in_memory().unwrap()),
             Arc::new(NetworkTransport::new()),
         )
         .unwrap();

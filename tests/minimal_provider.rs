@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use sandbox_host::types::*;
 use sandbox_host::{
-    shared_engine, CancelToken, LeaseStore, ProviderComponent, SandboxRuntime, ScriptedResponse,
-    ScriptedTransport, Secrets,
+    shared_engine, CancelToken, ProviderComponent, SandboxRuntime, ScriptedResponse,
+    ScriptedTransport, Secrets, SqliteLeases,
 };
 
 fn component() -> ProviderComponent {
@@ -33,7 +33,7 @@ fn the_example_provider_acquires_runs_and_destroys() {
     });
     let runtime = SandboxRuntime::new(
         component(),
-        Arc::new(LeaseStore::open_in_memory().unwrap()),
+        Arc::new(SqliteLeases::open_in_memory().unwrap()),
         script.shared(),
     )
     .unwrap();

@@ -17,8 +17,8 @@ use base64::Engine as _;
 use createos_local::{BackgroundServer, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
-    shared_engine, CancelToken, Environment, LeaseStore, NetworkTransport, OutputSink,
-    ProviderComponent, SandboxRuntime, Secrets,
+    shared_engine, CancelToken, Environment, NetworkTransport, OutputSink, ProviderComponent,
+    SandboxRuntime, Secrets, SqliteLeases,
 };
 
 const KEY: &str = "output-volume-key-51c7";
@@ -72,7 +72,7 @@ impl Local {
         };
         let runtime = SandboxRuntime::new(
             component(file),
-            Arc::new(LeaseStore::open_in_memory().unwrap()),
+            Arc::new(SqliteLeases::open_in_memory().unwrap()),
             Arc::new(NetworkTransport::new()),
         )
         .unwrap();

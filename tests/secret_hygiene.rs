@@ -16,8 +16,8 @@ use std::sync::Arc;
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
-    Guard, HostOptions, LeaseStore, NetworkTransport, Policy, SandboxRuntime, ScriptedChunk,
-    ScriptedResponse, ScriptedTransport, Secrets,
+    Guard, HostOptions, NetworkTransport, Policy, SandboxRuntime, ScriptedChunk, ScriptedResponse,
+    ScriptedTransport, Secrets, SqliteLeases,
 };
 use serde_json::json;
 
@@ -91,7 +91,7 @@ fn the_key_reaches_the_server_and_nothing_else() {
     let db = dir.join("leases.sqlite");
     let runtime = SandboxRuntime::new(
         component().clone(),
-        Arc::new(LeaseStore::open(&db).unwrap()),
+        Arc::new(SqliteLeases::open(&db).unwrap()),
         Arc::new(NetworkTransport::new()),
     )
     .unwrap()

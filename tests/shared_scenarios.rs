@@ -16,8 +16,8 @@ use std::time::Duration;
 use createos_local::{faults::path_matches, BackgroundServer, FaultRule, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
-    shared_engine, CancelToken, Environment, LeaseStore, NetworkTransport, ProviderComponent,
-    RateBudget, RateLimit, SandboxRuntime, Secrets,
+    shared_engine, CancelToken, Environment, NetworkTransport, ProviderComponent, RateBudget,
+    RateLimit, SandboxRuntime, Secrets, SqliteLeases,
 };
 use serde_json::Value;
 
@@ -71,7 +71,7 @@ impl Run {
             limit_of(&scenario["hostRateLimit"]).unwrap_or((100, Duration::from_millis(500)));
         let runtime = SandboxRuntime::new(
             component,
-            Arc::new(LeaseStore::open_in_memory().unwrap()),
+            Arc::new(SqliteLeases::open_in_memory().unwrap()),
             Arc::new(NetworkTransport::new()),
         )
         .unwrap()

@@ -18,9 +18,9 @@
 //! `messages`).
 //!
 //! On top of that, [`SandboxRuntime`] keeps leases in a durable
-//! [`LeaseStore`] (poisoned on `cleanup-failed`, a trap, or the death of
+//! [`SqliteLeases`] (poisoned on `cleanup-failed`, a trap, or the death of
 //! the host using them, judged by heartbeat; destroyed by `sweep`), with
-//! the state machine in [`lease_rules`]; [`Secrets`] holds the operator's
+//! the state machine in [`leases::rules`]; [`Secrets`] holds the operator's
 //! secret rules and [`Budget`] the deadlines; [`ArtifactCache`] keeps
 //! compiled components on disk. The
 //! `sandbox` binary is the command-line front end.
@@ -35,9 +35,11 @@
 //! # Ok(()) }
 //! ```
 
+#![deny(missing_docs)]
+
 // One concept per folder: the wasm embedding, the network policy, the
 // lease store, and the runtime on top (this file's siblings).
-mod leases;
+pub mod leases;
 mod network;
 mod wasm;
 
@@ -47,17 +49,9 @@ mod runtime;
 #[cfg(any(test, feature = "testing"))]
 mod testing;
 
-// Short paths inside the crate (`crate::policy`, `crate::lease_store`, ...).
-use leases::{
-    backend as lease_backend, postgres as lease_postgres, sqlite as lease_store,
-    url as lease_store_url,
-};
+// Short paths inside the crate (`crate::policy`, `crate::bindings`, ...).
 use network::{body, http_hook, policy, rate_budget, secrets, transport};
 use wasm::{bindings, cache, cancel, component, engine, instance, options, state};
-
-/// The lease state machine: states, operations and the transition rules
-/// every store applies.
-pub use leases::rules as lease_rules;
 
 pub use bindings::{types, PROVIDER_INTERFACE};
 pub use budget::Budget;
@@ -66,13 +60,14 @@ pub use cancel::CancelToken;
 pub use component::ProviderComponent;
 pub use engine::{new_engine, shared_engine, EPOCH_TICK};
 pub use instance::{trap_of, ProviderInstance};
-pub use lease_backend::{
-    HostInstance, LeaseBackend, LeaseRecord, LeaseRefused, Liveness, StoreUnavailable,
+pub use leases::backend::{
+    HostInstance, LeaseRecord, LeaseRefused, LeaseStore, Liveness, StoreUnavailable,
 };
-pub use lease_postgres::{PgLeaseStore, MIGRATIONS};
-pub use lease_rules::{LeaseState, Operation};
-pub use lease_store::LeaseStore;
-pub use lease_store_url::{open_store, StoreUrl};
+pub use leases::postgres::PostgresLeases;
+pub use leases::rules::{LeaseState, Operation};
+pub use leases::sql::MIGRATIONS;
+pub use leases::sqlite::SqliteLeases;
+pub use leases::url::{open_store, StoreUrl};
 pub use messages::{cleanup_text, error_text};
 pub use network::client::NetworkTransport;
 pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink, SandboxRecorder};

@@ -3,6 +3,15 @@
 //! poisoning leases, and cancellation of running commands before a release
 //! or destroy.
 
+mod environment;
+mod in_flight;
+mod outcome;
+
+pub use environment::Environment;
+use in_flight::UseGuard;
+pub use outcome::action_name;
+use outcome::{declared_limit, host_failure};
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Condvar, Mutex};
@@ -13,14 +22,14 @@ use anyhow::{bail, Context, Result};
 use crate::bindings::types::{
     AcquireRequest, CleanupFailure, ConfigValidation, EnvironmentContext, ExecuteRequest,
     ExecuteResult, Lease, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome,
-    TerminationAction, TerminationReceipt, WorkspaceRequest,
+    TerminationReceipt, WorkspaceRequest,
 };
 use crate::budget::{Budget, DEFAULT_MARGIN};
 use crate::cancel::CancelToken;
 use crate::component::ProviderComponent;
-use crate::instance::{trap_of, ProviderInstance};
-use crate::lease_backend::{HostInstance, LeaseBackend, LeaseRecord, Liveness};
-use crate::lease_rules::{LeaseState, Operation};
+use crate::instance::ProviderInstance;
+use crate::leases::backend::{HostInstance, LeaseRecord, LeaseStore, Liveness};
+use crate::leases::rules::{LeaseState, Operation};
 use crate::messages::{cleanup_text, error_text};
 use crate::options::{GuestStderr, HostOptions, OutputSink, SandboxRecorder};
 use crate::policy::{Origin, Policy};
@@ -31,45 +40,12 @@ use crate::transport::Transport;
 /// The deadline of `validate-config` (no network; a pure function).
 const VALIDATE_DEADLINE: Duration = Duration::from_secs(30);
 
-/// A validated environment: the context every call gets (normalised config
-/// with the secret removed), the HTTP policy for its API origin, and the
-/// budgets read from the same config the provider uses.
-#[derive(Clone, Debug)]
-pub struct Environment {
-    ctx: EnvironmentContext,
-    policy: Policy,
-    budget: Budget,
-    validation: ConfigValidation,
-}
-
-impl Environment {
-    /// The context passed to the provider.
-    pub fn context(&self) -> &EnvironmentContext {
-        &self.ctx
-    }
-
-    /// The HTTP policy of the environment.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    /// The budgets the host derives its deadlines from.
-    pub fn budget(&self) -> &Budget {
-        &self.budget
-    }
-
-    /// What `validate-config` said (warnings included).
-    pub fn validation(&self) -> &ConfigValidation {
-        &self.validation
-    }
-}
-
 /// Runs provider operations with durable lease bookkeeping.
 ///
 /// - A lease is recorded (`acquiring`, owned by this host instance) before
 ///   the provider creates anything; `probe` is recorded the same way.
 /// - Each operation checks and marks the lease in one store transaction
-///   (see [`lease_rules`](crate::lease_rules)): a mark left by a host whose
+///   (see [`leases::rules`](crate::leases::rules)): a mark left by a host whose
 ///   heartbeat expired poisons the lease first, whatever the operation.
 /// - `cleanup-failed`, or a trap or limit hit during an operation that may
 ///   have left something running, poisons the lease; a poisoned lease
@@ -81,7 +57,7 @@ impl Environment {
 pub struct SandboxRuntime {
     component: ProviderComponent,
     description: ProviderDescription,
-    store: Arc<dyn LeaseBackend>,
+    store: Arc<dyn LeaseStore>,
     host: HostInstance,
     transport: Arc<dyn Transport>,
     budget: RateBudget,
@@ -94,13 +70,13 @@ pub struct SandboxRuntime {
 
 impl SandboxRuntime {
     /// A runtime for `component`, storing leases in `store` (for example a
-    /// [`LeaseStore`](crate::LeaseStore)), sending allowed
+    /// [`SqliteLeases`](crate::SqliteLeases)), sending allowed
     /// requests through `transport` (usually [`NetworkTransport`](crate::NetworkTransport)).
     /// Registers a host instance in the store whose heartbeat runs while
     /// the runtime lives ([`Liveness::DEFAULT`]).
     pub fn new(
         component: ProviderComponent,
-        store: Arc<dyn LeaseBackend>,
+        store: Arc<dyn LeaseStore>,
         transport: Arc<dyn Transport>,
     ) -> Result<Self> {
         let description = component.instantiate(HostOptions::new())?.describe()?;
@@ -173,7 +149,7 @@ impl SandboxRuntime {
     }
 
     /// The lease store.
-    pub fn store(&self) -> &dyn LeaseBackend {
+    pub fn store(&self) -> &dyn LeaseStore {
         &*self.store
     }
 
@@ -847,70 +823,5 @@ impl fmt::Debug for SandboxRuntime {
             .field("provider", &self.description.driver_key)
             .field("host", &self.host.id())
             .finish_non_exhaustive()
-    }
-}
-
-/// One operation using a lease: drops the store mark (if taken) and the
-/// cancel token when it ends.
-struct UseGuard<'a> {
-    runtime: &'a SandboxRuntime,
-    id: String,
-    token: CancelToken,
-    marked: bool,
-}
-
-impl Drop for UseGuard<'_> {
-    fn drop(&mut self) {
-        if self.marked {
-            // If this fails the mark stays; when this host is gone, the lease
-            // is poisoned (the safe direction).
-            let _ = self.runtime.store.end_use(&self.id, self.runtime.host.id());
-        }
-        let mut running = self
-            .runtime
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(tokens) = running.get_mut(&self.id) {
-            if let Some(at) = tokens
-                .iter()
-                .position(|t| Arc::ptr_eq(t.shared(), self.token.shared()))
-            {
-                tokens.swap_remove(at);
-            }
-            if tokens.is_empty() {
-                running.remove(&self.id);
-            }
-        }
-        self.runtime.finished.notify_all();
-    }
-}
-
-/// A trap or host failure in words (the trap's name, else the error chain).
-fn host_failure(error: &anyhow::Error) -> String {
-    match trap_of(error) {
-        Some(trap) => format!("the provider component trapped: {trap}"),
-        None => format!("{error:#}"),
-    }
-}
-
-/// The host's form of a provider's declared `rate-limit`.
-fn declared_limit(limit: crate::bindings::types::RateLimit) -> RateLimit {
-    let declared = RateLimit::new(
-        limit.requests,
-        Duration::from_millis(u64::from(limit.window_ms)),
-    );
-    match limit.per_second {
-        Some(cap) => declared.with_per_second(cap),
-        None => declared,
-    }
-}
-
-/// `paused`, `deleted` or `already gone`.
-pub fn action_name(action: TerminationAction) -> &'static str {
-    match action {
-        TerminationAction::Paused => "paused",
-        TerminationAction::Deleted => "deleted",
-        TerminationAction::AlreadyGone => "already gone",
     }
 }

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use sandbox_host::types::{AcquireRequest, ExecuteRequest};
 use sandbox_host::{
-    open_store, CancelToken, HostInstance, LeaseBackend, LeaseRefused, LeaseState, Liveness,
-    Operation, PgLeaseStore, RateBudget, SandboxRuntime, ScriptedResponse, ScriptedTransport,
+    open_store, CancelToken, HostInstance, LeaseRefused, LeaseState, LeaseStore, Liveness,
+    Operation, PostgresLeases, RateBudget, SandboxRuntime, ScriptedResponse, ScriptedTransport,
     Secrets, StoreUnavailable, ThrowawayPostgres, MIGRATIONS,
 };
 
@@ -55,7 +55,7 @@ impl Shared {
     }
 
     /// A new connection to the store, as another host would open it.
-    fn open(&self) -> Arc<dyn LeaseBackend> {
+    fn open(&self) -> Arc<dyn LeaseStore> {
         open_store(&self.url()).unwrap_or_else(|e| panic!("{e:#}"))
     }
 
@@ -459,7 +459,7 @@ fn postgres_bad_urls_and_unreachable_databases_fail_before_anything_is_written()
 #[test]
 fn postgres_schema_from_a_newer_version_is_refused() {
     let cluster = ThrowawayPostgres::start("newer");
-    let store = PgLeaseStore::open(&cluster.url()).unwrap();
+    let store = PostgresLeases::open(&cluster.url()).unwrap();
     assert_eq!(store.schema_version().unwrap(), MIGRATIONS.len());
     let mut client = postgres::Client::connect(&cluster.url(), postgres::NoTls).unwrap();
     let newer = i32::try_from(MIGRATIONS.len()).unwrap() + 1;
@@ -479,8 +479,8 @@ fn postgres_schema_from_a_newer_version_is_refused() {
             &[&i32::try_from(MIGRATIONS.len()).unwrap()],
         )
         .unwrap();
-    PgLeaseStore::open(&cluster.url()).unwrap();
-    PgLeaseStore::open(&cluster.url()).unwrap();
+    PostgresLeases::open(&cluster.url()).unwrap();
+    PostgresLeases::open(&cluster.url()).unwrap();
 }
 
 /// The `sandbox` CLI takes the store from `--store` / `SANDBOX_STORE`: a

@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError, ResumeOutcome};
 use sandbox_host::{
-    CancelToken, LeaseBackend, LeaseState, LeaseStore, Liveness, Operation, RateBudget,
-    SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets,
+    CancelToken, LeaseState, LeaseStore, Liveness, Operation, RateBudget, SandboxRuntime,
+    ScriptedResponse, ScriptedTransport, Secrets, SqliteLeases,
 };
 
 mod common;
 use common::test_provider;
 
-fn runtime(store: Arc<LeaseStore>) -> SandboxRuntime {
+fn runtime(store: Arc<SqliteLeases>) -> SandboxRuntime {
     let script = ScriptedTransport::new(|_| ScriptedResponse::status(500));
     SandboxRuntime::new(test_provider().clone(), store, script.shared())
         .unwrap()
@@ -62,7 +62,7 @@ fn short() -> Liveness {
 fn a_mark_of_a_host_whose_heartbeat_expired_poisons_the_lease_even_with_the_same_pid() {
     let path = store_file("same-pid");
     let lease_id = {
-        let store = Arc::new(LeaseStore::open(&path).unwrap());
+        let store = Arc::new(SqliteLeases::open(&path).unwrap());
         let rt = runtime(store.clone());
         let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
         let record = rt.acquire(&env, &acquire("r1")).unwrap().unwrap();
@@ -76,7 +76,7 @@ fn a_mark_of_a_host_whose_heartbeat_expired_poisons_the_lease_even_with_the_same
     };
     thread::sleep(short().expiry + Duration::from_millis(300));
 
-    let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()));
+    let rt = runtime(Arc::new(SqliteLeases::open(&path).unwrap()));
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     let refused = rt
         .execute(&env, &lease_id, &command("echo"), None, CancelToken::new())
@@ -85,7 +85,7 @@ fn a_mark_of_a_host_whose_heartbeat_expired_poisons_the_lease_even_with_the_same
     assert!(message.contains("died"), "{message}");
     assert!(message.contains("sandbox lease destroy"), "{message}");
     // Durably: a fresh store handle sees it.
-    let record = LeaseStore::open(&path)
+    let record = SqliteLeases::open(&path)
         .unwrap()
         .get(&lease_id)
         .unwrap()
@@ -108,7 +108,7 @@ fn a_mark_of_a_host_whose_heartbeat_expired_poisons_the_lease_even_with_the_same
 #[test]
 fn a_live_mark_can_be_neither_taken_nor_cleared_by_another_host() {
     let path = store_file("live");
-    let store = Arc::new(LeaseStore::open(&path).unwrap());
+    let store = Arc::new(SqliteLeases::open(&path).unwrap());
     let rt = runtime(store.clone());
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     let record = rt.acquire(&env, &acquire("r2")).unwrap().unwrap();
@@ -118,7 +118,7 @@ fn a_live_mark_can_be_neither_taken_nor_cleared_by_another_host() {
         .begin(&record.id, Operation::Execute, env.context(), other.id())
         .unwrap();
 
-    let second = runtime(Arc::new(LeaseStore::open(&path).unwrap()));
+    let second = runtime(Arc::new(SqliteLeases::open(&path).unwrap()));
     for outcome in [
         second
             .execute(&env, &record.id, &command("echo"), None, CancelToken::new())
@@ -150,7 +150,7 @@ fn a_live_mark_can_be_neither_taken_nor_cleared_by_another_host() {
 /// `closing` first, and execute refuses a closing lease.
 #[test]
 fn no_command_starts_while_a_release_is_under_way() {
-    let rt = Arc::new(runtime(Arc::new(LeaseStore::open_in_memory().unwrap())));
+    let rt = Arc::new(runtime(Arc::new(SqliteLeases::open_in_memory().unwrap())));
     let env = rt
         .environment("co", "env", r#"{"mode":"slow-release"}"#, &Secrets::none())
         .unwrap();
@@ -185,7 +185,7 @@ fn no_command_starts_while_a_release_is_under_way() {
 /// host destroys it first; when that delete fails, the lease is poisoned.
 #[test]
 fn an_expired_resume_destroys_the_sandbox_before_forgetting_the_lease() {
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()));
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()));
     for (config, state) in [
         (r#"{"mode":"resume-expired"}"#, LeaseState::Destroyed),
         (
@@ -217,4 +217,106 @@ fn an_expired_resume_destroys_the_sandbox_before_forgetting_the_lease() {
             ),
         }
     }
+}
+
+/// The tables of a SQLite store written before both stores shared one
+/// schema (`leases`, `hosts`), as the previous release made them.
+const OLDER_SQLITE_SCHEMA: &str = "
+    CREATE TABLE leases (id TEXT PRIMARY KEY, provider TEXT NOT NULL,
+        company_id TEXT NOT NULL, environment_id TEXT NOT NULL, run_id TEXT NOT NULL,
+        config TEXT NOT NULL, state TEXT NOT NULL, reason TEXT, provider_lease_id TEXT,
+        metadata TEXT, expires_at TEXT, created_ms INTEGER NOT NULL,
+        updated_ms INTEGER NOT NULL, busy_pid INTEGER, busy_owner TEXT,
+        busy_count INTEGER NOT NULL DEFAULT 0, closing_owner TEXT);
+    CREATE INDEX leases_state ON leases(state);
+    CREATE TABLE hosts (id TEXT PRIMARY KEY, pid INTEGER NOT NULL, hostname TEXT NOT NULL,
+        started_ms INTEGER NOT NULL, heartbeat_ms INTEGER NOT NULL, expiry_ms INTEGER NOT NULL);";
+
+fn sqlite_tables(path: &std::path::Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let mut statement = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap();
+    let names = statement.query_map([], |row| row.get(0)).unwrap();
+    names.map(Result::unwrap).collect()
+}
+
+/// Both stores keep leases in one table name now (`sandbox_leases`): a
+/// SQLite file of the previous release must keep its leases (a poisoned
+/// one stays poisoned, a busy mark of a vanished host still poisons), and
+/// rows an older `sandbox` writes into a recreated old table later are
+/// merged at the next open, never lost.
+#[test]
+fn an_older_sqlite_store_keeps_its_leases_under_the_shared_table_name() {
+    let path = store_file("older-tables");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(OLDER_SQLITE_SCHEMA).unwrap();
+        conn.execute_batch(
+            "INSERT INTO leases VALUES ('P', 'test', 'co', 'env', 'r1', '{}', 'poisoned',
+                'cleanup failed', 'sb-1', '{}', NULL, 1, 1, NULL, NULL, 0, NULL);
+             INSERT INTO leases VALUES ('B', 'test', 'co', 'env', 'r2', '{}', 'active',
+                NULL, 'sb-2', '{}', NULL, 2, 2, NULL, 'host-gone', 1, NULL);
+             INSERT INTO hosts VALUES ('host-old', 1, 'm', 0, 0, 10000);",
+        )
+        .unwrap();
+    }
+    let ctx = sandbox_host::types::EnvironmentContext {
+        driver_key: "test".into(),
+        company_id: "co".into(),
+        environment_id: "env".into(),
+        issue_id: None,
+        config: "{}".into(),
+    };
+    {
+        let store = Arc::new(SqliteLeases::open(&path).unwrap());
+        let ids: Vec<String> = store.list().unwrap().into_iter().map(|l| l.id).collect();
+        assert_eq!(ids, ["P", "B"]);
+        let poisoned = store.get("P").unwrap().unwrap();
+        assert_eq!(poisoned.state, LeaseState::Poisoned);
+        assert_eq!(poisoned.reason.as_deref(), Some("cleanup failed"));
+        assert_eq!(
+            poisoned.lease.unwrap().provider_lease_id,
+            "sb-1",
+            "the sandbox id survives the move"
+        );
+        let me = store.register_host(short()).unwrap();
+        let refused = store
+            .begin("B", Operation::Execute, &ctx, me.id())
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("B"),
+            "a busy mark of a host without a record still refuses: {refused}"
+        );
+        assert_eq!(store.get("B").unwrap().unwrap().state, LeaseState::Poisoned);
+    }
+    let tables = sqlite_tables(&path);
+    assert!(
+        tables.contains(&"sandbox_leases".to_owned())
+            && tables.contains(&"sandbox_hosts".to_owned()),
+        "{tables:?}"
+    );
+    assert!(
+        !tables.contains(&"leases".to_owned()) && !tables.contains(&"hosts".to_owned()),
+        "the old tables are gone once their rows moved: {tables:?}"
+    );
+
+    // An older `sandbox` opening the file recreates its tables and records
+    // a lease there; the next open merges it.
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(OLDER_SQLITE_SCHEMA).unwrap();
+        conn.execute_batch(
+            "INSERT INTO leases VALUES ('N', 'test', 'co', 'env', 'r3', '{}', 'active',
+                NULL, 'sb-3', '{}', NULL, 3, 3, NULL, NULL, 0, NULL);",
+        )
+        .unwrap();
+    }
+    let store = SqliteLeases::open(&path).unwrap();
+    let ids: Vec<String> = store.list().unwrap().into_iter().map(|l| l.id).collect();
+    assert_eq!(ids, ["P", "B", "N"]);
+    assert_eq!(store.get("N").unwrap().unwrap().state, LeaseState::Active);
+    assert!(!sqlite_tables(&path).contains(&"leases".to_owned()));
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }

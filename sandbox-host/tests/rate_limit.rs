@@ -14,8 +14,8 @@ use std::time::Duration;
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ExecuteResult, ProviderError};
 use sandbox_host::{
-    shared_engine, CancelToken, Environment, LeaseStore, NetworkTransport, ProviderComponent,
-    RateBudget, RateLimit, SandboxRuntime, Secrets,
+    shared_engine, CancelToken, Environment, NetworkTransport, ProviderComponent, RateBudget,
+    RateLimit, SandboxRuntime, Secrets, SqliteLeases,
 };
 
 mod common;
@@ -61,7 +61,7 @@ fn refused(server: &BackgroundServer) -> usize {
 fn runtime(limit: RateLimit, budget: &RateBudget) -> SandboxRuntime {
     SandboxRuntime::new(
         provider(),
-        Arc::new(LeaseStore::open_in_memory().unwrap()),
+        Arc::new(SqliteLeases::open_in_memory().unwrap()),
         Arc::new(NetworkTransport::new()),
     )
     .unwrap()

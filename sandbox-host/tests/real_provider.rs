@@ -9,8 +9,8 @@ use std::sync::Arc;
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError};
 use sandbox_host::{
-    shared_engine, CancelToken, LeaseState, LeaseStore, NetworkTransport, ProviderComponent,
-    RateBudget, SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets,
+    shared_engine, CancelToken, LeaseState, NetworkTransport, ProviderComponent, RateBudget,
+    SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets, SqliteLeases,
 };
 
 mod common;
@@ -53,7 +53,7 @@ fn an_unconfirmed_termination_poisons_the_lease_durably_and_sweep_destroys_it() 
     };
 
     let lease_id = {
-        let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()));
+        let rt = runtime(Arc::new(SqliteLeases::open(&path).unwrap()));
         let env = rt.environment("co", "env", &config, &secrets).unwrap();
         let request = AcquireRequest {
             run_id: "real".into(),
@@ -80,7 +80,7 @@ fn an_unconfirmed_termination_poisons_the_lease_durably_and_sweep_destroys_it() 
         record.id
     };
 
-    let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()));
+    let rt = runtime(Arc::new(SqliteLeases::open(&path).unwrap()));
     assert_eq!(
         rt.store().get(&lease_id).unwrap().unwrap().state,
         LeaseState::Poisoned
@@ -103,7 +103,7 @@ fn a_wrong_api_key_is_a_typed_rejection_and_the_right_one_reaches_the_server() {
     let server = BackgroundServer::start(Server::builder().api_key("right").quiet(true)).unwrap();
     let rt = SandboxRuntime::new(
         component,
-        Arc::new(LeaseStore::open_in_memory().unwrap()),
+        Arc::new(SqliteLeases::open_in_memory().unwrap()),
         Arc::new(NetworkTransport::new()),
     )
     .unwrap()
@@ -139,7 +139,7 @@ fn the_environment_key_goes_only_to_the_default_origin() {
     let script = ScriptedTransport::new(|_| ScriptedResponse::status(401));
     let rt = SandboxRuntime::new(
         component,
-        Arc::new(LeaseStore::open_in_memory().unwrap()),
+        Arc::new(SqliteLeases::open_in_memory().unwrap()),
         script.shared(),
     )
     .unwrap()

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, OutputStream, ProviderError};
 use sandbox_host::{
-    CancelToken, LeaseState, LeaseStore, Liveness, OutputCapture, RateBudget, SandboxRuntime,
-    ScriptedResponse, ScriptedTransport, Secrets,
+    CancelToken, LeaseState, Liveness, OutputCapture, RateBudget, SandboxRuntime, ScriptedResponse,
+    ScriptedTransport, Secrets, SqliteLeases,
 };
 
 mod common;
@@ -21,7 +21,7 @@ fn store_path(name: &str) -> PathBuf {
     dir.join("leases.sqlite")
 }
 
-fn runtime(store: Arc<LeaseStore>, script: &ScriptedTransport) -> SandboxRuntime {
+fn runtime(store: Arc<SqliteLeases>, script: &ScriptedTransport) -> SandboxRuntime {
     SandboxRuntime::new(test_provider().clone(), store, script.shared())
         .unwrap()
         .with_rate_budget(RateBudget::in_memory())
@@ -61,7 +61,7 @@ fn cleanup_failed_poisons_durably_and_sweep_destroys() {
     let path = store_path("poison");
     let script = no_http();
     let lease_id = {
-        let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script);
+        let rt = runtime(Arc::new(SqliteLeases::open(&path).unwrap()), &script);
         let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
         let record = rt.acquire(&env, &acquire("r1")).unwrap().unwrap();
         assert_eq!(record.state, LeaseState::Active);
@@ -107,7 +107,7 @@ fn cleanup_failed_poisons_durably_and_sweep_destroys() {
     };
 
     // A new store on the same file (as a restarted host would open it).
-    let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open(&path).unwrap()), &script);
     let record = rt.store().get(&lease_id).unwrap().unwrap();
     assert_eq!(record.state, LeaseState::Poisoned);
     assert!(record.reason.unwrap().contains("may still run"));
@@ -123,7 +123,7 @@ fn cleanup_failed_poisons_durably_and_sweep_destroys() {
 #[test]
 fn a_failed_destroy_keeps_the_lease_poisoned() {
     let script = no_http();
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script);
     let env = rt
         .environment("co", "env", r#"{"mode":"destroy-fails"}"#, &Secrets::none())
         .unwrap();
@@ -139,7 +139,7 @@ fn a_failed_destroy_keeps_the_lease_poisoned() {
 #[test]
 fn a_trap_during_execute_poisons_the_lease() {
     let script = no_http();
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script);
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     let record = rt.acquire(&env, &acquire("r3")).unwrap().unwrap();
     let error = rt
@@ -163,7 +163,7 @@ fn a_spin_or_unbounded_allocation_during_execute_poisons_durably() {
         let path = store_path(name);
         let script = no_http();
         let lease_id = {
-            let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script)
+            let rt = runtime(Arc::new(SqliteLeases::open(&path).unwrap()), &script)
                 .with_grace(Duration::from_millis(500));
             // Cleanup requests get 100 ms each: the host stops the guest at
             // 100 ms + 5 × 100 ms + 500 ms.
@@ -180,7 +180,7 @@ fn a_spin_or_unbounded_allocation_during_execute_poisons_durably() {
             record.id
         };
         // A new store on the same file, as after a host restart.
-        let store = LeaseStore::open(&path).unwrap();
+        let store = SqliteLeases::open(&path).unwrap();
         let record = store.get(&lease_id).unwrap().unwrap();
         assert_eq!(record.state, LeaseState::Poisoned, "{name}");
         assert!(
@@ -193,7 +193,7 @@ fn a_spin_or_unbounded_allocation_during_execute_poisons_durably() {
 #[test]
 fn an_acquire_whose_cleanup_failed_is_poisoned_for_sweep() {
     let script = no_http();
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script);
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     let outcome = rt.acquire(&env, &acquire("fail-cleanup")).unwrap();
     assert!(matches!(outcome, Err(ProviderError::CleanupFailed(_))));
@@ -210,7 +210,7 @@ fn an_acquire_whose_cleanup_failed_is_poisoned_for_sweep() {
 fn release_cancels_a_running_command_and_waits_for_it() {
     let script = no_http();
     let rt = Arc::new(runtime(
-        Arc::new(LeaseStore::open_in_memory().unwrap()),
+        Arc::new(SqliteLeases::open_in_memory().unwrap()),
         &script,
     ));
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
@@ -252,7 +252,7 @@ fn release_cancels_a_running_command_and_waits_for_it() {
 #[test]
 fn the_secret_reaches_the_server_but_never_the_component() {
     let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script);
     let config = r#"{"apiKey":"only-the-host-knows","apiUrl":"https://api.test","url":"https://api.test/v1/ping"}"#;
     let env = rt
         .environment("co", "env", config, &Secrets::none())
@@ -274,7 +274,7 @@ fn the_secret_reaches_the_server_but_never_the_component() {
 #[test]
 fn exit_codes_and_output_come_back_from_execute() {
     let script = no_http();
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script);
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     let record = rt.acquire(&env, &acquire("r5")).unwrap().unwrap();
     let output = OutputCapture::new();
@@ -309,7 +309,7 @@ const CHILD_ENV: &str = "SANDBOX_HOST_TEST_CHILD_STORE";
 /// signal readiness; the parent kills this process.
 fn child_host(path: &str) {
     let script = no_http();
-    let rt = runtime(Arc::new(LeaseStore::open(path).unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open(path).unwrap()), &script);
     rt.set_liveness(short_liveness()).unwrap();
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     let record = rt.acquire(&env, &acquire("doomed")).unwrap().unwrap();
@@ -362,7 +362,7 @@ fn a_host_killed_mid_command_leaves_the_lease_for_sweep() {
     thread::sleep(short_liveness().expiry + Duration::from_millis(500));
 
     let script = no_http();
-    let rt = runtime(Arc::new(LeaseStore::open(&path).unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open(&path).unwrap()), &script);
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     // Any operation finds the dead host's mark first and poisons the lease.
     let lease_id = rt.store().list().unwrap()[0].id.clone();
@@ -417,7 +417,7 @@ fn the_host_deadline_leaves_room_for_the_providers_cleanup_request() {
             ScriptedResponse::status(404)
         }
     });
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script)
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script)
         .with_grace(Duration::from_millis(500));
     let env = rt
         .environment(
@@ -447,7 +447,7 @@ fn the_host_deadline_leaves_room_for_the_providers_cleanup_request() {
 #[test]
 fn a_probe_is_recorded_while_its_sandbox_may_exist() {
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let store = Arc::new(LeaseStore::open_in_memory().unwrap());
+    let store = Arc::new(SqliteLeases::open_in_memory().unwrap());
     let script = {
         let (seen, store) = (seen.clone(), store.clone());
         ScriptedTransport::new(move |_| {
@@ -490,7 +490,7 @@ fn a_probe_is_recorded_while_its_sandbox_may_exist() {
 #[test]
 fn a_hostile_component_cannot_send_the_key_to_its_own_origin() {
     let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script);
     let config = r#"{"apiKey":"canary-key","apiUrl":"https://api.test","mode":"hostile-origin"}"#;
     let error = rt
         .environment("co", "env", config, &Secrets::none())
@@ -506,7 +506,7 @@ fn a_hostile_component_cannot_send_the_key_to_its_own_origin() {
 #[test]
 fn the_key_travels_only_over_https_or_loopback_http() {
     let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script);
     let plain = r#"{"apiKey":"canary-key","apiUrl":"http://api.test"}"#;
     let error = rt
         .environment("co", "env", plain, &Secrets::none())
@@ -530,7 +530,7 @@ fn the_key_travels_only_over_https_or_loopback_http() {
 fn the_component_cannot_choose_which_variable_the_host_reads() {
     std::env::set_var("SANDBOX_TEST_STOLEN", "stolen-canary");
     let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script);
     let config = r#"{"apiUrl":"https://api.test","url":"https://api.test/v1/ping"}"#;
     let env = rt
         .environment("co", "env", config, &Secrets::from_env())
@@ -571,7 +571,7 @@ fn the_component_cannot_choose_which_variable_the_host_reads() {
 #[test]
 fn an_acquire_that_traps_after_recording_its_sandbox_is_poisoned_and_swept() {
     let script = no_http();
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script);
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
     assert!(rt.acquire(&env, &acquire("record-then-trap")).is_err());
     let records = rt.store().needing_sweep().unwrap();
@@ -593,7 +593,7 @@ fn an_acquire_that_traps_after_recording_its_sandbox_is_poisoned_and_swept() {
 #[test]
 fn a_provider_default_origin_gets_no_secret_unless_the_operator_trusts_it() {
     let script = ScriptedTransport::new(|_| ScriptedResponse::text(200, "pong"));
-    let rt = runtime(Arc::new(LeaseStore::open_in_memory().unwrap()), &script);
+    let rt = runtime(Arc::new(SqliteLeases::open_in_memory().unwrap()), &script);
     let error = rt
         .environment("co", "env", r#"{"apiKey":"canary-key"}"#, &Secrets::none())
         .unwrap_err();

@@ -1,6 +1,6 @@
 //! What a lease store is, whatever keeps it: the stored lease, the host
-//! instance that proves it is alive by heartbeat, and the [`LeaseBackend`]
-//! trait a store implements (SQLite: [`LeaseStore`](crate::LeaseStore)).
+//! instance that proves it is alive by heartbeat, and the [`LeaseStore`]
+//! trait a store implements (SQLite: [`SqliteLeases`](crate::SqliteLeases)).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use crate::bindings::types::{EnvironmentContext, Lease};
-use crate::lease_rules::{HostSeen, LeaseState, Operation, Owner};
+use crate::leases::rules::{HostSeen, LeaseState, Operation, Owner};
 
 /// One stored lease.
 #[derive(Clone, Debug)]
@@ -125,12 +125,12 @@ impl Default for Liveness {
 }
 
 /// Where leases and host instances are kept. The state machine is
-/// [`lease_rules`](crate::lease_rules); a backend applies its decisions
+/// [`leases::rules`](crate::leases::rules); a backend applies its decisions
 /// atomically (SQLite: one `BEGIN IMMEDIATE` transaction; a server
 /// database: one transaction with the lease row locked), judges host
 /// liveness by heartbeat age against each host's own expiry, and keeps a
 /// poison durable.
-pub trait LeaseBackend: Send + Sync + fmt::Debug {
+pub trait LeaseStore: Send + Sync + fmt::Debug {
     /// Whether the leases outlive this process.
     fn is_durable(&self) -> bool;
 
@@ -145,7 +145,7 @@ pub trait LeaseBackend: Send + Sync + fmt::Debug {
     fn remove_host(&self, id: &str) -> Result<()>;
 
     /// Checks and marks lease `id` for `operation` by host `me` in one
-    /// transaction, as [`lease_rules::decide`](crate::lease_rules::decide)
+    /// transaction, as [`leases::rules::decide`](crate::leases::rules::decide)
     /// says: a mark of a host whose heartbeat expired poisons the lease
     /// durably (even when the operation is then refused with
     /// [`LeaseRefused`]); execute, realize and resume take a busy mark;
@@ -203,12 +203,12 @@ pub(crate) fn judge(mut seen: HostSeen) -> Owner {
     }
 }
 
-/// One running host, registered in a [`LeaseBackend`]: a random instance id
+/// One running host, registered in a [`LeaseStore`]: a random instance id
 /// (never a pid, which another process may get later) and a heartbeat
 /// refreshed by a background thread while this value lives.
 pub struct HostInstance {
     id: String,
-    store: Arc<dyn LeaseBackend>,
+    store: Arc<dyn LeaseStore>,
     interval: Arc<AtomicU64>,
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -220,7 +220,7 @@ impl HostInstance {
     /// Registers a new host instance (random id) in `store` and starts its
     /// heartbeat thread. The instance owns every mark this host takes;
     /// dropping it stops the heartbeat and removes its record.
-    pub fn register(store: Arc<dyn LeaseBackend>, liveness: Liveness) -> Result<HostInstance> {
+    pub fn register(store: Arc<dyn LeaseStore>, liveness: Liveness) -> Result<HostInstance> {
         let id = format!("host-{}", random_hex(16)?);
         store.add_host(&id, liveness)?;
         let interval = Arc::new(AtomicU64::new(millis_u64(liveness.heartbeat)));

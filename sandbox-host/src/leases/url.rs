@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 
-use crate::lease_backend::LeaseBackend;
-use crate::lease_postgres::PgLeaseStore;
-use crate::lease_store::LeaseStore;
+use crate::leases::backend::LeaseStore;
+use crate::leases::postgres::PostgresLeases;
+use crate::leases::sqlite::SqliteLeases;
 
 /// Where the leases are kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,16 +51,16 @@ impl StoreUrl {
     /// Opens the store (for PostgreSQL: connects and applies the schema
     /// migrations; a wrong URL, an unreachable database or a newer schema
     /// fail here, before any lease is written).
-    pub fn open(&self) -> Result<Arc<dyn LeaseBackend>> {
+    pub fn open(&self) -> Result<Arc<dyn LeaseStore>> {
         Ok(match self {
-            StoreUrl::Sqlite(path) => Arc::new(LeaseStore::open(path)?),
-            StoreUrl::Postgres(url) => Arc::new(PgLeaseStore::open(url)?),
+            StoreUrl::Sqlite(path) => Arc::new(SqliteLeases::open(path)?),
+            StoreUrl::Postgres(url) => Arc::new(PostgresLeases::open(url)?),
         })
     }
 }
 
 /// Parses and opens the store at `text` (see [`StoreUrl::parse`]).
-pub fn open_store(text: &str) -> Result<Arc<dyn LeaseBackend>> {
+pub fn open_store(text: &str) -> Result<Arc<dyn LeaseStore>> {
     StoreUrl::parse(text)?.open()
 }
 

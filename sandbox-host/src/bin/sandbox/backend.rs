@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use sandbox_host::{
-    open_store, shared_engine, ArtifactCache, Environment, GuestStderr, LeaseBackend, LeaseStore,
+    open_store, shared_engine, ArtifactCache, Environment, GuestStderr, LeaseStore,
     NetworkTransport, ProviderComponent, RateBudget, RateLimit, SandboxRuntime, Secrets,
-    KEY_ORIGIN_VAR,
+    SqliteLeases, KEY_ORIGIN_VAR,
 };
 use serde_json::Value;
 
@@ -35,7 +35,7 @@ struct LocalBackend {
 impl Setup {
     /// The provider alone (describe, validate-config): no store on disk, no backend.
     pub fn provider_only(global: &Global) -> Result<Self> {
-        let store = Arc::new(LeaseStore::open_in_memory()?);
+        let store = Arc::new(SqliteLeases::open_in_memory()?);
         Ok(Setup {
             runtime: runtime(global, store)?,
             local: None,
@@ -67,7 +67,7 @@ impl Setup {
             );
         }
         let local = LocalBackend::start(global.isolation, &global.egress, &description.driver_key)?;
-        let store = Arc::new(LeaseStore::open_in_memory()?);
+        let store = Arc::new(SqliteLeases::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
         let runtime = runtime(global, store)?.with_rate_limit(None);
         Ok(Setup {
@@ -82,9 +82,9 @@ impl Setup {
     /// schema fail here, before any sandbox is created.
     pub fn for_stored_leases(global: &Global) -> Result<Self> {
         let dir = data_dir(global);
-        let store: Arc<dyn LeaseBackend> = match &global.store {
+        let store: Arc<dyn LeaseStore> = match &global.store {
             Some(url) => open_store(url)?,
-            None => Arc::new(LeaseStore::open(dir.join("leases.sqlite"))?),
+            None => Arc::new(SqliteLeases::open(dir.join("leases.sqlite"))?),
         };
         // One request budget per API origin for every `sandbox` process
         // sharing this data directory.
@@ -403,7 +403,7 @@ fn load_component(global: &Global) -> Result<ProviderComponent> {
     ProviderComponent::load_cached(&engine, &path, &cache)
 }
 
-fn runtime(global: &Global, store: Arc<dyn LeaseBackend>) -> Result<SandboxRuntime> {
+fn runtime(global: &Global, store: Arc<dyn LeaseStore>) -> Result<SandboxRuntime> {
     let component = load_component(global)?;
     let stderr = if global.verbose {
         GuestStderr::Inherit
