@@ -285,8 +285,14 @@ impl ServerBuilder {
         if !self.quiet {
             match mode {
                 IsolationMode::Bwrap => eprintln!(
-                    "createos-local: isolation mode bwrap (user, PID, network, IPC and UTS namespaces per process, \
-                     sandbox root as /); network: {} (own loopback only, no outbound); limits: {}",
+                    "createos-local: isolation mode bwrap (user, PID, network, IPC and UTS namespaces {}, \
+                     sandbox root as /); network: {} (own loopback only; outbound only through the \
+                     egress proxy, when --egress allows it); limits: {}",
+                    if crate::machine::enabled_here() {
+                        "per sandbox, one machine that every command joins, a pids group per command"
+                    } else {
+                        "per command"
+                    },
                     mode.network(),
                     mode.limits()
                 ),
