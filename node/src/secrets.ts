@@ -17,9 +17,10 @@
  *   only over `https:` (plain `http:` only to a loopback host);
  * - when the config holds no secret, the variable the provider names
  *   (`env-var`) is read from the worker's environment, and used only when
- *   every origin that would receive it is the provider's own default (the
- *   config names none of them): a key from the environment never goes to
- *   a URL someone typed into a config;
+ *   every origin that would receive it is one of the provider's own
+ *   default origins (left out of the config, or named in it as the same
+ *   origin): a key from the environment never goes to another URL someone
+ *   typed into a config;
  * - the origins `validate-config` asks for must be exactly the ones the
  *   config names, field by field (checked by {@link checkAskedOrigins}
  *   before the component's operation runs): otherwise nothing is sent.
@@ -119,6 +120,12 @@ export function splitConfig(
     }
     routes.push({ field: field.configField, origin, namedByConfig });
   }
+  const defaultOrigins = new Set(
+    description.originFields.flatMap((field) => {
+      const origin = field.defaultUrl === undefined ? undefined : originOf(field.defaultUrl);
+      return origin === undefined ? [] : [origin];
+    }),
+  );
   for (const secretField of description.secrets) {
     const name = secretField.configField;
     const value = componentConfig[name];
@@ -133,8 +140,10 @@ export function splitConfig(
         continue;
       }
       resolved = value;
-    } else if (secretField.envVar && env[secretField.envVar] && receivers.length > 0 && receivers.every((r) => !r.namedByConfig)) {
-      // Only the provider's own default origins receive a key from the environment.
+    } else if (secretField.envVar && env[secretField.envVar] && receivers.length > 0 && receivers.every((r) => defaultOrigins.has(r.origin))) {
+      // Only the provider's own default origins receive a key from the
+      // environment, whether the config leaves the field out or names the
+      // same origin (as the Rust host's trusted defaults).
       resolved = env[secretField.envVar];
     }
     if (resolved === undefined) continue;

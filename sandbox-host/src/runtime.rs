@@ -591,90 +591,17 @@ impl SandboxRuntime {
             .with_context(|| format!("no lease {id} in the lease store"))
     }
 
-    /// The HTTP policy of a config: exactly the origins its fields name (the
-    /// component must ask for those and no other), each with the secrets
-    /// its field lists, by the operator's rules (see [`Secrets`]).
+    /// The HTTP policy of a config ([`route_policy`]) with this runtime's
+    /// rate budget and limit.
     fn policy_for(
         &self,
         split: &SplitConfig,
         secrets: &Secrets,
         asked: &[String],
     ) -> Result<Policy> {
-        let Some(first) = split.origins.first() else {
-            bail!(
-                "the provider declares no API origin field, so the host cannot allow it any \
-                 request; it does not follow the sandbox-provider contract 0.2.0"
-            );
-        };
-        if asked.len() != split.origins.len() {
-            bail!(
-                "the provider asks for {} API origins ({}), but declares {} origin fields ({}); \
-                 the host sends requests only to the origins the config names",
-                asked.len(),
-                asked.join(", "),
-                split.origins.len(),
-                split
-                    .origins
-                    .iter()
-                    .map(|o| o.field.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        for (text, named) in asked.iter().zip(&split.origins) {
-            let origin = Origin::parse(text).with_context(|| {
-                format!("the provider's API origin {text:?} is not a valid origin")
-            })?;
-            if origin != named.origin {
-                bail!(
-                    "the provider asks to send its requests to {origin}, but the config names \
-                     {} (field {}); the host sends requests (and API keys) only to the origins \
-                     the config names",
-                    named.origin,
-                    named.field
-                );
-            }
-        }
-        let mut policy = Policy::new(first.origin.clone())
+        Ok(route_policy(&self.description, split, secrets, asked)?
             .with_rate_budget(self.budget.clone())
-            .with_rate_limit(self.rate_limit);
-        for origin in &split.origins[1..] {
-            policy = policy.also_allow(origin.origin.clone());
-        }
-        for (field, secret) in &split.resolved {
-            let Some(declared) = self
-                .description
-                .secrets
-                .iter()
-                .find(|s| &s.config_field == field)
-            else {
-                // The provider takes no such secret: it goes nowhere.
-                continue;
-            };
-            let value = match &declared.scheme {
-                Some(scheme) => format!("{scheme} {secret}"),
-                None => secret.clone(),
-            };
-            for receiver in split
-                .origins
-                .iter()
-                .filter(|o| o.secret_fields.contains(field))
-            {
-                if !receiver.named_by_config && !secrets.trusts(&receiver.origin) {
-                    bail!(
-                        "config field {field} holds a secret, but the config does not name the API \
-                         URL in field {} and the host does not trust the provider's default {} with \
-                         it; set {} in the config",
-                        receiver.field,
-                        receiver.origin,
-                        receiver.field
-                    );
-                }
-                check_secret_origin(&receiver.origin)?;
-                policy = policy.with_origin_secret(&receiver.origin, &declared.header, &value)?;
-            }
-        }
-        Ok(policy)
+            .with_rate_limit(self.rate_limit))
     }
 
     /// Registers `token` (so a release or destroy of this runtime cancels
@@ -824,4 +751,89 @@ impl fmt::Debug for SandboxRuntime {
             .field("host", &self.host.id())
             .finish_non_exhaustive()
     }
+}
+
+/// The HTTP policy of a config (no rate limit yet): exactly the origins its
+/// fields name (the component must ask for those and no other), each with
+/// the secrets its field lists, in the header and scheme `description`
+/// declares, by the operator's rules (see [`Secrets`]). A pure decision:
+/// the shared secret-routing table (`node/test/scenarios/secret-routing.json`)
+/// holds it and the Node host's `splitConfig` / `checkAskedOrigins`.
+pub(crate) fn route_policy(
+    description: &ProviderDescription,
+    split: &SplitConfig,
+    secrets: &Secrets,
+    asked: &[String],
+) -> Result<Policy> {
+    let Some(first) = split.origins.first() else {
+        bail!(
+            "the provider declares no API origin field, so the host cannot allow it any \
+             request; it does not follow the sandbox-provider contract 0.2.0"
+        );
+    };
+    if asked.len() != split.origins.len() {
+        bail!(
+            "the provider asks for {} API origins ({}), but declares {} origin fields ({}); \
+             the host sends requests only to the origins the config names",
+            asked.len(),
+            asked.join(", "),
+            split.origins.len(),
+            split
+                .origins
+                .iter()
+                .map(|o| o.field.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for (text, named) in asked.iter().zip(&split.origins) {
+        let origin = Origin::parse(text)
+            .with_context(|| format!("the provider's API origin {text:?} is not a valid origin"))?;
+        if origin != named.origin {
+            bail!(
+                "the provider asks to send its requests to {origin}, but the config names \
+                 {} (field {}); the host sends requests (and API keys) only to the origins \
+                 the config names",
+                named.origin,
+                named.field
+            );
+        }
+    }
+    let mut policy = Policy::new(first.origin.clone());
+    for origin in &split.origins[1..] {
+        policy = policy.also_allow(origin.origin.clone());
+    }
+    for (field, secret) in &split.resolved {
+        let Some(declared) = description
+            .secrets
+            .iter()
+            .find(|s| &s.config_field == field)
+        else {
+            // The provider takes no such secret: it goes nowhere.
+            continue;
+        };
+        let value = match &declared.scheme {
+            Some(scheme) => format!("{scheme} {secret}"),
+            None => secret.clone(),
+        };
+        for receiver in split
+            .origins
+            .iter()
+            .filter(|o| o.secret_fields.contains(field))
+        {
+            if !receiver.named_by_config && !secrets.trusts(&receiver.origin) {
+                bail!(
+                    "config field {field} holds a secret, but the config does not name the API \
+                     URL in field {} and the host does not trust the provider's default {} with \
+                     it; set {} in the config",
+                    receiver.field,
+                    receiver.origin,
+                    receiver.field
+                );
+            }
+            check_secret_origin(&receiver.origin)?;
+            policy = policy.with_origin_secret(&receiver.origin, &declared.header, &value)?;
+        }
+    }
+    Ok(policy)
 }

@@ -236,6 +236,21 @@ impl Policy {
         self.origins.iter().map(|a| &a.origin)
     }
 
+    /// `(origin, header, value)` of every secret header, for the shared
+    /// decision table's tests only (values are secrets).
+    #[cfg(test)]
+    pub(crate) fn secret_headers(&self) -> Vec<(Origin, String, String)> {
+        self.origins
+            .iter()
+            .flat_map(|a| {
+                a.secrets.iter().map(|s| {
+                    let value = s.value.to_str().unwrap_or_default().to_owned();
+                    (a.origin.clone(), s.name.to_string(), value)
+                })
+            })
+            .collect()
+    }
+
     /// Whether `uri` is on an allowed origin.
     pub fn allows(&self, uri: &Uri) -> bool {
         self.allowed(uri).is_some()

@@ -393,6 +393,157 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A provider description of the shared secret-routing table (the
+    /// Node host's camelCase shape of `describe()`).
+    fn described(value: &Value) -> ProviderDescription {
+        use crate::bindings::types::{Capabilities, OriginField, SecretField};
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        ProviderDescription {
+            driver_key: text(&value["driverKey"]).unwrap(),
+            display_name: text(&value["displayName"]).unwrap(),
+            config_schema: text(&value["configSchema"]).unwrap(),
+            capabilities: Capabilities::empty(),
+            secrets: value["secrets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| SecretField {
+                    config_field: text(&s["configField"]).unwrap(),
+                    header: text(&s["header"]).unwrap(),
+                    scheme: text(&s["scheme"]),
+                    env_var: text(&s["envVar"]),
+                })
+                .collect(),
+            origin_fields: value["originFields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| OriginField {
+                    config_field: text(&o["configField"]).unwrap(),
+                    default_url: text(&o["defaultUrl"]),
+                    secrets: o["secrets"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|s| text(s).unwrap())
+                        .collect(),
+                })
+                .collect(),
+            rate_limit: None,
+        }
+    }
+
+    /// The operator's settings the Node host implies (it runs a package the
+    /// operator installed for this provider): every default origin of the
+    /// provider trusted, and each declared `env-var` read for those
+    /// default origins only, as `sandbox`'s own defaults are.
+    fn node_operator(description: &ProviderDescription) -> Secrets {
+        let mut secrets = Secrets::none();
+        for field in &description.origin_fields {
+            if let Some(url) = &field.default_url {
+                let uri: http::Uri = url.parse().unwrap();
+                secrets.trusted_defaults.push(Origin::of_uri(&uri).unwrap());
+            }
+        }
+        for declared in &description.secrets {
+            if let Some(var) = &declared.env_var {
+                secrets.fields.insert(declared.config_field.clone());
+                secrets.env.push(EnvSecret {
+                    field: declared.config_field.clone(),
+                    var: var.clone(),
+                    scope: EnvScope::Default,
+                });
+            }
+        }
+        secrets
+    }
+
+    /// The shared secret-routing table
+    /// (`node/test/scenarios/secret-routing.json`, run by the Node host's
+    /// `splitConfig` and `checkAskedOrigins` too): which origin receives
+    /// which secret in which header, decided by [`Secrets::split`] and the
+    /// runtime's `route_policy`.
+    #[test]
+    fn shared_decisions_secret_routing() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../node/test/scenarios/secret-routing.json");
+        let table: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("the shared table"))
+                .expect("the shared table is JSON");
+        let cases = table["cases"].as_array().unwrap();
+        assert!(cases.len() >= 20, "the shared table lost cases");
+        for case in cases {
+            let name = &case["name"];
+            let description = described(&table["providers"][case["provider"].as_str().unwrap()]);
+            let secrets = node_operator(&description);
+            // Each case names its own variables; none is set by another.
+            for declared in &description.secrets {
+                if let Some(var) = &declared.env_var {
+                    std::env::remove_var(var);
+                }
+            }
+            if let Some(env) = case["env"].as_object() {
+                for (var, value) in env {
+                    std::env::set_var(var, value.as_str().unwrap());
+                }
+            }
+            let decision = secrets
+                .split(&case["config"].to_string(), &description)
+                .and_then(|split| {
+                    let asked: Vec<String> = match case["asked"].as_array() {
+                        Some(asked) => asked.iter().map(|a| a.as_str().unwrap().into()).collect(),
+                        None => split.origins.iter().map(|o| o.origin.to_string()).collect(),
+                    };
+                    let policy =
+                        crate::runtime::route_policy(&description, &split, &secrets, &asked)?;
+                    let headers = policy.secret_headers();
+                    Ok(split
+                        .origins
+                        .iter()
+                        .map(|o| {
+                            let secret = headers.iter().find(|(origin, _, _)| origin == &o.origin);
+                            (
+                                o.field.clone(),
+                                o.origin.clone(),
+                                secret.map(|(_, header, value)| (header.clone(), value.clone())),
+                            )
+                        })
+                        .collect::<Vec<_>>())
+                });
+            if let Some(env) = case["env"].as_object() {
+                for var in env.keys() {
+                    std::env::remove_var(var);
+                }
+            }
+            if case["expect"]["refused"] == true {
+                assert!(
+                    decision.is_err(),
+                    "{name}: expected a refusal, got {decision:?}"
+                );
+                continue;
+            }
+            // Header names are case-insensitive; `http` keeps them lower-case.
+            let routes = decision.unwrap_or_else(|e| panic!("{name}: refused: {e:#}"));
+            let expected: Vec<_> = case["expect"]["routes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    let uri: http::Uri = r["origin"].as_str().unwrap().parse().unwrap();
+                    (
+                        r["field"].as_str().unwrap().to_owned(),
+                        Origin::of_uri(&uri).unwrap(),
+                        r["header"].as_str().map(|header| {
+                            let value = r["value"].as_str().unwrap().to_owned();
+                            (header.to_ascii_lowercase(), value)
+                        }),
+                    )
+                })
+                .collect();
+            assert_eq!(routes, expected, "{name}");
+        }
+    }
+
     #[test]
     fn secrets_resolve_from_values_env_and_files() {
         assert_eq!(resolve_secret("apiKey", &json!("k1")).unwrap(), "k1");
