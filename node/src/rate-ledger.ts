@@ -22,7 +22,13 @@ import { lstatSync, mkdirSync } from "node:fs";
 import { tmpdir, userInfo } from "node:os";
 import path from "node:path";
 import { DatabaseSync, type StatementSync } from "node:sqlite";
+
 import type { WitRateLimit } from "./wit-types.js";
+
+/** How long an open that finds the ledger locked is tried again. */
+const OPEN_RETRY_MS = 5000;
+/** A synchronous sleep between those tries (nothing ever notifies it). */
+const OPEN_RETRY_SLEEPER = new Int32Array(new SharedArrayBuffer(4));
 
 /** Environment variable that names the ledger file (tests, or a shared data directory). */
 export const LEDGER_PATH_ENV = "PAPERCLIP_WASM_RATE_LEDGER";
@@ -139,19 +145,36 @@ export class RateLedger {
 
   /** Opens (creating if needed) the ledger at `file`. Throws a readable error when it cannot. */
   static open(file: string): RateLedger {
-    try {
-      ensurePrivateDirectory(path.dirname(file));
-      const db = new DatabaseSync(file);
-      // Wait for another process's transaction rather than fail (the pragma, not the
-      // constructor option, so that it also holds on Node 22, which Paperclip runs on).
-      // The ledger only matters while requests run: no fsync needed.
-      db.exec("PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;");
-      db.exec(`CREATE TABLE IF NOT EXISTS request_starts (origin TEXT NOT NULL, at_ms INTEGER NOT NULL);
-               CREATE INDEX IF NOT EXISTS request_starts_by_origin ON request_starts (origin, at_ms);
-               CREATE TABLE IF NOT EXISTS origin_pauses (origin TEXT PRIMARY KEY, until_ms INTEGER NOT NULL);`);
-      return new RateLedger(db);
-    } catch (error) {
-      throw new Error(`the rate budget ledger ${file} cannot be opened (${error instanceof Error ? error.message : String(error)})`);
+    // Two processes opening a new ledger at once race to switch it to WAL, and
+    // SQLite answers that switch "database is locked" at once, without its busy
+    // handler: such an open is tried again, for up to OPEN_RETRY_MS.
+    const deadline = Date.now() + OPEN_RETRY_MS;
+    for (;;) {
+      let db: DatabaseSync | undefined;
+      try {
+        ensurePrivateDirectory(path.dirname(file));
+        db = new DatabaseSync(file);
+        // Wait for another process's transaction rather than fail (the pragma, not the
+        // constructor option, so that it also holds on Node 22, which Paperclip runs on).
+        // The ledger only matters while requests run: no fsync needed.
+        db.exec("PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = OFF;");
+        db.exec(`CREATE TABLE IF NOT EXISTS request_starts (origin TEXT NOT NULL, at_ms INTEGER NOT NULL);
+                 CREATE INDEX IF NOT EXISTS request_starts_by_origin ON request_starts (origin, at_ms);
+                 CREATE TABLE IF NOT EXISTS origin_pauses (origin TEXT PRIMARY KEY, until_ms INTEGER NOT NULL);`);
+        return new RateLedger(db);
+      } catch (error) {
+        const message = error instanceof Error ? error.message : String(error);
+        try {
+          db?.close();
+        } catch {
+          // already closed or never opened
+        }
+        if (/locked|busy/i.test(message) && Date.now() < deadline) {
+          Atomics.wait(OPEN_RETRY_SLEEPER, 0, 0, 20);
+          continue;
+        }
+        throw new Error(`the rate budget ledger ${file} cannot be opened (${message})`);
+      }
     }
   }
 
