@@ -2,6 +2,7 @@
 //! (request recording → fault injection → API-key check → handler).
 
 pub mod admin;
+mod early_answer;
 pub mod envelope;
 pub mod files;
 pub mod limits;
@@ -332,20 +333,22 @@ async fn faults(State(state): State<Shared>, mut req: Request, next: Next) -> Re
         FaultAction::Status { status } => {
             let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let extra = Some(serde_json::json!({ "injected": true }));
-            if daytona {
+            let answer = if daytona {
                 crate::daytona::error::body(code, "injected", "injected fault", extra)
             } else {
                 envelope_for(code, "injected", "injected fault", extra)
-            }
+            };
+            early_answer::after_reading(req.into_body(), answer).await
         }
         FaultAction::Respond { status, body } => {
             let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::OK);
-            (
+            let answer = (
                 code,
                 [(axum::http::header::CONTENT_TYPE, "application/json")],
                 body.clone(),
             )
-                .into_response()
+                .into_response();
+            early_answer::after_reading(req.into_body(), answer).await
         }
         FaultAction::DropResponse => {
             let handled = next.run(req).await;
@@ -447,6 +450,7 @@ async fn rate_limit(State(state): State<Shared>, req: Request, next: Next) -> Re
     match limiter.admit() {
         Ok(()) => next.run(req).await,
         Err(wait) => {
+            let body = req.into_body();
             let seconds = wait.as_millis().div_ceil(1000).max(1);
             let mut response = ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -459,7 +463,7 @@ async fn rate_limit(State(state): State<Shared>, req: Request, next: Next) -> Re
                     .headers_mut()
                     .insert(axum::http::header::RETRY_AFTER, value);
             }
-            response
+            early_answer::after_reading(body, response).await
         }
     }
 }
