@@ -45,8 +45,8 @@ export const MAX_THROTTLE_PAUSE_MS = 300_000;
 export interface OutgoingPolicy {
   /** The only origin requests may go to (`scheme://host[:port]`), if any. */
   allowedOrigin: string | undefined;
-  /** The secret header for that origin, if a secret was resolved. */
-  secret: { header: string; value: string } | undefined;
+  /** The secret headers for that origin (none when no secret was resolved). */
+  secrets: readonly { header: string; value: string }[];
   /** The request budget per origin (none: no limit). */
   rateLimit: WitRateLimit | undefined;
   /** Epoch milliseconds: no request starts, and none is repeated, after this (the call's deadline). */
@@ -68,8 +68,8 @@ const BaseFields = http.types.Fields as unknown as new () => ShimFields & {
 
 /** Fields created by the component through this host (brand, not `instanceof`). */
 const hostFields = new WeakSet<object>();
-/** The fields whose `entries()` carry the secret right now, and the header. */
-let injecting: { fields: object; header: string; value: Uint8Array } | undefined;
+/** The fields whose `entries()` carry the secrets right now, and their headers. */
+let injecting: { fields: object; headers: [string, Uint8Array][] } | undefined;
 
 /**
  * The `fields` class the component sees. `instanceof` accepts every shim
@@ -88,8 +88,8 @@ export class HostFields extends BaseFields {
   override entries(): [string, Uint8Array][] {
     const entries = super.entries();
     if (injecting?.fields !== this) return entries;
-    const name = injecting.header.toLowerCase();
-    return [...entries.filter(([key]) => key.toLowerCase() !== name), [injecting.header, injecting.value]];
+    const names = new Set(injecting.headers.map(([header]) => header.toLowerCase()));
+    return [...entries.filter(([key]) => !names.has(key.toLowerCase())), ...injecting.headers];
   }
 }
 
@@ -296,15 +296,15 @@ const NO_LIMIT: Grant = { settle() {} };
 /**
  * Builds the handler; `policy(target)` gives the rules of the call in
  * progress for a request to `target` (its origin; `allowedOrigin` is unset
- * when the call may not reach it, `secret` is that origin's header).
+ * when the call may not reach it, `secrets` are that origin's headers).
  */
 export function createOutgoingHandler(policy: (target: string | undefined) => OutgoingPolicy, pacer: Pacer) {
   const encoder = new TextEncoder();
 
   /** Sends `request` through the shim, with the key injected when there is one. */
-  function send(request: ShimOutgoingRequest, options: unknown, secret: OutgoingPolicy["secret"]): ShimFuture {
-    if (!secret) return http.outgoingHandler.handle(request as never, options as never) as ShimFuture;
-    injecting = { fields: request.headers(), header: secret.header, value: encoder.encode(secret.value) };
+  function send(request: ShimOutgoingRequest, options: unknown, secrets: OutgoingPolicy["secrets"]): ShimFuture {
+    if (secrets.length === 0) return http.outgoingHandler.handle(request as never, options as never) as ShimFuture;
+    injecting = { fields: request.headers(), headers: secrets.map(({ header, value }) => [header, encoder.encode(value)]) };
     try {
       return http.outgoingHandler.handle(request as never, options as never) as ShimFuture;
     } finally {
@@ -335,7 +335,7 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
    * comes first (a 429 before the body was read) or the call's deadline
    * passes: the answer, not the write, decides.
    */
-  function sendWhole(original: ShimOutgoingRequest, copy: BodyCopy, timeouts: Timeouts, secret: OutgoingPolicy["secret"], deadline: number): ShimFuture {
+  function sendWhole(original: ShimOutgoingRequest, copy: BodyCopy, timeouts: Timeouts, secrets: OutgoingPolicy["secrets"], deadline: number): ShimFuture {
     const headers = new HostFields();
     for (const [name, value] of original.headers().entries()) headers.append(name, value);
     const request = new http.types.OutgoingRequest(headers as never);
@@ -350,9 +350,9 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
     if (copy.bytes <= Number(stream.checkWrite())) {
       for (const piece of pieces) stream.write(piece);
       http.types.OutgoingBody.finish(body, undefined);
-      return send(request, optionsOf(timeouts), secret);
+      return send(request, optionsOf(timeouts), secrets);
     }
-    const future = send(request, optionsOf(timeouts), secret);
+    const future = send(request, optionsOf(timeouts), secrets);
     const timer = Number.isFinite(deadline)
       ? clocks.monotonicClock.subscribeDuration(BigInt(Math.max(0, Math.ceil(deadline - Date.now()))) * 1_000_000n)
       : undefined;
@@ -401,7 +401,7 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
         throw { tag: "HTTP-request-denied" };
       }
       const headers = request.headers();
-      if (current.secret && !hostFields.has(headers)) {
+      if (current.secrets.length > 0 && !hostFields.has(headers)) {
         // A request whose headers did not come from this host cannot carry the key.
         throw { tag: "internal-error", val: "request headers were not created through the host" };
       }
@@ -409,10 +409,10 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
       const limit = current.rateLimit;
       if (!copy) {
         // A request whose body did not go through this host: the shim sends it as it is.
-        if (!limit) return send(request, options, current.secret);
+        if (!limit) return send(request, options, current.secrets);
         const grant = admit(target, current, "work");
         if (!grant) throw { tag: "connection-timeout" };
-        const future = send(request, options, current.secret);
+        const future = send(request, options, current.secrets);
         grant.settle();
         return future;
       }
@@ -423,7 +423,7 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
       const deadline = current.deadlineMs ?? Number.POSITIVE_INFINITY;
       let real: ShimFuture | undefined;
       const start = () => {
-        real ??= sendWhole(request, copy, timeouts, current.secret, deadline);
+        real ??= sendWhole(request, copy, timeouts, current.secrets, deadline);
       };
       // The request leaves when the component finishes its body.
       if (copy.finished) start();
@@ -488,7 +488,7 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
       if (!grant) return value;
       let next: FutureValue;
       try {
-        const future = sendWhole(request, copy, timeouts, current.secret, deadline);
+        const future = sendWhole(request, copy, timeouts, current.secrets, deadline);
         if (!answeredBy(future, deadline)) {
           // No answer by the call's deadline: the component gets the 429 it would have had.
           (future as unknown as Record<symbol, () => void>)[Symbol.dispose]();

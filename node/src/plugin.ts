@@ -59,7 +59,7 @@ import { OrphanStore } from "./orphans.js";
 import { PoisonStore } from "./poison.js";
 import { defaultLedgerPath } from "./rate-ledger.js";
 import { packedDescription, ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
-import { checkAskedOrigins, splitConfig, type OriginRoute } from "./secrets.js";
+import { checkAskedOrigins, splitConfig, type OriginRoute, type SecretOperator } from "./secrets.js";
 import { syncIn, syncOut, type SyncBackend } from "./sync.js";
 import type {
   ProviderOperation,
@@ -86,8 +86,21 @@ export interface PluginOptions {
    * has it.
    */
   componentDir?: string;
-  /** Environment for the key fallback (default `process.env`). */
+  /** Environment the operator's named variables (`secretEnv`) are read from (default `process.env`). */
   env?: NodeJS.ProcessEnv;
+  /**
+   * The operator's variables, per secret config field (`PAPERCLIP_WASM_SECRET_ENV`
+   * in the worker): read when the config holds no secret, and sent only to
+   * `trustedOrigins`. The variable a provider names (`env-var`) is never read.
+   */
+  secretEnv?: Readonly<Record<string, string>>;
+  /**
+   * Origins the operator trusts with secrets (`PAPERCLIP_WASM_TRUSTED_ORIGINS`
+   * in the worker): a provider's default origin receives a secret only when
+   * listed here (else the config must name it), and a key from `secretEnv`
+   * goes only to these.
+   */
+  trustedOrigins?: readonly string[];
   /** Test-only: output containing this marker makes the component trap. */
   testTrapMarker?: string;
   /** Undelivered live output (characters) beyond which a command's stream waits for `ctx.execution.log` (default 4 Mi). */
@@ -144,6 +157,7 @@ export function logPieces(chunk: string): string[] {
 /** Builds the plugin; `worker.ts` exports the default instance. */
 export function createPlugin(options: PluginOptions = {}) {
   const env = options.env ?? process.env;
+  const operator: SecretOperator = { env, secretEnv: options.secretEnv, trustedOrigins: options.trustedOrigins };
   let pool: ProviderPool | undefined;
   let context: PluginContext | undefined;
   let description: WitProviderDescription | undefined;
@@ -174,7 +188,7 @@ export function createPlugin(options: PluginOptions = {}) {
 
   /** Splits the config; refuses it when a secret or origin field is unusable. */
   function prepare(params: PluginEnvironmentDriverBaseParams) {
-    const split = splitConfig(params.config, describeOrThrow(), env);
+    const split = splitConfig(params.config, describeOrThrow(), operator);
     if (split.errors.length > 0) {
       throw new ProviderFailure(`The ${providerName()} config is invalid: ${split.errors.join("; ")}; nothing was sent.`, "invalid-config", "none");
     }
@@ -185,10 +199,11 @@ export function createPlugin(options: PluginOptions = {}) {
   function secretsOf(routes: readonly OriginRoute[] | undefined): string[] {
     const values = new Set<string>();
     for (const route of routes ?? []) {
-      if (!route.secret) continue;
-      values.add(route.secret.value);
-      const bare = route.secret.value.slice(route.secret.value.indexOf(" ") + 1);
-      if (bare.length >= 8) values.add(bare);
+      for (const secret of route.secrets) {
+        values.add(secret.value);
+        const bare = secret.value.slice(secret.value.indexOf(" ") + 1);
+        if (bare.length >= 8) values.add(bare);
+      }
     }
     return [...values];
   }
@@ -312,7 +327,7 @@ export function createPlugin(options: PluginOptions = {}) {
 
   /** The API origins a config sends to (from its origin fields, no component call). */
   function apiOriginsOf(params: PluginEnvironmentDriverBaseParams): string[] {
-    return splitConfig(params.config, describeOrThrow(), env).routes.map((route) => route.origin);
+    return splitConfig(params.config, describeOrThrow(), operator).routes.map((route) => route.origin);
   }
 
   /**
@@ -407,7 +422,7 @@ export function createPlugin(options: PluginOptions = {}) {
       if (params.driverKey !== undefined && params.driverKey !== info.driverKey) {
         return { ok: false, errors: [`driverKey: this plugin provides "${info.driverKey}", not "${params.driverKey}"`] };
       }
-      const split = splitConfig(params.config, info, env);
+      const split = splitConfig(params.config, info, operator);
       if (split.errors.length > 0) return { ok: false, errors: split.errors };
       const validation = await call<WitConfigValidation>("validate", "validateConfig", [JSON.stringify(split.componentConfig)], undefined);
       if (!validation.ok || validation.normalizedConfig === undefined) {

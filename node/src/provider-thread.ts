@@ -66,7 +66,7 @@ const pacer = new Pacer(workerData.pacerBuffer as SharedArrayBuffer, workerData.
 const trapMarker: string | undefined = workerData.testTrapMarker;
 
 /** Nothing allowed: outside a call, and for calls that send no request. */
-const NOTHING: OutgoingPolicy = { allowedOrigin: undefined, secret: undefined, rateLimit: undefined };
+const NOTHING: OutgoingPolicy = { allowedOrigin: undefined, secrets: [], rateLimit: undefined };
 /** The rules of the call in progress, for a request's target origin. */
 let policy: (target: string | undefined) => OutgoingPolicy = () => NOTHING;
 let currentCall: { id: number; cancelFlag: SharedArrayBuffer; outputCredit: Int32Array; futures: number[] } | undefined;
@@ -214,7 +214,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     const allowed = ctx ? routes : [];
     policy = (target) => {
       const route = target === undefined ? undefined : allowed.find((r) => r.origin === target);
-      return { ...common, allowedOrigin: route?.origin, secret: route?.secret };
+      return { ...common, allowedOrigin: route?.origin, secrets: route?.secrets ?? [] };
     };
     const value = instance[call.operation](...call.args);
     return { kind: "done", id: call.id, ok: true, value };

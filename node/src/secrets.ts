@@ -15,12 +15,20 @@
  *   it holds the secret itself;
  * - a secret goes only to the origins whose origin field lists it, and
  *   only over `https:` (plain `http:` only to a loopback host);
- * - when the config holds no secret, the variable the provider names
- *   (`env-var`) is read from the worker's environment, and used only when
- *   every origin that would receive it is one of the provider's own
- *   default origins (left out of the config, or named in it as the same
- *   origin): a key from the environment never goes to another URL someone
- *   typed into a config;
+ * - a secret goes to a provider's default origin (the config leaves the
+ *   origin field out) only when the operator trusts that origin
+ *   (`trustedOrigins`, the worker's `PAPERCLIP_WASM_TRUSTED_ORIGINS`);
+ *   otherwise the config is refused, naming the field to set: the
+ *   component declares its defaults, the operator decides where secrets go;
+ * - when the config holds no secret, the variable the operator named for
+ *   the field (`secretEnv`, the worker's `PAPERCLIP_WASM_SECRET_ENV`) is
+ *   read, and used only when every origin that would receive it is one the
+ *   operator trusts. The variable a provider names (`env-var`) is
+ *   documentation and never read: a component never chooses what the host
+ *   reads;
+ * - several secrets for one origin are each sent in their own header; two
+ *   in the same header of one origin are refused, naming both fields;
+ * - an empty or blank secret, or one with a line break or NUL, is refused;
  * - the origins `validate-config` asks for must be exactly the ones the
  *   config names, field by field (checked by {@link checkAskedOrigins}
  *   before the component's operation runs): otherwise nothing is sent.
@@ -41,8 +49,22 @@ export interface OriginRoute {
   origin: string;
   /** True when the config named it; false for the provider's default. */
   namedByConfig: boolean;
-  /** The secret header its requests carry, if a secret was resolved. */
-  secret?: ResolvedSecret;
+  /** The secret headers its requests carry (none when no secret was resolved). */
+  secrets: ResolvedSecret[];
+}
+
+/**
+ * The operator's secret settings (the worker's, never the component's):
+ * Rust's `Secrets` (`trust_default_origin`, and the CLI's variables scoped
+ * to the trusted origins).
+ */
+export interface SecretOperator {
+  /** Where named variables are read (default `process.env`). */
+  env?: NodeJS.ProcessEnv;
+  /** Per secret config field, the variable the operator keeps it in. */
+  secretEnv?: Readonly<Record<string, string>>;
+  /** Origins the operator trusts with secrets: a default origin, and any that receives a key from `secretEnv`. */
+  trustedOrigins?: readonly string[];
 }
 
 /** The result of splitting a config. */
@@ -86,8 +108,10 @@ export function secretOriginProblem(origin: string): string | undefined {
 export function splitConfig(
   config: Record<string, unknown> | null | undefined,
   description: WitProviderDescription,
-  env: NodeJS.ProcessEnv = process.env,
+  operator: SecretOperator = {},
 ): SplitConfig {
+  const env = operator.env ?? process.env;
+  const trusted = new Set((operator.trustedOrigins ?? []).flatMap((o) => originOf(o) ?? []));
   const componentConfig: Record<string, unknown> = { ...(config ?? {}) };
   const errors: string[] = [];
   const routes: OriginRoute[] = [];
@@ -118,14 +142,10 @@ export function splitConfig(
       );
       continue;
     }
-    routes.push({ field: field.configField, origin, namedByConfig });
+    routes.push({ field: field.configField, origin, namedByConfig, secrets: [] });
   }
-  const defaultOrigins = new Set(
-    description.originFields.flatMap((field) => {
-      const origin = field.defaultUrl === undefined ? undefined : originOf(field.defaultUrl);
-      return origin === undefined ? [] : [origin];
-    }),
-  );
+  /** Per origin route, which field's secret each header carries (to name both of a clash). */
+  const headerFields = new Map<OriginRoute, Map<string, string>>();
   for (const secretField of description.secrets) {
     const name = secretField.configField;
     const value = componentConfig[name];
@@ -140,11 +160,10 @@ export function splitConfig(
         continue;
       }
       resolved = value;
-    } else if (secretField.envVar && env[secretField.envVar] && receivers.length > 0 && receivers.every((r) => defaultOrigins.has(r.origin))) {
-      // Only the provider's own default origins receive a key from the
-      // environment, whether the config leaves the field out or names the
-      // same origin (as the Rust host's trusted defaults).
-      resolved = env[secretField.envVar];
+    } else {
+      // Only a variable the operator named, and only for origins the operator trusts.
+      const variable = operator.secretEnv?.[name];
+      if (variable && env[variable] && receivers.length > 0 && receivers.every((r) => trusted.has(r.origin))) resolved = env[variable];
     }
     if (resolved === undefined) continue;
     if (resolved.trim() === "" || /[\r\n\0]/.test(resolved)) {
@@ -153,18 +172,29 @@ export function splitConfig(
     }
     const headerValue = secretField.scheme ? `${secretField.scheme} ${resolved}` : resolved;
     for (const route of receivers) {
+      if (!route.namedByConfig && !trusted.has(route.origin)) {
+        errors.push(
+          `${name}: the config holds a secret but does not name the API URL in field ${route.field}, and the operator does not trust the provider's default ${route.origin} with it; set ${route.field} in the config (or the operator adds the origin to PAPERCLIP_WASM_TRUSTED_ORIGINS)`,
+        );
+        continue;
+      }
       const problem = secretOriginProblem(route.origin);
       if (problem) {
         errors.push(`${name} (for ${route.field}): ${problem}`);
         continue;
       }
-      if (route.secret && route.secret.header.toLowerCase() !== secretField.header.toLowerCase()) {
+      const header = secretField.header.toLowerCase();
+      const fields = headerFields.get(route) ?? new Map<string, string>();
+      headerFields.set(route, fields);
+      const earlier = fields.get(header);
+      if (earlier !== undefined) {
         errors.push(
-          `${route.field}: the provider sends two secrets (${route.secret.header}, ${secretField.header}) to one origin; this host injects one secret header per origin`,
+          `${route.field}: secret fields ${earlier} and ${name} would both be sent in header ${secretField.header} to ${route.origin}; the provider must declare one header per secret for an origin, so neither was sent`,
         );
         continue;
       }
-      route.secret = { header: secretField.header, value: headerValue };
+      fields.set(header, name);
+      route.secrets.push({ header: secretField.header, value: headerValue });
     }
   }
   return { componentConfig, routes, errors };
@@ -186,4 +216,43 @@ export function checkAskedOrigins(asked: readonly string[], routes: readonly Ori
     }
   }
   return undefined;
+}
+
+/** The worker setting naming the operator's variable per secret field. */
+export const SECRET_ENV_SETTING = "PAPERCLIP_WASM_SECRET_ENV";
+/** The worker setting listing the origins the operator trusts with secrets. */
+export const TRUSTED_ORIGINS_SETTING = "PAPERCLIP_WASM_TRUSTED_ORIGINS";
+
+/**
+ * Parses `PAPERCLIP_WASM_SECRET_ENV`: `field=VARIABLE` pairs separated by
+ * commas (for example `token=MY_API_TOKEN`). Throws a message naming
+ * the setting and the bad entry.
+ */
+export function parseSecretEnv(text: string, setting = SECRET_ENV_SETTING): Record<string, string> {
+  const named: Record<string, string> = {};
+  for (const entry of text.split(",").map((e) => e.trim()).filter((e) => e !== "")) {
+    const match = /^([A-Za-z_][A-Za-z0-9_.-]*)=([A-Za-z_][A-Za-z0-9_]*)$/.exec(entry);
+    if (!match) throw new Error(`invalid ${setting} entry "${entry}": expected secretField=VARIABLE (for example token=MY_API_TOKEN), separated by commas`);
+    if (match[1] in named) throw new Error(`invalid ${setting}: field ${match[1]} is named twice`);
+    named[match[1]] = match[2];
+  }
+  return named;
+}
+
+/**
+ * Parses `PAPERCLIP_WASM_TRUSTED_ORIGINS`: origins (`https://host[:port]`)
+ * separated by commas or spaces. Throws a message naming the setting and
+ * the bad entry; a plain-http remote origin is refused here too, since no
+ * secret may travel to it.
+ */
+export function parseTrustedOrigins(text: string, setting = TRUSTED_ORIGINS_SETTING): string[] {
+  const origins: string[] = [];
+  for (const entry of text.split(/[\s,]+/).filter((e) => e !== "")) {
+    const origin = originOf(entry);
+    if (!origin) throw new Error(`invalid ${setting} entry "${entry}": expected an origin such as https://api.example.com`);
+    const problem = secretOriginProblem(origin);
+    if (problem) throw new Error(`invalid ${setting} entry "${entry}": ${problem}`);
+    origins.push(origin);
+  }
+  return origins;
 }

@@ -14,10 +14,19 @@
  *   most worker threads;
  * - `PAPERCLIP_WASM_TEST_TRAP_MARKER` (`PAPERCLIP_CREATEOS_WASM_TEST_TRAP_MARKER`):
  *   test-only fault.
+ *
+ * And the operator's secret settings (no alias; see `secrets.ts`):
+ * - `PAPERCLIP_WASM_TRUSTED_ORIGINS`: origins trusted with secrets when a
+ *   config leaves its origin field out (the provider's default), and the
+ *   only ones a key from `PAPERCLIP_WASM_SECRET_ENV` goes to;
+ * - `PAPERCLIP_WASM_SECRET_ENV`: `field=VARIABLE` pairs, the variable the
+ *   operator keeps a secret in when the config holds none. The variable a
+ *   provider names in `describe()` is never read.
  */
 import { runWorker } from "@paperclipai/plugin-sdk";
 import { createPlugin } from "./plugin.js";
 import { parseRateLimit, RATE_LIMIT_ENV, RATE_LIMIT_ENV_ALIAS } from "./rate-ledger.js";
+import { parseSecretEnv, parseTrustedOrigins, SECRET_ENV_SETTING, TRUSTED_ORIGINS_SETTING } from "./secrets.js";
 
 /** A setting by its name, else by its earlier alias. */
 function setting(name: string, alias: string): { name: string; value: string } | undefined {
@@ -34,6 +43,8 @@ const plugin = createPlugin({
   poolSize: threads ? Number(threads.value) : undefined,
   testTrapMarker: setting("PAPERCLIP_WASM_TEST_TRAP_MARKER", "PAPERCLIP_CREATEOS_WASM_TEST_TRAP_MARKER")?.value,
   rateLimit: operatorLimit ? parseRateLimit(operatorLimit.value, operatorLimit.name) : undefined,
+  secretEnv: parseSecretEnv(process.env[SECRET_ENV_SETTING] ?? ""),
+  trustedOrigins: parseTrustedOrigins(process.env[TRUSTED_ORIGINS_SETTING] ?? ""),
 });
 
 export default plugin;

@@ -41,13 +41,13 @@ function send(handler, origin) {
 }
 
 const newPacer = () => new Pacer(createPacerBuffer(), freshLedgerPath());
-const policyFor = (allowedOrigin) => () => ({ allowedOrigin, secret: { header: "X-Api-Key", value: KEY }, rateLimit: undefined });
+const policyFor = (allowedOrigin, secrets = [{ header: "X-Api-Key", value: KEY }]) => () => ({ allowedOrigin, secrets, rateLimit: undefined });
 
 test("a request to another origin is denied with HTTP-request-denied and never sent", async () => {
   const handler = createOutgoingHandler(policyFor(allowed.url), newPacer());
   const { outgoing } = request(other.url);
   assert.throws(() => handler.handle(outgoing, undefined), (error) => error?.tag === "HTTP-request-denied");
-  const noPolicy = createOutgoingHandler(() => ({ allowedOrigin: undefined, secret: undefined, rateLimit: undefined }), newPacer());
+  const noPolicy = createOutgoingHandler(() => ({ allowedOrigin: undefined, secrets: [], rateLimit: undefined }), newPacer());
   assert.throws(() => noPolicy.handle(request(allowed.url).outgoing, undefined), (error) => error?.tag === "HTTP-request-denied");
   await other.flush();
   assert.equal(other.seen.length, 0, "the other server saw nothing");
@@ -85,6 +85,19 @@ test("a header of the secret's name set by the component is replaced, not sent t
   await allowed.flush();
   assert.equal(allowed.seen.at(-1).headers["x-api-key"], KEY);
   assert.equal(headers.get("x-api-key").length, 1);
+});
+
+test("two secrets for one origin go out in their own headers, both invisible to the component", async () => {
+  const ORG = "canary-org-for-handler-test";
+  const handler = createOutgoingHandler(policyFor(allowed.url, [{ header: "X-Api-Key", value: KEY }, { header: "X-Org-Id", value: ORG }]), newPacer());
+  const { status, headers } = send(handler, allowed.url);
+  assert.equal(status, 404);
+  await allowed.flush();
+  const seen = allowed.seen.at(-1);
+  assert.equal(seen.headers["x-api-key"], KEY);
+  assert.equal(seen.headers["x-org-id"], ORG);
+  const visible = headers.entries().map(([name, value]) => [name, new TextDecoder().decode(value)]);
+  assert.deepEqual(visible, [["accept", "application/json"]], "fields.entries() as the component sees them hold neither secret");
 });
 
 const ORIGIN = "http://127.0.0.1:1";

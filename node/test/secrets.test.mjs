@@ -8,7 +8,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { createEnvironmentTestHarness } from "@paperclipai/plugin-sdk/testing";
-import { checkAskedOrigins, splitConfig } from "../dist/secrets.js";
+import { checkAskedOrigins, parseSecretEnv, parseTrustedOrigins, splitConfig } from "../dist/secrets.js";
 import { ProviderPool } from "../dist/pool.js";
 import { createPlugin } from "../dist/plugin.js";
 import { startBackend, startRecordingServer } from "./support/backend.mjs";
@@ -34,35 +34,48 @@ const TWO_ORIGINS = {
   ],
 };
 
+/** The operator of these tests: every default origin of TWO_ORIGINS trusted, no variable named. */
+const TRUSTING = { env: {}, trustedOrigins: ["https://control.acme.test", "https://data.acme.test:8443", "https://billing.acme.test"] };
+
 test("each origin gets exactly the secrets its origin field lists, in the declared header and scheme", () => {
-  const split = splitConfig({ token: "t0ken-value", orgSecret: "org-value", dataUrl: "https://DATA.acme.test:8443/v1/", other: 1 }, TWO_ORIGINS, {});
+  const split = splitConfig({ token: "t0ken-value", orgSecret: "org-value", dataUrl: "https://DATA.acme.test:8443/v1/", other: 1 }, TWO_ORIGINS, TRUSTING);
   assert.deepEqual(split.errors, []);
   assert.deepEqual(split.componentConfig, { dataUrl: "https://DATA.acme.test:8443/v1/", other: 1 }, "secret fields removed, the rest kept");
   assert.deepEqual(
-    split.routes.map((r) => [r.field, r.origin, r.namedByConfig, r.secret]),
+    split.routes.map((r) => [r.field, r.origin, r.namedByConfig, r.secrets]),
     [
-      ["controlUrl", "https://control.acme.test", false, { header: "Authorization", value: "Bearer t0ken-value" }],
-      ["dataUrl", "https://data.acme.test:8443", true, { header: "Authorization", value: "Bearer t0ken-value" }],
-      ["billingUrl", "https://billing.acme.test", false, { header: "X-Org-Secret", value: "org-value" }],
+      ["controlUrl", "https://control.acme.test", false, [{ header: "Authorization", value: "Bearer t0ken-value" }]],
+      ["dataUrl", "https://data.acme.test:8443", true, [{ header: "Authorization", value: "Bearer t0ken-value" }]],
+      ["billingUrl", "https://billing.acme.test", false, [{ header: "X-Org-Secret", value: "org-value" }]],
     ],
   );
 });
 
-test("a key from the environment goes only to the provider's own default origins", () => {
-  const env = { ACME_TOKEN: "from-env" };
-  const defaults = splitConfig({}, TWO_ORIGINS, env);
-  assert.equal(defaults.routes[0].secret.value, "Bearer from-env");
-  const custom = splitConfig({ dataUrl: "https://elsewhere.test" }, TWO_ORIGINS, env);
-  assert.deepEqual(custom.routes.map((r) => r.secret), [undefined, undefined, undefined], "a typed URL never receives the environment's key");
+test("a key from the environment: only the variable the operator names, only to origins the operator trusts", () => {
+  const operator = { ...TRUSTING, env: { ACME_TOKEN: "named-by-the-provider", OPERATOR_TOKEN: "from-env" }, secretEnv: { token: "OPERATOR_TOKEN" } };
+  const defaults = splitConfig({}, TWO_ORIGINS, operator);
+  assert.deepEqual(defaults.routes[0].secrets, [{ header: "Authorization", value: "Bearer from-env" }]);
+  const custom = splitConfig({ dataUrl: "https://elsewhere.test" }, TWO_ORIGINS, operator);
+  assert.deepEqual(custom.routes.map((r) => r.secrets), [[], [], []], "a typed URL never receives the environment's key");
+  const unnamed = splitConfig({}, TWO_ORIGINS, { ...TRUSTING, env: { ACME_TOKEN: "named-by-the-provider" } });
+  assert.deepEqual(unnamed.routes.map((r) => r.secrets), [[], [], []], "the variable describe() names is never read");
+});
+
+test("a secret goes to a default origin only when the operator trusts it; the refusal names the field to set", () => {
+  const untrusted = splitConfig({ token: "t0ken-value", controlUrl: "https://control.acme.test" }, TWO_ORIGINS, { env: {} });
+  assert.deepEqual(untrusted.errors, [
+    "token: the config holds a secret but does not name the API URL in field dataUrl, and the operator does not trust the provider's default https://data.acme.test:8443 with it; set dataUrl in the config (or the operator adds the origin to PAPERCLIP_WASM_TRUSTED_ORIGINS)",
+  ]);
+  assert.equal(untrusted.errors.join().includes("t0ken-value"), false);
 });
 
 test("secrets travel only over https or loopback http; bad values are refused by field, never echoed", () => {
-  const plain = splitConfig({ token: "s3cret-abc", controlUrl: "http://control.acme.test" }, TWO_ORIGINS, {});
+  const plain = splitConfig({ token: "s3cret-abc", controlUrl: "http://control.acme.test" }, TWO_ORIGINS, TRUSTING);
   assert.match(plain.errors.join(), /token \(for controlUrl\): the secret would be sent to http:\/\/control\.acme\.test in plain text/);
   for (const url of ["http://127.0.0.1:9", "http://localhost:9", "http://[::1]:9"]) {
-    assert.deepEqual(splitConfig({ token: "s3cret-abc", controlUrl: url }, TWO_ORIGINS, {}).errors, [], url);
+    assert.deepEqual(splitConfig({ token: "s3cret-abc", controlUrl: url }, TWO_ORIGINS, TRUSTING).errors, [], url);
   }
-  const bad = splitConfig({ token: "a\r\nInjected: 1", controlUrl: "ftp://x", dataUrl: "https://user:pw@data.test", billingUrl: 5 }, TWO_ORIGINS, {});
+  const bad = splitConfig({ token: "a\r\nInjected: 1", controlUrl: "ftp://x", dataUrl: "https://user:pw@data.test", billingUrl: 5 }, TWO_ORIGINS, TRUSTING);
   assert.match(bad.errors.join("\n"), /controlUrl: must be an http or https URL without user name or password/);
   assert.match(bad.errors.join("\n"), /dataUrl: must be an http or https URL without user name or password/);
   assert.match(bad.errors.join("\n"), /billingUrl: must be a URL string/);
@@ -71,7 +84,7 @@ test("secrets travel only over https or loopback http; bad values are refused by
 });
 
 test("the origins validate-config asks for must be the config's, in order", () => {
-  const routes = splitConfig({}, TWO_ORIGINS, {}).routes;
+  const routes = splitConfig({}, TWO_ORIGINS, { env: {} }).routes;
   assert.equal(checkAskedOrigins(["https://control.acme.test/", "https://data.acme.test:8443", "https://billing.acme.test:443"], routes), undefined);
   assert.match(
     checkAskedOrigins(["https://control.acme.test", "https://evil.test", "https://billing.acme.test"], routes),
@@ -99,8 +112,8 @@ test("a call whose config names origins the component does not ask for is refuse
     const ctx = { driverKey: "daytona", companyId: "c", environmentId: "e", config };
     // The routes the host built name the stranger for the API field: the component asks for createos-local.
     const routes = [
-      { field: "apiUrl", origin: new URL(stranger.url).origin, namedByConfig: true, secret: { header: "Authorization", value: `Bearer ${backend.key}` } },
-      { field: "toolboxUrl", origin: new URL(backend.toolboxUrl).origin, namedByConfig: true },
+      { field: "apiUrl", origin: new URL(stranger.url).origin, namedByConfig: true, secrets: [{ header: "Authorization", value: `Bearer ${backend.key}` }] },
+      { field: "toolboxUrl", origin: new URL(backend.toolboxUrl).origin, namedByConfig: true, secrets: [] },
     ];
     await assert.rejects(pool.call("probe", [ctx], { routes }).result, (error) => {
       assert.equal(error.failure.kind, "provider");
@@ -193,4 +206,18 @@ test("the Daytona package end to end: Bearer key on both origins, lease, live ou
   }
   const text = JSON.stringify(observed) + JSON.stringify(logs);
   assert.equal(text.includes(backend.key), false, "the key appears in no result, error or log");
+});
+
+test("the operator's worker settings parse, and bad entries are named", () => {
+  assert.deepEqual(parseSecretEnv(" apiKey=CREATEOS_API_KEY, token=MY_TOKEN "), { apiKey: "CREATEOS_API_KEY", token: "MY_TOKEN" });
+  assert.deepEqual(parseSecretEnv(""), {});
+  assert.throws(() => parseSecretEnv("apiKey"), /invalid PAPERCLIP_WASM_SECRET_ENV entry "apiKey": expected secretField=VARIABLE/);
+  assert.throws(() => parseSecretEnv("apiKey=A,apiKey=B"), /field apiKey is named twice/);
+  assert.deepEqual(parseTrustedOrigins("https://api.sb.createos.sh/, https://App.Daytona.io http://127.0.0.1:8080"), [
+    "https://api.sb.createos.sh",
+    "https://app.daytona.io",
+    "http://127.0.0.1:8080",
+  ]);
+  assert.throws(() => parseTrustedOrigins("api.example.com"), /invalid PAPERCLIP_WASM_TRUSTED_ORIGINS entry "api.example.com"/);
+  assert.throws(() => parseTrustedOrigins("http://api.example.com"), /in plain text/);
 });

@@ -803,6 +803,9 @@ pub(crate) fn route_policy(
     for origin in &split.origins[1..] {
         policy = policy.also_allow(origin.origin.clone());
     }
+    // Per origin field and header (lower-case), the secret field it carries:
+    // two secrets in one header of one origin are refused, naming both.
+    let mut carried: HashMap<(&str, String), &str> = HashMap::new();
     for (field, secret) in &split.resolved {
         let Some(declared) = description
             .secrets
@@ -832,6 +835,17 @@ pub(crate) fn route_policy(
                 );
             }
             check_secret_origin(&receiver.origin)?;
+            let header = declared.header.to_ascii_lowercase();
+            if let Some(earlier) = carried.insert((&receiver.field, header), field) {
+                bail!(
+                    "{}: secret fields {earlier} and {field} would both be sent in header {} to \
+                     {}; the provider must declare one header per secret for an origin, so \
+                     neither was sent",
+                    receiver.field,
+                    declared.header,
+                    receiver.origin
+                );
+            }
             policy = policy.with_origin_secret(&receiver.origin, &declared.header, &value)?;
         }
     }

@@ -206,6 +206,7 @@ impl Secrets {
             .or_else(|| self.values.get(field).cloned())
             .or_else(|| self.read_named_variables(field, &receivers));
             if let Some(secret) = secret {
+                check_secret_value(field, &secret)?;
                 resolved.push((field.clone(), secret));
             }
         }
@@ -342,6 +343,16 @@ impl fmt::Debug for Secrets {
     }
 }
 
+/// Refuses a secret no header can carry as meant: empty or blank (the API
+/// would see a header without a key, or `Bearer ` alone), or with a line
+/// break or NUL. Names the field, never the secret.
+fn check_secret_value(field: &str, secret: &str) -> Result<()> {
+    if secret.trim().is_empty() || secret.contains(['\r', '\n', '\0']) {
+        bail!("config field {field}: the secret is empty or contains a line break or NUL");
+    }
+    Ok(())
+}
+
 /// Whether a secret may travel to `origin`: https, or http on loopback.
 pub(crate) fn check_secret_origin(origin: &Origin) -> Result<()> {
     match origin.scheme() {
@@ -433,29 +444,45 @@ mod tests {
         }
     }
 
-    /// The operator's settings the Node host implies (it runs a package the
-    /// operator installed for this provider): every default origin of the
-    /// provider trusted, and each declared `env-var` read for those
-    /// default origins only, as `sandbox`'s own defaults are.
-    fn node_operator(description: &ProviderDescription) -> Secrets {
+    /// The operator's settings of a case (`operators` in the shared table):
+    /// the origins trusted (as [`Secrets::trust_default_origin`]), and per
+    /// secret field the variable named, its key scoped to those origins (as
+    /// the `sandbox` CLI's own defaults). The variable a provider declares
+    /// (`env-var`) is not among them: no host reads it.
+    fn operator_of(value: &Value) -> Secrets {
         let mut secrets = Secrets::none();
-        for field in &description.origin_fields {
-            if let Some(url) = &field.default_url {
-                let uri: http::Uri = url.parse().unwrap();
-                secrets.trusted_defaults.push(Origin::of_uri(&uri).unwrap());
-            }
+        for origin in value["trustedOrigins"].as_array().into_iter().flatten() {
+            secrets = secrets
+                .trust_default_origin(origin.as_str().unwrap())
+                .unwrap();
         }
-        for declared in &description.secrets {
-            if let Some(var) = &declared.env_var {
-                secrets.fields.insert(declared.config_field.clone());
-                secrets.env.push(EnvSecret {
-                    field: declared.config_field.clone(),
-                    var: var.clone(),
-                    scope: EnvScope::Default,
-                });
-            }
+        for (field, var) in value["secretEnv"].as_object().into_iter().flatten() {
+            secrets.fields.insert(field.clone());
+            secrets.env.push(EnvSecret {
+                field: field.clone(),
+                var: var.as_str().unwrap().to_owned(),
+                scope: EnvScope::Default,
+            });
         }
         secrets
+    }
+
+    /// A route's secret headers in the table (`header`/`value`, or
+    /// `secrets`), names lower-case (`http` keeps them so), sorted.
+    fn expected_headers(route: &Value) -> Vec<(String, String)> {
+        let one = |s: &Value| {
+            (
+                s["header"].as_str().unwrap().to_ascii_lowercase(),
+                s["value"].as_str().unwrap().to_owned(),
+            )
+        };
+        let mut headers: Vec<_> = match route["secrets"].as_array() {
+            Some(list) => list.iter().map(one).collect(),
+            None if route["header"].is_string() => vec![one(route)],
+            None => Vec::new(),
+        };
+        headers.sort();
+        headers
     }
 
     /// The shared secret-routing table
@@ -471,17 +498,13 @@ mod tests {
             serde_json::from_str(&std::fs::read_to_string(path).expect("the shared table"))
                 .expect("the shared table is JSON");
         let cases = table["cases"].as_array().unwrap();
-        assert!(cases.len() >= 20, "the shared table lost cases");
+        assert!(cases.len() >= 36, "the shared table lost cases");
+        let mut wrong = Vec::new();
         for case in cases {
             let name = &case["name"];
             let description = described(&table["providers"][case["provider"].as_str().unwrap()]);
-            let secrets = node_operator(&description);
-            // Each case names its own variables; none is set by another.
-            for declared in &description.secrets {
-                if let Some(var) = &declared.env_var {
-                    std::env::remove_var(var);
-                }
-            }
+            let operator = case["operator"].as_str().unwrap_or("none");
+            let secrets = operator_of(&table["operators"][operator]);
             if let Some(env) = case["env"].as_object() {
                 for (var, value) in env {
                     std::env::set_var(var, value.as_str().unwrap());
@@ -501,12 +524,13 @@ mod tests {
                         .origins
                         .iter()
                         .map(|o| {
-                            let secret = headers.iter().find(|(origin, _, _)| origin == &o.origin);
-                            (
-                                o.field.clone(),
-                                o.origin.clone(),
-                                secret.map(|(_, header, value)| (header.clone(), value.clone())),
-                            )
+                            let mut secrets: Vec<_> = headers
+                                .iter()
+                                .filter(|(origin, _, _)| origin == &o.origin)
+                                .map(|(_, header, value)| (header.clone(), value.clone()))
+                                .collect();
+                            secrets.sort();
+                            (o.field.clone(), o.origin.clone(), secrets)
                         })
                         .collect::<Vec<_>>())
                 });
@@ -516,14 +540,29 @@ mod tests {
                 }
             }
             if case["expect"]["refused"] == true {
-                assert!(
-                    decision.is_err(),
-                    "{name}: expected a refusal, got {decision:?}"
-                );
+                match decision {
+                    Ok(routes) => wrong.push(format!("{name}: expected a refusal, got {routes:?}")),
+                    Err(error) => {
+                        let why = format!("{error:#}");
+                        for word in case["expect"]["mentions"].as_array().into_iter().flatten() {
+                            let word = word.as_str().unwrap();
+                            if !why.contains(word) {
+                                wrong.push(format!(
+                                    "{name}: the refusal does not name {word}: {why}"
+                                ));
+                            }
+                        }
+                    }
+                }
                 continue;
             }
-            // Header names are case-insensitive; `http` keeps them lower-case.
-            let routes = decision.unwrap_or_else(|e| panic!("{name}: refused: {e:#}"));
+            let routes = match decision {
+                Ok(routes) => routes,
+                Err(error) => {
+                    wrong.push(format!("{name}: refused: {error:#}"));
+                    continue;
+                }
+            };
             let expected: Vec<_> = case["expect"]["routes"]
                 .as_array()
                 .unwrap()
@@ -533,15 +572,19 @@ mod tests {
                     (
                         r["field"].as_str().unwrap().to_owned(),
                         Origin::of_uri(&uri).unwrap(),
-                        r["header"].as_str().map(|header| {
-                            let value = r["value"].as_str().unwrap().to_owned();
-                            (header.to_ascii_lowercase(), value)
-                        }),
+                        expected_headers(r),
                     )
                 })
                 .collect();
-            assert_eq!(routes, expected, "{name}");
+            if routes != expected {
+                wrong.push(format!("{name}: got {routes:?}, expected {expected:?}"));
+            }
         }
+        assert!(
+            wrong.is_empty(),
+            "cases decided otherwise:\n{}",
+            wrong.join("\n")
+        );
     }
 
     #[test]
