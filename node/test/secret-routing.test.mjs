@@ -6,7 +6,7 @@
 // header of one origin and empty secrets refused) and checkAskedOrigins
 // (validate-config may ask only for the config's origins). The Rust host
 // runs the same table (shared_decisions_secret_routing in
-// sandbox-host/src/network/secrets.rs).
+// sandbox-host/src/secret_routing_table.rs).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";

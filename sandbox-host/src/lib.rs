@@ -46,6 +46,8 @@ mod wasm;
 mod budget;
 mod messages;
 mod runtime;
+#[cfg(test)]
+mod secret_routing_table;
 #[cfg(any(test, feature = "testing"))]
 mod testing;
 
@@ -58,7 +60,7 @@ pub use budget::Budget;
 pub use cache::ArtifactCache;
 pub use cancel::CancelToken;
 pub use component::ProviderComponent;
-pub use engine::{new_engine, shared_engine, EPOCH_TICK};
+pub use engine::{new_engine, shared_engine};
 pub use instance::{trap_of, ProviderInstance};
 pub use leases::backend::{
     HostInstance, LeaseRecord, LeaseRefused, LeaseStore, Liveness, StoreUnavailable,
@@ -67,12 +69,12 @@ pub use leases::postgres::PostgresLeases;
 pub use leases::rules::{LeaseState, Operation};
 pub use leases::sql::MIGRATIONS;
 pub use leases::sqlite::SqliteLeases;
-pub use leases::url::{open_store, StoreUrl};
+pub use leases::url::open_store;
 pub use messages::{cleanup_text, error_text};
 pub use network::client::NetworkTransport;
-pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink, SandboxRecorder};
+pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
 pub use policy::{Guard, Origin, Policy};
-pub use rate_budget::{BudgetStats, Grant, Priority, RateBudget, RateLimit};
+pub use rate_budget::{BudgetStats, RateBudget, RateLimit};
 pub use runtime::{action_name, Environment, SandboxRuntime};
 pub use secrets::{Secrets, KEY_ORIGIN_VAR};
 #[cfg(any(test, feature = "testing"))]
@@ -80,8 +82,8 @@ pub use testing::postgres::ThrowawayPostgres;
 #[cfg(any(test, feature = "testing"))]
 pub use testing::scripted::{RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport};
 pub use transport::{
-    BodySender, DenyAll, ErrorCode, OutgoingRequest, RequestTimeouts, ResponseBody, Transport,
-    TransportFuture, TransportResponse,
+    BodySender, ErrorCode, OutgoingRequest, ResponseBody, Transport, TransportFuture,
+    TransportResponse,
 };
 /// The wasmtime trap codes, for matching [`trap_of`].
 pub use wasmtime::Trap;

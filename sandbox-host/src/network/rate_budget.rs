@@ -94,7 +94,7 @@ impl RateLimit {
 
 /// Who is asking: cleanup goes ahead of new work when the budget is short.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Priority {
+pub(crate) enum Priority {
     /// A request that ends something (a process or sandbox DELETE).
     Cleanup,
     /// Everything else.
@@ -207,7 +207,7 @@ impl RateBudget {
     /// records its start; settle the returned [`Grant`] when the answer
     /// came. Dropping the future leaves the queue. Fails only when the
     /// ledger cannot be read or written.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         origin: &str,
         limit: &RateLimit,
@@ -254,7 +254,7 @@ impl RateBudget {
 
     /// Records a 429 from `origin`: no request starts there before `pause`
     /// has passed.
-    pub fn throttled(&self, origin: &str, pause: Duration) -> Result<()> {
+    pub(crate) fn throttled(&self, origin: &str, pause: Duration) -> Result<()> {
         self.shared.throttled.fetch_add(1, Ordering::Relaxed);
         let until = now_ms().saturating_add(i64::try_from(pause.as_millis()).unwrap_or(i64::MAX));
         self.shared.ledger.pause(origin, until)?;
@@ -270,9 +270,9 @@ impl RateBudget {
     }
 }
 
-/// A request's place in the window. [`Grant::settle`] (or dropping it)
-/// moves the place to the moment the answer came.
-pub struct Grant {
+/// A request's place in the window. Dropping it (tests say
+/// [`Grant::settle`]) moves the place to the moment the answer came.
+pub(crate) struct Grant {
     budget: RateBudget,
     origin: String,
     entry: i64,
@@ -280,7 +280,8 @@ pub struct Grant {
 
 impl Grant {
     /// The request was answered (or failed): it counts until now + window.
-    pub fn settle(self) {}
+    #[cfg(test)]
+    pub(crate) fn settle(self) {}
 }
 
 impl Drop for Grant {

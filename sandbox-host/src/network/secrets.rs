@@ -23,8 +23,32 @@ use std::fmt;
 use anyhow::{bail, Context, Result};
 use serde_json::{Map, Value};
 
-use crate::bindings::types::ProviderDescription;
 use crate::policy::Origin;
+
+/// What the secret rules read from a provider's `describe()`: the config
+/// fields that hold secrets and the ones that name API origins. Built from
+/// the contract's `provider-description` (`From<&ProviderDescription>`, in
+/// the wasm bindings), so these rules stay plain data and know nothing of
+/// the component model.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SecretLayout {
+    /// The config fields the provider declares as secrets (`secrets`).
+    pub secret_fields: Vec<String>,
+    /// The config fields naming its API origins (`origin-fields`), in order.
+    pub origin_fields: Vec<OriginFieldLayout>,
+}
+
+/// One `origin-field` of a provider: the config field, its default URL,
+/// and the secret fields its requests carry.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OriginFieldLayout {
+    /// The config field holding the URL.
+    pub config_field: String,
+    /// The URL when the config leaves the field out, if any.
+    pub default_url: Option<String>,
+    /// The secret config fields whose secrets requests to this origin carry.
+    pub secrets: Vec<String>,
+}
 
 /// An origin (besides the trusted defaults) the operator allows to receive
 /// a key read from one of the CLI's default variables.
@@ -165,6 +189,21 @@ impl Secrets {
         self
     }
 
+    /// Reads the secret of `config_field` from environment variable `var`,
+    /// sent only to the origins the operator trusts (the scope of the
+    /// `sandbox` CLI's own variables, and of the Node worker's
+    /// `PAPERCLIP_WASM_SECRET_ENV`). For the shared secret-routing table.
+    #[cfg(test)]
+    pub(crate) fn with_env_for_trusted(mut self, config_field: &str, var: &str) -> Self {
+        self.fields.insert(config_field.to_owned());
+        self.env.push(EnvSecret {
+            field: config_field.into(),
+            var: var.into(),
+            scope: EnvScope::Default,
+        });
+        self
+    }
+
     /// Trusts `origin`, when it is a provider's default URL, with that
     /// provider's secrets although the config does not name it.
     pub fn trust_default_origin(mut self, origin: &str) -> Result<Self> {
@@ -184,15 +223,16 @@ impl Secrets {
     pub(crate) fn split(
         &self,
         config: &str,
-        description: &ProviderDescription,
+        description: impl Into<SecretLayout>,
     ) -> Result<SplitConfig> {
+        let description = description.into();
         let mut value: Value = serde_json::from_str(config).context("the config is not JSON")?;
         let object = value
             .as_object_mut()
             .context("the config is not a JSON object")?;
-        let origins = config_origins(object, description)?;
+        let origins = config_origins(object, &description)?;
         let mut fields = self.fields.clone();
-        fields.extend(description.secrets.iter().map(|s| s.config_field.clone()));
+        fields.extend(description.secret_fields.iter().cloned());
         let mut resolved = Vec::new();
         for field in &fields {
             let receivers: Vec<&ConfigOrigin> = origins
@@ -226,15 +266,16 @@ impl Secrets {
     pub fn withheld_keys(
         &self,
         config: &str,
-        description: &ProviderDescription,
+        description: impl Into<SecretLayout>,
     ) -> Result<Vec<(String, Origin)>> {
+        let description = description.into();
         let value: Value = serde_json::from_str(config).context("the config is not JSON")?;
         let object = value
             .as_object()
             .context("the config is not a JSON object")?;
-        let origins = config_origins(object, description)?;
+        let origins = config_origins(object, &description)?;
         let mut fields = self.fields.clone();
-        fields.extend(description.secrets.iter().map(|s| s.config_field.clone()));
+        fields.extend(description.secret_fields.iter().cloned());
         let mut withheld = Vec::new();
         for field in &fields {
             let given = !matches!(object.get(field), None | Some(Value::Null))
@@ -288,7 +329,7 @@ impl Secrets {
 /// its default URL when the config leaves the field out.
 fn config_origins(
     config: &Map<String, Value>,
-    description: &ProviderDescription,
+    description: &SecretLayout,
 ) -> Result<Vec<ConfigOrigin>> {
     let mut origins = Vec::new();
     for field in &description.origin_fields {
@@ -403,189 +444,6 @@ fn resolve_secret(field: &str, value: &Value) -> Result<String> {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    /// A provider description of the shared secret-routing table (the
-    /// Node host's camelCase shape of `describe()`).
-    fn described(value: &Value) -> ProviderDescription {
-        use crate::bindings::types::{Capabilities, OriginField, SecretField};
-        let text = |v: &Value| v.as_str().map(str::to_owned);
-        ProviderDescription {
-            driver_key: text(&value["driverKey"]).unwrap(),
-            display_name: text(&value["displayName"]).unwrap(),
-            config_schema: text(&value["configSchema"]).unwrap(),
-            capabilities: Capabilities::empty(),
-            secrets: value["secrets"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| SecretField {
-                    config_field: text(&s["configField"]).unwrap(),
-                    header: text(&s["header"]).unwrap(),
-                    scheme: text(&s["scheme"]),
-                    env_var: text(&s["envVar"]),
-                })
-                .collect(),
-            origin_fields: value["originFields"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|o| OriginField {
-                    config_field: text(&o["configField"]).unwrap(),
-                    default_url: text(&o["defaultUrl"]),
-                    secrets: o["secrets"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|s| text(s).unwrap())
-                        .collect(),
-                })
-                .collect(),
-            rate_limit: None,
-        }
-    }
-
-    /// The operator's settings of a case (`operators` in the shared table):
-    /// the origins trusted (as [`Secrets::trust_default_origin`]), and per
-    /// secret field the variable named, its key scoped to those origins (as
-    /// the `sandbox` CLI's own defaults). The variable a provider declares
-    /// (`env-var`) is not among them: no host reads it.
-    fn operator_of(value: &Value) -> Secrets {
-        let mut secrets = Secrets::none();
-        for origin in value["trustedOrigins"].as_array().into_iter().flatten() {
-            secrets = secrets
-                .trust_default_origin(origin.as_str().unwrap())
-                .unwrap();
-        }
-        for (field, var) in value["secretEnv"].as_object().into_iter().flatten() {
-            secrets.fields.insert(field.clone());
-            secrets.env.push(EnvSecret {
-                field: field.clone(),
-                var: var.as_str().unwrap().to_owned(),
-                scope: EnvScope::Default,
-            });
-        }
-        secrets
-    }
-
-    /// A route's secret headers in the table (`header`/`value`, or
-    /// `secrets`), names lower-case (`http` keeps them so), sorted.
-    fn expected_headers(route: &Value) -> Vec<(String, String)> {
-        let one = |s: &Value| {
-            (
-                s["header"].as_str().unwrap().to_ascii_lowercase(),
-                s["value"].as_str().unwrap().to_owned(),
-            )
-        };
-        let mut headers: Vec<_> = match route["secrets"].as_array() {
-            Some(list) => list.iter().map(one).collect(),
-            None if route["header"].is_string() => vec![one(route)],
-            None => Vec::new(),
-        };
-        headers.sort();
-        headers
-    }
-
-    /// The shared secret-routing table
-    /// (`node/test/scenarios/secret-routing.json`, run by the Node host's
-    /// `splitConfig` and `checkAskedOrigins` too): which origin receives
-    /// which secret in which header, decided by [`Secrets::split`] and the
-    /// runtime's `route_policy`.
-    #[test]
-    fn shared_decisions_secret_routing() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../node/test/scenarios/secret-routing.json");
-        let table: Value =
-            serde_json::from_str(&std::fs::read_to_string(path).expect("the shared table"))
-                .expect("the shared table is JSON");
-        let cases = table["cases"].as_array().unwrap();
-        assert!(cases.len() >= 36, "the shared table lost cases");
-        let mut wrong = Vec::new();
-        for case in cases {
-            let name = &case["name"];
-            let description = described(&table["providers"][case["provider"].as_str().unwrap()]);
-            let operator = case["operator"].as_str().unwrap_or("none");
-            let secrets = operator_of(&table["operators"][operator]);
-            if let Some(env) = case["env"].as_object() {
-                for (var, value) in env {
-                    std::env::set_var(var, value.as_str().unwrap());
-                }
-            }
-            let decision = secrets
-                .split(&case["config"].to_string(), &description)
-                .and_then(|split| {
-                    let asked: Vec<String> = match case["asked"].as_array() {
-                        Some(asked) => asked.iter().map(|a| a.as_str().unwrap().into()).collect(),
-                        None => split.origins.iter().map(|o| o.origin.to_string()).collect(),
-                    };
-                    let policy =
-                        crate::runtime::route_policy(&description, &split, &secrets, &asked)?;
-                    let headers = policy.secret_headers();
-                    Ok(split
-                        .origins
-                        .iter()
-                        .map(|o| {
-                            let mut secrets: Vec<_> = headers
-                                .iter()
-                                .filter(|(origin, _, _)| origin == &o.origin)
-                                .map(|(_, header, value)| (header.clone(), value.clone()))
-                                .collect();
-                            secrets.sort();
-                            (o.field.clone(), o.origin.clone(), secrets)
-                        })
-                        .collect::<Vec<_>>())
-                });
-            if let Some(env) = case["env"].as_object() {
-                for var in env.keys() {
-                    std::env::remove_var(var);
-                }
-            }
-            if case["expect"]["refused"] == true {
-                match decision {
-                    Ok(routes) => wrong.push(format!("{name}: expected a refusal, got {routes:?}")),
-                    Err(error) => {
-                        let why = format!("{error:#}");
-                        for word in case["expect"]["mentions"].as_array().into_iter().flatten() {
-                            let word = word.as_str().unwrap();
-                            if !why.contains(word) {
-                                wrong.push(format!(
-                                    "{name}: the refusal does not name {word}: {why}"
-                                ));
-                            }
-                        }
-                    }
-                }
-                continue;
-            }
-            let routes = match decision {
-                Ok(routes) => routes,
-                Err(error) => {
-                    wrong.push(format!("{name}: refused: {error:#}"));
-                    continue;
-                }
-            };
-            let expected: Vec<_> = case["expect"]["routes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| {
-                    let uri: http::Uri = r["origin"].as_str().unwrap().parse().unwrap();
-                    (
-                        r["field"].as_str().unwrap().to_owned(),
-                        Origin::of_uri(&uri).unwrap(),
-                        expected_headers(r),
-                    )
-                })
-                .collect();
-            if routes != expected {
-                wrong.push(format!("{name}: got {routes:?}, expected {expected:?}"));
-            }
-        }
-        assert!(
-            wrong.is_empty(),
-            "cases decided otherwise:\n{}",
-            wrong.join("\n")
-        );
-    }
 
     #[test]
     fn secrets_resolve_from_values_env_and_files() {

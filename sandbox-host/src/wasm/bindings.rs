@@ -33,3 +33,27 @@ pub(crate) use generated::{SandboxProvider, SandboxProviderPre};
 
 /// The fully qualified name of the interface a provider component must export.
 pub const PROVIDER_INTERFACE: &str = "sandbox:provider/provider@0.2.0";
+
+/// The secret rules' view of a description: which config fields hold
+/// secrets and which name API origins (the rules in `network/secrets.rs`
+/// take plain data, not the generated types).
+impl From<&types::ProviderDescription> for crate::secrets::SecretLayout {
+    fn from(description: &types::ProviderDescription) -> Self {
+        crate::secrets::SecretLayout {
+            secret_fields: description
+                .secrets
+                .iter()
+                .map(|s| s.config_field.clone())
+                .collect(),
+            origin_fields: description
+                .origin_fields
+                .iter()
+                .map(|o| crate::secrets::OriginFieldLayout {
+                    config_field: o.config_field.clone(),
+                    default_url: o.default_url.clone(),
+                    secrets: o.secrets.clone(),
+                })
+                .collect(),
+        }
+    }
+}
