@@ -99,6 +99,43 @@ test("Paperclip's worker manager forks the built worker; health answers", async 
   await handle.stop();
 });
 
+test("the operator's secret settings in the real worker: the variable the operator names reaches the origin it trusts; the one the component names is never read", async () => {
+  // docs/secret-routing.md: the config holds no key; CREATEOS_API_KEY (the component's env-var) holds the right key, which no host reads.
+  const probeWithoutKey = (handle) =>
+    handle.call("environmentProbe", { driverKey: "createos", companyId: COMPANY, environmentId: ENVIRONMENT, config: { apiUrl: backend.url, timeoutMs: 60_000 } });
+  const unnamed = await startWorker({ CREATEOS_API_KEY: backend.key, PAPERCLIP_WASM_TRUSTED_ORIGINS: backend.url });
+  const refused = await probeWithoutKey(unnamed);
+  assert.equal(refused.ok, false, "no key was sent: createos-local refused the probe");
+  assert.equal(JSON.stringify(refused).includes(backend.key), false);
+  await unnamed.stop();
+  const operated = await startWorker({
+    CREATEOS_API_KEY: "a-wrong-key-the-component-names",
+    OPERATOR_NAMED_KEY: backend.key,
+    PAPERCLIP_WASM_SECRET_ENV: "apiKey=OPERATOR_NAMED_KEY",
+    PAPERCLIP_WASM_TRUSTED_ORIGINS: backend.url,
+  });
+  const probed = await probeWithoutKey(operated);
+  assert.equal(probed.ok, true, JSON.stringify(probed));
+  assert.equal(JSON.stringify(probed).includes(backend.key), false);
+  // The same variable, but the config names an origin the operator does not trust: the key stays home.
+  const untrusted = await startRecordingServer();
+  try {
+    const elsewhere = await operated.call("environmentProbe", {
+      driverKey: "createos",
+      companyId: COMPANY,
+      environmentId: ENVIRONMENT,
+      config: { apiUrl: untrusted.url, timeoutMs: 60_000 },
+    });
+    assert.equal(elsewhere.ok, false);
+    await untrusted.flush();
+    assert.ok(untrusted.seen.length > 0, "the probe reached the untrusted origin");
+    assert.equal(JSON.stringify(untrusted.seen).includes(backend.key), false, "the untrusted origin never received the key");
+  } finally {
+    await untrusted.stop();
+  }
+  await operated.stop();
+});
+
 test("acquire -> execute with live log -> release -> resume -> destroy through Paperclip's host", async () => {
   const handle = await startWorker();
   const reuse = { config: { reuseLease: true } };
