@@ -15,7 +15,15 @@
 //! - An environment variable is read only if the operator named it; the
 //!   `sandbox` CLI's defaults (`CREATEOS_API_KEY`, `DAYTONA_API_KEY`) are
 //!   sent only to the trusted default origins, unless the operator names
-//!   another origin for them (`SANDBOX_API_KEY_ORIGIN`).
+//!   another origin for them (`SANDBOX_API_KEY_ORIGIN`). The `env-var` a
+//!   provider declares is documentation and never read.
+//! - Several secrets for one origin each go in their own header; two in
+//!   the same header of one origin are refused, naming both fields.
+//! - An empty or blank secret, or one with a line break or NUL, is refused.
+//!
+//! The Node host (`node/src/secrets.ts`) follows the same rules; the shared
+//! table `node/test/scenarios/secret-routing.json` holds them for both
+//! (`docs/secret-routing.md`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
