@@ -739,8 +739,8 @@ pub struct ExecuteBody {
 /// `POST /process/execute {"command","cwd","timeout","envs"}`: runs
 /// `command` through a shell (`bash -c`, or `sh -c`), as the current
 /// daemon does, with `envs` added to the sandbox's environment; answers
-/// 200 `{"exitCode","result"}` (stdout and stderr interleaved as they
-/// arrived). Processes the command left behind are terminated afterwards.
+/// 200 `{"exitCode","result"}` (stdout and stderr through one pipe, in
+/// the order printed). Processes the command left behind are terminated afterwards.
 /// 408 after `timeout` seconds (the tree is terminated).
 pub async fn execute(
     State(state): State<Shared>,
@@ -769,7 +769,16 @@ pub async fn execute(
             name.escape_default().to_string()
         )));
     }
-    let argv = vec![shell().to_string(), "-c".to_string(), command];
+    // One pipe for both streams, as the daemon's combined output: the
+    // shell is started with its stderr on its stdout (`sh` execs it, so
+    // the tree is the same), and the answer keeps the order printed.
+    let argv = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        "exec \"$0\" -c \"$1\" 2>&1".to_string(),
+        shell().to_string(),
+        command,
+    ];
     let envs = body.envs;
     let cwd = body.cwd.unwrap_or_else(|| WORK_DIR.to_string());
     let timeout = match body.timeout {
