@@ -471,11 +471,10 @@ async fn egress_follows_the_operators_allow_list() {
     // An allow-list naming the test server.
     let dir = std::env::temp_dir().join(marker("egress"));
     std::fs::create_dir_all(&dir).expect("data dir");
-    createos_local::egress::set_policy(
-        &dir,
+    let h = confined(Server::builder().data_dir(&dir).egress(
         createos_local::egress::Policy::parse(&[format!("127.0.0.1:{allowed}")]).expect("policy"),
-    );
-    let h = confined(Server::builder().data_dir(&dir)).await;
+    ))
+    .await;
     let sb = h.sandbox().await;
     let r = h
         .exec(
@@ -502,11 +501,12 @@ async fn egress_follows_the_operators_allow_list() {
     // `any` does not open the host's loopback.
     let dir = std::env::temp_dir().join(marker("egress-any"));
     std::fs::create_dir_all(&dir).expect("data dir");
-    createos_local::egress::set_policy(
-        &dir,
-        createos_local::egress::Policy::parse(&["any"]).expect("policy"),
-    );
-    let h = confined(Server::builder().data_dir(&dir)).await;
+    let h = confined(
+        Server::builder()
+            .data_dir(&dir)
+            .egress(createos_local::egress::Policy::parse(&["any"]).expect("policy")),
+    )
+    .await;
     let sb = h.sandbox().await;
     let api_port = h.server.addr().port();
     let r = h
@@ -585,4 +585,55 @@ async fn daytona_session_background_server_answers_later_commands() {
 
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The startup line states the model in force: one machine per sandbox
+/// (it said "namespaces per process" once the model had changed), and the
+/// egress policy given to the builder from `--egress`.
+#[test]
+fn the_startup_line_states_the_machine_model_and_the_egress_policy() {
+    use std::io::BufRead;
+    if !createos_local::machine::enabled_here() {
+        eprintln!("no sandbox machines on this host: skipped");
+        return;
+    }
+    for (args, outbound) in [
+        (&[][..], "outbound network: off"),
+        (
+            &["--egress", "127.0.0.1:9,*.example.org"][..],
+            "outbound network: through the proxy on each sandbox's 127.0.0.1:3128, \
+             allow-list 127.0.0.1:9, *.example.org;",
+        ),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_createos-local"))
+            .args(["--port", "0"])
+            .args(args)
+            .env("CREATEOS_API_KEY", "cli-key")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn binary");
+        let stdout = child.stdout.take().expect("stdout");
+        let listening = std::io::BufReader::new(stdout)
+            .lines()
+            .next()
+            .expect("a line")
+            .expect("utf8");
+        assert!(listening.starts_with("listening on "), "{listening}");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let first = lines.next().expect("a line").expect("utf8");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        // Read to the end: the server reports its shutdown on stderr.
+        lines.for_each(drop);
+        let status = child.wait().expect("wait");
+        assert!(status.success(), "{status}");
+        assert!(
+            first.contains("one machine per sandbox that every command joins"),
+            "{first}"
+        );
+        assert!(first.contains(outbound), "{first}");
+    }
 }
