@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
+use rusqlite::config::DbConfig;
 use rusqlite::types::ToSqlOutput;
 use rusqlite::{params_from_iter, Connection, Row, TransactionBehavior};
 
@@ -57,6 +58,13 @@ impl SqliteLeases {
         let conn = Connection::open(path)
             .with_context(|| format!("opening the lease store {}", path.display()))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
+        // The WAL stays when the last connection closes, unmerged: what it
+        // holds was flushed at its commits (lazy writes aside, see
+        // `lazy`), and SQLite merges it at its automatic checkpoints.
+        // Merging at every close cost each short-lived `sandbox` process
+        // three flushes (the WAL, the store, and the directory when the
+        // next process made the WAL again).
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
         Self::init(conn, path.display().to_string(), true)
     }
 
