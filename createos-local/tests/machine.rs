@@ -583,6 +583,68 @@ async fn daytona_session_background_server_answers_later_commands() {
     assert!(h.server.shutdown().await.all_exited());
 }
 
+/// `process/execute` leaves what the command started in the background
+/// running, as the daemon does (it kills the group only on timeout): a
+/// server started by one execute answers the next. It used to be
+/// terminated before the answer. A timed-out execute still takes its tree
+/// with it.
+#[tokio::test]
+async fn daytona_execute_leaves_background_processes_running_like_the_daemon() {
+    if !createos_local::machine::enabled_here() {
+        eprintln!("no sandbox machines on this host: skipped");
+        return;
+    }
+    let h = confined(Server::builder().toolbox_port(0)).await;
+    let api = h.server.daytona_api_url();
+    let toolbox = h.server.toolbox_url().to_string();
+    let call = |method: Method, url: String, body: Value| {
+        let http = h.http.clone();
+        async move {
+            let resp = http
+                .request(method, url)
+                .header("Authorization", format!("Bearer {KEY}"))
+                .json(&body)
+                .send()
+                .await
+                .expect("request");
+            let st = resp.status();
+            (st, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (st, v) = call(Method::POST, format!("{api}/sandbox"), json!({})).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let sb = v["id"].as_str().expect("id").to_string();
+    let execute = |command: String, timeout: u64| {
+        call(
+            Method::POST,
+            format!("{toolbox}/{sb}/process/execute"),
+            json!({"command": command, "timeout": timeout}),
+        )
+    };
+    let (st, v) = execute(
+        "cd /tmp && nohup python3 -m http.server 8767 >/dev/null 2>&1 & echo started".into(),
+        0,
+    )
+    .await;
+    assert_eq!(
+        (st, v["result"].as_str()),
+        (StatusCode::OK, Some("started\n")),
+        "{v}"
+    );
+    let probe = "python3 -c 'import time, urllib.request\nfor i in range(100):\n    try:\n        print(urllib.request.urlopen(\"http://127.0.0.1:8767/\").status); break\n    except OSError:\n        time.sleep(0.1)'";
+    let (st, v) = execute(format!("sh -c {}", shell_quote(probe)), 0).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["result"], "200\n", "{v}");
+    // A timeout terminates the command's tree, background included.
+    let (st, v) = execute("sleep 1000 & sleep 1000".into(), 1).await;
+    assert_eq!(st, StatusCode::REQUEST_TIMEOUT, "{v}");
+    let (_, v) = execute("pgrep -c -f 'slee[p] 1000' || true".into(), 0).await;
+    assert_eq!(v["result"], "0\n", "{v}");
+    let (st, v) = call(Method::DELETE, format!("{api}/sandbox/{sb}"), json!({})).await;
+    assert!(st.is_success(), "{v}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }

@@ -740,8 +740,9 @@ pub struct ExecuteBody {
 /// `command` through a shell (`bash -c`, or `sh -c`), as the current
 /// daemon does, with `envs` added to the sandbox's environment; answers
 /// 200 `{"exitCode","result"}` (stdout and stderr through one pipe, in
-/// the order printed). Processes the command left behind are terminated afterwards.
-/// 408 after `timeout` seconds (the tree is terminated).
+/// the order printed). What the command left in the background keeps
+/// running, as on the daemon (a sandbox is one machine). 408 after
+/// `timeout` seconds (the tree is terminated).
 pub async fn execute(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -799,15 +800,22 @@ pub async fn execute(
             .map_err(|e| e.0)?;
         p.close_stdin();
         let finished = tokio::time::timeout(timeout, exited(&p)).await.is_ok();
-        let t = terminate_verified(&p, Duration::from_millis(200)).await;
-        if t.verified {
-            sb.core.remove_process(&p.id);
-        } else {
-            eprintln!(
-                "createos-local: process/execute {} left {} process(es) that could not be terminated",
-                p.id,
-                t.survivors.len()
-            );
+        if !finished {
+            // Only a timeout ends the tree, as the daemon kills the
+            // command's group then; what a command that exited left in
+            // the background keeps running (a sandbox is one machine)
+            // until the sandbox stops or is deleted.
+            let t = terminate_verified(&p, Duration::from_millis(200)).await;
+            if t.verified {
+                sb.core.remove_process(&p.id);
+            } else {
+                eprintln!(
+                    "createos-local: process/execute {} left {} process(es) that could not be \
+                     terminated",
+                    p.id,
+                    t.survivors.len()
+                );
+            }
         }
         Ok((p, finished))
     })
