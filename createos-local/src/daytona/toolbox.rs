@@ -797,7 +797,7 @@ pub async fn execute(
             &envs,
         )
         .await
-            .map_err(|e| e.0)?;
+        .map_err(|e| e.0)?;
         p.close_stdin();
         let finished = tokio::time::timeout(timeout, exited(&p)).await.is_ok();
         if !finished {
