@@ -176,7 +176,9 @@ fn a_reusable_lease_is_stopped_and_started_again() {
 
 /// A session delete that fails leaves the command's processes running:
 /// `cleanup-failed`, the lease poisoned; sweep destroys the sandbox once the
-/// fault is gone, and nothing survives.
+/// fault is gone, and nothing survives. (The session is deleted when the
+/// command timed out; after a normal exit it is kept, see
+/// `a_normal_exit_keeps_the_session_and_its_background_processes`.)
 #[test]
 fn an_unconfirmed_session_delete_poisons_the_lease_and_sweep_cleans_up() {
     let local = Local::start(serde_json::json!({}));
@@ -189,8 +191,8 @@ fn an_unconfirmed_session_delete_poisons_the_lease_and_sweep_cleans_up() {
         )
         .always(),
     );
-    let mut request = command("/bin/sh", &["-c", "sleep 1000 & echo bg"]);
-    request.timeout_ms = Some(20_000);
+    let mut request = command("/bin/sh", &["-c", "sleep 1000 & echo bg; sleep 1000"]);
+    request.timeout_ms = Some(2_000);
     let error = local.run(&lease, request).unwrap_err();
     assert!(
         matches!(&error, ProviderError::CleanupFailed(f) if f.phase == CleanupPhase::ProcessTermination),
@@ -210,6 +212,65 @@ fn an_unconfirmed_session_delete_poisons_the_lease_and_sweep_cleans_up() {
     let swept = local.runtime.sweep(&local.env).unwrap();
     assert_eq!(swept.len(), 1);
     assert!(swept[0].1.is_ok(), "{:?}", swept[0].1);
+    let report = local.server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}
+
+/// Waits up to 30 s for `done`.
+fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !done() {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    true
+}
+
+/// The host's processes whose command line is exactly `words`.
+fn processes(words: &[&str]) -> usize {
+    let wanted: Vec<u8> = words
+        .iter()
+        .flat_map(|w| [w.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted))
+        .count()
+}
+
+/// Issue 25 through the Daytona component: a command that exits normally
+/// keeps its session, so what it left in the background keeps running
+/// (as on the service, where only a session delete terminates it); the
+/// lease's destruction ends it.
+#[test]
+fn a_normal_exit_keeps_the_session_and_its_background_processes() {
+    let local = Local::start(serde_json::json!({}));
+    let lease = local.acquire();
+    let tag = format!("3000.{}", std::process::id());
+    let result = local
+        .run(
+            &lease,
+            command("/bin/sh", &["-c", &format!("sleep {tag} & echo bg")]),
+        )
+        .unwrap();
+    assert_eq!(
+        (result.exit_code, result.stdout.as_str()),
+        (Some(0), "bg\n")
+    );
+    assert_eq!(
+        local
+            .server
+            .faults()
+            .count("DELETE", "/toolbox/*/process/session/*"),
+        0
+    );
+    assert!(eventually(|| processes(&["sleep", &tag]) == 1));
+    local.runtime.destroy(&local.env, &lease).unwrap().unwrap();
+    assert!(eventually(|| processes(&["sleep", &tag]) == 0));
     let report = local.server.shutdown();
     assert!(report.all_exited(), "{report:?}");
 }

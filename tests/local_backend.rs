@@ -217,3 +217,48 @@ fn probe_against_the_local_backend() {
         .expect("probe works");
     assert!(report.ok, "{report:?}");
 }
+
+/// `realize-workspace` of the workspace root (what `sandbox lease exec`
+/// asks before every command) proves the directory by the lease's marker
+/// file: no process runs for it (a one-shot `exec` was the largest part of
+/// a short `lease exec` on the embedded engine, issue 25). A removed
+/// workspace is made again, and a subdirectory still gets `mkdir -p`.
+#[test]
+fn realizing_the_workspace_root_runs_no_process() {
+    let local = Local::start();
+    let lease = local.acquire();
+    let realize = |remote_path: Option<&str>| {
+        local
+            .instance()
+            .realize_workspace(
+                &local.ctx,
+                &lease,
+                &WorkspaceRequest {
+                    remote_path: remote_path.map(str::to_owned),
+                },
+            )
+            .unwrap()
+            .expect("realized")
+    };
+    let execs = || local.server.faults().count("POST", "/v1/sandboxes/*/exec");
+    let before = execs();
+    assert_eq!(realize(None), "/paperclip-workspace");
+    assert_eq!(
+        execs(),
+        before,
+        "a process ran to realize the workspace root"
+    );
+    // Removed by a command: made again (with a process), and usable.
+    let removed = local.run(&lease, "rm", &["-rf", "/paperclip-workspace"], None);
+    assert_eq!(removed.exit_code, Some(0), "{removed:?}");
+    let before = execs();
+    assert_eq!(realize(None), "/paperclip-workspace");
+    assert_eq!(execs(), before + 1);
+    let listed = local.run(&lease, "ls", &["-d", "/paperclip-workspace"], None);
+    assert_eq!(listed.stdout, "/paperclip-workspace\n", "{listed:?}");
+    let before = execs();
+    assert_eq!(realize(Some("sub/dir")), "/paperclip-workspace/sub/dir");
+    assert_eq!(execs(), before + 1);
+    let report = local.server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}

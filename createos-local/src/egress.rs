@@ -66,6 +66,31 @@ impl Policy {
         !self.entries.is_empty()
     }
 
+    /// The policy in words, for the server's startup line: `off`, or the
+    /// allow-list.
+    pub fn describe(&self) -> String {
+        if self.entries.is_empty() {
+            return "off".into();
+        }
+        let entries: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| {
+                let (name, port) = match e {
+                    Entry::Any => return "any".to_string(),
+                    Entry::Host { host, port } if host.contains(':') => (format!("[{host}]"), port),
+                    Entry::Host { host, port } => (host.clone(), port),
+                    Entry::Suffix { suffix, port } => (format!("*.{suffix}"), port),
+                };
+                match port {
+                    Some(p) => format!("{name}:{p}"),
+                    None => name,
+                }
+            })
+            .collect();
+        format!("allow-list {}", entries.join(", "))
+    }
+
     /// `Ok(exact)` when `host:port` is allowed (`exact`: an entry names the
     /// host itself), or the reason it is not.
     fn check(&self, host: &str, port: u16) -> Result<bool, String> {
@@ -152,28 +177,22 @@ fn policies() -> &'static Mutex<HashMap<PathBuf, Arc<Policy>>> {
 }
 
 /// Sets the egress policy of the server whose data directory is
-/// `data_dir` (its sandboxes' roots are directly under it). Call before
-/// sandboxes run commands; without a call egress is off.
-pub fn set_policy(data_dir: &Path, policy: Policy) {
+/// `data_dir` (its sandboxes' roots are directly under it), or clears it
+/// (`None`: egress off). The server does this at start from
+/// [`crate::ServerBuilder::egress`].
+pub(crate) fn set_policy(data_dir: &Path, policy: Option<Policy>) {
     let key = data_dir
         .canonicalize()
         .unwrap_or_else(|_| data_dir.to_path_buf());
-    policies()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(key, Arc::new(policy));
-}
-
-fn default_policy() -> &'static Mutex<Option<Arc<Policy>>> {
-    static P: OnceLock<Mutex<Option<Arc<Policy>>>> = OnceLock::new();
-    P.get_or_init(|| Mutex::new(None))
-}
-
-/// Sets the egress policy of every server in this process that has none
-/// of its own ([`set_policy`]): for a process that runs one engine (the
-/// `sandbox` CLI's embedded engine).
-pub fn set_default_policy(policy: Policy) {
-    *default_policy().lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(policy));
+    let mut all = policies().lock().unwrap_or_else(|p| p.into_inner());
+    match policy {
+        Some(policy) => {
+            all.insert(key, Arc::new(policy));
+        }
+        None => {
+            all.remove(&key);
+        }
+    }
 }
 
 /// The policy that applies to the sandbox at `root`, when egress is on.
@@ -182,18 +201,12 @@ pub fn policy_for(root: &Path) -> Option<Arc<Policy>> {
     let key = parent
         .canonicalize()
         .unwrap_or_else(|_| parent.to_path_buf());
-    let own = policies()
+    policies()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .get(&key)
-        .cloned();
-    own.or_else(|| {
-        default_policy()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    })
-    .filter(|p| p.enabled())
+        .cloned()
+        .filter(|p| p.enabled())
 }
 
 /// The environment commands get when egress is on.

@@ -408,7 +408,7 @@ fn remove_group_soon(dir: PathBuf, lease: crate::machine::Lease) {
 }
 
 /// A new pids group for one command under its sandbox's group, and its
-/// `cgroup.procs` opened for writing.
+/// [`JOIN_FILE`] opened for writing.
 fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
     let sandbox = pids_cgroup_procs(uid)
         .and_then(|_| pids_cgroup_base().map(|b| b.join(format!("sandbox-{uid}"))))
@@ -428,7 +428,7 @@ fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf, std::fs::
     };
     let procs = std::fs::OpenOptions::new()
         .write(true)
-        .open(dir.join("cgroup.procs"))?;
+        .open(dir.join(JOIN_FILE))?;
     Ok((dir, procs))
 }
 
@@ -997,7 +997,7 @@ pub fn total_tasks() -> u64 {
         .map_or(16384, |max| (max / 2).max(MAX_PROCESSES))
 }
 
-/// The `cgroup.procs` of the sandbox uid's pids group (created with its
+/// The [`JOIN_FILE`] of the sandbox uid's pids group (created with its
 /// `pids.max` on first use), opened for writing: the launcher writes `0`
 /// to it between fork and exec, so bwrap and everything it starts are
 /// counted. `None` without a pids hierarchy (see [`pids_cgroup_base`]).
@@ -1010,9 +1010,19 @@ pub(crate) fn pids_cgroup_procs(uid: u32) -> Option<std::fs::File> {
     }
     std::fs::OpenOptions::new()
         .write(true)
-        .open(dir.join("cgroup.procs"))
+        .open(dir.join(JOIN_FILE))
         .ok()
 }
+
+/// The file a launcher writes `0` to, between fork and exec, to join a
+/// pids group: `tasks` (the calling thread), not `cgroup.procs` (its
+/// whole thread group). The forked launcher has one thread, so both move
+/// the same process, and everything it starts is counted; but moving the
+/// current thread alone skips the kernel's global threadgroup lock, whose
+/// write side waits for an RCU grace period: about 10 ms per command
+/// through `cgroup.procs` (unless another move happened a few ms before),
+/// 0.3 ms through `tasks` (measured on this host, BENCHMARKS.md).
+const JOIN_FILE: &str = "tasks";
 
 /// The host uid that is the sandbox at `root` and nothing else: its own
 /// uid when the server runs as root (see [`crate::rootfs`]); `None` when

@@ -30,8 +30,9 @@
 //! [`crate::isolation::launcher_env`]). Before `nsenter` runs it joins a
 //! pids group of its own, `sandbox-<uid>/cmd-<marker>`: the command's tree
 //! is exactly the members of that group. The sandbox uid cannot write
-//! root's `cgroup.procs` files, so no process can leave it (`setsid`,
-//! double forks and nested namespaces stay in); terminating writes
+//! the root-owned `cgroup.procs` and `tasks` files, so no process can
+//! leave it (`setsid`, double forks and nested namespaces stay in);
+//! terminating writes
 //! `pids.max` 0 (no more forks) and sends SIGKILL to every member until
 //! the kernel lists none, and `tree_exited: true` is that empty list.
 

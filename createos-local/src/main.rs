@@ -178,6 +178,8 @@ async fn run(cli: Cli) -> ExitCode {
         builder = builder.toolbox_port(port);
     }
     builder = builder.allow_unconfined(cli.allow_unconfined);
+    // The startup line says whether it applies (it needs sandbox machines).
+    builder = builder.egress(egress);
     builder = builder.isolation(match cli.isolation {
         Isolation::Auto => IsolationPreference::Auto,
         Isolation::Bwrap => IsolationPreference::RequireBwrap,
@@ -190,15 +192,9 @@ async fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if egress.enabled() {
-        if !createos_local::machine::enabled_here() {
-            eprintln!(
-                "createos-local: warning: --egress needs one machine per sandbox (a root server \
-                 with a writable cgroup v1 pids hierarchy); commands here have no outbound network"
-            );
-        }
-        createos_local::egress::set_policy(server.data_dir(), egress);
-    }
+    // Signal handlers first: a SIGTERM sent as soon as the address is
+    // printed stops the server gracefully, never with the default action.
+    let signals = signals();
     let mut out = std::io::stdout().lock();
     let mut lines = format!("listening on {}\n", server.base_url());
     if let Some(toolbox) = server.toolbox_addr() {
@@ -212,7 +208,7 @@ async fn run(cli: Cli) -> ExitCode {
         eprintln!("createos-local: cannot write to stdout");
     }
     drop(out);
-    wait_for_signal().await;
+    wait_for_signal(signals).await;
     eprintln!("createos-local: shutting down");
     if server.shutdown().await.all_exited() {
         ExitCode::SUCCESS
@@ -221,19 +217,26 @@ async fn run(cli: Cli) -> ExitCode {
     }
 }
 
-async fn wait_for_signal() {
+type Signals = std::io::Result<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>;
+
+/// Handlers of SIGINT and SIGTERM.
+fn signals() -> Signals {
     use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut int), Ok(mut term)) => {
+    Ok((
+        signal(SignalKind::interrupt())?,
+        signal(SignalKind::terminate())?,
+    ))
+}
+
+async fn wait_for_signal(signals: Signals) {
+    match signals {
+        Ok((mut int, mut term)) => {
             tokio::select! {
                 _ = int.recv() => {}
                 _ = term.recv() => {}
             }
         }
-        _ => {
+        Err(_) => {
             let _ = tokio::signal::ctrl_c().await;
         }
     }

@@ -56,6 +56,7 @@ pub struct ServerBuilder {
     retention: crate::store::Retention,
     budgets: crate::budgets::Budgets,
     body_read_timeout: Duration,
+    egress: crate::egress::Policy,
 }
 
 impl Default for ServerBuilder {
@@ -76,6 +77,7 @@ impl Default for ServerBuilder {
             retention: crate::store::Retention::default(),
             budgets: crate::budgets::Budgets::for_host(),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
+            egress: crate::egress::Policy::default(),
         }
     }
 }
@@ -106,6 +108,15 @@ impl ServerBuilder {
     /// (only the sandbox roots inside it are removed).
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// The sandboxes' outbound network (see [`crate::egress`]): off by
+    /// default; an allow-list enables the proxy on each sandbox machine's
+    /// loopback (only where sandboxes are machines, see
+    /// [`crate::machine::enabled_here`]).
+    pub fn egress(mut self, policy: crate::egress::Policy) -> Self {
+        self.egress = policy;
         self
     }
 
@@ -282,18 +293,36 @@ impl ServerBuilder {
                 }
             }
         };
+        let machines = mode == IsolationMode::Bwrap && crate::machine::enabled_here();
+        // The policy applies where sandboxes are machines; elsewhere there
+        // is no proxy, and none is registered.
+        crate::egress::set_policy(
+            &data_dir,
+            (machines && self.egress.enabled()).then(|| self.egress.clone()),
+        );
         if !self.quiet {
             match mode {
                 IsolationMode::Bwrap => eprintln!(
-                    "createos-local: isolation mode bwrap (user, PID, network, IPC and UTS namespaces {}, \
-                     sandbox root as /); network: {} (own loopback only; outbound only through the \
-                     egress proxy, when --egress allows it); limits: {}",
-                    if crate::machine::enabled_here() {
-                        "per sandbox, one machine that every command joins, a pids group per command"
+                    "createos-local: isolation mode bwrap ({}; user, PID, network, IPC and UTS \
+                     namespaces, sandbox root as /); outbound network: {}; limits: {}",
+                    if machines {
+                        "one machine per sandbox that every command joins, a pids group per command"
                     } else {
-                        "per command"
+                        "namespaces per command (no root or no writable cgroup v1 pids hierarchy \
+                         here: no sandbox machines)"
                     },
-                    mode.network(),
+                    match (machines, self.egress.enabled()) {
+                        (_, false) => "off (each sandbox has its own loopback only)".to_string(),
+                        (true, true) => format!(
+                            "through the proxy on each sandbox's 127.0.0.1:{}, {}",
+                            crate::egress::PROXY_PORT,
+                            self.egress.describe()
+                        ),
+                        (false, true) => format!(
+                            "off: the egress {} needs sandbox machines",
+                            self.egress.describe()
+                        ),
+                    },
                     mode.limits()
                 ),
                 IsolationMode::ProcessGroup => eprintln!(

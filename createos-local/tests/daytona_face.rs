@@ -1360,3 +1360,26 @@ async fn the_face_answers_as_the_current_service() {
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert!(d.h.server.shutdown().await.all_exited());
 }
+
+/// `process/execute` answers stdout and stderr in the order the command
+/// printed them, as the daemon's one shared pipe does: the face read them
+/// from two pipes, and a CI run of the official SDK's suite saw stderr
+/// first. Repeated, because two pipes lose the order only now and then.
+#[tokio::test]
+async fn execute_keeps_the_order_of_stdout_and_stderr() {
+    let d = Daytona::start().await;
+    let sb = d.sandbox(json!({})).await;
+    for round in 0..30 {
+        let (st, v) = d
+            .tb(
+                Method::POST,
+                &sb,
+                "/process/execute",
+                Some(json!({"command": "echo a; echo b >&2; echo c; echo d >&2; echo e"})),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert_eq!(v["result"], "a\nb\nc\nd\ne\n", "round {round}: {v}");
+    }
+    assert!(d.h.server.shutdown().await.all_exited());
+}

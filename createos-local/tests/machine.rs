@@ -471,11 +471,10 @@ async fn egress_follows_the_operators_allow_list() {
     // An allow-list naming the test server.
     let dir = std::env::temp_dir().join(marker("egress"));
     std::fs::create_dir_all(&dir).expect("data dir");
-    createos_local::egress::set_policy(
-        &dir,
+    let h = confined(Server::builder().data_dir(&dir).egress(
         createos_local::egress::Policy::parse(&[format!("127.0.0.1:{allowed}")]).expect("policy"),
-    );
-    let h = confined(Server::builder().data_dir(&dir)).await;
+    ))
+    .await;
     let sb = h.sandbox().await;
     let r = h
         .exec(
@@ -502,11 +501,12 @@ async fn egress_follows_the_operators_allow_list() {
     // `any` does not open the host's loopback.
     let dir = std::env::temp_dir().join(marker("egress-any"));
     std::fs::create_dir_all(&dir).expect("data dir");
-    createos_local::egress::set_policy(
-        &dir,
-        createos_local::egress::Policy::parse(&["any"]).expect("policy"),
-    );
-    let h = confined(Server::builder().data_dir(&dir)).await;
+    let h = confined(
+        Server::builder()
+            .data_dir(&dir)
+            .egress(createos_local::egress::Policy::parse(&["any"]).expect("policy")),
+    )
+    .await;
     let sb = h.sandbox().await;
     let api_port = h.server.addr().port();
     let r = h
@@ -583,6 +583,119 @@ async fn daytona_session_background_server_answers_later_commands() {
     assert!(h.server.shutdown().await.all_exited());
 }
 
+/// `process/execute` leaves what the command started in the background
+/// running, as the daemon does (it kills the group only on timeout): a
+/// server started by one execute answers the next. It used to be
+/// terminated before the answer. A timed-out execute still takes its tree
+/// with it.
+#[tokio::test]
+async fn daytona_execute_leaves_background_processes_running_like_the_daemon() {
+    if !createos_local::machine::enabled_here() {
+        eprintln!("no sandbox machines on this host: skipped");
+        return;
+    }
+    let h = confined(Server::builder().toolbox_port(0)).await;
+    let api = h.server.daytona_api_url();
+    let toolbox = h.server.toolbox_url().to_string();
+    let call = |method: Method, url: String, body: Value| {
+        let http = h.http.clone();
+        async move {
+            let resp = http
+                .request(method, url)
+                .header("Authorization", format!("Bearer {KEY}"))
+                .json(&body)
+                .send()
+                .await
+                .expect("request");
+            let st = resp.status();
+            (st, resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (st, v) = call(Method::POST, format!("{api}/sandbox"), json!({})).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let sb = v["id"].as_str().expect("id").to_string();
+    let execute = |command: String, timeout: u64| {
+        call(
+            Method::POST,
+            format!("{toolbox}/{sb}/process/execute"),
+            json!({"command": command, "timeout": timeout}),
+        )
+    };
+    let (st, v) = execute(
+        "cd /tmp && nohup python3 -m http.server 8767 >/dev/null 2>&1 & echo started".into(),
+        0,
+    )
+    .await;
+    assert_eq!(
+        (st, v["result"].as_str()),
+        (StatusCode::OK, Some("started\n")),
+        "{v}"
+    );
+    let probe = "python3 -c 'import time, urllib.request\nfor i in range(100):\n    try:\n        print(urllib.request.urlopen(\"http://127.0.0.1:8767/\").status); break\n    except OSError:\n        time.sleep(0.1)'";
+    let (st, v) = execute(format!("sh -c {}", shell_quote(probe)), 0).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["result"], "200\n", "{v}");
+    // A timeout terminates the command's tree, background included.
+    let (st, v) = execute("sleep 1000 & sleep 1000".into(), 1).await;
+    assert_eq!(st, StatusCode::REQUEST_TIMEOUT, "{v}");
+    let (_, v) = execute("pgrep -c -f 'slee[p] 1000' || true".into(), 0).await;
+    assert_eq!(v["result"], "0\n", "{v}");
+    let (st, v) = call(Method::DELETE, format!("{api}/sandbox/{sb}"), json!({})).await;
+    assert!(st.is_success(), "{v}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The startup line states the model in force: one machine per sandbox
+/// (it said "namespaces per process" once the model had changed), and the
+/// egress policy given to the builder from `--egress`.
+#[test]
+fn the_startup_line_states_the_machine_model_and_the_egress_policy() {
+    use std::io::BufRead;
+    if !createos_local::machine::enabled_here() {
+        eprintln!("no sandbox machines on this host: skipped");
+        return;
+    }
+    for (args, outbound) in [
+        (&[][..], "outbound network: off"),
+        (
+            &["--egress", "127.0.0.1:9,*.example.org"][..],
+            "outbound network: through the proxy on each sandbox's 127.0.0.1:3128, \
+             allow-list 127.0.0.1:9, *.example.org;",
+        ),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_createos-local"))
+            .args(["--port", "0"])
+            .args(args)
+            .env("CREATEOS_API_KEY", "cli-key")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn binary");
+        let stdout = child.stdout.take().expect("stdout");
+        let listening = std::io::BufReader::new(stdout)
+            .lines()
+            .next()
+            .expect("a line")
+            .expect("utf8");
+        assert!(listening.starts_with("listening on "), "{listening}");
+        let stderr = child.stderr.take().expect("stderr");
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let first = lines.next().expect("a line").expect("utf8");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        // Read to the end: the server reports its shutdown on stderr.
+        lines.for_each(drop);
+        let status = child.wait().expect("wait");
+        assert!(status.success(), "{status}");
+        assert!(
+            first.contains("one machine per sandbox that every command joins"),
+            "{first}"
+        );
+        assert!(first.contains(outbound), "{first}");
+    }
 }

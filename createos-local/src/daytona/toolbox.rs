@@ -739,9 +739,10 @@ pub struct ExecuteBody {
 /// `POST /process/execute {"command","cwd","timeout","envs"}`: runs
 /// `command` through a shell (`bash -c`, or `sh -c`), as the current
 /// daemon does, with `envs` added to the sandbox's environment; answers
-/// 200 `{"exitCode","result"}` (stdout and stderr interleaved as they
-/// arrived). Processes the command left behind are terminated afterwards.
-/// 408 after `timeout` seconds (the tree is terminated).
+/// 200 `{"exitCode","result"}` (stdout and stderr through one pipe, in
+/// the order printed). What the command left in the background keeps
+/// running, as on the daemon (a sandbox is one machine). 408 after
+/// `timeout` seconds (the tree is terminated).
 pub async fn execute(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -769,7 +770,16 @@ pub async fn execute(
             name.escape_default().to_string()
         )));
     }
-    let argv = vec![shell().to_string(), "-c".to_string(), command];
+    // One pipe for both streams, as the daemon's combined output: the
+    // shell is started with its stderr on its stdout (`sh` execs it, so
+    // the tree is the same), and the answer keeps the order printed.
+    let argv = vec![
+        "/bin/sh".to_string(),
+        "-c".to_string(),
+        "exec \"$0\" -c \"$1\" 2>&1".to_string(),
+        shell().to_string(),
+        command,
+    ];
     let envs = body.envs;
     let cwd = body.cwd.unwrap_or_else(|| WORK_DIR.to_string());
     let timeout = match body.timeout {
@@ -787,18 +797,25 @@ pub async fn execute(
             &envs,
         )
         .await
-            .map_err(|e| e.0)?;
+        .map_err(|e| e.0)?;
         p.close_stdin();
         let finished = tokio::time::timeout(timeout, exited(&p)).await.is_ok();
-        let t = terminate_verified(&p, Duration::from_millis(200)).await;
-        if t.verified {
-            sb.core.remove_process(&p.id);
-        } else {
-            eprintln!(
-                "createos-local: process/execute {} left {} process(es) that could not be terminated",
-                p.id,
-                t.survivors.len()
-            );
+        if !finished {
+            // Only a timeout ends the tree, as the daemon kills the
+            // command's group then; what a command that exited left in
+            // the background keeps running (a sandbox is one machine)
+            // until the sandbox stops or is deleted.
+            let t = terminate_verified(&p, Duration::from_millis(200)).await;
+            if t.verified {
+                sb.core.remove_process(&p.id);
+            } else {
+                eprintln!(
+                    "createos-local: process/execute {} left {} process(es) that could not be \
+                     terminated",
+                    p.id,
+                    t.survivors.len()
+                );
+            }
         }
         Ok((p, finished))
     })

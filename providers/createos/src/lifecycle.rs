@@ -339,7 +339,11 @@ impl<'a> Lifecycle<'a> {
         }
     }
 
-    /// Makes the remote working directory and returns its path.
+    /// Makes sure the remote working directory exists and returns its
+    /// path. For the workspace root, the lease's marker file (written
+    /// there at acquire) is the proof: one file read, no process (a
+    /// one-shot `exec` was most of the cost of a short `lease exec` on the
+    /// local engine). Otherwise, or when the marker is gone, `mkdir -p`.
     pub fn realize(
         &mut self,
         ctx: &EnvironmentContext,
@@ -351,6 +355,22 @@ impl<'a> Lifecycle<'a> {
             Some(path) => workspace_path(path)?,
             None => metadata.cwd.clone(),
         };
+        if MARKER_PATH.rsplit_once('/').map(|(dir, _)| dir) == Some(path.as_str()) {
+            let read = Request {
+                method: Method::Get,
+                origin: None,
+                headers: Vec::new(),
+                path: api::file_path(&metadata.sandbox_id, MARKER_PATH),
+                body: None,
+            };
+            let wait = self.wait();
+            match api::call_raw(self.platform, &read, wait) {
+                Ok(_) => return Ok(path),
+                // Gone (a command removed the workspace): made again below.
+                Err(ApiError::Status(404)) => {}
+                Err(error) => return Err(error.into_provider_error("realize-workspace")),
+            }
+        }
         self.exec_checked(
             &metadata.sandbox_id,
             "/bin/mkdir",

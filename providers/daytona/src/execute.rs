@@ -3,11 +3,20 @@
 //! Flow: (stage stdin with `files/upload-v2`) → `POST process/session` (a
 //! fresh session per command) → `POST session/{sid}/exec` with `runAsync`
 //! → follow `GET .../command/{cid}/logs?follow=true` (labelled stdout and
-//! stderr, forwarded live) → `GET .../command/{cid}` for the exit code →
-//! `DELETE session/{sid}`, which terminates every process the session
-//! started. The result is returned only after that delete was confirmed
+//! stderr, forwarded live) → `GET .../command/{cid}` for the exit code;
+//! on a normal exit, the session is left as it is.
+//!
+//! A sandbox is one machine (docs/machine-model.md): what a command that
+//! exited leaves in the background (a dev server) keeps running and
+//! answers later commands, as on the service, where a session lives until
+//! it is deleted and its delete terminates the session's process group
+//! (background children included). So the session is deleted only when
+//! the command did not end by itself: timeout, cancel, a failure to follow
+//! it. Then the outcome is returned only after that delete was confirmed
 //! (204, or 404: the session is gone); otherwise the command (or what it
-//! left behind) may still run, and the error is `cleanup-failed`.
+//! left behind) may still run, and the error is `cleanup-failed`. A left
+//! session is an idle shell on the service (nothing on the local engine);
+//! every session ends with the sandbox.
 
 use crate::api::{self, ApiError, Face};
 use crate::config::{Config, MAX_TIMEOUT_MS};
@@ -424,8 +433,11 @@ impl Run {
         }
     }
 
-    /// Deletes the session on every path (it terminates what the command
-    /// left running), then turns the stop into the outcome.
+    /// Turns the stop into the outcome. Unless the command exited by
+    /// itself, the session is deleted first (it terminates the command's
+    /// tree), and the outcome is `cleanup-failed` while that is not
+    /// confirmed. After an exit the session is kept: what the command
+    /// left in the background keeps running, as on the service.
     fn finish(
         mut self,
         platform: &mut dyn Platform,
@@ -434,7 +446,11 @@ impl Run {
     ) -> Result<ExecuteResult, ProviderError> {
         self.output.finish(platform);
         let timed_out = matches!(stop, Stop::TimedOut);
-        if let Err(cause) = session.delete(platform) {
+        let cleanup = match stop {
+            Stop::Exited(_) => Ok(()),
+            _ => session.delete(platform),
+        };
+        if let Err(cause) = cleanup {
             return Err(ProviderError::CleanupFailed(CleanupFailure {
                 sandbox_id: Some(session.sandbox_id.clone()),
                 process_id: Some(self.command_id.clone()),
@@ -575,6 +591,15 @@ mod tests {
         assert_eq!(
             upload.body,
             Some(("application/octet-stream", b"input bytes".to_vec()))
+        );
+        // The command exited: its session is kept, with what it left
+        // running in the background (issue 25).
+        assert!(
+            !platform
+                .requests
+                .iter()
+                .any(|(r, _)| matches!(r.method, Method::Delete)),
+            "a session was deleted after a normal exit"
         );
         let logs: Vec<_> = platform
             .requests

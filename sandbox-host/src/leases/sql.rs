@@ -105,9 +105,21 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     fn session<T>(&self, body: impl FnOnce(&mut dyn Session) -> Result<T>) -> Result<T>;
     /// Runs `body` in one transaction that serialises check-and-mark. It
     /// commits when `body` returns `Ok` (even an `Ok(Err(refusal))`, so a
-    /// poison decided on the way is kept) and rolls back on `Err`.
+    /// poison decided on the way is kept) and rolls back on `Err`. What it
+    /// commits is on disk when it returns.
     fn transaction<T>(&self, body: impl FnOnce(&mut dyn Session) -> Result<Result<T>>)
         -> Result<T>;
+    /// Runs `body` like [`session`](Self::session), for writes whose loss
+    /// in a crash of the whole machine leaves the store more cautious,
+    /// never less: host records and heartbeats (every host of the store
+    /// died with the machine), and the end of a use (the lease then reads
+    /// as busy by a dead host, which sweep treats as possibly running). A
+    /// dialect may leave them unflushed; the next [`transaction`]
+    /// (Self::transaction) flushes them with its own. Never for a poison, a
+    /// busy mark or a lease's state.
+    fn lazy<T>(&self, body: impl FnOnce(&mut dyn Session) -> Result<T>) -> Result<T> {
+        self.session(body)
+    }
 }
 
 /// The schema version a store is at (`None`: a store without one yet).
@@ -243,7 +255,7 @@ impl<D: Dialect> LeaseStore for D {
         let now = self.now();
         let pid = i64::from(std::process::id());
         let host = hostname();
-        self.session(|s| {
+        self.lazy(|s| {
             // Records of hosts silent for a day past their expiry: a mark
             // they still own reads as a host with no record, gone as well.
             s.execute(
@@ -270,7 +282,7 @@ impl<D: Dialect> LeaseStore for D {
 
     fn beat(&self, id: &str) -> Result<()> {
         let now = self.now();
-        self.session(|s| {
+        self.lazy(|s| {
             s.execute(
                 &format!("UPDATE sandbox_hosts SET heartbeat_ms = {now} WHERE id = $1"),
                 &[Value::Text(id)],
@@ -281,7 +293,7 @@ impl<D: Dialect> LeaseStore for D {
 
     fn set_host_liveness(&self, id: &str, liveness: Liveness) -> Result<()> {
         let now = self.now();
-        self.session(|s| {
+        self.lazy(|s| {
             s.execute(
                 &format!(
                     "UPDATE sandbox_hosts SET expiry_ms = $2, heartbeat_ms = {now} WHERE id = $1"
@@ -293,7 +305,7 @@ impl<D: Dialect> LeaseStore for D {
     }
 
     fn remove_host(&self, id: &str) -> Result<()> {
-        self.session(|s| {
+        self.lazy(|s| {
             s.execute(
                 "DELETE FROM sandbox_hosts WHERE id = $1",
                 &[Value::Text(id)],
@@ -390,7 +402,7 @@ impl<D: Dialect> LeaseStore for D {
     }
 
     fn end_use(&self, id: &str, me: &str) -> Result<()> {
-        self.session(|s| {
+        self.lazy(|s| {
             // One conditional update: only the owner's mark is touched.
             s.execute(
                 "UPDATE sandbox_leases

@@ -290,14 +290,11 @@ impl LocalBackend {
         use createos_local::IsolationPreference;
         let policy =
             createos_local::egress::Policy::parse(egress).map_err(|e| anyhow::anyhow!(e))?;
-        if policy.enabled() {
-            if !createos_local::machine::enabled_here() {
-                eprintln!(
-                    "sandbox: warning: --egress needs one machine per sandbox (root with a \
-                     writable cgroup v1 pids hierarchy); commands here have no outbound network"
-                );
-            }
-            createos_local::egress::set_default_policy(policy);
+        if policy.enabled() && !createos_local::machine::enabled_here() {
+            eprintln!(
+                "sandbox: warning: --egress needs one machine per sandbox (root with a \
+                 writable cgroup v1 pids hierarchy); commands here have no outbound network"
+            );
         }
         let api_key = random_key()?;
         let preference = match isolation {
@@ -315,6 +312,7 @@ impl LocalBackend {
                 .port(port)
                 .api_key(api_key.clone())
                 .isolation(preference)
+                .egress(policy)
                 .toolbox_port(0)
                 // Sandboxes of the embedded engine run at once: no
                 // simulated `creating` state to poll through.
