@@ -94,11 +94,16 @@ async fn a_sandbox_filling_its_disk_gets_enospc_inside_and_the_host_disk_stays_f
     assert!(text.contains("No space left on device"), "{out}");
     assert!(!text.contains("rc=0"), "{out}");
     let big = h.server.data_dir().join(&full).join("tmp/big");
-    assert!(host_size(&big) <= DISK, "{} bytes on the host", host_size(&big));
+    assert!(
+        host_size(&big) <= DISK,
+        "{} bytes on the host",
+        host_size(&big)
+    );
 
-    // The server's own writes into the sandbox count against its disk.
-    let resp = h
-        .http
+    // The server's own writes into the sandbox count against its disk (a
+    // client of its own: the server may close a connection whose upload
+    // it stopped reading).
+    let resp = reqwest::Client::new()
         .put(format!("{}/v1/sandboxes/{full}/files", h.base))
         .query(&[("path", "/tmp/upload")])
         .header("X-Api-Key", KEY)
@@ -116,12 +121,19 @@ async fn a_sandbox_filling_its_disk_gets_enospc_inside_and_the_host_disk_stays_f
         .exec(&other, "echo alive > /tmp/x && cat /tmp/x && df -k /tmp")
         .await;
     assert_eq!(out["exit_code"], 0, "{out}");
-    assert!(out["stdout"].as_str().unwrap_or("").starts_with("alive\n"), "{out}");
+    assert!(
+        out["stdout"].as_str().unwrap_or("").starts_with("alive\n"),
+        "{out}"
+    );
     let out = h.exec(&full, "rm /tmp/big && echo freed").await;
     assert_eq!(out["stdout"], "freed\n", "{out}");
 
     // Deleting the sandbox removes its disk.
-    let image = h.server.data_dir().join(".disks").join(format!("{full}.img"));
+    let image = h
+        .server
+        .data_dir()
+        .join(".disks")
+        .join(format!("{full}.img"));
     assert!(image.exists(), "no disk image at {}", image.display());
     let (st, v) = h.delete(&format!("/v1/sandboxes/{full}")).await;
     assert_eq!(st, StatusCode::OK, "{v}");
@@ -155,5 +167,116 @@ async fn a_sandbox_filling_its_disk_gets_enospc_inside_and_the_host_disk_stays_f
     assert_eq!(out["stdout"], "still\n", "{out}");
     let report = h.server.shutdown().await;
     assert!(report.all_exited(), "{report:?}");
-    let _ = Duration::ZERO;
+}
+
+/// Issue 24 item 4 (process budget, atomic): the budget was checked, then
+/// the start counted, so requests arriving together all passed the check.
+/// Now 16 starts at once against `--max-processes 3` never leave more
+/// than 3 processes live; the rest are 429 `process_limit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_starts_never_exceed_the_process_budget() {
+    let h = Harness::start_builder(createos_local::Server::builder().max_processes(3)).await;
+    let sb = h.sandbox().await;
+    let path = format!("/v1/sandboxes/{sb}/processes");
+    let starts = (0..16).map(|_| h.post(&path, json!({"cmd": "/bin/sleep", "args": ["30"]})));
+    let answers = futures_join_all(starts).await;
+    let created = answers
+        .iter()
+        .filter(|(st, _)| *st == StatusCode::CREATED)
+        .count();
+    for (st, v) in &answers {
+        assert!(
+            *st == StatusCode::CREATED
+                || (*st == StatusCode::TOO_MANY_REQUESTS && v["data"]["reason"] == "process_limit"),
+            "{st} {v}"
+        );
+    }
+    assert!(created >= 1, "no start was admitted: {answers:?}");
+    assert!(
+        created <= 3,
+        "{created} processes started against a budget of 3"
+    );
+    let report = h.server.shutdown().await;
+    assert!(report.all_exited(), "{report:?}");
+}
+
+/// Runs the futures concurrently and collects their outputs in order.
+async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let mut pending: Vec<_> = futs.map(|f| Some(Box::pin(f))).collect();
+    let mut results: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut done = true;
+        for (i, slot) in pending.iter_mut().enumerate() {
+            if let Some(f) = slot {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        results[i] = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => done = false,
+                }
+            }
+        }
+        if done {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    results.into_iter().flatten().collect()
+}
+
+/// Issue 24 item 4 (process budget, every task): the budget counted only
+/// processes started through the API, so one process forking many
+/// children used one slot. Where the kernel counts a command's tasks (a
+/// pids group per command), a start is refused once the tasks of the
+/// running commands reach the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_process_budget_counts_every_task_of_running_commands() {
+    let h = Harness::start_builder(createos_local::Server::builder().max_processes(4)).await;
+    if !h.bwrap() || !createos_local::machine::enabled_here() {
+        eprintln!("skipped: commands have no pids group of their own here");
+        return;
+    }
+    let sb = h.sandbox().await;
+    let p = h
+        .spawn(
+            &sb,
+            "for i in 1 2 3 4 5 6; do sleep 60 & done; touch /tmp/forked; wait",
+        )
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp = h
+            .http
+            .get(format!("{}/v1/sandboxes/{sb}/files", h.base))
+            .query(&[("path", "/tmp/forked")])
+            .header("X-Api-Key", KEY)
+            .send()
+            .await
+            .expect("files");
+        if resp.status() == StatusCode::OK {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never forked"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (st, v) = h
+        .post(
+            &format!("/v1/sandboxes/{sb}/processes"),
+            json!({"cmd": "/bin/true"}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["data"]["reason"], "process_limit", "{v}");
+    let (st, v) = h.delete_process(&sb, &p, 100).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let out = h.exec(&sb, "echo room").await;
+    assert_eq!(out["stdout"], "room\n", "{out}");
+    let report = h.server.shutdown().await;
+    assert!(report.all_exited(), "{report:?}");
 }
