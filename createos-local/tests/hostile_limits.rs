@@ -280,3 +280,106 @@ async fn the_process_budget_counts_every_task_of_running_commands() {
     let report = h.server.shutdown().await;
     assert!(report.all_exited(), "{report:?}");
 }
+
+/// Issue 24 item 7 (launcher failures): in a sandbox whose commands hold
+/// every task its limit allows, a new command's launcher cannot fork; the
+/// exec answered 200 with exit 1 and the launcher's error as the command's
+/// stderr. Now that is the server's failure: 503 `start_failed` with a
+/// message on the CreateOS face and a 5xx on the Daytona face; the
+/// sandbox works again once its tasks are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launcher_that_cannot_start_the_command_is_a_server_failure() {
+    // A host-wide budget above the sandbox's own task limit: the sandbox
+    // fills up before the server's budget refuses anything.
+    let h = Harness::start_builder(createos_local::Server::builder().max_processes(100_000)).await;
+    if !h.bwrap() {
+        eprintln!("skipped: commands are not confined here (process-group mode)");
+        return;
+    }
+    let sb = daytona_sandbox(&h).await;
+    let tb = h.server.toolbox_url();
+    let core = h.server.data_dir().join(format!("daytona-{sb}"));
+    assert!(core.exists());
+    // Fill the sandbox's task limit with sleeping processes (bash retries
+    // a failed fork quietly, so the limit stays full).
+    let (st, v) = daytona(
+        &h,
+        Method::POST,
+        &format!("{tb}/{sb}/process/session"),
+        Some(json!({"sessionId": "bomb"})),
+    )
+    .await;
+    assert!(st.is_success(), "{st} {v}");
+    let (st, v) = daytona(
+        &h,
+        Method::POST,
+        &format!("{tb}/{sb}/process/session/bomb/exec"),
+        Some(json!({
+            "command": "bash -c 'while true; do sleep 300 & done' 2>/dev/null",
+            "runAsync": true
+        })),
+    )
+    .await;
+    assert!(st.is_success(), "{st} {v}");
+    // Wait until the sandbox is full: a fork inside fails.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let last = loop {
+        let answer = daytona(
+            &h,
+            Method::POST,
+            &format!("{tb}/{sb}/process/execute"),
+            Some(json!({"command": "echo hi"})),
+        )
+        .await;
+        if answer.0 != StatusCode::OK || answer.1["exitCode"] != 0 {
+            break answer;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sandbox never filled up"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(last.0.is_server_error(), "{last:?}");
+    let message = last.1["message"].as_str().unwrap_or("");
+    assert!(!message.is_empty(), "{last:?}");
+    let (st, v) = daytona(
+        &h,
+        Method::DELETE,
+        &format!("{}/sandbox/{sb}", h.server.daytona_api_url()),
+        None,
+    )
+    .await;
+    assert!(st.is_success(), "{st} {v}");
+
+    // The CreateOS face: the same through `exec`.
+    let sb = h.sandbox().await;
+    h.spawn(&sb, "while true; do sleep 300 & done 2>/dev/null")
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let last = loop {
+        let (st, v) = h
+            .post(
+                &format!("/v1/sandboxes/{sb}/exec"),
+                json!({"cmd": "/bin/echo", "args": ["hi"]}),
+            )
+            .await;
+        if st != StatusCode::OK || v["data"]["result"]["exit_code"] != 0 {
+            break (st, v);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sandbox never filled up"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(last.0, StatusCode::SERVICE_UNAVAILABLE, "{last:?}");
+    assert_eq!(last.1["code"], "start_failed", "{last:?}");
+    assert!(last.1["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("nothing ran")));
+    let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let report = h.server.shutdown().await;
+    assert!(report.all_exited(), "{report:?}");
+}

@@ -204,6 +204,9 @@ pub async fn exec(
                 "exec timed out; the command was terminated",
             ));
         }
+        if let Some(why) = p.server_failure() {
+            return Err(super::start_failed(why));
+        }
         let exit_code = match p.exit() {
             Some(ExitStatus::Code(c)) => c,
             Some(ExitStatus::Signal(s)) => 128 + signal_number(&s),

@@ -809,6 +809,9 @@ pub async fn execute(
             "command execution timeout; the command was terminated",
         ));
     }
+    if let Some(why) = p.server_failure() {
+        return Err(crate::api::start_failed(why).into());
+    }
     let (frames, evicted) = retained(&p);
     let result: Vec<u8> = frames.iter().flat_map(|f| f.data.iter().copied()).collect();
     let mut v = json!({
