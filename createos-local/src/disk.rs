@@ -34,6 +34,7 @@
 //! start, logged): their roots are plain directories of the data
 //! directory, without a size limit.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -128,8 +129,19 @@ fn admit(data_dir: &Path, size: u64) -> Result<(), crate::budgets::Refusal> {
                 continue;
             };
             // What the image may still grow by: the free room of its file
-            // system (images are sparse).
-            owed = owed.saturating_add(still_free(&data_dir.join(id)));
+            // system once mounted (images are sparse), its whole size
+            // while it is being made.
+            let root = data_dir.join(id);
+            let mounted = match (std::fs::metadata(&root), std::fs::metadata(data_dir)) {
+                (Ok(r), Ok(d)) => r.dev() != d.dev(),
+                _ => false,
+            };
+            let may_take = if mounted {
+                still_free(&root)
+            } else {
+                entry.metadata().map_or(0, |m| m.len())
+            };
+            owed = owed.saturating_add(may_take);
             disks += 1;
         }
     }
@@ -168,9 +180,14 @@ pub enum PrepareError {
 pub fn prepare(root: &Path, disk: Option<u64>) -> Result<(), PrepareError> {
     if let Some(size) = disk {
         let data_dir = root.parent().unwrap_or(Path::new("/"));
-        let _creating = creating().lock().unwrap_or_else(|p| p.into_inner());
-        admit(data_dir, size).map_err(PrepareError::Refused)?;
-        attach(root, size).map_err(PrepareError::Io)?;
+        let image = {
+            // Admission and the image's creation are one step; making and
+            // mounting the file system need not be.
+            let _creating = creating().lock().unwrap_or_else(|p| p.into_inner());
+            admit(data_dir, size).map_err(PrepareError::Refused)?;
+            create_image(root, size).map_err(PrepareError::Io)?
+        };
+        format_and_mount(root, &image).map_err(PrepareError::Io)?;
     }
     crate::rootfs::prepare_root(root).map_err(|e| {
         if detach(root) {
@@ -183,10 +200,13 @@ pub fn prepare(root: &Path, disk: Option<u64>) -> Result<(), PrepareError> {
 /// Creates the image of `root` (`size` bytes, sparse), makes an ext4 file
 /// system in it and mounts it on `root` (created if needed).
 pub fn attach(root: &Path, size: u64) -> std::io::Result<()> {
+    let image = create_image(root, size)?;
+    format_and_mount(root, &image)
+}
+
+/// The empty sparse image file of `root`, `size` bytes.
+fn create_image(root: &Path, size: u64) -> std::io::Result<PathBuf> {
     let image = image_of(root).ok_or_else(|| std::io::Error::other("no image path"))?;
-    let mkfs =
-        find_tool("mkfs.ext4").ok_or_else(|| std::io::Error::other("mkfs.ext4 not found"))?;
-    let mount = find_tool("mount").ok_or_else(|| std::io::Error::other("mount not found"))?;
     if let Some(dir) = image.parent() {
         std::fs::create_dir_all(dir)?;
         use std::os::unix::fs::PermissionsExt;
@@ -196,36 +216,51 @@ pub fn attach(root: &Path, size: u64) -> std::io::Result<()> {
         .write(true)
         .create_new(true)
         .open(&image)?;
-    let made = file.set_len(size.max(MIN_SANDBOX_DISK));
-    drop(file);
-    let result = made
-        .and_then(|()| {
-            run(
-                Command::new(mkfs)
-                    .args(["-q", "-F", "-m", "0", "-O", "^has_journal"])
-                    .args(["-E", "nodiscard,lazy_itable_init=1", "-L", "sandbox"])
-                    .arg(&image),
-                "mkfs.ext4",
-            )
-        })
-        .and_then(|()| std::fs::create_dir_all(root))
-        .and_then(|()| {
-            run(
-                Command::new(mount)
-                    .args(["-o", "loop,nosuid,nodev,noatime"])
-                    .arg(&image)
-                    .arg(root),
-                "mount",
-            )
+    if let Err(e) = file.set_len(size.max(MIN_SANDBOX_DISK)) {
+        drop(file);
+        let _ = std::fs::remove_file(&image);
+        return Err(e);
+    }
+    Ok(image)
+}
+
+/// Makes an ext4 file system in `image` and mounts it on `root`; the image
+/// is removed on failure.
+fn format_and_mount(root: &Path, image: &Path) -> std::io::Result<()> {
+    let tools = find_tool("mkfs.ext4")
+        .ok_or_else(|| std::io::Error::other("mkfs.ext4 not found"))
+        .and_then(|mkfs| {
+            find_tool("mount")
+                .map(|mount| (mkfs, mount))
+                .ok_or_else(|| std::io::Error::other("mount not found"))
         });
+    let result = tools.and_then(|(mkfs, mount)| {
+        run(
+            Command::new(mkfs)
+                .args(["-q", "-F", "-m", "0", "-O", "^has_journal"])
+                .args(["-E", "nodiscard,lazy_itable_init=1", "-L", "sandbox"])
+                .arg(image),
+            "mkfs.ext4",
+        )?;
+        std::fs::create_dir_all(root)?;
+        run(
+            Command::new(mount)
+                .args(["-o", "loop,nosuid,nodev,noatime"])
+                .arg(image)
+                .arg(root),
+            "mount",
+        )
+    });
     match result {
         Ok(()) => {
             let _ = std::fs::remove_dir(root.join("lost+found"));
-            crate::deathguard::unmount_on_death(root, &image);
+            crate::deathguard::unmount_on_death(root, image);
             Ok(())
         }
         Err(e) => {
-            let _ = std::fs::remove_file(&image);
+            let _ = std::fs::remove_file(image);
+            // Only an empty directory (never a mounted one) goes.
+            let _ = std::fs::remove_dir(root);
             Err(e)
         }
     }
