@@ -26,7 +26,7 @@
 //! host has. A creation is therefore refused (429 `disk_limit`) unless the
 //! data directory's file system keeps, after every existing sandbox disk
 //! of this data directory is filled up, the new sandbox's disk plus a
-//! reserve ([`reserve`]) free.
+//! reserve ([`RESERVE`], 1 GiB) free.
 //!
 //! # Elsewhere
 //! A server that is not root, or a host without loop devices or
@@ -100,11 +100,8 @@ fn creating() -> &'static Mutex<()> {
 }
 
 /// Free space kept on the data directory's file system beyond everything
-/// sandbox disks may still take: 1 GiB or 5 % of the file system,
-/// whichever is more.
-pub fn reserve(fs_size: u64) -> u64 {
-    (1u64 << 30).max(fs_size / 20)
-}
+/// sandbox disks may still take: 1 GiB.
+pub const RESERVE: u64 = 1 << 30;
 
 /// Bytes the sandbox disk mounted at `root` may still take.
 fn still_free(root: &Path) -> u64 {
@@ -119,7 +116,6 @@ fn admit(data_dir: &Path, size: u64) -> Result<(), crate::budgets::Refusal> {
         return Ok(());
     };
     let free = fs.f_bavail.saturating_mul(fs.f_frsize);
-    let fs_size = fs.f_blocks.saturating_mul(fs.f_frsize);
     let mut owed: u64 = 0;
     let mut disks = 0;
     if let Ok(entries) = std::fs::read_dir(data_dir.join(".disks")) {
@@ -145,7 +141,7 @@ fn admit(data_dir: &Path, size: u64) -> Result<(), crate::budgets::Refusal> {
             disks += 1;
         }
     }
-    let needed = owed.saturating_add(size).saturating_add(reserve(fs_size));
+    let needed = owed.saturating_add(size).saturating_add(RESERVE);
     if free >= needed {
         return Ok(());
     }
@@ -160,7 +156,7 @@ fn admit(data_dir: &Path, size: u64) -> Result<(), crate::budgets::Refusal> {
             gib(free),
             gib(owed),
             gib(size),
-            gib(reserve(fs_size))
+            gib(RESERVE)
         ),
     })
 }

@@ -56,7 +56,7 @@ struct Cli {
     /// that can mount loop devices (else logged at start: no per-sandbox
     /// limit). A creation is refused 429 `disk_limit` unless the data
     /// directory's file system could still hold every sandbox disk filled
-    /// up plus 1 GiB (or 5 %) for the host.
+    /// up plus 1 GiB for the host.
     #[arg(long, value_name = "SIZE", default_value = "2G", value_parser = createos_local::disk::parse_size)]
     sandbox_disk: u64,
     /// A finished process (exited, tree gone) keeps its exit and output

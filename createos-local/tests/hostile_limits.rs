@@ -383,3 +383,50 @@ async fn a_launcher_that_cannot_start_the_command_is_a_server_failure() {
     let report = h.server.shutdown().await;
     assert!(report.all_exited(), "{report:?}");
 }
+
+/// Issue 24 item 3 (disk, host-wide): sandbox disks are sparse, so many
+/// could promise more than the host has. A creation whose disk the host
+/// could not hold (with every other sandbox disk filled) is a 429
+/// `disk_limit` on both faces, with nothing created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_disk_the_host_could_not_hold_is_refused_with_429() {
+    let h = Harness::start_builder(createos_local::Server::builder().sandbox_disk(1 << 50)).await;
+    if h.server.sandbox_disk().is_none() {
+        assert!(
+            !h.bwrap() || !disks_expected_here(),
+            "a root server with loop devices and mkfs.ext4 gave sandboxes no disk of their own"
+        );
+        eprintln!("skipped: this host cannot mount sandbox disks");
+        return;
+    }
+    let (st, v) = h
+        .post(
+            "/v1/sandboxes",
+            json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["data"]["reason"], "disk_limit", "{v}");
+    assert!(
+        v["data"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("--sandbox-disk")),
+        "{v}"
+    );
+    let (st, v) = daytona(
+        &h,
+        Method::POST,
+        &format!("{}/sandbox", h.server.daytona_api_url()),
+        Some(json!({"snapshot": "daytona-small"})),
+    )
+    .await;
+    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(v["code"], "disk_limit", "{v}");
+    let leftovers: Vec<_> = std::fs::read_dir(h.server.data_dir())
+        .expect("data dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("sb-") || n.starts_with("daytona-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
