@@ -39,8 +39,24 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-/// Default size of each sandbox's disk: 2 GiB.
+/// Largest default size of each sandbox's disk: 2 GiB.
 pub const DEFAULT_SANDBOX_DISK: u64 = 2 << 30;
+
+/// Smallest default size of each sandbox's disk: 256 MiB.
+pub const MIN_DEFAULT_SANDBOX_DISK: u64 = 256 << 20;
+
+/// The default size of each sandbox's disk for a server whose sandboxes
+/// live in `data_dir`, at most `max_sandboxes` at once: the data
+/// directory's free space less [`RESERVE`], shared by that many sandboxes,
+/// between [`MIN_DEFAULT_SANDBOX_DISK`] and [`DEFAULT_SANDBOX_DISK`]
+/// (rounded down to MiB). So the budget's sandboxes fit with their disks
+/// filled on the disk as it is at start (2 GiB each on the test machine's
+/// 19 GiB free would let 9 of 16).
+pub fn default_size(data_dir: &Path, max_sandboxes: usize) -> u64 {
+    let free = rustix::fs::statvfs(data_dir).map_or(0, |s| s.f_bavail.saturating_mul(s.f_frsize));
+    let share = free.saturating_sub(RESERVE) / (max_sandboxes.max(1) as u64);
+    share.clamp(MIN_DEFAULT_SANDBOX_DISK, DEFAULT_SANDBOX_DISK) >> 20 << 20
+}
 
 /// Smallest disk a sandbox can be given (an ext4 file system needs some
 /// room of its own): 16 MiB.

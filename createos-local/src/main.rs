@@ -52,13 +52,15 @@ struct Cli {
     max_processes: usize,
     /// Each sandbox's own disk: its root, /tmp included, is a file system
     /// of this size (K, M, G or T; 0 = none), so a sandbox that fills it
-    /// gets ENOSPC and the host's disk stays free. Needs a root server
+    /// gets ENOSPC and the host's disk stays free. Default: the data
+    /// directory's free space at start less 1 GiB, shared by
+    /// --max-sandboxes, at least 256M and at most 2G. Needs a root server
     /// that can mount loop devices (else logged at start: no per-sandbox
     /// limit). A creation is refused 429 `disk_limit` unless the data
     /// directory's file system could still hold every sandbox disk filled
     /// up plus 1 GiB for the host.
-    #[arg(long, value_name = "SIZE", default_value = "2G", value_parser = createos_local::disk::parse_size)]
-    sandbox_disk: u64,
+    #[arg(long, value_name = "SIZE", value_parser = createos_local::disk::parse_size)]
+    sandbox_disk: Option<u64>,
     /// A finished process (exited, tree gone) keeps its exit and output
     /// for this many seconds, then answers 404 and its memory is returned.
     #[arg(long, value_name = "SECONDS", default_value_t = createos_local::store_defaults::FINISHED_TTL_SECS)]
@@ -174,11 +176,13 @@ async fn run(cli: Cli) -> ExitCode {
         .port(cli.port)
         .max_sandboxes(cli.max_sandboxes)
         .max_processes(cli.max_processes)
-        .sandbox_disk(cli.sandbox_disk)
         .finished_retention(
             std::time::Duration::from_secs(cli.finished_ttl),
             cli.finished_keep,
         );
+    if let Some(size) = cli.sandbox_disk {
+        builder = builder.sandbox_disk(size);
+    }
     if let Some(dir) = cli.data_dir {
         builder = builder.data_dir(dir);
     }

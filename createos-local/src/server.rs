@@ -56,7 +56,7 @@ pub struct ServerBuilder {
     retention: crate::store::Retention,
     budgets: crate::budgets::Budgets,
     body_read_timeout: Duration,
-    sandbox_disk: u64,
+    sandbox_disk: Option<u64>,
 }
 
 impl Default for ServerBuilder {
@@ -77,7 +77,7 @@ impl Default for ServerBuilder {
             retention: crate::store::Retention::default(),
             budgets: crate::budgets::Budgets::for_host(),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
-            sandbox_disk: crate::disk::DEFAULT_SANDBOX_DISK,
+            sandbox_disk: None,
         }
     }
 }
@@ -227,10 +227,10 @@ impl ServerBuilder {
 
     /// The size in bytes of each sandbox's own disk (its root, `/tmp`
     /// included; see [`crate::disk`]); 0 = none (the sandbox writes to the
-    /// data directory's file system without a limit). Default
-    /// [`crate::disk::DEFAULT_SANDBOX_DISK`].
+    /// data directory's file system without a limit). Default: see
+    /// [`crate::disk::default_size`].
     pub fn sandbox_disk(mut self, bytes: u64) -> Self {
-        self.sandbox_disk = bytes;
+        self.sandbox_disk = Some(bytes);
         self
     }
 
@@ -314,11 +314,14 @@ impl ServerBuilder {
             }
         }
         // Each sandbox's own disk, where the host can mount one.
-        let disk = if self.sandbox_disk == 0 {
+        let size = self
+            .sandbox_disk
+            .unwrap_or_else(|| crate::disk::default_size(&data_dir, self.budgets.max_sandboxes));
+        let disk = if size == 0 {
             None
         } else {
             match crate::disk::probe(&data_dir) {
-                Ok(()) => Some(self.sandbox_disk.max(crate::disk::MIN_SANDBOX_DISK)),
+                Ok(()) => Some(size.max(crate::disk::MIN_SANDBOX_DISK)),
                 Err(why) => {
                     if !self.quiet {
                         eprintln!(
