@@ -42,8 +42,8 @@ use std::sync::Mutex;
 /// Largest default size of each sandbox's disk: 2 GiB.
 pub const DEFAULT_SANDBOX_DISK: u64 = 2 << 30;
 
-/// Smallest default size of each sandbox's disk: 256 MiB.
-pub const MIN_DEFAULT_SANDBOX_DISK: u64 = 256 << 20;
+/// Smallest default size of each sandbox's disk: 512 MiB.
+pub const MIN_DEFAULT_SANDBOX_DISK: u64 = 512 << 20;
 
 /// The default size of each sandbox's disk for a server whose sandboxes
 /// live in `data_dir`, at most `max_sandboxes` at once: the data
@@ -250,6 +250,10 @@ fn format_and_mount(root: &Path, image: &Path) -> std::io::Result<()> {
         run(
             Command::new(mkfs)
                 .args(["-q", "-F", "-m", "0", "-O", "^has_journal"])
+                // An inode per 4 KiB: trees of many small files
+                // (`node_modules`, a 100 000-level directory chain) run
+                // out of space, not of inodes, first.
+                .args(["-i", "4096"])
                 .args(["-E", "nodiscard,lazy_itable_init=1", "-L", "sandbox"])
                 .arg(image),
             "mkfs.ext4",

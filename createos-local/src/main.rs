@@ -54,7 +54,7 @@ struct Cli {
     /// of this size (K, M, G or T; 0 = none), so a sandbox that fills it
     /// gets ENOSPC and the host's disk stays free. Default: the data
     /// directory's free space at start less 1 GiB, shared by
-    /// --max-sandboxes, at least 256M and at most 2G. Needs a root server
+    /// --max-sandboxes, at least 512M and at most 2G. Needs a root server
     /// that can mount loop devices (else logged at start: no per-sandbox
     /// limit). A creation is refused 429 `disk_limit` unless the data
     /// directory's file system could still hold every sandbox disk filled
