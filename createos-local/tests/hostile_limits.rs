@@ -343,6 +343,15 @@ async fn a_launcher_that_cannot_start_the_command_is_a_server_failure() {
     assert!(last.0.is_server_error(), "{last:?}");
     let message = last.1["message"].as_str().unwrap_or("");
     assert!(!message.is_empty(), "{last:?}");
+    // A synchronous session command the same way.
+    let (st, v) = daytona(
+        &h,
+        Method::POST,
+        &format!("{tb}/{sb}/process/session/bomb/exec"),
+        Some(json!({"command": "echo hi"})),
+    )
+    .await;
+    assert!(st.is_server_error(), "{st} {v}");
     let (st, v) = daytona(
         &h,
         Method::DELETE,

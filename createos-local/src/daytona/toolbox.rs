@@ -388,6 +388,9 @@ pub async fn session_exec(
     // service; an asynchronous one keeps an open, empty stdin.
     cmd.process.close_stdin();
     exited(&cmd.process).await;
+    if let Some(why) = cmd.process.server_failure() {
+        return Err(crate::api::start_failed(why).into());
+    }
     let (frames, evicted) = retained(&cmd.process);
     let mut v = json!({
         "cmdId": cmd.id,
