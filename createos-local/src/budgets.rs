@@ -128,7 +128,8 @@ pub fn admit_process(budgets: &Budgets, live: usize) -> Result<(), Refusal> {
         return Err(Refusal {
             code: "process_limit",
             message: format!(
-                "{live} processes are live across this server's sandboxes, its limit \
+                "{live} processes are live across this server's sandboxes (every task of \
+                 running commands counted where the kernel counts them), its limit \
                  (--max-processes {}); nothing was started: wait for processes to end \
                  or terminate some, then retry",
                 budgets.max_processes
