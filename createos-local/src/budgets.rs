@@ -11,9 +11,11 @@
 //! The defaults follow the host: [`Budgets::for_host`] allows one sandbox
 //! per [`PIDS_PER_SANDBOX`] of a quarter of the kernel's `pid_max` (at
 //! least 16, at most 256), and 64 live managed processes per sandbox
-//! allowed, at least 256 and at most 1024. A process here is one started
-//! through the API (its descendants count against the sandbox's own task
-//! limit). On a host with a small `pid_max` (32 768) the minimum of 16
+//! allowed, at least 256 and at most 1024. The process budget counts the
+//! processes started through the API and, where each command has a pids
+//! group of its own (one machine per sandbox), every task they started
+//! ([`sandbox_tasks`]), whichever is more; counting and admitting a start
+//! are one step ([`crate::store::Store::admit_process`]). On a host with a small `pid_max` (32 768) the minimum of 16
 //! sandboxes times 2048 tasks reaches `pid_max`: there the per-sandbox task
 //! limit of the launch path, or a lower `--max-sandboxes`, bounds the rest.
 
@@ -63,6 +65,29 @@ impl Budgets {
     }
 }
 
+/// The tasks (processes and threads) the API-started commands of the
+/// sandbox at `root` hold now, as the kernel counts them: the sum over the
+/// command's pids groups (see [`crate::machine`]) of their members, each
+/// group's launcher (`nsenter`) not counted. `None` where commands have no
+/// pids group of their own (no machine per sandbox here): then the budget
+/// counts API-started processes only.
+pub fn sandbox_tasks(root: &std::path::Path) -> Option<usize> {
+    let uid = crate::isolation::sandbox_uid(root)?;
+    let dir = crate::isolation::pids_cgroup_base()?.join(format!("sandbox-{uid}"));
+    let mut tasks = 0;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with("cmd-") {
+            continue;
+        }
+        let current: usize = std::fs::read_to_string(entry.path().join("pids.current"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        tasks += current.saturating_sub(1);
+    }
+    Some(tasks)
+}
+
 /// Why a creation was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
@@ -103,7 +128,8 @@ pub fn admit_process(budgets: &Budgets, live: usize) -> Result<(), Refusal> {
         return Err(Refusal {
             code: "process_limit",
             message: format!(
-                "{live} processes are live across this server's sandboxes, its limit \
+                "{live} processes are live across this server's sandboxes (every task of \
+                 running commands counted where the kernel counts them), its limit \
                  (--max-processes {}); nothing was started: wait for processes to end \
                  or terminate some, then retry",
                 budgets.max_processes

@@ -25,6 +25,9 @@
 //!   server does not leave it in memory; only paths with the copy's name
 //!   prefix are ever removed.
 //!
+//! - a sandbox disk (see [`crate::disk`]) is unmounted and its image
+//!   removed, so that a killed server does not leave loop devices behind.
+//!
 //! Why not bwrap's `--die-with-parent`: bwrap's outer process exits when
 //! the command exits, and `--die-with-parent` then kills the namespace at
 //! once, ending background processes the command left running, which the
@@ -55,6 +58,7 @@ for key in "${!live[@]}"; do
         fi
         kill -KILL -- "-$pid" ;;
     rm) case $pid in /dev/shm/createos-local-etc-*) rm -rf -- "$pid" ;; esac ;;
+    um) case $id in */.disks/*.img) umount -l -- "$pid" && rm -f -- "$id" ;; esac ;;
   esac
 done 2>/dev/null
 "#;
@@ -160,6 +164,27 @@ fn removable(path: &std::path::Path) -> Option<&str> {
         && !p.contains(char::is_whitespace)
         && !p.contains(".."))
     .then_some(p)
+}
+
+fn disk_line(op: char, root: &std::path::Path, image: &std::path::Path) -> Option<String> {
+    let (r, i) = (root.to_str()?, image.to_str()?);
+    let plain = |p: &str| !p.contains(char::is_whitespace) && !p.contains("..");
+    (plain(r) && plain(i) && i.contains("/.disks/") && i.ends_with(".img"))
+        .then(|| format!("{op} um {r} {i}\n"))
+}
+
+/// Asks the guard to unmount the sandbox disk mounted on `root` and remove
+/// its `image` if this process dies first (`false` for paths with white
+/// space, or without a guard).
+pub fn unmount_on_death(root: &std::path::Path, image: &std::path::Path) -> bool {
+    disk_line('+', root, image).is_some_and(|l| send(&l))
+}
+
+/// Withdraws [`unmount_on_death`] (the disk was detached).
+pub fn forget_unmount(root: &std::path::Path, image: &std::path::Path) {
+    if let Some(l) = disk_line('-', root, image) {
+        send(&l);
+    }
 }
 
 /// Withdraws a tree that was verified gone.

@@ -37,6 +37,7 @@ pub(crate) mod confine;
 pub(crate) mod connections;
 pub(crate) mod daytona;
 pub mod deathguard;
+pub mod disk;
 pub mod egress;
 pub mod faults;
 pub(crate) mod fstree;

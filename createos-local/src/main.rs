@@ -44,11 +44,23 @@ struct Cli {
     /// kernel's pid_max in sandboxes of 2048 tasks each, 16 to 256.
     #[arg(long, value_name = "N", default_value_t = createos_local::budgets::Budgets::for_host().max_sandboxes)]
     max_sandboxes: usize,
-    /// Most live processes started through the API across every sandbox;
-    /// one more is answered 429 `process_limit`. Default: 64 per sandbox
-    /// allowed, 256 to 1024.
+    /// Most live processes started through the API across every sandbox,
+    /// counting every task they started where each command has a pids
+    /// group of its own (root with cgroup v1 pids); one more is answered
+    /// 429 `process_limit`. Default: 64 per sandbox allowed, 256 to 1024.
     #[arg(long, value_name = "N", default_value_t = createos_local::budgets::Budgets::for_host().max_processes)]
     max_processes: usize,
+    /// Each sandbox's own disk: its root, /tmp included, is a file system
+    /// of this size (K, M, G or T; 0 = none), so a sandbox that fills it
+    /// gets ENOSPC and the host's disk stays free. Default: the data
+    /// directory's free space at start less 1 GiB, shared by
+    /// --max-sandboxes, at least 512M and at most 2G. Needs a root server
+    /// that can mount loop devices (else logged at start: no per-sandbox
+    /// limit). A creation is refused 429 `disk_limit` unless the data
+    /// directory's file system could still hold every sandbox disk filled
+    /// up plus 1 GiB for the host.
+    #[arg(long, value_name = "SIZE", value_parser = createos_local::disk::parse_size)]
+    sandbox_disk: Option<u64>,
     /// A finished process (exited, tree gone) keeps its exit and output
     /// for this many seconds, then answers 404 and its memory is returned.
     #[arg(long, value_name = "SECONDS", default_value_t = createos_local::store_defaults::FINISHED_TTL_SECS)]
@@ -168,6 +180,9 @@ async fn run(cli: Cli) -> ExitCode {
             std::time::Duration::from_secs(cli.finished_ttl),
             cli.finished_keep,
         );
+    if let Some(size) = cli.sandbox_disk {
+        builder = builder.sandbox_disk(size);
+    }
     if let Some(dir) = cli.data_dir {
         builder = builder.data_dir(dir);
     }

@@ -57,6 +57,7 @@ pub struct ServerBuilder {
     budgets: crate::budgets::Budgets,
     body_read_timeout: Duration,
     egress: crate::egress::Policy,
+    sandbox_disk: Option<u64>,
 }
 
 impl Default for ServerBuilder {
@@ -78,6 +79,7 @@ impl Default for ServerBuilder {
             budgets: crate::budgets::Budgets::for_host(),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             egress: crate::egress::Policy::default(),
+            sandbox_disk: None,
         }
     }
 }
@@ -234,6 +236,15 @@ impl ServerBuilder {
         self
     }
 
+    /// The size in bytes of each sandbox's own disk (its root, `/tmp`
+    /// included; see [`crate::disk`]); 0 = none (the sandbox writes to the
+    /// data directory's file system without a limit). Default: see
+    /// [`crate::disk::default_size`].
+    pub fn sandbox_disk(mut self, bytes: u64) -> Self {
+        self.sandbox_disk = Some(bytes);
+        self
+    }
+
     /// Detects isolation, binds, and starts serving on the current tokio
     /// runtime.
     pub async fn start(self) -> std::io::Result<RunningServer> {
@@ -331,6 +342,35 @@ impl ServerBuilder {
                 ),
             }
         }
+        // Each sandbox's own disk, where the host can mount one.
+        let size = self
+            .sandbox_disk
+            .unwrap_or_else(|| crate::disk::default_size(&data_dir, self.budgets.max_sandboxes));
+        let disk = if size == 0 {
+            None
+        } else {
+            match crate::disk::probe(&data_dir) {
+                Ok(()) => Some(size.max(crate::disk::MIN_SANDBOX_DISK)),
+                Err(why) => {
+                    if !self.quiet {
+                        eprintln!(
+                            "createos-local: sandboxes get no disk of their own here ({why}): their \
+                             files go to the data directory's file system without a size limit"
+                        );
+                    }
+                    None
+                }
+            }
+        };
+        if !self.quiet {
+            if let Some(size) = disk {
+                eprintln!(
+                    "createos-local: each sandbox has a disk of its own of {} MiB (its root, /tmp \
+                     included; --sandbox-disk)",
+                    size >> 20
+                );
+            }
+        }
         // Room for the connection cap and the pipes of many processes.
         crate::connections::raise_descriptor_limit(DESCRIPTOR_LIMIT);
         let listener = TcpListener::bind(self.addr).await?;
@@ -368,6 +408,7 @@ impl ServerBuilder {
             retention: self.retention,
             budgets: self.budgets,
             body_read_timeout: self.body_read_timeout,
+            disk,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         // Drops finished processes past their retention.
@@ -538,6 +579,13 @@ impl RunningServer {
     /// Where sandbox roots live.
     pub fn data_dir(&self) -> &std::path::Path {
         &self.state.data_dir
+    }
+
+    /// The size of each sandbox's own disk when the server gives them one
+    /// (see [`crate::disk`]); `None` when sandboxes write to the data
+    /// directory's file system without a per-sandbox limit.
+    pub fn sandbox_disk(&self) -> Option<u64> {
+        self.state.disk
     }
 
     /// Terminates every process tree (SIGTERM, 500 ms grace, SIGKILL,

@@ -315,6 +315,9 @@ pub struct Store {
     /// Removals of deleted sandboxes' roots under way (see
     /// [`crate::api::remove_root`]): `true` from a thread that succeeded.
     removals: Mutex<Vec<(PathBuf, std::thread::JoinHandle<bool>)>>,
+    /// Held while a process start is counted against the budget and
+    /// admitted, so that two starts cannot both take the last slot.
+    admitting: Mutex<()>,
 }
 
 impl Store {
@@ -339,8 +342,11 @@ impl Store {
         lock(&self.sandboxes).len()
     }
 
-    /// Managed processes whose tree is not yet verified gone, across every
-    /// sandbox (processes being started included).
+    /// What the process budget counts, across every sandbox: managed
+    /// processes whose tree is not yet verified gone (processes being
+    /// started included) or, where the kernel counts them (see
+    /// [`crate::budgets::sandbox_tasks`]), every task those processes
+    /// started, whichever is more.
     pub fn live_processes(&self) -> usize {
         self.all()
             .iter()
@@ -350,9 +356,24 @@ impl Store {
                     .values()
                     .filter(|p| !p.exited().1)
                     .count();
-                live + starting
+                let tasks = crate::budgets::sandbox_tasks(&sb.root).unwrap_or(0);
+                live.max(tasks) + starting
             })
             .sum()
+    }
+
+    /// Admits one process start in `sb` within the host-wide process
+    /// budget: counting and admitting are one step (two starts at once
+    /// cannot both take the last slot). `Ok(None)` when the sandbox is
+    /// being deleted.
+    pub fn admit_process(
+        &self,
+        sb: &Arc<Sandbox>,
+        budgets: &crate::budgets::Budgets,
+    ) -> Result<Option<Admission>, crate::budgets::Refusal> {
+        let _one_at_a_time = lock(&self.admitting);
+        crate::budgets::admit_process(budgets, self.live_processes())?;
+        Ok(sb.admit())
     }
 
     /// Removes a sandbox.

@@ -214,6 +214,7 @@ impl Process {
                 return proc;
             }
         };
+        let confined = bwrap.is_some();
         let mut child = spawned.child;
         let outer_pid = child.id().map_or(0, |p| p as i32);
         let (tree, init_exit) = match (mode, spawned.status_pipe, spawned.machine) {
@@ -274,6 +275,11 @@ impl Process {
                 Ok(st) => p.map_status(st),
                 Err(_) => ExitStatus::Code(-1),
             };
+            if confined {
+                if let Some(why) = p.launcher_failure(&exit) {
+                    *lock(&p.server_failure) = Some(why);
+                }
+            }
             p.finish_leader(exit, ProcState::Exited);
             p.watch_tree(init_exit).await;
         });
@@ -396,6 +402,46 @@ impl Process {
     /// answers 503 instead of a command result.
     pub fn server_failure(&self) -> Option<String> {
         lock(&self.server_failure).clone()
+    }
+
+    /// Whether the launcher failed before the command ran (issue 24 item
+    /// 7): bwrap, or in a sandbox machine `nsenter` or `setpriv`, exits 1
+    /// after printing its own error (`bwrap: ...`, `nsenter: fork failed:
+    /// Resource temporarily unavailable` in a sandbox at its task limit),
+    /// and `env` exits 125 for its own failure. Such an exit is the
+    /// server's failure, not the command's result: the message for the
+    /// 5xx answer. A command that prints such a line itself and exits the
+    /// same way is taken for one; that can only misreport its own result.
+    fn launcher_failure(&self, exit: &ExitStatus) -> Option<String> {
+        const LAUNCHERS: &[(i32, &str)] = &[
+            (1, "bwrap: "),
+            (1, "nsenter: "),
+            (1, "setpriv: "),
+            (125, "env: "),
+        ];
+        let ExitStatus::Code(code) = exit else {
+            return None;
+        };
+        if !LAUNCHERS.iter().any(|(c, _)| c == code) {
+            return None;
+        }
+        let (stderr, dropped) = self.collect(StreamKind::Stderr);
+        if dropped > 0 || stderr.len() > 4096 {
+            return None;
+        }
+        let text = String::from_utf8_lossy(&stderr);
+        LAUNCHERS
+            .iter()
+            .any(|(c, prefix)| c == code && text.starts_with(prefix))
+            .then(|| {
+                format!(
+                    "the server could not start the command in the sandbox ({}); nothing ran. \
+                     A sandbox at its limit of {} tasks cannot start more: end some of its \
+                     processes, then retry",
+                    text.lines().next().unwrap_or("").trim(),
+                    isolation::MAX_PROCESSES
+                )
+            })
     }
 
     /// When the leader's exit was recorded (RFC 3339, millisecond

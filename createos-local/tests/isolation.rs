@@ -269,6 +269,39 @@ async fn sigkill_of_the_server_leaves_no_process(isolation: &str) {
             })
             .unwrap_or_default()
     };
+    // Issue 24 item 3: the sandboxes' own disks (where the server mounts
+    // them) do not outlive it either: unmounted, images removed.
+    let data_dir = std::fs::read_dir(std::env::temp_dir())
+        .expect("temp dir")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("createos-local-{}-", backend.child.id())))
+        })
+        .expect("the server's data dir");
+    let disks_of = |dir: &std::path::Path| -> Vec<String> {
+        let images = std::fs::read_dir(dir.join(".disks"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default();
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let prefix = dir.display().to_string();
+        images
+            .into_iter()
+            .chain(
+                mounts
+                    .lines()
+                    .filter(|l| l.contains(&prefix))
+                    .map(str::to_string),
+            )
+            .collect()
+    };
+    let had_disks = !disks_of(&data_dir).is_empty();
     backend.child.kill().expect("SIGKILL the server");
     backend.child.wait().expect("reap the server");
     let left = wait_unmarked(&m).await;
@@ -282,6 +315,13 @@ async fn sigkill_of_the_server_leaves_no_process(isolation: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(etc_copies(), Vec::<String>::new(), "{isolation}");
+    if had_disks {
+        while !disks_of(&data_dir).is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(disks_of(&data_dir), Vec::<String>::new(), "{isolation}");
+    }
+    let _ = std::fs::remove_dir_all(&data_dir);
 }
 
 #[tokio::test]

@@ -64,6 +64,9 @@ pub struct AppState {
     pub retention: crate::store::Retention,
     /// Host-wide budgets (sandbox count, live processes).
     pub budgets: Budgets,
+    /// Size of each sandbox's own disk, when sandboxes get one (see
+    /// [`crate::disk`]).
+    pub disk: Option<u64>,
     /// The Daytona `toolboxProxyUrl`: the toolbox listener's
     /// `http://127.0.0.1:<port>/toolbox`, or `<base>/daytona/toolbox`.
     pub toolbox_url: String,
@@ -110,6 +113,20 @@ pub async fn blocking<T: Send + 'static>(
     Ok(out)
 }
 
+/// Makes a new sandbox's root (with its own disk, see [`crate::disk`]):
+/// 429 `disk_limit` over the host-wide disk budget, 500 when the server
+/// failed.
+pub async fn make_root(state: &AppState, root: PathBuf) -> Result<(), ApiError> {
+    let disk = state.disk;
+    match blocking(state, move || crate::disk::prepare(&root, disk)).await? {
+        Ok(()) => Ok(()),
+        Err(crate::disk::PrepareError::Refused(r)) => Err(over_budget(r)),
+        Err(crate::disk::PrepareError::Io(e)) => Err(ApiError::internal(format!(
+            "cannot create sandbox root: {e}"
+        ))),
+    }
+}
+
 /// Removes the root of a deleted sandbox. The root is first renamed to
 /// `.removing-<id>` beside it (one step: the sandbox's files are gone from
 /// their path when the delete answers), then removed on a thread of its
@@ -120,6 +137,9 @@ pub async fn blocking<T: Send + 'static>(
 /// when no removal could be started.
 pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<(), String> {
     let trash = state.data_dir.join(format!(".removing-{id}"));
+    // Its own disk goes first (a mount point cannot be renamed).
+    let r = root.clone();
+    let _ = tokio::task::spawn_blocking(move || crate::disk::detach(&r)).await;
     let target = match std::fs::rename(&root, &trash) {
         Ok(()) => trash,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),

@@ -101,9 +101,11 @@ async fn start_registered(
     body: CreateBody,
     retention: Retention,
 ) -> Result<Arc<Process>, ApiError> {
-    crate::budgets::admit_process(&state.budgets, state.store.live_processes())
+    let admission = state
+        .store
+        .admit_process(sb, &state.budgets)
         .map_err(super::over_budget)?;
-    let _admission = sb.admit().ok_or_else(|| {
+    let _admission = admission.ok_or_else(|| {
         ApiError::conflict("sandbox is being deleted")
             .with_extra(json!({ "current_status": sb.status() }))
     })?;
@@ -201,6 +203,9 @@ pub async fn exec(
                 "timeout",
                 "exec timed out; the command was terminated",
             ));
+        }
+        if let Some(why) = p.server_failure() {
+            return Err(super::start_failed(why));
         }
         let exit_code = match p.exit() {
             Some(ExitStatus::Code(c)) => c,

@@ -74,10 +74,7 @@ pub async fn create(
     crate::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(super::over_budget)?;
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
-    let r = root.clone();
-    super::blocking(&state, move || crate::isolation::prepare_root(&r))
-        .await?
-        .map_err(|e| ApiError::internal(format!("cannot create sandbox root: {e}")))?;
+    super::make_root(&state, root.clone()).await?;
     let sb = Arc::new(Sandbox::new(
         id,
         SandboxSpec {

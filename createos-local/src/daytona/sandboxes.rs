@@ -189,10 +189,7 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         .map_err(crate::api::over_budget)?;
     let id = uuid();
     let root = state.data_dir.join(format!("daytona-{id}"));
-    let r = root.clone();
-    crate::api::blocking(&state, move || crate::isolation::prepare_root(&r))
-        .await?
-        .map_err(|e| DaytonaError::internal(format!("cannot create the sandbox's files: {e}")))?;
+    crate::api::make_root(&state, root.clone()).await?;
     let core = Arc::new(Sandbox::new(
         id.clone(),
         SandboxSpec {

@@ -97,11 +97,10 @@ async fn start_process(
     extra_env: &BTreeMap<String, String>,
 ) -> Result<Arc<Process>, DaytonaError> {
     require_started(sb)?;
-    crate::budgets::admit_process(&state.budgets, state.store.live_processes())
-        .map_err(crate::api::over_budget)?;
-    let _admission = sb
-        .core
-        .admit()
+    let _admission = state
+        .store
+        .admit_process(&sb.core, &state.budgets)
+        .map_err(crate::api::over_budget)?
         .ok_or_else(|| DaytonaError::conflict("sandbox is stopping or being deleted"))?;
     let root = sb.core.root.clone();
     let c = cwd.clone();
@@ -389,6 +388,9 @@ pub async fn session_exec(
     // service; an asynchronous one keeps an open, empty stdin.
     cmd.process.close_stdin();
     exited(&cmd.process).await;
+    if let Some(why) = cmd.process.server_failure() {
+        return Err(crate::api::start_failed(why).into());
+    }
     let (frames, evicted) = retained(&cmd.process);
     let mut v = json!({
         "cmdId": cmd.id,
@@ -826,6 +828,9 @@ pub async fn execute(
             "timeout",
             "command execution timeout; the command was terminated",
         ));
+    }
+    if let Some(why) = p.server_failure() {
+        return Err(crate::api::start_failed(why).into());
     }
     let (frames, evicted) = retained(&p);
     let result: Vec<u8> = frames.iter().flat_map(|f| f.data.iter().copied()).collect();
