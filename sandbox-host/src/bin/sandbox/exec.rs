@@ -11,7 +11,8 @@ use sandbox_host::types::{
     AcquireRequest, ExecuteRequest, ExecuteResult, OutputStream, ProviderError, WorkspaceRequest,
 };
 use sandbox_host::{
-    cleanup_text, trap_of, CancelToken, Environment, LeaseRefused, LeaseState, OutputSink,
+    cleanup_text, loss_text, trap_of, CancelToken, Environment, LeaseRefused, LeaseState,
+    OutputSink,
 };
 
 use crate::backend::{show_progress, Setup};
@@ -263,6 +264,21 @@ fn execute(
                 cleanup_text(&failure)
             );
             EXIT_CLEANUP_FAILED
+        }
+        Ok(Err(ProviderError::OutputLost(loss))) => {
+            if !streamed {
+                print_output(&loss.partial.stdout, &loss.partial.stderr);
+            }
+            eprintln!("sandbox: output lost: {}", loss_text(&loss));
+            if loss.tree_deleted {
+                EXIT_SANDBOX_ERROR
+            } else {
+                eprintln!(
+                    "sandbox: the lease is poisoned and will be destroyed (if that fails, \
+                     `sandbox lease sweep` destroys it)"
+                );
+                EXIT_CLEANUP_FAILED
+            }
         }
         Ok(Err(error)) => {
             eprintln!(
