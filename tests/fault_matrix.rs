@@ -721,7 +721,7 @@ fn error_code(error: &ProviderError) -> String {
         ProviderError::InvalidResponse(_) => "inv".into(),
         ProviderError::Cancelled(_) => "can".into(),
         ProviderError::OutputLost(loss) => {
-            format!("LOST:{}", if loss.tree_deleted { 'd' } else { 'u' })
+            format!("OL:{}", if loss.tree_deleted { 'd' } else { 'u' })
         }
         ProviderError::CleanupFailed(f) => format!(
             "CF:{}",
