@@ -774,7 +774,7 @@ pub(crate) fn route_policy(
     let Some(first) = split.origins.first() else {
         bail!(
             "the provider declares no API origin field, so the host cannot allow it any \
-             request; it does not follow the sandbox-provider contract 0.2.0"
+             request; it does not follow the sandbox-provider contract (0.2.0 or later)"
         );
     };
     if asked.len() != split.origins.len() {
