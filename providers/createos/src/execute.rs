@@ -327,7 +327,8 @@ impl Run {
         }
         let answer: Value = serde_json::from_slice(&text).ok()?;
         let oldest = answer
-            .pointer("/data/oldest_seq")
+            .get("data")
+            .and_then(|data| data.get("oldest_seq"))
             .or_else(|| answer.get("oldest_seq"))?
             .as_u64()?;
         oldest.checked_sub(self.cursor + 1)
@@ -615,6 +616,70 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(platform.requests.len(), 1);
+    }
+
+    /// Issue 23 item 4: a 410 after a reconnect is `output-lost`, counting
+    /// the frames between the cursor and the body's `oldest_seq`.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_410_is_lost_output_counting_the_evicted_frames() {
+        let attempts = std::cell::Cell::new(0);
+        let mut platform = FakePlatform::new(move |req| match (req.method, req.path.as_str()) {
+            (Method::Post, "/v1/sandboxes/sb/processes") => ok(json!({"process_id": "p1"})),
+            (Method::Get, p) if p.starts_with(&format!("{PROCESS}/connect")) => {
+                attempts.set(attempts.get() + 1);
+                if attempts.get() == 1 {
+                    Answer::Stream(
+                        200,
+                        vec![
+                            Ok(frame(1, "a")),
+                            Err(TransportError::Connection("reset".into())),
+                        ],
+                    )
+                } else {
+                    Answer::Full(
+                        410,
+                        br#"{"status":"fail","data":{"reason":"output_offset_expired","oldest_seq":5}}"#
+                            .to_vec(),
+                    )
+                }
+            }
+            (Method::Delete, p) if p.starts_with(PROCESS) => deleted(),
+            _ => ok(json!({})),
+        });
+        match execute(&mut platform, &config(), "sb", &request(None)) {
+            Err(ProviderError::OutputLost(loss)) => {
+                assert_eq!(loss.lost_chunks, Some(3), "frames 2 to 4");
+                assert_eq!(loss.lost_bytes, None);
+                assert!(loss.tree_deleted);
+                assert_eq!(loss.partial.stdout, "a");
+                assert_eq!(loss.process_id.as_deref(), Some("p1"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Lost output whose tree deletion is not proven says so: the host
+    /// then poisons the lease.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn lost_output_without_a_proven_deletion_says_the_tree_may_run() {
+        let mut platform = sandbox(
+            || {
+                vec![
+                    Ok(frame(1, "kept")),
+                    Ok(b"{\"type\":\"error\",\"error\":\"output_offset_expired\"}\n".to_vec()),
+                ]
+            },
+            || ok(json!({"tree_exited": false})),
+        );
+        match execute(&mut platform, &config(), "sb", &request(None)) {
+            Err(ProviderError::OutputLost(loss)) => {
+                assert!(!loss.tree_deleted);
+                assert_eq!(loss.lost_chunks, None);
+                assert_eq!(loss.partial.stdout, "kept");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(platform.requests.last().unwrap().0.method, Method::Delete);
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -231,6 +231,7 @@ fn command_script(request: &ExecuteRequest, stdin_path: Option<&str>) -> String 
 }
 
 /// Why following the logs stopped.
+#[derive(Debug)]
 enum Stop {
     /// The command exited with this code.
     Exited(i32),
@@ -501,7 +502,7 @@ fn log_skip(offset: Option<&str>, consumed: u64) -> Result<u64, Stop> {
     };
     consumed
         .checked_sub(offset)
-        .ok_or(Stop::Lost(offset - consumed))
+        .ok_or_else(|| Stop::Lost(offset - consumed))
 }
 
 fn empty_partial() -> PartialOutput {
