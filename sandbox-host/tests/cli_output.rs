@@ -137,3 +137,55 @@ fn lost_output_is_explained_for_people_and_never_a_clean_exit() {
     assert!(report.all_exited(), "{report:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 23, "Bad input": a consumer that never reads the CLI's stdout
+/// (the pipe fills, the CLI stops pulling, the engine stops reading the
+/// command's pipes) kept the command blocked forever, far past its own
+/// timeout. The timeout still ends it, and the run says how much output
+/// was not consumed (exit 124, as for any timeout).
+#[test]
+fn a_stdout_nobody_reads_does_not_hold_the_command_past_its_timeout() {
+    use std::io::Read;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let Some(provider) = built("createos_provider.wasm") else {
+        return;
+    };
+    let mut child = common::sandbox_cli(&provider, "cli-unread")
+        .args(["run", "--timeout", "5s", "--", "yes"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running sandbox");
+    // stdout is held open and never read.
+    let _stdout = child.stdout.take();
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "still running 120 s after its 5 s timeout: a stdout nobody reads held the \
+                 command; stderr: {}",
+                errors.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = errors.join().unwrap();
+    assert_eq!(status.code(), Some(124), "{stderr}");
+    assert!(
+        stderr.contains("bytes of the command's output were not consumed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("timed out"), "{stderr}");
+}
