@@ -41,10 +41,16 @@ pub enum FaultPoint {
     /// open, the body never ends): the provider's deadline must still end
     /// the command.
     OutputStreamHangs,
+    /// The server drops the command's output before the provider read it
+    /// (its replay window moved past the reader: CreateOS's
+    /// `output_offset_expired`), while the command still runs. Not a
+    /// cleanup fault: the `output_lost` scenario runs it.
+    OutputEvicted,
 }
 
 impl FaultPoint {
-    /// Every fault point, in the order the suite runs them.
+    /// Every fault point of a `cleanup_failed_*` scenario, in the order
+    /// the suite runs them.
     pub const ALL: [FaultPoint; 10] = [
         FaultPoint::CommandCreationUnanswered,
         FaultPoint::CommandCreationServerError,
@@ -72,6 +78,7 @@ impl FaultPoint {
             FaultPoint::SandboxDeletionUnanswered => "sandbox_deletion_unanswered",
             FaultPoint::SandboxCreationAmbiguous => "sandbox_creation_ambiguous",
             FaultPoint::OutputStreamHangs => "output_stream_hangs",
+            FaultPoint::OutputEvicted => "output_evicted",
         }
     }
 
@@ -91,7 +98,7 @@ impl FaultPoint {
                 Some(CleanupPhase::SandboxDeletion)
             }
             FaultPoint::SandboxCreationAmbiguous => Some(CleanupPhase::LeaseSetup),
-            FaultPoint::OutputStreamHangs => None,
+            FaultPoint::OutputStreamHangs | FaultPoint::OutputEvicted => None,
         }
     }
 }

@@ -180,6 +180,10 @@ macro_rules! conformance_suite {
             fn cleanup_failed_output_stream_hangs() {
                 check(Scenario::CleanupFailed(FaultPoint::OutputStreamHangs));
             }
+            #[test]
+            fn output_lost() {
+                check(Scenario::OutputLost);
+            }
         }
     };
 }

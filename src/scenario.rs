@@ -47,6 +47,12 @@ pub enum Scenario {
     /// poisoned and refused, and sweep (once the fault is gone) destroying
     /// it with no survivor.
     CleanupFailed(FaultPoint),
+    /// The server drops output the provider had not read (contract 0.3.0):
+    /// `output-lost`, never a result or an invalid answer, keeping what
+    /// arrived; with the tree's deletion proven the lease stays usable and
+    /// nothing survives; with it unconfirmed too, the lease is poisoned and
+    /// sweep destroys it with no survivor.
+    OutputLost,
 }
 
 impl Scenario {
@@ -64,10 +70,12 @@ impl Scenario {
         Scenario::SecretNeverVisible,
     ];
 
-    /// Every scenario: the fault-free ones, then one per fault point.
+    /// Every scenario: the fault-free ones, one per cleanup fault point,
+    /// then lost output.
     pub fn all() -> Vec<Scenario> {
         let mut all = Scenario::FAULT_FREE.to_vec();
         all.extend(FaultPoint::ALL.map(Scenario::CleanupFailed));
+        all.push(Scenario::OutputLost);
         all
     }
 
@@ -85,6 +93,7 @@ impl Scenario {
             Scenario::LifecycleReuse => "lifecycle_reuse".into(),
             Scenario::SecretNeverVisible => "secret_never_visible".into(),
             Scenario::CleanupFailed(point) => format!("cleanup_failed_{}", point.name()),
+            Scenario::OutputLost => "output_lost".into(),
         }
     }
 
@@ -108,6 +117,7 @@ impl Scenario {
             Scenario::LifecycleReuse => scenarios::lifecycle::reuse(target),
             Scenario::SecretNeverVisible => scenarios::secret::never_visible(target),
             Scenario::CleanupFailed(point) => scenarios::cleanup::cleanup_failed(target, point),
+            Scenario::OutputLost => scenarios::output::output_lost(target),
         }
     }
 }

@@ -92,6 +92,18 @@ fn createos_faults(point: FaultPoint) -> Vec<FaultRule> {
             "/v1/sandboxes/*/processes/*/connect",
             FaultAction::StallAfterFrames { frames: 1 },
         )],
+        // One frame (`ready`), then the service's eviction error; the
+        // command itself runs on.
+        FaultPoint::OutputEvicted => vec![rule(
+            "GET",
+            "/v1/sandboxes/*/processes/*/connect",
+            FaultAction::Respond {
+                status: 200,
+                body: "{\"type\":\"data\",\"seq\":1,\"stream\":\"stdout\",\"data_base64\":\"cmVhZHkK\"}\n\
+                       {\"type\":\"error\",\"error\":\"output_offset_expired\"}\n"
+                    .into(),
+            },
+        )],
     }
 }
 
@@ -154,5 +166,9 @@ fn daytona_faults(point: FaultPoint) -> Vec<FaultRule> {
             "/toolbox/*/process/session/*/command/*/logs",
             FaultAction::StallAfterFrames { frames: 1 },
         )],
+        // The face evicts a command's log only while no follower is
+        // attached, and no fault rule moves its log-offset header: not
+        // producible here (the provider's handling is unit-tested).
+        FaultPoint::OutputEvicted => vec![],
     }
 }

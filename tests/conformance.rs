@@ -8,5 +8,8 @@ sandbox_conformance::conformance_suite!(
 );
 sandbox_conformance::conformance_suite!(
     conformance_daytona,
-    sandbox_conformance::targets::daytona()
+    sandbox_conformance::targets::daytona(),
+    // The Daytona face cannot be made to drop output a follower has not
+    // read (see targets::daytona_faults).
+    not_applicable = ["output_lost"]
 );

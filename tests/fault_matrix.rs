@@ -720,6 +720,9 @@ fn error_code(error: &ProviderError) -> String {
         ProviderError::TransportFailed(_) => "trn".into(),
         ProviderError::InvalidResponse(_) => "inv".into(),
         ProviderError::Cancelled(_) => "can".into(),
+        ProviderError::OutputLost(loss) => {
+            format!("OL:{}", if loss.tree_deleted { 'd' } else { 'u' })
+        }
         ProviderError::CleanupFailed(f) => format!(
             "CF:{}",
             match f.phase {
@@ -740,6 +743,7 @@ fn partial_of(error: &ProviderError) -> Option<&PartialOutput> {
         ProviderError::InvalidResponse(r) => r.partial.as_ref(),
         ProviderError::Cancelled(partial) => partial.as_ref(),
         ProviderError::CleanupFailed(f) => f.partial.as_ref(),
+        ProviderError::OutputLost(loss) => Some(&loss.partial),
         _ => None,
     }
 }
@@ -843,6 +847,19 @@ fn run_cell(row: &Row, fault: Fault) -> Cell {
                         );
                     }
                     error_code(&ProviderError::CleanupFailed(f.clone()))
+                }
+                // Lost output: `tree-deleted` exactly when termination was
+                // proven (otherwise the host poisons the lease).
+                Err(error @ ProviderError::OutputLost(loss)) => {
+                    check(
+                        loss.tree_deleted != may_run,
+                        "output-lost's tree-deleted disagrees with what may still run",
+                    );
+                    check(
+                        loss.process_id.as_deref() == Some(PROCESS),
+                        "output-lost without the process id",
+                    );
+                    error_code(error)
                 }
                 Err(error) => {
                     check(!may_run, "a typed error while the process may still run");

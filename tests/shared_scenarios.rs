@@ -152,6 +152,7 @@ fn error_tag(error: &ProviderError) -> &'static str {
         ProviderError::TransportFailed(_) => "transport-failed",
         ProviderError::InvalidResponse(_) => "invalid-response",
         ProviderError::Cancelled(_) => "cancelled",
+        ProviderError::OutputLost(_) => "output-lost",
         _ => "other",
     }
 }
@@ -166,10 +167,30 @@ fn phase_name(phase: CleanupPhase) -> &'static str {
 }
 
 /// Checks an outcome's error against `expect` (`error`, `phase`,
-/// `carriesSandboxId`; `ok: false` with a `phase` is a cleanup failure).
+/// `carriesSandboxId`; `ok: false` with a `phase` is a cleanup failure;
+/// `treeDeleted`, `lostChunks` and `partialStdout` of an output loss).
 fn check_error(name: &str, expect: &Value, error: &ProviderError) {
     if let Some(tag) = expect["error"].as_str() {
         assert_eq!(error_tag(error), tag, "{name}: {error:?}");
+    }
+    if let ProviderError::OutputLost(loss) = error {
+        if let Some(deleted) = expect["treeDeleted"].as_bool() {
+            assert_eq!(loss.tree_deleted, deleted, "{name}: {loss:?}");
+        }
+        if let Some(chunks) = expect.get("lostChunks") {
+            assert_eq!(loss.lost_chunks, chunks.as_u64(), "{name}: {loss:?}");
+        }
+        if let Some(stdout) = expect["partialStdout"].as_str() {
+            assert_eq!(loss.partial.stdout, stdout, "{name}: {loss:?}");
+        }
+        // The words people read say what was lost and what may still run.
+        let text = sandbox_host::error_text(error);
+        assert!(text.contains("output is incomplete"), "{name}: {text}");
+        assert_eq!(
+            text.contains("may still run"),
+            !loss.tree_deleted,
+            "{name}: {text}"
+        );
     }
     if let Some(phase) = expect["phase"].as_str() {
         match error {

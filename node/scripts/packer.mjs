@@ -1,4 +1,5 @@
-// The packer: turns any `sandbox-provider` component (contract 0.2.0) into
+// The packer: turns any `sandbox-provider` component (contract 0.3.0, or
+// 0.2.0 which differs only by lacking `provider-error.output-lost`) into
 // a Paperclip plugin package. Everything provider-specific comes from the
 // component's describe(); the host code (../dist/*.js, built by tsc) is the
 // same for every package. Used by scripts/pack.mjs (the command) and by
@@ -11,8 +12,14 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 
 const nodeDir = fileURLToPath(new URL("..", import.meta.url));
 const hostDist = path.join(nodeDir, "dist");
-/** The contract version this host speaks. */
-export const CONTRACT_VERSION = "0.2.0";
+/** The current contract version this host speaks. */
+export const CONTRACT_VERSION = "0.3.0";
+/**
+ * Every contract version this host loads, newest first. 0.3.0 only added
+ * the `provider-error.output-lost` case, so a 0.2.0 component's values are
+ * 0.3.0 values as they are (jco keys imports without their version).
+ */
+export const SERVED_VERSIONS = [CONTRACT_VERSION, "0.2.0"];
 /** The interface every provider exports. */
 const PROVIDER_EXPORT = "sandbox:provider/provider";
 /** How long describe() may take before the packer gives up. */
@@ -151,9 +158,9 @@ export async function pack({ component, out, devCopy = false, log = () => {} }) 
   if (!existsSync(wasm) || !statSync(wasm).isFile()) throw new PackError(`The component ${wasm} does not exist. Build it first (./build.sh at the repository root builds the bundled providers).`);
   const bytes = readFileSync(wasm);
   const contract = await contractVersionOf(bytes, name);
-  if (contract !== CONTRACT_VERSION) {
+  if (!SERVED_VERSIONS.includes(contract)) {
     throw new PackError(
-      `${name} is built for the sandbox-provider contract ${contract || "without a version"}; this host speaks ${CONTRACT_VERSION} only. Rebuild the provider against wit/since_v${CONTRACT_VERSION} (the provider SDK's current version).`,
+      `${name} is built for the sandbox-provider contract ${contract || "without a version"}; this host speaks ${SERVED_VERSIONS.join(" and ")} only. Rebuild the provider against wit/since_v${CONTRACT_VERSION} (the provider SDK's current version).`,
     );
   }
   const staging = mkdtempSync(path.join(tmpdir(), "paperclip-wasm-pack-"));

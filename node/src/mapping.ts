@@ -22,6 +22,7 @@ import type {
   WitExecuteRequest,
   WitExecuteResult,
   WitLease,
+  WitOutputLoss,
   WitPartialOutput,
   WitProviderError,
   WitResumeOutcome,
@@ -67,7 +68,12 @@ export class ProviderFailure extends Error {
     readonly kind: WitProviderError["tag"] | "trap" | "poisoned" | "foreign-company",
     readonly consequence: ErrorConsequence,
     /** Structured data (`providerLeaseId` of a sandbox that needs cleanup). */
-    readonly data?: { providerLeaseId?: string; processId?: string },
+    readonly data?: {
+      providerLeaseId?: string;
+      processId?: string;
+      /** `output-lost`: what was lost, whether the tree is confirmed gone, and the output received before the loss. */
+      outputLost?: { lostBytes: number | null; lostChunks: number | null; treeDeleted: boolean; stdout: string; stderr: string };
+    },
   ) {
     super(message);
     this.name = "ProviderFailure";
@@ -216,6 +222,25 @@ function partialText(partial: WitPartialOutput | undefined): string {
   return ` The command printed ${partial.stdout.length} characters of stdout and ${partial.stderr.length} of stderr before this (already sent live).${timedOut}${truncated}`;
 }
 
+/**
+ * An `output-loss` in words: how much the server dropped, that what arrived
+ * before is kept (and already sent live), and whether the command may
+ * still run.
+ */
+function lossText(loss: WitOutputLoss, provider: string): string {
+  const amount =
+    loss.lostBytes !== undefined
+      ? `${loss.lostBytes} bytes of the command's output`
+      : loss.lostChunks !== undefined
+        ? `${loss.lostChunks} chunks of the command's output`
+        : "part of the command's output (the server did not say how much)";
+  const process = loss.processId ? `process ${loss.processId}` : "the command";
+  const after = loss.treeDeleted
+    ? `${process} was stopped and all of its processes are confirmed gone.`
+    : `stopping ${process} was not confirmed, so part of it may still run. The lease is poisoned: it is refused for execute, resume and release until it is destroyed (environmentDestroyLease).`;
+  return `${provider} dropped ${amount} before it was read (${loss.operation} found the loss), so the output is incomplete; what arrived before the loss is kept; ${after}`;
+}
+
 /** Which Paperclip operation a provider error came from. */
 export type Operation =
   | "validate"
@@ -314,6 +339,24 @@ export function toFailure(
         error.tag,
         "poison-lease",
         { providerLeaseId: failure.sandboxId, processId: failure.processId },
+      );
+    }
+    case "output-lost": {
+      const loss = error.val;
+      return new ProviderFailure(
+        clean(`${lossText(loss, provider)}${partialText(loss.partial)}`),
+        error.tag,
+        loss.treeDeleted ? "none" : "poison-lease",
+        {
+          processId: loss.processId,
+          outputLost: {
+            lostBytes: loss.lostBytes === undefined ? null : Number(loss.lostBytes),
+            lostChunks: loss.lostChunks === undefined ? null : Number(loss.lostChunks),
+            treeDeleted: loss.treeDeleted,
+            stdout: loss.partial.stdout,
+            stderr: loss.partial.stderr,
+          },
+        },
       );
     }
   }

@@ -1,7 +1,7 @@
 /**
- * The WIT types of `sandbox:provider@0.2.0` as jco lowers them to
+ * The WIT types of `sandbox:provider@0.3.0` as jco lowers them to
  * JavaScript, generated from the WIT itself (`scripts/wit-types.mjs` runs
- * jco's type generator on `../wit/since_v0.2.0` into `src/generated/`
+ * jco's type generator on `../wit/since_v0.3.0` into `src/generated/`
  * before `tsc`). This module only gives them the names the host code uses:
  * records are camelCase objects, variants `{tag, val}`, options
  * `value | undefined`, `u64` is `bigint`, `list<u8>` is `Uint8Array`,
@@ -35,6 +35,7 @@ export type {
   CleanupCause as WitCleanupCause,
   CleanupFailure as WitCleanupFailure,
   TransportKind as WitTransportKind,
+  OutputLoss as WitOutputLoss,
   ProviderError as WitProviderError,
 } from "./generated/interfaces/sandbox-provider-types.js";
 

@@ -75,6 +75,29 @@ const ERROR_CASES = [
     { providerLeaseId: undefined, processId: undefined },
   ],
   ["key redacted", { tag: "invalid-request", val: `header value ${KEY} rejected` }, "execute", /header value \[redacted\] rejected/, "none"],
+  [
+    "output-lost, tree deleted (contract 0.3.0)",
+    { tag: "output-lost", val: { operation: "connect", processId: "proc-2", lostBytes: undefined, lostChunks: 4n, treeDeleted: true, partial } },
+    "execute",
+    /CreateOS dropped 4 chunks of the command's output before it was read \(connect found the loss\), so the output is incomplete; what arrived before the loss is kept; process proc-2 was stopped and all of its processes are confirmed gone\. The command printed 3 characters of stdout/,
+    "none",
+    { processId: "proc-2", outputLost: { lostBytes: null, lostChunks: 4, treeDeleted: true, stdout: "abc", stderr: "de" } },
+  ],
+  [
+    "output-lost, deletion unconfirmed",
+    { tag: "output-lost", val: { operation: "logs", processId: "cmd-1", lostBytes: 1234n, lostChunks: undefined, treeDeleted: false, partial } },
+    "execute",
+    /dropped 1234 bytes of the command's output.*stopping process cmd-1 was not confirmed, so part of it may still run\. The lease is poisoned/,
+    "poison-lease",
+    { processId: "cmd-1", outputLost: { lostBytes: 1234, lostChunks: null, treeDeleted: false, stdout: "abc", stderr: "de" } },
+  ],
+  [
+    "output-lost, amount unknown",
+    { tag: "output-lost", val: { operation: "connect", processId: undefined, lostBytes: undefined, lostChunks: undefined, treeDeleted: true, partial } },
+    "execute",
+    /dropped part of the command's output \(the server did not say how much\).*the command was stopped/,
+    "none",
+  ],
 ];
 
 for (const [name, error, operation, pattern, consequence, data] of ERROR_CASES) {

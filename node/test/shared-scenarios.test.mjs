@@ -60,6 +60,13 @@ async function runScenario(scenario) {
       } else {
         assert.ok(outcome.error, `${scenario.name}: expected an error, got ${JSON.stringify(outcome.value)}`);
         if (expect.error) assert.equal(errorTag(outcome.error), expect.error, `${scenario.name}: ${outcome.error.message}`);
+        if (expect.treeDeleted !== undefined) assert.equal(outcome.error.data?.outputLost?.treeDeleted, expect.treeDeleted, `${scenario.name}: treeDeleted`);
+        if (expect.lostChunks !== undefined) assert.equal(outcome.error.data?.outputLost?.lostChunks, expect.lostChunks, `${scenario.name}: lostChunks`);
+        if (expect.partialStdout !== undefined) assert.equal(outcome.error.data?.outputLost?.stdout, expect.partialStdout, `${scenario.name}: output kept`);
+        if (expect.error === "output-lost") {
+          assert.match(outcome.error.message, /output is incomplete/, scenario.name);
+          assert.equal(/may still run/.test(outcome.error.message), !expect.treeDeleted, `${scenario.name}: ${outcome.error.message}`);
+        }
         if (expect.phase) assert.match(outcome.error.message, new RegExp(expect.phase === "process-termination" ? "terminating the process tree" : "creating the process"));
       }
     }

@@ -53,9 +53,9 @@ mod testing;
 
 // Short paths inside the crate (`crate::policy`, `crate::bindings`, ...).
 use network::{body, http_hook, policy, rate_budget, secrets, transport};
-use wasm::{bindings, cache, cancel, component, engine, instance, options, state};
+use wasm::{bindings, cache, cancel, component, engine, instance, options, state, v0_2};
 
-pub use bindings::{types, PROVIDER_INTERFACE};
+pub use bindings::{types, PROVIDER_INTERFACE, SERVED_INTERFACES};
 pub use budget::Budget;
 pub use cache::ArtifactCache;
 pub use cancel::CancelToken;
@@ -70,7 +70,7 @@ pub use leases::rules::{LeaseState, Operation};
 pub use leases::sql::MIGRATIONS;
 pub use leases::sqlite::SqliteLeases;
 pub use leases::url::open_store;
-pub use messages::{cleanup_text, error_text};
+pub use messages::{cleanup_text, error_text, loss_text};
 pub use network::client::NetworkTransport;
 pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
 pub use policy::{Guard, Origin, Policy};

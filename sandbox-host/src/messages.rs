@@ -2,7 +2,7 @@
 //! run, never a Rust `Debug` name.
 
 use crate::bindings::types::{
-    CleanupCause, CleanupFailure, CleanupPhase, ProviderError, TransportKind,
+    CleanupCause, CleanupFailure, CleanupPhase, OutputLoss, ProviderError, TransportKind,
 };
 
 /// One line about a provider error.
@@ -44,7 +44,34 @@ pub fn error_text(error: &ProviderError) -> String {
         }
         ProviderError::Cancelled(_) => "cancelled; cleanup completed".to_owned(),
         ProviderError::CleanupFailed(failure) => cleanup_text(failure),
+        ProviderError::OutputLost(loss) => loss_text(loss),
     }
+}
+
+/// What an output loss lost and what may still run, in words.
+pub fn loss_text(loss: &OutputLoss) -> String {
+    let amount = match (loss.lost_bytes, loss.lost_chunks) {
+        (Some(bytes), _) => format!("{bytes} bytes of the command's output"),
+        (None, Some(chunks)) => format!("{chunks} chunks of the command's output"),
+        (None, None) => "part of the command's output (the server did not say how much)".to_owned(),
+    };
+    let process = match &loss.process_id {
+        Some(id) => format!("process {id}"),
+        None => "the command".to_owned(),
+    };
+    let after = if loss.tree_deleted {
+        format!("{process} was stopped and all of its processes are confirmed gone")
+    } else {
+        format!(
+            "stopping {process} was not confirmed, so part of it may still run: the lease is \
+             not reused"
+        )
+    };
+    format!(
+        "the server dropped {amount} before it was read ({} found the loss), so the output is \
+         incomplete; what arrived before the loss is kept; {after}",
+        loss.operation
+    )
 }
 
 /// What a cleanup failure leaves behind, in words.
@@ -88,7 +115,7 @@ fn cause_text(cause: &CleanupCause) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::types::{ApiRejection, TransportFailure};
+    use crate::bindings::types::{ApiRejection, PartialOutput, TransportFailure};
 
     #[test]
     fn no_message_carries_a_debug_name() {
@@ -118,6 +145,19 @@ mod tests {
                 status: 401,
                 partial: None,
             }),
+            ProviderError::OutputLost(OutputLoss {
+                operation: "connect".into(),
+                process_id: Some("p".into()),
+                lost_bytes: None,
+                lost_chunks: Some(3),
+                tree_deleted: false,
+                partial: PartialOutput {
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    timed_out: false,
+                    output_truncated: false,
+                },
+            }),
         ];
         for error in &errors {
             let text = error_text(error);
@@ -127,6 +167,8 @@ mod tests {
                 "ProcessTermination",
                 "TreeStillRunning",
                 "Deadline",
+                "OutputLoss",
+                "Some(",
                 "Connection",
                 "<unknown>",
                 "::",

@@ -30,7 +30,7 @@ use crate::component::ProviderComponent;
 use crate::instance::ProviderInstance;
 use crate::leases::backend::{HostInstance, LeaseRecord, LeaseStore, Liveness};
 use crate::leases::rules::{LeaseState, Operation};
-use crate::messages::{cleanup_text, error_text};
+use crate::messages::{cleanup_text, error_text, loss_text};
 use crate::options::{GuestStderr, HostOptions, OutputSink, SandboxRecorder};
 use crate::policy::{Origin, Policy};
 use crate::rate_budget::{RateBudget, RateLimit};
@@ -341,8 +341,9 @@ impl SandboxRuntime {
     }
 
     /// `execute` on an active lease. Live output goes to `output`;
-    /// `cancel` (or a release/destroy of the lease) stops it. A trap or
-    /// `cleanup-failed` poisons the lease.
+    /// `cancel` (or a release/destroy of the lease) stops it. A trap,
+    /// `cleanup-failed`, or `output-lost` without a confirmed deletion of
+    /// the command's tree poisons the lease.
     pub fn execute(
         &self,
         env: &Environment,
@@ -646,6 +647,11 @@ impl SandboxRuntime {
             Ok(Err(ProviderError::CleanupFailed(failure))) => self
                 .store
                 .poison(id, &format!("{operation}: {}", cleanup_text(failure))),
+            // Output lost without proof that the command's tree is gone:
+            // it may still run, like an unconfirmed termination.
+            Ok(Err(ProviderError::OutputLost(loss))) if !loss.tree_deleted => self
+                .store
+                .poison(id, &format!("{operation}: {}", loss_text(loss))),
             Err(error) => self.store.poison(
                 id,
                 &format!(
@@ -768,7 +774,7 @@ pub(crate) fn route_policy(
     let Some(first) = split.origins.first() else {
         bail!(
             "the provider declares no API origin field, so the host cannot allow it any \
-             request; it does not follow the sandbox-provider contract 0.2.0"
+             request; it does not follow the sandbox-provider contract (0.2.0 or later)"
         );
     };
     if asked.len() != split.origins.len() {

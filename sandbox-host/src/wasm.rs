@@ -11,3 +11,4 @@ pub(crate) mod host_impl;
 pub(crate) mod instance;
 pub(crate) mod options;
 pub(crate) mod state;
+pub(crate) mod v0_2;

@@ -463,10 +463,94 @@ fn a_component_built_for_another_contract_version_is_refused_by_name() {
     let wasm = common::build_fixture("contract-v0-1");
     let engine = sandbox_host::shared_engine().unwrap();
     let error = match sandbox_host::ProviderComponent::load(&engine, &wasm) {
-        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.2.0 host"),
+        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.3.0 host"),
         Err(error) => format!("{error:#}"),
     };
     assert!(error.contains("sandbox:provider/provider@0.1.0"), "{error}");
+    assert!(error.contains("sandbox:provider/provider@0.3.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.2.0"), "{error}");
     assert!(error.contains("rebuild"), "{error}");
+}
+
+/// Contract 0.3.0 (issue 23 item 4) added `provider-error.output-lost`; a
+/// component built for 0.2.0 still loads, and every value crosses intact
+/// both ways: the description, the request the host sends, live output,
+/// the result, and a `cleanup-failed` with its partial output.
+#[test]
+fn a_component_built_for_contract_0_2_still_loads_and_converts_every_value() {
+    use sandbox_host::types::{Capabilities, CleanupPhase, FileUpload, ResumeOutcome};
+    let wasm = common::build_fixture("contract-v0-2");
+    let engine = sandbox_host::shared_engine().unwrap();
+    let component = sandbox_host::ProviderComponent::load(&engine, &wasm).unwrap();
+    assert_eq!(component.contract(), "sandbox:provider/provider@0.2.0");
+    let output = OutputCapture::new();
+    let mut instance = component
+        .instantiate(HostOptions::new().with_output_sink(output.sink()))
+        .unwrap();
+
+    let description = instance.describe().unwrap();
+    assert_eq!(description.driver_key, "old-0-2");
+    assert_eq!(
+        description.capabilities,
+        Capabilities::REUSABLE_LEASES | Capabilities::NATIVE_SYNC
+    );
+    assert_eq!(description.origin_fields[0].config_field, "apiUrl");
+    assert_eq!(description.rate_limit.as_ref().unwrap().requests, 7);
+    let validation = instance.validate_config("{}").unwrap();
+    assert_eq!(validation.budget.unwrap().operation_ms, 5_000);
+    match instance.resume_lease(&ctx("{}"), &lease()).unwrap() {
+        Ok(ResumeOutcome::Resumed(back)) => assert_eq!(back.provider_lease_id, "sb-1"),
+        other => panic!("{other:?}"),
+    }
+    let upload = FileUpload {
+        remote_path: "a".into(),
+        contents: vec![7; 300_000],
+    };
+    let report = instance
+        .sync_in(&ctx("{}"), &lease(), &[upload.clone(), upload])
+        .unwrap()
+        .unwrap();
+    assert_eq!((report.files, report.bytes), (2, 600_000));
+
+    let mut request = ExecuteRequest {
+        command: "echo".into(),
+        args: vec!["a b".into(), "c".into()],
+        cwd: Some("/w".into()),
+        env: vec![("K".into(), "v".into())],
+        stdin: Some(b"12345".to_vec()),
+        timeout_ms: Some(900),
+    };
+    let result = instance
+        .execute(&ctx("{}"), &lease(), &request)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        result.stdout,
+        "echo a b c env=[(\"K\", \"v\")] stdin=5 timeout=Some(900) cwd=Some(\"/w\") \
+         lease=sb-1 company=company"
+    );
+    assert_eq!(
+        (
+            result.exit_code,
+            result.output_truncated,
+            result.stderr.as_str()
+        ),
+        (Some(3), true, "live")
+    );
+    assert_eq!(
+        output.chunks(),
+        vec![(OutputStream::Stderr, "live".to_owned())]
+    );
+
+    request.command = "leave-running".into();
+    match instance.execute(&ctx("{}"), &lease(), &request).unwrap() {
+        Err(ProviderError::CleanupFailed(failure)) => {
+            assert_eq!(failure.phase, CleanupPhase::ProcessTermination);
+            assert_eq!(failure.process_id.as_deref(), Some("p-1"));
+            let partial = failure.partial.unwrap();
+            assert!(partial.timed_out);
+            assert!(partial.stdout.starts_with("leave-running a b c"));
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -38,6 +38,12 @@ pub fn cleanup_failed(target: &Target, point: FaultPoint) -> Result<Verdict> {
             FaultPoint::SandboxDeletionFails | FaultPoint::SandboxDeletionUnanswered => {
                 deletion_fault(s, point, &marker)?
             }
+            FaultPoint::OutputEvicted => {
+                return Ok(Verdict::NotApplicable(
+                    "output_evicted is not a cleanup fault: the output_lost scenario runs it"
+                        .into(),
+                ))
+            }
             FaultPoint::SandboxCreationAmbiguous => match creation_fault(s)? {
                 Some(record) => Some(record),
                 None => {
@@ -80,7 +86,7 @@ fn check_failure(point: FaultPoint, failure: &CleanupFailure, sandbox: Option<&s
 }
 
 /// Checks that the lease is poisoned in the store and refused.
-fn poisoned(s: &Session, lease_id: &str, point: FaultPoint) -> Result<LeaseRecord> {
+pub(crate) fn poisoned(s: &Session, lease_id: &str, point: FaultPoint) -> Result<LeaseRecord> {
     let record = s.record(lease_id)?;
     ensure!(
         record.state == LeaseState::Poisoned,
@@ -169,7 +175,12 @@ fn command_fault(
 
 /// The provider claimed the command's end with proof: with the fault gone,
 /// nothing carrying `marker` is alive and the lease is active and usable.
-fn confirmed_end(s: &Session, lease_id: &str, marker: &str, notes: &mut Vec<String>) -> Result<()> {
+pub(crate) fn confirmed_end(
+    s: &Session,
+    lease_id: &str,
+    marker: &str,
+    notes: &mut Vec<String>,
+) -> Result<()> {
     s.backend().clear_faults();
     match s.survivors(marker) {
         Some(left) => ensure!(
@@ -277,7 +288,12 @@ fn creation_fault(s: &Session) -> Result<Option<LeaseRecord>> {
 
 /// With the fault gone, `sweep` destroys the poisoned lease and nothing
 /// carrying `marker` is left.
-fn swept(s: &Session, poisoned: &LeaseRecord, marker: &str, notes: &mut Vec<String>) -> Result<()> {
+pub(crate) fn swept(
+    s: &Session,
+    poisoned: &LeaseRecord,
+    marker: &str,
+    notes: &mut Vec<String>,
+) -> Result<()> {
     s.backend().clear_faults();
     let report = s.runtime().sweep(s.env())?;
     let entry = report

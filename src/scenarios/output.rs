@@ -4,12 +4,15 @@
 use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, ensure, Result};
-use sandbox_host::types::{Capabilities, OutputStream, ProviderError};
+use sandbox_host::types::{Capabilities, ExecuteRequest, OutputStream, ProviderError};
 use sandbox_host::{CancelToken, OutputCapture, OutputSink};
 
-use crate::command::{bash, outcome_text};
+use crate::command::{bash, outcome_text, stubborn_tree, GENEROUS_MS};
+use crate::fault::FaultPoint;
 use crate::procs::unique_marker;
+use crate::scenarios::cleanup::{confirmed_end, poisoned, swept};
 use crate::scenarios::{not_observable, succeeded, with_session};
+use crate::session::Session;
 use crate::target::Target;
 use crate::verdict::Verdict;
 
@@ -142,4 +145,84 @@ pub fn utf8_across_chunks(target: &Target) -> Result<Verdict> {
         );
         Ok(Verdict::passed())
     })
+}
+
+/// Lost output (contract 0.3.0): the server drops output the provider had
+/// not read while the command runs on. The provider reports `output-lost`
+/// (never a result, never an invalid answer) carrying exactly what reached
+/// the live sink; it deletes the command's tree first. With the deletion
+/// proven (`tree-deleted`) nothing survives and the lease stays usable;
+/// with the termination unconfirmed too, `tree-deleted` is false, the host
+/// poisons the lease, and sweep destroys it with no survivor.
+pub fn output_lost(target: &Target) -> Result<Verdict> {
+    with_session(target, None, |s| {
+        if !s.backend().supports(FaultPoint::OutputEvicted) {
+            return Ok(Verdict::NotApplicable(format!(
+                "the {} backend cannot drop output a reader has not received",
+                target.name()
+            )));
+        }
+        let mut notes = Vec::new();
+
+        let marker = unique_marker();
+        let lease = s.acquire()?;
+        s.backend().inject(FaultPoint::OutputEvicted)?;
+        let loss = lost(s, &lease.id, &marker)?;
+        ensure!(
+            loss,
+            "output-lost says the tree's deletion is unconfirmed, though the backend confirms it"
+        );
+        confirmed_end(s, &lease.id, &marker, &mut notes)?;
+
+        let marker = unique_marker();
+        let lease = s.acquire()?;
+        s.backend().inject(FaultPoint::OutputEvicted)?;
+        s.backend()
+            .inject(FaultPoint::CommandTerminationUnconfirmed)?;
+        let loss = lost(s, &lease.id, &marker)?;
+        ensure!(
+            !loss,
+            "output-lost says the tree was deleted, though its termination was not confirmed"
+        );
+        let record = poisoned(s, &lease.id, FaultPoint::OutputEvicted)?;
+        swept(s, &record, &marker, &mut notes)?;
+        Ok(Verdict::Passed(notes))
+    })
+}
+
+/// Runs a command that ignores SIGTERM under the injected eviction and
+/// checks the `output-lost`; returns its `tree-deleted`.
+fn lost(s: &Session, lease_id: &str, marker: &str) -> Result<bool> {
+    let seen = Arc::new(Mutex::new(String::new()));
+    let sink: OutputSink = {
+        let seen = seen.clone();
+        Arc::new(move |stream, chunk: &str| {
+            if stream == OutputStream::Stdout {
+                seen.lock().unwrap().push_str(chunk);
+            }
+        })
+    };
+    let request = ExecuteRequest {
+        timeout_ms: Some(GENEROUS_MS),
+        ..stubborn_tree(marker)
+    };
+    let outcome = s.execute(lease_id, &request, Some(sink), CancelToken::new())?;
+    let Err(ProviderError::OutputLost(loss)) = &outcome else {
+        bail!(
+            "output the server dropped must be output-lost; got {}",
+            outcome_text(&outcome)
+        );
+    };
+    let seen = seen.lock().unwrap().clone();
+    ensure!(
+        loss.partial.stdout == seen,
+        "output-lost keeps {:?}, but {seen:?} reached the live sink",
+        loss.partial.stdout
+    );
+    let text = sandbox_host::error_text(&outcome.clone().unwrap_err());
+    ensure!(
+        text.contains("incomplete"),
+        "the message does not say the output is incomplete: {text}"
+    );
+    Ok(loss.tree_deleted)
 }

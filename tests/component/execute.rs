@@ -249,21 +249,35 @@ fn a_sequence_gap_deletes_the_process() {
     );
 }
 
+/// Issue 23 item 4: a 410 on `/connect` is lost output, its own typed
+/// cause (it was an API rejection), after a confirmed delete of the tree.
 #[test]
 fn output_eviction_410_deletes_the_process() {
     let (_, error) = stream_failure(|_| error_answer(410));
     assert!(
-        matches!(&error, ProviderError::ApiRejected(r) if r.status == 410 && r.operation == "connect"),
+        matches!(&error, ProviderError::OutputLost(l) if l.tree_deleted && l.operation == "connect" && l.lost_chunks.is_none()),
         "{error:?}"
     );
 }
 
+/// Issue 23 item 4: an `output_offset_expired` stream error is lost
+/// output (it was "invalid answer"), after a confirmed delete of the tree.
 #[test]
 fn an_error_frame_deletes_the_process() {
     let (_, error) =
         stream_failure(|_| frames(&[r#"{"type":"error","error":"output_offset_expired"}"#]));
     assert!(
-        matches!(&error, ProviderError::InvalidResponse(r) if r.reason.contains("output_offset_expired")),
+        matches!(&error, ProviderError::OutputLost(l) if l.tree_deleted && l.process_id.as_deref() == Some(PROCESS)),
+        "{error:?}"
+    );
+}
+
+/// Any other stream error stays an invalid answer.
+#[test]
+fn another_error_frame_is_an_invalid_answer() {
+    let (_, error) = stream_failure(|_| frames(&[r#"{"type":"error","error":"mystery"}"#]));
+    assert!(
+        matches!(&error, ProviderError::InvalidResponse(r) if r.reason.contains("mystery")),
         "{error:?}"
     );
 }
@@ -642,9 +656,7 @@ fn a_stream_error_after_a_confirmed_cleanup_keeps_the_partial_output() {
         }
     });
     match &error {
-        ProviderError::ApiRejected(r) => {
-            assert_eq!(r.partial.as_ref().expect("partial").stdout, "first")
-        }
+        ProviderError::OutputLost(l) => assert_eq!(l.partial.stdout, "first"),
         other => panic!("{other:?}"),
     }
 }

@@ -1,4 +1,4 @@
-//! The guest side of the `sandbox-provider` WIT world (`wit/since_v0.2.0`),
+//! The guest side of the `sandbox-provider` WIT world (`wit/since_v0.3.0`),
 //! shared by every provider component.
 //!
 //! A provider holds only its API knowledge: it implements [`Provider`] in
@@ -30,7 +30,7 @@
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/since_v0.2.0",
+        path: "../../wit/since_v0.3.0",
         world: "sandbox-provider",
         generate_all,
         pub_export_macro: true,
@@ -46,10 +46,10 @@ pub mod types {
     pub use crate::bindings::sandbox::provider::types::{
         AcquireRequest, ApiRejection, Capabilities, CleanupCause, CleanupFailure, CleanupPhase,
         ConfigValidation, EnvironmentContext, ExecuteRequest, ExecuteResult, FileDownload,
-        FileUpload, InvalidResponse, Lease, OperationBudget, OriginField, PartialOutput,
-        ProbeReport, ProviderDescription, ProviderError, RateLimit, ResumeOutcome, SecretField,
-        SyncReport, TerminationAction, TerminationReceipt, TransportFailure, TransportKind,
-        WorkspaceRequest,
+        FileUpload, InvalidResponse, Lease, OperationBudget, OriginField, OutputLoss,
+        PartialOutput, ProbeReport, ProviderDescription, ProviderError, RateLimit, ResumeOutcome,
+        SecretField, SyncReport, TerminationAction, TerminationReceipt, TransportFailure,
+        TransportKind, WorkspaceRequest,
     };
 }
 
@@ -71,7 +71,7 @@ pub use platform::Platform;
 use types::*;
 
 /// A sandbox provider in plain Rust: the operations of the WIT `provider`
-/// interface (see `wit/since_v0.2.0/provider.wit` for what each must
+/// interface (see `wit/since_v0.3.0/provider.wit` for what each must
 /// prove), each given a fresh [`Platform`] for the call.
 ///
 /// A provider keeps no state between calls. Everything it knows comes from

@@ -21,8 +21,8 @@ use crate::output::CommandOutput;
 use crate::platform::{random_hex, Method, Platform, Request, TransportError, Wait, MS};
 use crate::script;
 use crate::types::{
-    CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, PartialOutput,
-    ProviderError,
+    CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, OutputLoss,
+    PartialOutput, ProviderError,
 };
 use serde_json::{json, Value};
 use std::ops::ControlFlow;
@@ -164,6 +164,10 @@ enum Stop {
     Cancelled,
     /// The stream failed; the error is returned after cleanup.
     Failed(ProviderError),
+    /// The server dropped output after the cursor before it was read (410,
+    /// `output_offset_expired`): `output-lost` after cleanup, with the
+    /// number of lost frames when the server said.
+    Lost(Option<u64>),
 }
 
 /// How one `/connect` response ended.
@@ -227,6 +231,7 @@ impl Run {
                     StreamEnd::Retry(error) => error,
                 },
                 Ok((status, _)) if status == 429 || status >= 500 => rejected("connect", status),
+                Ok((410, mut body)) => return Stop::Lost(self.lost_frames(body.as_mut())),
                 Ok((status, _)) => return Stop::Failed(rejected("connect", status)),
             };
             if reconnects == MAX_RECONNECTS {
@@ -285,14 +290,7 @@ impl Run {
             Ok(None) | Ok(Some(Frame::Heartbeat)) => None,
             Ok(Some(Frame::Exit(status))) => Some(Stop::Exited(status)),
             Ok(Some(Frame::Error(error))) if error == "output_offset_expired" => {
-                Some(Stop::Failed(invalid(
-                    "connect",
-                    &format!(
-                        "the server dropped output after frame {} before this reader received \
-                         it (output_offset_expired): output was lost; what was received is kept",
-                        self.cursor
-                    ),
-                )))
+                Some(Stop::Lost(None))
             }
             Ok(Some(Frame::Error(error))) => Some(Stop::Failed(invalid(
                 "connect",
@@ -311,6 +309,29 @@ impl Run {
                 None
             }
         }
+    }
+
+    /// How many frames after the cursor a 410's body says were evicted
+    /// (`oldest_seq` is the first kept frame); none when it does not say.
+    fn lost_frames(&self, body: &mut dyn crate::platform::BodyReader) -> Option<u64> {
+        let wait = Wait {
+            deadline: self.deadline,
+            cancellable: true,
+        };
+        let mut text = Vec::new();
+        while let Ok(Some(chunk)) = body.next_chunk(wait) {
+            text.extend_from_slice(&chunk);
+            if text.len() > 64 * 1024 {
+                return None;
+            }
+        }
+        let answer: Value = serde_json::from_slice(&text).ok()?;
+        let oldest = answer
+            .get("data")
+            .and_then(|data| data.get("oldest_seq"))
+            .or_else(|| answer.get("oldest_seq"))?
+            .as_u64()?;
+        oldest.checked_sub(self.cursor + 1)
     }
 
     /// Turns a stop into the outcome, deleting the process tree first on
@@ -332,6 +353,17 @@ impl Run {
             Stop::TimedOut => Ok(()),
             Stop::Cancelled => Err(ProviderError::Cancelled(None)),
             Stop::Failed(error) => Err(error),
+            Stop::Lost(lost_chunks) => {
+                let tree_deleted = self.terminate(platform).is_ok();
+                return Err(ProviderError::OutputLost(OutputLoss {
+                    operation: "connect".into(),
+                    process_id: Some(self.process_id.clone()),
+                    lost_bytes: None,
+                    lost_chunks,
+                    tree_deleted,
+                    partial: self.output.partial(false),
+                }));
+            }
         };
         if let Err(cause) = self.terminate(platform) {
             return Err(ProviderError::CleanupFailed(CleanupFailure {
@@ -584,6 +616,70 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(platform.requests.len(), 1);
+    }
+
+    /// Issue 23 item 4: a 410 after a reconnect is `output-lost`, counting
+    /// the frames between the cursor and the body's `oldest_seq`.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_410_is_lost_output_counting_the_evicted_frames() {
+        let attempts = std::cell::Cell::new(0);
+        let mut platform = FakePlatform::new(move |req| match (req.method, req.path.as_str()) {
+            (Method::Post, "/v1/sandboxes/sb/processes") => ok(json!({"process_id": "p1"})),
+            (Method::Get, p) if p.starts_with(&format!("{PROCESS}/connect")) => {
+                attempts.set(attempts.get() + 1);
+                if attempts.get() == 1 {
+                    Answer::Stream(
+                        200,
+                        vec![
+                            Ok(frame(1, "a")),
+                            Err(TransportError::Connection("reset".into())),
+                        ],
+                    )
+                } else {
+                    Answer::Full(
+                        410,
+                        br#"{"status":"fail","data":{"reason":"output_offset_expired","oldest_seq":5}}"#
+                            .to_vec(),
+                    )
+                }
+            }
+            (Method::Delete, p) if p.starts_with(PROCESS) => deleted(),
+            _ => ok(json!({})),
+        });
+        match execute(&mut platform, &config(), "sb", &request(None)) {
+            Err(ProviderError::OutputLost(loss)) => {
+                assert_eq!(loss.lost_chunks, Some(3), "frames 2 to 4");
+                assert_eq!(loss.lost_bytes, None);
+                assert!(loss.tree_deleted);
+                assert_eq!(loss.partial.stdout, "a");
+                assert_eq!(loss.process_id.as_deref(), Some("p1"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Lost output whose tree deletion is not proven says so: the host
+    /// then poisons the lease.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn lost_output_without_a_proven_deletion_says_the_tree_may_run() {
+        let mut platform = sandbox(
+            || {
+                vec![
+                    Ok(frame(1, "kept")),
+                    Ok(b"{\"type\":\"error\",\"error\":\"output_offset_expired\"}\n".to_vec()),
+                ]
+            },
+            || ok(json!({"tree_exited": false})),
+        );
+        match execute(&mut platform, &config(), "sb", &request(None)) {
+            Err(ProviderError::OutputLost(loss)) => {
+                assert!(!loss.tree_deleted);
+                assert_eq!(loss.lost_chunks, None);
+                assert_eq!(loss.partial.stdout, "kept");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(platform.requests.last().unwrap().0.method, Method::Delete);
     }
 
     #[wasm_bindgen_test(unsupported = test)]

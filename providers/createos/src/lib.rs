@@ -1,7 +1,7 @@
 //! The CreateOS sandbox provider: its API knowledge only, over the
 //! provider SDK (`crates/provider-sdk`), compiled to a `wasm32-wasip2`
 //! component that implements the `sandbox-provider` WIT world
-//! (`wit/since_v0.2.0`).
+//! (`wit/since_v0.3.0`).
 //!
 //! The protocol is plain Rust over the SDK's [`Platform`] trait, so its
 //! logic runs natively in unit tests; `component` is the one place that

@@ -25,8 +25,8 @@ use provider_sdk::output::CommandOutput;
 use provider_sdk::platform::{random_hex, BodyReader, Method, Platform, TransportError, Wait, MS};
 use provider_sdk::script;
 use provider_sdk::types::{
-    CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, PartialOutput,
-    ProviderError,
+    CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, OutputLoss,
+    PartialOutput, ProviderError,
 };
 use serde_json::{json, Value};
 
@@ -240,6 +240,7 @@ fn command_script(request: &ExecuteRequest, stdin_path: Option<&str>) -> String 
 }
 
 /// Why following the logs stopped.
+#[derive(Debug)]
 enum Stop {
     /// The command exited with this code.
     Exited(i32),
@@ -249,6 +250,9 @@ enum Stop {
     Cancelled,
     /// Reading failed; the error is raised after cleanup.
     Failed(ProviderError),
+    /// The service dropped this many bytes of the log before they were
+    /// read: `output-lost` after cleanup.
+    Lost(u64),
 }
 
 /// One running command and the output read so far.
@@ -302,7 +306,7 @@ impl Run {
                 Ok((200, offset, mut body)) => {
                     let skip = match log_skip(offset.as_deref(), consumed) {
                         Ok(skip) => skip,
-                        Err(error) => return Stop::Failed(error),
+                        Err(stop) => return stop,
                     };
                     match self.read(platform, body.as_mut(), &mut demux, &mut consumed, skip) {
                         Ok(()) => None,
@@ -446,11 +450,25 @@ impl Run {
     ) -> Result<ExecuteResult, ProviderError> {
         self.output.finish(platform);
         let timed_out = matches!(stop, Stop::TimedOut);
+        let lost = |output: &CommandOutput, command_id: &str, lost_bytes, tree_deleted| {
+            ProviderError::OutputLost(OutputLoss {
+                operation: "logs".into(),
+                process_id: Some(command_id.to_string()),
+                lost_bytes: Some(lost_bytes),
+                lost_chunks: None,
+                tree_deleted,
+                partial: output.partial(false),
+            })
+        };
         let cleanup = match stop {
             Stop::Exited(_) => Ok(()),
             _ => session.delete(platform),
         };
         if let Err(cause) = cleanup {
+            // Only a confirmed session delete proves the command is gone.
+            if let Stop::Lost(lost_bytes) = stop {
+                return Err(lost(&self.output, &self.command_id, lost_bytes, false));
+            }
             return Err(ProviderError::CleanupFailed(CleanupFailure {
                 sandbox_id: Some(session.sandbox_id.clone()),
                 process_id: Some(self.command_id.clone()),
@@ -473,6 +491,7 @@ impl Run {
             Stop::TimedOut => Ok(result(None, true)),
             Stop::Cancelled => Err(ProviderError::Cancelled(Some(self.output.partial(false)))),
             Stop::Failed(error) => Err(api::with_partial(error, self.output.partial(false))),
+            Stop::Lost(lost_bytes) => Err(lost(&self.output, &self.command_id, lost_bytes, true)),
         }
     }
 }
@@ -485,28 +504,21 @@ pub const LOG_OFFSET_HEADER: &str = "x-createos-local-log-offset";
 /// How many bytes of a logs answer starting at `offset` (the header's
 /// value; absent: 0, the whole log) were already taken, when `consumed`
 /// bytes of the log were. An answer that starts after what was taken
-/// means the output in between is gone: an error, never a silent gap.
-fn log_skip(offset: Option<&str>, consumed: u64) -> Result<u64, ProviderError> {
+/// means the output in between is gone: `Stop::Lost` with its size, never
+/// a silent gap.
+fn log_skip(offset: Option<&str>, consumed: u64) -> Result<u64, Stop> {
     let offset = match offset {
         None => 0,
         Some(text) => text.trim().parse::<u64>().map_err(|_| {
-            invalid(
+            Stop::Failed(invalid(
                 "logs",
                 "the log offset header is not a non-negative integer",
-            )
+            ))
         })?,
     };
-    consumed.checked_sub(offset).ok_or_else(|| {
-        invalid(
-            "logs",
-            &format!(
-                "{} bytes of the command's output were dropped by the service before they \
-                 were read (the log now starts at byte {offset}, {consumed} were read): \
-                 output was lost",
-                offset - consumed
-            ),
-        )
-    })
+    consumed
+        .checked_sub(offset)
+        .ok_or_else(|| Stop::Lost(offset - consumed))
 }
 
 fn empty_partial() -> PartialOutput {
@@ -629,8 +641,7 @@ mod tests {
 
     #[wasm_bindgen_test(unsupported = test)]
     fn a_log_answer_starting_after_what_was_taken_is_lost_output() {
-        let error = log_skip(Some("12"), 10).unwrap_err();
-        assert!(format!("{error:?}").contains("2 bytes"), "{error:?}");
+        assert!(matches!(log_skip(Some("12"), 10), Err(Stop::Lost(2))));
         assert!(log_skip(Some("-1"), 10).is_err());
         assert!(log_skip(Some("many"), 10).is_err());
     }

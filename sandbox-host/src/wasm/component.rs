@@ -8,10 +8,12 @@ use anyhow::{bail, Context, Result};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
 
-use crate::bindings::{host, SandboxProviderPre, PROVIDER_INTERFACE};
+use crate::bindings::{
+    host, v0_2, SandboxProviderPre, PROVIDER_INTERFACE, SERVED_INTERFACES, TYPES_INTERFACE,
+};
 use crate::cache::ArtifactCache;
 use crate::engine::ticks_for;
-use crate::instance::ProviderInstance;
+use crate::instance::{Bindings, ProviderInstance};
 use crate::options::HostOptions;
 use crate::state::HostState;
 
@@ -21,7 +23,15 @@ use crate::state::HostState;
 #[derive(Clone)]
 pub struct ProviderComponent {
     component: Component,
-    pre: SandboxProviderPre<HostState>,
+    pre: Pre,
+}
+
+/// The pre-instantiated world of the contract version the component was
+/// built for.
+#[derive(Clone)]
+enum Pre {
+    Current(SandboxProviderPre<HostState>),
+    V0_2(v0_2::SandboxProviderPre<HostState>),
 }
 
 impl ProviderComponent {
@@ -61,15 +71,19 @@ impl ProviderComponent {
 
     /// Links and pre-instantiates an already compiled component.
     pub fn from_component(engine: &Engine, component: Component) -> Result<Self> {
-        check_exports(engine, &component)?;
+        let served = check_exports(engine, &component)?;
         let linker = linker(engine)?;
         let instance_pre = linker
             .instantiate_pre(&component)
             .map_err(anyhow::Error::from)
             .context("the component imports something this host does not provide")?;
-        let pre = SandboxProviderPre::new(instance_pre)
-            .map_err(anyhow::Error::from)
-            .context("the component's exports do not match the sandbox-provider world")?;
+        let pre = if served == PROVIDER_INTERFACE {
+            SandboxProviderPre::new(instance_pre).map(Pre::Current)
+        } else {
+            v0_2::SandboxProviderPre::new(instance_pre).map(Pre::V0_2)
+        }
+        .map_err(anyhow::Error::from)
+        .context("the component's exports do not match the sandbox-provider world")?;
         Ok(ProviderComponent { component, pre })
     }
 
@@ -80,7 +94,19 @@ impl ProviderComponent {
 
     /// The engine it was compiled with.
     pub fn engine(&self) -> &Engine {
-        self.pre.engine()
+        match &self.pre {
+            Pre::Current(pre) => pre.engine(),
+            Pre::V0_2(pre) => pre.engine(),
+        }
+    }
+
+    /// The provider interface (with its contract version) the component
+    /// exports, one of [`SERVED_INTERFACES`].
+    pub fn contract(&self) -> &'static str {
+        match &self.pre {
+            Pre::Current(_) => PROVIDER_INTERFACE,
+            Pre::V0_2(_) => v0_2::PROVIDER_INTERFACE,
+        }
     }
 
     /// A fresh store and instance for one operation.
@@ -90,11 +116,12 @@ impl ProviderComponent {
         store.limiter(|state| &mut state.limits);
         store.set_epoch_deadline(ticks_for(options.deadline));
         store.epoch_deadline_trap();
-        let bindings = self
-            .pre
-            .instantiate(&mut store)
-            .map_err(anyhow::Error::from)
-            .context("instantiating the provider component")?;
+        let bindings = match &self.pre {
+            Pre::Current(pre) => pre.instantiate(&mut store).map(Bindings::Current),
+            Pre::V0_2(pre) => pre.instantiate(&mut store).map(Bindings::V0_2),
+        }
+        .map_err(anyhow::Error::from)
+        .context("instantiating the provider component")?;
         Ok(ProviderInstance::new(store, bindings, options))
     }
 }
@@ -104,20 +131,27 @@ fn linker(engine: &Engine) -> Result<Linker<HostState>> {
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
     host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+    v0_2::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     // `types` holds only types, but a component still imports it.
-    linker.instance("sandbox:provider/types@0.2.0")?;
+    linker.instance(TYPES_INTERFACE)?;
+    linker.instance(v0_2::TYPES_INTERFACE)?;
     Ok(linker)
 }
 
-fn check_exports(engine: &Engine, component: &Component) -> Result<()> {
+/// The served provider interface the component exports, or why it exports none.
+fn check_exports(engine: &Engine, component: &Component) -> Result<&'static str> {
     let ty = component.component_type();
     let exports: Vec<String> = ty
         .exports(engine)
         .map(|(name, _)| name.to_owned())
         .collect();
-    if exports.iter().any(|name| name == PROVIDER_INTERFACE) {
-        return Ok(());
+    if let Some(served) = SERVED_INTERFACES
+        .into_iter()
+        .find(|served| exports.iter().any(|name| name == served))
+    {
+        return Ok(served);
     }
+    let served = SERVED_INTERFACES.join(" and ");
     let (unversioned, _) = PROVIDER_INTERFACE
         .split_once('@')
         .expect("the interface name has a version");
@@ -126,9 +160,9 @@ fn check_exports(engine: &Engine, component: &Component) -> Result<()> {
         .find(|name| name.split_once('@').map(|(n, _)| n) == Some(unversioned))
     {
         bail!(
-            "the component exports {other}, but this host serves only {PROVIDER_INTERFACE}: \
+            "the component exports {other}, but this host serves only {served}: \
              it was built for another version of the sandbox-provider contract; rebuild it \
-             with the provider SDK of this release (wit/since_v0.2.0), or use a host that \
+             with the provider SDK of this release (wit/since_v0.3.0), or use a host that \
              serves its version"
         );
     }

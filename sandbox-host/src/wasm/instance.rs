@@ -9,10 +9,12 @@ use crate::bindings::types::{
     FileDownload, FileUpload, Lease, ProbeReport, ProviderDescription, ProviderError,
     ResumeOutcome, SyncReport, TerminationReceipt, WorkspaceRequest,
 };
+use crate::bindings::v0_2;
 use crate::bindings::SandboxProvider;
 use crate::cancel::CancelToken;
 use crate::options::HostOptions;
 use crate::state::HostState;
+use crate::v0_2::Conv;
 
 /// A live instance of a provider component, made by
 /// [`ProviderComponent::instantiate`](crate::ProviderComponent::instantiate).
@@ -23,17 +25,13 @@ use crate::state::HostState;
 /// typed answer.
 pub struct ProviderInstance {
     store: Store<HostState>,
-    bindings: SandboxProvider,
+    bindings: Bindings,
     options: HostOptions,
     trapped: bool,
 }
 
 impl ProviderInstance {
-    pub(crate) fn new(
-        store: Store<HostState>,
-        bindings: SandboxProvider,
-        options: HostOptions,
-    ) -> Self {
+    pub(crate) fn new(store: Store<HostState>, bindings: Bindings, options: HostOptions) -> Self {
         ProviderInstance {
             store,
             bindings,
@@ -42,16 +40,22 @@ impl ProviderInstance {
         }
     }
 
+    /// Calls the current contract's export (`current`) or a 0.2.0 one
+    /// (`older`, whose inputs and answer it converts).
     fn call<R>(
         &mut self,
         operation: &str,
-        f: impl FnOnce(&Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
+        current: impl FnOnce(&Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
+        older: impl FnOnce(&v0_2::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R> {
         if self.trapped {
             bail!("the provider instance trapped earlier and cannot be entered again; instantiate a new one");
         }
-        let guest = self.bindings.sandbox_provider_provider();
-        match f(guest, &mut self.store) {
+        let answer = match &self.bindings {
+            Bindings::Current(b) => current(b.sandbox_provider_provider(), &mut self.store),
+            Bindings::V0_2(b) => older(b.sandbox_provider_provider(), &mut self.store),
+        };
+        match answer {
             Ok(value) => Ok(value),
             Err(error) => {
                 self.trapped = true;
@@ -62,12 +66,20 @@ impl ProviderInstance {
 
     /// `describe`: who the provider is. Cannot fail except by trapping.
     pub fn describe(&mut self) -> Result<ProviderDescription> {
-        self.call("describe", |g, s| g.call_describe(s))
+        self.call(
+            "describe",
+            |g, s| g.call_describe(s),
+            |g, s| g.call_describe(s).map(Conv::conv),
+        )
     }
 
     /// `validate-config`: checks and normalises a config JSON object.
     pub fn validate_config(&mut self, config: &str) -> Result<ConfigValidation> {
-        self.call("validate-config", |g, s| g.call_validate_config(s, config))
+        self.call(
+            "validate-config",
+            |g, s| g.call_validate_config(s, config),
+            |g, s| g.call_validate_config(s, config).map(Conv::conv),
+        )
     }
 
     /// `probe`: creates, exercises and deletes a sandbox.
@@ -75,7 +87,11 @@ impl ProviderInstance {
         &mut self,
         ctx: &EnvironmentContext,
     ) -> Result<Result<ProbeReport, ProviderError>> {
-        self.call("probe", |g, s| g.call_probe(s, ctx))
+        self.call(
+            "probe",
+            |g, s| g.call_probe(s, ctx),
+            |g, s| g.call_probe(s, &ctx.clone().conv()).map(Conv::conv),
+        )
     }
 
     /// `acquire-lease`.
@@ -84,9 +100,14 @@ impl ProviderInstance {
         ctx: &EnvironmentContext,
         request: &AcquireRequest,
     ) -> Result<Result<Lease, ProviderError>> {
-        self.call("acquire-lease", |g, s| {
-            g.call_acquire_lease(s, ctx, request)
-        })
+        self.call(
+            "acquire-lease",
+            |g, s| g.call_acquire_lease(s, ctx, request),
+            |g, s| {
+                g.call_acquire_lease(s, &ctx.clone().conv(), &request.clone().conv())
+                    .map(Conv::conv)
+            },
+        )
     }
 
     /// `resume-lease`.
@@ -95,7 +116,14 @@ impl ProviderInstance {
         ctx: &EnvironmentContext,
         lease: &Lease,
     ) -> Result<Result<ResumeOutcome, ProviderError>> {
-        self.call("resume-lease", |g, s| g.call_resume_lease(s, ctx, lease))
+        self.call(
+            "resume-lease",
+            |g, s| g.call_resume_lease(s, ctx, lease),
+            |g, s| {
+                g.call_resume_lease(s, &ctx.clone().conv(), &lease.clone().conv())
+                    .map(Conv::conv)
+            },
+        )
     }
 
     /// `release-lease`.
@@ -104,7 +132,14 @@ impl ProviderInstance {
         ctx: &EnvironmentContext,
         lease: &Lease,
     ) -> Result<Result<TerminationReceipt, ProviderError>> {
-        self.call("release-lease", |g, s| g.call_release_lease(s, ctx, lease))
+        self.call(
+            "release-lease",
+            |g, s| g.call_release_lease(s, ctx, lease),
+            |g, s| {
+                g.call_release_lease(s, &ctx.clone().conv(), &lease.clone().conv())
+                    .map(Conv::conv)
+            },
+        )
     }
 
     /// `destroy-lease`.
@@ -113,7 +148,14 @@ impl ProviderInstance {
         ctx: &EnvironmentContext,
         lease: &Lease,
     ) -> Result<Result<TerminationReceipt, ProviderError>> {
-        self.call("destroy-lease", |g, s| g.call_destroy_lease(s, ctx, lease))
+        self.call(
+            "destroy-lease",
+            |g, s| g.call_destroy_lease(s, ctx, lease),
+            |g, s| {
+                g.call_destroy_lease(s, &ctx.clone().conv(), &lease.clone().conv())
+                    .map(Conv::conv)
+            },
+        )
     }
 
     /// `realize-workspace`: returns the remote working directory.
@@ -123,9 +165,19 @@ impl ProviderInstance {
         lease: &Lease,
         request: &WorkspaceRequest,
     ) -> Result<Result<String, ProviderError>> {
-        self.call("realize-workspace", |g, s| {
-            g.call_realize_workspace(s, ctx, lease, request)
-        })
+        self.call(
+            "realize-workspace",
+            |g, s| g.call_realize_workspace(s, ctx, lease, request),
+            |g, s| {
+                g.call_realize_workspace(
+                    s,
+                    &ctx.clone().conv(),
+                    &lease.clone().conv(),
+                    &request.clone().conv(),
+                )
+                .map(Conv::conv)
+            },
+        )
     }
 
     /// `sync-in`: copies files into the sandbox.
@@ -135,7 +187,23 @@ impl ProviderInstance {
         lease: &Lease,
         files: &[FileUpload],
     ) -> Result<Result<SyncReport, ProviderError>> {
-        self.call("sync-in", |g, s| g.call_sync_in(s, ctx, lease, files))
+        self.call(
+            "sync-in",
+            |g, s| g.call_sync_in(s, ctx, lease, files),
+            |g, s| {
+                g.call_sync_in(
+                    s,
+                    &ctx.clone().conv(),
+                    &lease.clone().conv(),
+                    &files
+                        .iter()
+                        .cloned()
+                        .map(Conv::conv)
+                        .collect::<Vec<v0_2::types::FileUpload>>(),
+                )
+                .map(Conv::conv)
+            },
+        )
     }
 
     /// `sync-out`: reads files out of the sandbox.
@@ -145,9 +213,14 @@ impl ProviderInstance {
         lease: &Lease,
         remote_paths: &[String],
     ) -> Result<Result<Vec<FileDownload>, ProviderError>> {
-        self.call("sync-out", |g, s| {
-            g.call_sync_out(s, ctx, lease, remote_paths)
-        })
+        self.call(
+            "sync-out",
+            |g, s| g.call_sync_out(s, ctx, lease, remote_paths),
+            |g, s| {
+                g.call_sync_out(s, &ctx.clone().conv(), &lease.clone().conv(), remote_paths)
+                    .map(Conv::conv)
+            },
+        )
     }
 
     /// `execute`: runs one command. Live output goes to the options' sink;
@@ -158,7 +231,19 @@ impl ProviderInstance {
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<Result<ExecuteResult, ProviderError>> {
-        self.call("execute", |g, s| g.call_execute(s, ctx, lease, request))
+        self.call(
+            "execute",
+            |g, s| g.call_execute(s, ctx, lease, request),
+            |g, s| {
+                g.call_execute(
+                    s,
+                    &ctx.clone().conv(),
+                    &lease.clone().conv(),
+                    &request.clone().conv(),
+                )
+                .map(Conv::conv)
+            },
+        )
     }
 
     /// The cancel token of this instance; cancelling it (from any thread)
@@ -176,6 +261,12 @@ impl ProviderInstance {
     pub fn has_trapped(&self) -> bool {
         self.trapped
     }
+}
+
+/// The instantiated world of the contract version the component was built for.
+pub(crate) enum Bindings {
+    Current(SandboxProvider),
+    V0_2(v0_2::SandboxProvider),
 }
 
 /// The wasmtime trap behind an error from a [`ProviderInstance`] method,

@@ -3,18 +3,19 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use sandbox_host::types::{
-    AcquireRequest, ExecuteRequest, ExecuteResult, OutputStream, ProviderError, WorkspaceRequest,
+    AcquireRequest, ExecuteRequest, ExecuteResult, ProviderError, WorkspaceRequest,
 };
 use sandbox_host::{
-    cleanup_text, trap_of, CancelToken, Environment, LeaseRefused, LeaseState, OutputSink,
+    cleanup_text, loss_text, trap_of, CancelToken, Environment, LeaseRefused, LeaseState,
 };
 
 use crate::backend::{show_progress, Setup};
+use crate::live::Live;
 use crate::report;
 use crate::{
     Global, RunArgs, EXIT_CLEANUP_FAILED, EXIT_INTERRUPTED, EXIT_SANDBOX_ERROR, EXIT_TIMED_OUT,
@@ -225,30 +226,24 @@ fn execute(
             .timeout
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
     };
-    let streamed = Arc::new(AtomicBool::new(false));
-    let sink: OutputSink = {
-        let streamed = streamed.clone();
-        Arc::new(move |stream, chunk: &str| {
-            streamed.store(true, Ordering::Relaxed);
-            match stream {
-                OutputStream::Stdout => {
-                    let mut out = std::io::stdout().lock();
-                    let _ = out.write_all(chunk.as_bytes());
-                    let _ = out.flush();
-                }
-                OutputStream::Stderr => {
-                    let mut err = std::io::stderr().lock();
-                    let _ = err.write_all(chunk.as_bytes());
-                    let _ = err.flush();
-                }
-            }
-        })
-    };
+    // The command's own timeout: a consumer that never reads stdout
+    // cannot hold it past this (see live.rs).
+    let timeout = args.timeout.unwrap_or(env.budget().timeout);
+    let (sink, live) = Live::start(Instant::now() + timeout);
     let outcome = setup
         .runtime
         .execute(env, lease_id, &request, Some(sink), cancel);
-    let streamed = streamed.load(Ordering::Relaxed);
-    Ok(match outcome {
+    let streamed = live.streamed();
+    let unconsumed = live.finish();
+    if unconsumed > 0 {
+        eprintln!(
+            "sandbox: {unconsumed} bytes of the command's output were not consumed: this \
+             process's stdout or stderr was not read, and the command's timeout \
+             ({} s) ended the wait",
+            timeout.as_secs_f64()
+        );
+    }
+    let code = match outcome {
         Ok(Ok(result)) => finished(&result, streamed, args),
         Ok(Err(ProviderError::Cancelled(_))) => {
             eprintln!("sandbox: cancelled; the command was stopped and cleaned up");
@@ -263,6 +258,21 @@ fn execute(
                 cleanup_text(&failure)
             );
             EXIT_CLEANUP_FAILED
+        }
+        Ok(Err(ProviderError::OutputLost(loss))) => {
+            if !streamed {
+                print_output(&loss.partial.stdout, &loss.partial.stderr);
+            }
+            eprintln!("sandbox: output lost: {}", loss_text(&loss));
+            if loss.tree_deleted {
+                EXIT_SANDBOX_ERROR
+            } else {
+                eprintln!(
+                    "sandbox: the lease is poisoned and will be destroyed (if that fails, \
+                     `sandbox lease sweep` destroys it)"
+                );
+                EXIT_CLEANUP_FAILED
+            }
         }
         Ok(Err(error)) => {
             eprintln!(
@@ -282,6 +292,12 @@ fn execute(
             );
             EXIT_CLEANUP_FAILED
         }
+    };
+    // Output that was not consumed is never a clean exit.
+    Ok(if unconsumed > 0 && code == 0 {
+        EXIT_SANDBOX_ERROR
+    } else {
+        code
     })
 }
 

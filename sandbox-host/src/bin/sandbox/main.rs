@@ -4,6 +4,7 @@
 mod backend;
 mod commands;
 mod exec;
+mod live;
 mod report;
 mod stdin;
 
