@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -226,17 +227,30 @@ fn execute(
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
     };
     let streamed = Arc::new(AtomicBool::new(false));
+    // Live output goes straight to file descriptor 1, one `write` per
+    // chunk: std's stdout is line-buffered, which cuts every chunk at its
+    // last newline into two writes (and two wake-ups of the reader).
+    let _ = std::io::stdout().flush();
+    let direct = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .map(std::fs::File::from);
     let sink: OutputSink = {
         let streamed = streamed.clone();
         Arc::new(move |stream, chunk: &str| {
             streamed.store(true, Ordering::Relaxed);
-            match stream {
-                OutputStream::Stdout => {
+            match (stream, &direct) {
+                (OutputStream::Stdout, Some(file)) => {
+                    let mut file: &std::fs::File = file;
+                    let _ = file.write_all(chunk.as_bytes());
+                }
+                (OutputStream::Stdout, None) => {
                     let mut out = std::io::stdout().lock();
                     let _ = out.write_all(chunk.as_bytes());
                     let _ = out.flush();
                 }
-                OutputStream::Stderr => {
+                (OutputStream::Stderr, _) => {
                     let mut err = std::io::stderr().lock();
                     let _ = err.write_all(chunk.as_bytes());
                     let _ = err.flush();
