@@ -175,6 +175,7 @@ impl Tail {
             }
             self.chars -= front.chars;
             self.segments.pop_front();
+            self.truncated = true;
         }
         if self.chars > self.cap {
             self.truncated = true;
@@ -250,12 +251,38 @@ mod counting {
 }
 
 /// A running command's two output streams: each decoded across chunks,
-/// forwarded live to the host, and kept as a bounded tail for the result.
-#[derive(Debug, Default)]
+/// kept as a bounded tail for the result, and forwarded live to the host.
+///
+/// Live output is handed over in batches: [`CommandOutput::push`] keeps the
+/// decoded text of consecutive pushes of one stream, and
+/// [`CommandOutput::flush`] (which a provider calls after each body chunk
+/// it has read) or a push of the other stream hands it to the host in one
+/// call. Servers cut output into small frames (a pipe read each, often
+/// 4 KiB); one host call, and one write by the host, per frame was the
+/// main cost of a fast stream. The tails are updated at once, so a result
+/// or partial output never lacks what was pushed.
+#[derive(Debug)]
 pub struct CommandOutput {
     stdout: (Utf8Decoder, Tail),
     stderr: (Utf8Decoder, Tail),
+    /// Decoded text not yet handed to the host, all of stream `unsent_id`.
+    unsent: String,
+    unsent_id: StreamId,
 }
+
+impl Default for CommandOutput {
+    fn default() -> Self {
+        CommandOutput {
+            stdout: Default::default(),
+            stderr: Default::default(),
+            unsent: String::new(),
+            unsent_id: StreamId::Stdout,
+        }
+    }
+}
+
+/// Unsent text beyond this is handed to the host at once.
+const MAX_UNSENT_BYTES: usize = 1024 * 1024;
 
 impl CommandOutput {
     fn stream(&mut self, id: StreamId) -> &mut (Utf8Decoder, Tail) {
@@ -265,19 +292,51 @@ impl CommandOutput {
         }
     }
 
-    /// Decodes `bytes` of stream `id`, forwards the text to the host and
-    /// keeps it in that stream's tail.
+    /// Decodes `bytes` of stream `id` and keeps the text in that stream's
+    /// tail; the text goes to the host with the next [`CommandOutput::flush`]
+    /// (or before text of the other stream, so the order is kept).
     pub fn push(&mut self, platform: &mut dyn Platform, id: StreamId, bytes: &[u8]) {
-        let (decoder, tail) = self.stream(id);
+        let CommandOutput {
+            stdout,
+            stderr,
+            unsent,
+            unsent_id,
+        } = self;
+        let (decoder, tail) = match id {
+            StreamId::Stdout => stdout,
+            StreamId::Stderr => stderr,
+        };
         let text = decoder.decode(bytes);
-        if !text.is_empty() {
+        if text.is_empty() {
+            return;
+        }
+        tail.push(text);
+        if *unsent_id != id || unsent.len() + text.len() > MAX_UNSENT_BYTES {
+            if !unsent.is_empty() {
+                platform.emit_output(*unsent_id, unsent);
+                unsent.clear();
+            }
+            *unsent_id = id;
+        }
+        if unsent.is_empty() && text.len() >= MAX_UNSENT_BYTES {
             platform.emit_output(id, text);
-            tail.push(text);
+        } else {
+            unsent.push_str(text);
+        }
+    }
+
+    /// Hands the text pushed since the last flush to the host.
+    pub fn flush(&mut self, platform: &mut dyn Platform) {
+        if !self.unsent.is_empty() {
+            platform.emit_output(self.unsent_id, &self.unsent);
+            self.unsent.clear();
         }
     }
 
     /// Ends both streams: an incomplete trailing character becomes U+FFFD.
+    /// Everything pushed reaches the host.
     pub fn finish(&mut self, platform: &mut dyn Platform) {
+        self.flush(platform);
         for id in [StreamId::Stdout, StreamId::Stderr] {
             let (decoder, tail) = self.stream(id);
             let rest = decoder.finish();
@@ -393,9 +452,9 @@ mod tests {
     /// a segment, large ones, ones over the cap) in a fixed pseudo-random mix.
     #[wasm_bindgen_test(unsupported = test)]
     fn the_tail_matches_a_plain_cut_of_everything_pushed() {
-        let pieces = ["a", "€", "𝄞x", "hello wörld\n", "", "z"];
+        let pieces = ["a", "€", "𝄞x", "hello wörld\n", "", "z", "0123456"];
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        for cap in [1usize, 3, 7, 64, 1000] {
+        for cap in [1usize, 3, 7, 14, 64, 1000, 2800] {
             let mut tail = Tail::with_cap(cap);
             let mut all = String::new();
             for _ in 0..120 {

@@ -61,14 +61,17 @@ impl Demux {
                 .take_while(|b| **b == byte)
                 .count();
             if same == LABEL_LEN {
-                if !run.is_empty() {
-                    runs.push((self.current, std::mem::take(&mut run)));
-                }
-                self.current = if byte == STDOUT_LABEL {
+                let next = if byte == STDOUT_LABEL {
                     StreamId::Stdout
                 } else {
                     StreamId::Stderr
                 };
+                // A label of the same stream (the server labels every
+                // chunk) continues the run.
+                if next != self.current && !run.is_empty() {
+                    runs.push((self.current, std::mem::take(&mut run)));
+                }
+                self.current = next;
                 i += LABEL_LEN;
                 continue;
             }
