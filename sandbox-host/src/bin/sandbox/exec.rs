@@ -227,40 +227,21 @@ fn execute(
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
     };
     let streamed = Arc::new(AtomicBool::new(false));
-    // Live output goes straight to file descriptor 1, one `write` per
-    // chunk: std's stdout is line-buffered, which cuts every chunk at its
-    // last newline into two writes (and two wake-ups of the reader).
-    let _ = std::io::stdout().flush();
-    let direct = std::io::stdout()
-        .as_fd()
-        .try_clone_to_owned()
-        .ok()
-        .map(std::fs::File::from);
+    let writer = LiveWriter::start();
     let sink: OutputSink = {
         let streamed = streamed.clone();
+        let writer = writer.sender();
         Arc::new(move |stream, chunk: &str| {
             streamed.store(true, Ordering::Relaxed);
-            match (stream, &direct) {
-                (OutputStream::Stdout, Some(file)) => {
-                    let mut file: &std::fs::File = file;
-                    let _ = file.write_all(chunk.as_bytes());
-                }
-                (OutputStream::Stdout, None) => {
-                    let mut out = std::io::stdout().lock();
-                    let _ = out.write_all(chunk.as_bytes());
-                    let _ = out.flush();
-                }
-                (OutputStream::Stderr, _) => {
-                    let mut err = std::io::stderr().lock();
-                    let _ = err.write_all(chunk.as_bytes());
-                    let _ = err.flush();
-                }
-            }
+            // Fails only once the writer has gone, after the run.
+            let _ = writer.send(Live::Text(stream, chunk.to_owned()));
         })
     };
     let outcome = setup
         .runtime
         .execute(env, lease_id, &request, Some(sink), cancel);
+    // Everything the command printed is written before any message below.
+    writer.finish();
     let streamed = streamed.load(Ordering::Relaxed);
     Ok(match outcome {
         Ok(Ok(result)) => finished(&result, streamed, args),
@@ -297,6 +278,101 @@ fn execute(
             EXIT_CLEANUP_FAILED
         }
     })
+}
+
+/// One piece of live output for [`LiveWriter`].
+enum Live {
+    Text(OutputStream, String),
+    Done,
+}
+
+/// Writes the command's live output on a thread of its own, in order, so
+/// that the provider's thread (which decodes the stream) does not wait for
+/// each `write` and the wake-up of whoever reads our stdout. The queue is
+/// short: when the reader of our stdout is slow, the provider waits, and
+/// the backpressure reaches the command.
+struct LiveWriter {
+    sender: std::sync::mpsc::SyncSender<Live>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Chunks queued for the writer (each at most about 1 MiB of text).
+const LIVE_QUEUE: usize = 4;
+
+impl LiveWriter {
+    fn start() -> LiveWriter {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(LIVE_QUEUE);
+        // Standard output goes straight to file descriptor 1, one `write`
+        // per chunk: std's stdout is line-buffered, which cuts every chunk
+        // at its last newline into two writes.
+        let _ = std::io::stdout().flush();
+        let direct = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .map(std::fs::File::from);
+        let thread = std::thread::Builder::new()
+            .name("sandbox-output".into())
+            .spawn(move || {
+                while let Ok(Live::Text(stream, text)) = receiver.recv() {
+                    write_live(stream, &text, direct.as_ref());
+                }
+            })
+            .ok();
+        LiveWriter { sender, thread }
+    }
+
+    fn sender(&self) -> LiveSender {
+        LiveSender {
+            sender: self.sender.clone(),
+            inline: self.thread.is_none(),
+        }
+    }
+
+    /// Waits until everything queued is written.
+    fn finish(mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = self.sender.send(Live::Done);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The sink's end of a [`LiveWriter`]; writes in place when the writer
+/// thread could not be started.
+struct LiveSender {
+    sender: std::sync::mpsc::SyncSender<Live>,
+    inline: bool,
+}
+
+impl LiveSender {
+    fn send(&self, live: Live) -> Result<(), ()> {
+        match live {
+            Live::Text(stream, text) if self.inline => {
+                write_live(stream, &text, None);
+                Ok(())
+            }
+            live => self.sender.send(live).map_err(|_| ()),
+        }
+    }
+}
+
+fn write_live(stream: OutputStream, text: &str, stdout: Option<&std::fs::File>) {
+    match (stream, stdout) {
+        (OutputStream::Stdout, Some(mut file)) => {
+            let _ = file.write_all(text.as_bytes());
+        }
+        (OutputStream::Stdout, None) => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+        (OutputStream::Stderr, _) => {
+            let mut err = std::io::stderr().lock();
+            let _ = err.write_all(text.as_bytes());
+            let _ = err.flush();
+        }
+    }
 }
 
 fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
