@@ -301,6 +301,9 @@ impl Default for CommandOutput {
 
 /// Unsent text beyond this is handed to the host at once.
 const MAX_UNSENT_BYTES: usize = 1024 * 1024;
+/// Text at least this long, with nothing unsent before it, goes to the host
+/// at once, without a copy: batching pays only for small pieces.
+const DIRECT_BYTES: usize = 32 * 1024;
 
 impl CommandOutput {
     fn stream(&mut self, id: StreamId) -> &mut (Utf8Decoder, Tail) {
@@ -336,7 +339,7 @@ impl CommandOutput {
             }
             *unsent_id = id;
         }
-        if unsent.is_empty() && text.len() >= MAX_UNSENT_BYTES {
+        if unsent.is_empty() && text.len() >= DIRECT_BYTES {
             platform.emit_output(id, text);
         } else {
             unsent.push_str(text);
