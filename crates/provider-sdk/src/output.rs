@@ -13,46 +13,56 @@ pub const MAX_OUTPUT_CHARS: usize = 4 * 1024 * 1024;
 /// Invalid bytes become U+FFFD.
 #[derive(Debug, Default)]
 pub struct Utf8Decoder {
+    /// An incomplete character at the end of the last chunk (at most 3 bytes).
     pending: Vec<u8>,
+    /// The carried character joined with the next chunk (reused).
+    joined: Vec<u8>,
+    /// Decoded text that could not borrow its chunk (reused).
+    text: String,
 }
 
 impl Utf8Decoder {
     /// Decodes a chunk; the result never ends inside a character.
     pub fn push(&mut self, bytes: &[u8]) -> String {
-        if self.pending.is_empty() {
-            // The common case: no character carried over, so no copy first.
-            if let Ok(text) = std::str::from_utf8(bytes) {
-                return text.to_owned();
+        self.decode(bytes).to_owned()
+    }
+
+    /// Like [`Utf8Decoder::push`], without allocating: a chunk of whole
+    /// valid text (or one cut only inside its last character) is borrowed
+    /// as it is, checked by one `from_utf8` pass (which skips ASCII a word
+    /// at a time); anything else is decoded into a buffer the decoder
+    /// reuses.
+    pub fn decode<'s>(&'s mut self, bytes: &'s [u8]) -> &'s str {
+        let input: &[u8] = if self.pending.is_empty() {
+            bytes
+        } else {
+            self.joined.clear();
+            self.joined.append(&mut self.pending);
+            self.joined.extend_from_slice(bytes);
+            &self.joined
+        };
+        let (whole, cut) = input.split_at(whole_prefix(input));
+        if cut.is_empty() || is_incomplete(cut) {
+            if let Ok(text) = std::str::from_utf8(whole) {
+                self.pending.extend_from_slice(cut);
+                return text;
             }
         }
-        let mut input = std::mem::take(&mut self.pending);
-        input.extend_from_slice(bytes);
-        let mut text = String::with_capacity(input.len());
-        let mut rest = input.as_slice();
-        loop {
-            match std::str::from_utf8(rest) {
-                Ok(valid) => {
-                    text.push_str(valid);
-                    break;
-                }
-                Err(e) => {
-                    let (valid, after) = rest.split_at(e.valid_up_to());
-                    // The prefix was just checked, so this cannot fail.
-                    text.push_str(std::str::from_utf8(valid).unwrap_or_default());
-                    match e.error_len() {
-                        Some(len) => {
-                            text.push(char::REPLACEMENT_CHARACTER);
-                            rest = &after[len..];
-                        }
-                        None => {
-                            self.pending = after.to_vec();
-                            break;
-                        }
-                    }
-                }
+        self.text.clear();
+        let mut chunks = input.utf8_chunks().peekable();
+        while let Some(chunk) = chunks.next() {
+            self.text.push_str(chunk.valid());
+            let invalid = chunk.invalid();
+            if invalid.is_empty() {
+                continue;
+            }
+            if chunks.peek().is_none() && is_incomplete(invalid) {
+                self.pending.extend_from_slice(invalid);
+            } else {
+                self.text.push(char::REPLACEMENT_CHARACTER);
             }
         }
-        text
+        &self.text
     }
 
     /// Ends the stream: an incomplete trailing character becomes U+FFFD.
@@ -66,19 +76,62 @@ impl Utf8Decoder {
     }
 }
 
+/// The length of `bytes` without a character its end may cut (the lead
+/// byte of the last character, within the last 3 bytes, announces more
+/// bytes than follow it); whether that cut is really the start of a
+/// character is for the caller to check.
+fn whole_prefix(bytes: &[u8]) -> usize {
+    let n = bytes.len();
+    for back in 1..=n.min(3) {
+        let byte = bytes[n - back];
+        if byte & 0xC0 != 0x80 {
+            let width = match byte {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                0xF0..=0xF7 => 4,
+                _ => 1,
+            };
+            return if width > back { n - back } else { n };
+        }
+    }
+    n
+}
+
+/// True when `bytes` (a maximal invalid run from `utf8_chunks`) is the
+/// start of a character that the next bytes may still complete.
+fn is_incomplete(bytes: &[u8]) -> bool {
+    std::str::from_utf8(bytes).is_err_and(|e| e.error_len().is_none())
+}
+
 /// The last [`MAX_OUTPUT_CHARS`] characters of a stream (or another cap).
 ///
-/// The kept text is one ring of UTF-8 bytes, so its memory is bounded per
-/// character (at most 4 bytes each, plus the ring's growth), however the
-/// output was cut into chunks: a million one-byte frames cost a million
-/// bytes, not a million allocations.
+/// The kept text is a queue of segments (each one string and its character
+/// count), so its memory is bounded per character (at most 4 bytes each,
+/// plus one segment), however the output was cut into chunks: small pushes
+/// are appended to the last segment (a million one-byte frames cost a
+/// million bytes, not a million allocations). Pushing costs one character
+/// count and one copy; whole segments leave the front at once, and the
+/// characters beyond the cap inside the first segment are skipped only when
+/// the text is read, so no byte is visited twice on the hot path.
 #[derive(Debug)]
 pub struct Tail {
     cap: usize,
-    bytes: VecDeque<u8>,
+    segments: VecDeque<Segment>,
+    /// Characters held in `segments`; those beyond `cap` are at the front
+    /// of the first segment.
     chars: usize,
     truncated: bool,
 }
+
+/// One piece of kept text and its character count.
+#[derive(Debug)]
+struct Segment {
+    text: String,
+    chars: usize,
+}
+
+/// The size of a new segment that small pushes are appended to.
+const SEGMENT_BYTES: usize = 64 * 1024;
 
 impl Default for Tail {
     fn default() -> Self {
@@ -91,7 +144,7 @@ impl Tail {
     pub fn with_cap(cap: usize) -> Tail {
         Tail {
             cap,
-            bytes: VecDeque::new(),
+            segments: VecDeque::new(),
             chars: 0,
             truncated: false,
         }
@@ -110,36 +163,41 @@ impl Tail {
                 .char_indices()
                 .nth(count - self.cap)
                 .map_or(text.len(), |(i, _)| i);
-            self.bytes.clear();
-            self.bytes.extend(text[skip..].bytes());
+            self.segments.clear();
+            self.segments.push_back(Segment {
+                text: text[skip..].to_owned(),
+                chars: self.cap,
+            });
             self.chars = self.cap;
             return;
         }
-        self.bytes.extend(text.bytes());
-        self.chars += count;
-        if self.chars > self.cap {
-            self.drop_front(self.chars - self.cap);
+        match self.segments.back_mut() {
+            // Appended only without growing: a segment's allocation is fixed.
+            Some(last) if last.text.capacity() - last.text.len() >= text.len() => {
+                last.text.push_str(text);
+                last.chars += count;
+            }
+            _ => {
+                let mut segment = String::with_capacity(text.len().max(SEGMENT_BYTES));
+                segment.push_str(text);
+                self.segments.push_back(Segment {
+                    text: segment,
+                    chars: count,
+                });
+            }
         }
-    }
-
-    /// Drops the `n` oldest characters.
-    fn drop_front(&mut self, n: usize) {
-        let mut seen = 0;
-        // The byte index of the first character kept: the start of
-        // character number `n` (a start is any byte but a continuation byte).
-        let cut = self
-            .bytes
-            .iter()
-            .position(|b| {
-                if b & 0xC0 != 0x80 {
-                    seen += 1;
-                }
-                seen > n
-            })
-            .unwrap_or(self.bytes.len());
-        self.bytes.drain(..cut);
-        self.chars -= n;
-        self.truncated = true;
+        self.chars += count;
+        while let Some(front) = self.segments.front() {
+            if self.chars - front.chars < self.cap {
+                break;
+            }
+            self.chars -= front.chars;
+            self.segments.pop_front();
+            self.truncated = true;
+        }
+        if self.chars > self.cap {
+            self.truncated = true;
+        }
     }
 
     /// True when characters were dropped.
@@ -149,13 +207,21 @@ impl Tail {
 
     /// The kept text.
     pub fn text(&self) -> String {
-        let (front, back) = self.bytes.as_slices();
-        let mut bytes = Vec::with_capacity(self.bytes.len());
-        bytes.extend_from_slice(front);
-        bytes.extend_from_slice(back);
-        // Only whole characters of valid `str`s are kept, so this is valid UTF-8.
-        String::from_utf8(bytes)
-            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        let excess = self.chars.saturating_sub(self.cap);
+        let mut text = String::with_capacity(self.segments.iter().map(|s| s.text.len()).sum());
+        for (i, segment) in self.segments.iter().enumerate() {
+            let skip = if i == 0 && excess > 0 {
+                segment
+                    .text
+                    .char_indices()
+                    .nth(excess)
+                    .map_or(segment.text.len(), |(at, _)| at)
+            } else {
+                0
+            };
+            text.push_str(&segment.text[skip..]);
+        }
+        text
     }
 }
 
@@ -203,12 +269,41 @@ mod counting {
 }
 
 /// A running command's two output streams: each decoded across chunks,
-/// forwarded live to the host, and kept as a bounded tail for the result.
-#[derive(Debug, Default)]
+/// kept as a bounded tail for the result, and forwarded live to the host.
+///
+/// Live output is handed over in batches: [`CommandOutput::push`] keeps the
+/// decoded text of consecutive pushes of one stream, and
+/// [`CommandOutput::flush`] (which a provider calls after each body chunk
+/// it has read) or a push of the other stream hands it to the host in one
+/// call. Servers cut output into small frames (a pipe read each, often
+/// 4 KiB); one host call, and one write by the host, per frame was the
+/// main cost of a fast stream. The tails are updated at once, so a result
+/// or partial output never lacks what was pushed.
+#[derive(Debug)]
 pub struct CommandOutput {
     stdout: (Utf8Decoder, Tail),
     stderr: (Utf8Decoder, Tail),
+    /// Decoded text not yet handed to the host, all of stream `unsent_id`.
+    unsent: String,
+    unsent_id: StreamId,
 }
+
+impl Default for CommandOutput {
+    fn default() -> Self {
+        CommandOutput {
+            stdout: Default::default(),
+            stderr: Default::default(),
+            unsent: String::new(),
+            unsent_id: StreamId::Stdout,
+        }
+    }
+}
+
+/// Unsent text beyond this is handed to the host at once.
+const MAX_UNSENT_BYTES: usize = 1024 * 1024;
+/// Text at least this long, with nothing unsent before it, goes to the host
+/// at once, without a copy: batching pays only for small pieces.
+const DIRECT_BYTES: usize = 32 * 1024;
 
 impl CommandOutput {
     fn stream(&mut self, id: StreamId) -> &mut (Utf8Decoder, Tail) {
@@ -218,19 +313,51 @@ impl CommandOutput {
         }
     }
 
-    /// Decodes `bytes` of stream `id`, forwards the text to the host and
-    /// keeps it in that stream's tail.
+    /// Decodes `bytes` of stream `id` and keeps the text in that stream's
+    /// tail; the text goes to the host with the next [`CommandOutput::flush`]
+    /// (or before text of the other stream, so the order is kept).
     pub fn push(&mut self, platform: &mut dyn Platform, id: StreamId, bytes: &[u8]) {
-        let (decoder, tail) = self.stream(id);
-        let text = decoder.push(bytes);
-        if !text.is_empty() {
-            platform.emit_output(id, &text);
-            tail.push(&text);
+        let CommandOutput {
+            stdout,
+            stderr,
+            unsent,
+            unsent_id,
+        } = self;
+        let (decoder, tail) = match id {
+            StreamId::Stdout => stdout,
+            StreamId::Stderr => stderr,
+        };
+        let text = decoder.decode(bytes);
+        if text.is_empty() {
+            return;
+        }
+        tail.push(text);
+        if *unsent_id != id || unsent.len() + text.len() > MAX_UNSENT_BYTES {
+            if !unsent.is_empty() {
+                platform.emit_output(*unsent_id, unsent);
+                unsent.clear();
+            }
+            *unsent_id = id;
+        }
+        if unsent.is_empty() && text.len() >= DIRECT_BYTES {
+            platform.emit_output(id, text);
+        } else {
+            unsent.push_str(text);
+        }
+    }
+
+    /// Hands the text pushed since the last flush to the host.
+    pub fn flush(&mut self, platform: &mut dyn Platform) {
+        if !self.unsent.is_empty() {
+            platform.emit_output(self.unsent_id, &self.unsent);
+            self.unsent.clear();
         }
     }
 
     /// Ends both streams: an incomplete trailing character becomes U+FFFD.
+    /// Everything pushed reaches the host.
     pub fn finish(&mut self, platform: &mut dyn Platform) {
+        self.flush(platform);
         for id in [StreamId::Stdout, StreamId::Stderr] {
             let (decoder, tail) = self.stream(id);
             let rest = decoder.finish();
@@ -305,6 +432,48 @@ mod tests {
         }
     }
 
+    /// However bytes are cut into chunks, the decoder gives what a lossy
+    /// decoding of the whole gives (valid text, cut characters, stray
+    /// continuation bytes, bad lead bytes, overlong and surrogate forms).
+    #[wasm_bindgen_test(unsupported = test)]
+    fn any_cut_of_any_bytes_decodes_like_a_lossy_decoding_of_the_whole() {
+        let pieces: [&[u8]; 10] = [
+            b"ab",
+            "é".as_bytes(),
+            "€".as_bytes(),
+            "𝄞".as_bytes(),
+            b"\x80",
+            b"\xff",
+            b"\xe2\x82",
+            b"\xc0\xaf",
+            b"\xed\xa0\x80",
+            b"\xf0\x9d",
+        ];
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as usize % n
+        };
+        for _ in 0..3000 {
+            let mut bytes = Vec::new();
+            for _ in 0..next(12) {
+                bytes.extend_from_slice(pieces[next(pieces.len())]);
+            }
+            let mut decoder = Utf8Decoder::default();
+            let mut out = String::new();
+            let mut rest = bytes.as_slice();
+            while !rest.is_empty() {
+                let (chunk, after) = rest.split_at(1 + next(rest.len().min(7)));
+                out.push_str(decoder.decode(chunk));
+                rest = after;
+            }
+            out.push_str(&decoder.finish());
+            assert_eq!(out, String::from_utf8_lossy(&bytes), "{bytes:x?}");
+        }
+    }
+
     #[wasm_bindgen_test(unsupported = test)]
     fn the_tail_keeps_the_last_characters() {
         let mut tail = Tail::with_cap(5);
@@ -338,6 +507,33 @@ mod tests {
         );
         assert_eq!(tail.text().len(), CAP);
         assert!(tail.text().starts_with("abab") && tail.truncated());
+    }
+
+    /// The segmented tail keeps exactly what a plain string cut to its last
+    /// `cap` characters keeps, and says `truncated` exactly when that cut
+    /// dropped something, for pushes of every size (small ones appended to
+    /// a segment, large ones, ones over the cap) in a fixed pseudo-random mix.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn the_tail_matches_a_plain_cut_of_everything_pushed() {
+        let pieces = ["a", "€", "𝄞x", "hello wörld\n", "", "z", "0123456"];
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        for cap in [1usize, 3, 7, 14, 64, 1000, 2800] {
+            let mut tail = Tail::with_cap(cap);
+            let mut all = String::new();
+            for _ in 0..120 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let repeat = [1, 1, 2, 5, 40, 300, 1200][(seed >> 8) as usize % 7];
+                let text = pieces[seed as usize % pieces.len()].repeat(repeat);
+                tail.push(&text);
+                all.push_str(&text);
+                let total = all.chars().count();
+                let kept: String = all.chars().skip(total.saturating_sub(cap)).collect();
+                assert_eq!(tail.text(), kept, "cap {cap}");
+                assert_eq!(tail.truncated(), total > cap, "cap {cap}");
+            }
+        }
     }
 
     #[wasm_bindgen_test(unsupported = test)]

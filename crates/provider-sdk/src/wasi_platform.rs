@@ -23,7 +23,7 @@ use crate::platform::{
 };
 
 /// How many bytes are read from a body stream at a time.
-const READ_CHUNK: u64 = 64 * 1024;
+const READ_CHUNK: u64 = 256 * 1024;
 
 /// The platform of one operation.
 pub struct WasiPlatform {

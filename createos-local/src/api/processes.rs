@@ -374,14 +374,27 @@ pub struct ConnectQuery {
 /// Heartbeat interval of `/connect`.
 const HEARTBEAT: Duration = Duration::from_secs(5);
 
-fn data_line(f: &Frame) -> Vec<u8> {
-    let v = json!({
-        "type": "data",
-        "seq": f.seq,
-        "stream": f.stream,
-        "data_base64": base64::engine::general_purpose::STANDARD.encode(&f.data),
-    });
-    line(&v)
+/// Appends the NDJSON line of a data frame to `out`, the base64 written in
+/// place: the same object `serde_json` would give (the payload needs no
+/// escaping), without building a JSON value and re-scanning the payload.
+fn data_line(out: &mut Vec<u8>, f: &Frame) {
+    let stream = match f.stream {
+        StreamKind::Stdout => "stdout",
+        StreamKind::Stderr => "stderr",
+    };
+    let head = format!(
+        "{{\"type\":\"data\",\"seq\":{},\"stream\":\"{stream}\",\"data_base64\":\"",
+        f.seq
+    );
+    let engine = &base64::engine::general_purpose::STANDARD;
+    let encoded = base64::encoded_len(f.data.len(), true).unwrap_or(0);
+    out.reserve(head.len() + encoded + 3);
+    out.extend_from_slice(head.as_bytes());
+    let start = out.len();
+    out.resize(start + encoded, 0);
+    let written = engine.encode_slice(&f.data, &mut out[start..]).unwrap_or(0);
+    out.truncate(start + written);
+    out.extend_from_slice(b"\"}\n");
 }
 
 fn line(v: &Value) -> Vec<u8> {
@@ -473,7 +486,7 @@ impl Follow {
             if limit.is_some_and(|l| self.sent >= l) {
                 break;
             }
-            out.extend(data_line(&f));
+            data_line(&mut out, &f);
             self.cursor = f.seq;
             self.sent += 1;
         }

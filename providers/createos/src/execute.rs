@@ -261,7 +261,9 @@ impl Run {
                 Ok(Some(chunk)) => chunk,
                 Ok(None) => {
                     if let Some(line) = lines.finish() {
-                        if let Some(stop) = self.handle_line(platform, &line) {
+                        let stop = self.handle_line(platform, &line);
+                        self.output.flush(platform);
+                        if let Some(stop) = stop {
                             return StreamEnd::Stop(stop);
                         }
                     }
@@ -275,6 +277,8 @@ impl Run {
                 Some(stop) => ControlFlow::Break(stop),
                 None => ControlFlow::Continue(()),
             });
+            // The chunk's output goes to the host in one call per stream run.
+            self.output.flush(platform);
             match flow {
                 Ok(ControlFlow::Continue(())) => {}
                 Ok(ControlFlow::Break(stop)) => return StreamEnd::Stop(stop),
@@ -551,6 +555,43 @@ mod tests {
         assert_eq!(
             platform.output,
             vec![(StreamId::Stdout, "hi\n".to_string())]
+        );
+    }
+
+    /// Live output goes to the host once per body chunk and stream run,
+    /// not once per frame (a server's frames are often a 4 KiB pipe read
+    /// each), in order across the two streams.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_chunk_of_many_frames_reaches_the_host_in_one_call_per_stream_run() {
+        let mut platform = sandbox(
+            || {
+                let mut chunk = Vec::new();
+                for (seq, text) in ["a", "b", "c"].iter().enumerate() {
+                    chunk.extend(frame(seq as u64 + 1, text));
+                }
+                chunk.extend(b"{\"type\":\"data\",\"seq\":4,\"stream\":\"stderr\",\"data_base64\":\"ZQ==\"}\n");
+                chunk.extend(frame(5, "d"));
+                vec![
+                    Ok(chunk),
+                    Ok([frame(6, "x"), frame(7, "y")].concat()),
+                    Ok(b"{\"type\":\"exit\",\"exit_code\":0}\n".to_vec()),
+                ]
+            },
+            deleted,
+        );
+        let result = execute(&mut platform, &config(), "sb", &request(None)).unwrap();
+        assert_eq!(
+            (result.stdout.as_str(), result.stderr.as_str()),
+            ("abcdxy", "e")
+        );
+        assert_eq!(
+            platform.output,
+            vec![
+                (StreamId::Stdout, "abc".to_string()),
+                (StreamId::Stderr, "e".to_string()),
+                (StreamId::Stdout, "d".to_string()),
+                (StreamId::Stdout, "xy".to_string()),
+            ]
         );
     }
 

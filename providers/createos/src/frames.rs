@@ -179,6 +179,19 @@ pub fn parse_frame(line: &[u8]) -> Result<Option<Frame>, FrameError> {
     if line.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(FrameError::NotJson);
     }
+    // The hot path: a data frame as servers write it, read without serde.
+    // It only ever accepts what the general parser below accepts, with the
+    // same result; anything else (escapes, unknown or repeated keys, odd
+    // numbers, bad base64) goes to the general parser and its typed errors.
+    if let Some(frame) = plain_data_frame(line) {
+        return Ok(Some(frame));
+    }
+    parse_general(line)
+}
+
+/// [`parse_frame`] for any line that is not a plain data frame: the whole
+/// line through `serde_json`.
+fn parse_general(line: &[u8]) -> Result<Option<Frame>, FrameError> {
     let wire: WireFrame = serde_json::from_slice(line).map_err(|_| FrameError::NotJson)?;
     let str_of = |field: &Option<Loose>| field.as_ref().and_then(|f| f.as_str().map(str::to_owned));
     let frame = match wire.kind.as_ref().and_then(Loose::as_str) {
@@ -241,6 +254,186 @@ pub fn parse_frame(line: &[u8]) -> Result<Option<Frame>, FrameError> {
     Ok(Some(frame))
 }
 
+/// A data frame in its plain form: one flat JSON object with exactly the
+/// keys `type` (`"data"`), `seq` (a positive integer without sign, fraction
+/// or exponent), `stream` (`"stdout"` or `"stderr"`) and `data_base64`
+/// (padded standard base64), in any order, no escapes, JSON whitespace
+/// between tokens. `None` for anything else, so the caller's general
+/// parser decides. Costs one scan for the payload's closing quote and the
+/// base64 decode; no allocation but the decoded bytes.
+fn plain_data_frame(line: &[u8]) -> Option<Frame> {
+    (line.first() == Some(&b'{')).then_some(())?;
+    let mut at = 1;
+    let (mut kind, mut seq, mut stream, mut data) = (None, None, None, None);
+    loop {
+        at = skip_ws(line, at);
+        let key = plain_string(line, &mut at)?;
+        at = skip_ws(line, at);
+        (line.get(at) == Some(&b':')).then_some(())?;
+        at = skip_ws(line, at + 1);
+        match key {
+            b"type" if kind.is_none() => kind = Some(plain_string(line, &mut at)?),
+            b"seq" if seq.is_none() => {
+                let digits = line[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+                let text = &line[at..at + digits];
+                if text.is_empty() || text[0] == b'0' {
+                    return None;
+                }
+                seq = Some(std::str::from_utf8(text).ok()?.parse::<u64>().ok()?);
+                at += digits;
+            }
+            b"stream" if stream.is_none() => {
+                stream = Some(match plain_string(line, &mut at)? {
+                    b"stdout" => StreamId::Stdout,
+                    b"stderr" => StreamId::Stderr,
+                    _ => return None,
+                })
+            }
+            b"data_base64" if data.is_none() => data = Some(base64_string(line, &mut at)?),
+            _ => return None,
+        }
+        at = skip_ws(line, at);
+        match line.get(at) {
+            Some(b',') => at += 1,
+            Some(b'}') => break,
+            _ => return None,
+        }
+    }
+    if kind != Some(&b"data"[..]) || skip_ws(line, at + 1) != line.len() {
+        return None;
+    }
+    Some(Frame::Data {
+        seq: seq?,
+        stream: stream?,
+        bytes: data?,
+    })
+}
+
+/// A JSON string at `at` holding padded standard base64, decoded in the
+/// same pass that finds its closing quote (neither `"` nor `\\` is in the
+/// alphabet, so the payload ends at the first byte outside it); moves `at`
+/// past the quote. `None` for anything else.
+fn base64_string(line: &[u8], at: &mut usize) -> Option<Vec<u8>> {
+    (line.get(*at) == Some(&b'"')).then_some(())?;
+    let start = *at + 1;
+    let rest = line.get(start..)?;
+    // Whole quads of alphabet characters, decoded as they are read into
+    // room for the longest payload the line can hold.
+    let mut out = vec![0u8; rest.len() / 4 * 3];
+    let mut written = 0;
+    for (quad, bytes) in rest.chunks_exact(4).zip(out.chunks_exact_mut(3)) {
+        let Some(n) = sextets(quad[0], quad[1], quad[2], quad[3]) else {
+            break;
+        };
+        bytes[0] = (n >> 16) as u8;
+        bytes[1] = (n >> 8) as u8;
+        bytes[2] = n as u8;
+        written += 3;
+    }
+    out.truncate(written);
+    let end = written / 3 * 4;
+    // What follows is the closing quote, or a padded last quad and then the
+    // quote; the last whole quad read may also have been the end quad.
+    let tail = &rest[end..];
+    let (last, len) = match tail {
+        [b'"', ..] => (None, 0),
+        [a, b, b'=', b'=', b'"', ..] => (Some([*a, *b, b'=', b'=']), 4),
+        [a, b, c, b'=', b'"', ..] => (Some([*a, *b, *c, b'=']), 4),
+        _ => return None,
+    };
+    if let Some(quad) = last {
+        out.extend_from_slice(&decode_base64(&quad)?);
+    }
+    *at = start + end + len + 1;
+    Some(out)
+}
+
+/// JSON whitespace from `at` on; returns the first other position.
+fn skip_ws(line: &[u8], mut at: usize) -> usize {
+    while matches!(line.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// A JSON string at `at` without escapes or control characters; moves
+/// `at` past its closing quote.
+fn plain_string<'a>(line: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+    (line.get(*at) == Some(&b'"')).then_some(())?;
+    let start = *at + 1;
+    let len = memchr::memchr2(b'"', b'\\', line.get(start..)?)?;
+    let text = &line[start..start + len];
+    (line[start + len] == b'"').then_some(())?;
+    // No check for control characters: every string read here is compared
+    // with a known name or decoded as base64, which accepts neither.
+    *at = start + len + 1;
+    Some(text)
+}
+
+/// Padded standard base64 (RFC 4648 alphabet, `=` padding required, zero
+/// trailing bits), as `base64`'s `STANDARD` engine decodes it; `None` for
+/// anything it would refuse. Four characters at a time, no per-byte
+/// allocation or library call.
+pub fn decode_base64(input: &[u8]) -> Option<Vec<u8>> {
+    if !input.len().is_multiple_of(4) {
+        return None;
+    }
+    let Some(last) = input.len().checked_sub(4) else {
+        return Some(Vec::new());
+    };
+    let (body, end) = input.split_at(last);
+    let mut out = vec![0u8; body.len() / 4 * 3];
+    for (quad, bytes) in body.chunks_exact(4).zip(out.chunks_exact_mut(3)) {
+        let n = sextets(quad[0], quad[1], quad[2], quad[3])?;
+        bytes[0] = (n >> 16) as u8;
+        bytes[1] = (n >> 8) as u8;
+        bytes[2] = n as u8;
+    }
+    match *end {
+        [a, b, b'=', b'='] => {
+            let n = sextets(a, b, b'A', b'A')?;
+            (n & 0xFFFF == 0).then_some(())?;
+            out.push((n >> 16) as u8);
+        }
+        [a, b, c, b'='] => {
+            let n = sextets(a, b, c, b'A')?;
+            (n & 0xFF == 0).then_some(())?;
+            out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8]);
+        }
+        [a, b, c, d] => {
+            let n = sextets(a, b, c, d)?;
+            out.extend_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8]);
+        }
+        _ => return None,
+    }
+    Some(out)
+}
+
+/// Four base64 characters as 24 bits; `None` if one is not in the alphabet.
+#[inline(always)]
+fn sextets(a: u8, b: u8, c: u8, d: u8) -> Option<u32> {
+    let a = BASE64_VALUES[a as usize] as u32;
+    let b = BASE64_VALUES[b as usize] as u32;
+    let c = BASE64_VALUES[c as usize] as u32;
+    let d = BASE64_VALUES[d as usize] as u32;
+    if (a | b | c | d) & 0x80 != 0 {
+        return None;
+    }
+    Some(a << 18 | b << 12 | c << 6 | d)
+}
+
+/// Each byte's value in the base64 alphabet, or 0xFF.
+const BASE64_VALUES: [u8; 256] = {
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut table = [0xFFu8; 256];
+    let mut i = 0;
+    while i < 64 {
+        table[alphabet[i] as usize] = i as u8;
+        i += 1;
+    }
+    table
+};
+
 /// True for a signal name the host may show and branch on: `SIG` followed
 /// by upper-case letters and digits, at most [`MAX_SIGNAL_BYTES`] bytes.
 /// Anything else is server data that must not pass as a signal.
@@ -267,7 +460,7 @@ impl LineSplitter {
     pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<Vec<u8>>, FrameError> {
         let mut lines = Vec::new();
         let mut rest = chunk;
-        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+        while let Some(i) = memchr::memchr(b'\n', rest) {
             let mut line = std::mem::take(&mut self.partial);
             line.extend_from_slice(&rest[..i]);
             if line.last() == Some(&b'\r') {
@@ -295,7 +488,7 @@ impl LineSplitter {
         mut each: impl FnMut(&[u8]) -> ControlFlow<B>,
     ) -> Result<ControlFlow<B>, FrameError> {
         let mut rest = chunk;
-        while let Some(i) = rest.iter().position(|b| *b == b'\n') {
+        while let Some(i) = memchr::memchr(b'\n', rest) {
             let flow = if self.partial.is_empty() {
                 let mut line = &rest[..i];
                 if line.last() == Some(&b'\r') {
@@ -477,6 +670,141 @@ mod tests {
             parse_frame(br#"{"type":"exit","signal":9}"#),
             Err(FrameError::InvalidSignal)
         );
+    }
+
+    /// A small deterministic generator (xorshift), so the cases below are
+    /// the same on every run and under wasm.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// The hand-written decoder of the hot path gives exactly what the
+    /// `base64` crate's `STANDARD` engine gives, and refuses what it refuses:
+    /// valid encodings of every length, and mutated ones (foreign bytes,
+    /// padding in the wrong place, non-zero trailing bits, cut lengths).
+    #[wasm_bindgen_test(unsupported = test)]
+    fn the_fast_base64_decoder_agrees_with_the_base64_crate() {
+        let standard = base64::engine::general_purpose::STANDARD;
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let alphabet =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_ .\"\\\n\x00\xff";
+        for round in 0..20_000 {
+            let len = rng.below(40);
+            let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let mut text = standard.encode(&bytes).into_bytes();
+            match round % 4 {
+                0 => {}
+                1 if !text.is_empty() => {
+                    let i = rng.below(text.len());
+                    text[i] = alphabet[rng.below(alphabet.len())];
+                }
+                2 if !text.is_empty() => {
+                    text.truncate(rng.below(text.len()));
+                }
+                _ => {
+                    text = (0..rng.below(13))
+                        .map(|_| alphabet[rng.below(alphabet.len())])
+                        .collect();
+                }
+            }
+            assert_eq!(
+                decode_base64(&text),
+                standard.decode(&text).ok(),
+                "{:?}",
+                String::from_utf8_lossy(&text)
+            );
+            // The same text as a frame's payload: the hot path (which
+            // decodes while it looks for the closing quote) and the
+            // general parser agree, whatever key follows it.
+            let mut line = br#"{"type":"data","seq":5,"stream":"stdout","data_base64":""#.to_vec();
+            line.extend_from_slice(&text);
+            line.extend_from_slice(if round % 2 == 0 {
+                br#""}"#
+            } else {
+                br#"" ,"x":1}"#
+            });
+            assert_eq!(parse_frame(&line), parse_general(&line));
+            if round % 4 == 0 {
+                assert!(plain_data_frame(&line).is_some(), "the hot path reads it");
+            }
+            let mut first = br#"{"data_base64":""#.to_vec();
+            first.extend_from_slice(&text);
+            first.extend_from_slice(br#"","stream":"stderr","seq":9,"type":"data"}"#);
+            assert_eq!(parse_frame(&first), parse_general(&first));
+        }
+        for text in [
+            "QQ==", "QR==", "QUI=", "QUJ=", "QUJD", "Q===", "====", "QQ==QUJD", "",
+        ] {
+            assert_eq!(
+                decode_base64(text.as_bytes()),
+                standard.decode(text).ok(),
+                "{text}"
+            );
+        }
+    }
+
+    /// The plain-frame hot path and the general parser agree on every
+    /// line, including the ones the hot path hands over (key order,
+    /// whitespace, repeated or unknown keys, escapes, odd numbers, bad
+    /// streams and payloads).
+    #[wasm_bindgen_test(unsupported = test)]
+    fn the_plain_frame_path_agrees_with_the_general_parser() {
+        let lines: &[&str] = &[
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"data_base64":"aGk=","seq":12,"stream":"stderr","type":"data"}"#,
+            r#"{ "type" : "data" , "seq" : 3 , "stream" : "stdout" , "data_base64" : "" }  "#,
+            "{\"type\":\"data\",\r\n\t\"seq\":3,\"stream\":\"stdout\",\"data_base64\":\"\"}",
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk=","x":1}"#,
+            r#"{"type":"data","type":"data","seq":1,"stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"type":"exit","type":"data","seq":1,"stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"type":"data","seq":1,"seq":2,"stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"type":"d\u0061ta","seq":1,"stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk\u003d"}"#,
+            r#"{"type":"data","seq":01,"stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"type":"data","seq":0,"stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"type":"data","seq":-1,"stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"type":"data","seq":1.0,"stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"type":"data","seq":1e2,"stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"type":"data","seq":18446744073709551616,"stream":"stdout","data_base64":""}"#,
+            r#"{"type":"data","seq":18446744073709551615,"stream":"stdout","data_base64":""}"#,
+            r#"{"type":"data","seq":"1","stream":"stdout","data_base64":"aGk="}"#,
+            r#"{"type":"data","seq":1,"stream":"stdin","data_base64":"aGk="}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk"}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"QUJDQQ=="}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"QUJDQUI="}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"QUJDQQ"}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"QQ==QUJD"}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"QR=="}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"QUJD\"}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"QUJD"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"aG\nk="}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout"}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk="}x"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk=",}"#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"aGk="#,
+            r#"{"type":"data","seq":1,"stream":"stdout","data_base64":null}"#,
+            r#"{"type":"heartbeat"}"#,
+            r#"{"type":"exit","exit_code":0}"#,
+            r#"  {"type":"data","seq":1,"stream":"stdout","data_base64":"aGk="}"#,
+        ];
+        for line in lines {
+            assert_eq!(
+                parse_frame(line.as_bytes()),
+                parse_general(line.as_bytes()),
+                "{line}"
+            );
+        }
+        assert!(plain_data_frame(lines[0].as_bytes()).is_some());
+        assert!(plain_data_frame(lines[1].as_bytes()).is_some());
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -324,6 +324,7 @@ impl Run {
                     if let Some((stream, bytes)) = demux.finish() {
                         self.output.push(platform, stream, &bytes);
                     }
+                    self.output.flush(platform);
                     return Stop::Exited(code);
                 }
                 (None, None) => match self.exit_code(platform, session) {
@@ -376,6 +377,8 @@ impl Run {
             for (stream, bytes) in demux.push(fresh) {
                 self.output.push(platform, stream, &bytes);
             }
+            // The chunk's output goes to the host in one call per stream run.
+            self.output.flush(platform);
         }
     }
 

@@ -30,39 +30,55 @@ impl Default for Demux {
 }
 
 impl Demux {
-    /// The output in `chunk`, in order, as `(stream, bytes)` runs.
+    /// The output in `chunk`, in order, as `(stream, bytes)` runs. Runs
+    /// are copied slice by slice between label candidates (bytes `01` and
+    /// `02`), found by `memchr`, so plain output costs no per-byte work.
     pub fn push(&mut self, chunk: &[u8]) -> Vec<(StreamId, Vec<u8>)> {
-        let mut input = std::mem::take(&mut self.pending);
-        input.extend_from_slice(chunk);
+        let joined;
+        let input: &[u8] = if self.pending.is_empty() {
+            chunk
+        } else {
+            let mut bytes = std::mem::take(&mut self.pending);
+            bytes.extend_from_slice(chunk);
+            joined = bytes;
+            &joined
+        };
         let mut runs: Vec<(StreamId, Vec<u8>)> = Vec::new();
         let mut run = Vec::new();
         let mut i = 0;
         while i < input.len() {
+            let Some(at) = memchr::memchr2(STDOUT_LABEL, STDERR_LABEL, &input[i..]) else {
+                run.extend_from_slice(&input[i..]);
+                break;
+            };
+            run.extend_from_slice(&input[i..i + at]);
+            i += at;
             let byte = input[i];
-            if byte == STDOUT_LABEL || byte == STDERR_LABEL {
-                let rest = &input[i..];
-                let same = rest
-                    .iter()
-                    .take(LABEL_LEN)
-                    .take_while(|b| **b == byte)
-                    .count();
-                if same == LABEL_LEN {
-                    if !run.is_empty() {
-                        runs.push((self.current, std::mem::take(&mut run)));
-                    }
-                    self.current = if byte == STDOUT_LABEL {
-                        StreamId::Stdout
-                    } else {
-                        StreamId::Stderr
-                    };
-                    i += LABEL_LEN;
-                    continue;
+            let rest = &input[i..];
+            let same = rest
+                .iter()
+                .take(LABEL_LEN)
+                .take_while(|b| **b == byte)
+                .count();
+            if same == LABEL_LEN {
+                let next = if byte == STDOUT_LABEL {
+                    StreamId::Stdout
+                } else {
+                    StreamId::Stderr
+                };
+                // A label of the same stream (the server labels every
+                // chunk) continues the run.
+                if next != self.current && !run.is_empty() {
+                    runs.push((self.current, std::mem::take(&mut run)));
                 }
-                if same == rest.len() {
-                    // The chunk ends inside what may be a label.
-                    self.pending = rest.to_vec();
-                    break;
-                }
+                self.current = next;
+                i += LABEL_LEN;
+                continue;
+            }
+            if same == rest.len() {
+                // The chunk ends inside what may be a label.
+                self.pending = rest.to_vec();
+                break;
             }
             run.push(byte);
             i += 1;

@@ -9,6 +9,7 @@
 //! and the run reports how much output was not consumed.
 
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -42,6 +43,15 @@ impl Live {
         let delivered = Arc::new(AtomicU64::new(0));
         {
             let delivered = delivered.clone();
+            // Standard output goes straight to file descriptor 1, one
+            // `write` per chunk: std's stdout is line-buffered and would
+            // cut every chunk at its last newline into two writes.
+            let _ = std::io::stdout().flush();
+            let direct = std::io::stdout()
+                .as_fd()
+                .try_clone_to_owned()
+                .ok()
+                .map(std::fs::File::from);
             // No handle is kept: a writer blocked on a stdout nobody reads
             // must not hold the CLI's exit.
             let _ = std::thread::Builder::new()
@@ -49,7 +59,10 @@ impl Live {
                 .spawn(move || {
                     for (stream, chunk) in chunks {
                         let _ = match stream {
-                            OutputStream::Stdout => write(&mut std::io::stdout().lock(), &chunk),
+                            OutputStream::Stdout => match &direct {
+                                Some(file) => (&*file).write_all(chunk.as_bytes()),
+                                None => write(&mut std::io::stdout().lock(), &chunk),
+                            },
                             OutputStream::Stderr => write(&mut std::io::stderr().lock(), &chunk),
                         };
                         delivered.fetch_add(chunk.len() as u64, Ordering::Relaxed);
