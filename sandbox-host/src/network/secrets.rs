@@ -142,6 +142,16 @@ impl Secrets {
         }
     }
 
+    /// The environment variable this CLI reads the `apiKey` secret of
+    /// `driver_key`'s provider from ([`CLI_KEY_DEFAULTS`]), if any. A
+    /// provider's own `env-var` in `describe()` is never read.
+    pub fn cli_key_variable(driver_key: &str) -> Option<&'static str> {
+        CLI_KEY_DEFAULTS
+            .iter()
+            .find(|(k, _, _)| *k == driver_key)
+            .map(|(_, var, _)| *var)
+    }
+
     /// The `sandbox` CLI's operator defaults for provider `driver_key`
     /// ([`CLI_KEY_DEFAULTS`]): [`none`](Self::none), plus that provider's
     /// well-known default origins trusted, and its key read from its

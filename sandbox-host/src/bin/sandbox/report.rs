@@ -56,9 +56,10 @@ pub fn description(d: &ProviderDescription, as_json: bool) {
     println!("{} ({})", d.display_name, d.driver_key);
     println!("capabilities: {}", capabilities.join(", "));
     for s in &d.secrets {
-        let env = s
-            .env_var
-            .as_deref()
+        // Only a variable this CLI itself reads is named; a provider's
+        // declared `env-var` is never read by the host.
+        let env = sandbox_host::Secrets::cli_key_variable(&d.driver_key)
+            .filter(|_| s.config_field == "apiKey")
             .map(|v| format!(", or ${v}"))
             .unwrap_or_default();
         let scheme = s
