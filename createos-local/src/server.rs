@@ -11,9 +11,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::api::{router, AppState};
 use crate::connections::ConnectionLimits;
 use crate::faults::Faults;
+use crate::http::middleware::{Face, Faces, ADMIN_PREFIX};
+use crate::http::state::{AppState, Shared};
 use crate::isolation::{self, IsolationMode, IsolationPreference};
 use crate::store::Store;
 
@@ -24,6 +25,47 @@ const DESCRIPTOR_LIMIT: u64 = 16_384;
 /// Default time an upload body may send nothing (see
 /// [`ServerBuilder::body_read_timeout`]).
 pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The faces the server speaks: the Daytona face on its own paths, the
+/// CreateOS face on every other (its `/v1`, the admin API, unknown paths).
+const FACES: Faces = Faces {
+    default: &crate::api::CreateOs,
+    others: &[&crate::daytona::Daytona],
+};
+
+/// The router of the server's origin: the CreateOS face under `/v1`, the
+/// admin API, the Daytona API under `/daytona/api`, and, unless the toolbox
+/// has a listener of its own (`toolbox_listener`), the Daytona toolbox
+/// under `/daytona/toolbox`.
+fn main_origin(state: Shared, toolbox_listener: bool) -> axum::Router {
+    let mut mounts = vec![
+        (crate::api::API_PREFIX, crate::api::routes()),
+        (ADMIN_PREFIX, crate::api::admin_routes()),
+        (crate::daytona::API_PREFIX, crate::daytona::api_routes()),
+    ];
+    if !toolbox_listener {
+        mounts.push((
+            crate::daytona::TOOLBOX_PREFIX,
+            crate::daytona::toolbox_routes(),
+        ));
+    }
+    crate::http::router::origin(state, FACES, FACES.default, mounts)
+}
+
+/// The router of the toolbox listener's origin: the Daytona toolbox under
+/// `/toolbox` (as the real `toolboxProxyUrl`), nothing else.
+fn toolbox_origin(state: Shared) -> axum::Router {
+    let daytona: &'static dyn Face = &crate::daytona::Daytona;
+    crate::http::router::origin(
+        state,
+        FACES,
+        daytona,
+        vec![(
+            crate::daytona::TOOLBOX_LISTENER_PREFIX,
+            crate::daytona::toolbox_routes(),
+        )],
+    )
+}
 
 /// Entry point: `Server::builder()`.
 #[derive(Debug)]
@@ -401,9 +443,13 @@ impl ServerBuilder {
             rate_limit: self
                 .rate_limit
                 .map(|(requests, window)| crate::rate_limit::RateLimiter::new(requests, window)),
-            blocking: Arc::new(tokio::sync::Semaphore::new(crate::api::BLOCKING_SLOTS)),
-            uploads: Arc::new(tokio::sync::Semaphore::new(crate::api::UPLOAD_SLOTS)),
-            daytona: crate::daytona::registry::Registry::default(),
+            blocking: Arc::new(tokio::sync::Semaphore::new(
+                crate::http::state::BLOCKING_SLOTS,
+            )),
+            uploads: Arc::new(tokio::sync::Semaphore::new(
+                crate::http::state::UPLOAD_SLOTS,
+            )),
+            daytona: crate::daytona_registry::Registry::default(),
             toolbox_url,
             retention: self.retention,
             budgets: self.budgets,
@@ -424,23 +470,17 @@ impl ServerBuilder {
                         _ = stop.wait_for(|s| *s) => return,
                     }
                     let Some(state) = state.upgrade() else { return };
-                    crate::api::prune_finished(&state);
+                    crate::http::state::prune_finished(&state);
                 }
             }
         };
         tokio::spawn(sweeper);
-        let app = router(state.clone(), toolbox_listener.is_some());
+        let app = main_origin(state.clone(), toolbox_listener.is_some());
         let limits = self.connections;
-        let toolbox = toolbox_listener.map(|l| {
-            (
-                l,
-                crate::api::toolbox_router(state.clone()),
-                stop_rx.clone(),
-            )
-        });
+        let toolbox = toolbox_listener.map(|l| (l, toolbox_origin(state.clone()), stop_rx.clone()));
         let key = state.api_key.clone();
         let check: crate::connections::KeyCheck =
-            Arc::new(move |headers| crate::api::carries_key(headers, &key));
+            Arc::new(move |headers| crate::http::middleware::carries_key(headers, &key, FACES));
         let task = tokio::spawn(async move {
             let main = crate::connections::serve(listener, app, limits, check.clone(), stop_rx);
             match toolbox {

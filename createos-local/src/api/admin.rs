@@ -7,10 +7,10 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::json;
 
-use super::envelope::{ok, success, ApiError};
-use super::sandboxes::parse_json;
-use super::Shared;
+use super::envelope::{ok, success};
 use crate::faults::FaultRule;
+use crate::http::error::{parse_json, ApiError};
+use crate::http::state::Shared;
 
 /// `GET /_admin/faults`.
 pub async fn list_faults(State(state): State<Shared>) -> Response {

@@ -10,6 +10,8 @@ use axum::Json;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::http::error::ApiError;
+
 /// A success envelope around `data` (which must serialize to an object).
 pub fn success<T: Serialize>(status: StatusCode, data: T) -> Response {
     let data =
@@ -22,61 +24,8 @@ pub fn ok<T: Serialize>(data: T) -> Response {
     success(StatusCode::OK, data)
 }
 
-/// An error answer: 4xx become `fail`, 5xx become `error` envelopes.
-#[derive(Debug, Clone)]
-pub struct ApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// Short machine-readable reason (`not_found`, `conflict`, …).
-    pub reason: &'static str,
-    /// Human-readable message (never contains secrets).
-    pub message: String,
-    /// Extra `data` fields for `fail` answers.
-    pub extra: Option<Value>,
-}
-
-impl ApiError {
-    /// An error with a status, reason and message.
-    pub fn new(status: StatusCode, reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            reason,
-            message: message.into(),
-            extra: None,
-        }
-    }
-
-    /// 400.
-    pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
-    }
-
-    /// 404.
-    pub fn not_found(what: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("{what} not found"),
-        )
-    }
-
-    /// 409.
-    pub fn conflict(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::CONFLICT, "conflict", message)
-    }
-
-    /// 500.
-    pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
-    }
-
-    /// Adds `data` fields to a `fail` answer.
-    pub fn with_extra(mut self, extra: Value) -> Self {
-        self.extra = Some(extra);
-        self
-    }
-}
-
+/// The CreateOS face renders the shared error as the JSend envelope (its
+/// handlers return [`ApiError`] as is).
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         envelope_for(self.status, self.reason, &self.message, self.extra)

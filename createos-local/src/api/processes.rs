@@ -13,10 +13,14 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::envelope::{ok, success, ApiError};
-use super::sandboxes::{parse_json, require_running};
-use super::{limits, process, sandbox, AppState, InjectedFault, Shared};
+use super::envelope::{ok, success};
+use super::sandboxes::require_running;
+use super::{process, sandbox};
 use crate::faults::FaultAction;
+use crate::http::error::{cwd_error, over_budget, parse_json, start_failed, ApiError};
+use crate::http::limits;
+use crate::http::middleware::InjectedFault;
+use crate::http::state::{blocking, detached, AppState, Shared};
 use crate::journal::{ExitStatus, Frame, Replay, Retention, StreamKind};
 use crate::store::{Sandbox, Status};
 use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
@@ -69,9 +73,9 @@ async fn start(
     let cwd = body.cwd.unwrap_or_else(|| DEFAULT_CWD.to_string());
     let root = sb.root.clone();
     let c = cwd.clone();
-    let host_cwd = super::blocking(state, move || crate::confine::resolve_dir(&root, &c))
+    let host_cwd = blocking(state, move || crate::confine::resolve_dir(&root, &c))
         .await?
-        .map_err(|e| super::cwd_error(&cwd, e))?;
+        .map_err(|e| cwd_error(&cwd, e))?;
     let env =
         build_env(&state.mode, &sb.root, &sb.spec.env, &body.env).map_err(ApiError::bad_request)?;
     let id = format!("proc-{}", crate::util::random_hex(8));
@@ -104,14 +108,14 @@ async fn start_registered(
     let admission = state
         .store
         .admit_process(sb, &state.budgets)
-        .map_err(super::over_budget)?;
+        .map_err(over_budget)?;
     let _admission = admission.ok_or_else(|| {
         ApiError::conflict("sandbox is being deleted")
             .with_extra(json!({ "current_status": sb.status() }))
     })?;
     let p = start(state, sb, body, retention).await?;
     if let Some(why) = p.server_failure() {
-        return Err(super::start_failed(why));
+        return Err(start_failed(why));
     }
     sb.add_process(p.clone());
     // A pause that began while this process was starting may have scanned
@@ -123,21 +127,6 @@ async fn start_registered(
         p.freeze(true);
     }
     Ok(p)
-}
-
-/// Runs `fut` as its own task on the supervision runtime (see
-/// [`AppState::supervision`]) so that it completes (and registers or cleans
-/// up what it started) even when the client goes away mid-request, and so
-/// that starting, watching and terminating processes never holds up the
-/// threads that answer other requests.
-pub async fn detached<T: Send + 'static>(
-    supervision: &tokio::runtime::Handle,
-    fut: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
-) -> Result<T, ApiError> {
-    supervision
-        .spawn(fut)
-        .await
-        .map_err(|e| ApiError::internal(format!("request task failed: {e}")))?
 }
 
 /// `POST .../processes`. The process is registered before the answer is
@@ -205,7 +194,7 @@ pub async fn exec(
             ));
         }
         if let Some(why) = p.server_failure() {
-            return Err(super::start_failed(why));
+            return Err(start_failed(why));
         }
         let exit_code = match p.exit() {
             Some(ExitStatus::Code(c)) => c,

@@ -9,8 +9,11 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::envelope::{ok, success, ApiError};
-use super::{limits, sandbox, Shared};
+use super::envelope::{ok, success};
+use super::sandbox;
+use crate::http::error::{over_budget, parse_json, ApiError};
+use crate::http::limits;
+use crate::http::state::{detached, make_root, remove_root, Shared};
 use crate::store::{finish_later, Sandbox, SandboxSpec, Status, SHAPES};
 
 /// Body of `POST /sandboxes`.
@@ -29,19 +32,6 @@ fn valid_env_name(k: &str) -> bool {
     let mut chars = k.chars();
     matches!(chars.next(), Some(c) if c == '_' || c.is_ascii_alphabetic())
         && chars.all(|c| c == '_' || c.is_ascii_alphanumeric())
-}
-
-/// Parses a JSON object body, answering 400 on malformed input and on any
-/// other JSON value (serde would otherwise accept an array for a struct).
-pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first != Some(&b'{') {
-        return Err(ApiError::bad_request(
-            "the request body must be a JSON object",
-        ));
-    }
-    serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
 }
 
 /// `POST /sandboxes`.
@@ -71,10 +61,10 @@ pub async fn create(
             bad.0
         )));
     }
-    crate::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(super::over_budget)?;
+    crate::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
-    super::make_root(&state, root.clone()).await?;
+    make_root(&state, root.clone()).await?;
     let sb = Arc::new(Sandbox::new(
         id,
         SandboxSpec {
@@ -90,8 +80,8 @@ pub async fn create(
         .store
         .insert_within(sb.clone(), state.budgets.max_sandboxes)
     {
-        let _ = super::remove_root(&state, &sb.id, sb.root.clone()).await;
-        return Err(super::over_budget(crate::budgets::sandbox_refusal(
+        let _ = remove_root(&state, &sb.id, sb.root.clone()).await;
+        return Err(over_budget(crate::budgets::sandbox_refusal(
             &state.budgets,
             existing,
         )));
@@ -127,7 +117,7 @@ pub async fn delete(
     let sb = sandbox(&state, &id)?;
     sb.force(Status::Destroying);
     let sbc = sb.clone();
-    let survivors = super::processes::detached(&state.supervision, async move {
+    let survivors = detached(&state.supervision, async move {
         // Creations already under way finish first (their processes are
         // then terminated below); later ones are refused.
         sbc.close().await;
@@ -153,7 +143,7 @@ pub async fn delete(
         )));
     }
     state.store.remove(&id);
-    super::remove_root(&state, &id, sb.root.clone())
+    remove_root(&state, &id, sb.root.clone())
         .await
         .map_err(ApiError::internal)?;
     Ok(ok(json!({ "id": id, "status": Status::Destroyed })))

@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use crate::api::envelope::ApiError;
+use crate::http::error::ApiError;
 
 /// An error answer of the Daytona face. Every helper of the CreateOS face
 /// that returns an [`ApiError`] converts into it with `?`.

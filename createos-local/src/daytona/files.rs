@@ -14,8 +14,9 @@ use serde_json::json;
 
 use super::error::DaytonaError;
 use super::sandboxes::daytona_sandbox;
-use crate::api::files::{path_error, read_response, write_stream};
-use crate::api::Shared;
+use crate::http::error::path_error;
+use crate::http::files::{read_response, write_stream};
+use crate::http::state::Shared;
 
 /// `?path=&mode=`.
 #[derive(Debug, Deserialize)]
@@ -106,7 +107,7 @@ pub async fn create_folder(
             })?,
     };
     let root = sb.core.root.clone();
-    crate::api::blocking(&state, move || {
+    crate::http::state::blocking(&state, move || {
         crate::confine::create_dir(&root, &path, mode)
     })
     .await?
@@ -201,10 +202,10 @@ pub async fn bulk_download(
     body: axum::body::Bytes,
 ) -> Result<Response, DaytonaError> {
     let sb = daytona_sandbox(&state, &id)?;
-    let body: BulkDownloadBody = crate::api::sandboxes::parse_json(&body)?;
+    let body: BulkDownloadBody = crate::http::error::parse_json(&body)?;
     let root = sb.core.root.clone();
     let paths = body.paths;
-    let parts = crate::api::blocking(&state, move || {
+    let parts = crate::http::state::blocking(&state, move || {
         let mut total = 0u64;
         paths
             .into_iter()
@@ -276,9 +277,10 @@ pub async fn list(
     let sb = daytona_sandbox(&state, &id)?;
     let path = required(&q)?;
     let root = sb.core.root.clone();
-    let entries = crate::api::blocking(&state, move || crate::confine::list_dir(&root, &path))
-        .await?
-        .map_err(path_error)?;
+    let entries =
+        crate::http::state::blocking(&state, move || crate::confine::list_dir(&root, &path))
+            .await?
+            .map_err(path_error)?;
     let files: Vec<_> = entries
         .iter()
         .map(|e| {

@@ -15,15 +15,19 @@
 
 pub mod error;
 pub mod files;
-pub mod registry;
 pub mod sandboxes;
 pub mod toolbox;
 
 use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
+use serde_json::Value;
 
-use crate::api::Shared;
+use crate::http::limits::MAX_BODY;
+use crate::http::middleware::Face;
+use crate::http::state::Shared;
 use error::DaytonaError;
 
 /// Where the main API lives on the server's origin.
@@ -36,12 +40,46 @@ pub const TOOLBOX_PREFIX: &str = "/daytona/toolbox";
 /// Where the toolbox lives on the toolbox listener's origin.
 pub const TOOLBOX_LISTENER_PREFIX: &str = "/toolbox";
 
-/// `true` for the paths of the Daytona face (its auth and error bodies).
-pub fn is_daytona_path(path: &str) -> bool {
-    path == "/daytona"
-        || path.starts_with("/daytona/")
-        || path == TOOLBOX_LISTENER_PREFIX
-        || path.starts_with("/toolbox/")
+/// The Daytona face as the shared middleware sees it: its paths take the
+/// key as `Authorization: Bearer <key>` and answer errors in its body
+/// ([`error::body`]).
+pub struct Daytona;
+
+impl Face for Daytona {
+    fn owns(&self, path: &str) -> bool {
+        path == "/daytona"
+            || path.starts_with("/daytona/")
+            || path == TOOLBOX_LISTENER_PREFIX
+            || path.starts_with("/toolbox/")
+    }
+
+    fn presented_key<'h>(&self, headers: &'h HeaderMap) -> Option<&'h str> {
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                let (scheme, token) = v.trim().split_once(' ')?;
+                scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+            })
+    }
+
+    fn unauthorized_message(&self) -> &'static str {
+        "missing or wrong API key (send Authorization: Bearer <key>)"
+    }
+
+    fn rate_limited(&self, _path: &str) -> bool {
+        false
+    }
+
+    fn render(
+        &self,
+        status: StatusCode,
+        code: &str,
+        message: &str,
+        extra: Option<Value>,
+    ) -> Response {
+        error::body(status, code, message, extra)
+    }
 }
 
 /// The main API routes (nested under [`API_PREFIX`]).
@@ -93,15 +131,15 @@ pub fn toolbox_routes() -> Router<Shared> {
             "/{id}/files/upload",
             // The multipart extractor obeys the body limit: room for the
             // largest upload plus the multipart framing.
-            post(files::upload).layer(DefaultBodyLimit::max(crate::api::MAX_BODY + 64 * 1024)),
+            post(files::upload).layer(DefaultBodyLimit::max(MAX_BODY + 64 * 1024)),
         )
         .route(
             "/{id}/files/upload-v2",
-            post(files::upload_v2).layer(DefaultBodyLimit::max(crate::api::MAX_BODY + 64 * 1024)),
+            post(files::upload_v2).layer(DefaultBodyLimit::max(MAX_BODY + 64 * 1024)),
         )
         .route(
             "/{id}/files/bulk-upload",
-            post(files::bulk_upload).layer(DefaultBodyLimit::max(crate::api::MAX_BODY + 64 * 1024)),
+            post(files::bulk_upload).layer(DefaultBodyLimit::max(MAX_BODY + 64 * 1024)),
         )
         .route("/{id}/files/bulk-download", post(files::bulk_download))
         .route("/{id}/files", get(files::list))

@@ -19,9 +19,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::DaytonaError;
-use super::registry::{terminate_verified, CreateSpec, DaytonaSandbox, State as SbState};
-use crate::api::sandboxes::parse_json;
-use crate::api::{limits, AppState, Shared};
+use crate::daytona_registry::{terminate_verified, CreateSpec, DaytonaSandbox, State as SbState};
+use crate::http::error::parse_json;
+use crate::http::limits;
+use crate::http::state::{AppState, Shared};
 use crate::store::{Sandbox, SandboxSpec, Status};
 
 /// Body of `POST /sandbox` (camelCase, as the real API).
@@ -186,10 +187,10 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         }
     }
     crate::budgets::admit_sandbox(&state.budgets, state.store.len())
-        .map_err(crate::api::over_budget)?;
+        .map_err(crate::http::error::over_budget)?;
     let id = uuid();
     let root = state.data_dir.join(format!("daytona-{id}"));
-    crate::api::make_root(&state, root.clone()).await?;
+    crate::http::state::make_root(&state, root.clone()).await?;
     let core = Arc::new(Sandbox::new(
         id.clone(),
         SandboxSpec {
@@ -229,12 +230,14 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         .store
         .insert_within(core.clone(), state.budgets.max_sandboxes)
     {
-        let _ = crate::api::remove_root(&state, &core.id, core.root.clone()).await;
-        return Err(crate::api::over_budget(crate::budgets::sandbox_refusal(
-            &state.budgets,
-            existing,
-        ))
-        .into());
+        let _ = crate::http::state::remove_root(&state, &core.id, core.root.clone()).await;
+        return Err(
+            crate::http::error::over_budget(crate::budgets::sandbox_refusal(
+                &state.budgets,
+                existing,
+            ))
+            .into(),
+        );
     }
     state.daytona.insert(sb.clone());
     Ok(answer(&state, &sb))
@@ -409,7 +412,7 @@ pub async fn delete(
     sb.clear_sessions();
     state.daytona.remove(sb.id());
     state.store.remove(sb.id());
-    crate::api::remove_root(&state, sb.id(), sb.core.root.clone())
+    crate::http::state::remove_root(&state, sb.id(), sb.core.root.clone())
         .await
         .map_err(DaytonaError::internal)?;
     let mut v = to_json(&state, &sb);
@@ -427,7 +430,7 @@ async fn terminate_everything(
 ) -> Result<Vec<i32>, DaytonaError> {
     let core = sb.core.clone();
     let sessions = sb.sessions();
-    let survivors = crate::api::processes::detached(&state.supervision, async move {
+    let survivors = crate::http::state::detached(&state.supervision, async move {
         // No session starts a command after this (each waits for a start
         // under way), and the sandbox admits no new process.
         for s in &sessions {

@@ -21,14 +21,16 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::DaytonaError;
-use super::registry::{
+use super::sandboxes::{daytona_sandbox, uuid};
+use crate::daytona_registry::{
     exit_code, terminate_verified, Command, DaytonaSandbox, Session, State as SbState,
 };
-use super::sandboxes::{daytona_sandbox, uuid};
-use crate::api::processes::detached;
-use crate::api::sandboxes::parse_json;
-use crate::api::{limits, AppState, InjectedFault, Shared};
 use crate::faults::FaultAction;
+use crate::http::error::parse_json;
+use crate::http::limits;
+use crate::http::middleware::InjectedFault;
+use crate::http::state::detached;
+use crate::http::state::{AppState, Shared};
 use crate::journal::{Frame, Journal, Replay, Retention, StreamKind};
 use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 
@@ -100,13 +102,14 @@ async fn start_process(
     let _admission = state
         .store
         .admit_process(&sb.core, &state.budgets)
-        .map_err(crate::api::over_budget)?
+        .map_err(crate::http::error::over_budget)?
         .ok_or_else(|| DaytonaError::conflict("sandbox is stopping or being deleted"))?;
     let root = sb.core.root.clone();
     let c = cwd.clone();
-    let host_cwd = crate::api::blocking(state, move || crate::confine::resolve_dir(&root, &c))
-        .await?
-        .map_err(|e| crate::api::cwd_error(&cwd, e))?;
+    let host_cwd =
+        crate::http::state::blocking(state, move || crate::confine::resolve_dir(&root, &c))
+            .await?
+            .map_err(|e| crate::http::error::cwd_error(&cwd, e))?;
     let mut env = build_env(&state.mode, &sb.core.root, &sb.spec.env, &BTreeMap::new())
         .map_err(DaytonaError::internal)?;
     // Variables of this command alone (`process/execute`'s `envs`).
@@ -128,7 +131,7 @@ async fn start_process(
     let id = format!("proc-{}", crate::util::random_hex(8));
     let p = Process::start(id, state.bwrap.clone(), &state.mode, req).await;
     if let Some(why) = p.server_failure() {
-        return Err(crate::api::start_failed(why).into());
+        return Err(crate::http::error::start_failed(why).into());
     }
     sb.core.add_process(p.clone());
     Ok(p)
@@ -389,7 +392,7 @@ pub async fn session_exec(
     cmd.process.close_stdin();
     exited(&cmd.process).await;
     if let Some(why) = cmd.process.server_failure() {
-        return Err(crate::api::start_failed(why).into());
+        return Err(crate::http::error::start_failed(why).into());
     }
     let (frames, evicted) = retained(&cmd.process);
     let mut v = json!({
@@ -830,7 +833,7 @@ pub async fn execute(
         ));
     }
     if let Some(why) = p.server_failure() {
-        return Err(crate::api::start_failed(why).into());
+        return Err(crate::http::error::start_failed(why).into());
     }
     let (frames, evicted) = retained(&p);
     let result: Vec<u8> = frames.iter().flat_map(|f| f.data.iter().copied()).collect();

@@ -4,7 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use super::envelope::ApiError;
+use super::error::ApiError;
+
+/// Largest file upload: 256 MiB, enforced by [`super::files::write_stream`]
+/// while the body streams to disk (every other body: [`MAX_JSON_BODY`]).
+pub const MAX_BODY: usize = 256 * 1024 * 1024;
 
 /// Largest JSON request body (every route but file uploads): 4 MiB. Bodies
 /// are refused with 413 before more than this is read.

@@ -1,0 +1,15 @@
+//! The HTTP layer both faces sit on: the shared state ([`state`]), the
+//! error answer before a face renders it ([`error`]), input limits, file
+//! streaming, and the router and middleware chain of an origin, which ask
+//! each face ([`middleware::Face`]) for what differs: its paths, how the
+//! key is presented, how errors read. The CreateOS face ([`crate::api`])
+//! and the Daytona face ([`crate::daytona`]) depend on this layer, never
+//! on each other.
+
+pub mod early_answer;
+pub mod error;
+pub mod files;
+pub mod limits;
+pub mod middleware;
+pub mod router;
+pub mod state;

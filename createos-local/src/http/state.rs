@@ -1,0 +1,208 @@
+//! The state both faces share: the sandboxes and processes, the Daytona
+//! registry, budgets and bounded pools, and the work every handler does on
+//! it whatever face it answers for (taking a pool slot, making and removing
+//! a sandbox root, pruning finished processes).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+
+use super::error::{over_budget, ApiError};
+use crate::budgets::Budgets;
+use crate::faults::Faults;
+use crate::isolation::IsolationMode;
+use crate::store::Store;
+
+/// Everything handlers share.
+#[derive(Debug)]
+pub struct AppState {
+    /// The expected `X-Api-Key`.
+    pub api_key: String,
+    /// Fault rules and the request record.
+    pub faults: Faults,
+    /// Sandboxes.
+    pub store: Store,
+    /// Isolation in force.
+    pub mode: IsolationMode,
+    /// bwrap binary (bwrap mode only).
+    pub bwrap: Option<PathBuf>,
+    /// Where sandbox roots live.
+    pub data_dir: PathBuf,
+    /// Duration of the asynchronous sandbox transitions.
+    pub transition_delay: Duration,
+    /// Journal capacity per process.
+    pub journal_capacity: usize,
+    /// The request rate limit, when one is set.
+    pub rate_limit: Option<crate::rate_limit::RateLimiter>,
+    /// The runtime that starts, watches and terminates processes (its own
+    /// threads: spawning and `/proc` scans are synchronous work that must
+    /// not hold up the threads answering requests).
+    pub supervision: tokio::runtime::Handle,
+    /// Slots of the bounded pool for blocking file-system work.
+    pub blocking: Arc<tokio::sync::Semaphore>,
+    /// Slots for uploads in progress (each holds a writing thread).
+    pub uploads: Arc<tokio::sync::Semaphore>,
+    /// The Daytona face's sandboxes and sessions.
+    pub daytona: crate::daytona_registry::Registry,
+    /// How long a request body may send nothing before the request is
+    /// answered 408 and its slot is released.
+    pub body_read_timeout: Duration,
+    /// How long and how many finished processes are kept.
+    pub retention: crate::store::Retention,
+    /// Host-wide budgets (sandbox count, live processes).
+    pub budgets: Budgets,
+    /// Size of each sandbox's own disk, when sandboxes get one (see
+    /// [`crate::disk`]).
+    pub disk: Option<u64>,
+    /// The Daytona `toolboxProxyUrl`: the toolbox listener's
+    /// `http://127.0.0.1:<port>/toolbox`, or `<base>/daytona/toolbox`.
+    pub toolbox_url: String,
+}
+
+/// Shared state handle.
+pub type Shared = Arc<AppState>;
+
+/// Blocking file-system work (other than uploads) running at once.
+pub const BLOCKING_SLOTS: usize = 16;
+
+/// Uploads written at once.
+pub const UPLOAD_SLOTS: usize = 8;
+
+/// How long a request waits for a free slot before it is answered 503.
+pub const SLOT_WAIT: Duration = Duration::from_secs(10);
+
+/// Takes a slot of `pool` within [`SLOT_WAIT`], or answers 503 (nothing
+/// was done).
+pub async fn slot(
+    pool: &Arc<tokio::sync::Semaphore>,
+    what: &str,
+) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    match tokio::time::timeout(SLOT_WAIT, pool.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => Ok(permit),
+        _ => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "busy",
+            format!("the server is busy with other {what}; nothing was done, retry later"),
+        )),
+    }
+}
+
+/// Runs blocking file-system work on the bounded pool (see [`slot`]).
+pub async fn blocking<T: Send + 'static>(
+    state: &AppState,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ApiError> {
+    let permit = slot(&state.blocking, "file-system work").await?;
+    let out = tokio::task::spawn_blocking(move || {
+        let out = f();
+        drop(permit);
+        out
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("file-system task failed: {e}")))?;
+    Ok(out)
+}
+
+/// Makes a new sandbox's root (with its own disk, see [`crate::disk`]):
+/// 429 `disk_limit` over the host-wide disk budget, 500 when the server
+/// failed.
+pub async fn make_root(state: &AppState, root: PathBuf) -> Result<(), ApiError> {
+    let disk = state.disk;
+    match blocking(state, move || crate::disk::prepare(&root, disk)).await? {
+        Ok(()) => Ok(()),
+        Err(crate::disk::PrepareError::Refused(r)) => Err(over_budget(r)),
+        Err(crate::disk::PrepareError::Io(e)) => Err(ApiError::internal(format!(
+            "cannot create sandbox root: {e}"
+        ))),
+    }
+}
+
+/// Removes the root of a deleted sandbox. The root is first renamed to
+/// `.removing-<id>` beside it (one step: the sandbox's files are gone from
+/// their path when the delete answers), then removed on a thread of its
+/// own, iteratively whatever the depth of the tree (see [`crate::fstree`]):
+/// a tree of 100 000 levels takes a minute on a slow disk, longer than a
+/// client waits for a DELETE. Shutdown waits for these removals. A
+/// failure is logged and the path is removed again at shutdown; `Err` only
+/// when no removal could be started.
+pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<(), String> {
+    let trash = state.data_dir.join(format!(".removing-{id}"));
+    // Its own disk goes first (a mount point cannot be renamed).
+    let r = root.clone();
+    let _ = tokio::task::spawn_blocking(move || crate::disk::detach(&r)).await;
+    let target = match std::fs::rename(&root, &trash) {
+        Ok(()) => trash,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // Could not rename: remove it where it is.
+        Err(_) => root,
+    };
+    let path = target.clone();
+    let label = id.to_string();
+    let spawned = std::thread::Builder::new()
+        .name("createos-local-remove".into())
+        .spawn(move || match crate::fstree::remove_tree(&path) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => {
+                eprintln!(
+                    "createos-local: could not remove the files of sandbox {label}: {e}; \
+                     they are removed again at shutdown"
+                );
+                false
+            }
+        });
+    match spawned {
+        Ok(handle) => {
+            state.store.removing(target, handle);
+            Ok(())
+        }
+        Err(e) => {
+            state.store.leave(target);
+            Err(format!(
+                "removing the files of sandbox {id} could not start ({e}); its processes are gone \
+                 and its files are removed at shutdown"
+            ))
+        }
+    }
+}
+
+/// Drops finished processes beyond the retention (both faces: a Daytona
+/// session forgets the commands whose process was dropped).
+pub fn prune_finished(state: &AppState) {
+    let pruned = state.store.prune_finished(state.retention);
+    if pruned.is_empty() {
+        return;
+    }
+    for (id, dropped) in pruned {
+        if let Some(sb) = state.daytona.get(&id) {
+            for session in sb.sessions() {
+                session.retain_commands(|c| !dropped.contains(&c.process.id));
+            }
+        }
+    }
+    // The journals just freed are many small allocations that glibc keeps
+    // in its arenas: give them back to the system, so that the server's
+    // memory returns to its baseline (see BENCHMARKS.md).
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only releases free memory of the allocator.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Runs `fut` as its own task on the supervision runtime (see
+/// [`AppState::supervision`]) so that it completes (and registers or cleans
+/// up what it started) even when the client goes away mid-request, and so
+/// that starting, watching and terminating processes never holds up the
+/// threads that answer other requests.
+pub async fn detached<T: Send + 'static>(
+    supervision: &tokio::runtime::Handle,
+    fut: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, ApiError> {
+    supervision
+        .spawn(fut)
+        .await
+        .map_err(|e| ApiError::internal(format!("request task failed: {e}")))?
+}
