@@ -111,7 +111,7 @@ fn start_guard() -> std::io::Result<std::fs::File> {
     unsafe {
         cmd.pre_exec(|| {
             rustix::process::setsid()?;
-            crate::isolation::mark_cloexec_from(3);
+            crate::fds::mark_cloexec_from(3);
             Ok(())
         });
     }

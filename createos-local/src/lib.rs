@@ -41,6 +41,7 @@ pub mod deathguard;
 pub mod disk;
 pub mod egress;
 pub mod faults;
+pub(crate) mod fds;
 pub(crate) mod fstree;
 pub(crate) mod http;
 pub mod isolation;

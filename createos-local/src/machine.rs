@@ -240,7 +240,7 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
-            crate::isolation::mark_cloexec_from(3);
+            crate::fds::mark_cloexec_from(3);
             let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
             rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             if let Some(c) = cgroup_raw {
