@@ -24,20 +24,20 @@ pub mod command;
 pub mod fault;
 pub mod local;
 pub mod procs;
-pub mod scenario;
 pub mod scenarios;
 pub mod session;
+pub mod suite;
 pub mod target;
-pub mod targets;
 pub mod verdict;
+pub mod workspace_targets;
 
 use std::path::PathBuf;
 
 pub use backend::{Backend, LiveBackend};
 pub use fault::FaultPoint;
 pub use local::{LocalBackend, LocalFace};
-pub use scenario::Scenario;
 pub use session::Session;
+pub use suite::Scenario;
 pub use target::Target;
 pub use verdict::Verdict;
 
@@ -82,7 +82,7 @@ pub fn check(target: &Target, scenario: Scenario, not_applicable: &[&str]) {
 /// `cargo test conformance_createos` one provider's):
 ///
 /// ```ignore
-/// sandbox_conformance::conformance_suite!(conformance_createos, sandbox_conformance::targets::createos());
+/// sandbox_conformance::conformance_suite!(conformance_createos, sandbox_conformance::workspace_targets::createos());
 /// sandbox_conformance::conformance_suite!(conformance_mine, my_target(), not_applicable = ["cleanup_failed_output_stream_hangs"]);
 /// ```
 #[macro_export]

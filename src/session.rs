@@ -32,12 +32,11 @@ pub struct Session {
 }
 
 impl Session {
-    pub(crate) fn open(
-        target: &Target,
-        backend: Box<dyn Backend>,
-        patch: Option<&Value>,
-        declared_rate_limit: bool,
-    ) -> Result<Session> {
+    /// A fresh backend of `target` and a runtime with an environment on
+    /// it; `patch` fields are merged over the backend's config.
+    pub fn open(target: &Target, patch: Option<&Value>) -> Result<Session> {
+        let backend = target.start_backend()?;
+        let declared_rate_limit = target.declared_rate_limit();
         let mut config = backend.config();
         if let (Some(object), Some(Value::Object(patch))) = (config.as_object_mut(), patch) {
             for (field, value) in patch {

@@ -11,7 +11,6 @@ use sandbox_host::{shared_engine, ProviderComponent};
 use serde_json::Value;
 
 use crate::backend::Backend;
-use crate::session::Session;
 
 /// Starts a fresh backend for one scenario.
 pub type StartBackend = Arc<dyn Fn() -> Result<Box<dyn Backend>> + Send + Sync>;
@@ -98,12 +97,15 @@ impl Target {
         Ok(component)
     }
 
-    /// A fresh backend and a runtime with an environment on it; `patch`
-    /// fields are merged over the backend's config.
-    pub fn session(&self, patch: Option<&Value>) -> Result<Session> {
-        let backend =
-            (self.start)().with_context(|| format!("the {} backend did not start", self.name))?;
-        Session::open(self, backend, patch, self.declared_rate_limit)
+    /// Whether scenarios spend the provider's declared rate limit (see
+    /// [`with_declared_rate_limit`](Self::with_declared_rate_limit)).
+    pub fn declared_rate_limit(&self) -> bool {
+        self.declared_rate_limit
+    }
+
+    /// Starts a fresh backend for one scenario.
+    pub fn start_backend(&self) -> Result<Box<dyn Backend>> {
+        (self.start)().with_context(|| format!("the {} backend did not start", self.name))
     }
 }
 

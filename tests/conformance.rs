@@ -4,12 +4,12 @@
 
 sandbox_conformance::conformance_suite!(
     conformance_createos,
-    sandbox_conformance::targets::createos()
+    sandbox_conformance::workspace_targets::createos()
 );
 sandbox_conformance::conformance_suite!(
     conformance_daytona,
-    sandbox_conformance::targets::daytona(),
+    sandbox_conformance::workspace_targets::daytona(),
     // The Daytona face cannot be made to drop output a follower has not
-    // read (see targets::daytona_faults).
+    // read (see workspace_targets::daytona_faults).
     not_applicable = ["output_lost"]
 );

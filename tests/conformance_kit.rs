@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
-use sandbox_conformance::targets::{self, CREATEOS_FACE};
+use sandbox_conformance::workspace_targets::{self, CREATEOS_FACE};
 use sandbox_conformance::{
     built_component, Backend, FaultPoint, LiveBackend, LocalFace, Scenario, Target, Verdict,
 };
@@ -39,7 +39,7 @@ fn conformance_kit_fails_when_the_fault_does_not_happen() {
         },
         ..CREATEOS_FACE
     };
-    let target = targets::local("createos-no-fault", "createos_provider.wasm", face);
+    let target = workspace_targets::local("createos-no-fault", "createos_provider.wasm", face);
     let outcome = Scenario::CleanupFailed(FaultPoint::CommandTerminationFails).run(&target);
     let error = outcome.expect_err("a fault that never happened cannot pass");
     let text = format!("{error:#}");

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use sandbox_conformance::{targets, Backend, LiveBackend, Scenario, Target, Verdict};
+use sandbox_conformance::{workspace_targets, Backend, LiveBackend, Scenario, Target, Verdict};
 use serde_json::Value;
 
 /// Runs the provider-neutral conformance scenarios against a provider
@@ -74,8 +74,8 @@ fn run(args: Args) -> Result<bool> {
     }
     let mut target = match (&args.target, &args.provider, &args.config) {
         (Some(name), _, _) => match name.as_str() {
-            "createos" => targets::createos(),
-            "daytona" => targets::daytona(),
+            "createos" => workspace_targets::createos(),
+            "daytona" => workspace_targets::daytona(),
             other => bail!("unknown target {other:?}: the workspace targets are createos, daytona"),
         },
         (None, Some(provider), Some(config)) => live_target(provider, config, &args)?,

@@ -27,7 +27,7 @@ pub(crate) fn with_session(
     patch: Option<&Value>,
     body: impl FnOnce(&Session) -> Result<Verdict>,
 ) -> Result<Verdict> {
-    let session = target.session(patch)?;
+    let session = Session::open(target, patch)?;
     let verdict = body(&session)?;
     session.finish()?;
     Ok(verdict)
