@@ -96,7 +96,7 @@ impl Session {
         self.component.instantiate(
             HostOptions::new()
                 .with_transport(Arc::new(guard))
-                .with_deadline(self.env.budget().lifecycle_deadline()),
+                .with_deadline(self.env.deadlines().lifecycle_deadline()),
         )
     }
 

@@ -358,7 +358,7 @@ fn the_shared_deadline_decisions_hold_for_the_rust_host() {
             operation_ms: b["operationMs"].as_u64().unwrap(),
             request_ms: b["requestMs"].as_u64().unwrap(),
         });
-        let budget = sandbox_host::Budget::from_validation(declared.as_ref());
+        let budget = sandbox_host::Deadlines::from_validation(declared.as_ref());
         let deadline = if case["operation"] == "execute" {
             budget.execute_deadline(case["commandTimeoutMs"].as_u64().map(Duration::from_millis))
         } else {

@@ -14,14 +14,14 @@
 //! Modules by concern: `wasm/` (engine, component, instance, the `host`
 //! interface, limits), `network/` (transports, the policy guard, secrets,
 //! rate budget), `leases/` (the store trait, its SQLite and PostgreSQL
-//! backends, the state machine), and the runtime (`runtime`, `budget`,
+//! backends, the state machine), and the runtime (`runtime`, `deadline`,
 //! `messages`).
 //!
 //! On top of that, [`SandboxRuntime`] keeps leases in a durable
 //! [`SqliteLeases`] (poisoned on `cleanup-failed`, a trap, or the death of
 //! the host using them, judged by heartbeat; destroyed by `sweep`), with
 //! the state machine in [`leases::rules`]; [`Secrets`] holds the operator's
-//! secret rules and [`Budget`] the deadlines; [`ArtifactCache`] keeps
+//! secret rules and [`Deadlines`] the deadlines; [`ArtifactCache`] keeps
 //! compiled components on disk. The
 //! `sandbox` binary is the command-line front end.
 //!
@@ -43,7 +43,7 @@ pub mod leases;
 mod network;
 mod wasm;
 
-mod budget;
+mod deadline;
 mod messages;
 mod runtime;
 #[cfg(test)]
@@ -56,10 +56,10 @@ use network::{body, http_hook, policy, rate_budget, secrets, transport};
 use wasm::{bindings, cache, cancel, component, engine, instance, options, state, v0_2};
 
 pub use bindings::{types, PROVIDER_INTERFACE, SERVED_INTERFACES};
-pub use budget::Budget;
 pub use cache::ArtifactCache;
 pub use cancel::CancelToken;
 pub use component::ProviderComponent;
+pub use deadline::Deadlines;
 pub use engine::{new_engine, shared_engine};
 pub use instance::{trap_of, ProviderInstance};
 pub use leases::backend::{

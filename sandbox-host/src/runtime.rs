@@ -24,9 +24,9 @@ use crate::bindings::types::{
     ExecuteResult, Lease, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome,
     TerminationReceipt, WorkspaceRequest,
 };
-use crate::budget::{Budget, DEFAULT_MARGIN};
 use crate::cancel::CancelToken;
 use crate::component::ProviderComponent;
+use crate::deadline::{Deadlines, DEFAULT_MARGIN};
 use crate::instance::ProviderInstance;
 use crate::leases::backend::{HostInstance, LeaseRecord, LeaseStore, Liveness};
 use crate::leases::rules::{LeaseState, Operation};
@@ -120,7 +120,7 @@ impl SandboxRuntime {
 
     /// The margin an instance may run past the provider's own plan and its
     /// cleanup reserve before the host stops it (default 5 s; see
-    /// [`Budget`]); a stopped `execute` poisons its lease.
+    /// [`Deadlines`]); a stopped `execute` poisons its lease.
     pub fn with_grace(mut self, margin: Duration) -> Self {
         self.margin = margin;
         self
@@ -184,7 +184,8 @@ impl SandboxRuntime {
             .clone()
             .context("the provider accepted the config but returned no normalized config")?;
         let policy = self.policy_for(&split, secrets, &validation.api_origins)?;
-        let budget = Budget::from_validation(validation.budget.as_ref()).with_margin(self.margin);
+        let deadlines =
+            Deadlines::from_validation(validation.budget.as_ref()).with_margin(self.margin);
         Ok(Environment {
             ctx: EnvironmentContext {
                 driver_key: self.description.driver_key.clone(),
@@ -194,8 +195,8 @@ impl SandboxRuntime {
                 config: normalized.clone(),
             },
             // A 429's pause is repeated only within one request's budget.
-            policy: policy.with_max_throttle_wait(budget.request),
-            budget,
+            policy: policy.with_max_throttle_wait(deadlines.request),
+            deadlines,
             validation,
         })
     }
@@ -355,7 +356,7 @@ impl SandboxRuntime {
         let (_, lease, _using) =
             self.begin_use(env, lease_id, Operation::Execute, cancel.clone())?;
         let deadline = env
-            .budget
+            .deadlines
             .execute_deadline(request.timeout_ms.map(Duration::from_millis));
         let outcome = self
             .instance(env, deadline, cancel, output)
@@ -375,7 +376,7 @@ impl SandboxRuntime {
         let (_, lease, _using) =
             self.begin_use(env, lease_id, Operation::Realize, cancel.clone())?;
         let outcome = self
-            .instance(env, env.budget.lifecycle_deadline(), cancel, None)
+            .instance(env, env.deadlines.lifecycle_deadline(), cancel, None)
             .and_then(|mut i| i.realize_workspace(&env.ctx, &lease, request));
         self.poison_on_failure(lease_id, "realize-workspace", &outcome)?;
         outcome
@@ -393,7 +394,7 @@ impl SandboxRuntime {
         let cancel = CancelToken::new();
         let (_, lease, using) = self.begin_use(env, lease_id, Operation::Resume, cancel.clone())?;
         let outcome = self
-            .instance(env, env.budget.lifecycle_deadline(), cancel, None)
+            .instance(env, env.deadlines.lifecycle_deadline(), cancel, None)
             .and_then(|mut i| i.resume_lease(&env.ctx, &lease));
         match &outcome {
             Ok(Ok(ResumeOutcome::Resumed(lease))) => {
@@ -447,7 +448,7 @@ impl SandboxRuntime {
         let outcome = self
             .instance(
                 env,
-                env.budget.lifecycle_deadline(),
+                env.deadlines.lifecycle_deadline(),
                 CancelToken::new(),
                 None,
             )
@@ -515,7 +516,7 @@ impl SandboxRuntime {
         let outcome = self
             .instance(
                 env,
-                env.budget.lifecycle_deadline(),
+                env.deadlines.lifecycle_deadline(),
                 CancelToken::new(),
                 None,
             )
@@ -705,7 +706,7 @@ impl SandboxRuntime {
         let options = self
             .options(
                 env,
-                env.budget.lifecycle_deadline(),
+                env.deadlines.lifecycle_deadline(),
                 CancelToken::new(),
                 output,
             )

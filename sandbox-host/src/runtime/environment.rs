@@ -1,17 +1,17 @@
 //! A validated environment: what every call of the provider gets.
 
 use crate::bindings::types::{ConfigValidation, EnvironmentContext};
-use crate::budget::Budget;
+use crate::deadline::Deadlines;
 use crate::policy::Policy;
 
 /// A validated environment: the context every call gets (normalised config
 /// with the secret removed), the HTTP policy for its API origin, and the
-/// budgets read from the same config the provider uses.
+/// deadlines derived from the budget the provider declared for that config.
 #[derive(Clone, Debug)]
 pub struct Environment {
     pub(super) ctx: EnvironmentContext,
     pub(super) policy: Policy,
-    pub(super) budget: Budget,
+    pub(super) deadlines: Deadlines,
     pub(super) validation: ConfigValidation,
 }
 
@@ -26,9 +26,9 @@ impl Environment {
         &self.policy
     }
 
-    /// The budgets the host derives its deadlines from.
-    pub fn budget(&self) -> &Budget {
-        &self.budget
+    /// The host's deadlines, derived from the budget the provider declared.
+    pub fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
     }
 
     /// What `validate-config` said (warnings included).

@@ -21,10 +21,12 @@ const DEFAULT_PROVIDER: &str = "createos";
 /// Everything a subcommand works with.
 pub struct Setup {
     pub runtime: SandboxRuntime,
-    local: Option<LocalBackend>,
+    local: Option<EmbeddedEngine>,
 }
 
-struct LocalBackend {
+/// The embedded local engine (`createos-local`, in this process) and how the
+/// provider reaches it.
+struct EmbeddedEngine {
     #[cfg(feature = "local-backend")]
     server: createos_local::BackgroundServer,
     /// The config fields that point the provider at the embedded engine.
@@ -66,7 +68,8 @@ impl Setup {
                  or set {first} in --config"
             );
         }
-        let local = LocalBackend::start(global.isolation, &global.egress, &description.driver_key)?;
+        let local =
+            EmbeddedEngine::start(global.isolation, &global.egress, &description.driver_key)?;
         let store = Arc::new(SqliteLeases::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
         let runtime = runtime(global, store)?.with_rate_limit(None);
@@ -209,7 +212,7 @@ impl Setup {
 /// The embedded engine served on its own by `sandbox engine`, with the
 /// files that point other `sandbox` processes at it.
 pub struct Engine {
-    local: LocalBackend,
+    local: EmbeddedEngine,
     /// A config naming the engine's URLs for the provider.
     pub config_file: PathBuf,
     /// The engine's API key (mode 0600).
@@ -224,7 +227,7 @@ impl Engine {
         let description = component
             .instantiate(sandbox_host::HostOptions::new())?
             .describe()?;
-        let local = LocalBackend::start_on(
+        let local = EmbeddedEngine::start_on(
             global.isolation,
             &global.egress,
             &description.driver_key,
@@ -275,7 +278,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-impl LocalBackend {
+impl EmbeddedEngine {
     fn start(isolation: crate::Isolation, egress: &[String], driver_key: &str) -> Result<Self> {
         Self::start_on(isolation, egress, driver_key, 0)
     }
@@ -336,7 +339,7 @@ impl LocalBackend {
                  pass --api-url (and the provider's other URLs in --config)"
             ),
         };
-        Ok(LocalBackend {
+        Ok(EmbeddedEngine {
             server,
             urls,
             api_key,

@@ -228,7 +228,7 @@ fn execute(
     };
     // The command's own timeout: a consumer that never reads stdout
     // cannot hold it past this (see live.rs).
-    let timeout = args.timeout.unwrap_or(env.budget().timeout);
+    let timeout = args.timeout.unwrap_or(env.deadlines().timeout);
     let (sink, live) = Live::start(Instant::now() + timeout);
     let outcome = setup
         .runtime

@@ -1,4 +1,8 @@
-//! One budget model for the host and the provider.
+//! The host's deadlines, derived from the budget the provider declares.
+//!
+//! ("Deadlines" is the contract's word, the WIT `operation-budget`; what the
+//! host derives from it are deadlines, and the request starts an API allows
+//! are its rate limit, `network/rate_budget.rs`.)
 //!
 //! The provider plans its work from the config it validated and says so in
 //! `validate-config`'s `operation-budget`: a lifecycle operation (acquire,
@@ -38,9 +42,9 @@ const CLEANUP_REQUESTS: u32 = 2;
 /// stdin, create the process, close stdin.
 const SETUP_REQUESTS: u32 = 3;
 
-/// The budgets of one environment, as its provider declared them.
+/// The deadlines of one environment, from the budget its provider declared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Budget {
+pub struct Deadlines {
     /// `operation-ms`: a lifecycle operation's budget and the default command timeout.
     pub timeout: Duration,
     /// `request-ms`: one request's budget, and each cleanup request's.
@@ -49,22 +53,22 @@ pub struct Budget {
     pub margin: Duration,
 }
 
-impl Budget {
+impl Deadlines {
     /// The budget `validate-config` declared (defaults when none; values
     /// above 24 hours are capped).
-    pub fn from_validation(budget: Option<&OperationBudget>) -> Budget {
+    pub fn from_validation(budget: Option<&OperationBudget>) -> Deadlines {
         let (operation, request) = budget
             .map(|b| (b.operation_ms, b.request_ms))
             .unwrap_or((DEFAULT_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS));
-        Budget {
+        Deadlines {
             timeout: Duration::from_millis(operation.min(MAX_BUDGET_MS)),
             request: Duration::from_millis(request.min(MAX_BUDGET_MS)),
             margin: DEFAULT_MARGIN,
         }
     }
 
-    /// The same budgets with another margin.
-    pub fn with_margin(mut self, margin: Duration) -> Budget {
+    /// The same deadlines with another margin.
+    pub fn with_margin(mut self, margin: Duration) -> Deadlines {
         self.margin = margin;
         self
     }
@@ -95,7 +99,7 @@ mod tests {
 
     #[test]
     fn deadlines_cover_the_plan_and_its_cleanup_requests() {
-        let budget = Budget::from_validation(Some(&OperationBudget {
+        let budget = Deadlines::from_validation(Some(&OperationBudget {
             operation_ms: 1000,
             request_ms: 60000,
         }))
@@ -108,13 +112,13 @@ mod tests {
             budget.execute_deadline(Some(Duration::from_millis(10))),
             Duration::from_millis(10 + 5 * 60_000)
         );
-        let defaults = Budget::from_validation(None);
+        let defaults = Deadlines::from_validation(None);
         assert_eq!(defaults.timeout, Duration::from_millis(DEFAULT_TIMEOUT_MS));
         assert_eq!(
             defaults.request,
             Duration::from_millis(DEFAULT_REQUEST_TIMEOUT_MS)
         );
-        let capped = Budget::from_validation(Some(&OperationBudget {
+        let capped = Deadlines::from_validation(Some(&OperationBudget {
             operation_ms: u64::MAX,
             request_ms: 1,
         }));
