@@ -22,7 +22,7 @@
 
 use std::time::Duration;
 
-use crate::bindings::types::OperationBudget;
+use crate::wasm::bindings::types::OperationBudget;
 
 /// `operation-ms` when the provider declares no budget.
 pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;

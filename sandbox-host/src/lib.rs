@@ -20,7 +20,7 @@
 //! On top of that, [`SandboxRuntime`] keeps leases in a durable
 //! [`SqliteLeases`] (poisoned on `cleanup-failed`, a trap, or the death of
 //! the host using them, judged by heartbeat; destroyed by `sweep`), with
-//! the state machine in [`leases::rules`]; [`Secrets`] holds the operator's
+//! the state machine of [`LeaseState`] and [`Operation`]; [`Secrets`] holds the operator's
 //! secret rules and [`Deadlines`] the deadlines; [`ArtifactCache`] keeps
 //! compiled components on disk. The
 //! `sandbox` binary is the command-line front end.
@@ -39,7 +39,7 @@
 
 // One concept per folder: the wasm embedding, the network policy, the
 // lease store, and the runtime on top (this file's siblings).
-pub mod leases;
+mod leases;
 mod network;
 mod wasm;
 
@@ -51,17 +51,7 @@ mod secret_routing_table;
 #[cfg(any(test, feature = "testing"))]
 mod testing;
 
-// Short paths inside the crate (`crate::policy`, `crate::bindings`, ...).
-use network::{body, http_hook, policy, rate_budget, secrets, transport};
-use wasm::{bindings, cache, cancel, component, engine, instance, options, state, v0_2};
-
-pub use bindings::{types, PROVIDER_INTERFACE, SERVED_INTERFACES};
-pub use cache::ArtifactCache;
-pub use cancel::CancelToken;
-pub use component::ProviderComponent;
 pub use deadline::Deadlines;
-pub use engine::{new_engine, shared_engine};
-pub use instance::{trap_of, ProviderInstance};
 pub use leases::backend::{
     HostInstance, LeaseRecord, LeaseRefused, LeaseStore, Liveness, StoreUnavailable,
 };
@@ -72,18 +62,24 @@ pub use leases::sqlite::SqliteLeases;
 pub use leases::url::open_store;
 pub use messages::{cleanup_text, error_text, loss_text};
 pub use network::client::NetworkTransport;
-pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
-pub use policy::{Guard, Origin, Policy};
-pub use rate_budget::{BudgetStats, RateBudget, RateLimit};
+pub use network::policy::{Guard, Origin, Policy};
+pub use network::rate_budget::{BudgetStats, RateBudget, RateLimit};
+pub use network::secrets::{Secrets, KEY_ORIGIN_VAR};
+pub use network::transport::{
+    BodySender, ErrorCode, OutgoingRequest, ResponseBody, Transport, TransportFuture,
+    TransportResponse,
+};
 pub use runtime::{action_name, Environment, SandboxRuntime};
-pub use secrets::{Secrets, KEY_ORIGIN_VAR};
 #[cfg(any(test, feature = "testing"))]
 pub use testing::postgres::ThrowawayPostgres;
 #[cfg(any(test, feature = "testing"))]
 pub use testing::scripted::{RecordedRequest, ScriptedChunk, ScriptedResponse, ScriptedTransport};
-pub use transport::{
-    BodySender, ErrorCode, OutgoingRequest, ResponseBody, Transport, TransportFuture,
-    TransportResponse,
-};
+pub use wasm::bindings::{types, PROVIDER_INTERFACE, SERVED_INTERFACES};
+pub use wasm::cache::ArtifactCache;
+pub use wasm::cancel::CancelToken;
+pub use wasm::component::ProviderComponent;
+pub use wasm::engine::{new_engine, shared_engine};
+pub use wasm::instance::{trap_of, ProviderInstance};
+pub use wasm::options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
 /// The wasmtime trap codes, for matching [`trap_of`].
 pub use wasmtime::Trap;

@@ -1,7 +1,7 @@
 //! Provider errors in words for people: what happened and what may still
 //! run, never a Rust `Debug` name.
 
-use crate::bindings::types::{
+use crate::wasm::bindings::types::{
     CleanupCause, CleanupFailure, CleanupPhase, OutputLoss, ProviderError, TransportKind,
 };
 
@@ -115,7 +115,7 @@ fn cause_text(cause: &CleanupCause) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::types::{ApiRejection, PartialOutput, TransportFailure};
+    use crate::wasm::bindings::types::{ApiRejection, PartialOutput, TransportFailure};
 
     #[test]
     fn no_message_carries_a_debug_name() {

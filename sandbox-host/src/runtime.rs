@@ -19,23 +19,23 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::bindings::types::{
+use crate::deadline::{Deadlines, DEFAULT_MARGIN};
+use crate::leases::backend::{HostInstance, LeaseRecord, LeaseStore, Liveness};
+use crate::leases::rules::{LeaseState, Operation};
+use crate::messages::{cleanup_text, error_text, loss_text};
+use crate::network::policy::{Origin, Policy};
+use crate::network::rate_budget::{RateBudget, RateLimit};
+use crate::network::secrets::{check_secret_origin, Secrets, SplitConfig};
+use crate::network::transport::Transport;
+use crate::wasm::bindings::types::{
     AcquireRequest, CleanupFailure, ConfigValidation, EnvironmentContext, ExecuteRequest,
     ExecuteResult, Lease, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome,
     TerminationReceipt, WorkspaceRequest,
 };
-use crate::cancel::CancelToken;
-use crate::component::ProviderComponent;
-use crate::deadline::{Deadlines, DEFAULT_MARGIN};
-use crate::instance::ProviderInstance;
-use crate::leases::backend::{HostInstance, LeaseRecord, LeaseStore, Liveness};
-use crate::leases::rules::{LeaseState, Operation};
-use crate::messages::{cleanup_text, error_text, loss_text};
-use crate::options::{GuestStderr, HostOptions, OutputSink, SandboxRecorder};
-use crate::policy::{Origin, Policy};
-use crate::rate_budget::{RateBudget, RateLimit};
-use crate::secrets::{check_secret_origin, Secrets, SplitConfig};
-use crate::transport::Transport;
+use crate::wasm::cancel::CancelToken;
+use crate::wasm::component::ProviderComponent;
+use crate::wasm::instance::ProviderInstance;
+use crate::wasm::options::{GuestStderr, HostOptions, OutputSink, SandboxRecorder};
 
 /// The deadline of `validate-config` (no network; a pure function).
 const VALIDATE_DEADLINE: Duration = Duration::from_secs(30);

@@ -8,14 +8,14 @@
 
 use serde_json::Value;
 
-use crate::bindings::types::ProviderDescription;
-use crate::policy::Origin;
-use crate::secrets::Secrets;
+use crate::network::policy::Origin;
+use crate::network::secrets::Secrets;
+use crate::wasm::bindings::types::ProviderDescription;
 
 /// A provider description of the shared secret-routing table (the
 /// Node host's camelCase shape of `describe()`).
 fn described(value: &Value) -> ProviderDescription {
-    use crate::bindings::types::{Capabilities, OriginField, SecretField};
+    use crate::wasm::bindings::types::{Capabilities, OriginField, SecretField};
     let text = |v: &Value| v.as_str().map(str::to_owned);
     ProviderDescription {
         driver_key: text(&value["driverKey"]).unwrap(),

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::bindings::types::{EnvironmentContext, Lease};
 use crate::leases::rules::{HostSeen, LeaseState, Operation, Owner};
+use crate::wasm::bindings::types::{EnvironmentContext, Lease};
 
 /// One stored lease.
 #[derive(Clone, Debug)]

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::bindings::types::{EnvironmentContext, Lease};
 use crate::leases::backend::{judge, LeaseRecord, LeaseRefused, LeaseStore, Liveness};
 use crate::leases::rules::{decide, Change, HostSeen, LeaseState, LeaseView, Operation, Owner};
+use crate::wasm::bindings::types::{EnvironmentContext, Lease};
 
 /// The schema of both stores, one step per version: version `n` is reached
 /// by applying `MIGRATIONS[n - 1]`. Append only; never edit a released

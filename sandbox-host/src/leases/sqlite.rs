@@ -287,9 +287,9 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bindings::types::EnvironmentContext;
     use crate::leases::backend::LeaseRefused;
     use crate::leases::rules::{LeaseState, Operation};
+    use crate::wasm::bindings::types::EnvironmentContext;
 
     fn ctx() -> EnvironmentContext {
         EnvironmentContext {

@@ -14,7 +14,7 @@ use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use tokio::sync::mpsc;
 
-use crate::transport::ErrorCode;
+use crate::network::transport::ErrorCode;
 
 /// A response body: a stream of byte chunks that may end with an
 /// [`ErrorCode`] (for example `connection-terminated` for a reset mid-body).

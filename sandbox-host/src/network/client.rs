@@ -7,8 +7,10 @@ use wasmtime_wasi_http::p2::bindings::http::types::DnsErrorPayload;
 use wasmtime_wasi_http::p2::hyper_response_error;
 use wasmtime_wasi_http::{default_send_request, Error as HttpError, RequestOptions};
 
-use crate::body::ResponseBody;
-use crate::transport::{ErrorCode, OutgoingRequest, Transport, TransportFuture, TransportResponse};
+use crate::network::body::ResponseBody;
+use crate::network::transport::{
+    ErrorCode, OutgoingRequest, Transport, TransportFuture, TransportResponse,
+};
 
 /// Sends requests over the network (HTTP/1.1, TLS with the webpki roots).
 ///

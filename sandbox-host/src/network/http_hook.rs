@@ -8,7 +8,7 @@ use std::time::Instant;
 use http_body_util::BodyExt;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
-use crate::transport::{OutgoingRequest, RequestTimeouts, Transport};
+use crate::network::transport::{OutgoingRequest, RequestTimeouts, Transport};
 
 type IoFuture = Box<dyn Future<Output = Result<(), HttpError>> + Send>;
 

@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 
-use crate::rate_budget::{Priority, RateBudget, RateLimit};
-use crate::transport::{ErrorCode, OutgoingRequest, RequestTimeouts, Transport, TransportFuture};
+use crate::network::rate_budget::{Priority, RateBudget, RateLimit};
+use crate::network::transport::{
+    ErrorCode, OutgoingRequest, RequestTimeouts, Transport, TransportFuture,
+};
 
 /// An origin: scheme, lower-case host and explicit port.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -31,7 +31,7 @@ use std::fmt;
 use anyhow::{bail, Context, Result};
 use serde_json::{Map, Value};
 
-use crate::policy::Origin;
+use crate::network::policy::Origin;
 
 /// What the secret rules read from a provider's `describe()`: the config
 /// fields that hold secrets and the ones that name API origins. Built from

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};
 
-pub use crate::body::{BodySender, ResponseBody};
+pub use crate::network::body::{BodySender, ResponseBody};
 /// The `wasi:http/types.error-code` a transport answers with; the guest
 /// receives it unchanged.
 pub use wasmtime_wasi_http::p2::bindings::http::types::ErrorCode;

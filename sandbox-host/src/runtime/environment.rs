@@ -1,8 +1,8 @@
 //! A validated environment: what every call of the provider gets.
 
-use crate::bindings::types::{ConfigValidation, EnvironmentContext};
 use crate::deadline::Deadlines;
-use crate::policy::Policy;
+use crate::network::policy::Policy;
+use crate::wasm::bindings::types::{ConfigValidation, EnvironmentContext};
 
 /// A validated environment: the context every call gets (normalised config
 /// with the secret removed), the HTTP policy for its API origin, and the

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::SandboxRuntime;
-use crate::cancel::CancelToken;
+use crate::wasm::cancel::CancelToken;
 
 /// One operation using a lease: drops the store mark (if taken) and the
 /// cancel token when it ends.

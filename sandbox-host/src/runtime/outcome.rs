@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use crate::bindings::types::TerminationAction;
-use crate::instance::trap_of;
-use crate::rate_budget::RateLimit;
+use crate::network::rate_budget::RateLimit;
+use crate::wasm::bindings::types::TerminationAction;
+use crate::wasm::instance::trap_of;
 
 /// A trap or host failure in words (the trap's name, else the error chain).
 pub(super) fn host_failure(error: &anyhow::Error) -> String {
@@ -16,7 +16,7 @@ pub(super) fn host_failure(error: &anyhow::Error) -> String {
 }
 
 /// The host's form of a provider's declared `rate-limit`.
-pub(super) fn declared_limit(limit: crate::bindings::types::RateLimit) -> RateLimit {
+pub(super) fn declared_limit(limit: crate::wasm::bindings::types::RateLimit) -> RateLimit {
     let declared = RateLimit::new(
         limit.requests,
         Duration::from_millis(u64::from(limit.window_ms)),

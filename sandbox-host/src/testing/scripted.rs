@@ -8,8 +8,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 
-use crate::body::ResponseBody;
-use crate::transport::{ErrorCode, OutgoingRequest, Transport, TransportFuture, TransportResponse};
+use crate::network::body::ResponseBody;
+use crate::network::transport::{
+    ErrorCode, OutgoingRequest, Transport, TransportFuture, TransportResponse,
+};
 
 /// A request as the transport received it (after any [`Guard`](crate::Guard),
 /// so with the injected secret header).

@@ -73,9 +73,9 @@ pub const SERVED_INTERFACES: [&str; 2] = [PROVIDER_INTERFACE, v0_2::PROVIDER_INT
 /// The secret rules' view of a description: which config fields hold
 /// secrets and which name API origins (the rules in `network/secrets.rs`
 /// take plain data, not the generated types).
-impl From<&types::ProviderDescription> for crate::secrets::SecretLayout {
+impl From<&types::ProviderDescription> for crate::network::secrets::SecretLayout {
     fn from(description: &types::ProviderDescription) -> Self {
-        crate::secrets::SecretLayout {
+        crate::network::secrets::SecretLayout {
             secret_fields: description
                 .secrets
                 .iter()
@@ -84,7 +84,7 @@ impl From<&types::ProviderDescription> for crate::secrets::SecretLayout {
             origin_fields: description
                 .origin_fields
                 .iter()
-                .map(|o| crate::secrets::OriginFieldLayout {
+                .map(|o| crate::network::secrets::OriginFieldLayout {
                     config_field: o.config_field.clone(),
                     default_url: o.default_url.clone(),
                     secrets: o.secrets.clone(),

@@ -8,14 +8,14 @@ use anyhow::{bail, Context, Result};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
 
-use crate::bindings::{
+use crate::wasm::bindings::{
     host, v0_2, SandboxProviderPre, PROVIDER_INTERFACE, SERVED_INTERFACES, TYPES_INTERFACE,
 };
-use crate::cache::ArtifactCache;
-use crate::engine::ticks_for;
-use crate::instance::{Bindings, ProviderInstance};
-use crate::options::HostOptions;
-use crate::state::HostState;
+use crate::wasm::cache::ArtifactCache;
+use crate::wasm::engine::ticks_for;
+use crate::wasm::instance::{Bindings, ProviderInstance};
+use crate::wasm::options::HostOptions;
+use crate::wasm::state::HostState;
 
 /// A compiled, linked, pre-instantiated provider component. Cheap to clone
 /// and shareable across threads; [`instantiate`](Self::instantiate) makes a

@@ -4,9 +4,9 @@
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{subscribe, DynPollable};
 
-use crate::bindings::host;
-use crate::bindings::types::OutputStream;
-use crate::state::HostState;
+use crate::wasm::bindings::host;
+use crate::wasm::bindings::types::OutputStream;
+use crate::wasm::state::HostState;
 
 impl host::Host for HostState {
     fn emit_output(&mut self, stream: OutputStream, chunk: String) -> wasmtime::Result<()> {

@@ -3,18 +3,18 @@
 use anyhow::{bail, Result};
 use wasmtime::Store;
 
-use crate::bindings::exports_provider::Guest;
-use crate::bindings::types::{
+use crate::wasm::bindings::exports_provider::Guest;
+use crate::wasm::bindings::types::{
     AcquireRequest, ConfigValidation, EnvironmentContext, ExecuteRequest, ExecuteResult,
     FileDownload, FileUpload, Lease, ProbeReport, ProviderDescription, ProviderError,
     ResumeOutcome, SyncReport, TerminationReceipt, WorkspaceRequest,
 };
-use crate::bindings::v0_2;
-use crate::bindings::SandboxProvider;
-use crate::cancel::CancelToken;
-use crate::options::HostOptions;
-use crate::state::HostState;
-use crate::v0_2::Conv;
+use crate::wasm::bindings::v0_2;
+use crate::wasm::bindings::SandboxProvider;
+use crate::wasm::cancel::CancelToken;
+use crate::wasm::options::HostOptions;
+use crate::wasm::state::HostState;
+use crate::wasm::v0_2::Conv;
 
 /// A live instance of a provider component, made by
 /// [`ProviderComponent::instantiate`](crate::ProviderComponent::instantiate).

@@ -5,9 +5,9 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::bindings::types::OutputStream;
-use crate::cancel::CancelToken;
-use crate::transport::{DenyAll, Transport};
+use crate::network::transport::{DenyAll, Transport};
+use crate::wasm::bindings::types::OutputStream;
+use crate::wasm::cancel::CancelToken;
 
 /// Receives the live output a guest forwards with `host.emit-output`.
 pub type OutputSink = Arc<dyn Fn(OutputStream, &str) + Send + Sync>;

@@ -13,9 +13,9 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::cancel::CancelToken;
-use crate::http_hook::HttpHooks;
-use crate::options::{GuestStderr, HostOptions, OutputSink};
+use crate::network::http_hook::HttpHooks;
+use crate::wasm::cancel::CancelToken;
+use crate::wasm::options::{GuestStderr, HostOptions, OutputSink};
 
 /// The `T` of `Store<T>` for provider instances.
 pub(crate) struct HostState {
@@ -27,7 +27,7 @@ pub(crate) struct HostState {
     pub(crate) output: OutputSink,
     pub(crate) cancel: CancelToken,
     pub(crate) stderr: Option<CapturedStderr>,
-    pub(crate) sandbox_recorder: crate::options::SandboxRecorder,
+    pub(crate) sandbox_recorder: crate::wasm::options::SandboxRecorder,
 }
 
 impl HostState {

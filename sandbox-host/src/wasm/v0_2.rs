@@ -9,9 +9,9 @@
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::DynPollable;
 
-use crate::bindings::types as new;
-use crate::bindings::v0_2::{host, types as old};
-use crate::state::HostState;
+use crate::wasm::bindings::types as new;
+use crate::wasm::bindings::v0_2::{host, types as old};
+use crate::wasm::state::HostState;
 
 /// A lossless conversion between the two contracts' copies of a type.
 pub(crate) trait Conv<T> {
@@ -209,14 +209,14 @@ impl host::Host for HostState {
             host::OutputStream::Stdout => new::OutputStream::Stdout,
             host::OutputStream::Stderr => new::OutputStream::Stderr,
         };
-        crate::bindings::host::Host::emit_output(self, stream, chunk)
+        crate::wasm::bindings::host::Host::emit_output(self, stream, chunk)
     }
 
     fn record_sandbox(&mut self, sandbox_id: String) -> wasmtime::Result<()> {
-        crate::bindings::host::Host::record_sandbox(self, sandbox_id)
+        crate::wasm::bindings::host::Host::record_sandbox(self, sandbox_id)
     }
 
     fn cancellation(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
-        crate::bindings::host::Host::cancellation(self)
+        crate::wasm::bindings::host::Host::cancellation(self)
     }
 }
