@@ -19,6 +19,8 @@
 //! This is the workspace's umbrella package: `tests/` also holds the
 //! end-to-end suites of the CreateOS component.
 
+#![deny(missing_docs)]
+
 pub mod backend;
 pub mod command;
 pub mod fault;

@@ -31,6 +31,8 @@
 //! no outbound network in bwrap mode, and the `shape` is only validated and
 //! echoed (the same `prlimit` bounds apply to every shape).
 
+#![deny(missing_docs)]
+
 pub(crate) mod api;
 pub mod budgets;
 pub(crate) mod confine;
