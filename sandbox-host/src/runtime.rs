@@ -5,10 +5,11 @@
 
 mod environment;
 mod in_flight;
+mod instances;
+pub(crate) mod origin_policy;
 mod outcome;
 
 pub use environment::Environment;
-use in_flight::UseGuard;
 pub use outcome::action_name;
 use outcome::{declared_limit, host_failure};
 
@@ -19,26 +20,19 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
-use crate::deadline::{Deadlines, DEFAULT_MARGIN};
+use crate::deadline::DEFAULT_MARGIN;
 use crate::leases::backend::{HostInstance, LeaseRecord, LeaseStore, Liveness};
 use crate::leases::rules::{LeaseState, Operation};
 use crate::messages::{cleanup_text, error_text, loss_text};
-use crate::network::policy::{Origin, Policy};
 use crate::network::rate_budget::{RateBudget, RateLimit};
-use crate::network::secrets::{check_secret_origin, Secrets, SplitConfig};
 use crate::network::transport::Transport;
 use crate::wasm::bindings::types::{
-    AcquireRequest, CleanupFailure, ConfigValidation, EnvironmentContext, ExecuteRequest,
-    ExecuteResult, Lease, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome,
-    TerminationReceipt, WorkspaceRequest,
+    AcquireRequest, CleanupFailure, ExecuteRequest, ExecuteResult, Lease, ProbeReport,
+    ProviderDescription, ProviderError, ResumeOutcome, TerminationReceipt, WorkspaceRequest,
 };
 use crate::wasm::cancel::CancelToken;
 use crate::wasm::component::ProviderComponent;
-use crate::wasm::instance::ProviderInstance;
-use crate::wasm::options::{GuestStderr, HostOptions, OutputSink, SandboxRecorder};
-
-/// The deadline of `validate-config` (no network; a pure function).
-const VALIDATE_DEADLINE: Duration = Duration::from_secs(30);
+use crate::wasm::options::{GuestStderr, HostOptions, OutputSink};
 
 /// Runs provider operations with durable lease bookkeeping.
 ///
@@ -120,7 +114,7 @@ impl SandboxRuntime {
 
     /// The margin an instance may run past the provider's own plan and its
     /// cleanup reserve before the host stops it (default 5 s; see
-    /// [`Deadlines`]); a stopped `execute` poisons its lease.
+    /// [`Deadlines`](crate::Deadlines)); a stopped `execute` poisons its lease.
     pub fn with_grace(mut self, margin: Duration) -> Self {
         self.margin = margin;
         self
@@ -151,54 +145,6 @@ impl SandboxRuntime {
     /// The lease store.
     pub fn store(&self) -> &dyn LeaseStore {
         &*self.store
-    }
-
-    /// `validate-config` on `config` with the secret fields removed.
-    pub fn validate_config(&self, config: &str) -> Result<ConfigValidation> {
-        let split = Secrets::none().split(config, &self.description)?;
-        self.plain_instance(VALIDATE_DEADLINE)?
-            .validate_config(&split.config)
-    }
-
-    /// Validates `config`, resolves its secrets by the operator's rules in
-    /// `secrets`, and builds the environment's policy. Fails when the
-    /// config is invalid, when the origin the provider asks for is not the
-    /// one the config's URL field names, or when a secret would go to an
-    /// origin that is not `https:` (plain `http:` only on loopback).
-    pub fn environment(
-        &self,
-        company_id: &str,
-        environment_id: &str,
-        config: &str,
-        secrets: &Secrets,
-    ) -> Result<Environment> {
-        let split = secrets.split(config, &self.description)?;
-        let validation = self
-            .plain_instance(VALIDATE_DEADLINE)?
-            .validate_config(&split.config)?;
-        if !validation.ok {
-            bail!("invalid provider config: {}", validation.errors.join("; "));
-        }
-        let normalized = validation
-            .normalized_config
-            .clone()
-            .context("the provider accepted the config but returned no normalized config")?;
-        let policy = self.policy_for(&split, secrets, &validation.api_origins)?;
-        let deadlines =
-            Deadlines::from_validation(validation.budget.as_ref()).with_margin(self.margin);
-        Ok(Environment {
-            ctx: EnvironmentContext {
-                driver_key: self.description.driver_key.clone(),
-                company_id: company_id.to_owned(),
-                environment_id: environment_id.to_owned(),
-                issue_id: None,
-                config: normalized.clone(),
-            },
-            // A 429's pause is repeated only within one request's budget.
-            policy: policy.with_max_throttle_wait(deadlines.request),
-            deadlines,
-            validation,
-        })
     }
 
     /// `probe`, recorded in the store while its sandbox may exist (like an
@@ -579,63 +525,10 @@ impl SandboxRuntime {
         Ok(report)
     }
 
-    /// Cancels every running command of this runtime (for example on Ctrl-C).
-    pub fn cancel_all(&self) {
-        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        for token in running.values().flatten() {
-            token.cancel();
-        }
-    }
-
     fn record(&self, id: &str) -> Result<LeaseRecord> {
         self.store
             .get(id)?
             .with_context(|| format!("no lease {id} in the lease store"))
-    }
-
-    /// The HTTP policy of a config ([`route_policy`]) with this runtime's
-    /// rate budget and limit.
-    fn policy_for(
-        &self,
-        split: &SplitConfig,
-        secrets: &Secrets,
-        asked: &[String],
-    ) -> Result<Policy> {
-        Ok(route_policy(&self.description, split, secrets, asked)?
-            .with_rate_budget(self.budget.clone())
-            .with_rate_limit(self.rate_limit))
-    }
-
-    /// Registers `token` (so a release or destroy of this runtime cancels
-    /// it), then checks and marks the lease in the store. The token comes
-    /// first: a release that moves the lease to `closing` after that cancels
-    /// it, and one that did so before makes the mark fail.
-    fn begin_use(
-        &self,
-        env: &Environment,
-        id: &str,
-        operation: Operation,
-        token: CancelToken,
-    ) -> Result<(LeaseRecord, Lease, UseGuard<'_>)> {
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(id.to_owned())
-            .or_default()
-            .push(token.clone());
-        let mut guard = UseGuard {
-            runtime: self,
-            id: id.to_owned(),
-            token,
-            marked: false,
-        };
-        let record = self.store.begin(id, operation, &env.ctx, self.host.id())?;
-        guard.marked = true;
-        let lease = record
-            .lease
-            .clone()
-            .with_context(|| format!("lease {id} has no provider lease"))?;
-        Ok((record, lease, guard))
     }
 
     fn poison_on_failure<T>(
@@ -663,92 +556,6 @@ impl SandboxRuntime {
             Ok(_) => Ok(()),
         }
     }
-
-    fn plain_instance(&self, deadline: Duration) -> Result<ProviderInstance> {
-        self.component.instantiate(
-            HostOptions::new()
-                .with_deadline(deadline)
-                .with_guest_stderr(self.stderr),
-        )
-    }
-
-    fn instance(
-        &self,
-        env: &Environment,
-        deadline: Duration,
-        cancel: CancelToken,
-        output: Option<OutputSink>,
-    ) -> Result<ProviderInstance> {
-        self.component
-            .instantiate(self.options(env, deadline, cancel, output))
-    }
-
-    /// An instance for an acquire or probe recorded as lease `record_id`:
-    /// each sandbox id the provider reports (`host.record-sandbox`) is
-    /// written to that record before the provider goes on, so a host that
-    /// dies from then on leaves a lease that sweep destroys.
-    fn creating_instance(
-        &self,
-        env: &Environment,
-        record_id: &str,
-        output: Option<OutputSink>,
-    ) -> Result<ProviderInstance> {
-        let store = self.store.clone();
-        let id = record_id.to_owned();
-        let recorder: SandboxRecorder = Arc::new(move |sandbox_id| {
-            let lease = Lease {
-                provider_lease_id: sandbox_id.to_owned(),
-                metadata: "{}".into(),
-                expires_at: None,
-            };
-            store.record_lease(&id, &lease, LeaseState::Acquiring)
-        });
-        let options = self
-            .options(
-                env,
-                env.deadlines.lifecycle_deadline(),
-                CancelToken::new(),
-                output,
-            )
-            .with_sandbox_recorder(recorder);
-        self.component.instantiate(options)
-    }
-
-    fn options(
-        &self,
-        env: &Environment,
-        deadline: Duration,
-        cancel: CancelToken,
-        output: Option<OutputSink>,
-    ) -> HostOptions {
-        let transport: Arc<dyn Transport> =
-            Arc::new(env.policy.clone().guard(self.transport.clone()));
-        let mut options = HostOptions::new()
-            .with_transport(transport)
-            .with_deadline(deadline)
-            .with_cancel(cancel)
-            .with_guest_stderr(self.stderr);
-        if let Some(output) = output {
-            options = options.with_output_sink(output);
-        }
-        options
-    }
-
-    /// Cancels the lease's running operations and waits until they returned.
-    fn stop_running(&self, id: &str) {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tokens) = running.get(id) {
-            for token in tokens {
-                token.cancel();
-            }
-        }
-        while running.get(id).is_some_and(|t| !t.is_empty()) {
-            running = self
-                .finished
-                .wait(running)
-                .unwrap_or_else(|e| e.into_inner());
-        }
-    }
 }
 
 impl fmt::Debug for SandboxRuntime {
@@ -758,103 +565,4 @@ impl fmt::Debug for SandboxRuntime {
             .field("host", &self.host.id())
             .finish_non_exhaustive()
     }
-}
-
-/// The HTTP policy of a config (no rate limit yet): exactly the origins its
-/// fields name (the component must ask for those and no other), each with
-/// the secrets its field lists, in the header and scheme `description`
-/// declares, by the operator's rules (see [`Secrets`]). A pure decision:
-/// the shared secret-routing table (`node/test/scenarios/secret-routing.json`)
-/// holds it and the Node host's `splitConfig` / `checkAskedOrigins`.
-pub(crate) fn route_policy(
-    description: &ProviderDescription,
-    split: &SplitConfig,
-    secrets: &Secrets,
-    asked: &[String],
-) -> Result<Policy> {
-    let Some(first) = split.origins.first() else {
-        bail!(
-            "the provider declares no API origin field, so the host cannot allow it any \
-             request; it does not follow the sandbox-provider contract (0.2.0 or later)"
-        );
-    };
-    if asked.len() != split.origins.len() {
-        bail!(
-            "the provider asks for {} API origins ({}), but declares {} origin fields ({}); \
-             the host sends requests only to the origins the config names",
-            asked.len(),
-            asked.join(", "),
-            split.origins.len(),
-            split
-                .origins
-                .iter()
-                .map(|o| o.field.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    for (text, named) in asked.iter().zip(&split.origins) {
-        let origin = Origin::parse(text)
-            .with_context(|| format!("the provider's API origin {text:?} is not a valid origin"))?;
-        if origin != named.origin {
-            bail!(
-                "the provider asks to send its requests to {origin}, but the config names \
-                 {} (field {}); the host sends requests (and API keys) only to the origins \
-                 the config names",
-                named.origin,
-                named.field
-            );
-        }
-    }
-    let mut policy = Policy::new(first.origin.clone());
-    for origin in &split.origins[1..] {
-        policy = policy.also_allow(origin.origin.clone());
-    }
-    // Per origin field and header (lower-case), the secret field it carries:
-    // two secrets in one header of one origin are refused, naming both.
-    let mut carried: HashMap<(&str, String), &str> = HashMap::new();
-    for (field, secret) in &split.resolved {
-        let Some(declared) = description
-            .secrets
-            .iter()
-            .find(|s| &s.config_field == field)
-        else {
-            // The provider takes no such secret: it goes nowhere.
-            continue;
-        };
-        let value = match &declared.scheme {
-            Some(scheme) => format!("{scheme} {secret}"),
-            None => secret.clone(),
-        };
-        for receiver in split
-            .origins
-            .iter()
-            .filter(|o| o.secret_fields.contains(field))
-        {
-            if !receiver.named_by_config && !secrets.trusts(&receiver.origin) {
-                bail!(
-                    "config field {field} holds a secret, but the config does not name the API \
-                     URL in field {} and the host does not trust the provider's default {} with \
-                     it; set {} in the config",
-                    receiver.field,
-                    receiver.origin,
-                    receiver.field
-                );
-            }
-            check_secret_origin(&receiver.origin)?;
-            let header = declared.header.to_ascii_lowercase();
-            if let Some(earlier) = carried.insert((&receiver.field, header), field) {
-                bail!(
-                    "{}: secret fields {earlier} and {field} would both be sent in header {} to \
-                     {}; the provider must declare one header per secret for an origin, so \
-                     neither was sent",
-                    receiver.field,
-                    declared.header,
-                    receiver.origin
-                );
-            }
-            policy = policy.with_origin_secret(&receiver.origin, &declared.header, &value)?;
-        }
-    }
-    Ok(policy)
 }

@@ -120,7 +120,12 @@ fn shared_decisions_secret_routing() {
                     Some(asked) => asked.iter().map(|a| a.as_str().unwrap().into()).collect(),
                     None => split.origins.iter().map(|o| o.origin.to_string()).collect(),
                 };
-                let policy = crate::runtime::route_policy(&description, &split, &secrets, &asked)?;
+                let policy = crate::runtime::origin_policy::route_policy(
+                    &description,
+                    &split,
+                    &secrets,
+                    &asked,
+                )?;
                 let headers = policy.secret_headers();
                 Ok(split
                     .origins
