@@ -1,8 +1,8 @@
 /**
  * Secrets and API origins from the contract (`sandbox:provider@0.2.0`),
  * the same rules as the Rust host (`sandbox-host/src/network/secrets.rs`
- * and `runtime.rs`'s `policy_for`): nothing here names a provider, a
- * config field or a header.
+ * and `runtime/origin_policy.rs`'s `route_policy`): nothing here names a
+ * provider, a config field or a header.
  *
  * - `describe().origin-fields` says which config fields name the API
  *   origins (each with its default URL) and which secret fields the

@@ -45,9 +45,6 @@ mod wasm;
 
 mod deadline;
 mod messages;
-// The runtime sits in runtime/operations.rs for one commit, so that the
-// file keeps its history when the next commit splits it.
-#[path = "runtime/operations.rs"]
 mod runtime;
 #[cfg(test)]
 mod secret_routing_table;
