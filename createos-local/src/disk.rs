@@ -282,6 +282,14 @@ fn format_and_mount(root: &Path, image: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Removes `path` and everything under it ([`crate::fstree::remove_tree`]),
+/// a sandbox root with a disk of its own detached first: the disk goes
+/// whole.
+pub fn remove_tree(path: &Path) -> std::io::Result<()> {
+    detach(path);
+    crate::fstree::remove_tree(path)
+}
+
 /// Unmounts the disk of `root` (lazily) and removes its image; `true` when
 /// `root` had one. The directory `root` itself stays (empty).
 pub fn detach(root: &Path) -> bool {

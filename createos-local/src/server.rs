@@ -326,7 +326,7 @@ impl ServerBuilder {
                     Ok(_) => isolation::probe_bwrap(&probe).await,
                     Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
                 };
-                let _ = crate::fstree::remove_tree(&probe);
+                let _ = crate::disk::remove_tree(&probe);
                 match result {
                     Ok(path) => (IsolationMode::Bwrap, Some(path), "bwrap works".to_string()),
                     Err(e) if pref == IsolationPreference::Auto && self.allow_unconfined => {
@@ -336,7 +336,7 @@ impl ServerBuilder {
                     Err(e) => {
                         crate::rootfs::remove_etc(&data_dir);
                         if owned {
-                            let _ = crate::fstree::remove_tree(&data_dir);
+                            let _ = crate::disk::remove_tree(&data_dir);
                         }
                         return Err(Error::other(format!(
                             "commands cannot be confined here: {e}; {}",
@@ -658,11 +658,11 @@ impl RunningServer {
                 state.store.all().iter().map(|sb| sb.root.clone()).collect();
             roots.extend(state.store.take_leftovers());
             for root in roots {
-                let _ = crate::fstree::remove_tree(&root);
+                let _ = crate::disk::remove_tree(&root);
             }
             crate::rootfs::remove_etc(&etc_of);
             if let Some(dir) = data_dir {
-                let _ = crate::fstree::remove_tree(&dir);
+                let _ = crate::disk::remove_tree(&dir);
             }
         })
         .await;
@@ -696,17 +696,17 @@ impl Drop for RunningServer {
             for p in sb.processes() {
                 p.kill_now();
             }
-            let _ = crate::fstree::remove_tree(&sb.root);
+            let _ = crate::disk::remove_tree(&sb.root);
         }
         // Removals of deleted sandboxes finish first (they work inside the
         // data directory removed below).
         self.state.store.finish_removals();
         for root in self.state.store.take_leftovers() {
-            let _ = crate::fstree::remove_tree(&root);
+            let _ = crate::disk::remove_tree(&root);
         }
         crate::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
-            let _ = crate::fstree::remove_tree(&self.state.data_dir);
+            let _ = crate::disk::remove_tree(&self.state.data_dir);
         }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);

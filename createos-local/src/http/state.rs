@@ -142,7 +142,7 @@ pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<()
     let label = id.to_string();
     let spawned = std::thread::Builder::new()
         .name("createos-local-remove".into())
-        .spawn(move || match crate::fstree::remove_tree(&path) {
+        .spawn(move || match crate::disk::remove_tree(&path) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
             Err(e) => {
