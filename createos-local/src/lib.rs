@@ -42,6 +42,7 @@ pub mod egress;
 pub mod faults;
 pub(crate) mod fstree;
 pub mod isolation;
+pub mod join;
 pub mod journal;
 pub mod machine;
 pub(crate) mod procfs;
