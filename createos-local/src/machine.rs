@@ -160,6 +160,14 @@ pub fn enabled_here() -> bool {
     rustix::process::geteuid().is_root() && crate::isolation::pids_cgroup_base().is_some()
 }
 
+/// Whether a server started here would give each sandbox a machine, as
+/// far as can be told without touching the host (no cgroup is created):
+/// root and a cgroup v1 `pids` hierarchy. For descriptions
+/// (`sandbox describe`); the server itself decides with [`enabled_here`].
+pub fn offered_here() -> bool {
+    rustix::process::geteuid().is_root() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
+}
+
 /// The way into the machine of the sandbox at `root` (started now if it
 /// is not running) and a lease on it.
 pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
