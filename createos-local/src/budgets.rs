@@ -68,7 +68,7 @@ impl Budgets {
 /// The tasks (processes and threads) the API-started commands of the
 /// sandbox at `root` hold now, as the kernel counts them: the sum over the
 /// command's pids groups (see [`crate::machine`]) of their members, each
-/// group's launcher (`nsenter`) not counted. `None` where commands have no
+/// group's launcher (the server's fork that joins the machine) not counted. `None` where commands have no
 /// pids group of their own (no machine per sandbox here): then the budget
 /// counts API-started processes only.
 pub fn sandbox_tasks(root: &std::path::Path) -> Option<usize> {

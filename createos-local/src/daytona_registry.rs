@@ -143,6 +143,32 @@ impl DaytonaSandbox {
         lock(&self.sessions).values().cloned().collect()
     }
 
+    /// Forgets the commands whose process the finished-process retention
+    /// dropped (`dropped`: process ids), and every session left spent by
+    /// that: one that started commands and now has none (each finished,
+    /// its tree verified gone, and was dropped). A spent session answers
+    /// 404 from then on, as a deleted session does on the service; a
+    /// session with a live process, or in which nothing ran yet, stays.
+    /// Without this the component's one session per command piled up as
+    /// empty records over a long lease.
+    pub fn retire_commands(&self, dropped: &[String]) {
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|_, session| {
+            session.retain_commands(|c| !dropped.contains(&c.process.id));
+            // A command start under way holds the gate: the session stays.
+            let Ok(mut gate) = session.gate.try_lock() else {
+                return true;
+            };
+            let spent = session.used.load(std::sync::atomic::Ordering::SeqCst)
+                && lock(&session.commands).is_empty();
+            if spent {
+                // A request that already looked the session up gets 404.
+                *gate = true;
+            }
+            !spent
+        });
+    }
+
     /// Forgets every session (after a verified stop: a stopped sandbox has
     /// no running toolbox, so its sessions are gone as on the real service).
     pub fn clear_sessions(&self) {
@@ -160,6 +186,8 @@ pub struct Session {
     /// across a command's start so that a delete waits for it.
     pub gate: tokio::sync::Mutex<bool>,
     commands: Mutex<Vec<Arc<Command>>>,
+    /// A command was started in it.
+    used: std::sync::atomic::AtomicBool,
 }
 
 impl Session {
@@ -169,11 +197,13 @@ impl Session {
             id,
             gate: tokio::sync::Mutex::new(false),
             commands: Mutex::new(Vec::new()),
+            used: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// Adds a command.
     pub fn add_command(&self, c: Arc<Command>) {
+        self.used.store(true, std::sync::atomic::Ordering::SeqCst);
         lock(&self.commands).push(c);
     }
 

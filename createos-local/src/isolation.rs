@@ -26,7 +26,7 @@
 //!
 //! # One machine per sandbox
 //! Where the host allows it (a root server with a writable cgroup v1 `pids`
-//! hierarchy and `nsenter`), commands do not get namespaces of their own:
+//! hierarchy), commands do not get namespaces of their own:
 //! they join their sandbox's long-lived machine, and a command's tree is
 //! its own pids group ([`Tree::Cgroup`]); see [`crate::machine`]. The
 //! namespace tree described above applies elsewhere.
@@ -328,7 +328,7 @@ pub(crate) fn set_limits() -> std::io::Result<()> {
 fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> {
     let uid = sandbox_uid(&spec.root)
         .ok_or_else(|| std::io::Error::other("the sandbox has no uid of its own"))?;
-    let (init_pid, lease) = crate::machine::join(bwrap, &spec.root)?;
+    let (door, lease) = crate::machine::join(bwrap, &spec.root)?;
     let (dir, procs) = command_cgroup(uid, &spec.marker)?;
     // Egress proxy variables first: the sandbox's own env may override.
     let mut env = match crate::egress::policy_for(&spec.root) {
@@ -341,38 +341,31 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
         .iter()
         .find(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'))
     {
+        let _ = std::fs::remove_dir(&dir);
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("invalid environment variable name {k:?}"),
         ));
     }
-    let mut cmd = crate::machine::command(init_pid, &spec.cwd, &env, &spec.cmd, &spec.args);
-    cmd.env_clear()
-        .envs(launcher_env())
-        .env(MARKER_VAR, &spec.marker);
+    let mut cmd = match crate::join::command(&door, &procs, &spec.cwd, &env, &spec.cmd, &spec.args)
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
+        }
+    };
     if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let procs_raw = procs.as_raw_fd();
-    // SAFETY: only async-signal-safe system calls (setsid, close_range,
-    // write, setrlimit) on descriptors this process owns.
-    unsafe {
-        cmd.pre_exec(move || {
-            rustix::process::setsid()?;
-            mark_cloexec_from(3);
-            // Join the command's own pids group before anything forks.
-            rustix::io::write(std::os::fd::BorrowedFd::borrow_raw(procs_raw), b"0")?;
-            set_limits()?;
-            Ok(())
-        });
-    }
     let spawned = tokio::process::Command::from(cmd)
         .kill_on_drop(false)
         .spawn();
     drop(procs);
+    drop(door);
     let child = match spawned {
         Ok(c) => c,
         Err(e) => {
@@ -698,8 +691,8 @@ pub enum Tree {
         /// The command's hold on the machine, released once the tree is
         /// verified gone.
         lease: Option<crate::machine::Lease>,
-        /// The launcher (`nsenter` on the host, the leader the server
-        /// waits for) as (pid, start time): it only relays its child's
+        /// The launcher (on the host, the leader the server waits for, see
+        /// [`crate::join`]) as (pid, start time): it only relays its child's
         /// exit, so signals other than SIGKILL and SIGSTOP go to the
         /// command's processes only, as bwrap's processes are spared in a
         /// namespace tree.
@@ -1030,7 +1023,7 @@ pub fn freeze_uid(uid: u32, stop: bool) -> usize {
             .filter(|p| signal_verified(p, Signal::CONT))
             .count();
     }
-    // The launchers (bwrap's outer process, nsenter) run as the sandbox's
+    // The launchers (bwrap's outer process, the machine join) run as the sandbox's
     // uid but on the host, in the server's PID namespace: they are not the
     // sandbox's processes, and a launcher left stopped could never reap
     // its child (a sandbox deleted while paused).

@@ -47,6 +47,7 @@ pub(crate) mod fds;
 pub(crate) mod fstree;
 pub(crate) mod http;
 pub mod isolation;
+pub mod join;
 pub mod journal;
 pub mod machine;
 pub(crate) mod procfs;

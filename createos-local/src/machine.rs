@@ -23,11 +23,11 @@
 //! guard kills it if the server dies.
 //!
 //! # A command
-//! `nsenter` (run as the sandbox uid, which owns the machine's user
-//! namespace) joins the machine's namespaces and root and forks; the child
-//! runs `env -i -- K=V… cmd args` there, so the command's environment is
-//! set inside (the launcher's is the server's, see
-//! [`crate::isolation::launcher_env`]). Before `nsenter` runs it joins a
+//! A launcher forked by the server (run as the sandbox uid, which owns the
+//! machine's user namespace) joins the machine's namespaces and root,
+//! drops every capability and forks the command, exec'd there with its
+//! own environment and nothing of the server's (see [`crate::join`]: one
+//! step, no helper executable). Before that the launcher joins a
 //! pids group of its own, `sandbox-<uid>/cmd-<marker>`: the command's tree
 //! is exactly the members of that group. The sandbox uid cannot write
 //! the root-owned `cgroup.procs` and `tasks` files, so no process can
@@ -45,7 +45,9 @@ use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 
 use crate::deathguard::Guarded;
+use crate::join::Door;
 use crate::procfs;
+use std::sync::Arc;
 
 struct Machine {
     init_pid: i32,
@@ -56,6 +58,8 @@ struct Machine {
     generation: u64,
     /// The egress proxy serving this machine (see [`crate::egress`]).
     proxy: Option<tokio::task::JoinHandle<()>>,
+    /// Its namespaces and root, for commands to join.
+    door: Arc<Door>,
 }
 
 impl Machine {
@@ -68,16 +72,19 @@ impl Machine {
         if let Some(p) = &self.proxy {
             p.abort();
         }
-        if let Some(info) = procfs::stat(self.init_pid) {
-            if procfs::pid_namespace(self.init_pid) == Some(self.ns) {
-                crate::isolation::signal_verified(&info, rustix::process::Signal::KILL);
-            }
-        }
-        crate::deathguard::release(Guarded::Namespace {
-            init_pid: self.init_pid,
-            ns: self.ns,
-        });
+        end(self.init_pid, self.ns);
     }
+}
+
+/// Kills the machine whose init is `init_pid` in PID namespace `ns` (the
+/// kernel ends everything in the namespace with it).
+fn end(init_pid: i32, ns: u64) {
+    if let Some(info) = procfs::stat(init_pid) {
+        if procfs::pid_namespace(init_pid) == Some(ns) {
+            crate::isolation::signal_verified(&info, rustix::process::Signal::KILL);
+        }
+    }
+    crate::deathguard::release(Guarded::Namespace { init_pid, ns });
 }
 
 fn registry() -> &'static Mutex<HashMap<PathBuf, Machine>> {
@@ -148,31 +155,29 @@ pub fn available(root: &Path) -> bool {
 }
 
 /// Whether bwrap sandboxes get one machine each on this host: a root
-/// server, a writable pids cgroup hierarchy and `nsenter`.
+/// server and a writable pids cgroup hierarchy.
 pub fn enabled_here() -> bool {
-    rustix::process::geteuid().is_root()
-        && crate::isolation::pids_cgroup_base().is_some()
-        && nsenter().is_some()
+    rustix::process::geteuid().is_root() && crate::isolation::pids_cgroup_base().is_some()
 }
 
-fn nsenter() -> Option<&'static Path> {
-    static NSENTER: OnceLock<Option<PathBuf>> = OnceLock::new();
-    NSENTER
-        .get_or_init(|| crate::isolation::find_in_path("nsenter"))
-        .as_deref()
+/// Whether a server started here would give each sandbox a machine, as
+/// far as can be told without touching the host (no cgroup is created):
+/// root and a cgroup v1 `pids` hierarchy. For descriptions
+/// (`sandbox describe`); the server itself decides with [`enabled_here`].
+pub fn offered_here() -> bool {
+    rustix::process::geteuid().is_root() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
 }
 
-/// The host pid of the machine's init for the sandbox at `root` (started
-/// now if it is not running) and a lease on it.
-pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(i32, Lease)> {
+/// The way into the machine of the sandbox at `root` (started now if it
+/// is not running) and a lease on it.
+pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
     let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(m) = machines.get_mut(root) {
         if m.alive() {
             m.leases += 1;
             m.generation += 1;
-            let init = m.init_pid;
             return Ok((
-                init,
+                m.door.clone(),
                 Lease {
                     root: root.to_path_buf(),
                 },
@@ -184,12 +189,28 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(i32, Lease)> {
     }
     let (init_pid, ns) = start(bwrap, root)?;
     crate::deathguard::watch(Guarded::Namespace { init_pid, ns });
+    let door = Door::open(init_pid);
+    let door = match door {
+        // Opened by pid: only valid if that pid is still the machine's init.
+        Ok(d) if procfs::pid_namespace(init_pid) == Some(ns) => Arc::new(d),
+        other => {
+            let why = match other {
+                Err(e) => e.to_string(),
+                Ok(_) => "its init exited".to_string(),
+            };
+            end(init_pid, ns);
+            return Err(std::io::Error::other(format!(
+                "the sandbox's machine could not be entered: {why}"
+            )));
+        }
+    };
     let mut machine = Machine {
         init_pid,
         ns,
         leases: 1,
         generation: 0,
         proxy: None,
+        door: door.clone(),
     };
     if let Some(policy) = crate::egress::policy_for(root) {
         let name = root
@@ -208,7 +229,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(i32, Lease)> {
     }
     machines.insert(root.to_path_buf(), machine);
     Ok((
-        init_pid,
+        door,
         Lease {
             root: root.to_path_buf(),
         },
@@ -298,48 +319,4 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
             let _ = child.wait();
         })?;
     Ok((init_pid, ns))
-}
-
-/// The launcher of one command in the machine whose init is `init_pid`:
-/// `nsenter` into its namespaces and root, then inside `setpriv` drops
-/// every capability (the command is uid 0 of the machine's user namespace
-/// without capabilities, as under bwrap, with `no_new_privs`) and `env -i
-/// -C cwd -- K=V… cmd args` sets the environment and working directory.
-pub fn command(
-    init_pid: i32,
-    cwd: &str,
-    env: &[(String, String)],
-    cmd: &str,
-    args: &[String],
-) -> std::process::Command {
-    let mut c = std::process::Command::new(nsenter().unwrap_or(Path::new("nsenter")));
-    c.arg("-t")
-        .arg(init_pid.to_string())
-        .args([
-            "--user",
-            "--preserve-credentials",
-            "--mount",
-            "--net",
-            "--ipc",
-            "--uts",
-            "--pid",
-            "--root",
-            "--",
-            "/usr/bin/setpriv",
-            "--no-new-privs",
-            "--bounding-set=-all",
-            "--inh-caps=-all",
-            "--",
-            "/usr/bin/env",
-            "-i",
-            "-C",
-        ])
-        .arg(cwd)
-        .arg("--");
-    for (k, v) in env {
-        c.arg(format!("{k}={v}"));
-    }
-    c.arg(cmd).args(args);
-    c.current_dir("/");
-    c
 }

@@ -123,6 +123,18 @@ fn is_resource_error(e: &std::io::Error) -> bool {
     )
 }
 
+/// The 5xx message of a command the server could not start: nothing ran.
+fn start_failure(e: &std::io::Error) -> String {
+    if e.raw_os_error() == Some(libc::EAGAIN) {
+        return format!(
+            "the server could not start the command ({e}); nothing ran. A sandbox at its \
+             limit of {} tasks cannot start more: end some of its processes, then retry",
+            isolation::MAX_PROCESSES
+        );
+    }
+    format!("the server could not start the command ({e}); nothing ran, retry later")
+}
+
 /// What to start.
 #[derive(Debug, Clone)]
 pub struct StartRequest {
@@ -202,9 +214,7 @@ impl Process {
                 if bwrap.is_some() || is_resource_error(&e) {
                     // The launcher itself could not run: the server's
                     // failure, never the command's result.
-                    *lock(&proc.server_failure) = Some(format!(
-                        "the server could not start the command ({e}); nothing runs, retry later"
-                    ));
+                    *lock(&proc.server_failure) = Some(start_failure(&e));
                 }
                 // Like a shell: report the failure on stderr, exit 127.
                 let msg = format!("createos-local: cannot start {}: {e}\n", req.cmd);
@@ -405,20 +415,19 @@ impl Process {
     }
 
     /// Whether the launcher failed before the command ran (issue 24 item
-    /// 7): bwrap, or in a sandbox machine `nsenter` or `setpriv`, exits 1
-    /// after printing its own error (`bwrap: ...`, `nsenter: fork failed:
-    /// Resource temporarily unavailable` in a sandbox at its task limit),
-    /// and `env` exits 125 for its own failure. Such an exit is the
-    /// server's failure, not the command's result: the message for the
-    /// 5xx answer. A command that prints such a line itself and exits the
-    /// same way is taken for one; that can only misreport its own result.
+    /// 7): bwrap exits 1 after printing its own error (`bwrap: ...`). Such
+    /// an exit is the server's failure, not the command's result: the
+    /// message for the 5xx answer. A command that prints such a line
+    /// itself and exits the same way is taken for one; that can only
+    /// misreport its own result. In a sandbox machine the launcher is the
+    /// server's own fork ([`crate::join`]): its failures before the
+    /// command was forked fail the spawn itself, and an exit is always the
+    /// command's.
     fn launcher_failure(&self, exit: &ExitStatus) -> Option<String> {
-        const LAUNCHERS: &[(i32, &str)] = &[
-            (1, "bwrap: "),
-            (1, "nsenter: "),
-            (1, "setpriv: "),
-            (125, "env: "),
-        ];
+        const LAUNCHERS: &[(i32, &str)] = &[(1, "bwrap: ")];
+        if matches!(*lock(&self.tree), Tree::Cgroup { .. }) {
+            return None;
+        }
         let ExitStatus::Code(code) = exit else {
             return None;
         };

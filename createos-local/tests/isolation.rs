@@ -679,7 +679,7 @@ async fn the_pid_of_a_process_is_its_namespace_init() {
         // In a sandbox machine (issue 25) the pid is the command's
         // launcher on the host; its tree is its pids group (tests/machine.rs).
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
-        assert_eq!(comm, "nsenter\n");
+        assert_eq!(comm.trim_end(), createos_local::join::LAUNCHER_NAME);
         let (st, v) = h.delete_process(&sb, &id, 100).await;
         assert_eq!(st, StatusCode::OK, "{v}");
         assert_eq!(v["data"]["tree_exited"], true, "{v}");

@@ -7,6 +7,10 @@
 //! CreateOS face. Unlike the real service, where a session is one
 //! long-lived shell, nothing carries over between the commands of a
 //! session (`cd`, `export`): put what a command needs into its text.
+//! Also unlike the service, a spent session (every command it started
+//! finished and was dropped by the finished-process retention) is dropped
+//! and answers 404 like a deleted one (see
+//! [`crate::daytona_registry::DaytonaSandbox::retire_commands`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -169,7 +169,8 @@ pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<()
 }
 
 /// Drops finished processes beyond the retention (both faces: a Daytona
-/// session forgets the commands whose process was dropped).
+/// session forgets the commands whose process was dropped, and goes once
+/// all of its commands have).
 pub fn prune_finished(state: &AppState) {
     let pruned = state.store.prune_finished(state.retention);
     if pruned.is_empty() {
@@ -177,9 +178,7 @@ pub fn prune_finished(state: &AppState) {
     }
     for (id, dropped) in pruned {
         if let Some(sb) = state.daytona.get(&id) {
-            for session in sb.sessions() {
-                session.retain_commands(|c| !dropped.contains(&c.process.id));
-            }
+            sb.retire_commands(&dropped);
         }
     }
     // The journals just freed are many small allocations that glibc keeps

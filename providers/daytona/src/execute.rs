@@ -281,12 +281,19 @@ impl Run {
     /// (the real service over plain HTTP), the loop polls. Every read
     /// skips the bytes already taken, and a bounded number of failed reads
     /// is tolerated.
+    ///
+    /// On the local engine (its answers carry [`LOG_OFFSET_HEADER`]) a
+    /// followed body that ended cleanly is the proof itself: it ends only
+    /// once the command exited and every byte of its output was sent, so
+    /// the exit code read right after it ends the command without another
+    /// logs read (a round trip saved per command).
     fn follow(&mut self, platform: &mut dyn Platform, session: &Session) -> Stop {
         let mut consumed: u64 = 0;
         let mut demux = Demux::default();
         let mut failures = 0;
         let mut exit: Option<i32> = None;
         loop {
+            let mut followed_to_end = false;
             let query = if exit.is_some() { "" } else { "?follow=true" };
             let logs = api::request(
                 session.config,
@@ -309,7 +316,10 @@ impl Run {
                         Err(stop) => return stop,
                     };
                     match self.read(platform, body.as_mut(), &mut demux, &mut consumed, skip) {
-                        Ok(()) => None,
+                        Ok(()) => {
+                            followed_to_end = exit.is_none() && offset.is_some();
+                            None
+                        }
                         Err(Some(stop)) => return stop,
                         Err(None) => Some(invalid("logs", "the log stream broke")),
                     }
@@ -320,14 +330,11 @@ impl Run {
                 Ok((status, _, _)) => return Stop::Failed(rejected("logs", status)),
             };
             match (failure, exit) {
-                (None, Some(code)) => {
-                    if let Some((stream, bytes)) = demux.finish() {
-                        self.output.push(platform, stream, &bytes);
-                    }
-                    self.output.flush(platform);
-                    return Stop::Exited(code);
-                }
+                (None, Some(code)) => return self.exited(platform, &mut demux, code),
                 (None, None) => match self.exit_code(platform, session) {
+                    Ok(Some(code)) if followed_to_end => {
+                        return self.exited(platform, &mut demux, code)
+                    }
                     Ok(Some(code)) => exit = Some(code),
                     Ok(None) => {}
                     Err(stop) => return stop,
@@ -345,6 +352,15 @@ impl Run {
                 }
             }
         }
+    }
+
+    /// The command exited with `code` and all of its output was read.
+    fn exited(&mut self, platform: &mut dyn Platform, demux: &mut Demux, code: i32) -> Stop {
+        if let Some((stream, bytes)) = demux.finish() {
+            self.output.push(platform, stream, &bytes);
+        }
+        self.output.flush(platform);
+        Stop::Exited(code)
     }
 
     /// Reads one log body to its end, skipping its first `skip` bytes

@@ -9,5 +9,22 @@ use crate::{ready, report, Global};
 pub fn run(global: &Global) -> Result<u8> {
     let setup = ready(Setup::provider_only(global), global)?;
     report::description(setup.runtime.description(), global.json);
+    #[cfg(feature = "local-backend")]
+    if !global.json {
+        // What the embedded engine gives on this host (issue 25).
+        if createos_local::machine::offered_here() {
+            println!(
+                "embedded engine here: one machine per sandbox (what a command leaves \
+                 running persists and answers later commands); outbound network off \
+                 unless --egress allows destinations"
+            );
+        } else {
+            println!(
+                "embedded engine here: namespaces per command (not root, or no cgroup v1 \
+                 pids hierarchy): nothing a command leaves running reaches the next \
+                 command; no outbound network (--egress needs one machine per sandbox)"
+            );
+        }
+    }
     Ok(0)
 }

@@ -1,0 +1,471 @@
+//! Joining a sandbox's machine in one step (issue 25): the server forks a
+//! launcher that enters the machine's namespaces and root, drops every
+//! capability and forks the command, which is exec'd with its own
+//! environment. No helper executable runs on the way (it took `nsenter`,
+//! `setpriv` and `env`, three execs of about 1 ms each, before the
+//! command's own).
+//!
+//! # The two processes
+//! The *launcher* is the server's direct child (a fork of the server that
+//! never execs, named [`LAUNCHER_NAME`]). Before anything else it runs as
+//! the sandbox's host uid (set by `std::process::Command`), starts a
+//! session, joins the command's pids group and takes the sandbox's
+//! resource limits. It then enters the machine's user namespace first
+//! (the sandbox uid owns it, which gives the launcher every capability in
+//! it and in the namespaces it owns), then IPC, UTS, network, PID and
+//! mount; its root becomes the machine's root. It sets `no_new_privs`,
+//! empties its capability bounding set, ambient, inheritable, permitted
+//! and effective sets (so the command is uid 0 of the machine without
+//! capabilities, before and after its exec, as under bwrap), changes to
+//! the working directory and forks: entering a PID namespace only places
+//! the launcher's *children* in it. The launcher then waits for the
+//! command and exits with its status (or dies of the same signal), like
+//! `nsenter` did.
+//!
+//! The *command* closes every descriptor but 0, 1 and 2 and is exec'd with
+//! exactly the environment given ([`Launch`] prepares the argument and
+//! environment arrays and the `PATH` search in the server, before the
+//! fork: between fork and exec only system calls run, nothing allocates).
+//! A program that cannot be exec'd prints `createos-local: cannot start
+//! CMD: REASON` on its stderr and exits 127 (not found) or 126, as a shell
+//! would; a file without `#!` that the kernel cannot run is run by
+//! `/bin/sh`, as `execvp` does.
+//!
+//! # Failures of the launcher
+//! A step that fails before the command is forked (entering a namespace,
+//! the working directory, the fork itself in a sandbox at its task limit)
+//! makes the spawn itself fail with that error (the standard library
+//! reports an error of the child before its exec): nothing ran, and the
+//! server answers 503 `start_failed`, never a command result.
+
+use std::ffi::{c_char, c_int, CString};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+/// The name (`comm`) of a launcher on the host.
+pub const LAUNCHER_NAME: &str = "sandbox-join";
+const LAUNCHER_CNAME: &std::ffi::CStr = c"sandbox-join";
+
+/// Descriptors of one machine, opened by the server (root) when the
+/// machine starts and kept while it lives: its namespaces in the order
+/// they are entered, and its root directory.
+#[derive(Debug)]
+pub struct Door {
+    /// user, ipc, uts, net, pid, mnt.
+    namespaces: Vec<OwnedFd>,
+    root: OwnedFd,
+}
+
+const NAMESPACES: [(&str, c_int); 6] = [
+    ("user", libc::CLONE_NEWUSER),
+    ("ipc", libc::CLONE_NEWIPC),
+    ("uts", libc::CLONE_NEWUTS),
+    ("net", libc::CLONE_NEWNET),
+    ("pid", libc::CLONE_NEWPID),
+    ("mnt", libc::CLONE_NEWNS),
+];
+
+impl Door {
+    /// Opens the namespaces and root of process `pid` (the machine's
+    /// init). The caller checks afterwards that `pid` is still that init.
+    pub fn open(pid: i32) -> std::io::Result<Door> {
+        use rustix::fs::{open, Mode, OFlags};
+        let mut namespaces = Vec::with_capacity(NAMESPACES.len());
+        for (name, _) in NAMESPACES {
+            let fd = open(
+                format!("/proc/{pid}/ns/{name}"),
+                OFlags::RDONLY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            namespaces.push(fd);
+        }
+        let root = open(
+            format!("/proc/{pid}/root"),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Door { namespaces, root })
+    }
+}
+
+/// Everything the launcher and the command need between fork and exec,
+/// prepared in the server (see the module docs).
+struct Launch {
+    namespaces: Vec<(RawFd, c_int)>,
+    root: RawFd,
+    group: RawFd,
+    cwd: CString,
+    /// Paths to try, in `PATH` order (or the one path given).
+    candidates: Vec<CString>,
+    _argv: Vec<CString>,
+    argv: Vec<*const c_char>,
+    _envp: Vec<CString>,
+    envp: Vec<*const c_char>,
+    /// `/bin/sh <path> args…` for a file the kernel cannot execute; slot 1
+    /// is set to the candidate in the child.
+    sh: CString,
+    sh_argv: Vec<*const c_char>,
+    last_cap: c_int,
+    /// `createos-local: cannot start CMD: `.
+    failure: Vec<u8>,
+}
+
+// SAFETY: the raw pointers point into the CStrings the same value owns;
+// they are only read, in the forked child.
+unsafe impl Send for Launch {}
+// SAFETY: as above; nothing is written through them in the server.
+unsafe impl Sync for Launch {}
+
+/// The highest capability number of this kernel.
+fn last_cap() -> c_int {
+    static LAST: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(63)
+    })
+}
+
+fn c_string(s: &str) -> std::io::Result<CString> {
+    CString::new(s).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{s:?} holds a NUL byte"),
+        )
+    })
+}
+
+/// The launcher of `cmd args` in the machine behind `door`, run in the
+/// sandbox's command group `group` (its `tasks` file, open for writing),
+/// with exactly `env` and working directory `cwd` (in the machine). The
+/// caller sets the uid, gid and stdio; the program the returned command
+/// names is never exec'd.
+pub fn command(
+    door: &Door,
+    group: &std::fs::File,
+    cwd: &str,
+    env: &[(String, String)],
+    cmd: &str,
+    args: &[String],
+) -> std::io::Result<std::process::Command> {
+    let mut argv_owned = vec![c_string(cmd)?];
+    for a in args {
+        argv_owned.push(c_string(a)?);
+    }
+    let mut env_owned = Vec::with_capacity(env.len());
+    for (k, v) in env {
+        env_owned.push(c_string(&format!("{k}={v}"))?);
+    }
+    let path = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map_or("/bin:/usr/bin", |(_, v)| v.as_str());
+    let candidates = if cmd.is_empty() {
+        Vec::new()
+    } else if cmd.contains('/') {
+        vec![c_string(cmd)?]
+    } else {
+        let mut all = Vec::new();
+        for dir in path.split(':') {
+            let full = if dir.is_empty() {
+                cmd.to_string()
+            } else {
+                format!("{}/{cmd}", dir.trim_end_matches('/'))
+            };
+            all.push(c_string(&full)?);
+        }
+        all
+    };
+    let ptrs = |v: &[CString]| {
+        v.iter()
+            .map(|c| c.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect::<Vec<_>>()
+    };
+    let argv = ptrs(&argv_owned);
+    let envp = ptrs(&env_owned);
+    let sh = c_string("/bin/sh")?;
+    let mut sh_argv = vec![sh.as_ptr(), std::ptr::null()];
+    sh_argv.extend(argv_owned[1..].iter().map(|c| c.as_ptr()));
+    sh_argv.push(std::ptr::null());
+    let mut launch = Launch {
+        namespaces: door
+            .namespaces
+            .iter()
+            .zip(NAMESPACES)
+            .map(|(fd, (_, kind))| (fd.as_raw_fd(), kind))
+            .collect(),
+        root: door.root.as_raw_fd(),
+        group: group.as_raw_fd(),
+        cwd: c_string(cwd)?,
+        candidates,
+        _argv: argv_owned,
+        argv,
+        _envp: env_owned,
+        envp,
+        sh,
+        sh_argv,
+        last_cap: last_cap(),
+        failure: format!("createos-local: cannot start {cmd}: ").into_bytes(),
+    };
+    let mut c = std::process::Command::new(Path::new("/bin/false"));
+    c.current_dir("/").env_clear();
+    // SAFETY: the closure runs in the forked child; it makes system calls
+    // only (see `Launch::run`), on memory and descriptors it owns.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, move || launch.run());
+    }
+    Ok(c)
+}
+
+fn last_error() -> std::io::Error {
+    std::io::Error::last_os_error()
+}
+
+fn check(ret: c_int) -> std::io::Result<()> {
+    if ret < 0 {
+        Err(last_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`.
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// Closes every descriptor from `first` up (async-signal-safe).
+fn close_from(first: u32) {
+    // SAFETY: plain system calls on descriptor numbers.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) == 0 {
+            return;
+        }
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 20) as c_int
+        } else {
+            1 << 16
+        };
+        for fd in first as c_int..max {
+            libc::close(fd);
+        }
+    }
+}
+
+/// A reason for people, without allocating (`strerror` is not
+/// async-signal-safe).
+fn reason(errno: c_int) -> &'static [u8] {
+    match errno {
+        libc::ENOENT => b"No such file or directory",
+        libc::EACCES => b"Permission denied",
+        libc::ENOEXEC => b"Exec format error",
+        libc::ENOTDIR => b"Not a directory",
+        libc::EISDIR => b"Is a directory",
+        libc::ELOOP => b"Too many levels of symbolic links",
+        libc::ENAMETOOLONG => b"File name too long",
+        libc::E2BIG => b"Argument list too long",
+        libc::ENOMEM => b"Cannot allocate memory",
+        libc::ETXTBSY => b"Text file busy",
+        libc::EPERM => b"Operation not permitted",
+        _ => b"cannot execute",
+    }
+}
+
+fn write_all(fd: c_int, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: writes from a live slice.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+impl Launch {
+    /// The launcher (see the module docs). Returns only an error (before
+    /// the command was forked); otherwise it exits with the command.
+    fn run(&mut self) -> std::io::Result<()> {
+        rustix::process::setsid()?;
+        crate::fds::mark_cloexec_from(3);
+        // Join the command's own pids group before anything forks.
+        // SAFETY: the descriptor is owned by the server until the spawn
+        // returns; this child has its own copy.
+        rustix::io::write(
+            unsafe { std::os::fd::BorrowedFd::borrow_raw(self.group) },
+            b"0",
+        )?;
+        crate::isolation::set_limits()?;
+        // SAFETY: system calls on descriptors and memory this child owns.
+        unsafe {
+            check(libc::prctl(
+                libc::PR_SET_NAME,
+                LAUNCHER_CNAME.as_ptr() as libc::c_ulong,
+                0,
+                0,
+                0,
+            ))?;
+            for (fd, kind) in &self.namespaces {
+                check(libc::setns(*fd, *kind))?;
+            }
+            check(libc::fchdir(self.root))?;
+            check(libc::chroot(c".".as_ptr()))?;
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            for cap in 0..=self.last_cap {
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
+                    let e = last_error();
+                    if e.raw_os_error() == Some(libc::EINVAL) {
+                        break;
+                    }
+                    return Err(e);
+                }
+            }
+            // Ambient capabilities need the inheritable ones; clear both.
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL,
+                0,
+                0,
+                0,
+            );
+            let header = CapHeader {
+                version: CAP_VERSION_3,
+                pid: 0,
+            };
+            let none = [CapData {
+                effective: 0,
+                permitted: 0,
+                inheritable: 0,
+            }; 2];
+            check(libc::syscall(libc::SYS_capset, &header, none.as_ptr()) as c_int)?;
+            check(libc::chdir(self.cwd.as_ptr()))?;
+            // A plain fork (no `atfork` handlers: this is the child of a
+            // threaded process).
+            let pid = libc::syscall(
+                libc::SYS_clone,
+                libc::SIGCHLD as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            );
+            if pid < 0 {
+                return Err(last_error());
+            }
+            if pid == 0 {
+                self.exec();
+            }
+            self.relay(pid as libc::pid_t)
+        }
+    }
+
+    /// The command: exec'd like `execvp` with its own environment.
+    fn exec(&mut self) -> ! {
+        close_from(3);
+        let mut error = libc::ENOENT;
+        let mut denied = false;
+        // SAFETY: exec with NUL-terminated arrays of pointers into owned
+        // CStrings; write and _exit.
+        unsafe {
+            for i in 0..self.candidates.len() {
+                let path = self.candidates[i].as_ptr();
+                libc::execve(path, self.argv.as_ptr(), self.envp.as_ptr());
+                let e = *libc::__errno_location();
+                match e {
+                    libc::ENOEXEC => {
+                        self.sh_argv[1] = path;
+                        libc::execve(self.sh.as_ptr(), self.sh_argv.as_ptr(), self.envp.as_ptr());
+                        error = *libc::__errno_location();
+                        denied = false;
+                        break;
+                    }
+                    libc::EACCES => denied = true,
+                    libc::ENOENT
+                    | libc::ENOTDIR
+                    | libc::ESTALE
+                    | libc::ENODEV
+                    | libc::ETIMEDOUT => {}
+                    other => {
+                        error = other;
+                        denied = false;
+                        break;
+                    }
+                }
+            }
+            if denied {
+                error = libc::EACCES;
+            }
+            write_all(2, &self.failure);
+            write_all(2, reason(error));
+            write_all(2, b"\n");
+            libc::_exit(if error == libc::ENOENT { 127 } else { 126 });
+        }
+    }
+
+    /// The launcher after the fork: lets the server's spawn return, waits
+    /// for the command and ends the way it ended.
+    fn relay(&self, pid: libc::pid_t) -> ! {
+        // The standard library's error pipe (the server waits for it to
+        // close) and every other descriptor but stdio.
+        close_from(3);
+        let mut status: c_int = 0;
+        // SAFETY: waitpid, signal and exit calls on this process and its
+        // child.
+        unsafe {
+            loop {
+                let r = libc::waitpid(pid, &mut status, 0);
+                if r == pid {
+                    break;
+                }
+                if r < 0 && *libc::__errno_location() != libc::EINTR {
+                    libc::_exit(127);
+                }
+            }
+            if libc::WIFEXITED(status) {
+                libc::_exit(libc::WEXITSTATUS(status));
+            }
+            let sig = libc::WTERMSIG(status);
+            // Die of the same signal, without a core dump of this copy of
+            // the server.
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            libc::signal(sig, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+            libc::_exit(128 + sig);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_launcher_name_is_one_name() {
+        assert_eq!(super::LAUNCHER_CNAME.to_str(), Ok(super::LAUNCHER_NAME));
+        // `comm` holds at most 15 bytes.
+        assert!(super::LAUNCHER_NAME.len() <= 15);
+    }
+}
