@@ -72,8 +72,8 @@ impl Budgets {
 /// pids group of their own (no machine per sandbox here): then the budget
 /// counts API-started processes only.
 pub fn sandbox_tasks(root: &std::path::Path) -> Option<usize> {
-    let uid = crate::isolation::sandbox_uid(root)?;
-    let dir = crate::isolation::pids_cgroup_base()?.join(format!("sandbox-{uid}"));
+    let uid = crate::host_processes::sandbox_uid(root)?;
+    let dir = crate::process_limits::pids_cgroup_base()?.join(format!("sandbox-{uid}"));
     let mut tasks = 0;
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         if !entry.file_name().to_string_lossy().starts_with("cmd-") {

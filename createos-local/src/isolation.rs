@@ -59,10 +59,13 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use rustix::process::{Pid, Signal};
+use rustix::process::Signal;
 use serde::Serialize;
 
+use crate::bwrap_args::{bwrap_args, launcher_env};
 use crate::fds::mark_cloexec_from;
+use crate::host_processes::{sandbox_uid, signal_verified};
+use crate::process_limits::{command_cgroup, pids_cgroup_procs, set_limits};
 use crate::procfs::{self, ProcInfo};
 
 /// Which isolation the server uses for every command.
@@ -98,8 +101,8 @@ impl IsolationMode {
     }
 
     /// How resources are bounded: `prlimit` (bwrap: `RLIMIT_NPROC`
-    /// [`MAX_PROCESSES`] for the sandbox uid, `RLIMIT_AS`
-    /// [`MAX_ADDRESS_SPACE`] per process) or `none`.
+    /// [`crate::process_limits::MAX_PROCESSES`] for the sandbox uid, `RLIMIT_AS`
+    /// [`crate::process_limits::MAX_ADDRESS_SPACE`] per process) or `none`.
     pub fn limits(&self) -> &'static str {
         match self {
             Self::Bwrap => "prlimit",
@@ -141,15 +144,6 @@ pub const SYSTEM_DIRS: &[&str] = &[
 
 /// The environment variable that marks every process the server starts.
 pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
-
-/// Most processes (threads included) one sandbox's uid may have at once,
-/// set with `RLIMIT_NPROC` on every bwrap tree: a fork bomb stops there.
-pub const MAX_PROCESSES: u64 = 2048;
-/// Largest address space of one sandboxed process (`RLIMIT_AS`), 8 GiB.
-pub const MAX_ADDRESS_SPACE: u64 = 8 << 30;
-/// Size of each command's `/dev/shm` (a tmpfs: host memory), 64 MiB. The
-/// rest of `/dev` is read-only.
-pub const DEV_SHM_SIZE: u64 = 64 << 20;
 
 pub use crate::rootfs::prepare_root;
 
@@ -310,19 +304,6 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     })
 }
 
-/// `RLIMIT_NPROC` and `RLIMIT_AS` of a confined command (async-signal-safe:
-/// runs between fork and exec).
-pub(crate) fn set_limits() -> std::io::Result<()> {
-    use rustix::process::{setrlimit, Resource, Rlimit};
-    let limit = |n: u64| Rlimit {
-        current: Some(n),
-        maximum: Some(n),
-    };
-    setrlimit(Resource::Nproc, limit(MAX_PROCESSES))?;
-    setrlimit(Resource::As, limit(MAX_ADDRESS_SPACE))?;
-    Ok(())
-}
-
 /// Starts a command in its sandbox's machine (see [`crate::machine`]), in
 /// a pids group of its own.
 fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> {
@@ -401,37 +382,6 @@ fn remove_group_soon(dir: PathBuf, lease: crate::machine::Lease) {
         });
 }
 
-/// A new pids group for one command under its sandbox's group, and its
-/// [`JOIN_FILE`] opened for writing.
-fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
-    let sandbox = pids_cgroup_procs(uid)
-        .and_then(|_| pids_cgroup_base().map(|b| b.join(format!("sandbox-{uid}"))))
-        .ok_or_else(|| std::io::Error::other("no pids group for the sandbox"))?;
-    // Unique even when a marker repeats (the start-up probe's) or a group
-    // of an earlier server with the same sandbox uid was left behind.
-    let mut attempt = 0;
-    let dir = loop {
-        let dir = sandbox.join(format!("cmd-{marker}-{}", crate::util::random_hex(4)));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => break dir,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    };
-    let procs = std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join(JOIN_FILE))?;
-    Ok((dir, procs))
-}
-
-/// bwrap's command line for a sandbox machine (see [`crate::machine`]):
-/// the same namespaces and mounts as a command's, working directory `/`.
-pub(crate) fn machine_bwrap_args(root: &Path, status_fd: i32) -> Vec<String> {
-    bwrap_args(root, "/", Some(status_fd))
-}
-
 /// The bwrap invocation of `spec`: bwrap's arguments, the command, `/` as
 /// the working directory and, when the server is root, the sandbox's own
 /// uid and gid (bwrap itself runs unprivileged: the sandbox's uid 0 maps to
@@ -452,25 +402,6 @@ fn configure_bwrap(cmd: &mut std::process::Command, spec: &SpawnSpec, status_fd:
     if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
-}
-
-/// The environment of the host-side launcher (bwrap's outer process): the
-/// server's fixed minimal one, never a value from the API. bwrap runs on
-/// the host, unconfined, before any namespace exists, so whatever its
-/// environment names is honoured there: `LD_PRELOAD`, `LD_LIBRARY_PATH`,
-/// `GCONV_PATH`, `LOCPATH`, `MALLOC_*`, … would run a sandbox's code on
-/// the host (issue 24 item 2). The sandbox's and the process's env are
-/// instead handed to bwrap as `--clearenv --setenv K V …` arguments (read
-/// from a memfd, so they are not on a world-readable command line) which
-/// bwrap applies after it has started, only to the command it then runs
-/// inside the namespaces. Those names therefore need not be refused at
-/// the API: they reach only the sandboxed process, where they can do
-/// nothing the command could not do itself.
-pub fn launcher_env() -> Vec<(String, String)> {
-    vec![
-        ("PATH".to_string(), "/usr/bin:/bin".to_string()),
-        ("LANG".to_string(), "C.UTF-8".to_string()),
-    ]
 }
 
 /// A memfd (positioned at its start) holding bwrap's NUL-separated
@@ -524,71 +455,6 @@ pub fn bare_bwrap_command(
     let mut command = bwrap_command(bwrap, &spec, None);
     command.env_clear().envs(spec.env);
     command
-}
-
-/// bwrap's command line (everything before `--`).
-///
-/// Namespaces: user (the command is uid 0 inside, the sandbox's own
-/// unprivileged uid outside when the server is root, see
-/// [`crate::rootfs`]), PID,
-/// network (only a loopback interface of its own), IPC and UTS (host name
-/// `sandbox`). bwrap runs unprivileged, so every capability is dropped.
-fn bwrap_args(root: &Path, cwd: &str, status_fd: Option<i32>) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--unshare-user",
-        "--uid",
-        "0",
-        "--gid",
-        "0",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--hostname",
-        "sandbox",
-        "--bind",
-    ]
-    .map(String::from)
-    .into();
-    args.push(root.display().to_string());
-    args.push("/".to_string());
-    for dir in crate::rootfs::HOST_DIRS {
-        let host = Path::new("/").join(dir);
-        let Ok(meta) = std::fs::symlink_metadata(&host) else {
-            continue;
-        };
-        // Symlinks (`/bin -> usr/bin`) were copied into the root by
-        // `prepare_root`; real directories are bind-mounted read-only.
-        if meta.is_dir() {
-            let h = host.display().to_string();
-            args.extend(["--ro-bind".to_string(), h.clone(), h]);
-        }
-    }
-    args.extend([
-        "--ro-bind".to_string(),
-        crate::rootfs::etc_template(root).display().to_string(),
-        "/etc".to_string(),
-    ]);
-    // A fresh `/dev` (device nodes bound from the host), made read-only
-    // once populated, and a small `/dev/shm`: both are tmpfs, which the
-    // kernel sizes at half the host's RAM by default, so a writable one
-    // let any command hold that much host memory (issue 24 item 3).
-    args.extend(["--dev", "/dev"].map(String::from));
-    args.extend([
-        "--size".to_string(),
-        DEV_SHM_SIZE.to_string(),
-        "--tmpfs".to_string(),
-        "/dev/shm".to_string(),
-        "--remount-ro".to_string(),
-        "/dev".to_string(),
-        "--proc".to_string(),
-        "/proc".to_string(),
-    ]);
-    if let Some(fd) = status_fd {
-        args.extend(["--json-status-fd".to_string(), fd.to_string()]);
-    }
-    args.extend(["--chdir".to_string(), cwd.to_string()]);
-    args
 }
 
 /// Runs a trivial command under bwrap to see whether namespaces work here.
@@ -913,169 +779,6 @@ impl Tree {
                 signal_verified(p, Signal::STOP);
             }
         }
-    }
-}
-
-/// Where the kernel's pids controller bounds sandboxes, when the host lets
-/// the server use it: a cgroup v1 `pids` hierarchy the server (root) can
-/// write, `/sys/fs/cgroup/pids`. Under it, `createos-local/` caps the
-/// tasks of every sandbox of every server on the host together at
-/// [`total_tasks`], and `createos-local/sandbox-<uid>/` caps one sandbox at
-/// [`MAX_PROCESSES`] (nested namespaces and threads included). `None`
-/// elsewhere (not root, cgroup v2 only, no pids controller): then only
-/// `RLIMIT_NPROC` per sandbox uid applies. Empty groups stay (one per
-/// sandbox uid, reused when the uid is).
-pub fn pids_cgroup_base() -> Option<&'static Path> {
-    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    BASE.get_or_init(|| {
-        if !rustix::process::geteuid().is_root() {
-            return None;
-        }
-        let v1 = Path::new("/sys/fs/cgroup/pids");
-        if !v1.join("cgroup.procs").is_file() {
-            return None;
-        }
-        let base = v1.join("createos-local");
-        match std::fs::create_dir(&base) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(_) => return None,
-        }
-        std::fs::write(base.join("pids.max"), total_tasks().to_string()).ok()?;
-        Some(base)
-    })
-    .as_deref()
-}
-
-/// The most tasks all sandboxes on this host may hold together where the
-/// pids controller is used: half the host's `kernel.pid_max`, so that
-/// fork bombs in any number of sandboxes leave the host the other half.
-pub fn total_tasks() -> u64 {
-    std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .map_or(16384, |max| (max / 2).max(MAX_PROCESSES))
-}
-
-/// The [`JOIN_FILE`] of the sandbox uid's pids group (created with its
-/// `pids.max` on first use), opened for writing: the launcher writes `0`
-/// to it between fork and exec, so bwrap and everything it starts are
-/// counted. `None` without a pids hierarchy (see [`pids_cgroup_base`]).
-pub(crate) fn pids_cgroup_procs(uid: u32) -> Option<std::fs::File> {
-    let dir = pids_cgroup_base()?.join(format!("sandbox-{uid}"));
-    match std::fs::create_dir(&dir) {
-        Ok(()) => std::fs::write(dir.join("pids.max"), MAX_PROCESSES.to_string()).ok()?,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(_) => return None,
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join(JOIN_FILE))
-        .ok()
-}
-
-/// The file a launcher writes `0` to, between fork and exec, to join a
-/// pids group: `tasks` (the calling thread), not `cgroup.procs` (its
-/// whole thread group). The forked launcher has one thread, so both move
-/// the same process, and everything it starts is counted; but moving the
-/// current thread alone skips the kernel's global threadgroup lock, whose
-/// write side waits for an RCU grace period: about 10 ms per command
-/// through `cgroup.procs` (unless another move happened a few ms before),
-/// 0.3 ms through `tasks` (measured on this host, BENCHMARKS.md).
-const JOIN_FILE: &str = "tasks";
-
-/// The host uid that is the sandbox at `root` and nothing else: its own
-/// uid when the server runs as root (see [`crate::rootfs`]); `None` when
-/// commands run as the server's own uid (a server that is not root).
-pub fn sandbox_uid(root: &Path) -> Option<u32> {
-    crate::rootfs::sandbox_owner(root).map(|(uid, _)| uid)
-}
-
-/// Every live (non-zombie) process whose real host uid is `uid` (a fresh
-/// `/proc` scan). For a sandbox uid that is every process of the sandbox,
-/// nested user and PID namespaces included: a process cannot leave its
-/// uid (the sandbox's user namespace maps nothing else).
-pub fn live_of_uid(uid: u32) -> Vec<ProcInfo> {
-    procfs::all_pids()
-        .into_iter()
-        .filter(|pid| real_uid(*pid) == Some(uid))
-        .filter_map(procfs::stat)
-        .filter(|p| !p.is_zombie())
-        .collect()
-}
-
-fn real_uid(pid: i32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
-    line.split_whitespace().next()?.parse().ok()
-}
-
-/// Stops (`SIGSTOP`) or continues (`SIGCONT`) every process of the host
-/// uid `uid` (a paused sandbox: issue 24 item 5). A command that entered
-/// a nested PID namespace (`unshare -Upf`) is not in its tree's namespace
-/// but still has the sandbox's uid. Stopping repeats the scan until every
-/// process found is stopped (a stopped process cannot fork; bounded at 100
-/// rounds). Returns how many processes are stopped (or were continued).
-pub fn freeze_uid(uid: u32, stop: bool) -> usize {
-    if !stop {
-        return live_of_uid(uid)
-            .iter()
-            .filter(|p| signal_verified(p, Signal::CONT))
-            .count();
-    }
-    // The launchers (bwrap's outer process, the machine join) run as the sandbox's
-    // uid but on the host, in the server's PID namespace: they are not the
-    // sandbox's processes, and a launcher left stopped could never reap
-    // its child (a sandbox deleted while paused).
-    let host_ns = procfs::pid_namespace(rustix::process::getpid().as_raw_nonzero().get());
-    let mut stopped = 0;
-    for _ in 0..100 {
-        let all: Vec<ProcInfo> = live_of_uid(uid)
-            .into_iter()
-            .filter(|p| host_ns.is_none() || procfs::pid_namespace(p.pid) != host_ns)
-            .collect();
-        let running: Vec<&ProcInfo> = all
-            .iter()
-            .filter(|p| !matches!(p.state, 'T' | 't'))
-            .collect();
-        stopped = all.len() - running.len();
-        if running.is_empty() {
-            break;
-        }
-        for p in running {
-            signal_verified(p, Signal::STOP);
-        }
-    }
-    stopped
-}
-
-/// Stops or continues everything of the sandbox at `root`: every process
-/// of its own uid when it has one ([`sandbox_uid`]), nested namespaces
-/// included. Without one (a server that is not root) only the trees the
-/// supervisor knows are stopped, by the caller; this does nothing.
-pub fn freeze_sandbox(root: &Path, stop: bool) {
-    if let Some(uid) = sandbox_uid(root) {
-        freeze_uid(uid, stop);
-    }
-}
-
-/// Sends `sig` to the process a scan saw as `p`, never to a process that
-/// reused its pid: a pidfd pins the process, and the signal goes out only
-/// if the pinned process still has the start time the scan recorded
-/// (`pidfd_open` + `/proc` check + `pidfd_send_signal`). `false` when the
-/// process is gone, was replaced, or the signal failed.
-pub fn signal_verified(p: &ProcInfo, sig: Signal) -> bool {
-    let Some(pid) = Pid::from_raw(p.pid) else {
-        return false;
-    };
-    let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
-        return false;
-    };
-    match procfs::stat(p.pid) {
-        Some(now) if now.starttime == p.starttime => {
-            rustix::process::pidfd_send_signal(&pidfd, sig).is_ok()
-        }
-        _ => false,
     }
 }
 

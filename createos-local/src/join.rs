@@ -316,7 +316,7 @@ impl Launch {
             unsafe { std::os::fd::BorrowedFd::borrow_raw(self.group) },
             b"0",
         )?;
-        crate::isolation::set_limits()?;
+        crate::process_limits::set_limits()?;
         // SAFETY: system calls on descriptors and memory this child owns.
         unsafe {
             check(libc::prctl(

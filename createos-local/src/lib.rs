@@ -35,7 +35,7 @@
 
 pub(crate) mod api;
 pub mod budgets;
-pub(crate) mod confine;
+pub mod bwrap_args;
 pub(crate) mod connections;
 pub(crate) mod daytona;
 pub(crate) mod daytona_registry;
@@ -45,14 +45,17 @@ pub mod egress;
 pub mod faults;
 pub(crate) mod fds;
 pub(crate) mod fstree;
+pub mod host_processes;
 pub(crate) mod http;
 pub mod isolation;
 pub mod join;
 pub mod journal;
 pub mod machine;
+pub mod process_limits;
 pub(crate) mod procfs;
 pub mod rate_limit;
 pub mod rootfs;
+pub(crate) mod sandbox_paths;
 pub mod server;
 pub(crate) mod store;
 pub(crate) mod supervisor;

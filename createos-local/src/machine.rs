@@ -6,7 +6,7 @@
 //! # Where it applies
 //! Only where a command's tree can still be proven without a PID namespace
 //! of its own: bwrap mode, a root server (one host uid per sandbox) and a
-//! writable cgroup v1 `pids` hierarchy ([`crate::isolation::pids_cgroup_base`]).
+//! writable cgroup v1 `pids` hierarchy ([`crate::process_limits::pids_cgroup_base`]).
 //! Elsewhere every command keeps its own namespaces (the model before
 //! issue 25).
 //!
@@ -81,7 +81,7 @@ impl Machine {
 fn end(init_pid: i32, ns: u64) {
     if let Some(info) = procfs::stat(init_pid) {
         if procfs::pid_namespace(init_pid) == Some(ns) {
-            crate::isolation::signal_verified(&info, rustix::process::Signal::KILL);
+            crate::host_processes::signal_verified(&info, rustix::process::Signal::KILL);
         }
     }
     crate::deathguard::release(Guarded::Namespace { init_pid, ns });
@@ -151,13 +151,13 @@ impl Drop for Lease {
 /// Whether commands of the sandbox at `root` share a machine here (see the
 /// module docs).
 pub fn available(root: &Path) -> bool {
-    enabled_here() && crate::isolation::sandbox_uid(root).is_some()
+    enabled_here() && crate::host_processes::sandbox_uid(root).is_some()
 }
 
 /// Whether bwrap sandboxes get one machine each on this host: a root
 /// server and a writable pids cgroup hierarchy.
 pub fn enabled_here() -> bool {
-    rustix::process::geteuid().is_root() && crate::isolation::pids_cgroup_base().is_some()
+    rustix::process::geteuid().is_root() && crate::process_limits::pids_cgroup_base().is_some()
 }
 
 /// Whether a server started here would give each sandbox a machine, as
@@ -242,19 +242,20 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let raw = write.as_raw_fd();
     let mut cmd = std::process::Command::new(bwrap);
-    cmd.args(crate::isolation::machine_bwrap_args(root, raw))
+    cmd.args(crate::bwrap_args::machine_bwrap_args(root, raw))
         .arg("--")
         .args(["/usr/bin/sleep", "infinity"])
         .current_dir("/")
         .env_clear()
-        .envs(crate::isolation::launcher_env())
+        .envs(crate::bwrap_args::launcher_env())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     if let Some((uid, gid)) = crate::rootfs::sandbox_owner(root) {
         cmd.uid(uid).gid(gid);
     }
-    let cgroup = crate::isolation::sandbox_uid(root).and_then(crate::isolation::pids_cgroup_procs);
+    let cgroup =
+        crate::host_processes::sandbox_uid(root).and_then(crate::process_limits::pids_cgroup_procs);
     let cgroup_raw = cgroup.as_ref().map(|f| f.as_raw_fd());
     // SAFETY: only async-signal-safe system calls (setsid, close_range,
     // fcntl, write, setrlimit) on descriptors this process owns.
@@ -267,7 +268,7 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
             if let Some(c) = cgroup_raw {
                 rustix::io::write(std::os::fd::BorrowedFd::borrow_raw(c), b"0")?;
             }
-            crate::isolation::set_limits()?;
+            crate::process_limits::set_limits()?;
             Ok(())
         });
     }

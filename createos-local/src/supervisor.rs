@@ -129,7 +129,7 @@ fn start_failure(e: &std::io::Error) -> String {
         return format!(
             "the server could not start the command ({e}); nothing ran. A sandbox at its \
              limit of {} tasks cannot start more: end some of its processes, then retry",
-            isolation::MAX_PROCESSES
+            crate::process_limits::MAX_PROCESSES
         );
     }
     format!("the server could not start the command ({e}); nothing ran, retry later")
@@ -448,7 +448,7 @@ impl Process {
                      A sandbox at its limit of {} tasks cannot start more: end some of its \
                      processes, then retry",
                     text.lines().next().unwrap_or("").trim(),
-                    isolation::MAX_PROCESSES
+                    crate::process_limits::MAX_PROCESSES
                 )
             })
     }

@@ -530,15 +530,15 @@ async fn fork_bombs_and_huge_allocations_are_bounded() {
         r["stdout"],
         format!(
             "{}\n{}\n",
-            createos_local::isolation::MAX_PROCESSES,
-            createos_local::isolation::MAX_ADDRESS_SPACE / 1024
+            createos_local::process_limits::MAX_PROCESSES,
+            createos_local::process_limits::MAX_ADDRESS_SPACE / 1024
         ),
         "{r}"
     );
     // dash gives up at the first failed fork (bash would retry).
     let bomb = format!(
         "i=0; while [ $i -lt {} ]; do sleep 1000 & i=$((i+1)); done; echo all started",
-        createos_local::isolation::MAX_PROCESSES + 100
+        createos_local::process_limits::MAX_PROCESSES + 100
     );
     let (st, v) = h
         .post(

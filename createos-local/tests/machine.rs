@@ -182,7 +182,7 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 async fn dev_and_dev_shm_cannot_hold_host_memory() {
     let h = confined(Server::builder()).await;
     let sb = h.sandbox().await;
-    let limit_kib = createos_local::isolation::DEV_SHM_SIZE / 1024;
+    let limit_kib = createos_local::bwrap_args::DEV_SHM_SIZE / 1024;
     let r = h
         .exec(
             &sb,
@@ -268,7 +268,7 @@ async fn pause_stops_processes_in_nested_namespaces() {
     .await;
     // Deleted while paused: nothing of the sandbox's uid is left, the
     // host-side launchers included (they are not stopped by a pause).
-    let uid = createos_local::isolation::sandbox_uid(&h.server.data_dir().join(&sb))
+    let uid = createos_local::host_processes::sandbox_uid(&h.server.data_dir().join(&sb))
         .expect("a root server gives each sandbox a uid");
     let (st, v) = h
         .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
@@ -278,7 +278,8 @@ async fn pause_stops_processes_in_nested_namespaces() {
     let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     eventually("nothing of the sandbox left after delete", || {
-        common::marked_pids(&m).is_empty() && createos_local::isolation::live_of_uid(uid).is_empty()
+        common::marked_pids(&m).is_empty()
+            && createos_local::host_processes::live_of_uid(uid).is_empty()
     })
     .await;
     assert!(h.server.shutdown().await.all_exited());
@@ -291,7 +292,7 @@ async fn pause_stops_processes_in_nested_namespaces() {
 /// one group for all sandboxes capped at half the host's `pid_max`.
 #[tokio::test]
 async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
-    let Some(base) = createos_local::isolation::pids_cgroup_base() else {
+    let Some(base) = createos_local::process_limits::pids_cgroup_base() else {
         eprintln!("no writable pids cgroup hierarchy here: RLIMIT_NPROC only; skipped");
         return;
     };
@@ -322,11 +323,11 @@ async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
     let read = |p: std::path::PathBuf| std::fs::read_to_string(p).expect("read").trim().to_string();
     assert_eq!(
         read(dir.join("pids.max")),
-        createos_local::isolation::MAX_PROCESSES.to_string()
+        createos_local::process_limits::MAX_PROCESSES.to_string()
     );
     assert_eq!(
         read(base.join("pids.max")),
-        createos_local::isolation::total_tasks().to_string()
+        createos_local::process_limits::total_tasks().to_string()
     );
     assert!(h.server.shutdown().await.all_exited());
 }

@@ -73,7 +73,7 @@ async fn start(
     let cwd = body.cwd.unwrap_or_else(|| DEFAULT_CWD.to_string());
     let root = sb.root.clone();
     let c = cwd.clone();
-    let host_cwd = blocking(state, move || crate::confine::resolve_dir(&root, &c))
+    let host_cwd = blocking(state, move || crate::sandbox_paths::resolve_dir(&root, &c))
         .await?
         .map_err(|e| cwd_error(&cwd, e))?;
     let env =

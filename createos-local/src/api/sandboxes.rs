@@ -167,7 +167,7 @@ pub async fn pause(
             for p in sb.processes() {
                 p.freeze(true);
             }
-            crate::isolation::freeze_sandbox(&sb.root, true);
+            crate::host_processes::freeze_sandbox(&sb.root, true);
         },
     );
     Ok(ok(json!({ "id": id, "status": Status::Pausing })))
@@ -188,7 +188,7 @@ pub async fn resume(
         state.transition_delay,
         Status::Running,
         |sb| {
-            crate::isolation::freeze_sandbox(&sb.root, false);
+            crate::host_processes::freeze_sandbox(&sb.root, false);
             for p in sb.processes() {
                 p.freeze(false);
             }

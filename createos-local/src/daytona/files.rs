@@ -108,7 +108,7 @@ pub async fn create_folder(
     };
     let root = sb.core.root.clone();
     crate::http::state::blocking(&state, move || {
-        crate::confine::create_dir(&root, &path, mode)
+        crate::sandbox_paths::create_dir(&root, &path, mode)
     })
     .await?
     .map_err(path_error)?;
@@ -210,18 +210,22 @@ pub async fn bulk_download(
         paths
             .into_iter()
             .map(|path| {
-                let read = crate::confine::open_file(&root, &path).and_then(|(file, size)| {
-                    total += size;
-                    if total > MAX_BULK_DOWNLOAD {
-                        return Err(crate::confine::PathError::Io(
-                            "more than 256 MiB asked for in one bulk download".into(),
-                        ));
-                    }
-                    let mut bytes = Vec::with_capacity(size as usize);
-                    std::io::Read::read_to_end(&mut std::io::Read::take(file, size), &mut bytes)
-                        .map_err(|e| crate::confine::PathError::Io(e.to_string()))?;
-                    Ok(bytes)
-                });
+                let read =
+                    crate::sandbox_paths::open_file(&root, &path).and_then(|(file, size)| {
+                        total += size;
+                        if total > MAX_BULK_DOWNLOAD {
+                            return Err(crate::sandbox_paths::PathError::Io(
+                                "more than 256 MiB asked for in one bulk download".into(),
+                            ));
+                        }
+                        let mut bytes = Vec::with_capacity(size as usize);
+                        std::io::Read::read_to_end(
+                            &mut std::io::Read::take(file, size),
+                            &mut bytes,
+                        )
+                        .map_err(|e| crate::sandbox_paths::PathError::Io(e.to_string()))?;
+                        Ok(bytes)
+                    });
                 (path, read)
             })
             .collect::<Vec<_>>()
@@ -278,7 +282,7 @@ pub async fn list(
     let path = required(&q)?;
     let root = sb.core.root.clone();
     let entries =
-        crate::http::state::blocking(&state, move || crate::confine::list_dir(&root, &path))
+        crate::http::state::blocking(&state, move || crate::sandbox_paths::list_dir(&root, &path))
             .await?
             .map_err(path_error)?;
     let files: Vec<_> = entries

@@ -111,7 +111,7 @@ async fn start_process(
     let root = sb.core.root.clone();
     let c = cwd.clone();
     let host_cwd =
-        crate::http::state::blocking(state, move || crate::confine::resolve_dir(&root, &c))
+        crate::http::state::blocking(state, move || crate::sandbox_paths::resolve_dir(&root, &c))
             .await?
             .map_err(|e| crate::http::error::cwd_error(&cwd, e))?;
     let mut env = build_env(&state.mode, &sb.core.root, &sb.spec.env, &BTreeMap::new())

@@ -13,7 +13,7 @@ use tokio::io::AsyncReadExt;
 use super::error::{path_error, ApiError};
 use super::limits::MAX_BODY;
 use super::state::{blocking, slot, AppState};
-use crate::confine;
+use crate::sandbox_paths;
 
 /// Upload chunks in flight between the request body and the writing thread.
 const UPLOAD_QUEUE: usize = 4;
@@ -21,7 +21,7 @@ const UPLOAD_QUEUE: usize = 4;
 /// Download chunk size.
 const CHUNK: usize = 64 * 1024;
 
-/// Feeds the chunks of a request body to [`confine::write_file`] on a
+/// Feeds the chunks of a request body to [`sandbox_paths::write_file`] on a
 /// blocking thread; an `Err` item aborts the write (no file is left).
 struct ChannelReader {
     rx: tokio::sync::mpsc::Receiver<std::io::Result<Bytes>>,
@@ -72,7 +72,7 @@ where
             rx,
             current: Bytes::new(),
         };
-        let written = confine::write_file(&root, &path, &mut reader);
+        let written = sandbox_paths::write_file(&root, &path, &mut reader);
         drop(slot);
         written
     });
@@ -139,7 +139,7 @@ pub async fn read_response(
     root: std::path::PathBuf,
     path: String,
 ) -> Result<Response, ApiError> {
-    let (file, size) = blocking(state, move || confine::open_file(&root, &path))
+    let (file, size) = blocking(state, move || sandbox_paths::open_file(&root, &path))
         .await?
         .map_err(path_error)?;
     // Exactly `size` bytes: a file that shrinks meanwhile ends the body

@@ -1,0 +1,104 @@
+//! A sandbox's processes as the host sees them: the sandbox's own host
+//! uid, every live process of that uid, freezing and thawing them, and
+//! signals sent only to the very process a `/proc` scan saw.
+
+use std::path::Path;
+
+use rustix::process::{Pid, Signal};
+
+use crate::procfs::{self, ProcInfo};
+
+/// The host uid that is the sandbox at `root` and nothing else: its own
+/// uid when the server runs as root (see [`crate::rootfs`]); `None` when
+/// commands run as the server's own uid (a server that is not root).
+pub fn sandbox_uid(root: &Path) -> Option<u32> {
+    crate::rootfs::sandbox_owner(root).map(|(uid, _)| uid)
+}
+
+/// Every live (non-zombie) process whose real host uid is `uid` (a fresh
+/// `/proc` scan). For a sandbox uid that is every process of the sandbox,
+/// nested user and PID namespaces included: a process cannot leave its
+/// uid (the sandbox's user namespace maps nothing else).
+pub fn live_of_uid(uid: u32) -> Vec<ProcInfo> {
+    procfs::all_pids()
+        .into_iter()
+        .filter(|pid| real_uid(*pid) == Some(uid))
+        .filter_map(procfs::stat)
+        .filter(|p| !p.is_zombie())
+        .collect()
+}
+
+fn real_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    line.split_whitespace().next()?.parse().ok()
+}
+
+/// Stops (`SIGSTOP`) or continues (`SIGCONT`) every process of the host
+/// uid `uid` (a paused sandbox: issue 24 item 5). A command that entered
+/// a nested PID namespace (`unshare -Upf`) is not in its tree's namespace
+/// but still has the sandbox's uid. Stopping repeats the scan until every
+/// process found is stopped (a stopped process cannot fork; bounded at 100
+/// rounds). Returns how many processes are stopped (or were continued).
+pub fn freeze_uid(uid: u32, stop: bool) -> usize {
+    if !stop {
+        return live_of_uid(uid)
+            .iter()
+            .filter(|p| signal_verified(p, Signal::CONT))
+            .count();
+    }
+    // The launchers (bwrap's outer process, the machine join) run as the sandbox's
+    // uid but on the host, in the server's PID namespace: they are not the
+    // sandbox's processes, and a launcher left stopped could never reap
+    // its child (a sandbox deleted while paused).
+    let host_ns = procfs::pid_namespace(rustix::process::getpid().as_raw_nonzero().get());
+    let mut stopped = 0;
+    for _ in 0..100 {
+        let all: Vec<ProcInfo> = live_of_uid(uid)
+            .into_iter()
+            .filter(|p| host_ns.is_none() || procfs::pid_namespace(p.pid) != host_ns)
+            .collect();
+        let running: Vec<&ProcInfo> = all
+            .iter()
+            .filter(|p| !matches!(p.state, 'T' | 't'))
+            .collect();
+        stopped = all.len() - running.len();
+        if running.is_empty() {
+            break;
+        }
+        for p in running {
+            signal_verified(p, Signal::STOP);
+        }
+    }
+    stopped
+}
+
+/// Stops or continues everything of the sandbox at `root`: every process
+/// of its own uid when it has one ([`sandbox_uid`]), nested namespaces
+/// included. Without one (a server that is not root) only the trees the
+/// supervisor knows are stopped, by the caller; this does nothing.
+pub fn freeze_sandbox(root: &Path, stop: bool) {
+    if let Some(uid) = sandbox_uid(root) {
+        freeze_uid(uid, stop);
+    }
+}
+
+/// Sends `sig` to the process a scan saw as `p`, never to a process that
+/// reused its pid: a pidfd pins the process, and the signal goes out only
+/// if the pinned process still has the start time the scan recorded
+/// (`pidfd_open` + `/proc` check + `pidfd_send_signal`). `false` when the
+/// process is gone, was replaced, or the signal failed.
+pub fn signal_verified(p: &ProcInfo, sig: Signal) -> bool {
+    let Some(pid) = Pid::from_raw(p.pid) else {
+        return false;
+    };
+    let Ok(pidfd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) else {
+        return false;
+    };
+    match procfs::stat(p.pid) {
+        Some(now) if now.starttime == p.starttime => {
+            rustix::process::pidfd_send_signal(&pidfd, sig).is_ok()
+        }
+        _ => false,
+    }
+}
