@@ -7,7 +7,7 @@
 use crate::platform::TransportError;
 use crate::types::{
     ApiRejection, CleanupCause, CleanupFailure, CleanupPhase, InvalidResponse, PartialOutput,
-    ProviderError, TransportFailure, TransportKind,
+    ProviderError, TerminationAction, TerminationReceipt, TransportFailure, TransportKind,
 };
 
 /// Why an API call did not give a valid success answer.
@@ -128,12 +128,17 @@ pub fn cleanup_failed(
     })
 }
 
-/// True for an id safe to put in a path: `^[A-Za-z0-9_-]{1,200}$`.
-pub fn is_valid_id(id: &str) -> bool {
-    (1..=200).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+/// `invalid-response`: an answer that is not what the API documents.
+pub fn invalid_response(operation: &str, reason: &str) -> ProviderError {
+    ApiError::Invalid(reason.into()).into_provider_error(operation)
+}
+
+/// The receipt of a terminated sandbox.
+pub fn receipt(sandbox_id: &str, action: TerminationAction) -> TerminationReceipt {
+    TerminationReceipt {
+        sandbox_id: sandbox_id.to_string(),
+        action,
+    }
 }
 
 /// Why a cleanup request did not confirm anything, for `cleanup-failed`.

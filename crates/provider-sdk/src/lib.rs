@@ -10,17 +10,24 @@
 //!   a trait, so a provider's protocol runs natively in unit tests
 //!   ([`testing::FakePlatform`] with the `testing` feature);
 //! - `wasi_platform`: that trait over the WASI imports (in the component);
-//! - [`errors`]: API failures as the contract's error cases;
+//! - [`config`]: config objects, budgets and what `validate-config` says;
+//! - [`operation`]: one operation's state, set up once by the export;
+//! - [`http`]: 2xx answers, JSON, string and id fields;
+//! - [`errors`]: API failures as the contract's error cases, receipts;
 //! - [`origin`]: API URL rules (https, or http on loopback) and origins;
 //! - [`output`]: per-stream UTF-8 decoding and the bounded output tail;
 //! - [`script`]: command validation and the single-quoted bash script.
 //!
 //! ```ignore
 //! struct Echo;
-//! impl provider_sdk::Provider for Echo { /* describe, validate_config, ... */ }
+//! impl provider_sdk::Provider for Echo {
+//!     type Config = EchoConfig; // a provider_sdk::config::ProviderConfig
+//!     /* describe, acquire_lease, destroy_lease, execute, ... */
+//! }
 //! provider_sdk::export_provider!(Echo);
 //! ```
 
+#![deny(missing_docs)]
 // `ProviderError` is the WIT variant itself (its cleanup case carries the
 // partial output); it is returned once per call, so its size is no concern.
 #![allow(clippy::result_large_err)]
@@ -53,7 +60,10 @@ pub mod types {
     };
 }
 
+pub mod config;
 pub mod errors;
+pub mod http;
+pub mod operation;
 pub mod origin;
 pub mod output;
 pub mod platform;
@@ -66,31 +76,43 @@ pub mod testing;
 #[doc(hidden)]
 pub mod wasi_platform;
 
+pub use operation::Operation;
 pub use platform::Platform;
 
+use config::ProviderConfig;
 use types::*;
 
 /// A sandbox provider in plain Rust: the operations of the WIT `provider`
 /// interface (see `wit/since_v0.3.0/provider.wit` for what each must
-/// prove), each given a fresh [`Platform`] for the call.
+/// prove).
+///
+/// The export ([`export_provider!`]) sets every operation up once before
+/// the provider sees it: it parses the context's config as
+/// [`Provider::Config`] (a bad one is `invalid-config`, before any
+/// request), points a fresh platform at the config's first API origin,
+/// and starts the operation's deadline ([`Operation::start`]). Before
+/// `execute` it also checks the command ([`script::validate`]), so bad
+/// input never causes a request.
 ///
 /// A provider keeps no state between calls. Everything it knows comes from
-/// the call's arguments (the config inside the environment context, the
-/// lease's metadata).
+/// the operation (config, context) and the lease's metadata.
 pub trait Provider {
+    /// The provider's config.
+    type Config: ProviderConfig;
+
     /// Who the provider is, its config schema, capabilities, secrets and
     /// rate limit. Makes no request and cannot fail.
     fn describe() -> ProviderDescription;
 
-    /// Checks and normalises a config without any request.
-    fn validate_config(config: &str) -> ConfigValidation;
+    /// Checks and normalises a config without any request. Default:
+    /// [`ProviderConfig::validate`] as the contract reports it.
+    fn validate_config(config: &str) -> ConfigValidation {
+        Self::Config::validate(config).into_contract()
+    }
 
     /// Creates a sandbox, runs a marker command in it, and always deletes it.
     /// Default: `unsupported`.
-    fn probe(
-        _platform: &mut dyn Platform,
-        _ctx: &EnvironmentContext,
-    ) -> Result<ProbeReport, ProviderError> {
+    fn probe(_op: Operation<'_, Self::Config>) -> Result<ProbeReport, ProviderError> {
         Err(ProviderError::Unsupported(
             "this provider has no probe".into(),
         ))
@@ -98,16 +120,14 @@ pub trait Provider {
 
     /// Creates and prepares a sandbox.
     fn acquire_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
+        op: Operation<'_, Self::Config>,
         request: &AcquireRequest,
     ) -> Result<Lease, ProviderError>;
 
     /// Resumes a released lease, or proves it expired. Default (a provider
     /// without `reusable-leases`): `unsupported`.
     fn resume_lease(
-        _platform: &mut dyn Platform,
-        _ctx: &EnvironmentContext,
+        _op: Operation<'_, Self::Config>,
         _lease: &Lease,
     ) -> Result<ResumeOutcome, ProviderError> {
         Err(ProviderError::Unsupported(
@@ -117,25 +137,22 @@ pub trait Provider {
 
     /// Pauses (reusable) or deletes a lease. Default: [`destroy_lease`](Self::destroy_lease).
     fn release_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
+        op: Operation<'_, Self::Config>,
         lease: &Lease,
     ) -> Result<TerminationReceipt, ProviderError> {
-        Self::destroy_lease(platform, ctx, lease)
+        Self::destroy_lease(op, lease)
     }
 
     /// Deletes a lease's sandbox; a sandbox already gone is success.
     fn destroy_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
+        op: Operation<'_, Self::Config>,
         lease: &Lease,
     ) -> Result<TerminationReceipt, ProviderError>;
 
     /// Makes sure the remote working directory exists; returns its path.
     /// Default: `unsupported`.
     fn realize_workspace(
-        _platform: &mut dyn Platform,
-        _ctx: &EnvironmentContext,
+        _op: Operation<'_, Self::Config>,
         _lease: &Lease,
         _request: &WorkspaceRequest,
     ) -> Result<String, ProviderError> {
@@ -146,8 +163,7 @@ pub trait Provider {
 
     /// Copies files into the sandbox. Without `native-sync`: `unsupported`.
     fn sync_in(
-        _platform: &mut dyn Platform,
-        _ctx: &EnvironmentContext,
+        _op: Operation<'_, Self::Config>,
         _lease: &Lease,
         _files: &[FileUpload],
     ) -> Result<SyncReport, ProviderError> {
@@ -158,8 +174,7 @@ pub trait Provider {
 
     /// Reads files out of the sandbox. Without `native-sync`: `unsupported`.
     fn sync_out(
-        _platform: &mut dyn Platform,
-        _ctx: &EnvironmentContext,
+        _op: Operation<'_, Self::Config>,
         _lease: &Lease,
         _remote_paths: &[String],
     ) -> Result<Vec<FileDownload>, ProviderError> {
@@ -168,92 +183,138 @@ pub trait Provider {
         ))
     }
 
-    /// Runs one command and returns its confirmed result.
+    /// Runs one command (already checked with [`script::validate`]) and
+    /// returns its confirmed result.
     fn execute(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
+        op: Operation<'_, Self::Config>,
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<ExecuteResult, ProviderError>;
 }
 
+/// What [`export_provider!`] expands to: each WIT call as one operation of
+/// `P` on a platform, set up once here.
+#[doc(hidden)]
+pub mod export {
+    use super::*;
+
+    /// Runs `f` as one operation of `P` ([`Operation::start`]).
+    pub fn run<P: Provider, T>(
+        platform: &mut dyn Platform,
+        ctx: &EnvironmentContext,
+        f: impl FnOnce(Operation<'_, P::Config>) -> Result<T, ProviderError>,
+    ) -> Result<T, ProviderError> {
+        f(Operation::start(platform, ctx)?)
+    }
+
+    /// `execute`: the command is checked before the provider sees it.
+    pub fn execute<P: Provider>(
+        platform: &mut dyn Platform,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+        request: &ExecuteRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        run::<P, _>(platform, ctx, |op| {
+            script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
+            P::execute(op, lease, request)
+        })
+    }
+}
+
 /// Exports a [`Provider`] as the component's `sandbox:provider/provider`
-/// implementation: each call gets a fresh WASI platform. Outside a
-/// `wasm32-wasip2` build it expands to nothing, so the provider's protocol
-/// still builds and tests natively and on `wasm32-unknown-unknown`.
+/// implementation: each call is one operation on a fresh WASI platform
+/// ([`Provider`] says what is set up). Outside a `wasm32-wasip2` build it
+/// expands to nothing, so the provider's protocol still builds and tests
+/// natively and on `wasm32-unknown-unknown`.
 #[macro_export]
 macro_rules! export_provider {
     ($provider:ty) => {
         #[cfg(all(target_os = "wasi", target_env = "p2"))]
         const _: () = {
             use $crate::bindings::exports::sandbox::provider::provider::Guest;
+            use $crate::export::run;
             use $crate::types::*;
             use $crate::wasi_platform::WasiPlatform;
             use $crate::Provider as _;
 
+            type P = $provider;
             struct Export;
 
             impl Guest for Export {
                 fn describe() -> ProviderDescription {
-                    <$provider>::describe()
+                    P::describe()
                 }
                 fn validate_config(config: String) -> ConfigValidation {
-                    <$provider>::validate_config(&config)
+                    P::validate_config(&config)
                 }
                 fn probe(ctx: EnvironmentContext) -> Result<ProbeReport, ProviderError> {
-                    <$provider>::probe(&mut WasiPlatform::new(), &ctx)
+                    run::<P, _>(&mut WasiPlatform::new(), &ctx, P::probe)
                 }
                 fn acquire_lease(
                     ctx: EnvironmentContext,
                     request: AcquireRequest,
                 ) -> Result<Lease, ProviderError> {
-                    <$provider>::acquire_lease(&mut WasiPlatform::new(), &ctx, &request)
+                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
+                        P::acquire_lease(op, &request)
+                    })
                 }
                 fn resume_lease(
                     ctx: EnvironmentContext,
                     lease: Lease,
                 ) -> Result<ResumeOutcome, ProviderError> {
-                    <$provider>::resume_lease(&mut WasiPlatform::new(), &ctx, &lease)
+                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
+                        P::resume_lease(op, &lease)
+                    })
                 }
                 fn release_lease(
                     ctx: EnvironmentContext,
                     lease: Lease,
                 ) -> Result<TerminationReceipt, ProviderError> {
-                    <$provider>::release_lease(&mut WasiPlatform::new(), &ctx, &lease)
+                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
+                        P::release_lease(op, &lease)
+                    })
                 }
                 fn destroy_lease(
                     ctx: EnvironmentContext,
                     lease: Lease,
                 ) -> Result<TerminationReceipt, ProviderError> {
-                    <$provider>::destroy_lease(&mut WasiPlatform::new(), &ctx, &lease)
+                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
+                        P::destroy_lease(op, &lease)
+                    })
                 }
                 fn realize_workspace(
                     ctx: EnvironmentContext,
                     lease: Lease,
                     request: WorkspaceRequest,
                 ) -> Result<String, ProviderError> {
-                    <$provider>::realize_workspace(&mut WasiPlatform::new(), &ctx, &lease, &request)
+                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
+                        P::realize_workspace(op, &lease, &request)
+                    })
                 }
                 fn sync_in(
                     ctx: EnvironmentContext,
                     lease: Lease,
                     files: Vec<FileUpload>,
                 ) -> Result<SyncReport, ProviderError> {
-                    <$provider>::sync_in(&mut WasiPlatform::new(), &ctx, &lease, &files)
+                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
+                        P::sync_in(op, &lease, &files)
+                    })
                 }
                 fn sync_out(
                     ctx: EnvironmentContext,
                     lease: Lease,
                     remote_paths: Vec<String>,
                 ) -> Result<Vec<FileDownload>, ProviderError> {
-                    <$provider>::sync_out(&mut WasiPlatform::new(), &ctx, &lease, &remote_paths)
+                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
+                        P::sync_out(op, &lease, &remote_paths)
+                    })
                 }
                 fn execute(
                     ctx: EnvironmentContext,
                     lease: Lease,
                     request: ExecuteRequest,
                 ) -> Result<ExecuteResult, ProviderError> {
-                    <$provider>::execute(&mut WasiPlatform::new(), &ctx, &lease, &request)
+                    $crate::export::execute::<P>(&mut WasiPlatform::new(), &ctx, &lease, &request)
                 }
             }
 

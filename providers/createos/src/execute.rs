@@ -14,13 +14,17 @@
 //! can exist. Only a creation that may have reached the server without a
 //! valid answer is "creation unconfirmed".
 
-use crate::api::{self, ApiError};
+use crate::api;
 use crate::config::Config;
 use crate::frames::{parse_frame, ExitStatus, Frame, FrameError, LineSplitter};
-use crate::output::CommandOutput;
-use crate::platform::{random_hex, Method, Platform, Request, TransportError, Wait, MS};
-use crate::script;
-use crate::types::{
+use provider_sdk::errors::{cleanup_cause, with_partial, ApiError};
+use provider_sdk::http::id_field;
+use provider_sdk::output::CommandOutput;
+use provider_sdk::platform::{
+    random_hex, BodyReader, Method, Platform, Request, TransportError, Wait, MS,
+};
+use provider_sdk::script;
+use provider_sdk::types::{
     CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, OutputLoss,
     PartialOutput, ProviderError,
 };
@@ -44,21 +48,8 @@ pub fn execute(
     sandbox_id: &str,
     request: &ExecuteRequest,
 ) -> Result<ExecuteResult, ProviderError> {
-    let default_timeout_ms = config.timeout_ms;
     let budget = config.request_timeout_ms.saturating_mul(MS);
-    script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
-    let timeout_ms = request.timeout_ms.unwrap_or(default_timeout_ms);
-    if timeout_ms == 0 || timeout_ms > crate::config::MAX_TIMEOUT_MS {
-        return Err(ProviderError::InvalidRequest(format!(
-            "timeout must be from 1 to {} ms",
-            crate::config::MAX_TIMEOUT_MS
-        )));
-    }
-    if !api::is_valid_id(sandbox_id) {
-        return Err(ProviderError::ForeignLease(
-            "the lease has an invalid sandbox id".into(),
-        ));
-    }
+    let timeout_ms = script::check(request, config.timeout_ms, sandbox_id)?;
     let stdin_path = request
         .stdin
         .as_ref()
@@ -142,15 +133,13 @@ fn create_process(
         })
     };
     match api::call(platform, &create, wait) {
-        Ok(data) => {
-            api::id_field(&data, "process_id").map_err(|e| unconfirmed(api::cleanup_cause(e)))
-        }
+        Ok(data) => id_field(&data, "process_id").map_err(|e| unconfirmed(cleanup_cause(e))),
         Err(ApiError::Status(status)) if status < 500 => {
             Err(ApiError::Status(status).into_provider_error("create-process"))
         }
         // Denied by the host, or the server was never reached: no process.
         Err(error) if error.never_sent() => Err(error.into_provider_error("create-process")),
-        Err(error) => Err(unconfirmed(api::cleanup_cause(error))),
+        Err(error) => Err(unconfirmed(cleanup_cause(error))),
     }
 }
 
@@ -247,11 +236,7 @@ impl Run {
         }
     }
 
-    fn read_stream(
-        &mut self,
-        platform: &mut dyn Platform,
-        body: &mut dyn crate::platform::BodyReader,
-    ) -> StreamEnd {
+    fn read_stream(&mut self, platform: &mut dyn Platform, body: &mut dyn BodyReader) -> StreamEnd {
         let mut lines = LineSplitter::default();
         loop {
             let chunk = match body.next_chunk(self.command_wait()) {
@@ -317,7 +302,7 @@ impl Run {
 
     /// How many frames after the cursor a 410's body says were evicted
     /// (`oldest_seq` is the first kept frame); none when it does not say.
-    fn lost_frames(&self, body: &mut dyn crate::platform::BodyReader) -> Option<u64> {
+    fn lost_frames(&self, body: &mut dyn BodyReader) -> Option<u64> {
         let wait = Wait {
             deadline: self.deadline,
             cancellable: true,
@@ -381,7 +366,7 @@ impl Run {
         // Termination is confirmed: an error keeps what the command printed.
         after_cleanup
             .map(|()| self.result(None, None, true))
-            .map_err(|error| api::with_partial(error, self.output.partial(false)))
+            .map_err(|error| with_partial(error, self.output.partial(false)))
     }
 
     fn result(
@@ -426,7 +411,7 @@ impl Run {
                 )),
             },
             Err(ApiError::Status(404)) => Ok(()),
-            Err(error) => Err(api::cleanup_cause(error)),
+            Err(error) => Err(cleanup_cause(error)),
         }
     }
 }
@@ -482,15 +467,16 @@ fn transport_error(operation: &str, error: &TransportError) -> ProviderError {
 mod tests {
     use super::*;
     use crate::frames::StreamId;
-    use crate::platform::Instant;
     use crate::testing::ok;
+    use provider_sdk::config::ProviderConfig;
+    use provider_sdk::platform::Instant;
     use provider_sdk::testing::{Answer, FakePlatform};
     use wasm_bindgen_test::wasm_bindgen_test;
 
     const PROCESS: &str = "/v1/sandboxes/sb/processes/p1";
 
     fn config() -> Config {
-        crate::config::parse(r#"{"requestTimeoutMs": 2000}"#).unwrap()
+        Config::parse(r#"{"requestTimeoutMs": 2000}"#).unwrap()
     }
 
     fn request(timeout_ms: Option<u64>) -> ExecuteRequest {

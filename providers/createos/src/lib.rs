@@ -3,9 +3,9 @@
 //! component that implements the `sandbox-provider` WIT world
 //! (`wit/since_v0.3.0`).
 //!
-//! The protocol is plain Rust over the SDK's [`Platform`] trait, so its
-//! logic runs natively in unit tests; `component` is the one place that
-//! implements the SDK's [`provider_sdk::Provider`] trait.
+//! The protocol is plain Rust over the SDK's [`provider_sdk::Platform`]
+//! trait, so its logic runs natively in unit tests; `component` is the one
+//! place that implements the SDK's [`provider_sdk::Provider`] trait.
 //!
 //! Modules, in the order a request flows through them:
 //! - [`config`]: the provider config and API URL rules;
@@ -16,14 +16,13 @@
 //! - [`lease`]: the lease metadata the provider writes and checks;
 //! - [`describe`]: the provider description.
 //!
-//! The SDK's [`platform`], [`output`], [`script`] and [`types`] are
-//! re-exported under their own names.
+//! The platform, output, script and contract types are the SDK's, named
+//! by their one path (`provider_sdk::platform`, ...).
 
+#![deny(missing_docs)]
 // `ProviderError` is the WIT variant itself (its cleanup case carries the
 // partial output); it is returned once per call, so its size is no concern.
 #![allow(clippy::result_large_err)]
-
-pub use provider_sdk::{output, platform, script, types, Platform};
 
 pub mod api;
 pub mod config;

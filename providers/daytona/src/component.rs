@@ -1,103 +1,67 @@
-//! The Daytona provider as the SDK's [`Provider`]: each operation parses
-//! the context's config, points the platform at the API origin (toolbox
-//! requests name their own origin), and runs the protocol modules.
+//! The Daytona provider as the SDK's [`Provider`]: the SDK sets each
+//! operation up (config parsed, platform pointed at the API origin;
+//! toolbox requests name their own origin); each operation here runs the
+//! protocol modules.
 
-use crate::config::{self, Config};
-use crate::execute;
-use crate::lease;
-use crate::lifecycle::Lifecycle;
+use crate::config::Config;
+use crate::lifecycle::{resolve_path, Lifecycle};
+use crate::{execute, lease};
 use provider_sdk::types::*;
-use provider_sdk::{Platform, Provider};
+use provider_sdk::{Operation, Provider};
 
 /// The Daytona provider.
 pub struct Daytona;
 
 provider_sdk::export_provider!(Daytona);
 
-fn setup(ctx: &EnvironmentContext, platform: &mut dyn Platform) -> Result<Config, ProviderError> {
-    let config = config::parse(&ctx.config).map_err(ProviderError::InvalidConfig)?;
-    platform.set_default_origin(config.api.origin());
-    Ok(config)
-}
+type Op<'a> = Operation<'a, Config>;
 
 impl Provider for Daytona {
+    type Config = Config;
+
     fn describe() -> ProviderDescription {
         crate::describe::description()
     }
 
-    fn validate_config(config: &str) -> ConfigValidation {
-        config::validate(config).into_contract()
+    fn probe(op: Op) -> Result<ProbeReport, ProviderError> {
+        Lifecycle::new(op).probe()
     }
 
-    fn probe(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-    ) -> Result<ProbeReport, ProviderError> {
-        let config = setup(ctx, platform)?;
-        Lifecycle::new(platform, &config).probe(ctx)
+    fn acquire_lease(op: Op, request: &AcquireRequest) -> Result<Lease, ProviderError> {
+        Lifecycle::new(op).acquire(request)
     }
 
-    fn acquire_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        request: &AcquireRequest,
-    ) -> Result<Lease, ProviderError> {
-        let config = setup(ctx, platform)?;
-        Lifecycle::new(platform, &config).acquire(ctx, request)
+    fn resume_lease(op: Op, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
+        Lifecycle::new(op).resume(lease)
     }
 
-    fn resume_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<ResumeOutcome, ProviderError> {
-        let config = setup(ctx, platform)?;
-        Lifecycle::new(platform, &config).resume(ctx, lease)
+    fn release_lease(op: Op, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        Lifecycle::new(op).release(lease)
     }
 
-    fn release_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
-        let config = setup(ctx, platform)?;
-        Lifecycle::new(platform, &config).release(ctx, lease)
-    }
-
-    fn destroy_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
-        let config = setup(ctx, platform)?;
-        Lifecycle::new(platform, &config).destroy(ctx, lease)
+    fn destroy_lease(op: Op, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        Lifecycle::new(op).destroy(lease)
     }
 
     fn realize_workspace(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
+        op: Op,
         lease: &Lease,
         request: &WorkspaceRequest,
     ) -> Result<String, ProviderError> {
-        let config = setup(ctx, platform)?;
-        Lifecycle::new(platform, &config).realize(ctx, lease, request)
+        Lifecycle::new(op).realize(lease, request)
     }
 
     fn execute(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
+        op: Op,
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<ExecuteResult, ProviderError> {
-        let config = setup(ctx, platform)?;
-        // Bad input never causes a request, the lease check included.
-        provider_sdk::script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
-        let metadata = lease::check(lease, ctx)?;
+        let metadata = lease::check(lease, op.ctx)?;
         let mut request = request.clone();
         request.cwd = Some(match &request.cwd {
             None => metadata.cwd.clone(),
-            Some(cwd) => crate::lifecycle::resolve_path(&metadata.workspace_root(), cwd)?,
+            Some(cwd) => resolve_path(&metadata.workspace_root(), cwd)?,
         });
-        execute::execute(platform, &config, &metadata.sandbox_id, &request)
+        execute::execute(op.platform, &op.config, &metadata.sandbox_id, &request)
     }
 }

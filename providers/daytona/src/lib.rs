@@ -17,6 +17,7 @@
 //! - [`execute`]: one command in its own session, with cleanup;
 //! - [`describe`]: the provider description.
 
+#![deny(missing_docs)]
 // `ProviderError` is the WIT variant itself; returned once per call.
 #![allow(clippy::result_large_err)]
 

@@ -6,15 +6,20 @@
 //! bounded by the operation's deadline (the config's `timeoutMs`). Only a
 //! 404 or the `destroyed` state prove a sandbox gone.
 
-use crate::api::{self, ApiError, Face};
+use crate::api::{self, Face};
 use crate::config::Config;
 use crate::lease::{self, LeaseMetadata, ENVIRONMENT_LABEL, MARKER_LABEL, PROVIDER};
-use provider_sdk::platform::{random_hex, Instant, Method, Platform, Wait, MS};
-use provider_sdk::types::{
-    AcquireRequest, CleanupCause, CleanupFailure, CleanupPhase, EnvironmentContext, Lease,
-    ProbeReport, ProviderError, ResumeOutcome, TerminationAction, TerminationReceipt,
-    WorkspaceRequest,
+use provider_sdk::errors::{
+    cleanup_cause, cleanup_failed, encode_query_value, invalid_response as invalid, receipt,
+    ApiError,
 };
+use provider_sdk::http;
+use provider_sdk::platform::{random_hex, Method, Wait, MS};
+use provider_sdk::types::{
+    AcquireRequest, CleanupCause, CleanupPhase, Lease, ProbeReport, ProviderError, ResumeOutcome,
+    TerminationAction, TerminationReceipt, WorkspaceRequest,
+};
+use provider_sdk::Operation;
 use serde_json::{json, Map, Value};
 
 /// How often a state change is polled.
@@ -51,42 +56,15 @@ const BUSY_STATES: &[&str] = &[
 /// operation on it (resume waits through them).
 const RETURNING_STATES: &[&str] = &["resuming", "resizing", "snapshotting", "forking"];
 
-/// One lifecycle operation: the platform, the config and its deadline.
+/// One lifecycle operation, its budget the config's `timeoutMs`.
 pub struct Lifecycle<'a> {
-    platform: &'a mut dyn Platform,
-    config: &'a Config,
-    deadline: Instant,
+    op: Operation<'a, Config>,
 }
 
 impl<'a> Lifecycle<'a> {
-    /// Starts an operation whose budget is the config's `timeoutMs`.
-    pub fn new(platform: &'a mut dyn Platform, config: &'a Config) -> Lifecycle<'a> {
-        let deadline = platform
-            .now()
-            .saturating_add(config.timeout_ms.saturating_mul(MS));
-        Lifecycle {
-            platform,
-            config,
-            deadline,
-        }
-    }
-
-    fn wait(&self, cancellable: bool) -> Wait {
-        Wait {
-            deadline: self.deadline,
-            cancellable,
-        }
-    }
-
-    /// A cleanup request's wait: the config's `requestTimeoutMs` afresh.
-    fn cleanup_wait(&self) -> Wait {
-        Wait {
-            deadline: self
-                .platform
-                .now()
-                .saturating_add(self.config.request_timeout_ms.saturating_mul(MS)),
-            cancellable: false,
-        }
+    /// The lifecycle operations of `op`.
+    pub fn new(op: Operation<'a, Config>) -> Lifecycle<'a> {
+        Lifecycle { op }
     }
 
     fn call(
@@ -96,26 +74,22 @@ impl<'a> Lifecycle<'a> {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value, ApiError> {
-        let request = api::request(self.config, face, method, path, body);
-        let wait = self.wait(true);
-        api::call(self.platform, &request, wait)
+        let request = api::request(&self.op.config, face, method, path, body);
+        let wait = self.op.wait(true);
+        api::call(self.op.platform, &request, wait)
     }
 
     /// Creates a sandbox labelled for this lease, waits until it is
     /// `started` and prepares the workspace. A setup failure deletes the
     /// sandbox (or raises `cleanup-failed` when that delete fails).
-    pub fn acquire(
-        &mut self,
-        ctx: &EnvironmentContext,
-        request: &AcquireRequest,
-    ) -> Result<Lease, ProviderError> {
+    pub fn acquire(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError> {
         if request.requested_expires_at.is_some() {
             return Err(ProviderError::Unsupported(
                 "Daytona leases have no expiry; leave requested-expires-at unset".into(),
             ));
         }
-        let marker = random_hex(self.platform, 16);
-        let sandbox_id = self.create_sandbox(ctx, &marker)?;
+        let marker = random_hex(self.op.platform, 16);
+        let sandbox_id = self.create_sandbox(&marker)?;
         let setup = self
             .wait_for(&sandbox_id, "started")
             .and_then(|()| self.workspace(&sandbox_id, request.requested_cwd.as_deref()));
@@ -124,8 +98,8 @@ impl<'a> Lifecycle<'a> {
                 let metadata = LeaseMetadata {
                     provider: PROVIDER.into(),
                     sandbox_id: sandbox_id.clone(),
-                    environment_id: ctx.environment_id.clone(),
-                    company_id: ctx.company_id.clone(),
+                    environment_id: self.op.ctx.environment_id.clone(),
+                    company_id: self.op.ctx.company_id.clone(),
                     marker,
                     cwd,
                     workspace: Some(workspace),
@@ -138,7 +112,11 @@ impl<'a> Lifecycle<'a> {
             }
             Err(error) => match self.delete_sandbox(&sandbox_id) {
                 Ok(_) => Err(error),
-                Err(cause) => Err(cleanup_failed(&sandbox_id, CleanupPhase::LeaseSetup, cause)),
+                Err(cause) => Err(cleanup_failed(
+                    Some(&sandbox_id),
+                    CleanupPhase::LeaseSetup,
+                    cause,
+                )),
             },
         }
     }
@@ -147,15 +125,11 @@ impl<'a> Lifecycle<'a> {
     /// that never reached the server, or a valid id leaves a sandbox that
     /// may exist and cannot be found: `cleanup-failed` without an id. The
     /// id is reported to the host (`record-sandbox`) before anything else.
-    fn create_sandbox(
-        &mut self,
-        ctx: &EnvironmentContext,
-        marker: &str,
-    ) -> Result<String, ProviderError> {
+    fn create_sandbox(&mut self, marker: &str) -> Result<String, ProviderError> {
         let mut labels = Map::new();
         labels.insert(
             ENVIRONMENT_LABEL.into(),
-            Value::String(ctx.environment_id.clone()),
+            Value::String(self.op.ctx.environment_id.clone()),
         );
         labels.insert(MARKER_LABEL.into(), Value::String(marker.into()));
         let mut body = json!({
@@ -165,42 +139,34 @@ impl<'a> Lifecycle<'a> {
             "autoArchiveInterval": 0,
             "autoDeleteInterval": -1,
         });
-        if let Some(snapshot) = &self.config.snapshot {
+        if let Some(snapshot) = &self.op.config.snapshot {
             body["snapshot"] = Value::String(snapshot.clone());
         }
-        if let Some(target) = &self.config.target {
+        if let Some(target) = &self.op.config.target {
             body["target"] = Value::String(target.clone());
         }
-        let create = api::request(self.config, Face::Api, Method::Post, "/sandbox", Some(body));
+        let create = api::request(
+            &self.op.config,
+            Face::Api,
+            Method::Post,
+            "/sandbox",
+            Some(body),
+        );
         // Not cancellable: once sent, only the answer says whether it exists.
-        let wait = self.wait(false);
-        let unconfirmed = |error| {
-            ProviderError::CleanupFailed(CleanupFailure {
-                sandbox_id: None,
-                process_id: None,
-                phase: CleanupPhase::LeaseSetup,
-                cause: api::cleanup_cause(error),
-                partial: None,
-            })
+        let wait = self.op.wait(false);
+        let unconfirmed = |error: ApiError| {
+            error.into_creation_error("create-sandbox", None, CleanupPhase::LeaseSetup)
         };
-        match api::call_object(self.platform, &create, wait) {
-            Ok(data) => {
-                let id = api::id_field(&data, "id").map_err(unconfirmed)?;
-                self.platform.record_sandbox(&id);
-                if let Err(error) = self.check_toolbox(&data) {
-                    return match self.delete_sandbox(&id) {
-                        Ok(_) => Err(error),
-                        Err(cause) => Err(cleanup_failed(&id, CleanupPhase::LeaseSetup, cause)),
-                    };
-                }
-                Ok(id)
-            }
-            Err(ApiError::Status(status)) if status < 500 => {
-                Err(ApiError::Status(status).into_provider_error("create-sandbox"))
-            }
-            Err(error) if error.never_sent() => Err(error.into_provider_error("create-sandbox")),
-            Err(error) => Err(unconfirmed(error)),
+        let data = api::call_object(self.op.platform, &create, wait).map_err(unconfirmed)?;
+        let id = http::id_field(&data, "id").map_err(unconfirmed)?;
+        self.op.platform.record_sandbox(&id);
+        if let Err(error) = self.check_toolbox(&data) {
+            return match self.delete_sandbox(&id) {
+                Ok(_) => Err(error),
+                Err(cause) => Err(cleanup_failed(Some(&id), CleanupPhase::LeaseSetup, cause)),
+            };
         }
+        Ok(id)
     }
 
     /// The toolbox the API names for a sandbox must be the configured one:
@@ -212,7 +178,8 @@ impl<'a> Lifecycle<'a> {
         };
         match provider_sdk::origin::split_url(url) {
             Ok((origin, path))
-                if origin == self.config.toolbox.origin && path == self.config.toolbox.path =>
+                if origin == self.op.config.toolbox.origin
+                    && path == self.op.config.toolbox.path =>
             {
                 Ok(())
             }
@@ -260,16 +227,8 @@ impl<'a> Lifecycle<'a> {
                     &format!("the sandbox is `{}`, not `{wanted}`", printable(state)),
                 ));
             }
-            self.pause()?;
+            self.op.pause(POLL_INTERVAL_MS, "wait-sandbox")?;
         }
-    }
-
-    fn pause(&mut self) -> Result<(), ProviderError> {
-        let until = self.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
-        let wait = self.wait(true);
-        self.platform
-            .sleep_until(until, wait)
-            .map_err(|e| ApiError::Transport(e).into_provider_error("wait-sandbox"))
     }
 
     /// Creates the workspace root `{home}/paperclip-workspace` and the
@@ -285,7 +244,7 @@ impl<'a> Lifecycle<'a> {
             &format!("/{id}/user-home-dir"),
             None,
         ) {
-            Ok(Value::Object(data)) => api::string_field(&data, "dir")
+            Ok(Value::Object(data)) => http::string_field(&data, "dir")
                 .map(|d| d.trim_end_matches('/').to_string())
                 .map_err(|e| e.into_provider_error("home-dir"))?,
             Ok(_) => return Err(invalid("home-dir", "the answer is not a JSON object")),
@@ -314,7 +273,7 @@ impl<'a> Lifecycle<'a> {
     fn make_dir(&mut self, id: &str, path: &str) -> Result<(), ProviderError> {
         let folder = format!(
             "/{id}/files/folder?path={}&mode=755",
-            api::encode_query_value(path)
+            encode_query_value(path)
         );
         self.call(Face::Toolbox, Method::Post, &folder, None)
             .map(|_| ())
@@ -325,22 +284,22 @@ impl<'a> Lifecycle<'a> {
     /// `destroyed` proves it gone. `Ok(true)` when it was already gone.
     fn delete_sandbox(&mut self, id: &str) -> Result<bool, CleanupCause> {
         let delete = api::request(
-            self.config,
+            &self.op.config,
             Face::Api,
             Method::Delete,
             &api::sandbox_path(id),
             None,
         );
-        let wait = self.cleanup_wait();
-        match api::call(self.platform, &delete, wait) {
+        let wait = self.op.cleanup_wait();
+        match api::call(self.op.platform, &delete, wait) {
             Ok(_) => {}
             Err(ApiError::Status(404)) => return Ok(true),
-            Err(error) => return Err(api::cleanup_cause(error)),
+            Err(error) => return Err(cleanup_cause(error)),
         }
-        let deadline = self.cleanup_wait().deadline;
+        let deadline = self.op.cleanup_wait().deadline;
         loop {
             let get = api::request(
-                self.config,
+                &self.op.config,
                 Face::Api,
                 Method::Get,
                 &api::sandbox_path(id),
@@ -350,7 +309,7 @@ impl<'a> Lifecycle<'a> {
                 deadline,
                 cancellable: false,
             };
-            match api::call_object(self.platform, &get, wait) {
+            match api::call_object(self.op.platform, &get, wait) {
                 Err(ApiError::Status(404)) => return Ok(false),
                 Ok(data) if state_of(&data) == Some("destroyed") => return Ok(false),
                 Ok(data) if state_of(&data) == Some("error") => {
@@ -359,10 +318,10 @@ impl<'a> Lifecycle<'a> {
                     ))
                 }
                 Ok(_) => {}
-                Err(error) => return Err(api::cleanup_cause(error)),
+                Err(error) => return Err(cleanup_cause(error)),
             }
-            let until = self.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
-            if self.platform.sleep_until(until, wait).is_err() {
+            let until = self.op.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
+            if self.op.platform.sleep_until(until, wait).is_err() {
                 return Err(CleanupCause::Deadline);
             }
         }
@@ -372,12 +331,8 @@ impl<'a> Lifecycle<'a> {
     /// only with proof: gone (404, `destroyed`), not the leased one (its
     /// marker label differs), or no longer what the config asks for
     /// (snapshot, target). States that prove nothing are errors.
-    pub fn resume(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<ResumeOutcome, ProviderError> {
-        let metadata = lease::check(lease, ctx)?;
+    pub fn resume(&mut self, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
         let id = metadata.sandbox_id.clone();
         let Some(data) = self.sandbox(&id)? else {
             return Ok(ResumeOutcome::Expired(
@@ -395,8 +350,8 @@ impl<'a> Lifecycle<'a> {
             ));
         }
         for (field, wanted) in [
-            ("snapshot", &self.config.snapshot),
-            ("target", &self.config.target),
+            ("snapshot", &self.op.config.snapshot),
+            ("target", &self.op.config.target),
         ] {
             if let Some(wanted) = wanted {
                 if data.get(field).and_then(Value::as_str) != Some(wanted.as_str()) {
@@ -433,25 +388,21 @@ impl<'a> Lifecycle<'a> {
 
     /// Stops a reusable lease (`paused`), or deletes it otherwise.
     /// `already-gone` only on a 404 or `destroyed`.
-    pub fn release(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
-        let metadata = lease::check(lease, ctx)?;
+    pub fn release(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
         let id = metadata.sandbox_id;
-        if !self.config.reuse_lease {
+        if !self.op.config.reuse_lease {
             return self.destroy_checked(&id);
         }
         let stop = api::request(
-            self.config,
+            &self.op.config,
             Face::Api,
             Method::Post,
             &format!("{}/stop", api::sandbox_path(&id)),
             None,
         );
-        let wait = self.wait(false);
-        match api::call(self.platform, &stop, wait) {
+        let wait = self.op.wait(false);
+        match api::call(self.op.platform, &stop, wait) {
             Ok(_) => {}
             Err(ApiError::Status(404)) => return Ok(receipt(&id, TerminationAction::AlreadyGone)),
             Err(error) => return Err(error.into_provider_error("stop-sandbox")),
@@ -466,12 +417,8 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// Deletes the lease's sandbox; one already gone is success.
-    pub fn destroy(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
-        let id = lease::sandbox_for_destroy(lease, ctx)?;
+    pub fn destroy(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        let id = lease::sandbox_for_destroy(lease, self.op.ctx)?;
         self.destroy_checked(&id)
     }
 
@@ -479,7 +426,11 @@ impl<'a> Lifecycle<'a> {
         match self.delete_sandbox(id) {
             Ok(true) => Ok(receipt(id, TerminationAction::AlreadyGone)),
             Ok(false) => Ok(receipt(id, TerminationAction::Deleted)),
-            Err(cause) => Err(cleanup_failed(id, CleanupPhase::SandboxDeletion, cause)),
+            Err(cause) => Err(cleanup_failed(
+                Some(id),
+                CleanupPhase::SandboxDeletion,
+                cause,
+            )),
         }
     }
 
@@ -487,11 +438,10 @@ impl<'a> Lifecycle<'a> {
     /// absolute) exists and returns it.
     pub fn realize(
         &mut self,
-        ctx: &EnvironmentContext,
         lease: &Lease,
         request: &WorkspaceRequest,
     ) -> Result<String, ProviderError> {
-        let metadata = lease::check(lease, ctx)?;
+        let metadata = lease::check(lease, self.op.ctx)?;
         let path = match &request.remote_path {
             Some(path) => resolve_path(&metadata.workspace_root(), path)?,
             None => metadata.cwd.clone(),
@@ -502,14 +452,20 @@ impl<'a> Lifecycle<'a> {
 
     /// Creates a sandbox, runs `echo <marker>` in it (one-shot
     /// `process/execute`), and always deletes it.
-    pub fn probe(&mut self, ctx: &EnvironmentContext) -> Result<ProbeReport, ProviderError> {
-        let marker = random_hex(self.platform, 8);
-        let id = self.create_sandbox(ctx, &marker)?;
+    pub fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
+        let marker = random_hex(self.op.platform, 8);
+        let id = self.create_sandbox(&marker)?;
         let mut diagnostics = vec![format!("created sandbox {id}")];
         let outcome = self.probe_run(&id, &marker, &mut diagnostics);
         match self.delete_sandbox(&id) {
             Ok(_) => diagnostics.push(format!("deleted sandbox {id}")),
-            Err(cause) => return Err(cleanup_failed(&id, CleanupPhase::SandboxDeletion, cause)),
+            Err(cause) => {
+                return Err(cleanup_failed(
+                    Some(&id),
+                    CleanupPhase::SandboxDeletion,
+                    cause,
+                ))
+            }
         }
         let ok = outcome?;
         Ok(ProbeReport {
@@ -517,7 +473,7 @@ impl<'a> Lifecycle<'a> {
             summary: if ok {
                 format!(
                     "Daytona at {} created, ran and deleted a sandbox",
-                    self.config.api.origin
+                    self.op.config.api.origin
                 )
             } else {
                 "the probe command did not print its marker".into()
@@ -583,27 +539,6 @@ fn printable(text: &str) -> String {
     text.chars().filter(|c| !c.is_control()).take(40).collect()
 }
 
-fn receipt(id: &str, action: TerminationAction) -> TerminationReceipt {
-    TerminationReceipt {
-        sandbox_id: id.to_string(),
-        action,
-    }
-}
-
-fn cleanup_failed(id: &str, phase: CleanupPhase, cause: CleanupCause) -> ProviderError {
-    ProviderError::CleanupFailed(CleanupFailure {
-        sandbox_id: Some(id.to_string()),
-        process_id: None,
-        phase,
-        cause,
-        partial: None,
-    })
-}
-
-fn invalid(operation: &str, reason: &str) -> ProviderError {
-    ApiError::Invalid(reason.into()).into_provider_error(operation)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -616,7 +551,7 @@ mod tests {
     /// are operations under way: the wait goes on until the wanted state.
     #[wasm_bindgen_test(unsupported = test)]
     fn operations_under_way_are_waited_through() {
-        let config = crate::config::parse(
+        let config = <Config as provider_sdk::config::ProviderConfig>::parse(
             r#"{"apiUrl":"http://127.0.0.1:1/api","toolboxUrl":"http://127.0.0.1:2/toolbox"}"#,
         )
         .unwrap();
@@ -637,7 +572,8 @@ mod tests {
                     format!(r#"{{"id":"sb-1","state":"{state}"}}"#).into_bytes(),
                 )
             });
-            let mut lifecycle = Lifecycle::new(&mut platform, &config);
+            let ctx = provider_sdk::testing::context("{}");
+            let mut lifecycle = Lifecycle::new(Operation::new(&mut platform, &ctx, config.clone()));
             assert!(lifecycle.wait_for("sb-1", "started").is_ok(), "{busy}");
             assert_eq!(platform.requests.len(), 3, "{busy}");
         }
