@@ -4,7 +4,7 @@
 //! `DELETE /sandboxes/{id}` → 204 (404 when gone).
 
 use provider_sdk::config::{ConfigObject, ProviderConfig, Validation};
-use provider_sdk::errors::{cleanup_cause, cleanup_failed, receipt, ApiError};
+use provider_sdk::errors::{cleanup_cause, cleanup_failed, deletion_receipt, ApiError};
 use provider_sdk::http::{call_json, is_valid_id};
 use provider_sdk::origin::normalize_url;
 use provider_sdk::platform::{Method, Request, Wait};
@@ -12,7 +12,8 @@ use provider_sdk::types::*;
 use provider_sdk::{script, Operation, Provider};
 use serde_json::{json, Value};
 
-pub struct Minimal;
+/// One operation: the SDK has parsed the config and points requests at its origin.
+pub struct Minimal<'a>(Operation<'a, Config>);
 provider_sdk::export_provider!(Minimal);
 
 /// `{"apiUrl": "https://...", "apiKey": <secret, injected by the host>}`.
@@ -22,10 +23,7 @@ pub struct Config {
 
 impl ProviderConfig for Config {
     fn validate(json: &str) -> Validation<Config> {
-        let mut object = match ConfigObject::parse(json, &["apiUrl", "apiKey"]) {
-            Ok(object) => object,
-            Err(failed) => return failed,
-        };
+        let mut object = ConfigObject::parse(json, &["apiUrl", "apiKey"]);
         let url = object.string("apiUrl").unwrap_or_default();
         let origin = normalize_url(&url, &["", "/"]).unwrap_or_else(|e| {
             object.error(format!("apiUrl: {e}"));
@@ -42,16 +40,20 @@ impl ProviderConfig for Config {
     // No `budget`: the host's defaults, longer than any 60 s request here.
 }
 
-type Op<'a> = Operation<'a, Config>;
-
-/// One JSON call with a deadline.
-fn call(op: &mut Op, request: Request) -> Result<Value, ApiError> {
-    let wait = Wait::from_now(op.platform, 60_000, false);
-    call_json(op.platform, &request, wait)
+impl Minimal<'_> {
+    /// One JSON call with a deadline.
+    fn call(&mut self, request: Request) -> Result<Value, ApiError> {
+        let wait = Wait::from_now(self.0.platform, 60_000, false);
+        call_json(self.0.platform, &request, wait)
+    }
 }
 
-impl Provider for Minimal {
+impl<'a> Provider<'a> for Minimal<'a> {
     type Config = Config;
+
+    fn new(op: Operation<'a, Config>) -> Self {
+        Minimal(op)
+    }
 
     fn describe() -> ProviderDescription {
         ProviderDescription {
@@ -74,16 +76,17 @@ impl Provider for Minimal {
         }
     }
 
-    fn acquire_lease(mut op: Op, _: &AcquireRequest) -> Result<Lease, ProviderError> {
+    fn acquire_lease(&mut self, _: &AcquireRequest) -> Result<Lease, ProviderError> {
         let create = Request::new(Method::Post, "/sandboxes").with_json(&json!({}));
         // A creation that may have happened, with no id to delete it by, says so.
-        let answer = call(&mut op, create)
+        let answer = self
+            .call(create)
             .map_err(|e| e.into_creation_error("create", None, CleanupPhase::LeaseSetup))?;
         let Some(id) = answer["id"].as_str().filter(|id| is_valid_id(id)) else {
             let cause = CleanupCause::InvalidResponse("no valid sandbox id".into());
             return Err(cleanup_failed(None, CleanupPhase::LeaseSetup, cause));
         };
-        op.platform.record_sandbox(id);
+        self.0.platform.record_sandbox(id);
         Ok(Lease {
             provider_lease_id: id.into(),
             metadata: "{}".into(),
@@ -92,23 +95,20 @@ impl Provider for Minimal {
     }
 
     /// `release-lease` defaults to this: a sandbox that is not reusable is deleted.
-    fn destroy_lease(mut op: Op, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+    fn destroy_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
         let id = &lease.provider_lease_id;
         let delete = Request::new(Method::Delete, format!("/sandboxes/{id}"));
-        let action = match call(&mut op, delete) {
-            Ok(_) => TerminationAction::Deleted,
-            Err(ApiError::Status(404)) => TerminationAction::AlreadyGone,
-            Err(e) => {
-                let phase = CleanupPhase::SandboxDeletion;
-                return Err(cleanup_failed(Some(id), phase, cleanup_cause(e)));
-            }
+        let deleted = match self.call(delete) {
+            Ok(_) => Ok(TerminationAction::Deleted),
+            Err(ApiError::Status(404)) => Ok(TerminationAction::AlreadyGone),
+            Err(e) => Err(cleanup_cause(e)),
         };
-        Ok(receipt(id, action))
+        deletion_receipt(id, deleted) // unconfirmed: cleanup-failed
     }
 
     /// The SDK has validated `request` (`script::validate`).
     fn execute(
-        mut op: Op,
+        &mut self,
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<ExecuteResult, ProviderError> {
@@ -116,7 +116,8 @@ impl Provider for Minimal {
         let run = format!("/sandboxes/{}/run", lease.provider_lease_id);
         // A run that may have started is not confirmed gone: cleanup-failed.
         let id = Some(lease.provider_lease_id.as_str());
-        let answer = call(&mut op, Request::new(Method::Post, run).with_json(&body))
+        let answer = self
+            .call(Request::new(Method::Post, run).with_json(&body))
             .map_err(|e| e.into_creation_error("run", id, CleanupPhase::ProcessCreation))?;
         Ok(ExecuteResult {
             exit_code: answer["exitCode"].as_i64().map(|c| c as i32),

@@ -18,6 +18,27 @@ pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
 /// The longest budget or timeout accepted (24 hours).
 pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
+/// A config's time budgets (`timeoutMs`, `requestTimeoutMs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// `timeoutMs`: a lifecycle operation's budget and a command's default
+    /// timeout.
+    pub timeout_ms: u64,
+    /// `requestTimeoutMs`: each request's budget outside a command's run,
+    /// and each cleanup request's, afresh.
+    pub request_timeout_ms: u64,
+}
+
+impl Budget {
+    /// As the contract reports it.
+    pub fn contract(self) -> OperationBudget {
+        OperationBudget {
+            operation_ms: self.timeout_ms,
+            request_ms: self.request_timeout_ms,
+        }
+    }
+}
+
 /// A provider's parsed config.
 pub trait ProviderConfig: Sized {
     /// Checks and normalises a config JSON object without any request.
@@ -55,18 +76,6 @@ pub struct Validation<C> {
     pub errors: Vec<String>,
 }
 
-impl<C> Validation<C> {
-    /// An unusable config with one problem.
-    pub fn failed(error: String) -> Validation<C> {
-        Validation {
-            config: None,
-            normalized: None,
-            warnings: Vec::new(),
-            errors: vec![error],
-        }
-    }
-}
-
 impl<C: ProviderConfig> Validation<C> {
     /// What `validate-config` reports.
     pub fn into_contract(self) -> ConfigValidation {
@@ -98,29 +107,31 @@ pub struct ConfigObject {
 
 impl ConfigObject {
     /// Reads a JSON object and warns about each field not in `known`.
-    /// Anything but a JSON object is the failed validation to return.
-    pub fn parse<C>(json: &str, known: &[&str]) -> Result<ConfigObject, Validation<C>> {
-        let object = match serde_json::from_str::<Value>(json) {
-            Ok(Value::Object(object)) => object,
-            Ok(_) => return Err(Validation::failed("config must be a JSON object".into())),
-            Err(e) => {
-                return Err(Validation::failed(format!(
+    /// Anything but a JSON object is the one problem reported: the object
+    /// is then empty.
+    pub fn parse(json: &str, known: &[&str]) -> ConfigObject {
+        let (object, errors) = match serde_json::from_str::<Value>(json) {
+            Ok(Value::Object(object)) => (object, Vec::new()),
+            Ok(_) => (Map::new(), vec!["config must be a JSON object".into()]),
+            Err(e) => (
+                Map::new(),
+                vec![format!(
                     "config is not valid JSON (line {}, column {})",
                     e.line(),
                     e.column()
-                )))
-            }
+                )],
+            ),
         };
         let warnings = object
             .keys()
             .filter(|key| !known.contains(&key.as_str()))
             .map(|key| format!("unknown config field `{key}` is ignored"))
             .collect();
-        Ok(ConfigObject {
+        ConfigObject {
             object,
-            errors: Vec::new(),
+            errors,
             warnings,
-        })
+        }
     }
 
     /// A field's value as given (`None` when absent).
@@ -169,6 +180,15 @@ impl ConfigObject {
                     default
                 }
             },
+        }
+    }
+
+    /// The budgets (`timeoutMs`, `requestTimeoutMs`), the defaults when
+    /// absent.
+    pub fn budget(&mut self) -> Budget {
+        Budget {
+            timeout_ms: self.milliseconds("timeoutMs", DEFAULT_TIMEOUT_MS),
+            request_timeout_ms: self.milliseconds("requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT_MS),
         }
     }
 
@@ -221,23 +241,23 @@ mod tests {
 
     #[wasm_bindgen_test(unsupported = test)]
     fn every_problem_is_named_once_and_nulls_are_absent() {
-        let mut object = ConfigObject::parse::<()>(
+        let mut object = ConfigObject::parse(
             r#"{"a":5,"b":"","ms":0,"flag":"y","extra":1,"key":{"env":"K"}}"#,
             &["a", "b", "ms", "flag", "key"],
-        )
-        .unwrap();
+        );
         assert_eq!(object.string("a"), None);
         assert_eq!(object.name("b").as_deref(), Some(""));
         assert_eq!(object.milliseconds("ms", 7), 7);
         assert!(!object.flag("flag"));
         assert_eq!(object.errors.len(), 4, "{:?}", object.errors);
         assert_eq!(object.warnings, ["unknown config field `extra` is ignored"]);
-        let clean = ConfigObject::parse::<()>(r#"{"key":{"env":"K"}}"#, &["key"]).unwrap();
+        let clean = ConfigObject::parse(r#"{"key":{"env":"K"}}"#, &["key"]);
         let done = clean.finish((), serde_json::json!({"x": 1, "y": null}), "key");
         assert_eq!(done.normalized.unwrap(), r#"{"key":{"env":"K"},"x":1}"#);
-        assert_eq!(
-            ConfigObject::parse::<()>("[]", &[]).unwrap_err().errors,
-            ["config must be a JSON object"]
-        );
+        let mut not_object = ConfigObject::parse("[]", &[]);
+        assert_eq!(not_object.milliseconds("ms", 7), 7);
+        let failed = not_object.finish((), serde_json::json!({}), "key");
+        assert_eq!(failed.errors, ["config must be a JSON object"]);
+        assert!(failed.config.is_none() && failed.normalized.is_none());
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::errors::ApiError;
 use crate::platform::{Platform, Request, Wait};
+use crate::types::{CleanupPhase, ProviderError};
 use serde_json::{Map, Value};
 
 /// The largest non-streamed response body accepted (8 MiB).
@@ -75,6 +76,22 @@ pub fn id_field(data: &Map<String, Value>, field: &str) -> Result<String, ApiErr
             "the response has an invalid `{field}`"
         )))
     }
+}
+
+/// The id (field `field`) of what a create request made, from its answer:
+/// a definite failure is the API's error for `operation`; no answer, or
+/// one without a valid id, leaves something that may exist and cannot be
+/// found: `cleanup-failed` in `phase` (naming `sandbox_id`, when known).
+pub fn created_id(
+    answer: Result<Map<String, Value>, ApiError>,
+    field: &str,
+    operation: &str,
+    sandbox_id: Option<&str>,
+    phase: CleanupPhase,
+) -> Result<String, ProviderError> {
+    answer
+        .and_then(|data| id_field(&data, field))
+        .map_err(|error| error.into_creation_error(operation, sandbox_id, phase))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //!   ([`testing::FakePlatform`] with the `testing` feature);
 //! - `wasi_platform`: that trait over the WASI imports (in the component);
 //! - [`config`]: config objects, budgets and what `validate-config` says;
-//! - [`operation`]: one operation's state, set up once by the export;
+//! - [`Operation`]: one operation's state, set up once by the export;
 //! - [`http`]: 2xx answers, JSON, string and id fields;
 //! - [`errors`]: API failures as the contract's error cases, receipts;
 //! - [`origin`]: API URL rules (https, or http on loopback) and origins;
@@ -19,9 +19,10 @@
 //! - [`script`]: command validation and the single-quoted bash script.
 //!
 //! ```ignore
-//! struct Echo;
-//! impl provider_sdk::Provider for Echo {
+//! struct Echo<'a>(provider_sdk::Operation<'a, EchoConfig>);
+//! impl<'a> provider_sdk::Provider<'a> for Echo<'a> {
 //!     type Config = EchoConfig; // a provider_sdk::config::ProviderConfig
+//!     fn new(op: provider_sdk::Operation<'a, EchoConfig>) -> Self { Echo(op) }
 //!     /* describe, acquire_lease, destroy_lease, execute, ... */
 //! }
 //! provider_sdk::export_provider!(Echo);
@@ -63,7 +64,7 @@ pub mod types {
 pub mod config;
 pub mod errors;
 pub mod http;
-pub mod operation;
+mod operation;
 pub mod origin;
 pub mod output;
 pub mod platform;
@@ -84,21 +85,26 @@ use types::*;
 
 /// A sandbox provider in plain Rust: the operations of the WIT `provider`
 /// interface (see `wit/since_v0.3.0/provider.wit` for what each must
-/// prove).
+/// prove), as methods of one operation's state.
 ///
 /// The export ([`export_provider!`]) sets every operation up once before
 /// the provider sees it: it parses the context's config as
 /// [`Provider::Config`] (a bad one is `invalid-config`, before any
 /// request), points a fresh platform at the config's first API origin,
-/// and starts the operation's deadline ([`Operation::start`]). Before
-/// `execute` it also checks the command ([`script::validate`]), so bad
-/// input never causes a request.
+/// starts the operation's deadline ([`Operation::start`]) and makes the
+/// provider's state of it with [`Provider::new`]. Before `execute` it also
+/// checks the command ([`script::validate`]), so bad input never causes a
+/// request.
 ///
-/// A provider keeps no state between calls. Everything it knows comes from
-/// the operation (config, context) and the lease's metadata.
-pub trait Provider {
+/// The state lives for one operation: a provider keeps nothing between
+/// calls. Everything it knows comes from the operation (config, context)
+/// and the lease's metadata.
+pub trait Provider<'a>: Sized {
     /// The provider's config.
     type Config: ProviderConfig;
+
+    /// The provider's state for one operation.
+    fn new(op: Operation<'a, Self::Config>) -> Self;
 
     /// Who the provider is, its config schema, capabilities, secrets and
     /// rate limit. Makes no request and cannot fail.
@@ -112,47 +118,35 @@ pub trait Provider {
 
     /// Creates a sandbox, runs a marker command in it, and always deletes it.
     /// Default: `unsupported`.
-    fn probe(_op: Operation<'_, Self::Config>) -> Result<ProbeReport, ProviderError> {
+    fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
         Err(ProviderError::Unsupported(
             "this provider has no probe".into(),
         ))
     }
 
     /// Creates and prepares a sandbox.
-    fn acquire_lease(
-        op: Operation<'_, Self::Config>,
-        request: &AcquireRequest,
-    ) -> Result<Lease, ProviderError>;
+    fn acquire_lease(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError>;
 
     /// Resumes a released lease, or proves it expired. Default (a provider
     /// without `reusable-leases`): `unsupported`.
-    fn resume_lease(
-        _op: Operation<'_, Self::Config>,
-        _lease: &Lease,
-    ) -> Result<ResumeOutcome, ProviderError> {
+    fn resume_lease(&mut self, _lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
         Err(ProviderError::Unsupported(
             "this provider has no reusable leases".into(),
         ))
     }
 
     /// Pauses (reusable) or deletes a lease. Default: [`destroy_lease`](Self::destroy_lease).
-    fn release_lease(
-        op: Operation<'_, Self::Config>,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
-        Self::destroy_lease(op, lease)
+    fn release_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        self.destroy_lease(lease)
     }
 
     /// Deletes a lease's sandbox; a sandbox already gone is success.
-    fn destroy_lease(
-        op: Operation<'_, Self::Config>,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError>;
+    fn destroy_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError>;
 
     /// Makes sure the remote working directory exists; returns its path.
     /// Default: `unsupported`.
     fn realize_workspace(
-        _op: Operation<'_, Self::Config>,
+        &mut self,
         _lease: &Lease,
         _request: &WorkspaceRequest,
     ) -> Result<String, ProviderError> {
@@ -163,7 +157,7 @@ pub trait Provider {
 
     /// Copies files into the sandbox. Without `native-sync`: `unsupported`.
     fn sync_in(
-        _op: Operation<'_, Self::Config>,
+        &mut self,
         _lease: &Lease,
         _files: &[FileUpload],
     ) -> Result<SyncReport, ProviderError> {
@@ -174,7 +168,7 @@ pub trait Provider {
 
     /// Reads files out of the sandbox. Without `native-sync`: `unsupported`.
     fn sync_out(
-        _op: Operation<'_, Self::Config>,
+        &mut self,
         _lease: &Lease,
         _remote_paths: &[String],
     ) -> Result<Vec<FileDownload>, ProviderError> {
@@ -186,7 +180,7 @@ pub trait Provider {
     /// Runs one command (already checked with [`script::validate`]) and
     /// returns its confirmed result.
     fn execute(
-        op: Operation<'_, Self::Config>,
+        &mut self,
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<ExecuteResult, ProviderError>;
@@ -198,88 +192,91 @@ pub trait Provider {
 pub mod export {
     use super::*;
 
-    /// Runs `f` as one operation of `P` ([`Operation::start`]).
-    pub fn run<P: Provider, T>(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        f: impl FnOnce(Operation<'_, P::Config>) -> Result<T, ProviderError>,
+    /// Runs `f` on the state of one operation of `P` ([`Operation::start`]).
+    pub fn run<'a, P: Provider<'a>, T>(
+        platform: &'a mut dyn Platform,
+        ctx: &'a EnvironmentContext,
+        f: impl FnOnce(&mut P) -> Result<T, ProviderError>,
     ) -> Result<T, ProviderError> {
-        f(Operation::start(platform, ctx)?)
+        f(&mut P::new(Operation::start(platform, ctx)?))
     }
 
     /// `execute`: the command is checked before the provider sees it.
-    pub fn execute<P: Provider>(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
+    pub fn execute<'a, P: Provider<'a>>(
+        platform: &'a mut dyn Platform,
+        ctx: &'a EnvironmentContext,
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<ExecuteResult, ProviderError> {
-        run::<P, _>(platform, ctx, |op| {
+        run(platform, ctx, |provider: &mut P| {
             script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
-            P::execute(op, lease, request)
+            provider.execute(lease, request)
         })
     }
 }
 
 /// Exports a [`Provider`] as the component's `sandbox:provider/provider`
 /// implementation: each call is one operation on a fresh WASI platform
-/// ([`Provider`] says what is set up). Outside a `wasm32-wasip2` build it
-/// expands to nothing, so the provider's protocol still builds and tests
-/// natively and on `wasm32-unknown-unknown`.
+/// ([`Provider`] says what is set up). Give the state's type without its
+/// lifetime (`export_provider!(MyProvider)` for `MyProvider<'a>`).
+/// Outside a `wasm32-wasip2` build it expands to nothing, so the
+/// provider's protocol still builds and tests natively and on
+/// `wasm32-unknown-unknown`.
 #[macro_export]
 macro_rules! export_provider {
-    ($provider:ty) => {
+    ($provider:ident) => {
         #[cfg(all(target_os = "wasi", target_env = "p2"))]
         const _: () = {
             use $crate::bindings::exports::sandbox::provider::provider::Guest;
             use $crate::export::run;
             use $crate::types::*;
             use $crate::wasi_platform::WasiPlatform;
-            use $crate::Provider as _;
+            use $crate::Provider;
 
-            type P = $provider;
             struct Export;
 
             impl Guest for Export {
                 fn describe() -> ProviderDescription {
-                    P::describe()
+                    <$provider<'_> as Provider<'_>>::describe()
                 }
                 fn validate_config(config: String) -> ConfigValidation {
-                    P::validate_config(&config)
+                    <$provider<'_> as Provider<'_>>::validate_config(&config)
                 }
                 fn probe(ctx: EnvironmentContext) -> Result<ProbeReport, ProviderError> {
-                    run::<P, _>(&mut WasiPlatform::new(), &ctx, P::probe)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.probe()
+                    })
                 }
                 fn acquire_lease(
                     ctx: EnvironmentContext,
                     request: AcquireRequest,
                 ) -> Result<Lease, ProviderError> {
-                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
-                        P::acquire_lease(op, &request)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.acquire_lease(&request)
                     })
                 }
                 fn resume_lease(
                     ctx: EnvironmentContext,
                     lease: Lease,
                 ) -> Result<ResumeOutcome, ProviderError> {
-                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
-                        P::resume_lease(op, &lease)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.resume_lease(&lease)
                     })
                 }
                 fn release_lease(
                     ctx: EnvironmentContext,
                     lease: Lease,
                 ) -> Result<TerminationReceipt, ProviderError> {
-                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
-                        P::release_lease(op, &lease)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.release_lease(&lease)
                     })
                 }
                 fn destroy_lease(
                     ctx: EnvironmentContext,
                     lease: Lease,
                 ) -> Result<TerminationReceipt, ProviderError> {
-                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
-                        P::destroy_lease(op, &lease)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.destroy_lease(&lease)
                     })
                 }
                 fn realize_workspace(
@@ -287,8 +284,8 @@ macro_rules! export_provider {
                     lease: Lease,
                     request: WorkspaceRequest,
                 ) -> Result<String, ProviderError> {
-                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
-                        P::realize_workspace(op, &lease, &request)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.realize_workspace(&lease, &request)
                     })
                 }
                 fn sync_in(
@@ -296,8 +293,8 @@ macro_rules! export_provider {
                     lease: Lease,
                     files: Vec<FileUpload>,
                 ) -> Result<SyncReport, ProviderError> {
-                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
-                        P::sync_in(op, &lease, &files)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.sync_in(&lease, &files)
                     })
                 }
                 fn sync_out(
@@ -305,8 +302,8 @@ macro_rules! export_provider {
                     lease: Lease,
                     remote_paths: Vec<String>,
                 ) -> Result<Vec<FileDownload>, ProviderError> {
-                    run::<P, _>(&mut WasiPlatform::new(), &ctx, |op| {
-                        P::sync_out(op, &lease, &remote_paths)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.sync_out(&lease, &remote_paths)
                     })
                 }
                 fn execute(
@@ -314,7 +311,12 @@ macro_rules! export_provider {
                     lease: Lease,
                     request: ExecuteRequest,
                 ) -> Result<ExecuteResult, ProviderError> {
-                    $crate::export::execute::<P>(&mut WasiPlatform::new(), &ctx, &lease, &request)
+                    $crate::export::execute::<$provider>(
+                        &mut WasiPlatform::new(),
+                        &ctx,
+                        &lease,
+                        &request,
+                    )
                 }
             }
 

@@ -4,8 +4,7 @@
 //! before the component sees the config, so they are accepted and left
 //! untouched here, never read.
 
-use provider_sdk::config::{ConfigObject, ProviderConfig, Validation};
-use provider_sdk::config::{DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TIMEOUT_MS};
+use provider_sdk::config::{Budget, ConfigObject, ProviderConfig, Validation};
 use provider_sdk::types::OperationBudget;
 use serde_json::json;
 
@@ -42,6 +41,8 @@ const KNOWN_FIELDS: &[&str] = &[
     "reuseLease",
 ];
 
+// Shaped like Daytona's config (optional names, budgets, `reuseLease`):
+// the fields are each API's own; the reading rules are the SDK's.
 /// A validated provider config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -53,11 +54,9 @@ pub struct Config {
     pub rootfs: Option<String>,
     /// The region, when not the service's default.
     pub region: Option<String>,
-    /// The default command timeout and the lifecycle operation budget.
-    pub timeout_ms: u64,
-    /// The budget of each API request outside a command's run, and the
-    /// fresh budget of each cleanup request.
-    pub request_timeout_ms: u64,
+    /// The budgets: a lifecycle operation's and a command's default
+    /// timeout, and each request's.
+    pub budget: Budget,
     /// Whether released leases are paused for reuse instead of deleted.
     pub reuse_lease: bool,
 }
@@ -65,10 +64,7 @@ pub struct Config {
 impl ProviderConfig for Config {
     /// Validates and normalises a config JSON object without any request.
     fn validate(json: &str) -> Validation<Config> {
-        let mut object = match ConfigObject::parse(json, KNOWN_FIELDS) {
-            Ok(object) => object,
-            Err(failed) => return failed,
-        };
+        let mut object = ConfigObject::parse(json, KNOWN_FIELDS);
         let api_origin = match object.string("apiUrl") {
             Some(url) => normalize_api_url(&url).unwrap_or_else(|message| {
                 object.error(format!("apiUrl: {message}"));
@@ -91,8 +87,7 @@ impl ProviderConfig for Config {
             shape,
             rootfs: object.name("rootfs"),
             region: object.name("region"),
-            timeout_ms: object.milliseconds("timeoutMs", DEFAULT_TIMEOUT_MS),
-            request_timeout_ms: object.milliseconds("requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT_MS),
+            budget: object.budget(),
             reuse_lease: object.flag("reuseLease"),
         };
         let normalized = json!({
@@ -100,8 +95,8 @@ impl ProviderConfig for Config {
             "shape": config.shape,
             "rootfs": config.rootfs,
             "region": config.region,
-            "timeoutMs": config.timeout_ms,
-            "requestTimeoutMs": config.request_timeout_ms,
+            "timeoutMs": config.budget.timeout_ms,
+            "requestTimeoutMs": config.budget.request_timeout_ms,
             "reuseLease": config.reuse_lease,
         });
         object.finish(config, normalized, SECRET_FIELD)
@@ -112,10 +107,7 @@ impl ProviderConfig for Config {
     }
 
     fn budget(&self) -> Option<OperationBudget> {
-        Some(OperationBudget {
-            operation_ms: self.timeout_ms,
-            request_ms: self.request_timeout_ms,
-        })
+        Some(self.budget.contract())
     }
 }
 
@@ -139,6 +131,7 @@ pub fn normalize_api_url(url: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use provider_sdk::config::DEFAULT_TIMEOUT_MS;
     use wasm_bindgen_test::wasm_bindgen_test;
 
     fn validate(json: &str) -> Validation<Config> {
@@ -212,7 +205,7 @@ mod tests {
         let config = v.config.unwrap();
         assert_eq!(config.api_origin, DEFAULT_API_URL);
         assert_eq!(config.shape, DEFAULT_SHAPE);
-        assert_eq!(config.timeout_ms, DEFAULT_TIMEOUT_MS);
+        assert_eq!(config.budget.timeout_ms, DEFAULT_TIMEOUT_MS);
         assert!(!config.reuse_lease);
         let normalized = v.normalized.unwrap();
         assert!(normalized.contains(r#""apiKey":{"secretRef":"s1"}"#));

@@ -17,7 +17,9 @@
 use crate::api;
 use crate::config::Config;
 use crate::frames::{parse_frame, ExitStatus, Frame, FrameError, LineSplitter};
-use provider_sdk::errors::{cleanup_cause, with_partial, ApiError};
+use provider_sdk::errors::{
+    cleanup_cause, command_cleanup_failed, empty_output, with_partial, ApiError,
+};
 use provider_sdk::http::id_field;
 use provider_sdk::output::CommandOutput;
 use provider_sdk::platform::{
@@ -25,8 +27,7 @@ use provider_sdk::platform::{
 };
 use provider_sdk::script;
 use provider_sdk::types::{
-    CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, OutputLoss,
-    PartialOutput, ProviderError,
+    CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, OutputLoss, ProviderError,
 };
 use serde_json::{json, Value};
 use std::ops::ControlFlow;
@@ -38,6 +39,8 @@ pub const MAX_RECONNECTS: u32 = 3;
 /// The pause before a reconnect.
 pub const RECONNECT_DELAY_MS: u64 = 250;
 
+// Daytona's `execute` has this signature and budget rule too: both are the
+// lease's command entry point (the protocols behind them share nothing).
 /// Runs `request` in sandbox `sandbox_id`. The config's `timeoutMs`
 /// applies when the request sets no timeout; its `requestTimeoutMs` bounds
 /// each request outside the command's run, and each cleanup request gets
@@ -48,8 +51,8 @@ pub fn execute(
     sandbox_id: &str,
     request: &ExecuteRequest,
 ) -> Result<ExecuteResult, ProviderError> {
-    let budget = config.request_timeout_ms.saturating_mul(MS);
-    let timeout_ms = script::check(request, config.timeout_ms, sandbox_id)?;
+    let budget = config.budget.request_timeout_ms.saturating_mul(MS);
+    let timeout_ms = script::check(request, config.budget.timeout_ms, sandbox_id)?;
     let stdin_path = request
         .stdin
         .as_ref()
@@ -124,13 +127,8 @@ fn create_process(
     // Not cancellable: once sent, only an answer tells whether it started.
     let wait = request_wait(platform, budget, false);
     let unconfirmed = |cause| {
-        ProviderError::CleanupFailed(CleanupFailure {
-            sandbox_id: Some(sandbox_id.to_string()),
-            process_id: None,
-            phase: CleanupPhase::ProcessCreation,
-            cause,
-            partial: Some(empty_partial()),
-        })
+        let phase = CleanupPhase::ProcessCreation;
+        command_cleanup_failed(sandbox_id, None, phase, cause, empty_output())
     };
     match api::call(platform, &create, wait) {
         Ok(data) => id_field(&data, "process_id").map_err(|e| unconfirmed(cleanup_cause(e))),
@@ -355,13 +353,13 @@ impl Run {
             }
         };
         if let Err(cause) = self.terminate(platform) {
-            return Err(ProviderError::CleanupFailed(CleanupFailure {
-                sandbox_id: Some(self.sandbox_id.clone()),
-                process_id: Some(self.process_id.clone()),
-                phase: CleanupPhase::ProcessTermination,
+            return Err(command_cleanup_failed(
+                &self.sandbox_id,
+                Some(&self.process_id),
+                CleanupPhase::ProcessTermination,
                 cause,
-                partial: Some(self.output.partial(timed_out)),
-            }));
+                self.output.partial(timed_out),
+            ));
         }
         // Termination is confirmed: an error keeps what the command printed.
         after_cleanup
@@ -435,15 +433,6 @@ fn request_wait(platform: &dyn Platform, budget: u64, cancellable: bool) -> Wait
     Wait {
         deadline: platform.now().saturating_add(budget),
         cancellable,
-    }
-}
-
-fn empty_partial() -> PartialOutput {
-    PartialOutput {
-        stdout: String::new(),
-        stderr: String::new(),
-        timed_out: false,
-        output_truncated: false,
     }
 }
 

@@ -1,23 +1,25 @@
-//! Lease lifecycle: acquire, resume, release, destroy, probe and realize.
+//! The provider's operations ([`CreateOs`], the SDK's `Provider`): acquire,
+//! resume, release, destroy, probe, realize, sync and execute (the command
+//! itself runs in [`crate::execute`]).
 //!
 //! Sandbox state transitions are asynchronous: they are observed by polling
 //! `GET /sandboxes/{id}` every 250 ms, bounded by the operation's deadline
 //! (the config's `timeoutMs`).
 
-use crate::api;
 use crate::config::Config;
 use crate::lease::{self, LeaseMetadata, MARKER_PATH, WORKSPACE_ROOT};
+use crate::{api, execute};
 use provider_sdk::errors::{
-    cleanup_cause, cleanup_failed, invalid_response as invalid, receipt, ApiError,
+    cleanup_cause, invalid_response as invalid, probe_report, receipt, ApiError, DeleteSandbox,
 };
-use provider_sdk::http::{self, call_bytes};
+use provider_sdk::http::{self, call_bytes, created_id};
 use provider_sdk::platform::{random_hex, Method, Request};
 use provider_sdk::types::{
-    AcquireRequest, CleanupCause, CleanupPhase, FileDownload, FileUpload, Lease, ProbeReport,
-    ProviderError, ResumeOutcome, SyncReport, TerminationAction, TerminationReceipt,
-    WorkspaceRequest,
+    AcquireRequest, CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, FileDownload,
+    FileUpload, Lease, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome, SyncReport,
+    TerminationAction, TerminationReceipt, WorkspaceRequest,
 };
-use provider_sdk::Operation;
+use provider_sdk::{Operation, Provider};
 use serde_json::{json, Map, Value};
 
 /// How often a transition is polled.
@@ -30,26 +32,49 @@ const GONE_STATES: &[&str] = &["destroyed", "failed"];
 /// still exist: they prove nothing about absence.
 const UNUSABLE_STATES: &[&str] = &["error", "destroying"];
 
-/// One lifecycle operation, its budget the config's `timeoutMs`.
-pub struct Lifecycle<'a> {
+/// The CreateOS provider: one operation's state (its budget the config's
+/// `timeoutMs`).
+///
+/// The state, its `new` and `describe` have the shape of every provider's
+/// (the SDK's `Provider`): alike in both providers, nothing left to share.
+pub struct CreateOs<'a> {
     op: Operation<'a, Config>,
 }
 
-impl<'a> Lifecycle<'a> {
-    /// The lifecycle operations of `op`.
-    pub fn new(op: Operation<'a, Config>) -> Lifecycle<'a> {
-        Lifecycle { op }
+provider_sdk::export_provider!(CreateOs);
+
+impl<'a> Provider<'a> for CreateOs<'a> {
+    type Config = Config;
+
+    fn new(op: Operation<'a, Config>) -> CreateOs<'a> {
+        CreateOs { op }
     }
 
-    fn call(&mut self, request: &Request) -> Result<Map<String, Value>, ApiError> {
-        let wait = self.op.wait(true);
-        api::call(self.op.platform, request, wait)
+    fn describe() -> ProviderDescription {
+        crate::describe::description()
+    }
+
+    /// Creates a sandbox, runs `/bin/echo <marker>`, and always deletes it.
+    fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
+        let mut diagnostics = Vec::new();
+        let id = self.create_sandbox()?;
+        diagnostics.push(format!(
+            "created sandbox {id} (shape {})",
+            self.op.config.shape
+        ));
+        let marker = format!("paperclip-probe-{}", random_hex(self.op.platform, 8));
+        let outcome = self.probe_run(&id, &marker, &mut diagnostics);
+        self.destroy_sandbox(&id)?;
+        diagnostics.push(format!("deleted sandbox {id}"));
+        let ok = outcome?.trim_end() == marker;
+        let origin = &self.op.config.api_origin;
+        Ok(probe_report(ok, "CreateOS", origin, diagnostics))
     }
 
     /// Creates a sandbox, waits until it runs, creates the workspace and
     /// writes the marker. On a failure after creation the sandbox is
     /// deleted; if that fails too, the result is `cleanup-failed`.
-    pub fn acquire(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError> {
+    fn acquire_lease(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError> {
         if request.requested_expires_at.is_some() {
             return Err(ProviderError::Unsupported(
                 "CreateOS sandboxes cannot be given an expiry time".into(),
@@ -76,69 +101,8 @@ impl<'a> Lifecycle<'a> {
         };
         match self.prepare(&metadata) {
             Ok(()) => Ok(metadata.to_lease()),
-            Err(error) => match self.delete_sandbox(&sandbox_id) {
-                Ok(_) => Err(error),
-                Err(cause) => Err(cleanup_failed(
-                    Some(&sandbox_id),
-                    CleanupPhase::LeaseSetup,
-                    cause,
-                )),
-            },
+            Err(error) => Err(self.undo_sandbox(error, &sandbox_id, CleanupPhase::LeaseSetup)),
         }
-    }
-
-    /// `POST /sandboxes`. The API has no idempotency key, so an answer that
-    /// is not a definite rejection or a valid id leaves a sandbox that may
-    /// exist and cannot be found: `cleanup-failed` without a sandbox id.
-    /// A request that never reached the server is `transport-failed`.
-    fn create_sandbox(&mut self) -> Result<String, ProviderError> {
-        let mut body = json!({ "shape": self.op.config.shape, "ingress_enabled": false });
-        if let Some(rootfs) = &self.op.config.rootfs {
-            body["rootfs"] = Value::String(rootfs.clone());
-        }
-        if let Some(region) = &self.op.config.region {
-            body["region"] = Value::String(region.clone());
-        }
-        let create = api::json_request(Method::Post, "/v1/sandboxes".into(), Some(body));
-        // Not cancellable: once sent, only the answer says whether it exists.
-        let wait = self.op.wait(false);
-        // A 4xx, a denial by the host, or a server never reached: nothing
-        // can exist because of this request; anything else is unconfirmed.
-        let unconfirmed = |error: ApiError| {
-            error.into_creation_error("create-sandbox", None, CleanupPhase::LeaseSetup)
-        };
-        let data = api::call(self.op.platform, &create, wait).map_err(unconfirmed)?;
-        let id = http::id_field(&data, "id").map_err(unconfirmed)?;
-        // Before anything else: a host that dies from here on can still
-        // find and delete it.
-        self.op.platform.record_sandbox(&id);
-        Ok(id)
-    }
-
-    fn prepare(&mut self, metadata: &LeaseMetadata) -> Result<(), ProviderError> {
-        let id = &metadata.sandbox_id;
-        match self.wait_for_state(id, &["running"], "wait-running")? {
-            State::Reached => {}
-            State::Gone(state) | State::Unusable(state) => {
-                return Err(invalid(
-                    "wait-running",
-                    &format!("the sandbox became {state} while starting"),
-                ))
-            }
-        }
-        self.exec_checked(
-            id,
-            "/bin/mkdir",
-            &["-p", "--", &metadata.workspace_root, &metadata.cwd],
-            "create-workspace",
-        )?;
-        let write = Request::new(Method::Put, api::file_path(id, MARKER_PATH)).with_body(
-            "application/octet-stream",
-            metadata.marker.clone().into_bytes(),
-        );
-        self.call(&write)
-            .map_err(|e| e.into_provider_error("write-marker"))?;
-        Ok(())
     }
 
     /// Resumes a released lease: `expired` only with proof that it is not
@@ -146,7 +110,7 @@ impl<'a> Lifecycle<'a> {
     /// leased one (marker), or no longer matches the current config or its
     /// own lease (shape, rootfs, region). `error` and `destroying` prove
     /// nothing and are errors.
-    pub fn resume(&mut self, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
+    fn resume_lease(&mut self, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
         let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
         let id = &metadata.sandbox_id;
         // The config may have changed since the lease was acquired: a lease
@@ -228,11 +192,11 @@ impl<'a> Lifecycle<'a> {
 
     /// Pauses a reusable lease (config `reuseLease` and the lease agree), or
     /// deletes the sandbox.
-    pub fn release(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+    fn release_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
         let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
         let id = metadata.sandbox_id.clone();
         if !(metadata.reusable && self.op.config.reuse_lease) {
-            return self.destroy_checked(&id);
+            return self.destroy_sandbox(&id);
         }
         let data = match self.get_sandbox(&id) {
             Err(ApiError::Status(404)) => return Ok(receipt(&id, TerminationAction::AlreadyGone)),
@@ -256,27 +220,18 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// Deletes the sandbox of a lease; 404 is success.
-    pub fn destroy(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+    fn destroy_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
         // A host that recorded a failed setup (`cleanup-failed` in phase
         // `lease-setup`) has only the sandbox id, never metadata: destroying
         // by that id is the only way to clear it.
         let setup_record = matches!(lease.metadata.trim(), "" | "{}");
         if setup_record && http::is_valid_id(&lease.provider_lease_id) {
-            return self.destroy_checked(&lease.provider_lease_id);
+            let id = &lease.provider_lease_id;
+            return self.destroy_sandbox(id);
         }
         let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
-        self.destroy_checked(&metadata.sandbox_id)
-    }
-
-    fn destroy_checked(&mut self, id: &str) -> Result<TerminationReceipt, ProviderError> {
-        match self.delete_sandbox(id) {
-            Ok(action) => Ok(receipt(id, action)),
-            Err(cause) => Err(cleanup_failed(
-                Some(id),
-                CleanupPhase::SandboxDeletion,
-                cause,
-            )),
-        }
+        let id = &metadata.sandbox_id;
+        self.destroy_sandbox(id)
     }
 
     /// Makes sure the remote working directory exists and returns its
@@ -284,7 +239,7 @@ impl<'a> Lifecycle<'a> {
     /// there at acquire) is the proof: one file read, no process (a
     /// one-shot `exec` was most of the cost of a short `lease exec` on the
     /// local engine). Otherwise, or when the marker is gone, `mkdir -p`.
-    pub fn realize(
+    fn realize_workspace(
         &mut self,
         lease: &Lease,
         request: &WorkspaceRequest,
@@ -318,7 +273,7 @@ impl<'a> Lifecycle<'a> {
 
     /// Writes files into the sandbox with `PUT /files` (parents are created
     /// by the API). Every path is checked before the first request.
-    pub fn sync_in(
+    fn sync_in(
         &mut self,
         lease: &Lease,
         files: &[FileUpload],
@@ -341,7 +296,7 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// Reads files out of the sandbox with `GET /files`.
-    pub fn sync_out(
+    fn sync_out(
         &mut self,
         lease: &Lease,
         remote_paths: &[String],
@@ -365,40 +320,76 @@ impl<'a> Lifecycle<'a> {
         Ok(files)
     }
 
-    /// Creates a sandbox, runs `/bin/echo <marker>`, and always deletes it.
-    pub fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
-        let mut diagnostics = Vec::new();
-        let id = self.create_sandbox()?;
-        diagnostics.push(format!(
-            "created sandbox {id} (shape {})",
-            self.op.config.shape
-        ));
-        let marker = format!("paperclip-probe-{}", random_hex(self.op.platform, 8));
-        let outcome = self.probe_run(&id, &marker, &mut diagnostics);
-        match self.delete_sandbox(&id) {
-            Ok(_) => diagnostics.push(format!("deleted sandbox {id}")),
-            Err(cause) => {
-                return Err(cleanup_failed(
-                    Some(&id),
-                    CleanupPhase::SandboxDeletion,
-                    cause,
+    fn execute(
+        &mut self,
+        lease: &Lease,
+        request: &ExecuteRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
+        let op = &mut self.op;
+        execute::execute(op.platform, &op.config, &metadata.sandbox_id, request)
+    }
+}
+
+impl CreateOs<'_> {
+    fn call(&mut self, request: &Request) -> Result<Map<String, Value>, ApiError> {
+        let wait = self.op.wait(true);
+        api::call(self.op.platform, request, wait)
+    }
+
+    /// `POST /sandboxes`. The API has no idempotency key, so an answer that
+    /// is not a definite rejection or a valid id leaves a sandbox that may
+    /// exist and cannot be found: `cleanup-failed` without a sandbox id.
+    /// A request that never reached the server is `transport-failed`.
+    fn create_sandbox(&mut self) -> Result<String, ProviderError> {
+        let mut body = json!({ "shape": self.op.config.shape, "ingress_enabled": false });
+        if let Some(rootfs) = &self.op.config.rootfs {
+            body["rootfs"] = Value::String(rootfs.clone());
+        }
+        if let Some(region) = &self.op.config.region {
+            body["region"] = Value::String(region.clone());
+        }
+        let create = api::json_request(Method::Post, "/v1/sandboxes".into(), Some(body));
+        // Not cancellable: once sent, only the answer says whether it exists.
+        let wait = self.op.wait(false);
+        let answer = api::call(self.op.platform, &create, wait);
+        let id = created_id(
+            answer,
+            "id",
+            "create-sandbox",
+            None,
+            CleanupPhase::LeaseSetup,
+        )?;
+        // Before anything else: a host that dies from here on can still
+        // find and delete it.
+        self.op.platform.record_sandbox(&id);
+        Ok(id)
+    }
+
+    fn prepare(&mut self, metadata: &LeaseMetadata) -> Result<(), ProviderError> {
+        let id = &metadata.sandbox_id;
+        match self.wait_for_state(id, &["running"], "wait-running")? {
+            State::Reached => {}
+            State::Gone(state) | State::Unusable(state) => {
+                return Err(invalid(
+                    "wait-running",
+                    &format!("the sandbox became {state} while starting"),
                 ))
             }
         }
-        let echoed = outcome?;
-        let ok = echoed.trim_end() == marker;
-        Ok(ProbeReport {
-            ok,
-            summary: if ok {
-                format!(
-                    "CreateOS at {} created, ran and deleted a sandbox",
-                    self.op.config.api_origin
-                )
-            } else {
-                "the probe command did not print its marker".into()
-            },
-            diagnostics,
-        })
+        self.exec_checked(
+            id,
+            "/bin/mkdir",
+            &["-p", "--", &metadata.workspace_root, &metadata.cwd],
+            "create-workspace",
+        )?;
+        let write = Request::new(Method::Put, api::file_path(id, MARKER_PATH)).with_body(
+            "application/octet-stream",
+            metadata.marker.clone().into_bytes(),
+        );
+        self.call(&write)
+            .map_err(|e| e.into_provider_error("write-marker"))?;
+        Ok(())
     }
 
     fn probe_run(
@@ -486,17 +477,6 @@ impl<'a> Lifecycle<'a> {
         }
     }
 
-    /// `DELETE /sandboxes/{id}` with a fresh deadline, not cancellable.
-    fn delete_sandbox(&mut self, id: &str) -> Result<TerminationAction, CleanupCause> {
-        let delete = Request::new(Method::Delete, api::sandbox_path(id));
-        let wait = self.op.cleanup_wait();
-        match api::call(self.op.platform, &delete, wait) {
-            Ok(_) => Ok(TerminationAction::Deleted),
-            Err(ApiError::Status(404)) => Ok(TerminationAction::AlreadyGone),
-            Err(error) => Err(cleanup_cause(error)),
-        }
-    }
-
     fn exec(
         &mut self,
         id: &str,
@@ -543,6 +523,19 @@ impl<'a> Lifecycle<'a> {
                 operation,
                 &format!("{cmd} exited {}", result.exit_code),
             ))
+        }
+    }
+}
+
+impl DeleteSandbox for CreateOs<'_> {
+    /// `DELETE /sandboxes/{id}` with a fresh deadline, not cancellable.
+    fn delete_sandbox(&mut self, id: &str) -> Result<TerminationAction, CleanupCause> {
+        let delete = Request::new(Method::Delete, api::sandbox_path(id));
+        let wait = self.op.cleanup_wait();
+        match api::call(self.op.platform, &delete, wait) {
+            Ok(_) => Ok(TerminationAction::Deleted),
+            Err(ApiError::Status(404)) => Ok(TerminationAction::AlreadyGone),
+            Err(error) => Err(cleanup_cause(error)),
         }
     }
 }

@@ -1,9 +1,7 @@
 //! The Daytona provider's config: two API URLs (the API and the toolbox
 //! proxy), the sandbox's snapshot and target, and the time budgets.
 
-use provider_sdk::config::{
-    ConfigObject, ProviderConfig, Validation, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TIMEOUT_MS,
-};
+use provider_sdk::config::{Budget, ConfigObject, ProviderConfig, Validation};
 use provider_sdk::origin::{split_url, Origin};
 use provider_sdk::types::OperationBudget;
 use serde_json::json;
@@ -65,6 +63,8 @@ impl Base {
     }
 }
 
+// Shaped like CreateOS's config (optional names, budgets, `reuseLease`):
+// the fields are each API's own; the reading rules are the SDK's.
 /// A valid config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -78,10 +78,9 @@ pub struct Config {
     pub snapshot: Option<String>,
     /// The region (`target`) sandboxes are created in.
     pub target: Option<String>,
-    /// A lifecycle operation's budget and a command's default timeout.
-    pub timeout_ms: u64,
-    /// One request's budget, and each cleanup request's.
-    pub request_timeout_ms: u64,
+    /// The budgets: a lifecycle operation's and a command's default
+    /// timeout, and each request's.
+    pub budget: Budget,
     /// Whether a release stops the sandbox for reuse instead of deleting it.
     pub reuse_lease: bool,
 }
@@ -89,18 +88,14 @@ pub struct Config {
 impl ProviderConfig for Config {
     /// Checks and normalises a config (no request).
     fn validate(json: &str) -> Validation<Config> {
-        let mut object = match ConfigObject::parse(json, KNOWN_FIELDS) {
-            Ok(object) => object,
-            Err(failed) => return failed,
-        };
+        let mut object = ConfigObject::parse(json, KNOWN_FIELDS);
         let config = Config {
             api: Base::read(&mut object, "apiUrl", DEFAULT_API_URL),
             toolbox: Base::read(&mut object, "toolboxUrl", DEFAULT_TOOLBOX_URL),
             organization_id: object.name("organizationId"),
             snapshot: object.name("snapshot"),
             target: object.name("target"),
-            timeout_ms: object.milliseconds("timeoutMs", DEFAULT_TIMEOUT_MS),
-            request_timeout_ms: object.milliseconds("requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT_MS),
+            budget: object.budget(),
             reuse_lease: object.flag("reuseLease"),
         };
         let normalized = json!({
@@ -109,8 +104,8 @@ impl ProviderConfig for Config {
             "organizationId": config.organization_id,
             "snapshot": config.snapshot,
             "target": config.target,
-            "timeoutMs": config.timeout_ms,
-            "requestTimeoutMs": config.request_timeout_ms,
+            "timeoutMs": config.budget.timeout_ms,
+            "requestTimeoutMs": config.budget.request_timeout_ms,
             "reuseLease": config.reuse_lease,
         });
         object.finish(config, normalized, SECRET_FIELD)
@@ -123,16 +118,14 @@ impl ProviderConfig for Config {
     }
 
     fn budget(&self) -> Option<OperationBudget> {
-        Some(OperationBudget {
-            operation_ms: self.timeout_ms,
-            request_ms: self.request_timeout_ms,
-        })
+        Some(self.budget.contract())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use provider_sdk::config::{DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TIMEOUT_MS};
     use wasm_bindgen_test::wasm_bindgen_test;
 
     fn validate(json: &str) -> Validation<Config> {

@@ -37,6 +37,8 @@ pub const MAX_RECONNECTS: u32 = 3;
 /// Pause before a reconnect, and between exit-code reads.
 pub const RETRY_DELAY_MS: u64 = 250;
 
+// CreateOS's `execute` has this signature and budget rule too: both are the
+// lease's command entry point (the protocols behind them share nothing).
 /// Runs `request` in sandbox `sandbox_id`; `timeoutMs` applies when the
 /// request sets none, `requestTimeoutMs` bounds each request outside the
 /// command's run and each cleanup request afresh.
@@ -46,12 +48,12 @@ pub fn execute(
     sandbox_id: &str,
     request: &ExecuteRequest,
 ) -> Result<ExecuteResult, ProviderError> {
-    let timeout_ms = script::check(request, config.timeout_ms, sandbox_id)?;
+    let timeout_ms = script::check(request, config.budget.timeout_ms, sandbox_id)?;
     let session = Session {
         config,
         sandbox_id: sandbox_id.to_string(),
         session_id: format!("paperclip-{}", random_hex(platform, 12)),
-        budget: config.request_timeout_ms.saturating_mul(MS),
+        budget: config.budget.request_timeout_ms.saturating_mul(MS),
     };
     let stdin_path = match &request.stdin {
         Some(bytes) => {

@@ -1,6 +1,7 @@
-//! Lease lifecycle on Daytona: acquire (create, wait until `started`,
-//! workspace), resume (start a stopped sandbox), release (stop or delete),
-//! destroy, probe and realize.
+//! The provider's operations on Daytona ([`Daytona`], the SDK's
+//! `Provider`): acquire (create, wait until `started`, workspace), resume
+//! (start a stopped sandbox), release (stop or delete), destroy, probe,
+//! realize and execute (the command itself runs in [`crate::execute`]).
 //!
 //! State changes are observed by polling `GET /sandbox/{id}` every 250 ms,
 //! bounded by the operation's deadline (the config's `timeoutMs`). Only a
@@ -8,18 +9,20 @@
 
 use crate::api::{self, Face};
 use crate::config::Config;
+use crate::execute;
 use crate::lease::{self, LeaseMetadata, ENVIRONMENT_LABEL, MARKER_LABEL, PROVIDER};
 use provider_sdk::errors::{
-    cleanup_cause, cleanup_failed, encode_query_value, invalid_response as invalid, receipt,
-    ApiError,
+    cleanup_cause, encode_query_value, invalid_response as invalid, probe_report, receipt,
+    ApiError, DeleteSandbox,
 };
 use provider_sdk::http;
 use provider_sdk::platform::{random_hex, Method, Wait, MS};
 use provider_sdk::types::{
-    AcquireRequest, CleanupCause, CleanupPhase, Lease, ProbeReport, ProviderError, ResumeOutcome,
-    TerminationAction, TerminationReceipt, WorkspaceRequest,
+    AcquireRequest, CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, Lease, ProbeReport,
+    ProviderDescription, ProviderError, ResumeOutcome, TerminationAction, TerminationReceipt,
+    WorkspaceRequest,
 };
-use provider_sdk::Operation;
+use provider_sdk::{Operation, Provider};
 use serde_json::{json, Map, Value};
 
 /// How often a state change is polled.
@@ -56,33 +59,46 @@ const BUSY_STATES: &[&str] = &[
 /// operation on it (resume waits through them).
 const RETURNING_STATES: &[&str] = &["resuming", "resizing", "snapshotting", "forking"];
 
-/// One lifecycle operation, its budget the config's `timeoutMs`.
-pub struct Lifecycle<'a> {
+/// The Daytona provider: one operation's state (its budget the config's
+/// `timeoutMs`).
+///
+/// The state, its `new` and `describe` have the shape of every provider's
+/// (the SDK's `Provider`): alike in both providers, nothing left to share.
+pub struct Daytona<'a> {
     op: Operation<'a, Config>,
 }
 
-impl<'a> Lifecycle<'a> {
-    /// The lifecycle operations of `op`.
-    pub fn new(op: Operation<'a, Config>) -> Lifecycle<'a> {
-        Lifecycle { op }
+provider_sdk::export_provider!(Daytona);
+
+impl<'a> Provider<'a> for Daytona<'a> {
+    type Config = Config;
+
+    fn new(op: Operation<'a, Config>) -> Daytona<'a> {
+        Daytona { op }
     }
 
-    fn call(
-        &mut self,
-        face: Face,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<Value, ApiError> {
-        let request = api::request(&self.op.config, face, method, path, body);
-        let wait = self.op.wait(true);
-        api::call(self.op.platform, &request, wait)
+    fn describe() -> ProviderDescription {
+        crate::describe::description()
+    }
+
+    /// Creates a sandbox, runs `echo <marker>` in it (one-shot
+    /// `process/execute`), and always deletes it.
+    fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
+        let marker = random_hex(self.op.platform, 8);
+        let id = self.create_sandbox(&marker)?;
+        let mut diagnostics = vec![format!("created sandbox {id}")];
+        let outcome = self.probe_run(&id, &marker, &mut diagnostics);
+        self.destroy_sandbox(&id)?;
+        diagnostics.push(format!("deleted sandbox {id}"));
+        let ok = outcome?;
+        let origin = &self.op.config.api.origin;
+        Ok(probe_report(ok, "Daytona", origin, diagnostics))
     }
 
     /// Creates a sandbox labelled for this lease, waits until it is
     /// `started` and prepares the workspace. A setup failure deletes the
     /// sandbox (or raises `cleanup-failed` when that delete fails).
-    pub fn acquire(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError> {
+    fn acquire_lease(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError> {
         if request.requested_expires_at.is_some() {
             return Err(ProviderError::Unsupported(
                 "Daytona leases have no expiry; leave requested-expires-at unset".into(),
@@ -110,15 +126,148 @@ impl<'a> Lifecycle<'a> {
                     expires_at: None,
                 })
             }
-            Err(error) => match self.delete_sandbox(&sandbox_id) {
-                Ok(_) => Err(error),
-                Err(cause) => Err(cleanup_failed(
-                    Some(&sandbox_id),
-                    CleanupPhase::LeaseSetup,
-                    cause,
-                )),
-            },
+            Err(error) => Err(self.undo_sandbox(error, &sandbox_id, CleanupPhase::LeaseSetup)),
         }
+    }
+
+    /// Resumes a released lease: a `stopped` sandbox is started. `expired`
+    /// only with proof: gone (404, `destroyed`), not the leased one (its
+    /// marker label differs), or no longer what the config asks for
+    /// (snapshot, target). States that prove nothing are errors.
+    fn resume_lease(&mut self, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let id = metadata.sandbox_id.clone();
+        let Some(data) = self.sandbox(&id)? else {
+            return Ok(ResumeOutcome::Expired(
+                "the sandbox no longer exists".into(),
+            ));
+        };
+        let labels = data.get("labels").and_then(Value::as_object);
+        if labels
+            .and_then(|l| l.get(MARKER_LABEL))
+            .and_then(Value::as_str)
+            != Some(metadata.marker.as_str())
+        {
+            return Ok(ResumeOutcome::Expired(
+                "the sandbox is not the leased one (its lease label differs)".into(),
+            ));
+        }
+        for (field, wanted) in [
+            ("snapshot", &self.op.config.snapshot),
+            ("target", &self.op.config.target),
+        ] {
+            if let Some(wanted) = wanted {
+                if data.get(field).and_then(Value::as_str) != Some(wanted.as_str()) {
+                    return Ok(ResumeOutcome::Expired(format!(
+                        "the sandbox's {field} is not the one the config asks for"
+                    )));
+                }
+            }
+        }
+        match state_of(&data).unwrap_or("unknown") {
+            "started" => {}
+            "stopped" | "archived" => {
+                self.call(
+                    Face::Api,
+                    Method::Post,
+                    &format!("{}/start", api::sandbox_path(&id)),
+                    None,
+                )
+                .map_err(|e| e.into_provider_error("start-sandbox"))?;
+                self.wait_for(&id, "started")?;
+            }
+            state if STARTING_STATES.contains(&state) || RETURNING_STATES.contains(&state) => {
+                self.wait_for(&id, "started")?
+            }
+            state => {
+                return Err(invalid(
+                    "resume",
+                    &format!("the sandbox is `{}`; destroy the lease", printable(state)),
+                ))
+            }
+        }
+        Ok(ResumeOutcome::Resumed(lease.clone()))
+    }
+
+    /// Stops a reusable lease (`paused`), or deletes it otherwise.
+    /// `already-gone` only on a 404 or `destroyed`.
+    fn release_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let id = metadata.sandbox_id;
+        if !self.op.config.reuse_lease {
+            return self.destroy_sandbox(&id);
+        }
+        let stop = api::request(
+            &self.op.config,
+            Face::Api,
+            Method::Post,
+            &format!("{}/stop", api::sandbox_path(&id)),
+            None,
+        );
+        let wait = self.op.wait(false);
+        match api::call(self.op.platform, &stop, wait) {
+            Ok(_) => {}
+            Err(ApiError::Status(404)) => return Ok(receipt(&id, TerminationAction::AlreadyGone)),
+            Err(error) => return Err(error.into_provider_error("stop-sandbox")),
+        }
+        match self.sandbox(&id)? {
+            None => Ok(receipt(&id, TerminationAction::AlreadyGone)),
+            Some(_) => {
+                self.wait_for(&id, "stopped")?;
+                Ok(receipt(&id, TerminationAction::Paused))
+            }
+        }
+    }
+
+    /// Deletes the lease's sandbox; one already gone is success.
+    fn destroy_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        let id = lease::sandbox_for_destroy(lease, self.op.ctx)?;
+        self.destroy_sandbox(&id)
+    }
+
+    /// Makes sure `remote-path` (relative to the workspace root, or
+    /// absolute) exists and returns it.
+    fn realize_workspace(
+        &mut self,
+        lease: &Lease,
+        request: &WorkspaceRequest,
+    ) -> Result<String, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let path = match &request.remote_path {
+            Some(path) => resolve_path(&metadata.workspace_root(), path)?,
+            None => metadata.cwd.clone(),
+        };
+        self.make_dir(&metadata.sandbox_id, &path)?;
+        Ok(path)
+    }
+
+    fn execute(
+        &mut self,
+        lease: &Lease,
+        request: &ExecuteRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let mut request = request.clone();
+        request.cwd = Some(match &request.cwd {
+            None => metadata.cwd.clone(),
+            Some(cwd) => resolve_path(&metadata.workspace_root(), cwd)?,
+        });
+        let op = &mut self.op;
+        execute::execute(op.platform, &op.config, &metadata.sandbox_id, &request)
+    }
+}
+
+impl Daytona<'_> {
+    fn call(
+        &mut self,
+        face: Face,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, ApiError> {
+        let request = api::request(&self.op.config, face, method, path, body);
+        let wait = self.op.wait(true);
+        api::call(self.op.platform, &request, wait)
     }
 
     /// `POST /sandbox`. Any outcome but a definite rejection, a request
@@ -161,10 +310,7 @@ impl<'a> Lifecycle<'a> {
         let id = http::id_field(&data, "id").map_err(unconfirmed)?;
         self.op.platform.record_sandbox(&id);
         if let Err(error) = self.check_toolbox(&data) {
-            return match self.delete_sandbox(&id) {
-                Ok(_) => Err(error),
-                Err(cause) => Err(cleanup_failed(Some(&id), CleanupPhase::LeaseSetup, cause)),
-            };
+            return Err(self.undo_sandbox(error, &id, CleanupPhase::LeaseSetup));
         }
         Ok(id)
     }
@@ -280,208 +426,6 @@ impl<'a> Lifecycle<'a> {
             .map_err(|e| e.into_provider_error("create-folder"))
     }
 
-    /// `DELETE /sandbox/{id}` with a fresh budget, then polls until a 404 or
-    /// `destroyed` proves it gone. `Ok(true)` when it was already gone.
-    fn delete_sandbox(&mut self, id: &str) -> Result<bool, CleanupCause> {
-        let delete = api::request(
-            &self.op.config,
-            Face::Api,
-            Method::Delete,
-            &api::sandbox_path(id),
-            None,
-        );
-        let wait = self.op.cleanup_wait();
-        match api::call(self.op.platform, &delete, wait) {
-            Ok(_) => {}
-            Err(ApiError::Status(404)) => return Ok(true),
-            Err(error) => return Err(cleanup_cause(error)),
-        }
-        let deadline = self.op.cleanup_wait().deadline;
-        loop {
-            let get = api::request(
-                &self.op.config,
-                Face::Api,
-                Method::Get,
-                &api::sandbox_path(id),
-                None,
-            );
-            let wait = Wait {
-                deadline,
-                cancellable: false,
-            };
-            match api::call_object(self.op.platform, &get, wait) {
-                Err(ApiError::Status(404)) => return Ok(false),
-                Ok(data) if state_of(&data) == Some("destroyed") => return Ok(false),
-                Ok(data) if state_of(&data) == Some("error") => {
-                    return Err(CleanupCause::InvalidResponse(
-                        "the sandbox is in `error` after its delete".into(),
-                    ))
-                }
-                Ok(_) => {}
-                Err(error) => return Err(cleanup_cause(error)),
-            }
-            let until = self.op.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
-            if self.op.platform.sleep_until(until, wait).is_err() {
-                return Err(CleanupCause::Deadline);
-            }
-        }
-    }
-
-    /// Resumes a released lease: a `stopped` sandbox is started. `expired`
-    /// only with proof: gone (404, `destroyed`), not the leased one (its
-    /// marker label differs), or no longer what the config asks for
-    /// (snapshot, target). States that prove nothing are errors.
-    pub fn resume(&mut self, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
-        let metadata = lease::check(lease, self.op.ctx)?;
-        let id = metadata.sandbox_id.clone();
-        let Some(data) = self.sandbox(&id)? else {
-            return Ok(ResumeOutcome::Expired(
-                "the sandbox no longer exists".into(),
-            ));
-        };
-        let labels = data.get("labels").and_then(Value::as_object);
-        if labels
-            .and_then(|l| l.get(MARKER_LABEL))
-            .and_then(Value::as_str)
-            != Some(metadata.marker.as_str())
-        {
-            return Ok(ResumeOutcome::Expired(
-                "the sandbox is not the leased one (its lease label differs)".into(),
-            ));
-        }
-        for (field, wanted) in [
-            ("snapshot", &self.op.config.snapshot),
-            ("target", &self.op.config.target),
-        ] {
-            if let Some(wanted) = wanted {
-                if data.get(field).and_then(Value::as_str) != Some(wanted.as_str()) {
-                    return Ok(ResumeOutcome::Expired(format!(
-                        "the sandbox's {field} is not the one the config asks for"
-                    )));
-                }
-            }
-        }
-        match state_of(&data).unwrap_or("unknown") {
-            "started" => {}
-            "stopped" | "archived" => {
-                self.call(
-                    Face::Api,
-                    Method::Post,
-                    &format!("{}/start", api::sandbox_path(&id)),
-                    None,
-                )
-                .map_err(|e| e.into_provider_error("start-sandbox"))?;
-                self.wait_for(&id, "started")?;
-            }
-            state if STARTING_STATES.contains(&state) || RETURNING_STATES.contains(&state) => {
-                self.wait_for(&id, "started")?
-            }
-            state => {
-                return Err(invalid(
-                    "resume",
-                    &format!("the sandbox is `{}`; destroy the lease", printable(state)),
-                ))
-            }
-        }
-        Ok(ResumeOutcome::Resumed(lease.clone()))
-    }
-
-    /// Stops a reusable lease (`paused`), or deletes it otherwise.
-    /// `already-gone` only on a 404 or `destroyed`.
-    pub fn release(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
-        let metadata = lease::check(lease, self.op.ctx)?;
-        let id = metadata.sandbox_id;
-        if !self.op.config.reuse_lease {
-            return self.destroy_checked(&id);
-        }
-        let stop = api::request(
-            &self.op.config,
-            Face::Api,
-            Method::Post,
-            &format!("{}/stop", api::sandbox_path(&id)),
-            None,
-        );
-        let wait = self.op.wait(false);
-        match api::call(self.op.platform, &stop, wait) {
-            Ok(_) => {}
-            Err(ApiError::Status(404)) => return Ok(receipt(&id, TerminationAction::AlreadyGone)),
-            Err(error) => return Err(error.into_provider_error("stop-sandbox")),
-        }
-        match self.sandbox(&id)? {
-            None => Ok(receipt(&id, TerminationAction::AlreadyGone)),
-            Some(_) => {
-                self.wait_for(&id, "stopped")?;
-                Ok(receipt(&id, TerminationAction::Paused))
-            }
-        }
-    }
-
-    /// Deletes the lease's sandbox; one already gone is success.
-    pub fn destroy(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
-        let id = lease::sandbox_for_destroy(lease, self.op.ctx)?;
-        self.destroy_checked(&id)
-    }
-
-    fn destroy_checked(&mut self, id: &str) -> Result<TerminationReceipt, ProviderError> {
-        match self.delete_sandbox(id) {
-            Ok(true) => Ok(receipt(id, TerminationAction::AlreadyGone)),
-            Ok(false) => Ok(receipt(id, TerminationAction::Deleted)),
-            Err(cause) => Err(cleanup_failed(
-                Some(id),
-                CleanupPhase::SandboxDeletion,
-                cause,
-            )),
-        }
-    }
-
-    /// Makes sure `remote-path` (relative to the workspace root, or
-    /// absolute) exists and returns it.
-    pub fn realize(
-        &mut self,
-        lease: &Lease,
-        request: &WorkspaceRequest,
-    ) -> Result<String, ProviderError> {
-        let metadata = lease::check(lease, self.op.ctx)?;
-        let path = match &request.remote_path {
-            Some(path) => resolve_path(&metadata.workspace_root(), path)?,
-            None => metadata.cwd.clone(),
-        };
-        self.make_dir(&metadata.sandbox_id, &path)?;
-        Ok(path)
-    }
-
-    /// Creates a sandbox, runs `echo <marker>` in it (one-shot
-    /// `process/execute`), and always deletes it.
-    pub fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
-        let marker = random_hex(self.op.platform, 8);
-        let id = self.create_sandbox(&marker)?;
-        let mut diagnostics = vec![format!("created sandbox {id}")];
-        let outcome = self.probe_run(&id, &marker, &mut diagnostics);
-        match self.delete_sandbox(&id) {
-            Ok(_) => diagnostics.push(format!("deleted sandbox {id}")),
-            Err(cause) => {
-                return Err(cleanup_failed(
-                    Some(&id),
-                    CleanupPhase::SandboxDeletion,
-                    cause,
-                ))
-            }
-        }
-        let ok = outcome?;
-        Ok(ProbeReport {
-            ok,
-            summary: if ok {
-                format!(
-                    "Daytona at {} created, ran and deleted a sandbox",
-                    self.op.config.api.origin
-                )
-            } else {
-                "the probe command did not print its marker".into()
-            },
-            diagnostics,
-        })
-    }
-
     fn probe_run(
         &mut self,
         id: &str,
@@ -508,6 +452,57 @@ impl<'a> Lifecycle<'a> {
             exit.map_or("?".into(), |c| c.to_string())
         ));
         Ok(exit == Some(0) && printed.trim() == marker)
+    }
+}
+
+impl DeleteSandbox for Daytona<'_> {
+    /// `DELETE /sandbox/{id}` with a fresh budget, then polls until a 404 or
+    /// `destroyed` proves it gone.
+    fn delete_sandbox(&mut self, id: &str) -> Result<TerminationAction, CleanupCause> {
+        let delete = api::request(
+            &self.op.config,
+            Face::Api,
+            Method::Delete,
+            &api::sandbox_path(id),
+            None,
+        );
+        let wait = self.op.cleanup_wait();
+        match api::call(self.op.platform, &delete, wait) {
+            Ok(_) => {}
+            Err(ApiError::Status(404)) => return Ok(TerminationAction::AlreadyGone),
+            Err(error) => return Err(cleanup_cause(error)),
+        }
+        let deadline = self.op.cleanup_wait().deadline;
+        loop {
+            let get = api::request(
+                &self.op.config,
+                Face::Api,
+                Method::Get,
+                &api::sandbox_path(id),
+                None,
+            );
+            let wait = Wait {
+                deadline,
+                cancellable: false,
+            };
+            match api::call_object(self.op.platform, &get, wait) {
+                Err(ApiError::Status(404)) => return Ok(TerminationAction::Deleted),
+                Ok(data) if state_of(&data) == Some("destroyed") => {
+                    return Ok(TerminationAction::Deleted)
+                }
+                Ok(data) if state_of(&data) == Some("error") => {
+                    return Err(CleanupCause::InvalidResponse(
+                        "the sandbox is in `error` after its delete".into(),
+                    ))
+                }
+                Ok(_) => {}
+                Err(error) => return Err(cleanup_cause(error)),
+            }
+            let until = self.op.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
+            if self.op.platform.sleep_until(until, wait).is_err() {
+                return Err(CleanupCause::Deadline);
+            }
+        }
     }
 }
 
@@ -573,7 +568,7 @@ mod tests {
                 )
             });
             let ctx = provider_sdk::testing::context("{}");
-            let mut lifecycle = Lifecycle::new(Operation::new(&mut platform, &ctx, config.clone()));
+            let mut lifecycle = Daytona::new(Operation::new(&mut platform, &ctx, config.clone()));
             assert!(lifecycle.wait_for("sb-1", "started").is_ok(), "{busy}");
             assert_eq!(platform.requests.len(), 3, "{busy}");
         }
