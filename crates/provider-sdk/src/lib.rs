@@ -324,3 +324,68 @@ macro_rules! export_provider {
         };
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operation::tests::Origins;
+    use crate::testing::{context, Answer, FakePlatform};
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    /// A provider that must never be reached.
+    struct Unreached<'a>(#[allow(dead_code)] Operation<'a, Origins>);
+
+    impl<'a> Provider<'a> for Unreached<'a> {
+        type Config = Origins;
+        fn new(op: Operation<'a, Origins>) -> Self {
+            Unreached(op)
+        }
+        fn describe() -> ProviderDescription {
+            unreachable!()
+        }
+        fn acquire_lease(&mut self, _: &AcquireRequest) -> Result<Lease, ProviderError> {
+            unreachable!()
+        }
+        fn destroy_lease(&mut self, _: &Lease) -> Result<TerminationReceipt, ProviderError> {
+            unreachable!()
+        }
+        fn execute(
+            &mut self,
+            _: &Lease,
+            _: &ExecuteRequest,
+        ) -> Result<ExecuteResult, ProviderError> {
+            unreachable!()
+        }
+    }
+
+    /// The export checks the config, then the command, before the
+    /// provider's `execute` runs: bad input never causes a request.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn bad_input_never_reaches_the_provider() {
+        let mut platform = FakePlatform::new(|_| -> Answer { panic!("no request expected") });
+        let lease = Lease {
+            provider_lease_id: "sb".into(),
+            metadata: "{}".into(),
+            expires_at: None,
+        };
+        let mut request = ExecuteRequest {
+            command: String::new(),
+            args: vec![],
+            cwd: None,
+            env: vec![],
+            stdin: None,
+            timeout_ms: None,
+        };
+        let bad_config = context("{");
+        let result = export::execute::<Unreached>(&mut platform, &bad_config, &lease, &request);
+        assert!(matches!(result, Err(ProviderError::InvalidConfig(_))));
+        let ctx = context(r#"{"apiUrl":"http://127.0.0.1:9"}"#);
+        let result = export::execute::<Unreached>(&mut platform, &ctx, &lease, &request);
+        assert!(matches!(result, Err(ProviderError::InvalidRequest(_))));
+        request.command = "echo".into();
+        request.env = vec![("BAD NAME".into(), "x".into())];
+        let result = export::execute::<Unreached>(&mut platform, &ctx, &lease, &request);
+        assert!(matches!(result, Err(ProviderError::InvalidRequest(_))));
+        assert!(platform.requests.is_empty());
+    }
+}

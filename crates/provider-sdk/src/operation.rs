@@ -93,3 +93,58 @@ impl<C> Operation<'_, C> {
             .map_err(|e| ApiError::Transport(e).into_provider_error(operation))
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::config::{ConfigObject, Validation};
+    use crate::testing::{context, Answer, FakePlatform};
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    pub(crate) struct Origins(Vec<String>);
+
+    impl ProviderConfig for Origins {
+        fn validate(json: &str) -> Validation<Origins> {
+            let mut object = ConfigObject::parse(json, &["apiUrl"]);
+            let url = object.string("apiUrl").unwrap_or_default();
+            object.finish(Origins(vec![url]), serde_json::json!({}), "apiKey")
+        }
+
+        fn api_origins(&self) -> Vec<String> {
+            self.0.clone()
+        }
+    }
+
+    /// The export's setup: a bad config (or one naming no usable origin)
+    /// is `invalid-config` before any request; a good one points the
+    /// platform at its first origin and starts the default budget.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn setup_rejects_a_bad_config_before_any_request() {
+        let mut platform = FakePlatform::new(|_| -> Answer { panic!("no request expected") });
+        for (config, problem) in [
+            ("[]", "config must be a JSON object"),
+            (
+                r#"{"apiUrl":"not an origin"}"#,
+                "the config names no valid API origin",
+            ),
+        ] {
+            let ctx = context(config);
+            match Operation::<Origins>::start(&mut platform, &ctx) {
+                Err(ProviderError::InvalidConfig(errors)) => assert_eq!(errors, [problem]),
+                _ => panic!("{config} was accepted"),
+            }
+        }
+        let ctx = context(r#"{"apiUrl":"http://127.0.0.1:9"}"#);
+        let now = platform.now();
+        let op = Operation::<Origins>::start(&mut platform, &ctx).unwrap();
+        assert_eq!(op.deadline, now + DEFAULT_TIMEOUT_MS * MS);
+        assert_eq!(op.wait(true).deadline, op.deadline);
+        assert!(!op.cleanup_wait().cancellable);
+        let origin = platform.default_origin.unwrap();
+        assert_eq!(
+            (origin.https, origin.authority.as_str()),
+            (false, "127.0.0.1:9")
+        );
+        assert!(platform.requests.is_empty());
+    }
+}
