@@ -602,7 +602,7 @@ fn output_path(b: &Bench, report: &mut Report) {
     const REPEAT: usize = 3;
     let request = output_request();
     let expected = expected_output();
-    let tail = last_chars(&expected, createos_provider::output::MAX_OUTPUT_CHARS);
+    let tail = last_chars(&expected, provider_sdk::output::MAX_OUTPUT_CHARS);
     let text_bytes = expected.len() as u64;
 
     // End to end against createos-local: the component…

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use createos_provider::frames::{parse_frame, ExitStatus, Frame, LineSplitter, StreamId};
-use createos_provider::output::{Tail, Utf8Decoder};
 use http::{Method, StatusCode};
+use provider_sdk::output::{Tail, Utf8Decoder};
 use sandbox_host::{
     ErrorCode, OutgoingRequest, ResponseBody, Transport, TransportFuture, TransportResponse,
 };
@@ -224,7 +224,7 @@ impl NativeClient {
 
 /// The body of `POST /processes` the component sends for `request`.
 pub fn create_body(request: &sandbox_host::types::ExecuteRequest) -> String {
-    let guest = createos_provider::types::ExecuteRequest {
+    let guest = provider_sdk::types::ExecuteRequest {
         command: request.command.clone(),
         args: request.args.clone(),
         cwd: request.cwd.clone(),
@@ -234,7 +234,7 @@ pub fn create_body(request: &sandbox_host::types::ExecuteRequest) -> String {
     };
     serde_json::json!({
         "cmd": "/bin/bash",
-        "args": ["-lc", createos_provider::script::build(&guest, None)],
+        "args": ["-lc", provider_sdk::script::build(&guest, None)],
     })
     .to_string()
 }

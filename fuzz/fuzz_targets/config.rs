@@ -6,9 +6,14 @@
 //! canary as an `apiUrl`.
 #![no_main]
 
-use createos_provider::config::{normalize_api_url, validate};
+use createos_provider::config::{normalize_api_url, Config};
 use libfuzzer_sys::fuzz_target;
+use provider_sdk::config::{ProviderConfig, Validation};
 use serde_json::json;
+
+fn validate(text: &str) -> Validation<Config> {
+    Config::validate(text)
+}
 
 const CANARY: &str = "CANARYx7q";
 

@@ -5,9 +5,11 @@
 //! Input: bytes 0-1 are the HTTP status (mostly 2xx), the rest the body.
 #![no_main]
 
-use createos_provider::api::{id_field, is_valid_id, parse_envelope, string_field, ApiError};
-use createos_provider::platform::Response;
+use createos_provider::api::parse_envelope;
 use libfuzzer_sys::fuzz_target;
+use provider_sdk::errors::ApiError;
+use provider_sdk::http::{id_field, is_valid_id, string_field};
+use provider_sdk::platform::Response;
 use serde_json::Value;
 
 fuzz_target!(|data: &[u8]| {

@@ -10,8 +10,8 @@ use createos_provider::frames::{
     is_signal_name, parse_frame, ExitStatus, Frame, LineSplitter, StreamId, MAX_LINE_BYTES,
     MAX_SIGNAL_BYTES,
 };
-use createos_provider::output::{Tail, Utf8Decoder};
 use libfuzzer_sys::fuzz_target;
+use provider_sdk::output::{Tail, Utf8Decoder};
 
 /// Cuts `body` into chunks whose sizes come from a tiny PRNG seeded by `seed`.
 fn chunks(seed: u8, body: &[u8]) -> Vec<&[u8]> {

@@ -3,42 +3,58 @@
 //! `{"exitCode","stdout","stderr"}` once its process tree is gone;
 //! `DELETE /sandboxes/{id}` → 204 (404 when gone).
 
-use provider_sdk::errors::{cleanup_cause, cleanup_failed, is_valid_id, ApiError};
-use provider_sdk::origin::{normalize_url, Origin};
-use provider_sdk::platform::{Method, Platform, Request, Wait};
+use provider_sdk::config::{ConfigObject, ProviderConfig, Validation};
+use provider_sdk::errors::{cleanup_cause, cleanup_failed, deletion_receipt, ApiError};
+use provider_sdk::http::{call_json, is_valid_id};
+use provider_sdk::origin::normalize_url;
+use provider_sdk::platform::{Method, Request, Wait};
 use provider_sdk::types::*;
-use provider_sdk::{script, Provider};
+use provider_sdk::{script, Operation, Provider};
 use serde_json::{json, Value};
 
-pub struct Minimal;
+/// One operation: the SDK has parsed the config and points requests at its origin.
+pub struct Minimal<'a>(Operation<'a, Config>);
 provider_sdk::export_provider!(Minimal);
 
-fn origin(config: &str) -> Result<String, String> {
-    let config: Value = serde_json::from_str(config).map_err(|_| "config is not JSON")?;
-    let url = config["apiUrl"].as_str().ok_or("apiUrl: required")?;
-    normalize_url(url, &["", "/"]).map_err(|e| format!("apiUrl: {e}"))
+/// `{"apiUrl": "https://...", "apiKey": <secret, injected by the host>}`.
+pub struct Config {
+    origin: String,
 }
 
-/// Points the platform at the config's origin; one JSON call with a deadline.
-fn call(p: &mut dyn Platform, ctx: &EnvironmentContext, req: Request) -> Result<Value, ApiError> {
-    let origin = origin(&ctx.config).map_err(ApiError::Invalid)?;
-    p.set_default_origin(Origin::parse(&origin).ok_or(ApiError::Invalid("origin".into()))?);
-    let wait = Wait::from_now(p, 60_000, false);
-    let answer = p.send(&req, wait, 8 << 20).map_err(ApiError::Transport)?;
-    match answer.status {
-        200..=299 if answer.body.is_empty() => Ok(Value::Null),
-        200..=299 => {
-            serde_json::from_slice(&answer.body).map_err(|_| ApiError::Invalid("not JSON".into()))
-        }
-        status => Err(ApiError::Status(status)),
+impl ProviderConfig for Config {
+    fn validate(json: &str) -> Validation<Config> {
+        let mut object = ConfigObject::parse(json, &["apiUrl", "apiKey"]);
+        let url = object.string("apiUrl").unwrap_or_default();
+        let origin = normalize_url(&url, &["", "/"]).unwrap_or_else(|e| {
+            object.error(format!("apiUrl: {e}"));
+            String::new()
+        });
+        let normalized = json!({ "apiUrl": origin });
+        object.finish(Config { origin }, normalized, "apiKey")
+    }
+
+    /// Requests go here (the SDK points the platform at it).
+    fn api_origins(&self) -> Vec<String> {
+        vec![self.origin.clone()]
+    }
+    // No `budget`: the host's defaults, longer than any 60 s request here.
+}
+
+impl Minimal<'_> {
+    /// One JSON call with a deadline.
+    fn call(&mut self, request: Request) -> Result<Value, ApiError> {
+        let wait = Wait::from_now(self.0.platform, 60_000, false);
+        call_json(self.0.platform, &request, wait)
     }
 }
 
-fn json_request(method: Method, path: String, body: Value) -> Request {
-    Request::new(method, path).with_body("application/json", body.to_string().into_bytes())
-}
+impl<'a> Provider<'a> for Minimal<'a> {
+    type Config = Config;
 
-impl Provider for Minimal {
+    fn new(op: Operation<'a, Config>) -> Self {
+        Minimal(op)
+    }
+
     fn describe() -> ProviderDescription {
         ProviderDescription {
             driver_key: "minimal".into(),
@@ -60,79 +76,48 @@ impl Provider for Minimal {
         }
     }
 
-    fn validate_config(config: &str) -> ConfigValidation {
-        let origin = origin(config);
-        ConfigValidation {
-            ok: origin.is_ok(),
-            warnings: vec![],
-            errors: origin.clone().err().into_iter().collect(),
-            normalized_config: origin.as_ref().ok().map(|_| config.to_string()),
-            api_origins: origin.into_iter().collect(),
-            budget: None, // the host's defaults: longer than any 60 s request here
-        }
-    }
-
-    fn acquire_lease(
-        p: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        _: &AcquireRequest,
-    ) -> Result<Lease, ProviderError> {
-        let create = json_request(Method::Post, "/sandboxes".into(), json!({}));
+    fn acquire_lease(&mut self, _: &AcquireRequest) -> Result<Lease, ProviderError> {
+        let create = Request::new(Method::Post, "/sandboxes").with_json(&json!({}));
         // A creation that may have happened, with no id to delete it by, says so.
-        let answer = call(p, ctx, create)
+        let answer = self
+            .call(create)
             .map_err(|e| e.into_creation_error("create", None, CleanupPhase::LeaseSetup))?;
         let Some(id) = answer["id"].as_str().filter(|id| is_valid_id(id)) else {
             let cause = CleanupCause::InvalidResponse("no valid sandbox id".into());
             return Err(cleanup_failed(None, CleanupPhase::LeaseSetup, cause));
         };
-        let id = id.to_string();
-        p.record_sandbox(&id);
+        self.0.platform.record_sandbox(id);
         Ok(Lease {
-            provider_lease_id: id,
+            provider_lease_id: id.into(),
             metadata: "{}".into(),
             expires_at: None,
         })
     }
 
     /// `release-lease` defaults to this: a sandbox that is not reusable is deleted.
-    fn destroy_lease(
-        p: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
+    fn destroy_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
         let id = &lease.provider_lease_id;
-        let action = match call(
-            p,
-            ctx,
-            Request::new(Method::Delete, format!("/sandboxes/{id}")),
-        ) {
-            Ok(_) => TerminationAction::Deleted,
-            Err(ApiError::Status(404)) => TerminationAction::AlreadyGone,
-            Err(e) => {
-                let cause = cleanup_cause(e);
-                return Err(cleanup_failed(
-                    Some(id),
-                    CleanupPhase::SandboxDeletion,
-                    cause,
-                ));
-            }
+        let delete = Request::new(Method::Delete, format!("/sandboxes/{id}"));
+        let deleted = match self.call(delete) {
+            Ok(_) => Ok(TerminationAction::Deleted),
+            Err(ApiError::Status(404)) => Ok(TerminationAction::AlreadyGone),
+            Err(e) => Err(cleanup_cause(e)),
         };
-        let sandbox_id = id.clone();
-        Ok(TerminationReceipt { sandbox_id, action })
+        deletion_receipt(id, deleted) // unconfirmed: cleanup-failed
     }
 
+    /// The SDK has validated `request` (`script::validate`).
     fn execute(
-        p: &mut dyn Platform,
-        ctx: &EnvironmentContext,
+        &mut self,
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<ExecuteResult, ProviderError> {
-        script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
         let body = json!({ "script": script::build(request, None) });
-        let path = format!("/sandboxes/{}/run", lease.provider_lease_id);
+        let run = format!("/sandboxes/{}/run", lease.provider_lease_id);
         // A run that may have started is not confirmed gone: cleanup-failed.
         let id = Some(lease.provider_lease_id.as_str());
-        let answer = call(p, ctx, json_request(Method::Post, path, body))
+        let answer = self
+            .call(Request::new(Method::Post, run).with_json(&body))
             .map_err(|e| e.into_creation_error("run", id, CleanupPhase::ProcessCreation))?;
         Ok(ExecuteResult {
             exit_code: answer["exitCode"].as_i64().map(|c| c as i32),

@@ -1,5 +1,6 @@
 //! How API failures map onto the contract's error cases, the same way for
-//! every provider.
+//! every provider, and the receipts and reports that say what a cleanup
+//! or a probe proved.
 //!
 //! Nothing here puts a response body, a URL or a secret into an error: a
 //! rejection carries the operation and the status only.
@@ -7,7 +8,8 @@
 use crate::platform::TransportError;
 use crate::types::{
     ApiRejection, CleanupCause, CleanupFailure, CleanupPhase, InvalidResponse, PartialOutput,
-    ProviderError, TransportFailure, TransportKind,
+    ProbeReport, ProviderError, TerminationAction, TerminationReceipt, TransportFailure,
+    TransportKind,
 };
 
 /// Why an API call did not give a valid success answer.
@@ -113,6 +115,62 @@ pub fn with_partial(error: ProviderError, output: PartialOutput) -> ProviderErro
     }
 }
 
+/// No output: what a command that never ran printed.
+pub fn empty_output() -> PartialOutput {
+    PartialOutput {
+        stdout: String::new(),
+        stderr: String::new(),
+        timed_out: false,
+        output_truncated: false,
+    }
+}
+
+/// `cleanup-failed` for a command: its process (when known) may still run
+/// in sandbox `sandbox_id`; `partial` is what it printed.
+pub fn command_cleanup_failed(
+    sandbox_id: &str,
+    process_id: Option<&str>,
+    phase: CleanupPhase,
+    cause: CleanupCause,
+    partial: PartialOutput,
+) -> ProviderError {
+    ProviderError::CleanupFailed(CleanupFailure {
+        sandbox_id: Some(sandbox_id.to_string()),
+        process_id: process_id.map(str::to_string),
+        phase,
+        cause,
+        partial: Some(partial),
+    })
+}
+
+/// A provider that deletes sandboxes by id, and the rules that follow: a
+/// delete proves its receipt or is `cleanup-failed`.
+pub trait DeleteSandbox {
+    /// Deletes sandbox `id` (a fresh budget, not cancellable): what it
+    /// proved, or why nothing is confirmed.
+    fn delete_sandbox(&mut self, id: &str) -> Result<TerminationAction, CleanupCause>;
+
+    /// Deletes sandbox `id`: its receipt, or `cleanup-failed` in phase
+    /// `sandbox-deletion`.
+    fn destroy_sandbox(&mut self, id: &str) -> Result<TerminationReceipt, ProviderError> {
+        let deleted = self.delete_sandbox(id);
+        deletion_receipt(id, deleted)
+    }
+
+    /// After `error` in a step that left sandbox `id`: deletes it, and
+    /// gives `error` once that is confirmed, otherwise `cleanup-failed` in
+    /// `phase`.
+    fn undo_sandbox(
+        &mut self,
+        error: ProviderError,
+        id: &str,
+        phase: CleanupPhase,
+    ) -> ProviderError {
+        let deleted = self.delete_sandbox(id);
+        after_delete(error, id, phase, deleted)
+    }
+}
+
 /// `cleanup-failed`: something may still exist or run.
 pub fn cleanup_failed(
     sandbox_id: Option<&str>,
@@ -128,12 +186,67 @@ pub fn cleanup_failed(
     })
 }
 
-/// True for an id safe to put in a path: `^[A-Za-z0-9_-]{1,200}$`.
-pub fn is_valid_id(id: &str) -> bool {
-    (1..=200).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+/// `invalid-response`: an answer that is not what the API documents.
+pub fn invalid_response(operation: &str, reason: &str) -> ProviderError {
+    ApiError::Invalid(reason.into()).into_provider_error(operation)
+}
+
+/// The receipt of a terminated sandbox.
+pub fn receipt(sandbox_id: &str, action: TerminationAction) -> TerminationReceipt {
+    TerminationReceipt {
+        sandbox_id: sandbox_id.to_string(),
+        action,
+    }
+}
+
+/// What a sandbox's delete proved: its receipt, or `cleanup-failed` in
+/// phase `sandbox-deletion` (it may still exist).
+pub fn deletion_receipt(
+    sandbox_id: &str,
+    deleted: Result<TerminationAction, CleanupCause>,
+) -> Result<TerminationReceipt, ProviderError> {
+    match deleted {
+        Ok(action) => Ok(receipt(sandbox_id, action)),
+        Err(cause) => Err(cleanup_failed(
+            Some(sandbox_id),
+            CleanupPhase::SandboxDeletion,
+            cause,
+        )),
+    }
+}
+
+/// After `error` in a step that left sandbox `sandbox_id`, which was then
+/// deleted (`deleted`): `error` once the delete is confirmed, otherwise
+/// `cleanup-failed` in `phase`.
+pub fn after_delete<T>(
+    error: ProviderError,
+    sandbox_id: &str,
+    phase: CleanupPhase,
+    deleted: Result<T, CleanupCause>,
+) -> ProviderError {
+    match deleted {
+        Ok(_) => error,
+        Err(cause) => cleanup_failed(Some(sandbox_id), phase, cause),
+    }
+}
+
+/// A probe's report: `ok` when the marker command printed its marker in a
+/// sandbox of `service` at `origin` that was then deleted.
+pub fn probe_report(
+    ok: bool,
+    service: &str,
+    origin: &str,
+    diagnostics: Vec<String>,
+) -> ProbeReport {
+    ProbeReport {
+        ok,
+        summary: if ok {
+            format!("{service} at {origin} created, ran and deleted a sandbox")
+        } else {
+            "the probe command did not print its marker".into()
+        },
+        diagnostics,
+    }
 }
 
 /// Why a cleanup request did not confirm anything, for `cleanup-failed`.

@@ -10,17 +10,25 @@
 //!   a trait, so a provider's protocol runs natively in unit tests
 //!   ([`testing::FakePlatform`] with the `testing` feature);
 //! - `wasi_platform`: that trait over the WASI imports (in the component);
-//! - [`errors`]: API failures as the contract's error cases;
+//! - [`config`]: config objects, budgets and what `validate-config` says;
+//! - [`Operation`]: one operation's state, set up once by the export;
+//! - [`http`]: 2xx answers, JSON, string and id fields;
+//! - [`errors`]: API failures as the contract's error cases, receipts;
 //! - [`origin`]: API URL rules (https, or http on loopback) and origins;
 //! - [`output`]: per-stream UTF-8 decoding and the bounded output tail;
 //! - [`script`]: command validation and the single-quoted bash script.
 //!
 //! ```ignore
-//! struct Echo;
-//! impl provider_sdk::Provider for Echo { /* describe, validate_config, ... */ }
+//! struct Echo<'a>(provider_sdk::Operation<'a, EchoConfig>);
+//! impl<'a> provider_sdk::Provider<'a> for Echo<'a> {
+//!     type Config = EchoConfig; // a provider_sdk::config::ProviderConfig
+//!     fn new(op: provider_sdk::Operation<'a, EchoConfig>) -> Self { Echo(op) }
+//!     /* describe, acquire_lease, destroy_lease, execute, ... */
+//! }
 //! provider_sdk::export_provider!(Echo);
 //! ```
 
+#![deny(missing_docs)]
 // `ProviderError` is the WIT variant itself (its cleanup case carries the
 // partial output); it is returned once per call, so its size is no concern.
 #![allow(clippy::result_large_err)]
@@ -53,7 +61,10 @@ pub mod types {
     };
 }
 
+pub mod config;
 pub mod errors;
+pub mod http;
+mod operation;
 pub mod origin;
 pub mod output;
 pub mod platform;
@@ -66,76 +77,76 @@ pub mod testing;
 #[doc(hidden)]
 pub mod wasi_platform;
 
+pub use operation::Operation;
 pub use platform::Platform;
 
+use config::ProviderConfig;
 use types::*;
 
 /// A sandbox provider in plain Rust: the operations of the WIT `provider`
 /// interface (see `wit/since_v0.3.0/provider.wit` for what each must
-/// prove), each given a fresh [`Platform`] for the call.
+/// prove), as methods of one operation's state.
 ///
-/// A provider keeps no state between calls. Everything it knows comes from
-/// the call's arguments (the config inside the environment context, the
-/// lease's metadata).
-pub trait Provider {
+/// The export ([`export_provider!`]) sets every operation up once before
+/// the provider sees it: it parses the context's config as
+/// [`Provider::Config`] (a bad one is `invalid-config`, before any
+/// request), points a fresh platform at the config's first API origin,
+/// starts the operation's deadline ([`Operation::start`]) and makes the
+/// provider's state of it with [`Provider::new`]. Before `execute` it also
+/// checks the command ([`script::validate`]), so bad input never causes a
+/// request.
+///
+/// The state lives for one operation: a provider keeps nothing between
+/// calls. Everything it knows comes from the operation (config, context)
+/// and the lease's metadata.
+pub trait Provider<'a>: Sized {
+    /// The provider's config.
+    type Config: ProviderConfig;
+
+    /// The provider's state for one operation.
+    fn new(op: Operation<'a, Self::Config>) -> Self;
+
     /// Who the provider is, its config schema, capabilities, secrets and
     /// rate limit. Makes no request and cannot fail.
     fn describe() -> ProviderDescription;
 
-    /// Checks and normalises a config without any request.
-    fn validate_config(config: &str) -> ConfigValidation;
+    /// Checks and normalises a config without any request. Default:
+    /// [`ProviderConfig::validate`] as the contract reports it.
+    fn validate_config(config: &str) -> ConfigValidation {
+        Self::Config::validate(config).into_contract()
+    }
 
     /// Creates a sandbox, runs a marker command in it, and always deletes it.
     /// Default: `unsupported`.
-    fn probe(
-        _platform: &mut dyn Platform,
-        _ctx: &EnvironmentContext,
-    ) -> Result<ProbeReport, ProviderError> {
+    fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
         Err(ProviderError::Unsupported(
             "this provider has no probe".into(),
         ))
     }
 
     /// Creates and prepares a sandbox.
-    fn acquire_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        request: &AcquireRequest,
-    ) -> Result<Lease, ProviderError>;
+    fn acquire_lease(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError>;
 
     /// Resumes a released lease, or proves it expired. Default (a provider
     /// without `reusable-leases`): `unsupported`.
-    fn resume_lease(
-        _platform: &mut dyn Platform,
-        _ctx: &EnvironmentContext,
-        _lease: &Lease,
-    ) -> Result<ResumeOutcome, ProviderError> {
+    fn resume_lease(&mut self, _lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
         Err(ProviderError::Unsupported(
             "this provider has no reusable leases".into(),
         ))
     }
 
     /// Pauses (reusable) or deletes a lease. Default: [`destroy_lease`](Self::destroy_lease).
-    fn release_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
-        Self::destroy_lease(platform, ctx, lease)
+    fn release_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        self.destroy_lease(lease)
     }
 
     /// Deletes a lease's sandbox; a sandbox already gone is success.
-    fn destroy_lease(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError>;
+    fn destroy_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError>;
 
     /// Makes sure the remote working directory exists; returns its path.
     /// Default: `unsupported`.
     fn realize_workspace(
-        _platform: &mut dyn Platform,
-        _ctx: &EnvironmentContext,
+        &mut self,
         _lease: &Lease,
         _request: &WorkspaceRequest,
     ) -> Result<String, ProviderError> {
@@ -146,8 +157,7 @@ pub trait Provider {
 
     /// Copies files into the sandbox. Without `native-sync`: `unsupported`.
     fn sync_in(
-        _platform: &mut dyn Platform,
-        _ctx: &EnvironmentContext,
+        &mut self,
         _lease: &Lease,
         _files: &[FileUpload],
     ) -> Result<SyncReport, ProviderError> {
@@ -158,8 +168,7 @@ pub trait Provider {
 
     /// Reads files out of the sandbox. Without `native-sync`: `unsupported`.
     fn sync_out(
-        _platform: &mut dyn Platform,
-        _ctx: &EnvironmentContext,
+        &mut self,
         _lease: &Lease,
         _remote_paths: &[String],
     ) -> Result<Vec<FileDownload>, ProviderError> {
@@ -168,96 +177,215 @@ pub trait Provider {
         ))
     }
 
-    /// Runs one command and returns its confirmed result.
+    /// Runs one command (already checked with [`script::validate`]) and
+    /// returns its confirmed result.
     fn execute(
-        platform: &mut dyn Platform,
-        ctx: &EnvironmentContext,
+        &mut self,
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<ExecuteResult, ProviderError>;
 }
 
+/// What [`export_provider!`] expands to: each WIT call as one operation of
+/// `P` on a platform, set up once here.
+#[doc(hidden)]
+pub mod export {
+    use super::*;
+
+    /// Runs `f` on the state of one operation of `P` ([`Operation::start`]).
+    pub fn run<'a, P: Provider<'a>, T>(
+        platform: &'a mut dyn Platform,
+        ctx: &'a EnvironmentContext,
+        f: impl FnOnce(&mut P) -> Result<T, ProviderError>,
+    ) -> Result<T, ProviderError> {
+        f(&mut P::new(Operation::start(platform, ctx)?))
+    }
+
+    /// `execute`: the command is checked before the provider sees it.
+    pub fn execute<'a, P: Provider<'a>>(
+        platform: &'a mut dyn Platform,
+        ctx: &'a EnvironmentContext,
+        lease: &Lease,
+        request: &ExecuteRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        run(platform, ctx, |provider: &mut P| {
+            script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
+            provider.execute(lease, request)
+        })
+    }
+}
+
 /// Exports a [`Provider`] as the component's `sandbox:provider/provider`
-/// implementation: each call gets a fresh WASI platform. Outside a
-/// `wasm32-wasip2` build it expands to nothing, so the provider's protocol
-/// still builds and tests natively and on `wasm32-unknown-unknown`.
+/// implementation: each call is one operation on a fresh WASI platform
+/// ([`Provider`] says what is set up). Give the state's type without its
+/// lifetime (`export_provider!(MyProvider)` for `MyProvider<'a>`).
+/// Outside a `wasm32-wasip2` build it expands to nothing, so the
+/// provider's protocol still builds and tests natively and on
+/// `wasm32-unknown-unknown`.
 #[macro_export]
 macro_rules! export_provider {
-    ($provider:ty) => {
+    ($provider:ident) => {
         #[cfg(all(target_os = "wasi", target_env = "p2"))]
         const _: () = {
             use $crate::bindings::exports::sandbox::provider::provider::Guest;
+            use $crate::export::run;
             use $crate::types::*;
             use $crate::wasi_platform::WasiPlatform;
-            use $crate::Provider as _;
+            use $crate::Provider;
 
             struct Export;
 
             impl Guest for Export {
                 fn describe() -> ProviderDescription {
-                    <$provider>::describe()
+                    <$provider<'_> as Provider<'_>>::describe()
                 }
                 fn validate_config(config: String) -> ConfigValidation {
-                    <$provider>::validate_config(&config)
+                    <$provider<'_> as Provider<'_>>::validate_config(&config)
                 }
                 fn probe(ctx: EnvironmentContext) -> Result<ProbeReport, ProviderError> {
-                    <$provider>::probe(&mut WasiPlatform::new(), &ctx)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.probe()
+                    })
                 }
                 fn acquire_lease(
                     ctx: EnvironmentContext,
                     request: AcquireRequest,
                 ) -> Result<Lease, ProviderError> {
-                    <$provider>::acquire_lease(&mut WasiPlatform::new(), &ctx, &request)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.acquire_lease(&request)
+                    })
                 }
                 fn resume_lease(
                     ctx: EnvironmentContext,
                     lease: Lease,
                 ) -> Result<ResumeOutcome, ProviderError> {
-                    <$provider>::resume_lease(&mut WasiPlatform::new(), &ctx, &lease)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.resume_lease(&lease)
+                    })
                 }
                 fn release_lease(
                     ctx: EnvironmentContext,
                     lease: Lease,
                 ) -> Result<TerminationReceipt, ProviderError> {
-                    <$provider>::release_lease(&mut WasiPlatform::new(), &ctx, &lease)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.release_lease(&lease)
+                    })
                 }
                 fn destroy_lease(
                     ctx: EnvironmentContext,
                     lease: Lease,
                 ) -> Result<TerminationReceipt, ProviderError> {
-                    <$provider>::destroy_lease(&mut WasiPlatform::new(), &ctx, &lease)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.destroy_lease(&lease)
+                    })
                 }
                 fn realize_workspace(
                     ctx: EnvironmentContext,
                     lease: Lease,
                     request: WorkspaceRequest,
                 ) -> Result<String, ProviderError> {
-                    <$provider>::realize_workspace(&mut WasiPlatform::new(), &ctx, &lease, &request)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.realize_workspace(&lease, &request)
+                    })
                 }
                 fn sync_in(
                     ctx: EnvironmentContext,
                     lease: Lease,
                     files: Vec<FileUpload>,
                 ) -> Result<SyncReport, ProviderError> {
-                    <$provider>::sync_in(&mut WasiPlatform::new(), &ctx, &lease, &files)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.sync_in(&lease, &files)
+                    })
                 }
                 fn sync_out(
                     ctx: EnvironmentContext,
                     lease: Lease,
                     remote_paths: Vec<String>,
                 ) -> Result<Vec<FileDownload>, ProviderError> {
-                    <$provider>::sync_out(&mut WasiPlatform::new(), &ctx, &lease, &remote_paths)
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.sync_out(&lease, &remote_paths)
+                    })
                 }
                 fn execute(
                     ctx: EnvironmentContext,
                     lease: Lease,
                     request: ExecuteRequest,
                 ) -> Result<ExecuteResult, ProviderError> {
-                    <$provider>::execute(&mut WasiPlatform::new(), &ctx, &lease, &request)
+                    $crate::export::execute::<$provider>(
+                        &mut WasiPlatform::new(),
+                        &ctx,
+                        &lease,
+                        &request,
+                    )
                 }
             }
 
     $crate::bindings::export_world!(Export with_types_in $crate::bindings);
         };
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operation::tests::Origins;
+    use crate::testing::{context, Answer, FakePlatform};
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    /// A provider that must never be reached.
+    struct Unreached<'a>(#[allow(dead_code)] Operation<'a, Origins>);
+
+    impl<'a> Provider<'a> for Unreached<'a> {
+        type Config = Origins;
+        fn new(op: Operation<'a, Origins>) -> Self {
+            Unreached(op)
+        }
+        fn describe() -> ProviderDescription {
+            unreachable!()
+        }
+        fn acquire_lease(&mut self, _: &AcquireRequest) -> Result<Lease, ProviderError> {
+            unreachable!()
+        }
+        fn destroy_lease(&mut self, _: &Lease) -> Result<TerminationReceipt, ProviderError> {
+            unreachable!()
+        }
+        fn execute(
+            &mut self,
+            _: &Lease,
+            _: &ExecuteRequest,
+        ) -> Result<ExecuteResult, ProviderError> {
+            unreachable!()
+        }
+    }
+
+    /// The export checks the config, then the command, before the
+    /// provider's `execute` runs: bad input never causes a request.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn bad_input_never_reaches_the_provider() {
+        let mut platform = FakePlatform::new(|_| -> Answer { panic!("no request expected") });
+        let lease = Lease {
+            provider_lease_id: "sb".into(),
+            metadata: "{}".into(),
+            expires_at: None,
+        };
+        let mut request = ExecuteRequest {
+            command: String::new(),
+            args: vec![],
+            cwd: None,
+            env: vec![],
+            stdin: None,
+            timeout_ms: None,
+        };
+        let bad_config = context("{");
+        let result = export::execute::<Unreached>(&mut platform, &bad_config, &lease, &request);
+        assert!(matches!(result, Err(ProviderError::InvalidConfig(_))));
+        let ctx = context(r#"{"apiUrl":"http://127.0.0.1:9"}"#);
+        let result = export::execute::<Unreached>(&mut platform, &ctx, &lease, &request);
+        assert!(matches!(result, Err(ProviderError::InvalidRequest(_))));
+        request.command = "echo".into();
+        request.env = vec![("BAD NAME".into(), "x".into())];
+        let result = export::execute::<Unreached>(&mut platform, &ctx, &lease, &request);
+        assert!(matches!(result, Err(ProviderError::InvalidRequest(_))));
+        assert!(platform.requests.is_empty());
+    }
 }

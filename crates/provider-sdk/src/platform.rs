@@ -70,6 +70,11 @@ impl Request {
         self
     }
 
+    /// The same request with `body` as its JSON body.
+    pub fn with_json(self, body: &serde_json::Value) -> Request {
+        self.with_body("application/json", body.to_string().into_bytes())
+    }
+
     /// The same request sent to `origin` instead of the default one.
     pub fn to_origin(mut self, origin: Origin) -> Request {
         self.origin = Some(origin);

@@ -4,11 +4,37 @@
 //! inside a value becomes `'"'"'` (close the quote, a double-quoted `'`,
 //! reopen). The script is run as `/bin/bash -lc <script>`.
 
-use crate::types::ExecuteRequest;
+use crate::config::MAX_TIMEOUT_MS;
+use crate::http::is_valid_id;
+use crate::types::{ExecuteRequest, ProviderError};
 
 /// Why a request was refused before any network request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InvalidRequest(pub String);
+
+/// The checks before running a command in sandbox `sandbox_id`: the
+/// request is valid ([`validate`]), its timeout (`default_timeout_ms` when
+/// it sets none) is from 1 to [`MAX_TIMEOUT_MS`], and the id can go into a
+/// path. Returns the timeout.
+pub fn check(
+    request: &ExecuteRequest,
+    default_timeout_ms: u64,
+    sandbox_id: &str,
+) -> Result<u64, ProviderError> {
+    validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
+    let timeout_ms = request.timeout_ms.unwrap_or(default_timeout_ms);
+    if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
+        return Err(ProviderError::InvalidRequest(format!(
+            "timeout must be from 1 to {MAX_TIMEOUT_MS} ms"
+        )));
+    }
+    if !is_valid_id(sandbox_id) {
+        return Err(ProviderError::ForeignLease(
+            "the lease has an invalid sandbox id".into(),
+        ));
+    }
+    Ok(timeout_ms)
+}
 
 /// Checks a request the way the spec's step 1 requires: a command, env
 /// names matching `^[A-Za-z_][A-Za-z0-9_]*$`, and no NUL in any value.

@@ -173,3 +173,15 @@ impl Platform for FakePlatform {
         self.output.push((stream, chunk.to_string()));
     }
 }
+
+/// An environment context (company `co`, environment `env`) whose config
+/// is `config`.
+pub fn context(config: &str) -> crate::types::EnvironmentContext {
+    crate::types::EnvironmentContext {
+        driver_key: "test".into(),
+        company_id: "co".into(),
+        environment_id: "env".into(),
+        issue_id: None,
+        config: config.into(),
+    }
+}

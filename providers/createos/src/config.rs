@@ -4,18 +4,14 @@
 //! before the component sees the config, so they are accepted and left
 //! untouched here, never read.
 
-use serde_json::{Map, Value};
+use provider_sdk::config::{Budget, ConfigObject, ProviderConfig, Validation};
+use provider_sdk::types::OperationBudget;
+use serde_json::json;
 
 /// The CreateOS API origin used when the config names none.
 pub const DEFAULT_API_URL: &str = "https://api.sb.createos.sh";
 /// The shape used when the config names none.
 pub const DEFAULT_SHAPE: &str = "s-1vcpu-1gb";
-/// The command timeout used when neither the config nor the request sets one.
-pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;
-/// The budget of one API request (and of each cleanup request) by default.
-pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 30_000;
-/// The longest timeout accepted (24 hours).
-pub const MAX_TIMEOUT_MS: u64 = 86_400_000;
 /// The config field that holds the API key (removed by the host).
 pub const SECRET_FIELD: &str = "apiKey";
 
@@ -45,6 +41,8 @@ const KNOWN_FIELDS: &[&str] = &[
     "reuseLease",
 ];
 
+// Shaped like Daytona's config (optional names, budgets, `reuseLease`):
+// the fields are each API's own; the reading rules are the SDK's.
 /// A validated provider config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -56,204 +54,60 @@ pub struct Config {
     pub rootfs: Option<String>,
     /// The region, when not the service's default.
     pub region: Option<String>,
-    /// The default command timeout and the lifecycle operation budget.
-    pub timeout_ms: u64,
-    /// The budget of each API request outside a command's run, and the
-    /// fresh budget of each cleanup request.
-    pub request_timeout_ms: u64,
+    /// The budgets: a lifecycle operation's and a command's default
+    /// timeout, and each request's.
+    pub budget: Budget,
     /// Whether released leases are paused for reuse instead of deleted.
     pub reuse_lease: bool,
 }
 
-/// The outcome of validating a config: what `validate-config` reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Validation {
-    /// The config, when it is usable.
-    pub config: Option<Config>,
-    /// The normalised JSON object, when it is usable.
-    pub normalized: Option<String>,
-    /// Problems that do not stop the config from being used.
-    pub warnings: Vec<String>,
-    /// Problems that make it unusable.
-    pub errors: Vec<String>,
-}
-
-/// Parses a config for an operation; any problem is an error message.
-pub fn parse(json: &str) -> Result<Config, Vec<String>> {
-    let validation = validate(json);
-    match validation.config {
-        Some(config) if validation.errors.is_empty() => Ok(config),
-        _ => Err(validation.errors),
-    }
-}
-
-/// Validates and normalises a config JSON object without any request.
-pub fn validate(json: &str) -> Validation {
-    let mut errors = Vec::new();
-    let mut warnings = Vec::new();
-    let object = match serde_json::from_str::<Value>(json) {
-        Ok(Value::Object(object)) => object,
-        Ok(_) => {
-            errors.push("config must be a JSON object".to_string());
-            return Validation::failed(errors);
-        }
-        Err(e) => {
-            errors.push(format!(
-                "config is not valid JSON (line {}, column {})",
-                e.line(),
-                e.column()
-            ));
-            return Validation::failed(errors);
-        }
-    };
-    for key in object.keys() {
-        if !KNOWN_FIELDS.contains(&key.as_str()) {
-            warnings.push(format!("unknown config field `{key}` is ignored"));
-        }
-    }
-    let api_origin = match optional_string(&object, "apiUrl", &mut errors) {
-        Some(url) => normalize_api_url(&url).unwrap_or_else(|message| {
-            errors.push(format!("apiUrl: {message}"));
-            String::new()
-        }),
-        None => DEFAULT_API_URL.to_string(),
-    };
-    let shape =
-        optional_string(&object, "shape", &mut errors).unwrap_or_else(|| DEFAULT_SHAPE.to_string());
-    if !SHAPES.contains(&shape.as_str()) {
-        errors.push(format!(
-            "shape: `{}` is not a CreateOS shape (one of {})",
-            printable(&shape),
-            SHAPES.join(", ")
-        ));
-    }
-    let rootfs = optional_string(&object, "rootfs", &mut errors);
-    let region = optional_string(&object, "region", &mut errors);
-    for (field, value) in [("rootfs", &rootfs), ("region", &region)] {
-        if let Some(value) = value {
-            if value.is_empty() || value.len() > 200 || value.chars().any(char::is_control) {
-                errors.push(format!("{field}: must be 1 to 200 printable characters"));
-            }
-        }
-    }
-    let timeout_ms = milliseconds(&object, "timeoutMs", DEFAULT_TIMEOUT_MS, &mut errors);
-    let request_timeout_ms = milliseconds(
-        &object,
-        "requestTimeoutMs",
-        DEFAULT_REQUEST_TIMEOUT_MS,
-        &mut errors,
-    );
-    let reuse_lease = match object.get("reuseLease") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => {
-            errors.push("reuseLease: must be true or false".to_string());
-            false
-        }
-    };
-    if !errors.is_empty() {
-        return Validation {
-            config: None,
-            normalized: None,
-            warnings,
-            errors,
-        };
-    }
-    let config = Config {
-        api_origin,
-        shape,
-        rootfs,
-        region,
-        timeout_ms,
-        request_timeout_ms,
-        reuse_lease,
-    };
-    let mut normalized = Map::new();
-    normalized.insert("apiUrl".into(), Value::String(config.api_origin.clone()));
-    if let Some(secret) = object.get(SECRET_FIELD) {
-        // Left exactly as given (a secret reference, usually): the host owns it.
-        normalized.insert(SECRET_FIELD.into(), secret.clone());
-    }
-    normalized.insert("shape".into(), Value::String(config.shape.clone()));
-    if let Some(rootfs) = &config.rootfs {
-        normalized.insert("rootfs".into(), Value::String(rootfs.clone()));
-    }
-    if let Some(region) = &config.region {
-        normalized.insert("region".into(), Value::String(region.clone()));
-    }
-    normalized.insert("timeoutMs".into(), Value::from(config.timeout_ms));
-    normalized.insert(
-        "requestTimeoutMs".into(),
-        Value::from(config.request_timeout_ms),
-    );
-    normalized.insert("reuseLease".into(), Value::Bool(config.reuse_lease));
-    Validation {
-        normalized: Some(Value::Object(normalized).to_string()),
-        config: Some(config),
-        warnings,
-        errors,
-    }
-}
-
-impl Validation {
-    /// What `validate-config` reports.
-    pub fn into_contract(self) -> crate::types::ConfigValidation {
-        crate::types::ConfigValidation {
-            ok: self.errors.is_empty() && self.normalized.is_some(),
-            api_origins: self.config.iter().map(|c| c.api_origin.clone()).collect(),
-            budget: self.config.as_ref().map(|c| crate::types::OperationBudget {
-                operation_ms: c.timeout_ms,
-                request_ms: c.request_timeout_ms,
+impl ProviderConfig for Config {
+    /// Validates and normalises a config JSON object without any request.
+    fn validate(json: &str) -> Validation<Config> {
+        let mut object = ConfigObject::parse(json, KNOWN_FIELDS);
+        let api_origin = match object.string("apiUrl") {
+            Some(url) => normalize_api_url(&url).unwrap_or_else(|message| {
+                object.error(format!("apiUrl: {message}"));
+                String::new()
             }),
-            warnings: self.warnings,
-            errors: self.errors,
-            normalized_config: self.normalized,
+            None => DEFAULT_API_URL.to_string(),
+        };
+        let shape = object
+            .string("shape")
+            .unwrap_or_else(|| DEFAULT_SHAPE.to_string());
+        if !SHAPES.contains(&shape.as_str()) {
+            object.error(format!(
+                "shape: `{}` is not a CreateOS shape (one of {})",
+                printable(&shape),
+                SHAPES.join(", ")
+            ));
         }
+        let config = Config {
+            api_origin,
+            shape,
+            rootfs: object.name("rootfs"),
+            region: object.name("region"),
+            budget: object.budget(),
+            reuse_lease: object.flag("reuseLease"),
+        };
+        let normalized = json!({
+            "apiUrl": config.api_origin,
+            "shape": config.shape,
+            "rootfs": config.rootfs,
+            "region": config.region,
+            "timeoutMs": config.budget.timeout_ms,
+            "requestTimeoutMs": config.budget.request_timeout_ms,
+            "reuseLease": config.reuse_lease,
+        });
+        object.finish(config, normalized, SECRET_FIELD)
     }
 
-    fn failed(errors: Vec<String>) -> Validation {
-        Validation {
-            config: None,
-            normalized: None,
-            warnings: Vec::new(),
-            errors,
-        }
+    fn api_origins(&self) -> Vec<String> {
+        vec![self.api_origin.clone()]
     }
-}
 
-fn optional_string(
-    object: &Map<String, Value>,
-    field: &str,
-    errors: &mut Vec<String>,
-) -> Option<String> {
-    match object.get(field) {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(_) => {
-            errors.push(format!("{field}: must be a string"));
-            None
-        }
-    }
-}
-
-/// A duration field in milliseconds, from 1 to [`MAX_TIMEOUT_MS`].
-fn milliseconds(
-    object: &Map<String, Value>,
-    field: &str,
-    default: u64,
-    errors: &mut Vec<String>,
-) -> u64 {
-    match object.get(field) {
-        None | Some(Value::Null) => default,
-        Some(value) => match value.as_u64() {
-            Some(ms) if (1..=MAX_TIMEOUT_MS).contains(&ms) => ms,
-            _ => {
-                errors.push(format!(
-                    "{field}: must be an integer from 1 to {MAX_TIMEOUT_MS}"
-                ));
-                default
-            }
-        },
+    fn budget(&self) -> Option<OperationBudget> {
+        Some(self.budget.contract())
     }
 }
 
@@ -277,7 +131,16 @@ pub fn normalize_api_url(url: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use provider_sdk::config::DEFAULT_TIMEOUT_MS;
     use wasm_bindgen_test::wasm_bindgen_test;
+
+    fn validate(json: &str) -> Validation<Config> {
+        Config::validate(json)
+    }
+
+    fn parse(json: &str) -> Result<Config, Vec<String>> {
+        Config::parse(json)
+    }
 
     #[wasm_bindgen_test(unsupported = test)]
     fn api_url_is_normalised_to_its_origin() {
@@ -342,7 +205,7 @@ mod tests {
         let config = v.config.unwrap();
         assert_eq!(config.api_origin, DEFAULT_API_URL);
         assert_eq!(config.shape, DEFAULT_SHAPE);
-        assert_eq!(config.timeout_ms, DEFAULT_TIMEOUT_MS);
+        assert_eq!(config.budget.timeout_ms, DEFAULT_TIMEOUT_MS);
         assert!(!config.reuse_lease);
         let normalized = v.normalized.unwrap();
         assert!(normalized.contains(r#""apiKey":{"secretRef":"s1"}"#));

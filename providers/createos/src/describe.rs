@@ -1,10 +1,8 @@
 //! What `describe` says about the CreateOS provider.
 
-use crate::config::{
-    DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_SHAPE, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS,
-    SECRET_FIELD, SHAPES,
-};
-use crate::types::{Capabilities, OriginField, ProviderDescription, RateLimit, SecretField};
+use crate::config::{DEFAULT_API_URL, DEFAULT_SHAPE, SECRET_FIELD, SHAPES};
+use provider_sdk::config::{DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
+use provider_sdk::types::{Capabilities, OriginField, ProviderDescription, RateLimit, SecretField};
 use serde_json::json;
 
 /// The header that carries the API key.

@@ -14,15 +14,20 @@
 //! can exist. Only a creation that may have reached the server without a
 //! valid answer is "creation unconfirmed".
 
-use crate::api::{self, ApiError};
+use crate::api;
 use crate::config::Config;
 use crate::frames::{parse_frame, ExitStatus, Frame, FrameError, LineSplitter};
-use crate::output::CommandOutput;
-use crate::platform::{random_hex, Method, Platform, Request, TransportError, Wait, MS};
-use crate::script;
-use crate::types::{
-    CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, OutputLoss,
-    PartialOutput, ProviderError,
+use provider_sdk::errors::{
+    cleanup_cause, command_cleanup_failed, empty_output, with_partial, ApiError,
+};
+use provider_sdk::http::id_field;
+use provider_sdk::output::CommandOutput;
+use provider_sdk::platform::{
+    random_hex, BodyReader, Method, Platform, Request, TransportError, Wait, MS,
+};
+use provider_sdk::script;
+use provider_sdk::types::{
+    CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, OutputLoss, ProviderError,
 };
 use serde_json::{json, Value};
 use std::ops::ControlFlow;
@@ -34,6 +39,8 @@ pub const MAX_RECONNECTS: u32 = 3;
 /// The pause before a reconnect.
 pub const RECONNECT_DELAY_MS: u64 = 250;
 
+// Daytona's `execute` has this signature and budget rule too: both are the
+// lease's command entry point (the protocols behind them share nothing).
 /// Runs `request` in sandbox `sandbox_id`. The config's `timeoutMs`
 /// applies when the request sets no timeout; its `requestTimeoutMs` bounds
 /// each request outside the command's run, and each cleanup request gets
@@ -44,21 +51,8 @@ pub fn execute(
     sandbox_id: &str,
     request: &ExecuteRequest,
 ) -> Result<ExecuteResult, ProviderError> {
-    let default_timeout_ms = config.timeout_ms;
-    let budget = config.request_timeout_ms.saturating_mul(MS);
-    script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
-    let timeout_ms = request.timeout_ms.unwrap_or(default_timeout_ms);
-    if timeout_ms == 0 || timeout_ms > crate::config::MAX_TIMEOUT_MS {
-        return Err(ProviderError::InvalidRequest(format!(
-            "timeout must be from 1 to {} ms",
-            crate::config::MAX_TIMEOUT_MS
-        )));
-    }
-    if !api::is_valid_id(sandbox_id) {
-        return Err(ProviderError::ForeignLease(
-            "the lease has an invalid sandbox id".into(),
-        ));
-    }
+    let budget = config.budget.request_timeout_ms.saturating_mul(MS);
+    let timeout_ms = script::check(request, config.budget.timeout_ms, sandbox_id)?;
     let stdin_path = request
         .stdin
         .as_ref()
@@ -133,24 +127,17 @@ fn create_process(
     // Not cancellable: once sent, only an answer tells whether it started.
     let wait = request_wait(platform, budget, false);
     let unconfirmed = |cause| {
-        ProviderError::CleanupFailed(CleanupFailure {
-            sandbox_id: Some(sandbox_id.to_string()),
-            process_id: None,
-            phase: CleanupPhase::ProcessCreation,
-            cause,
-            partial: Some(empty_partial()),
-        })
+        let phase = CleanupPhase::ProcessCreation;
+        command_cleanup_failed(sandbox_id, None, phase, cause, empty_output())
     };
     match api::call(platform, &create, wait) {
-        Ok(data) => {
-            api::id_field(&data, "process_id").map_err(|e| unconfirmed(api::cleanup_cause(e)))
-        }
+        Ok(data) => id_field(&data, "process_id").map_err(|e| unconfirmed(cleanup_cause(e))),
         Err(ApiError::Status(status)) if status < 500 => {
             Err(ApiError::Status(status).into_provider_error("create-process"))
         }
         // Denied by the host, or the server was never reached: no process.
         Err(error) if error.never_sent() => Err(error.into_provider_error("create-process")),
-        Err(error) => Err(unconfirmed(api::cleanup_cause(error))),
+        Err(error) => Err(unconfirmed(cleanup_cause(error))),
     }
 }
 
@@ -247,11 +234,7 @@ impl Run {
         }
     }
 
-    fn read_stream(
-        &mut self,
-        platform: &mut dyn Platform,
-        body: &mut dyn crate::platform::BodyReader,
-    ) -> StreamEnd {
+    fn read_stream(&mut self, platform: &mut dyn Platform, body: &mut dyn BodyReader) -> StreamEnd {
         let mut lines = LineSplitter::default();
         loop {
             let chunk = match body.next_chunk(self.command_wait()) {
@@ -317,7 +300,7 @@ impl Run {
 
     /// How many frames after the cursor a 410's body says were evicted
     /// (`oldest_seq` is the first kept frame); none when it does not say.
-    fn lost_frames(&self, body: &mut dyn crate::platform::BodyReader) -> Option<u64> {
+    fn lost_frames(&self, body: &mut dyn BodyReader) -> Option<u64> {
         let wait = Wait {
             deadline: self.deadline,
             cancellable: true,
@@ -370,18 +353,18 @@ impl Run {
             }
         };
         if let Err(cause) = self.terminate(platform) {
-            return Err(ProviderError::CleanupFailed(CleanupFailure {
-                sandbox_id: Some(self.sandbox_id.clone()),
-                process_id: Some(self.process_id.clone()),
-                phase: CleanupPhase::ProcessTermination,
+            return Err(command_cleanup_failed(
+                &self.sandbox_id,
+                Some(&self.process_id),
+                CleanupPhase::ProcessTermination,
                 cause,
-                partial: Some(self.output.partial(timed_out)),
-            }));
+                self.output.partial(timed_out),
+            ));
         }
         // Termination is confirmed: an error keeps what the command printed.
         after_cleanup
             .map(|()| self.result(None, None, true))
-            .map_err(|error| api::with_partial(error, self.output.partial(false)))
+            .map_err(|error| with_partial(error, self.output.partial(false)))
     }
 
     fn result(
@@ -426,7 +409,7 @@ impl Run {
                 )),
             },
             Err(ApiError::Status(404)) => Ok(()),
-            Err(error) => Err(api::cleanup_cause(error)),
+            Err(error) => Err(cleanup_cause(error)),
         }
     }
 }
@@ -453,15 +436,6 @@ fn request_wait(platform: &dyn Platform, budget: u64, cancellable: bool) -> Wait
     }
 }
 
-fn empty_partial() -> PartialOutput {
-    PartialOutput {
-        stdout: String::new(),
-        stderr: String::new(),
-        timed_out: false,
-        output_truncated: false,
-    }
-}
-
 fn rejected(operation: &str, status: u16) -> ProviderError {
     ApiError::Status(status).into_provider_error(operation)
 }
@@ -482,15 +456,16 @@ fn transport_error(operation: &str, error: &TransportError) -> ProviderError {
 mod tests {
     use super::*;
     use crate::frames::StreamId;
-    use crate::platform::Instant;
     use crate::testing::ok;
+    use provider_sdk::config::ProviderConfig;
+    use provider_sdk::platform::Instant;
     use provider_sdk::testing::{Answer, FakePlatform};
     use wasm_bindgen_test::wasm_bindgen_test;
 
     const PROCESS: &str = "/v1/sandboxes/sb/processes/p1";
 
     fn config() -> Config {
-        crate::config::parse(r#"{"requestTimeoutMs": 2000}"#).unwrap()
+        Config::parse(r#"{"requestTimeoutMs": 2000}"#).unwrap()
     }
 
     fn request(timeout_ms: Option<u64>) -> ExecuteRequest {

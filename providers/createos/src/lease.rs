@@ -1,9 +1,9 @@
 //! The lease metadata the provider writes at acquire and checks on every
 //! later call. It never holds a secret.
 
-use crate::api;
 use crate::config::Config;
-use crate::types::{EnvironmentContext, Lease, ProviderError};
+use provider_sdk::http::is_valid_id;
+use provider_sdk::types::{EnvironmentContext, Lease, ProviderError};
 use serde::{Deserialize, Serialize};
 
 /// The value of `provider` in metadata this provider wrote.
@@ -72,7 +72,7 @@ pub fn check(
     if metadata.api_origin != config.api_origin {
         return Err(foreign("the lease belongs to another CreateOS API origin"));
     }
-    if metadata.sandbox_id != lease.provider_lease_id || !api::is_valid_id(&metadata.sandbox_id) {
+    if metadata.sandbox_id != lease.provider_lease_id || !is_valid_id(&metadata.sandbox_id) {
         return Err(foreign("the lease id does not match its metadata"));
     }
     Ok(metadata)

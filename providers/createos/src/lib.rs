@@ -3,27 +3,27 @@
 //! component that implements the `sandbox-provider` WIT world
 //! (`wit/since_v0.3.0`).
 //!
-//! The protocol is plain Rust over the SDK's [`Platform`] trait, so its
-//! logic runs natively in unit tests; `component` is the one place that
-//! implements the SDK's [`provider_sdk::Provider`] trait.
+//! The protocol is plain Rust over the SDK's [`provider_sdk::Platform`]
+//! trait, so its logic runs natively in unit tests; [`lifecycle::CreateOs`]
+//! is the SDK's [`provider_sdk::Provider`], exported as the component.
 //!
 //! Modules, in the order a request flows through them:
 //! - [`config`]: the provider config and API URL rules;
 //! - [`api`]: CreateOS requests, the JSend envelope and error mapping;
 //! - [`frames`]: the NDJSON `/connect` frame parser;
 //! - [`execute`]: running one command, with cleanup;
-//! - [`lifecycle`]: acquire, resume, release, destroy, probe, realize;
+//! - [`lifecycle`]: the provider's operations (acquire, resume, release,
+//!   destroy, probe, realize, sync, execute);
 //! - [`lease`]: the lease metadata the provider writes and checks;
 //! - [`describe`]: the provider description.
 //!
-//! The SDK's [`platform`], [`output`], [`script`] and [`types`] are
-//! re-exported under their own names.
+//! The platform, output, script and contract types are the SDK's, named
+//! by their one path (`provider_sdk::platform`, ...).
 
+#![deny(missing_docs)]
 // `ProviderError` is the WIT variant itself (its cleanup case carries the
 // partial output); it is returned once per call, so its size is no concern.
 #![allow(clippy::result_large_err)]
-
-pub use provider_sdk::{output, platform, script, types, Platform};
 
 pub mod api;
 pub mod config;
@@ -32,10 +32,6 @@ pub mod execute;
 pub mod frames;
 pub mod lease;
 pub mod lifecycle;
-
-mod component;
-
-pub use component::CreateOs;
 
 /// JSend answers for the unit tests' scripted platform.
 #[cfg(test)]

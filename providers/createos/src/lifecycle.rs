@@ -1,18 +1,25 @@
-//! Lease lifecycle: acquire, resume, release, destroy, probe and realize.
+//! The provider's operations ([`CreateOs`], the SDK's `Provider`): acquire,
+//! resume, release, destroy, probe, realize, sync and execute (the command
+//! itself runs in [`crate::execute`]).
 //!
 //! Sandbox state transitions are asynchronous: they are observed by polling
 //! `GET /sandboxes/{id}` every 250 ms, bounded by the operation's deadline
 //! (the config's `timeoutMs`).
 
-use crate::api::{self, ApiError};
 use crate::config::Config;
 use crate::lease::{self, LeaseMetadata, MARKER_PATH, WORKSPACE_ROOT};
-use crate::platform::{random_hex, Instant, Method, Platform, Request, Wait, MS};
-use crate::types::{
-    AcquireRequest, CleanupFailure, CleanupPhase, EnvironmentContext, FileDownload, FileUpload,
-    InvalidResponse, Lease, ProbeReport, ProviderError, ResumeOutcome, SyncReport,
+use crate::{api, execute};
+use provider_sdk::errors::{
+    cleanup_cause, invalid_response as invalid, probe_report, receipt, ApiError, DeleteSandbox,
+};
+use provider_sdk::http::{self, call_bytes, created_id};
+use provider_sdk::platform::{random_hex, Method, Request};
+use provider_sdk::types::{
+    AcquireRequest, CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, FileDownload,
+    FileUpload, Lease, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome, SyncReport,
     TerminationAction, TerminationReceipt, WorkspaceRequest,
 };
+use provider_sdk::{Operation, Provider};
 use serde_json::{json, Map, Value};
 
 /// How often a transition is polled.
@@ -25,46 +32,49 @@ const GONE_STATES: &[&str] = &["destroyed", "failed"];
 /// still exist: they prove nothing about absence.
 const UNUSABLE_STATES: &[&str] = &["error", "destroying"];
 
-/// One lifecycle operation: the platform, the config and its deadline.
-pub struct Lifecycle<'a> {
-    platform: &'a mut dyn Platform,
-    config: &'a Config,
-    deadline: Instant,
+/// The CreateOS provider: one operation's state (its budget the config's
+/// `timeoutMs`).
+///
+/// The state, its `new` and `describe` have the shape of every provider's
+/// (the SDK's `Provider`): alike in both providers, nothing left to share.
+pub struct CreateOs<'a> {
+    op: Operation<'a, Config>,
 }
 
-impl<'a> Lifecycle<'a> {
-    /// Starts an operation whose budget is the config's `timeoutMs`.
-    pub fn new(platform: &'a mut dyn Platform, config: &'a Config) -> Lifecycle<'a> {
-        let deadline = platform
-            .now()
-            .saturating_add(config.timeout_ms.saturating_mul(MS));
-        Lifecycle {
-            platform,
-            config,
-            deadline,
-        }
+provider_sdk::export_provider!(CreateOs);
+
+impl<'a> Provider<'a> for CreateOs<'a> {
+    type Config = Config;
+
+    fn new(op: Operation<'a, Config>) -> CreateOs<'a> {
+        CreateOs { op }
     }
 
-    fn wait(&self) -> Wait {
-        Wait {
-            deadline: self.deadline,
-            cancellable: true,
-        }
+    fn describe() -> ProviderDescription {
+        crate::describe::description()
     }
 
-    fn call(&mut self, request: &Request) -> Result<Map<String, Value>, ApiError> {
-        let wait = self.wait();
-        api::call(self.platform, request, wait)
+    /// Creates a sandbox, runs `/bin/echo <marker>`, and always deletes it.
+    fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
+        let mut diagnostics = Vec::new();
+        let id = self.create_sandbox()?;
+        diagnostics.push(format!(
+            "created sandbox {id} (shape {})",
+            self.op.config.shape
+        ));
+        let marker = format!("paperclip-probe-{}", random_hex(self.op.platform, 8));
+        let outcome = self.probe_run(&id, &marker, &mut diagnostics);
+        self.destroy_sandbox(&id)?;
+        diagnostics.push(format!("deleted sandbox {id}"));
+        let ok = outcome?.trim_end() == marker;
+        let origin = &self.op.config.api_origin;
+        Ok(probe_report(ok, "CreateOS", origin, diagnostics))
     }
 
     /// Creates a sandbox, waits until it runs, creates the workspace and
     /// writes the marker. On a failure after creation the sandbox is
     /// deleted; if that fails too, the result is `cleanup-failed`.
-    pub fn acquire(
-        &mut self,
-        ctx: &EnvironmentContext,
-        request: &AcquireRequest,
-    ) -> Result<Lease, ProviderError> {
+    fn acquire_lease(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError> {
         if request.requested_expires_at.is_some() {
             return Err(ProviderError::Unsupported(
                 "CreateOS sandboxes cannot be given an expiry time".into(),
@@ -75,110 +85,24 @@ impl<'a> Lifecycle<'a> {
             None => WORKSPACE_ROOT.to_string(),
         };
         let sandbox_id = self.create_sandbox()?;
-        let marker = random_hex(self.platform, 16);
+        let marker = random_hex(self.op.platform, 16);
         let metadata = LeaseMetadata {
             provider: lease::PROVIDER.into(),
             sandbox_id: sandbox_id.clone(),
-            environment_id: ctx.environment_id.clone(),
-            api_origin: self.config.api_origin.clone(),
-            shape: self.config.shape.clone(),
-            rootfs: self.config.rootfs.clone(),
-            region: self.config.region.clone(),
+            environment_id: self.op.ctx.environment_id.clone(),
+            api_origin: self.op.config.api_origin.clone(),
+            shape: self.op.config.shape.clone(),
+            rootfs: self.op.config.rootfs.clone(),
+            region: self.op.config.region.clone(),
             workspace_root: WORKSPACE_ROOT.into(),
             cwd,
             marker,
-            reusable: self.config.reuse_lease,
+            reusable: self.op.config.reuse_lease,
         };
         match self.prepare(&metadata) {
             Ok(()) => Ok(metadata.to_lease()),
-            Err(error) => match self.delete_sandbox(&sandbox_id) {
-                Ok(_) => Err(error),
-                Err(cause) => Err(ProviderError::CleanupFailed(CleanupFailure {
-                    sandbox_id: Some(sandbox_id),
-                    process_id: None,
-                    phase: CleanupPhase::LeaseSetup,
-                    cause,
-                    partial: None,
-                })),
-            },
+            Err(error) => Err(self.undo_sandbox(error, &sandbox_id, CleanupPhase::LeaseSetup)),
         }
-    }
-
-    /// `POST /sandboxes`. The API has no idempotency key, so an answer that
-    /// is not a definite rejection or a valid id leaves a sandbox that may
-    /// exist and cannot be found: `cleanup-failed` without a sandbox id.
-    /// A request that never reached the server is `transport-failed`.
-    fn create_sandbox(&mut self) -> Result<String, ProviderError> {
-        let mut body = json!({ "shape": self.config.shape, "ingress_enabled": false });
-        if let Some(rootfs) = &self.config.rootfs {
-            body["rootfs"] = Value::String(rootfs.clone());
-        }
-        if let Some(region) = &self.config.region {
-            body["region"] = Value::String(region.clone());
-        }
-        let create = api::json_request(Method::Post, "/v1/sandboxes".into(), Some(body));
-        // Not cancellable: once sent, only the answer says whether it exists.
-        let wait = Wait {
-            deadline: self.deadline,
-            cancellable: false,
-        };
-        let unconfirmed = |error| {
-            ProviderError::CleanupFailed(CleanupFailure {
-                sandbox_id: None,
-                process_id: None,
-                phase: CleanupPhase::LeaseSetup,
-                cause: api::cleanup_cause(error),
-                partial: None,
-            })
-        };
-        match api::call(self.platform, &create, wait) {
-            Ok(data) => {
-                let id = api::id_field(&data, "id").map_err(unconfirmed)?;
-                // Before anything else: a host that dies from here on can
-                // still find and delete it.
-                self.platform.record_sandbox(&id);
-                Ok(id)
-            }
-            Err(ApiError::Status(status)) if status < 500 => {
-                Err(ApiError::Status(status).into_provider_error("create-sandbox"))
-            }
-            // Denied by the host, or the server was never reached: nothing
-            // can exist because of this request.
-            Err(error) if error.never_sent() => Err(error.into_provider_error("create-sandbox")),
-            Err(error) => Err(unconfirmed(error)),
-        }
-    }
-
-    fn prepare(&mut self, metadata: &LeaseMetadata) -> Result<(), ProviderError> {
-        let id = &metadata.sandbox_id;
-        match self.wait_for_state(id, &["running"], "wait-running")? {
-            State::Reached => {}
-            State::Gone(state) | State::Unusable(state) => {
-                return Err(invalid(
-                    "wait-running",
-                    &format!("the sandbox became {state} while starting"),
-                ))
-            }
-        }
-        self.exec_checked(
-            id,
-            "/bin/mkdir",
-            &["-p", "--", &metadata.workspace_root, &metadata.cwd],
-            "create-workspace",
-        )?;
-        let write = Request {
-            method: Method::Put,
-            origin: None,
-            headers: Vec::new(),
-            path: api::file_path(id, MARKER_PATH),
-            body: Some((
-                "application/octet-stream",
-                metadata.marker.clone().into_bytes(),
-            )),
-        };
-        self.call(&write)
-            .map_err(|e| e.into_provider_error("write-marker"))?;
-        Ok(())
     }
 
     /// Resumes a released lease: `expired` only with proof that it is not
@@ -186,26 +110,22 @@ impl<'a> Lifecycle<'a> {
     /// leased one (marker), or no longer matches the current config or its
     /// own lease (shape, rootfs, region). `error` and `destroying` prove
     /// nothing and are errors.
-    pub fn resume(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<ResumeOutcome, ProviderError> {
-        let metadata = lease::check(lease, ctx, self.config)?;
+    fn resume_lease(&mut self, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
         let id = &metadata.sandbox_id;
         // The config may have changed since the lease was acquired: a lease
         // on another shape, image or region is not what the caller asks for.
         for (field, leased, current) in [
-            ("shape", Some(&metadata.shape), Some(&self.config.shape)),
+            ("shape", Some(&metadata.shape), Some(&self.op.config.shape)),
             (
                 "rootfs",
                 metadata.rootfs.as_ref(),
-                self.config.rootfs.as_ref(),
+                self.op.config.rootfs.as_ref(),
             ),
             (
                 "region",
                 metadata.region.as_ref(),
-                self.config.region.as_ref(),
+                self.op.config.region.as_ref(),
             ),
         ] {
             if leased != current {
@@ -229,7 +149,7 @@ impl<'a> Lifecycle<'a> {
                 }
             }
         }
-        let status = api::string_field(&data, "status")
+        let status = http::string_field(&data, "status")
             .map_err(|e| e.into_provider_error("get-sandbox"))?
             .to_string();
         if GONE_STATES.contains(&status.as_str()) {
@@ -256,15 +176,9 @@ impl<'a> Lifecycle<'a> {
                 State::Unusable(state) => return Err(unusable("resume", &state, "resumed")),
             }
         }
-        let read = Request {
-            method: Method::Get,
-            origin: None,
-            headers: Vec::new(),
-            path: api::file_path(id, MARKER_PATH),
-            body: None,
-        };
-        let wait = self.wait();
-        match api::call_raw(self.platform, &read, wait) {
+        let read = Request::new(Method::Get, api::file_path(id, MARKER_PATH));
+        let wait = self.op.wait(true);
+        match call_bytes(self.op.platform, &read, wait) {
             Ok(bytes) if bytes == metadata.marker.as_bytes() => {
                 Ok(ResumeOutcome::Resumed(metadata.to_lease()))
             }
@@ -278,23 +192,19 @@ impl<'a> Lifecycle<'a> {
 
     /// Pauses a reusable lease (config `reuseLease` and the lease agree), or
     /// deletes the sandbox.
-    pub fn release(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
-        let metadata = lease::check(lease, ctx, self.config)?;
+    fn release_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
         let id = metadata.sandbox_id.clone();
-        if !(metadata.reusable && self.config.reuse_lease) {
-            return self.destroy_checked(&id);
+        if !(metadata.reusable && self.op.config.reuse_lease) {
+            return self.destroy_sandbox(&id);
         }
         let data = match self.get_sandbox(&id) {
             Err(ApiError::Status(404)) => return Ok(receipt(&id, TerminationAction::AlreadyGone)),
             Err(error) => return Err(error.into_provider_error("get-sandbox")),
             Ok(data) => data,
         };
-        let status =
-            api::string_field(&data, "status").map_err(|e| e.into_provider_error("get-sandbox"))?;
+        let status = http::string_field(&data, "status")
+            .map_err(|e| e.into_provider_error("get-sandbox"))?;
         if GONE_STATES.contains(&status) {
             return Ok(receipt(&id, TerminationAction::AlreadyGone));
         }
@@ -310,33 +220,18 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// Deletes the sandbox of a lease; 404 is success.
-    pub fn destroy(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
+    fn destroy_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
         // A host that recorded a failed setup (`cleanup-failed` in phase
         // `lease-setup`) has only the sandbox id, never metadata: destroying
         // by that id is the only way to clear it.
         let setup_record = matches!(lease.metadata.trim(), "" | "{}");
-        if setup_record && api::is_valid_id(&lease.provider_lease_id) {
-            return self.destroy_checked(&lease.provider_lease_id);
+        if setup_record && http::is_valid_id(&lease.provider_lease_id) {
+            let id = &lease.provider_lease_id;
+            return self.destroy_sandbox(id);
         }
-        let metadata = lease::check(lease, ctx, self.config)?;
-        self.destroy_checked(&metadata.sandbox_id)
-    }
-
-    fn destroy_checked(&mut self, id: &str) -> Result<TerminationReceipt, ProviderError> {
-        match self.delete_sandbox(id) {
-            Ok(action) => Ok(receipt(id, action)),
-            Err(cause) => Err(ProviderError::CleanupFailed(CleanupFailure {
-                sandbox_id: Some(id.to_string()),
-                process_id: None,
-                phase: CleanupPhase::SandboxDeletion,
-                cause,
-                partial: None,
-            })),
-        }
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
+        let id = &metadata.sandbox_id;
+        self.destroy_sandbox(id)
     }
 
     /// Makes sure the remote working directory exists and returns its
@@ -344,27 +239,23 @@ impl<'a> Lifecycle<'a> {
     /// there at acquire) is the proof: one file read, no process (a
     /// one-shot `exec` was most of the cost of a short `lease exec` on the
     /// local engine). Otherwise, or when the marker is gone, `mkdir -p`.
-    pub fn realize(
+    fn realize_workspace(
         &mut self,
-        ctx: &EnvironmentContext,
         lease: &Lease,
         request: &WorkspaceRequest,
     ) -> Result<String, ProviderError> {
-        let metadata = lease::check(lease, ctx, self.config)?;
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
         let path = match &request.remote_path {
             Some(path) => workspace_path(path)?,
             None => metadata.cwd.clone(),
         };
         if MARKER_PATH.rsplit_once('/').map(|(dir, _)| dir) == Some(path.as_str()) {
-            let read = Request {
-                method: Method::Get,
-                origin: None,
-                headers: Vec::new(),
-                path: api::file_path(&metadata.sandbox_id, MARKER_PATH),
-                body: None,
-            };
-            let wait = self.wait();
-            match api::call_raw(self.platform, &read, wait) {
+            let read = Request::new(
+                Method::Get,
+                api::file_path(&metadata.sandbox_id, MARKER_PATH),
+            );
+            let wait = self.op.wait(true);
+            match call_bytes(self.op.platform, &read, wait) {
                 Ok(_) => return Ok(path),
                 // Gone (a command removed the workspace): made again below.
                 Err(ApiError::Status(404)) => {}
@@ -382,26 +273,20 @@ impl<'a> Lifecycle<'a> {
 
     /// Writes files into the sandbox with `PUT /files` (parents are created
     /// by the API). Every path is checked before the first request.
-    pub fn sync_in(
+    fn sync_in(
         &mut self,
-        ctx: &EnvironmentContext,
         lease: &Lease,
         files: &[FileUpload],
     ) -> Result<SyncReport, ProviderError> {
-        let metadata = lease::check(lease, ctx, self.config)?;
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
         let paths = files
             .iter()
             .map(|f| workspace_path(&f.remote_path))
             .collect::<Result<Vec<_>, _>>()?;
         let mut report = SyncReport { files: 0, bytes: 0 };
         for (file, path) in files.iter().zip(paths) {
-            let write = Request {
-                method: Method::Put,
-                origin: None,
-                headers: Vec::new(),
-                path: api::file_path(&metadata.sandbox_id, &path),
-                body: Some(("application/octet-stream", file.contents.clone())),
-            };
+            let write = Request::new(Method::Put, api::file_path(&metadata.sandbox_id, &path))
+                .with_body("application/octet-stream", file.contents.clone());
             self.call(&write)
                 .map_err(|e| e.into_provider_error("sync-in"))?;
             report.files += 1;
@@ -411,28 +296,21 @@ impl<'a> Lifecycle<'a> {
     }
 
     /// Reads files out of the sandbox with `GET /files`.
-    pub fn sync_out(
+    fn sync_out(
         &mut self,
-        ctx: &EnvironmentContext,
         lease: &Lease,
         remote_paths: &[String],
     ) -> Result<Vec<FileDownload>, ProviderError> {
-        let metadata = lease::check(lease, ctx, self.config)?;
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
         let paths = remote_paths
             .iter()
             .map(|p| workspace_path(p))
             .collect::<Result<Vec<_>, _>>()?;
         let mut files = Vec::with_capacity(paths.len());
         for path in paths {
-            let read = Request {
-                method: Method::Get,
-                origin: None,
-                headers: Vec::new(),
-                path: api::file_path(&metadata.sandbox_id, &path),
-                body: None,
-            };
-            let wait = self.wait();
-            let contents = api::call_raw(self.platform, &read, wait)
+            let read = Request::new(Method::Get, api::file_path(&metadata.sandbox_id, &path));
+            let wait = self.op.wait(true);
+            let contents = call_bytes(self.op.platform, &read, wait)
                 .map_err(|e| e.into_provider_error("sync-out"))?;
             files.push(FileDownload {
                 remote_path: path,
@@ -442,42 +320,76 @@ impl<'a> Lifecycle<'a> {
         Ok(files)
     }
 
-    /// Creates a sandbox, runs `/bin/echo <marker>`, and always deletes it.
-    pub fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
-        let mut diagnostics = Vec::new();
-        let id = self.create_sandbox()?;
-        diagnostics.push(format!(
-            "created sandbox {id} (shape {})",
-            self.config.shape
-        ));
-        let marker = format!("paperclip-probe-{}", random_hex(self.platform, 8));
-        let outcome = self.probe_run(&id, &marker, &mut diagnostics);
-        match self.delete_sandbox(&id) {
-            Ok(_) => diagnostics.push(format!("deleted sandbox {id}")),
-            Err(cause) => {
-                return Err(ProviderError::CleanupFailed(CleanupFailure {
-                    sandbox_id: Some(id),
-                    process_id: None,
-                    phase: CleanupPhase::SandboxDeletion,
-                    cause,
-                    partial: None,
-                }))
+    fn execute(
+        &mut self,
+        lease: &Lease,
+        request: &ExecuteRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
+        let op = &mut self.op;
+        execute::execute(op.platform, &op.config, &metadata.sandbox_id, request)
+    }
+}
+
+impl CreateOs<'_> {
+    fn call(&mut self, request: &Request) -> Result<Map<String, Value>, ApiError> {
+        let wait = self.op.wait(true);
+        api::call(self.op.platform, request, wait)
+    }
+
+    /// `POST /sandboxes`. The API has no idempotency key, so an answer that
+    /// is not a definite rejection or a valid id leaves a sandbox that may
+    /// exist and cannot be found: `cleanup-failed` without a sandbox id.
+    /// A request that never reached the server is `transport-failed`.
+    fn create_sandbox(&mut self) -> Result<String, ProviderError> {
+        let mut body = json!({ "shape": self.op.config.shape, "ingress_enabled": false });
+        if let Some(rootfs) = &self.op.config.rootfs {
+            body["rootfs"] = Value::String(rootfs.clone());
+        }
+        if let Some(region) = &self.op.config.region {
+            body["region"] = Value::String(region.clone());
+        }
+        let create = api::json_request(Method::Post, "/v1/sandboxes".into(), Some(body));
+        // Not cancellable: once sent, only the answer says whether it exists.
+        let wait = self.op.wait(false);
+        let answer = api::call(self.op.platform, &create, wait);
+        let id = created_id(
+            answer,
+            "id",
+            "create-sandbox",
+            None,
+            CleanupPhase::LeaseSetup,
+        )?;
+        // Before anything else: a host that dies from here on can still
+        // find and delete it.
+        self.op.platform.record_sandbox(&id);
+        Ok(id)
+    }
+
+    fn prepare(&mut self, metadata: &LeaseMetadata) -> Result<(), ProviderError> {
+        let id = &metadata.sandbox_id;
+        match self.wait_for_state(id, &["running"], "wait-running")? {
+            State::Reached => {}
+            State::Gone(state) | State::Unusable(state) => {
+                return Err(invalid(
+                    "wait-running",
+                    &format!("the sandbox became {state} while starting"),
+                ))
             }
         }
-        let echoed = outcome?;
-        let ok = echoed.trim_end() == marker;
-        Ok(ProbeReport {
-            ok,
-            summary: if ok {
-                format!(
-                    "CreateOS at {} created, ran and deleted a sandbox",
-                    self.config.api_origin
-                )
-            } else {
-                "the probe command did not print its marker".into()
-            },
-            diagnostics,
-        })
+        self.exec_checked(
+            id,
+            "/bin/mkdir",
+            &["-p", "--", &metadata.workspace_root, &metadata.cwd],
+            "create-workspace",
+        )?;
+        let write = Request::new(Method::Put, api::file_path(id, MARKER_PATH)).with_body(
+            "application/octet-stream",
+            metadata.marker.clone().into_bytes(),
+        );
+        self.call(&write)
+            .map_err(|e| e.into_provider_error("write-marker"))?;
+        Ok(())
     }
 
     fn probe_run(
@@ -501,13 +413,7 @@ impl<'a> Lifecycle<'a> {
     }
 
     fn get_sandbox(&mut self, id: &str) -> Result<Map<String, Value>, ApiError> {
-        let get = Request {
-            method: Method::Get,
-            origin: None,
-            headers: Vec::new(),
-            path: api::sandbox_path(id),
-            body: None,
-        };
+        let get = Request::new(Method::Get, api::sandbox_path(id));
         let data = self.call(&get)?;
         if data.get("id").and_then(Value::as_str) != Some(id) {
             return Err(ApiError::Invalid(
@@ -530,8 +436,8 @@ impl<'a> Lifecycle<'a> {
                 Err(ApiError::Status(404)) => return Ok(State::Gone("deleted".into())),
                 other => other.map_err(|e| e.into_provider_error(operation))?,
             };
-            let status =
-                api::string_field(&data, "status").map_err(|e| e.into_provider_error(operation))?;
+            let status = http::string_field(&data, "status")
+                .map_err(|e| e.into_provider_error(operation))?;
             if wanted.contains(&status) {
                 return Ok(State::Reached);
             }
@@ -541,11 +447,7 @@ impl<'a> Lifecycle<'a> {
             if UNUSABLE_STATES.contains(&status) {
                 return Ok(State::Unusable(status.to_string()));
             }
-            let until = self.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
-            let wait = self.wait();
-            self.platform
-                .sleep_until(until, wait)
-                .map_err(|e| ApiError::Transport(e).into_provider_error(operation))?;
+            self.op.pause(POLL_INTERVAL_MS, operation)?;
         }
     }
 
@@ -564,7 +466,7 @@ impl<'a> Lifecycle<'a> {
                     .get_sandbox(id)
                     .map_err(|e| e.into_provider_error(verb))?;
                 let status =
-                    api::string_field(&data, "status").map_err(|e| e.into_provider_error(verb))?;
+                    http::string_field(&data, "status").map_err(|e| e.into_provider_error(verb))?;
                 if status == from {
                     Err(ApiError::Status(409).into_provider_error(verb))
                 } else {
@@ -572,32 +474,6 @@ impl<'a> Lifecycle<'a> {
                 }
             }
             Err(error) => Err(error.into_provider_error(verb)),
-        }
-    }
-
-    /// `DELETE /sandboxes/{id}` with a fresh deadline, not cancellable.
-    fn delete_sandbox(
-        &mut self,
-        id: &str,
-    ) -> Result<TerminationAction, crate::types::CleanupCause> {
-        let delete = Request {
-            method: Method::Delete,
-            origin: None,
-            headers: Vec::new(),
-            path: api::sandbox_path(id),
-            body: None,
-        };
-        let wait = Wait {
-            deadline: self
-                .platform
-                .now()
-                .saturating_add(self.config.request_timeout_ms.saturating_mul(MS)),
-            cancellable: false,
-        };
-        match api::call(self.platform, &delete, wait) {
-            Ok(_) => Ok(TerminationAction::Deleted),
-            Err(ApiError::Status(404)) => Ok(TerminationAction::AlreadyGone),
-            Err(error) => Err(api::cleanup_cause(error)),
         }
     }
 
@@ -651,6 +527,19 @@ impl<'a> Lifecycle<'a> {
     }
 }
 
+impl DeleteSandbox for CreateOs<'_> {
+    /// `DELETE /sandboxes/{id}` with a fresh deadline, not cancellable.
+    fn delete_sandbox(&mut self, id: &str) -> Result<TerminationAction, CleanupCause> {
+        let delete = Request::new(Method::Delete, api::sandbox_path(id));
+        let wait = self.op.cleanup_wait();
+        match api::call(self.op.platform, &delete, wait) {
+            Ok(_) => Ok(TerminationAction::Deleted),
+            Err(ApiError::Status(404)) => Ok(TerminationAction::AlreadyGone),
+            Err(error) => Err(cleanup_cause(error)),
+        }
+    }
+}
+
 /// The state a wait ended in.
 enum State {
     /// One of the wanted states.
@@ -683,21 +572,6 @@ pub fn workspace_path(path: &str) -> Result<String, ProviderError> {
 
 fn expired(reason: &str) -> ResumeOutcome {
     ResumeOutcome::Expired(reason.to_string())
-}
-
-fn receipt(id: &str, action: TerminationAction) -> TerminationReceipt {
-    TerminationReceipt {
-        sandbox_id: id.to_string(),
-        action,
-    }
-}
-
-fn invalid(operation: &str, reason: &str) -> ProviderError {
-    ProviderError::InvalidResponse(InvalidResponse {
-        operation: operation.into(),
-        reason: reason.into(),
-        partial: None,
-    })
 }
 
 /// A sandbox in a state that neither allows the operation nor proves it

@@ -1,15 +1,12 @@
-//! Daytona requests: the two bases (API and toolbox), plain JSON answers,
-//! ids, and the organization header. Failures map onto the contract through
+//! Daytona requests: the two bases (API and toolbox), plain JSON answers
+//! and the organization header. Failures map onto the contract through
 //! the SDK's [`ApiError`].
 
 use crate::config::Config;
+use provider_sdk::errors::ApiError;
+use provider_sdk::http;
 use provider_sdk::platform::{Method, Platform, Request, Wait};
 use serde_json::{Map, Value};
-
-pub use provider_sdk::errors::{cleanup_cause, encode_query_value, with_partial, ApiError};
-
-/// The largest non-streamed response body accepted (8 MiB).
-pub const MAX_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
 
 /// The header naming the organization a request acts for.
 pub const ORGANIZATION_HEADER: &str = "X-Daytona-Organization-ID";
@@ -43,7 +40,7 @@ pub fn request(
             .to_origin(config.toolbox.origin()),
     };
     if let Some(body) = body {
-        request = request.with_body("application/json", body.to_string().into_bytes());
+        request = request.with_json(&body);
     }
     if let Some(organization) = &config.organization_id {
         request = request.with_header(ORGANIZATION_HEADER, organization);
@@ -51,20 +48,10 @@ pub fn request(
     request
 }
 
-/// Sends a request and reads its 2xx answer: the JSON value (`null` for an
+/// Sends a request and reads its 2xx answer: plain JSON (`null` for an
 /// empty body, as a 201/204 has).
 pub fn call(platform: &mut dyn Platform, request: &Request, wait: Wait) -> Result<Value, ApiError> {
-    let response = platform
-        .send(request, wait, MAX_RESPONSE_BYTES)
-        .map_err(ApiError::Transport)?;
-    if !(200..300).contains(&response.status) {
-        return Err(ApiError::Status(response.status));
-    }
-    if response.body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Value::Null);
-    }
-    serde_json::from_slice(&response.body)
-        .map_err(|_| ApiError::Invalid("the response is not JSON".into()))
+    http::call_json(platform, request, wait)
 }
 
 /// Like [`call`], requiring a JSON object.
@@ -73,40 +60,7 @@ pub fn call_object(
     request: &Request,
     wait: Wait,
 ) -> Result<Map<String, Value>, ApiError> {
-    match call(platform, request, wait)? {
-        Value::Object(object) => Ok(object),
-        _ => Err(ApiError::Invalid(
-            "the response is not a JSON object".into(),
-        )),
-    }
-}
-
-/// True for an id safe to put in a path: `^[A-Za-z0-9_-]{1,200}$`
-/// (Daytona's sandbox and command ids are UUIDs).
-pub fn is_valid_id(id: &str) -> bool {
-    (1..=200).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
-/// A string field of an answer.
-pub fn string_field<'a>(data: &'a Map<String, Value>, field: &str) -> Result<&'a str, ApiError> {
-    data.get(field)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::Invalid(format!("the response has no string `{field}`")))
-}
-
-/// An id field of an answer, checked against the id pattern.
-pub fn id_field(data: &Map<String, Value>, field: &str) -> Result<String, ApiError> {
-    let id = string_field(data, field)?;
-    if is_valid_id(id) {
-        Ok(id.to_string())
-    } else {
-        Err(ApiError::Invalid(format!(
-            "the response has an invalid `{field}`"
-        )))
-    }
+    call(platform, request, wait).and_then(http::object)
 }
 
 /// `/sandbox/{id}` (API).
@@ -122,12 +76,12 @@ pub fn session_path(sandbox_id: &str, session_id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config;
+    use provider_sdk::config::ProviderConfig;
     use wasm_bindgen_test::wasm_bindgen_test;
 
     #[wasm_bindgen_test(unsupported = test)]
     fn requests_go_to_their_face_with_the_organization_header() {
-        let config = config::parse(
+        let config = Config::parse(
             r#"{"apiUrl":"http://127.0.0.1:1/daytona/api","toolboxUrl":"http://127.0.0.1:2/toolbox","organizationId":"org-1"}"#,
         )
         .unwrap();
@@ -148,13 +102,5 @@ mod tests {
         assert_eq!(toolbox.path, "/toolbox/x/process/session");
         assert_eq!(toolbox.origin.unwrap().authority, "127.0.0.1:2");
         assert_eq!(toolbox.body.unwrap().0, "application/json");
-    }
-
-    #[wasm_bindgen_test(unsupported = test)]
-    fn ids_are_checked_before_they_reach_a_path() {
-        assert!(is_valid_id("3f1c9a0e-0b7d-4c59-9d4e-0a8f2f7c1b2a"));
-        for bad in ["", "../x", "a/b", "a b", &"x".repeat(201)] {
-            assert!(!is_valid_id(bad), "{bad}");
-        }
     }
 }

@@ -2,10 +2,8 @@
 //! key (a `Bearer` token for both origins), the two origin fields, and no
 //! declared rate limit.
 
-use crate::config::{
-    DEFAULT_API_URL, DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, DEFAULT_TOOLBOX_URL,
-    MAX_TIMEOUT_MS, SECRET_FIELD,
-};
+use crate::config::{DEFAULT_API_URL, DEFAULT_TOOLBOX_URL, SECRET_FIELD};
+use provider_sdk::config::{DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS};
 use provider_sdk::types::{Capabilities, OriginField, ProviderDescription, SecretField};
 use serde_json::json;
 

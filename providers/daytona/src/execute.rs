@@ -18,9 +18,11 @@
 //! session is an idle shell on the service (nothing on the local engine);
 //! every session ends with the sandbox.
 
-use crate::api::{self, ApiError, Face};
-use crate::config::{Config, MAX_TIMEOUT_MS};
+use crate::api::{self, Face};
+use crate::config::Config;
 use crate::logs::Demux;
+use provider_sdk::errors::{cleanup_cause, encode_query_value, with_partial, ApiError};
+use provider_sdk::http::id_field;
 use provider_sdk::output::CommandOutput;
 use provider_sdk::platform::{random_hex, BodyReader, Method, Platform, TransportError, Wait, MS};
 use provider_sdk::script;
@@ -35,6 +37,8 @@ pub const MAX_RECONNECTS: u32 = 3;
 /// Pause before a reconnect, and between exit-code reads.
 pub const RETRY_DELAY_MS: u64 = 250;
 
+// CreateOS's `execute` has this signature and budget rule too: both are the
+// lease's command entry point (the protocols behind them share nothing).
 /// Runs `request` in sandbox `sandbox_id`; `timeoutMs` applies when the
 /// request sets none, `requestTimeoutMs` bounds each request outside the
 /// command's run and each cleanup request afresh.
@@ -44,23 +48,12 @@ pub fn execute(
     sandbox_id: &str,
     request: &ExecuteRequest,
 ) -> Result<ExecuteResult, ProviderError> {
-    script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
-    let timeout_ms = request.timeout_ms.unwrap_or(config.timeout_ms);
-    if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
-        return Err(ProviderError::InvalidRequest(format!(
-            "timeout must be from 1 to {MAX_TIMEOUT_MS} ms"
-        )));
-    }
-    if !api::is_valid_id(sandbox_id) {
-        return Err(ProviderError::ForeignLease(
-            "the lease has an invalid sandbox id".into(),
-        ));
-    }
+    let timeout_ms = script::check(request, config.budget.timeout_ms, sandbox_id)?;
     let session = Session {
         config,
         sandbox_id: sandbox_id.to_string(),
         session_id: format!("paperclip-{}", random_hex(platform, 12)),
-        budget: config.request_timeout_ms.saturating_mul(MS),
+        budget: config.budget.request_timeout_ms.saturating_mul(MS),
     };
     let stdin_path = match &request.stdin {
         Some(bytes) => {
@@ -119,7 +112,7 @@ impl Session<'_> {
             &format!(
                 "/{}/files/upload-v2?path={}",
                 self.sandbox_id,
-                api::encode_query_value(path)
+                encode_query_value(path)
             ),
             None,
         )
@@ -177,7 +170,7 @@ impl Session<'_> {
         // Not cancellable: once sent, only the answer tells whether it started.
         let wait = self.wait(platform, false);
         let error = match api::call_object(platform, &exec, wait) {
-            Ok(data) => match api::id_field(&data, "cmdId") {
+            Ok(data) => match id_field(&data, "cmdId") {
                 Ok(id) => return Ok(id),
                 Err(error) => error,
             },
@@ -219,7 +212,7 @@ impl Session<'_> {
         let wait = self.wait(platform, false);
         match api::call(platform, &delete, wait) {
             Ok(_) | Err(ApiError::Status(404)) => Ok(()),
-            Err(error) => Err(api::cleanup_cause(error)),
+            Err(error) => Err(cleanup_cause(error)),
         }
     }
 }
@@ -509,7 +502,7 @@ impl Run {
             Stop::Exited(code) => Ok(result(Some(code), false)),
             Stop::TimedOut => Ok(result(None, true)),
             Stop::Cancelled => Err(ProviderError::Cancelled(Some(self.output.partial(false)))),
-            Stop::Failed(error) => Err(api::with_partial(error, self.output.partial(false))),
+            Stop::Failed(error) => Err(with_partial(error, self.output.partial(false))),
             Stop::Lost(lost_bytes) => Err(lost(&self.output, &self.command_id, lost_bytes, true)),
         }
     }
@@ -550,7 +543,7 @@ fn empty_partial() -> PartialOutput {
 }
 
 fn with_empty_partial(error: ProviderError) -> ProviderError {
-    api::with_partial(error, empty_partial())
+    with_partial(error, empty_partial())
 }
 
 fn rejected(operation: &str, status: u16) -> ProviderError {
@@ -568,6 +561,7 @@ fn transport_error(operation: &str, error: &TransportError) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use provider_sdk::config::ProviderConfig;
     use provider_sdk::testing::{Answer, FakePlatform};
     use provider_sdk::types::ExecuteRequest;
     use wasm_bindgen_test::wasm_bindgen_test;
@@ -578,7 +572,7 @@ mod tests {
     /// provider's side: every logs read asks for split output.
     #[wasm_bindgen_test(unsupported = test)]
     fn stdin_goes_to_upload_v2_and_logs_ask_for_split_output() {
-        let config = crate::config::parse(
+        let config = Config::parse(
             r#"{"apiUrl":"http://127.0.0.1:1/api","toolboxUrl":"http://127.0.0.1:2/toolbox"}"#,
         )
         .unwrap();

@@ -1,7 +1,7 @@
 //! The lease metadata the provider writes at acquire and checks on every
 //! later call, and the labels that tie a sandbox to its lease.
 
-use crate::api;
+use provider_sdk::http::is_valid_id;
 use provider_sdk::types::{EnvironmentContext, Lease, ProviderError};
 use serde::{Deserialize, Serialize};
 
@@ -72,7 +72,7 @@ pub fn check(lease: &Lease, ctx: &EnvironmentContext) -> Result<LeaseMetadata, P
             "the lease belongs to another environment or company".into(),
         ));
     }
-    if !api::is_valid_id(&metadata.sandbox_id) || metadata.sandbox_id != lease.provider_lease_id {
+    if !is_valid_id(&metadata.sandbox_id) || metadata.sandbox_id != lease.provider_lease_id {
         return Err(ProviderError::ForeignLease(
             "the lease has an invalid sandbox id".into(),
         ));
@@ -88,7 +88,7 @@ pub fn sandbox_for_destroy(
     ctx: &EnvironmentContext,
 ) -> Result<String, ProviderError> {
     if lease.metadata.trim() == "{}" {
-        if api::is_valid_id(&lease.provider_lease_id) {
+        if is_valid_id(&lease.provider_lease_id) {
             return Ok(lease.provider_lease_id.clone());
         }
         return Err(ProviderError::ForeignLease(

@@ -12,11 +12,14 @@
 //! - [`config`]: the config, both URLs and the budgets;
 //! - [`api`]: requests to either face, plain JSON answers, ids;
 //! - [`lease`]: the lease metadata and the labels that tie a sandbox to it;
-//! - [`lifecycle`]: acquire, resume, release, destroy, probe, realize;
+//! - [`lifecycle`]: the provider's operations ([`lifecycle::Daytona`], the
+//!   SDK's `Provider`): acquire, resume, release, destroy, probe, realize,
+//!   execute;
 //! - [`logs`]: the labelled stdout/stderr log stream;
 //! - [`execute`]: one command in its own session, with cleanup;
 //! - [`describe`]: the provider description.
 
+#![deny(missing_docs)]
 // `ProviderError` is the WIT variant itself; returned once per call.
 #![allow(clippy::result_large_err)]
 
@@ -27,7 +30,3 @@ pub mod execute;
 pub mod lease;
 pub mod lifecycle;
 pub mod logs;
-
-mod component;
-
-pub use component::Daytona;

@@ -1,20 +1,28 @@
-//! Lease lifecycle on Daytona: acquire (create, wait until `started`,
-//! workspace), resume (start a stopped sandbox), release (stop or delete),
-//! destroy, probe and realize.
+//! The provider's operations on Daytona ([`Daytona`], the SDK's
+//! `Provider`): acquire (create, wait until `started`, workspace), resume
+//! (start a stopped sandbox), release (stop or delete), destroy, probe,
+//! realize and execute (the command itself runs in [`crate::execute`]).
 //!
 //! State changes are observed by polling `GET /sandbox/{id}` every 250 ms,
 //! bounded by the operation's deadline (the config's `timeoutMs`). Only a
 //! 404 or the `destroyed` state prove a sandbox gone.
 
-use crate::api::{self, ApiError, Face};
+use crate::api::{self, Face};
 use crate::config::Config;
+use crate::execute;
 use crate::lease::{self, LeaseMetadata, ENVIRONMENT_LABEL, MARKER_LABEL, PROVIDER};
-use provider_sdk::platform::{random_hex, Instant, Method, Platform, Wait, MS};
+use provider_sdk::errors::{
+    cleanup_cause, encode_query_value, invalid_response as invalid, probe_report, receipt,
+    ApiError, DeleteSandbox,
+};
+use provider_sdk::http;
+use provider_sdk::platform::{random_hex, Method, Wait, MS};
 use provider_sdk::types::{
-    AcquireRequest, CleanupCause, CleanupFailure, CleanupPhase, EnvironmentContext, Lease,
-    ProbeReport, ProviderError, ResumeOutcome, TerminationAction, TerminationReceipt,
+    AcquireRequest, CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, Lease, ProbeReport,
+    ProviderDescription, ProviderError, ResumeOutcome, TerminationAction, TerminationReceipt,
     WorkspaceRequest,
 };
+use provider_sdk::{Operation, Provider};
 use serde_json::{json, Map, Value};
 
 /// How often a state change is polled.
@@ -51,71 +59,53 @@ const BUSY_STATES: &[&str] = &[
 /// operation on it (resume waits through them).
 const RETURNING_STATES: &[&str] = &["resuming", "resizing", "snapshotting", "forking"];
 
-/// One lifecycle operation: the platform, the config and its deadline.
-pub struct Lifecycle<'a> {
-    platform: &'a mut dyn Platform,
-    config: &'a Config,
-    deadline: Instant,
+/// The Daytona provider: one operation's state (its budget the config's
+/// `timeoutMs`).
+///
+/// The state, its `new` and `describe` have the shape of every provider's
+/// (the SDK's `Provider`): alike in both providers, nothing left to share.
+pub struct Daytona<'a> {
+    op: Operation<'a, Config>,
 }
 
-impl<'a> Lifecycle<'a> {
-    /// Starts an operation whose budget is the config's `timeoutMs`.
-    pub fn new(platform: &'a mut dyn Platform, config: &'a Config) -> Lifecycle<'a> {
-        let deadline = platform
-            .now()
-            .saturating_add(config.timeout_ms.saturating_mul(MS));
-        Lifecycle {
-            platform,
-            config,
-            deadline,
-        }
+provider_sdk::export_provider!(Daytona);
+
+impl<'a> Provider<'a> for Daytona<'a> {
+    type Config = Config;
+
+    fn new(op: Operation<'a, Config>) -> Daytona<'a> {
+        Daytona { op }
     }
 
-    fn wait(&self, cancellable: bool) -> Wait {
-        Wait {
-            deadline: self.deadline,
-            cancellable,
-        }
+    fn describe() -> ProviderDescription {
+        crate::describe::description()
     }
 
-    /// A cleanup request's wait: the config's `requestTimeoutMs` afresh.
-    fn cleanup_wait(&self) -> Wait {
-        Wait {
-            deadline: self
-                .platform
-                .now()
-                .saturating_add(self.config.request_timeout_ms.saturating_mul(MS)),
-            cancellable: false,
-        }
-    }
-
-    fn call(
-        &mut self,
-        face: Face,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> Result<Value, ApiError> {
-        let request = api::request(self.config, face, method, path, body);
-        let wait = self.wait(true);
-        api::call(self.platform, &request, wait)
+    /// Creates a sandbox, runs `echo <marker>` in it (one-shot
+    /// `process/execute`), and always deletes it.
+    fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
+        let marker = random_hex(self.op.platform, 8);
+        let id = self.create_sandbox(&marker)?;
+        let mut diagnostics = vec![format!("created sandbox {id}")];
+        let outcome = self.probe_run(&id, &marker, &mut diagnostics);
+        self.destroy_sandbox(&id)?;
+        diagnostics.push(format!("deleted sandbox {id}"));
+        let ok = outcome?;
+        let origin = &self.op.config.api.origin;
+        Ok(probe_report(ok, "Daytona", origin, diagnostics))
     }
 
     /// Creates a sandbox labelled for this lease, waits until it is
     /// `started` and prepares the workspace. A setup failure deletes the
     /// sandbox (or raises `cleanup-failed` when that delete fails).
-    pub fn acquire(
-        &mut self,
-        ctx: &EnvironmentContext,
-        request: &AcquireRequest,
-    ) -> Result<Lease, ProviderError> {
+    fn acquire_lease(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError> {
         if request.requested_expires_at.is_some() {
             return Err(ProviderError::Unsupported(
                 "Daytona leases have no expiry; leave requested-expires-at unset".into(),
             ));
         }
-        let marker = random_hex(self.platform, 16);
-        let sandbox_id = self.create_sandbox(ctx, &marker)?;
+        let marker = random_hex(self.op.platform, 16);
+        let sandbox_id = self.create_sandbox(&marker)?;
         let setup = self
             .wait_for(&sandbox_id, "started")
             .and_then(|()| self.workspace(&sandbox_id, request.requested_cwd.as_deref()));
@@ -124,8 +114,8 @@ impl<'a> Lifecycle<'a> {
                 let metadata = LeaseMetadata {
                     provider: PROVIDER.into(),
                     sandbox_id: sandbox_id.clone(),
-                    environment_id: ctx.environment_id.clone(),
-                    company_id: ctx.company_id.clone(),
+                    environment_id: self.op.ctx.environment_id.clone(),
+                    company_id: self.op.ctx.company_id.clone(),
                     marker,
                     cwd,
                     workspace: Some(workspace),
@@ -136,26 +126,159 @@ impl<'a> Lifecycle<'a> {
                     expires_at: None,
                 })
             }
-            Err(error) => match self.delete_sandbox(&sandbox_id) {
-                Ok(_) => Err(error),
-                Err(cause) => Err(cleanup_failed(&sandbox_id, CleanupPhase::LeaseSetup, cause)),
-            },
+            Err(error) => Err(self.undo_sandbox(error, &sandbox_id, CleanupPhase::LeaseSetup)),
         }
+    }
+
+    /// Resumes a released lease: a `stopped` sandbox is started. `expired`
+    /// only with proof: gone (404, `destroyed`), not the leased one (its
+    /// marker label differs), or no longer what the config asks for
+    /// (snapshot, target). States that prove nothing are errors.
+    fn resume_lease(&mut self, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let id = metadata.sandbox_id.clone();
+        let Some(data) = self.sandbox(&id)? else {
+            return Ok(ResumeOutcome::Expired(
+                "the sandbox no longer exists".into(),
+            ));
+        };
+        let labels = data.get("labels").and_then(Value::as_object);
+        if labels
+            .and_then(|l| l.get(MARKER_LABEL))
+            .and_then(Value::as_str)
+            != Some(metadata.marker.as_str())
+        {
+            return Ok(ResumeOutcome::Expired(
+                "the sandbox is not the leased one (its lease label differs)".into(),
+            ));
+        }
+        for (field, wanted) in [
+            ("snapshot", &self.op.config.snapshot),
+            ("target", &self.op.config.target),
+        ] {
+            if let Some(wanted) = wanted {
+                if data.get(field).and_then(Value::as_str) != Some(wanted.as_str()) {
+                    return Ok(ResumeOutcome::Expired(format!(
+                        "the sandbox's {field} is not the one the config asks for"
+                    )));
+                }
+            }
+        }
+        match state_of(&data).unwrap_or("unknown") {
+            "started" => {}
+            "stopped" | "archived" => {
+                self.call(
+                    Face::Api,
+                    Method::Post,
+                    &format!("{}/start", api::sandbox_path(&id)),
+                    None,
+                )
+                .map_err(|e| e.into_provider_error("start-sandbox"))?;
+                self.wait_for(&id, "started")?;
+            }
+            state if STARTING_STATES.contains(&state) || RETURNING_STATES.contains(&state) => {
+                self.wait_for(&id, "started")?
+            }
+            state => {
+                return Err(invalid(
+                    "resume",
+                    &format!("the sandbox is `{}`; destroy the lease", printable(state)),
+                ))
+            }
+        }
+        Ok(ResumeOutcome::Resumed(lease.clone()))
+    }
+
+    /// Stops a reusable lease (`paused`), or deletes it otherwise.
+    /// `already-gone` only on a 404 or `destroyed`.
+    fn release_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let id = metadata.sandbox_id;
+        if !self.op.config.reuse_lease {
+            return self.destroy_sandbox(&id);
+        }
+        let stop = api::request(
+            &self.op.config,
+            Face::Api,
+            Method::Post,
+            &format!("{}/stop", api::sandbox_path(&id)),
+            None,
+        );
+        let wait = self.op.wait(false);
+        match api::call(self.op.platform, &stop, wait) {
+            Ok(_) => {}
+            Err(ApiError::Status(404)) => return Ok(receipt(&id, TerminationAction::AlreadyGone)),
+            Err(error) => return Err(error.into_provider_error("stop-sandbox")),
+        }
+        match self.sandbox(&id)? {
+            None => Ok(receipt(&id, TerminationAction::AlreadyGone)),
+            Some(_) => {
+                self.wait_for(&id, "stopped")?;
+                Ok(receipt(&id, TerminationAction::Paused))
+            }
+        }
+    }
+
+    /// Deletes the lease's sandbox; one already gone is success.
+    fn destroy_lease(&mut self, lease: &Lease) -> Result<TerminationReceipt, ProviderError> {
+        let id = lease::sandbox_for_destroy(lease, self.op.ctx)?;
+        self.destroy_sandbox(&id)
+    }
+
+    /// Makes sure `remote-path` (relative to the workspace root, or
+    /// absolute) exists and returns it.
+    fn realize_workspace(
+        &mut self,
+        lease: &Lease,
+        request: &WorkspaceRequest,
+    ) -> Result<String, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let path = match &request.remote_path {
+            Some(path) => resolve_path(&metadata.workspace_root(), path)?,
+            None => metadata.cwd.clone(),
+        };
+        self.make_dir(&metadata.sandbox_id, &path)?;
+        Ok(path)
+    }
+
+    fn execute(
+        &mut self,
+        lease: &Lease,
+        request: &ExecuteRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let mut request = request.clone();
+        request.cwd = Some(match &request.cwd {
+            None => metadata.cwd.clone(),
+            Some(cwd) => resolve_path(&metadata.workspace_root(), cwd)?,
+        });
+        let op = &mut self.op;
+        execute::execute(op.platform, &op.config, &metadata.sandbox_id, &request)
+    }
+}
+
+impl Daytona<'_> {
+    fn call(
+        &mut self,
+        face: Face,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, ApiError> {
+        let request = api::request(&self.op.config, face, method, path, body);
+        let wait = self.op.wait(true);
+        api::call(self.op.platform, &request, wait)
     }
 
     /// `POST /sandbox`. Any outcome but a definite rejection, a request
     /// that never reached the server, or a valid id leaves a sandbox that
     /// may exist and cannot be found: `cleanup-failed` without an id. The
     /// id is reported to the host (`record-sandbox`) before anything else.
-    fn create_sandbox(
-        &mut self,
-        ctx: &EnvironmentContext,
-        marker: &str,
-    ) -> Result<String, ProviderError> {
+    fn create_sandbox(&mut self, marker: &str) -> Result<String, ProviderError> {
         let mut labels = Map::new();
         labels.insert(
             ENVIRONMENT_LABEL.into(),
-            Value::String(ctx.environment_id.clone()),
+            Value::String(self.op.ctx.environment_id.clone()),
         );
         labels.insert(MARKER_LABEL.into(), Value::String(marker.into()));
         let mut body = json!({
@@ -165,42 +288,31 @@ impl<'a> Lifecycle<'a> {
             "autoArchiveInterval": 0,
             "autoDeleteInterval": -1,
         });
-        if let Some(snapshot) = &self.config.snapshot {
+        if let Some(snapshot) = &self.op.config.snapshot {
             body["snapshot"] = Value::String(snapshot.clone());
         }
-        if let Some(target) = &self.config.target {
+        if let Some(target) = &self.op.config.target {
             body["target"] = Value::String(target.clone());
         }
-        let create = api::request(self.config, Face::Api, Method::Post, "/sandbox", Some(body));
+        let create = api::request(
+            &self.op.config,
+            Face::Api,
+            Method::Post,
+            "/sandbox",
+            Some(body),
+        );
         // Not cancellable: once sent, only the answer says whether it exists.
-        let wait = self.wait(false);
-        let unconfirmed = |error| {
-            ProviderError::CleanupFailed(CleanupFailure {
-                sandbox_id: None,
-                process_id: None,
-                phase: CleanupPhase::LeaseSetup,
-                cause: api::cleanup_cause(error),
-                partial: None,
-            })
+        let wait = self.op.wait(false);
+        let unconfirmed = |error: ApiError| {
+            error.into_creation_error("create-sandbox", None, CleanupPhase::LeaseSetup)
         };
-        match api::call_object(self.platform, &create, wait) {
-            Ok(data) => {
-                let id = api::id_field(&data, "id").map_err(unconfirmed)?;
-                self.platform.record_sandbox(&id);
-                if let Err(error) = self.check_toolbox(&data) {
-                    return match self.delete_sandbox(&id) {
-                        Ok(_) => Err(error),
-                        Err(cause) => Err(cleanup_failed(&id, CleanupPhase::LeaseSetup, cause)),
-                    };
-                }
-                Ok(id)
-            }
-            Err(ApiError::Status(status)) if status < 500 => {
-                Err(ApiError::Status(status).into_provider_error("create-sandbox"))
-            }
-            Err(error) if error.never_sent() => Err(error.into_provider_error("create-sandbox")),
-            Err(error) => Err(unconfirmed(error)),
+        let data = api::call_object(self.op.platform, &create, wait).map_err(unconfirmed)?;
+        let id = http::id_field(&data, "id").map_err(unconfirmed)?;
+        self.op.platform.record_sandbox(&id);
+        if let Err(error) = self.check_toolbox(&data) {
+            return Err(self.undo_sandbox(error, &id, CleanupPhase::LeaseSetup));
         }
+        Ok(id)
     }
 
     /// The toolbox the API names for a sandbox must be the configured one:
@@ -212,7 +324,8 @@ impl<'a> Lifecycle<'a> {
         };
         match provider_sdk::origin::split_url(url) {
             Ok((origin, path))
-                if origin == self.config.toolbox.origin && path == self.config.toolbox.path =>
+                if origin == self.op.config.toolbox.origin
+                    && path == self.op.config.toolbox.path =>
             {
                 Ok(())
             }
@@ -260,16 +373,8 @@ impl<'a> Lifecycle<'a> {
                     &format!("the sandbox is `{}`, not `{wanted}`", printable(state)),
                 ));
             }
-            self.pause()?;
+            self.op.pause(POLL_INTERVAL_MS, "wait-sandbox")?;
         }
-    }
-
-    fn pause(&mut self) -> Result<(), ProviderError> {
-        let until = self.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
-        let wait = self.wait(true);
-        self.platform
-            .sleep_until(until, wait)
-            .map_err(|e| ApiError::Transport(e).into_provider_error("wait-sandbox"))
     }
 
     /// Creates the workspace root `{home}/paperclip-workspace` and the
@@ -285,7 +390,7 @@ impl<'a> Lifecycle<'a> {
             &format!("/{id}/user-home-dir"),
             None,
         ) {
-            Ok(Value::Object(data)) => api::string_field(&data, "dir")
+            Ok(Value::Object(data)) => http::string_field(&data, "dir")
                 .map(|d| d.trim_end_matches('/').to_string())
                 .map_err(|e| e.into_provider_error("home-dir"))?,
             Ok(_) => return Err(invalid("home-dir", "the answer is not a JSON object")),
@@ -314,216 +419,11 @@ impl<'a> Lifecycle<'a> {
     fn make_dir(&mut self, id: &str, path: &str) -> Result<(), ProviderError> {
         let folder = format!(
             "/{id}/files/folder?path={}&mode=755",
-            api::encode_query_value(path)
+            encode_query_value(path)
         );
         self.call(Face::Toolbox, Method::Post, &folder, None)
             .map(|_| ())
             .map_err(|e| e.into_provider_error("create-folder"))
-    }
-
-    /// `DELETE /sandbox/{id}` with a fresh budget, then polls until a 404 or
-    /// `destroyed` proves it gone. `Ok(true)` when it was already gone.
-    fn delete_sandbox(&mut self, id: &str) -> Result<bool, CleanupCause> {
-        let delete = api::request(
-            self.config,
-            Face::Api,
-            Method::Delete,
-            &api::sandbox_path(id),
-            None,
-        );
-        let wait = self.cleanup_wait();
-        match api::call(self.platform, &delete, wait) {
-            Ok(_) => {}
-            Err(ApiError::Status(404)) => return Ok(true),
-            Err(error) => return Err(api::cleanup_cause(error)),
-        }
-        let deadline = self.cleanup_wait().deadline;
-        loop {
-            let get = api::request(
-                self.config,
-                Face::Api,
-                Method::Get,
-                &api::sandbox_path(id),
-                None,
-            );
-            let wait = Wait {
-                deadline,
-                cancellable: false,
-            };
-            match api::call_object(self.platform, &get, wait) {
-                Err(ApiError::Status(404)) => return Ok(false),
-                Ok(data) if state_of(&data) == Some("destroyed") => return Ok(false),
-                Ok(data) if state_of(&data) == Some("error") => {
-                    return Err(CleanupCause::InvalidResponse(
-                        "the sandbox is in `error` after its delete".into(),
-                    ))
-                }
-                Ok(_) => {}
-                Err(error) => return Err(api::cleanup_cause(error)),
-            }
-            let until = self.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
-            if self.platform.sleep_until(until, wait).is_err() {
-                return Err(CleanupCause::Deadline);
-            }
-        }
-    }
-
-    /// Resumes a released lease: a `stopped` sandbox is started. `expired`
-    /// only with proof: gone (404, `destroyed`), not the leased one (its
-    /// marker label differs), or no longer what the config asks for
-    /// (snapshot, target). States that prove nothing are errors.
-    pub fn resume(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<ResumeOutcome, ProviderError> {
-        let metadata = lease::check(lease, ctx)?;
-        let id = metadata.sandbox_id.clone();
-        let Some(data) = self.sandbox(&id)? else {
-            return Ok(ResumeOutcome::Expired(
-                "the sandbox no longer exists".into(),
-            ));
-        };
-        let labels = data.get("labels").and_then(Value::as_object);
-        if labels
-            .and_then(|l| l.get(MARKER_LABEL))
-            .and_then(Value::as_str)
-            != Some(metadata.marker.as_str())
-        {
-            return Ok(ResumeOutcome::Expired(
-                "the sandbox is not the leased one (its lease label differs)".into(),
-            ));
-        }
-        for (field, wanted) in [
-            ("snapshot", &self.config.snapshot),
-            ("target", &self.config.target),
-        ] {
-            if let Some(wanted) = wanted {
-                if data.get(field).and_then(Value::as_str) != Some(wanted.as_str()) {
-                    return Ok(ResumeOutcome::Expired(format!(
-                        "the sandbox's {field} is not the one the config asks for"
-                    )));
-                }
-            }
-        }
-        match state_of(&data).unwrap_or("unknown") {
-            "started" => {}
-            "stopped" | "archived" => {
-                self.call(
-                    Face::Api,
-                    Method::Post,
-                    &format!("{}/start", api::sandbox_path(&id)),
-                    None,
-                )
-                .map_err(|e| e.into_provider_error("start-sandbox"))?;
-                self.wait_for(&id, "started")?;
-            }
-            state if STARTING_STATES.contains(&state) || RETURNING_STATES.contains(&state) => {
-                self.wait_for(&id, "started")?
-            }
-            state => {
-                return Err(invalid(
-                    "resume",
-                    &format!("the sandbox is `{}`; destroy the lease", printable(state)),
-                ))
-            }
-        }
-        Ok(ResumeOutcome::Resumed(lease.clone()))
-    }
-
-    /// Stops a reusable lease (`paused`), or deletes it otherwise.
-    /// `already-gone` only on a 404 or `destroyed`.
-    pub fn release(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
-        let metadata = lease::check(lease, ctx)?;
-        let id = metadata.sandbox_id;
-        if !self.config.reuse_lease {
-            return self.destroy_checked(&id);
-        }
-        let stop = api::request(
-            self.config,
-            Face::Api,
-            Method::Post,
-            &format!("{}/stop", api::sandbox_path(&id)),
-            None,
-        );
-        let wait = self.wait(false);
-        match api::call(self.platform, &stop, wait) {
-            Ok(_) => {}
-            Err(ApiError::Status(404)) => return Ok(receipt(&id, TerminationAction::AlreadyGone)),
-            Err(error) => return Err(error.into_provider_error("stop-sandbox")),
-        }
-        match self.sandbox(&id)? {
-            None => Ok(receipt(&id, TerminationAction::AlreadyGone)),
-            Some(_) => {
-                self.wait_for(&id, "stopped")?;
-                Ok(receipt(&id, TerminationAction::Paused))
-            }
-        }
-    }
-
-    /// Deletes the lease's sandbox; one already gone is success.
-    pub fn destroy(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<TerminationReceipt, ProviderError> {
-        let id = lease::sandbox_for_destroy(lease, ctx)?;
-        self.destroy_checked(&id)
-    }
-
-    fn destroy_checked(&mut self, id: &str) -> Result<TerminationReceipt, ProviderError> {
-        match self.delete_sandbox(id) {
-            Ok(true) => Ok(receipt(id, TerminationAction::AlreadyGone)),
-            Ok(false) => Ok(receipt(id, TerminationAction::Deleted)),
-            Err(cause) => Err(cleanup_failed(id, CleanupPhase::SandboxDeletion, cause)),
-        }
-    }
-
-    /// Makes sure `remote-path` (relative to the workspace root, or
-    /// absolute) exists and returns it.
-    pub fn realize(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-        request: &WorkspaceRequest,
-    ) -> Result<String, ProviderError> {
-        let metadata = lease::check(lease, ctx)?;
-        let path = match &request.remote_path {
-            Some(path) => resolve_path(&metadata.workspace_root(), path)?,
-            None => metadata.cwd.clone(),
-        };
-        self.make_dir(&metadata.sandbox_id, &path)?;
-        Ok(path)
-    }
-
-    /// Creates a sandbox, runs `echo <marker>` in it (one-shot
-    /// `process/execute`), and always deletes it.
-    pub fn probe(&mut self, ctx: &EnvironmentContext) -> Result<ProbeReport, ProviderError> {
-        let marker = random_hex(self.platform, 8);
-        let id = self.create_sandbox(ctx, &marker)?;
-        let mut diagnostics = vec![format!("created sandbox {id}")];
-        let outcome = self.probe_run(&id, &marker, &mut diagnostics);
-        match self.delete_sandbox(&id) {
-            Ok(_) => diagnostics.push(format!("deleted sandbox {id}")),
-            Err(cause) => return Err(cleanup_failed(&id, CleanupPhase::SandboxDeletion, cause)),
-        }
-        let ok = outcome?;
-        Ok(ProbeReport {
-            ok,
-            summary: if ok {
-                format!(
-                    "Daytona at {} created, ran and deleted a sandbox",
-                    self.config.api.origin
-                )
-            } else {
-                "the probe command did not print its marker".into()
-            },
-            diagnostics,
-        })
     }
 
     fn probe_run(
@@ -555,6 +455,57 @@ impl<'a> Lifecycle<'a> {
     }
 }
 
+impl DeleteSandbox for Daytona<'_> {
+    /// `DELETE /sandbox/{id}` with a fresh budget, then polls until a 404 or
+    /// `destroyed` proves it gone.
+    fn delete_sandbox(&mut self, id: &str) -> Result<TerminationAction, CleanupCause> {
+        let delete = api::request(
+            &self.op.config,
+            Face::Api,
+            Method::Delete,
+            &api::sandbox_path(id),
+            None,
+        );
+        let wait = self.op.cleanup_wait();
+        match api::call(self.op.platform, &delete, wait) {
+            Ok(_) => {}
+            Err(ApiError::Status(404)) => return Ok(TerminationAction::AlreadyGone),
+            Err(error) => return Err(cleanup_cause(error)),
+        }
+        let deadline = self.op.cleanup_wait().deadline;
+        loop {
+            let get = api::request(
+                &self.op.config,
+                Face::Api,
+                Method::Get,
+                &api::sandbox_path(id),
+                None,
+            );
+            let wait = Wait {
+                deadline,
+                cancellable: false,
+            };
+            match api::call_object(self.op.platform, &get, wait) {
+                Err(ApiError::Status(404)) => return Ok(TerminationAction::Deleted),
+                Ok(data) if state_of(&data) == Some("destroyed") => {
+                    return Ok(TerminationAction::Deleted)
+                }
+                Ok(data) if state_of(&data) == Some("error") => {
+                    return Err(CleanupCause::InvalidResponse(
+                        "the sandbox is in `error` after its delete".into(),
+                    ))
+                }
+                Ok(_) => {}
+                Err(error) => return Err(cleanup_cause(error)),
+            }
+            let until = self.op.platform.now().saturating_add(POLL_INTERVAL_MS * MS);
+            if self.op.platform.sleep_until(until, wait).is_err() {
+                return Err(CleanupCause::Deadline);
+            }
+        }
+    }
+}
+
 /// A directory as the contract reads it: an absolute path as it is, a
 /// relative one under the workspace `root`; `..`, NUL and empty paths are
 /// refused (as the CreateOS provider does).
@@ -583,27 +534,6 @@ fn printable(text: &str) -> String {
     text.chars().filter(|c| !c.is_control()).take(40).collect()
 }
 
-fn receipt(id: &str, action: TerminationAction) -> TerminationReceipt {
-    TerminationReceipt {
-        sandbox_id: id.to_string(),
-        action,
-    }
-}
-
-fn cleanup_failed(id: &str, phase: CleanupPhase, cause: CleanupCause) -> ProviderError {
-    ProviderError::CleanupFailed(CleanupFailure {
-        sandbox_id: Some(id.to_string()),
-        process_id: None,
-        phase,
-        cause,
-        partial: None,
-    })
-}
-
-fn invalid(operation: &str, reason: &str) -> ProviderError {
-    ApiError::Invalid(reason.into()).into_provider_error(operation)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -616,7 +546,7 @@ mod tests {
     /// are operations under way: the wait goes on until the wanted state.
     #[wasm_bindgen_test(unsupported = test)]
     fn operations_under_way_are_waited_through() {
-        let config = crate::config::parse(
+        let config = <Config as provider_sdk::config::ProviderConfig>::parse(
             r#"{"apiUrl":"http://127.0.0.1:1/api","toolboxUrl":"http://127.0.0.1:2/toolbox"}"#,
         )
         .unwrap();
@@ -637,7 +567,8 @@ mod tests {
                     format!(r#"{{"id":"sb-1","state":"{state}"}}"#).into_bytes(),
                 )
             });
-            let mut lifecycle = Lifecycle::new(&mut platform, &config);
+            let ctx = provider_sdk::testing::context("{}");
+            let mut lifecycle = Daytona::new(Operation::new(&mut platform, &ctx, config.clone()));
             assert!(lifecycle.wait_for("sb-1", "started").is_ok(), "{busy}");
             assert_eq!(platform.requests.len(), 3, "{busy}");
         }
