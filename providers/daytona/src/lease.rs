@@ -5,6 +5,9 @@ use provider_sdk::http::is_valid_id;
 use provider_sdk::types::{EnvironmentContext, Lease, ProviderError};
 use serde::{Deserialize, Serialize};
 
+/// The workspace directory under the sandbox user's home.
+pub const WORKSPACE_DIR: &str = "paperclip-workspace";
+
 /// The provider name in lease metadata.
 pub const PROVIDER: &str = "daytona";
 /// The label holding the lease's random marker.
@@ -48,7 +51,7 @@ impl LeaseMetadata {
         if let Some(root) = &self.workspace {
             return root.clone();
         }
-        let marker = format!("/{}", crate::lifecycle::WORKSPACE_DIR);
+        let marker = format!("/{}", WORKSPACE_DIR);
         match self.cwd.find(&marker) {
             Some(at) => self.cwd[..at + marker.len()].to_string(),
             None => self.cwd.clone(),

@@ -27,8 +27,6 @@ use serde_json::{json, Map, Value};
 
 /// How often a state change is polled.
 pub const POLL_INTERVAL_MS: u64 = 250;
-/// The workspace directory under the sandbox user's home.
-pub const WORKSPACE_DIR: &str = "paperclip-workspace";
 
 /// States from which a sandbox becomes `started` by itself.
 const STARTING_STATES: &[&str] = &[
@@ -402,7 +400,7 @@ impl Daytona<'_> {
                 "the home directory is not an absolute path",
             ));
         }
-        let root = format!("{home}/{WORKSPACE_DIR}");
+        let root = format!("{home}/{}", lease::WORKSPACE_DIR);
         let cwd = match cwd {
             Some(cwd) => resolve_path(&root, cwd)?,
             None => root.clone(),
