@@ -75,7 +75,7 @@ pub use network::client::NetworkTransport;
 pub use options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
 pub use policy::{Guard, Origin, Policy};
 pub use rate_budget::{BudgetStats, RateBudget, RateLimit};
-pub use runtime::{action_name, Environment, SandboxRuntime};
+pub use runtime::{action_name, Environment, SandboxRuntime, OUTPUT_SINK};
 pub use secrets::{Secrets, KEY_ORIGIN_VAR};
 #[cfg(any(test, feature = "testing"))]
 pub use testing::postgres::ThrowawayPostgres;

@@ -6,11 +6,14 @@
 mod environment;
 mod in_flight;
 mod outcome;
+mod relay;
 
 pub use environment::Environment;
 use in_flight::UseGuard;
 pub use outcome::action_name;
 use outcome::{declared_limit, host_failure};
+pub use relay::OUTPUT_SINK;
+use relay::{with_unconsumed, Relay};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -340,10 +343,13 @@ impl SandboxRuntime {
         }
     }
 
-    /// `execute` on an active lease. Live output goes to `output`;
-    /// `cancel` (or a release/destroy of the lease) stops it. A trap,
-    /// `cleanup-failed`, or `output-lost` without a confirmed deletion of
-    /// the command's tree poisons the lease.
+    /// `execute` on an active lease. Live output goes to `output`, in
+    /// order, from a thread of its own: a slow sink slows the command, and
+    /// one that stops taking output cannot hold it past its timeout; output
+    /// it did not consume makes the outcome an `output-lost` of operation
+    /// [`OUTPUT_SINK`]. `cancel` (or a release/destroy of the lease) stops
+    /// it. A trap, `cleanup-failed`, or `output-lost` without a confirmed
+    /// deletion of the command's tree poisons the lease.
     pub fn execute(
         &self,
         env: &Environment,
@@ -357,9 +363,18 @@ impl SandboxRuntime {
         let deadline = env
             .budget
             .execute_deadline(request.timeout_ms.map(Duration::from_millis));
+        let timeout = request
+            .timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(env.budget.timeout);
+        let (output, relay) = output.map(|sink| Relay::start(sink, timeout)).unzip();
         let outcome = self
             .instance(env, deadline, cancel, output)
             .and_then(|mut instance| instance.execute(&env.ctx, &lease, request));
+        let outcome = match relay {
+            Some(relay) => with_unconsumed(outcome, relay.finish()),
+            None => outcome,
+        };
         self.poison_on_failure(lease_id, "execute", &outcome)?;
         outcome
     }
