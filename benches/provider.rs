@@ -669,8 +669,8 @@ fn output_path(b: &Bench, report: &mut Report) {
         format!("{cm:.0} MB/s ({})", fmt(c)),
         format!("same code native: {nm:.0} MB/s ({})", fmt(n)),
         format!("{:.2}x", cm / nm),
-        "≥0.5x",
-        met(cm / nm >= 0.5),
+        "≥0.8x",
+        met(cm / nm >= 0.8),
     );
     default_journal(b, report, &request, tail, text_bytes);
     let (ce, ne) = (mbps(OUTPUT_BYTES, e2e), mbps(OUTPUT_BYTES, native_e2e));

@@ -316,6 +316,21 @@ impl ServerBuilder {
             ),
         };
         std::fs::create_dir_all(&data_dir)?;
+        // Whether sandboxes get a disk of their own (a trial mkfs and loop
+        // mount, tens of milliseconds) is found out while bubblewrap is
+        // probed: both are on the start path of every `sandbox run`.
+        let size = self
+            .sandbox_disk
+            .unwrap_or_else(|| crate::disk::default_size(&data_dir, self.budgets.max_sandboxes));
+        let mut disk_probe = (size != 0).then(|| {
+            let dir = data_dir.clone();
+            std::thread::spawn(move || crate::disk::probe(&dir))
+        });
+        let mut disk_probed = move || match disk_probe.take().map(|h| h.join()) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err("the disk probe failed".to_string()),
+            None => Err("no disk asked for".to_string()),
+        };
         let (mode, bwrap, why) = match self.isolation {
             IsolationPreference::ProcessGroup => {
                 (IsolationMode::ProcessGroup, None, "requested".to_string())
@@ -334,6 +349,8 @@ impl ServerBuilder {
                         (IsolationMode::ProcessGroup, None, e)
                     }
                     Err(e) => {
+                        // Nothing is removed while the probe's disk may be mounted.
+                        let _ = disk_probed();
                         crate::rootfs::remove_etc(&data_dir);
                         if owned {
                             let _ = crate::disk::remove_tree(&data_dir);
@@ -385,13 +402,10 @@ impl ServerBuilder {
             }
         }
         // Each sandbox's own disk, where the host can mount one.
-        let size = self
-            .sandbox_disk
-            .unwrap_or_else(|| crate::disk::default_size(&data_dir, self.budgets.max_sandboxes));
         let disk = if size == 0 {
             None
         } else {
-            match crate::disk::probe(&data_dir) {
+            match disk_probed() {
                 Ok(()) => Some(size.max(crate::disk::MIN_SANDBOX_DISK)),
                 Err(why) => {
                     if !self.quiet {

@@ -20,6 +20,11 @@ export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 export const MAX_BUDGET_MS = 86_400_000;
 /** The margin beyond the plan and its cleanup reserve. */
 export const DEADLINE_MARGIN_MS = 5_000;
+/**
+ * Past the command's timeout, how long a live-output sink may go without
+ * taking a chunk and still count as reading.
+ */
+export const OUTPUT_GRACE_MS = 1_000;
 /** Cleanup requests one operation may make after its budget is spent. */
 const CLEANUP_REQUESTS = 2;
 /** Requests `execute` makes before its command's timeout starts. */
@@ -45,6 +50,17 @@ export function callBudgetMs(operation: ProviderOperation, budget: WitOperationB
     return command + request * SETUP_REQUESTS + reserve + DEADLINE_MARGIN_MS;
   }
   return timeout + reserve + DEADLINE_MARGIN_MS;
+}
+
+/**
+ * The command's own timeout of an `execute` call, in milliseconds (the
+ * one its provider ends it at); for any other operation its whole budget.
+ * A live-output sink that stops taking output is waited for until then.
+ */
+export function outputWaitMs(operation: ProviderOperation, budget: WitOperationBudget | undefined, args: unknown[]): number {
+  if (operation !== "execute") return callBudgetMs(operation, budget, args);
+  const asked = (args[2] as WitExecuteRequest | undefined)?.timeoutMs;
+  return asked === undefined ? capped(budget?.operationMs, DEFAULT_TIMEOUT_MS) : Math.min(Number(asked), MAX_BUDGET_MS);
 }
 
 /**

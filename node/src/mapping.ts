@@ -222,12 +222,38 @@ function partialText(partial: WitPartialOutput | undefined): string {
   return ` The command printed ${partial.stdout.length} characters of stdout and ${partial.stderr.length} of stderr before this (already sent live).${timedOut}${truncated}`;
 }
 
+/** The `output-loss.operation` of output the host's live sink did not consume (as in the Rust host). */
+export const OUTPUT_SINK = "output-sink";
+
+/**
+ * A command's result whose live output the sink did not all take, as the
+ * `output-lost` it is: the provider confirmed the command ended (its tree
+ * is gone), and the result's output is kept.
+ */
+export function unconsumedOutput(result: WitExecuteResult, bytes: number): WitProviderError {
+  return {
+    tag: "output-lost",
+    val: {
+      operation: OUTPUT_SINK,
+      processId: result.processId,
+      lostBytes: BigInt(bytes),
+      lostChunks: undefined,
+      treeDeleted: true,
+      partial: { stdout: result.stdout, stderr: result.stderr, timedOut: result.timedOut, outputTruncated: result.outputTruncated },
+    },
+  };
+}
+
 /**
  * An `output-loss` in words: how much the server dropped, that what arrived
  * before is kept (and already sent live), and whether the command may
  * still run.
  */
 function lossText(loss: WitOutputLoss, provider: string): string {
+  if (loss.operation === OUTPUT_SINK) {
+    const ended = loss.partial.timedOut ? "the command's timeout ended it" : "the command had ended";
+    return `${loss.lostBytes ?? "Some"} bytes of the command's output were not consumed: the execution log (ctx.execution.log) stopped taking output and ${ended}, so the live log is incomplete (the result keeps the last 4 Mi characters of each stream); ${loss.processId ? `process ${loss.processId}` : "the command"} was stopped and all of its processes are confirmed gone.`;
+  }
   const amount =
     loss.lostBytes !== undefined
       ? `${loss.lostBytes} bytes of the command's output`

@@ -53,6 +53,7 @@ import {
   toReceipt,
   toResumeResult,
   toWitLease,
+  unconsumedOutput,
   type Operation,
 } from "./mapping.js";
 import { OrphanStore } from "./orphans.js";
@@ -221,7 +222,13 @@ export function createPlugin(options: PluginOptions = {}) {
       rateLimit: options.rateLimit === undefined ? describeOrThrow().rateLimit : (options.rateLimit ?? undefined),
       onOutput,
     });
-    const result = running.result.catch((error: unknown) => {
+    // Output the live sink did not take: never a clean result.
+    const checked = running.result.then((value) => {
+      const unconsumed = running.unconsumedBytes();
+      if (witOperation !== "execute" || unconsumed === 0) return value;
+      throw toFailure(unconsumedOutput(value as WitExecuteResult, unconsumed), operation, secretsOf(secret), providerName());
+    });
+    const result = checked.catch((error: unknown) => {
       if (error instanceof ProviderCallError) {
         if (error.failure.kind === "provider") {
           throw toFailure(error.failure.payload as WitProviderError, operation, secretsOf(secret), providerName());
@@ -240,7 +247,7 @@ export function createPlugin(options: PluginOptions = {}) {
       }
       throw error;
     });
-    return { result, cancel: running.cancel };
+    return { result, cancel: running.cancel, unconsumedBytes: running.unconsumedBytes };
   }
 
   function call<T>(operation: Operation, witOperation: ProviderOperation, args: unknown[], secret: OriginRoute[] | undefined) {

@@ -16,6 +16,7 @@
 import { Worker } from "node:worker_threads";
 import { readdir, readFile } from "node:fs/promises";
 import { cpus } from "node:os";
+import { OUTPUT_GRACE_MS } from "./call-deadline.js";
 import { CANCEL_REQUESTED } from "./cancel-extension.js";
 import { createPacerBuffer, pacerStarted, pacerThrottled, pacerWaits } from "./pacer.js";
 import { defaultLedgerPath } from "./rate-ledger.js";
@@ -56,6 +57,13 @@ export interface RunningCall<T> {
   result: Promise<T>;
   /** Asks the component to stop; it cleans up and raises `cancelled`. */
   cancel(): void;
+  /**
+   * Bytes of output `onOutput` did not take (UTF-8): a sink that stopped
+   * taking output is waited for until the command's timeout (and while it
+   * keeps taking chunks), then the call settles without it. Final once
+   * `result` settled.
+   */
+  unconsumedBytes(): number;
 }
 
 interface PendingCall {
@@ -68,6 +76,16 @@ interface PendingCall {
   outputCredit: Int32Array;
   /** Settles when every chunk posted so far was delivered. */
   delivered: Promise<void>;
+  /** When a sink that stopped taking output stops being waited for (the command's timeout, epoch ms). */
+  outputLimitMs: number;
+  /** When the sink last took a chunk (or the call started). */
+  progressMs: number;
+  /** Bytes posted and not yet taken by the sink. */
+  pendingBytes: number;
+  /** The call settled without the sink: later chunks are not delivered. */
+  abandoned: boolean;
+  /** Bytes the sink did not take before the call settled. */
+  unconsumedBytes: number;
   resolve(value: unknown): void;
   reject(error: unknown): void;
 }
@@ -189,16 +207,26 @@ export class ProviderPool {
       }
       const call = thread.busy;
       if (!call || call.id !== message.id) return;
+      if (message.kind === "output-limit") {
+        call.outputLimitMs = message.limitMs;
+        return;
+      }
       if (message.kind === "output") {
         this.stats.outputBacklogMax = Math.max(this.stats.outputBacklogMax, Atomics.load(call.outputCredit, 0));
         const { stream, chunk } = message;
+        const bytes = Buffer.byteLength(chunk);
+        call.pendingBytes += bytes;
         // In order, one at a time; the thread may go on once the sink took the chunk.
         call.delivered = call.delivered
-          .then(() => call.onOutput?.(stream, chunk))
+          .then(() => (call.abandoned ? undefined : call.onOutput?.(stream, chunk)))
           .catch(() => {
             // A sink that fails is not this call's failure; the thread must not wait on it.
           })
           .then(() => {
+            if (!call.abandoned) {
+              call.pendingBytes -= bytes;
+              call.progressMs = Date.now();
+            }
             Atomics.sub(call.outputCredit, 0, chunk.length);
             Atomics.notify(call.outputCredit, 0);
           });
@@ -210,8 +238,8 @@ export class ProviderPool {
       }
       thread.busy = undefined;
       if (!message.ok && message.error.kind === "trap") this.stats.traps++;
-      // The result follows the last output chunk's delivery.
-      void call.delivered.then(() => {
+      // The result follows the last output chunk's delivery (or the sink is given up on).
+      void settleAfterOutput(call).then(() => {
         if (message.ok) call.resolve(message.value);
         else call.reject(new ProviderCallError(message.error, call.recorded));
       });
@@ -226,7 +254,7 @@ export class ProviderPool {
         // Nothing waits for output any more.
         Atomics.store(call.outputCredit, 0, -(2 ** 30));
         Atomics.notify(call.outputCredit, 0);
-        void call.delivered.then(() =>
+        void settleAfterOutput(call).then(() =>
           call.reject(new ProviderCallError({ kind: "trap", message: `the provider thread stopped (${reason})` }, call.recorded)),
         );
       }
@@ -263,14 +291,15 @@ export class ProviderPool {
   /** Starts one call of a provider operation. */
   call<T>(operation: ProviderOperation, args: unknown[], options: CallOptions = {}): RunningCall<T> {
     if (this.#closed) {
-      return { result: Promise.reject(new Error("the provider pool is shut down")), cancel() {} };
+      return { result: Promise.reject(new Error("the provider pool is shut down")), cancel() {}, unconsumedBytes: () => 0 };
     }
     this.stats.calls++;
     const cancelFlag = new SharedArrayBuffer(4);
     const outputCredit = new SharedArrayBuffer(4);
     const id = this.#nextId++;
+    let pending: PendingCall | undefined;
     const result = new Promise<T>((resolve, reject) => {
-      this.#queue.push({
+      pending = {
         id,
         message: {
           kind: "call",
@@ -286,9 +315,15 @@ export class ProviderPool {
         recorded: [],
         outputCredit: new Int32Array(outputCredit),
         delivered: Promise.resolve(),
+        outputLimitMs: Number.POSITIVE_INFINITY,
+        progressMs: Date.now(),
+        pendingBytes: 0,
+        abandoned: false,
+        unconsumedBytes: 0,
         resolve: resolve as (value: unknown) => void,
         reject,
-      });
+      };
+      this.#queue.push(pending);
     });
     this.#dispatch();
     return {
@@ -297,6 +332,7 @@ export class ProviderPool {
         const flag = new Int32Array(cancelFlag);
         if (Atomics.compareExchange(flag, 0, 0, CANCEL_REQUESTED) === 0) Atomics.notify(flag, 0);
       },
+      unconsumedBytes: () => pending?.unconsumedBytes ?? 0,
     };
   }
 
@@ -305,6 +341,32 @@ export class ProviderPool {
     this.#closed = true;
     for (const call of this.#queue.splice(0)) call.reject(new Error("the provider pool is shut down"));
     await Promise.all(this.#threads.map((thread) => thread.worker.terminate()));
+  }
+}
+
+/**
+ * Resolves once every chunk of `call` reached its sink, or, for a sink that
+ * stopped taking output, once the command's timeout has passed and the
+ * sink took nothing for {@link OUTPUT_GRACE_MS}: then the call is settled
+ * without it (what it did not take is counted, nothing later is delivered).
+ */
+async function settleAfterOutput(call: PendingCall): Promise<void> {
+  let delivered = false;
+  const done = call.delivered.then(() => {
+    delivered = true;
+  });
+  for (;;) {
+    if (delivered) return;
+    const now = Date.now();
+    const until = now < call.outputLimitMs ? call.outputLimitMs : call.progressMs + OUTPUT_GRACE_MS;
+    if (now >= until) {
+      call.abandoned = true;
+      call.unconsumedBytes = call.pendingBytes;
+      return;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([done, new Promise((resolve) => (timer = setTimeout(resolve, Math.min(until - now, 2 ** 31 - 1))))]);
+    clearTimeout(timer);
   }
 }
 

@@ -14,7 +14,7 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
 import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
-import { callBudgetMs, requestBudgetMs } from "./call-deadline.js";
+import { callBudgetMs, OUTPUT_GRACE_MS, outputWaitMs, requestBudgetMs } from "./call-deadline.js";
 import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
 import { createOutgoingHandler, HostFields, httpErrorCode, type OutgoingPolicy } from "./outgoing-handler.js";
 import { checkAskedOrigins, type OriginRoute } from "./secrets.js";
@@ -47,6 +47,8 @@ export interface ThreadCall {
 export type ThreadMessage =
   | { kind: "ready"; instantiateMs: number }
   | { kind: "output"; id: number; stream: "stdout" | "stderr"; chunk: string }
+  /** When a sink that stopped taking output stops being waited for (epoch ms; the command's timeout). */
+  | { kind: "output-limit"; id: number; limitMs: number }
   | { kind: "sandbox"; id: number; sandboxId: string }
   | { kind: "done"; id: number; ok: true; value: unknown }
   | { kind: "done"; id: number; ok: false; error: ThreadCallError };
@@ -69,7 +71,7 @@ const trapMarker: string | undefined = workerData.testTrapMarker;
 const NOTHING: OutgoingPolicy = { allowedOrigin: undefined, secrets: [], rateLimit: undefined };
 /** The rules of the call in progress, for a request's target origin. */
 let policy: (target: string | undefined) => OutgoingPolicy = () => NOTHING;
-let currentCall: { id: number; cancelFlag: SharedArrayBuffer; outputCredit: Int32Array; futures: number[] } | undefined;
+let currentCall: { id: number; cancelFlag: SharedArrayBuffer; outputCredit: Int32Array; futures: number[]; outputLimitMs: number; progressMs: number; lastBacklog: number } | undefined;
 /** Beyond this many undelivered output characters, `emit-output` waits for the sink. */
 const outputHighWater: number = workerData.outputHighWaterChars;
 /** How often a thread waiting for the sink looks at its call's cancellation and deadline. */
@@ -104,18 +106,25 @@ const hostInterface = {
     }
     port!.postMessage({ kind: "output", id: currentCall.id, stream, chunk } satisfies ThreadMessage);
     // Backpressure: while the sink is behind, the component waits here and
-    // stops reading the stream (nothing is dropped). A cancelled call, or
-    // one past its deadline, goes on to its cleanup.
+    // stops reading the stream (nothing is dropped). A cancelled call goes
+    // on to its cleanup; so does one past the command's timeout whose sink
+    // took nothing for a while (a reader that is never resumed), so that
+    // the provider ends the command (the pool counts what was not consumed).
     const credit = currentCall.outputCredit;
     const cancelFlag = new Int32Array(currentCall.cancelFlag);
+    const call = currentCall;
+    if (Atomics.load(credit, 0) < call.lastBacklog) call.progressMs = Date.now();
     let backlog = Atomics.add(credit, 0, chunk.length) + chunk.length;
-    const deadlineMs = policy(undefined).deadlineMs;
     while (backlog > outputHighWater) {
       if (Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED) break;
-      if (deadlineMs !== undefined && Date.now() >= deadlineMs) break;
+      const now = Date.now();
+      if (now >= call.outputLimitMs && now >= call.progressMs + OUTPUT_GRACE_MS) break;
       Atomics.wait(credit, 0, backlog, OUTPUT_WAIT_SLICE_MS);
-      backlog = Atomics.load(credit, 0);
+      const left = Atomics.load(credit, 0);
+      if (left < backlog) call.progressMs = Date.now();
+      backlog = left;
     }
+    call.lastBacklog = backlog;
   },
   /**
    * `host.record-sandbox`: the id goes to the main thread at once (before
@@ -190,7 +199,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     provider = fresh();
     throw error;
   });
-  currentCall = { id: call.id, cancelFlag: call.cancelFlag, outputCredit: new Int32Array(call.outputCredit), futures: [] };
+  currentCall = { id: call.id, cancelFlag: call.cancelFlag, outputCredit: new Int32Array(call.outputCredit), futures: [], outputLimitMs: Number.POSITIVE_INFINITY, progressMs: Date.now(), lastBacklog: 0 };
   try {
     const ctx = contextOf(call.operation, call.args);
     const routes = call.routes ?? [];
@@ -205,6 +214,8 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
       }
     }
     const cancelFlag = new Int32Array(call.cancelFlag);
+    currentCall.outputLimitMs = Date.now() + outputWaitMs(call.operation, budget, call.args);
+    port!.postMessage({ kind: "output-limit", id: call.id, limitMs: currentCall.outputLimitMs } satisfies ThreadMessage);
     const common = {
       rateLimit: call.rateLimit,
       deadlineMs: Date.now() + callBudgetMs(call.operation, budget, call.args),

@@ -151,3 +151,60 @@ test("a command held back by a slow sink is still cancelled by release, its tree
     await hooks.onShutdown();
   }
 });
+
+/**
+ * Issue 23, "Bad input": a log sink that never resolves (a reader that is
+ * never resumed). Before, the provider thread waited for it until the
+ * call's host deadline and the result waited for it forever: execute never
+ * settled. Now the command's own timeout still ends the command (its tree
+ * is gone) and the call fails as output-lost, saying how many bytes the
+ * sink did not consume; never a clean result.
+ */
+async function executeWithStuckSink(request) {
+  let called = false;
+  const hooks = await pluginWithSink(() => {
+    called = true;
+    return new Promise(() => {});
+  });
+  const params = base(backend);
+  const lease = await hooks.onEnvironmentAcquireLease({ ...params, runId: `run-${randomUUID()}` });
+  let timer;
+  try {
+    const outcome = await Promise.race([
+      hooks.onEnvironmentExecute({ ...params, lease, ...request }).then(
+        (result) => ({ result }),
+        (error) => ({ error }),
+      ),
+      new Promise((resolve) => {
+        timer = setTimeout(() => resolve({ hung: true }), 120_000);
+      }),
+    ]);
+    assert.ok(!outcome.hung, `execute still pending 120 s after its ${request.timeoutMs} ms timeout (sink called: ${called})`);
+    return outcome;
+  } finally {
+    clearTimeout(timer);
+    await hooks.onShutdown();
+  }
+}
+
+test("a log sink that never resolves does not hold the command past its timeout; the failure counts what it did not consume", async () => {
+  const token = `yes-${Math.floor(Math.random() * 1e6)}`;
+  const outcome = await executeWithStuckSink({ command: "sh", args: ["-c", `yes ${token}`], timeoutMs: 3_000 });
+  assert.equal(outcome.result, undefined, `a clean result although the sink consumed nothing: ${JSON.stringify(outcome.result)?.slice(0, 200)}`);
+  const { error } = outcome;
+  assert.equal(error?.data?.outputLost?.treeDeleted, true, error?.message);
+  assert.ok(error.data.outputLost.lostBytes > 0, error.message);
+  assert.match(error.message, /not consumed/);
+  assert.match(error.message, /timeout/);
+  assert.doesNotMatch(error.message, /dropped/);
+  assert.deepEqual(await processesWith(`yes ${token}`), [], "the command's tree is gone");
+});
+
+test("a command that exits 0 while the log sink never resolves is not a clean exit", async () => {
+  const outcome = await executeWithStuckSink({ command: "echo", args: ["hello"], timeoutMs: 2_000 });
+  assert.equal(outcome.result, undefined, `a clean result although the sink consumed nothing: ${JSON.stringify(outcome.result)}`);
+  const { error } = outcome;
+  assert.equal(error?.data?.outputLost?.lostBytes, 6, error?.message);
+  assert.equal(error.data.outputLost.treeDeleted, true, error.message);
+  assert.equal(error.data.outputLost.stdout, "hello\n", error.message);
+});

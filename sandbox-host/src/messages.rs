@@ -67,6 +67,18 @@ pub fn loss_text(loss: &OutputLoss) -> String {
              not reused"
         )
     };
+    if loss.operation == crate::runtime::OUTPUT_SINK {
+        let ended = if loss.partial.timed_out {
+            "the command's timeout ended it"
+        } else {
+            "the command had ended"
+        };
+        return format!(
+            "{amount} were not consumed: the host's output sink stopped taking output and \
+             {ended}, so the live output is incomplete (the result keeps the last 4 Mi \
+             characters of each stream); {after}"
+        );
+    }
     format!(
         "the server dropped {amount} before it was read ({} found the loss), so the output is \
          incomplete; what arrived before the loss is kept; {after}",

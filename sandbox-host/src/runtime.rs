@@ -17,10 +17,12 @@ mod instances;
 mod operations;
 pub(crate) mod origin_policy;
 mod outcome;
+mod relay;
 
 pub use environment::Environment;
 pub use outcome::action_name;
 use outcome::declared_limit;
+pub use relay::OUTPUT_SINK;
 
 use std::collections::HashMap;
 use std::fmt;

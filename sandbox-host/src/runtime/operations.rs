@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 
 use super::outcome::{action_name, host_failure};
+use super::relay::{with_unconsumed, Relay};
 use super::{Environment, SandboxRuntime};
 use crate::leases::backend::LeaseRecord;
 use crate::leases::rules::{LeaseState, Operation};
@@ -159,10 +160,13 @@ impl SandboxRuntime {
         }
     }
 
-    /// `execute` on an active lease. Live output goes to `output`;
-    /// `cancel` (or a release/destroy of the lease) stops it. A trap,
-    /// `cleanup-failed`, or `output-lost` without a confirmed deletion of
-    /// the command's tree poisons the lease.
+    /// `execute` on an active lease. Live output goes to `output`, in
+    /// order, from a thread of its own: a slow sink slows the command, and
+    /// one that stops taking output cannot hold it past its timeout; output
+    /// it did not consume makes the outcome an `output-lost` of operation
+    /// [`super::OUTPUT_SINK`]. `cancel` (or a release/destroy of the lease)
+    /// stops it. A trap, `cleanup-failed`, or `output-lost` without a
+    /// confirmed deletion of the command's tree poisons the lease.
     pub fn execute(
         &self,
         env: &Environment,
@@ -176,9 +180,18 @@ impl SandboxRuntime {
         let deadline = env
             .deadlines
             .execute_deadline(request.timeout_ms.map(Duration::from_millis));
+        let timeout = request
+            .timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(env.deadlines.timeout);
+        let (output, relay) = output.map(|sink| Relay::start(sink, timeout)).unzip();
         let outcome = self
             .instance(env, deadline, cancel, output)
             .and_then(|mut instance| instance.execute(&env.ctx, &lease, request));
+        let outcome = match relay {
+            Some(relay) => with_unconsumed(outcome, relay.finish()),
+            None => outcome,
+        };
         self.poison_on_failure(lease_id, "execute", &outcome)?;
         outcome
     }

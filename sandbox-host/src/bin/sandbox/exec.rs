@@ -4,7 +4,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use sandbox_host::types::{
@@ -12,6 +11,7 @@ use sandbox_host::types::{
 };
 use sandbox_host::{
     cleanup_text, loss_text, trap_of, CancelToken, Environment, LeaseRefused, LeaseState,
+    OUTPUT_SINK,
 };
 
 use crate::backend::{show_progress, Setup};
@@ -229,22 +229,29 @@ fn execute(
     // The command's own timeout: a consumer that never reads stdout
     // cannot hold it past this (see live.rs).
     let timeout = args.timeout.unwrap_or(env.deadlines().timeout);
-    let (sink, live) = Live::start(Instant::now() + timeout);
+    let (sink, live) = Live::start();
     let outcome = setup
         .runtime
         .execute(env, lease_id, &request, Some(sink), cancel);
     let streamed = live.streamed();
-    let unconsumed = live.finish();
-    if unconsumed > 0 {
-        eprintln!(
-            "sandbox: {unconsumed} bytes of the command's output were not consumed: this \
-             process's stdout or stderr was not read, and the command's timeout \
-             ({} s) ended the wait",
-            timeout.as_secs_f64()
-        );
-    }
     let code = match outcome {
         Ok(Ok(result)) => finished(&result, streamed, args),
+        // Output not consumed is never a clean exit: 124 when the
+        // command's timeout ended it, as for any timeout.
+        Ok(Err(ProviderError::OutputLost(loss))) if loss.operation == OUTPUT_SINK => {
+            eprintln!(
+                "sandbox: {} bytes of the command's output were not consumed: this process's \
+                 stdout or stderr was not read, and the command's timeout ({} s) ended the wait",
+                loss.lost_bytes.unwrap_or(0),
+                timeout.as_secs_f64()
+            );
+            if loss.partial.timed_out {
+                eprintln!("sandbox: the command timed out and was terminated");
+                EXIT_TIMED_OUT
+            } else {
+                EXIT_SANDBOX_ERROR
+            }
+        }
         Ok(Err(ProviderError::Cancelled(_))) => {
             eprintln!("sandbox: cancelled; the command was stopped and cleaned up");
             EXIT_INTERRUPTED
@@ -293,12 +300,7 @@ fn execute(
             EXIT_CLEANUP_FAILED
         }
     };
-    // Output that was not consumed is never a clean exit.
-    Ok(if unconsumed > 0 && code == 0 {
-        EXIT_SANDBOX_ERROR
-    } else {
-        code
-    })
+    Ok(code)
 }
 
 fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
