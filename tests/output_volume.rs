@@ -17,9 +17,9 @@ use base64::Engine as _;
 use createos_local::{BackgroundServer, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
-    shared_engine, CancelToken, Environment, NetworkTransport, OutputSink, ProviderComponent,
-    SandboxRuntime, Secrets, SqliteLeases,
+    CancelToken, Environment, NetworkTransport, OutputSink, SandboxRuntime, Secrets, SqliteLeases,
 };
+use test_support::RequestExt;
 
 const KEY: &str = "output-volume-key-51c7";
 
@@ -35,25 +35,15 @@ struct Local {
     env: Environment,
 }
 
-fn component(file: &str) -> ProviderComponent {
-    let path = sandbox_conformance::built_component(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run ./build.sh first",
-        path.display()
-    );
-    ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap()
-}
-
 impl Local {
     /// The engine at its default journal, and a runtime of `provider`.
     fn start(provider: Provider) -> Local {
         let server =
             BackgroundServer::start(Server::builder().api_key(KEY).toolbox_port(0).quiet(true))
                 .expect("server starts");
-        let (file, config) = match provider {
+        let (component, config) = match provider {
             Provider::CreateOs => (
-                "createos_provider.wasm",
+                test_support::components::createos(),
                 serde_json::json!({
                     "apiUrl": server.base_url(),
                     "timeoutMs": 300_000,
@@ -61,7 +51,7 @@ impl Local {
                 }),
             ),
             Provider::Daytona => (
-                "daytona_provider.wasm",
+                test_support::components::daytona(),
                 serde_json::json!({
                     "apiUrl": server.daytona_api_url(),
                     "toolboxUrl": server.toolbox_url(),
@@ -71,7 +61,7 @@ impl Local {
             ),
         };
         let runtime = SandboxRuntime::new(
-            component(file),
+            component.clone(),
             Arc::new(SqliteLeases::open_in_memory().unwrap()),
             Arc::new(NetworkTransport::new()),
         )
@@ -92,12 +82,7 @@ impl Local {
     }
 
     fn acquire(&self) -> String {
-        let request = AcquireRequest {
-            run_id: "run".into(),
-            requested_cwd: None,
-            workspace_mode: None,
-            requested_expires_at: None,
-        };
+        let request = test_support::acquire("run");
         self.runtime
             .acquire(&self.env, &request)
             .unwrap()
@@ -164,14 +149,7 @@ impl Live {
 }
 
 fn command(script: &str) -> ExecuteRequest {
-    ExecuteRequest {
-        command: "/bin/sh".into(),
-        args: vec!["-c".into(), script.into()],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(300_000),
-    }
+    test_support::sh(script).timeout_ms(300_000)
 }
 
 /// `seq 1 n` as it prints it.

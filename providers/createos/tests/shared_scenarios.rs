@@ -16,10 +16,11 @@ use std::time::Duration;
 use createos_local::{faults::path_matches, BackgroundServer, FaultRule, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
-    shared_engine, CancelToken, Environment, NetworkTransport, ProviderComponent, RateBudget,
-    RateLimit, SandboxRuntime, Secrets, SqliteLeases,
+    CancelToken, Environment, NetworkTransport, RateBudget, RateLimit, SandboxRuntime, Secrets,
+    SqliteLeases,
 };
 use serde_json::Value;
+use test_support::RequestExt;
 
 const KEY: &str = "shared-scenarios-key";
 
@@ -27,8 +28,7 @@ const KEY: &str = "shared-scenarios-key";
 const PLUGIN_ONLY: &[&str] = &["sync-in"];
 
 fn scenarios() -> Vec<Value> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("node/test/scenarios/local-backend-faults.json");
+    let path = test_support::workspace_dir().join("node/test/scenarios/local-backend-faults.json");
     let text = std::fs::read_to_string(&path).expect("the shared scenario file");
     let data: Value = serde_json::from_str(&text).expect("the shared scenarios are JSON");
     data["scenarios"]
@@ -60,9 +60,7 @@ impl Run {
             builder = builder.rate_limit(requests, window);
         }
         let server = BackgroundServer::start(builder).unwrap();
-        let path = sandbox_conformance::built_component("createos_provider.wasm");
-        assert!(path.exists(), "run ./build.sh first");
-        let component = ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap();
+        let component = test_support::components::createos().clone();
         // The operator's limit the Node suite runs these with unless the
         // scenario names one (100 per 500 ms): a 429 without Retry-After
         // pauses one window, which must fit in the provider's request
@@ -104,12 +102,7 @@ impl Run {
     }
 
     fn acquire(&self) -> Result<sandbox_host::LeaseRecord, ProviderError> {
-        let request = AcquireRequest {
-            run_id: "shared".into(),
-            requested_cwd: None,
-            workspace_mode: None,
-            requested_expires_at: None,
-        };
+        let request = test_support::acquire("shared");
         self.runtime.acquire(&self.env, &request).unwrap()
     }
 
@@ -218,17 +211,13 @@ fn run_scenario(scenario: &Value) {
             run.server.faults().clear_requests();
             run.add_faults(scenario);
             let command = &scenario["command"];
-            let request = ExecuteRequest {
-                command: command["command"].as_str().unwrap_or("true").into(),
-                args: command["args"]
-                    .as_array()
-                    .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
-                    .unwrap_or_default(),
-                cwd: None,
-                env: vec![],
-                stdin: None,
-                timeout_ms: command["timeoutMs"].as_u64(),
-            };
+            let args: Vec<&str> = command["args"]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.as_str().unwrap()).collect())
+                .unwrap_or_default();
+            let request =
+                test_support::command(command["command"].as_str().unwrap_or("true"), &args)
+                    .timeout(command["timeoutMs"].as_u64());
             for _ in 0..scenario["runs"].as_u64().unwrap_or(1) {
                 let outcome = run
                     .runtime
@@ -348,8 +337,7 @@ fn the_shared_fault_scenarios_hold_for_the_rust_host() {
 /// and one request's budget, from the provider's `operation-budget`.
 #[test]
 fn the_shared_deadline_decisions_hold_for_the_rust_host() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("node/test/scenarios/policy-decisions.json");
+    let path = test_support::workspace_dir().join("node/test/scenarios/policy-decisions.json");
     let table: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let cases = table["deadlines"].as_array().unwrap();
     assert!(cases.len() >= 5);

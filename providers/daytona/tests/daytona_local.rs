@@ -11,9 +11,10 @@ use std::sync::Arc;
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
-    shared_engine, CancelToken, Environment, LeaseState, NetworkTransport, OutputCapture,
-    ProviderComponent, SandboxRuntime, Secrets, SqliteLeases,
+    CancelToken, Environment, LeaseState, NetworkTransport, OutputCapture, SandboxRuntime, Secrets,
+    SqliteLeases,
 };
+use test_support::RequestExt;
 
 const KEY: &str = "daytona-local-key-7d21";
 
@@ -23,23 +24,13 @@ struct Local {
     env: Environment,
 }
 
-fn component() -> ProviderComponent {
-    let path = sandbox_conformance::built_component("daytona_provider.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run ./build.sh first",
-        path.display()
-    );
-    ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap()
-}
-
 impl Local {
     fn start(extra: serde_json::Value) -> Local {
         let server =
             BackgroundServer::start(Server::builder().api_key(KEY).toolbox_port(0).quiet(true))
                 .expect("server starts");
         let runtime = SandboxRuntime::new(
-            component(),
+            test_support::components::daytona().clone(),
             Arc::new(SqliteLeases::open_in_memory().unwrap()),
             Arc::new(NetworkTransport::new()),
         )
@@ -89,15 +80,8 @@ impl Local {
     }
 }
 
-fn command(command: &str, args: &[&str]) -> ExecuteRequest {
-    ExecuteRequest {
-        command: command.into(),
-        args: args.iter().map(|a| a.to_string()).collect(),
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(30_000),
-    }
+fn command(program: &str, args: &[&str]) -> ExecuteRequest {
+    test_support::command(program, args).timeout_ms(30_000)
 }
 
 #[test]
@@ -230,16 +214,7 @@ fn eventually(mut done: impl FnMut() -> bool) -> bool {
 
 /// The host's processes whose command line is exactly `words`.
 fn processes(words: &[&str]) -> usize {
-    let wanted: Vec<u8> = words
-        .iter()
-        .flat_map(|w| [w.as_bytes(), b"\0"].concat())
-        .collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted))
-        .count()
+    test_support::procs::exact(words).len()
 }
 
 /// Issue 25 through the Daytona component: a command that exits normally
