@@ -5,7 +5,9 @@
 //! - [`procs`]: the machine's processes seen in `/proc` (how a test proves
 //!   nothing of a command survived) and unique markers to find them by;
 //! - [`requests`]: the `ExecuteRequest` (and `AcquireRequest`) builders;
-//! - [`cli`]: the `sandbox` CLI as a test runs it ([`sandbox_cli!`]).
+//! - [`cli`]: the `sandbox` CLI as a test runs it ([`sandbox_cli!`]);
+//! - [`local`]: the engine in this process and a host runtime of one
+//!   provider against it.
 //!
 //! Used by the conformance kit, the provider suites
 //! (`providers/*/tests`), the host's and the engine's suites.
@@ -14,6 +16,7 @@
 
 pub mod cli;
 pub mod components;
+pub mod local;
 pub mod procs;
 pub mod requests;
 

@@ -148,3 +148,22 @@ pub fn marked(marker: &str) -> Vec<u32> {
         .map(|p| p.pid)
         .collect()
 }
+
+/// The descriptor numbers a shell printed with `ls -l /proc/$$/fd`, in
+/// order.
+pub fn fd_numbers(listing: &str) -> Vec<i32> {
+    let mut fds: Vec<i32> = listing
+        .lines()
+        .filter(|l| l.contains(" -> "))
+        .filter_map(|l| {
+            l.split(" -> ")
+                .next()?
+                .split_whitespace()
+                .last()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    fds.sort_unstable();
+    fds
+}

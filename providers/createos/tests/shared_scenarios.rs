@@ -10,16 +10,13 @@
 // `ProviderError` is the contract's variant, matched as it is.
 #![allow(clippy::result_large_err)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use createos_local::{faults::path_matches, BackgroundServer, FaultRule, Server};
+use createos_local::{faults::path_matches, FaultRule, Server};
 use sandbox_host::types::*;
-use sandbox_host::{
-    CancelToken, Environment, NetworkTransport, RateBudget, RateLimit, SandboxRuntime, Secrets,
-    SqliteLeases,
-};
+use sandbox_host::{CancelToken, RateBudget, RateLimit};
 use serde_json::Value;
+use test_support::local::{Face, LocalRuntime};
 use test_support::RequestExt;
 
 const KEY: &str = "shared-scenarios-key";
@@ -38,9 +35,7 @@ fn scenarios() -> Vec<Value> {
 }
 
 struct Run {
-    server: BackgroundServer,
-    runtime: SandboxRuntime,
-    env: Environment,
+    local: LocalRuntime,
 }
 
 /// A scenario's `{ "requests": N, "windowMs": M }`, if it names one.
@@ -55,28 +50,17 @@ impl Run {
     /// `serverRateLimit` (createos-local's own) and `config` (overrides of
     /// the provider config) come from the scenario.
     fn start(reuse: bool, scenario: &Value) -> Run {
-        let mut builder = Server::builder().api_key(KEY).quiet(true);
+        let mut builder = Server::builder();
         if let Some((requests, window)) = limit_of(&scenario["serverRateLimit"]) {
             builder = builder.rate_limit(requests, window);
         }
-        let server = BackgroundServer::start(builder).unwrap();
-        let component = test_support::components::createos().clone();
         // The operator's limit the Node suite runs these with unless the
         // scenario names one (100 per 500 ms): a 429 without Retry-After
         // pauses one window, which must fit in the provider's request
         // budget for the repeat to help.
         let (requests, window) =
             limit_of(&scenario["hostRateLimit"]).unwrap_or((100, Duration::from_millis(500)));
-        let runtime = SandboxRuntime::new(
-            component,
-            Arc::new(SqliteLeases::open_in_memory().unwrap()),
-            Arc::new(NetworkTransport::new()),
-        )
-        .unwrap()
-        .with_rate_budget(RateBudget::in_memory())
-        .with_rate_limit(Some(RateLimit::new(requests, window)));
         let mut config = serde_json::json!({
-            "apiUrl": server.base_url(),
             "timeoutMs": 30_000,
             "requestTimeoutMs": 10_000,
             "reuseLease": reuse,
@@ -86,24 +70,19 @@ impl Run {
                 config[key] = value.clone();
             }
         }
-        let env = runtime
-            .environment(
-                "co",
-                "env",
-                &config.to_string(),
-                &Secrets::none().with("apiKey", KEY),
-            )
-            .unwrap();
-        Run {
-            server,
-            runtime,
-            env,
-        }
+        let local = LocalRuntime::start_with(Face::CreateOs, builder, KEY, "env", config, |rt| {
+            rt.with_rate_budget(RateBudget::in_memory())
+                .with_rate_limit(Some(RateLimit::new(requests, window)))
+        });
+        Run { local }
     }
 
     fn acquire(&self) -> Result<sandbox_host::LeaseRecord, ProviderError> {
         let request = test_support::acquire("shared");
-        self.runtime.acquire(&self.env, &request).unwrap()
+        self.local
+            .runtime
+            .acquire(&self.local.env, &request)
+            .unwrap()
     }
 
     fn add_faults(&self, scenario: &Value) {
@@ -114,7 +93,7 @@ impl Run {
                     scenario["name"]
                 )
             });
-            self.server.faults().add(rule);
+            self.local.server.faults().add(rule);
         }
     }
 
@@ -128,7 +107,8 @@ impl Run {
             "files" => "/v1/sandboxes/*/files",
             other => panic!("unknown request kind {other}"),
         };
-        self.server
+        self.local
+            .server
             .faults()
             .requests()
             .iter()
@@ -208,7 +188,7 @@ fn run_scenario(scenario: &Value) {
             let lease = run
                 .acquire()
                 .expect("the lease is acquired before the faults");
-            run.server.faults().clear_requests();
+            run.local.server.faults().clear_requests();
             run.add_faults(scenario);
             let command = &scenario["command"];
             let args: Vec<&str> = command["args"]
@@ -220,8 +200,15 @@ fn run_scenario(scenario: &Value) {
                     .timeout(command["timeoutMs"].as_u64());
             for _ in 0..scenario["runs"].as_u64().unwrap_or(1) {
                 let outcome = run
+                    .local
                     .runtime
-                    .execute(&run.env, &lease.id, &request, None, CancelToken::new())
+                    .execute(
+                        &run.local.env,
+                        &lease.id,
+                        &request,
+                        None,
+                        CancelToken::new(),
+                    )
                     .unwrap();
                 match (&outcome, expect["ok"] == true) {
                     (Ok(result), true) => {
@@ -235,7 +222,7 @@ fn run_scenario(scenario: &Value) {
                 }
             }
             if let Some(poisoned) = expect["poisoned"].as_bool() {
-                let record = run.runtime.store().get(&lease.id).unwrap().unwrap();
+                let record = run.local.runtime.store().get(&lease.id).unwrap().unwrap();
                 assert_eq!(
                     record.state == sandbox_host::LeaseState::Poisoned,
                     poisoned,
@@ -259,7 +246,7 @@ fn run_scenario(scenario: &Value) {
         }
         "probe" => {
             run.add_faults(scenario);
-            let outcome = run.runtime.probe(&run.env, None).unwrap();
+            let outcome = run.local.runtime.probe(&run.local.env, None).unwrap();
             match (&outcome, expect["ok"] == true) {
                 (Ok(report), true) => assert!(report.ok, "{name}"),
                 (Err(error), false) => check_error(name, expect, error),
@@ -269,9 +256,13 @@ fn run_scenario(scenario: &Value) {
         }
         "resume" => {
             let lease = run.acquire().expect("acquired");
-            run.runtime.release(&run.env, &lease.id).unwrap().unwrap();
+            run.local
+                .runtime
+                .release(&run.local.env, &lease.id)
+                .unwrap()
+                .unwrap();
             run.add_faults(scenario);
-            let outcome = run.runtime.resume(&run.env, &lease.id).unwrap();
+            let outcome = run.local.runtime.resume(&run.local.env, &lease.id).unwrap();
             match &outcome {
                 Ok(ResumeOutcome::Expired(_)) if expect["expired"] == false => {
                     panic!("{name}: a transient failure expired the lease")
@@ -280,7 +271,7 @@ fn run_scenario(scenario: &Value) {
                 Err(error) => check_error(name, expect, error),
             }
             if let Some(deletes) = expect["deletes"].as_u64() {
-                let count = run.server.faults().count("DELETE", "/v1/sandboxes/*");
+                let count = run.local.server.faults().count("DELETE", "/v1/sandboxes/*");
                 assert_eq!(count as u64, deletes, "{name}");
             }
         }
@@ -299,6 +290,7 @@ fn run_scenario(scenario: &Value) {
     }
     if let Some(throttled) = expect["throttled"].as_u64() {
         let count = run
+            .local
             .server
             .faults()
             .requests()
@@ -307,7 +299,7 @@ fn run_scenario(scenario: &Value) {
             .count();
         assert_eq!(count as u64, throttled, "{name}");
     }
-    let report = run.server.shutdown();
+    let report = run.local.server.shutdown();
     assert!(report.all_exited(), "{name}: {report:?}");
 }
 
