@@ -10,7 +10,6 @@
 //!
 //! `cargo bench -p createos-local --bench load`
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -35,16 +34,7 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start createos-local");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("listening line");
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .expect("listening on …")
-            .to_string();
+        let (base, _) = test_support::local::listening(&mut child);
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(600))
             .build()

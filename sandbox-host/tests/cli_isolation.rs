@@ -47,20 +47,7 @@ fn run_passes_no_inherited_descriptor_to_the_command() {
         .expect("run sandbox");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{output:?}");
-    let mut fds: Vec<i32> = stdout
-        .lines()
-        .filter(|l| l.contains(" -> "))
-        .filter_map(|l| {
-            l.split(" -> ")
-                .next()?
-                .split_whitespace()
-                .last()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    fds.sort_unstable();
-    assert_eq!(fds, vec![0, 1, 2], "{stdout}");
+    assert_eq!(procs::fd_numbers(&stdout), vec![0, 1, 2], "{stdout}");
 }
 
 /// Issue 10 item 1: without bubblewrap, `sandbox run` refused nothing and

@@ -22,6 +22,17 @@ fn providers() -> Option<(PathBuf, PathBuf)> {
     Some((createos, daytona))
 }
 
+/// `sandbox run --stdin FILE -- cat`.
+fn cat_stdin_file(provider: &Path, tag: &str, file: &Path) -> Output {
+    sandbox(provider, tag)
+        .arg("run")
+        .arg("--stdin")
+        .arg(file)
+        .args(["--", "cat"])
+        .output()
+        .unwrap()
+}
+
 /// Runs `command` with `input` piped to its stdin.
 fn with_input(mut command: Command, input: &[u8]) -> Output {
     let mut child = command
@@ -62,13 +73,7 @@ fn a_piped_stdin_reaches_the_command_with_both_providers() {
 
         let file = std::env::temp_dir().join(format!("cli-stdin-{}.txt", std::process::id()));
         std::fs::write(&file, "from a file\nline two\n").unwrap();
-        let output = sandbox(provider, "cli-stdin")
-            .arg("run")
-            .arg("--stdin")
-            .arg(&file)
-            .args(["--", "cat"])
-            .output()
-            .unwrap();
+        let output = cat_stdin_file(provider, "cli-stdin", &file);
         assert_eq!(output.status.code(), Some(0), "{output:?}");
         assert_eq!(
             String::from_utf8_lossy(&output.stdout),
@@ -87,13 +92,7 @@ fn an_input_beyond_the_limit_is_refused_with_a_clear_error() {
     let file = std::env::temp_dir().join(format!("cli-stdin-big-{}", std::process::id()));
     let big = std::fs::File::create(&file).unwrap();
     big.set_len(33 * 1024 * 1024).unwrap();
-    let output = sandbox(&createos, "cli-stdin-big")
-        .arg("run")
-        .arg("--stdin")
-        .arg(&file)
-        .args(["--", "cat"])
-        .output()
-        .unwrap();
+    let output = cat_stdin_file(&createos, "cli-stdin-big", &file);
     let _ = std::fs::remove_file(&file);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(125), "{stderr}");

@@ -120,3 +120,26 @@ impl LocalRuntime {
             .unwrap()
     }
 }
+
+/// Reads what the `createos-local` binary `child` (stdout piped) prints
+/// first, `listening on <url>`: the URL, and its further lines (the
+/// toolbox line, the machine model...).
+pub fn listening(
+    child: &mut std::process::Child,
+) -> (
+    String,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("the engine's stdout is piped");
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let first = lines
+        .next()
+        .expect("the engine prints a line")
+        .expect("a UTF-8 line");
+    let url = first
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("not a `listening on` line: {first:?}"))
+        .to_string();
+    (url, lines)
+}
