@@ -10,7 +10,7 @@
 //!
 //! `cargo bench -p createos-local --bench load`
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -27,14 +27,11 @@ struct Server {
 
 impl Server {
     fn start() -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_createos-local"))
-            .args(["--port", "0"])
-            .env("CREATEOS_API_KEY", KEY)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start createos-local");
-        let (base, _) = test_support::local::listening(&mut child);
+        let (child, base) = test_support::local::start_binary(
+            env!("CARGO_BIN_EXE_createos-local"),
+            ["--port", "0"],
+            KEY,
+        );
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(600))
             .build()

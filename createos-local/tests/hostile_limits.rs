@@ -226,14 +226,7 @@ async fn the_process_budget_counts_every_task_of_running_commands() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (st, v) = h
-        .post(
-            &format!("/v1/sandboxes/{sb}/processes"),
-            json!({"cmd": "/bin/true"}),
-        )
-        .await;
-    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
-    assert_eq!(v["data"]["reason"], "process_limit", "{v}");
+    h.assert_process_limit(&sb).await;
     let (st, v) = h.delete_process(&sb, &p, 100).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let out = h.exec(&sb, "echo room").await;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{Harness, KEY};
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// Directory levels a sandbox builds below its cwd (the server
 /// crashed from 15 000 on).
@@ -115,18 +115,11 @@ async fn finished_processes_beyond_the_count_are_dropped() {
     let (old, new) = ids.split_at(ids.len() - KEEP);
     let until = deadline(60);
     for pid in old {
-        loop {
-            let (st, v) = h.get(&format!("/v1/sandboxes/{sb}/processes/{pid}")).await;
-            if st == StatusCode::NOT_FOUND {
-                break;
-            }
-            assert_eq!(st, StatusCode::OK, "{v}");
-            assert!(
-                Instant::now() < until,
-                "finished process {pid} is still kept: {v}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let what = format!("finished process {pid}");
+        forgotten_by(until, &what, async || {
+            h.get(&format!("/v1/sandboxes/{sb}/processes/{pid}")).await
+        })
+        .await;
     }
     for pid in new {
         let (st, v) = h.get(&format!("/v1/sandboxes/{sb}/processes/{pid}")).await;
@@ -146,25 +139,11 @@ async fn finished_processes_beyond_the_count_are_dropped() {
         assert_eq!(st, StatusCode::OK, "{v}");
         cmds.push(v["cmdId"].as_str().expect("cmdId").to_string());
     }
-    let until = deadline(60);
-    loop {
-        let (st, v) = h
-            .daytona(
-                Method::GET,
-                &format!("{tb}/process/session/s/command/{}", cmds[0]),
-                None,
-            )
-            .await;
-        if st == StatusCode::NOT_FOUND {
-            break;
-        }
-        assert_eq!(st, StatusCode::OK, "{v}");
-        assert!(
-            Instant::now() < until,
-            "finished command is still kept: {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    forgotten_by(deadline(60), "the finished command", async || {
+        let url = format!("{tb}/process/session/s/command/{}", cmds[0]);
+        h.daytona(Method::GET, url, None).await
+    })
+    .await;
     let last = cmds.last().expect("a command");
     let (st, v) = h
         .daytona(
@@ -205,14 +184,7 @@ async fn host_wide_budgets_refuse_creation_with_429() {
 
     let p1 = h.spawn(&a, "sleep 60").await;
     let p2 = h.spawn(&a, "sleep 60").await;
-    let (st, v) = h
-        .post(
-            &format!("/v1/sandboxes/{a}/processes"),
-            json!({"cmd": "/bin/true"}),
-        )
-        .await;
-    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
-    assert_eq!(v["data"]["reason"], "process_limit", "{v}");
+    h.assert_process_limit(&a).await;
     let (st, v) = h.daytona_execute(&b, "true").await;
     assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
     for p in [p1, p2] {
@@ -310,6 +282,24 @@ async fn unauthenticated_half_sent_requests_cannot_starve_authenticated_ones() {
         );
     }
     drop(held);
+}
+
+/// Asks `fetch` until it answers 404 (anything but 200 before fails), by
+/// `until`: `what` is then forgotten.
+async fn forgotten_by(
+    until: Instant,
+    what: &str,
+    mut fetch: impl AsyncFnMut() -> (StatusCode, Value),
+) {
+    loop {
+        let (st, v) = fetch().await;
+        if st == StatusCode::NOT_FOUND {
+            return;
+        }
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert!(Instant::now() < until, "{what} is still kept: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn deadline(secs: u64) -> Instant {

@@ -123,24 +123,17 @@ async fn daytona_env_never_reaches_the_host_side_launcher() {
     };
     let lib = lib.display().to_string();
     let h = confined(Server::builder().toolbox_port(0)).await;
-    let api = h.server.daytona_api_url();
-    let toolbox = h.server.toolbox_url().to_string();
-    let call = |method: Method, url: String, body: Value| h.daytona(method, url, Some(body));
-    let (st, v) = call(
-        Method::POST,
-        format!("{api}/sandbox"),
-        json!({"snapshot": "daytona-small", "env": {"LD_PRELOAD": lib, "SEEN": "yes"},
+    let (st, v) = h
+        .daytona_create(
+            json!({"snapshot": "daytona-small", "env": {"LD_PRELOAD": lib, "SEEN": "yes"},
                "autoStopInterval": 0}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let sb = v["id"].as_str().expect("id").to_string();
-    let (st, v) = call(
-        Method::POST,
-        format!("{toolbox}/{sb}/process/execute"),
-        json!({"command": "sh -c 'echo $SEEN $LD_PRELOAD'"}),
-    )
-    .await;
+    let (st, v) = h
+        .daytona_execute(&sb, "sh -c 'echo $SEEN $LD_PRELOAD'")
+        .await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let out = v["result"].as_str().unwrap_or_default();
     assert!(out.contains(&format!("yes {lib}\n")), "{v}");
@@ -536,10 +529,7 @@ async fn daytona_session_background_server_answers_later_commands() {
         )
         .await;
     assert_eq!(st, StatusCode::ACCEPTED, "{v}");
-    let probe = "python3 -c 'import time, urllib.request\nfor i in range(100):\n    try:\n        print(urllib.request.urlopen(\"http://127.0.0.1:8766/\").status); break\n    except OSError:\n        time.sleep(0.1)'";
-    let (st, v) = h
-        .daytona_execute(&sb, &format!("sh -c {}", shell_quote(probe)))
-        .await;
+    let (st, v) = h.daytona_execute(&sb, &http_probe(8766)).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["result"], "200\n", "{v}");
     let (st, v) = h.daytona_delete(&sb).await;
@@ -558,10 +548,9 @@ async fn daytona_execute_leaves_background_processes_running_like_the_daemon() {
         return;
     }
     let h = confined(Server::builder().toolbox_port(0)).await;
-    let api = h.server.daytona_api_url();
     let toolbox = h.server.toolbox_url().to_string();
     let call = |method: Method, url: String, body: Value| h.daytona(method, url, Some(body));
-    let (st, v) = call(Method::POST, format!("{api}/sandbox"), json!({})).await;
+    let (st, v) = h.daytona_create(json!({})).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let sb = v["id"].as_str().expect("id").to_string();
     let execute = |command: String, timeout: u64| {
@@ -581,8 +570,7 @@ async fn daytona_execute_leaves_background_processes_running_like_the_daemon() {
         (StatusCode::OK, Some("started\n")),
         "{v}"
     );
-    let probe = "python3 -c 'import time, urllib.request\nfor i in range(100):\n    try:\n        print(urllib.request.urlopen(\"http://127.0.0.1:8767/\").status); break\n    except OSError:\n        time.sleep(0.1)'";
-    let (st, v) = execute(format!("sh -c {}", shell_quote(probe)), 0).await;
+    let (st, v) = execute(http_probe(8767), 0).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["result"], "200\n", "{v}");
     // A timeout terminates the command's tree, background included.
@@ -590,9 +578,20 @@ async fn daytona_execute_leaves_background_processes_running_like_the_daemon() {
     assert_eq!(st, StatusCode::REQUEST_TIMEOUT, "{v}");
     let (_, v) = execute("pgrep -c -f 'slee[p] 1000' || true".into(), 0).await;
     assert_eq!(v["result"], "0\n", "{v}");
-    let (st, v) = call(Method::DELETE, format!("{api}/sandbox/{sb}"), json!({})).await;
+    let (st, v) = h.daytona_delete(&sb).await;
     assert!(st.is_success(), "{v}");
     assert!(h.server.shutdown().await.all_exited());
+}
+
+/// A shell command that asks `http://127.0.0.1:{port}/` for up to 10 s
+/// (the server may still be starting) and prints the status.
+fn http_probe(port: u16) -> String {
+    let probe = format!(
+        "python3 -c 'import time, urllib.request\nfor i in range(100):\n    try:\n        \
+         print(urllib.request.urlopen(\"http://127.0.0.1:{port}/\").status); break\n    \
+         except OSError:\n        time.sleep(0.1)'"
+    );
+    format!("sh -c {}", shell_quote(&probe))
 }
 
 fn shell_quote(s: &str) -> String {

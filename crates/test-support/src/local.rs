@@ -143,3 +143,22 @@ pub fn listening(
         .to_string();
     (url, lines)
 }
+
+/// Starts the `createos-local` binary at `bin` with `args` and the API
+/// key `key` (stdout piped, stderr inherited) and waits for its
+/// `listening on` line: the running engine and its URL.
+pub fn start_binary<I, S>(bin: &str, args: I, key: &str) -> (std::process::Child, String)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut child = std::process::Command::new(bin)
+        .args(args)
+        .env("CREATEOS_API_KEY", key)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("start createos-local");
+    let (url, _) = listening(&mut child);
+    (child, url)
+}

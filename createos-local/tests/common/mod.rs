@@ -65,17 +65,11 @@ impl Harness {
         path: &str,
         body: Option<Value>,
     ) -> (StatusCode, Value) {
-        let mut rb = self
+        let rb = self
             .http
             .request(method, format!("{}{}", self.base, path))
             .header("X-Api-Key", KEY);
-        if let Some(b) = body {
-            rb = rb.json(&b);
-        }
-        let resp = rb.send().await.expect("request sent");
-        let status = resp.status();
-        let bytes = resp.bytes().await.expect("body");
-        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let (status, v, _) = send(rb, body).await;
         (status, v)
     }
 
@@ -108,14 +102,7 @@ impl Harness {
         if split_output {
             rb = rb.header("X-Daytona-Split-Output", "true");
         }
-        if let Some(b) = body {
-            rb = rb.json(&b);
-        }
-        let resp = rb.send().await.expect("request sent");
-        let status = resp.status();
-        let bytes = resp.bytes().await.expect("body");
-        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        (status, v, bytes)
+        send(rb, body).await
     }
 
     /// `POST /sandbox` on the Daytona face with `body`.
@@ -166,6 +153,19 @@ impl Harness {
             .await;
         assert_eq!(st, StatusCode::OK, "{v}");
         v["id"].as_str().expect("id").to_string()
+    }
+
+    /// Asserts that a new process in `sb` is refused: 429
+    /// `process_limit` (the process budget is spent).
+    pub async fn assert_process_limit(&self, sb: &str) {
+        let (st, v) = self
+            .post(
+                &format!("/v1/sandboxes/{sb}/processes"),
+                json!({"cmd": "/bin/true"}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
+        assert_eq!(v["data"]["reason"], "process_limit", "{v}");
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
@@ -326,6 +326,22 @@ pub fn exit_frame(frames: &[Value]) -> Value {
 /// A unique marker for this test's processes.
 pub fn marker(name: &str) -> String {
     format!("cl-mark-{name}-{}-{}", std::process::id(), nanos())
+}
+
+/// Sends `rb` with `body` as JSON, if any: status, parsed body (Null when
+/// not JSON) and raw body.
+async fn send(
+    mut rb: reqwest::RequestBuilder,
+    body: Option<Value>,
+) -> (StatusCode, Value, bytes::Bytes) {
+    if let Some(b) = body {
+        rb = rb.json(&b);
+    }
+    let resp = rb.send().await.expect("request sent");
+    let status = resp.status();
+    let bytes = resp.bytes().await.expect("body");
+    let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, v, bytes)
 }
 
 fn nanos() -> u128 {
