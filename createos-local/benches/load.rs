@@ -149,6 +149,20 @@ async fn burst<F: std::future::Future<Output = String>>(
     }
 }
 
+/// Sends `calls` at once and tallies their statuses.
+async fn tally_responses(
+    calls: impl IntoIterator<
+        Item = impl std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+    >,
+) -> String {
+    let statuses: Vec<u16> = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.map_or(0, |r| r.status().as_u16()))
+        .collect();
+    tally(&statuses)
+}
+
 fn tally(statuses: &[u16]) -> String {
     let mut counts = std::collections::BTreeMap::new();
     for s in statuses {
@@ -260,12 +274,7 @@ async fn main() {
                     .body(big_argv.clone())
                     .send()
             });
-            let st: Vec<u16> = futures_util::future::join_all(calls)
-                .await
-                .into_iter()
-                .map(|r| r.map_or(0, |r| r.status().as_u16()))
-                .collect();
-            tally(&st)
+            tally_responses(calls).await
         })
         .await,
     );
@@ -285,12 +294,7 @@ async fn main() {
                     .body(upload.clone())
                     .send()
             });
-            let st: Vec<u16> = futures_util::future::join_all(calls)
-                .await
-                .into_iter()
-                .map(|r| r.map_or(0, |r| r.status().as_u16()))
-                .collect();
-            tally(&st)
+            tally_responses(calls).await
         })
         .await,
     );

@@ -40,11 +40,7 @@ fn acquire_creates_waits_prepares_and_marks() {
         create.body_json().unwrap(),
         json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false})
     );
-    assert_eq!(
-        fake.requests_to(&format!("GET {}", sandbox_path())).len(),
-        3,
-        "polled until running"
-    );
+    assert_eq!(fake.sandbox_calls("GET", ""), 3, "polled until running");
     let mkdir = &fake.requests_to(&format!("POST {}/exec", sandbox_path()))[0];
     assert_eq!(
         mkdir.body_json().unwrap(),
@@ -63,9 +59,7 @@ fn acquire_creates_waits_prepares_and_marks() {
         metadata["marker"].as_str().unwrap().as_bytes(),
         &marker.body[..]
     );
-    assert!(fake
-        .requests_to(&format!("DELETE {}", sandbox_path()))
-        .is_empty());
+    assert!(fake.sandbox_calls("DELETE", "") == 0);
 }
 
 /// Contract 0.2.0 (`host.record-sandbox`): the provider reports the new
@@ -264,11 +258,7 @@ fn resume_wakes_a_paused_sandbox() {
         })
     });
     assert!(matches!(resume(&fake), Ok(ResumeOutcome::Resumed(_))));
-    assert_eq!(
-        fake.requests_to(&format!("POST {}/resume", sandbox_path()))
-            .len(),
-        1
-    );
+    assert_eq!(fake.sandbox_calls("POST", "/resume"), 1);
 }
 
 #[test]
@@ -369,14 +359,8 @@ fn release_pauses_a_reusable_lease() {
         .unwrap()
         .unwrap();
     assert_eq!(receipt.action, TerminationAction::Paused);
-    assert_eq!(
-        fake.requests_to(&format!("POST {}/pause", sandbox_path()))
-            .len(),
-        1
-    );
-    assert!(fake
-        .requests_to(&format!("DELETE {}", sandbox_path()))
-        .is_empty());
+    assert_eq!(fake.sandbox_calls("POST", "/pause"), 1);
+    assert!(fake.sandbox_calls("DELETE", "") == 0);
 }
 
 #[test]

@@ -103,6 +103,13 @@ impl Fake {
             .collect()
     }
 
+    /// How many requests went to `method` on the sandbox's path followed
+    /// by `suffix` (`""`, `"/pause"`, `"/resume"`...).
+    pub fn sandbox_calls(&self, method: &str, suffix: &str) -> usize {
+        self.requests_to(&format!("{method} /v1/sandboxes/{SANDBOX}{suffix}"))
+            .len()
+    }
+
     /// The requests whose `METHOD path` (without query) is `route`.
     pub fn requests_to(&self, route: &str) -> Vec<RecordedRequest> {
         self.transport
