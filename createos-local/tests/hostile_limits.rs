@@ -339,12 +339,7 @@ async fn a_sandbox_disk_the_host_could_not_hold_is_refused_with_429() {
         eprintln!("skipped: this host cannot mount sandbox disks");
         return;
     }
-    let (st, v) = h
-        .post(
-            "/v1/sandboxes",
-            json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false}),
-        )
-        .await;
+    let (st, v) = h.create_sandbox(json!({})).await;
     assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
     assert_eq!(v["data"]["reason"], "disk_limit", "{v}");
     assert!(

@@ -34,12 +34,7 @@ async fn deleting_a_100000_level_tree_does_not_crash_the_server() {
     let h = Harness::start().await;
     let other = h.sandbox().await;
     let sb = h.sandbox().await;
-    let (st, v) = h
-        .post(
-            &format!("/v1/sandboxes/{sb}/exec"),
-            json!({"cmd": "/usr/bin/perl", "args": ["-e", deep_script()]}),
-        )
-        .await;
+    let (st, v) = build_deep_tree(&h, &sb).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["data"]["result"]["exit_code"], 0, "{v}");
     let root = h.server.data_dir().join(&sb);
@@ -59,12 +54,7 @@ async fn deleting_a_100000_level_tree_does_not_crash_the_server() {
 async fn shutdown_removes_a_100000_level_tree() {
     let h = Harness::start().await;
     let sb = h.sandbox().await;
-    let (st, v) = h
-        .post(
-            &format!("/v1/sandboxes/{sb}/exec"),
-            json!({"cmd": "/usr/bin/perl", "args": ["-e", deep_script()]}),
-        )
-        .await;
+    let (st, v) = build_deep_tree(&h, &sb).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let root = h.server.data_dir().join(&sb);
     let report = h.server.shutdown().await;
@@ -170,12 +160,7 @@ async fn host_wide_budgets_refuse_creation_with_429() {
     .await;
     let a = h.sandbox().await;
     let b = h.daytona_sandbox().await;
-    let (st, v) = h
-        .post(
-            "/v1/sandboxes",
-            json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false}),
-        )
-        .await;
+    let (st, v) = h.create_sandbox(json!({})).await;
     assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
     assert_eq!(v["data"]["reason"], "sandbox_limit", "{v}");
     let (st, v) = h.daytona_create(json!({"snapshot": "daytona-small"})).await;
@@ -300,6 +285,15 @@ async fn forgotten_by(
         assert!(Instant::now() < until, "{what} is still kept: {v}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Runs [`deep_script`] in `sb` through `exec`.
+async fn build_deep_tree(h: &Harness, sb: &str) -> (StatusCode, Value) {
+    h.post(
+        &format!("/v1/sandboxes/{sb}/exec"),
+        json!({"cmd": "/usr/bin/perl", "args": ["-e", deep_script()]}),
+    )
+    .await
 }
 
 fn deadline(secs: u64) -> Instant {

@@ -180,14 +180,18 @@ impl Harness {
         self.req(Method::DELETE, path, None).await
     }
 
+    /// `POST /v1/sandboxes` with declared `env`, as it answers.
+    pub async fn create_sandbox(&self, env: Value) -> (StatusCode, Value) {
+        self.post(
+            "/v1/sandboxes",
+            json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false, "env": env}),
+        )
+        .await
+    }
+
     /// Creates a sandbox (optionally with declared env) and waits for `running`.
     pub async fn sandbox_with_env(&self, env: Value) -> String {
-        let (st, v) = self
-            .post(
-                "/v1/sandboxes",
-                json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false, "env": env}),
-            )
-            .await;
+        let (st, v) = self.create_sandbox(env).await;
         assert_eq!(st, StatusCode::CREATED, "{v}");
         let id = v["data"]["id"].as_str().expect("id").to_string();
         self.wait_status(&id, "running").await;
