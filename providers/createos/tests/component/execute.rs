@@ -472,27 +472,25 @@ fn output_is_capped_at_four_mebi_characters_per_stream() {
 /// process can exist: it is `transport-failed`.
 #[test]
 fn a_process_creation_that_never_reached_the_server_is_a_transport_failure() {
-    for code in never_sent_errors() {
+    // The process creation fails with `code`; the command's error.
+    let creation_fails = |code: &ErrorCode| {
         let answer = code.clone();
         let fake = Fake::with(move |req, _| {
             req.path()
                 .ends_with("/processes")
                 .then(|| ScriptedResponse::Error(answer.clone()))
         });
-        let error = fake.execute(&command("ls", &[])).unwrap_err();
+        fake.execute(&command("ls", &[])).unwrap_err()
+    };
+    for code in never_sent_errors() {
+        let error = creation_fails(&code);
         assert!(
             matches!(&error, ProviderError::TransportFailed(f) if f.operation == "create-process"),
             "{code:?}: {error:?}"
         );
     }
     for code in after_send_errors() {
-        let answer = code.clone();
-        let fake = Fake::with(move |req, _| {
-            req.path()
-                .ends_with("/processes")
-                .then(|| ScriptedResponse::Error(answer.clone()))
-        });
-        let error = fake.execute(&command("ls", &[])).unwrap_err();
+        let error = creation_fails(&code);
         assert!(
             matches!(&error, ProviderError::CleanupFailed(f) if f.phase == CleanupPhase::ProcessCreation),
             "{code:?}: {error:?}"

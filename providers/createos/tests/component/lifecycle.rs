@@ -639,6 +639,17 @@ fn a_sandbox_creation_that_broke_after_sending_stays_unconfirmed() {
     }
 }
 
+/// A reusable release against a sandbox whose `at`-th read (from 0) shows
+/// `state` and every other `running`.
+fn release_reading(at: usize, state: &'static str) -> Result<TerminationReceipt, ProviderError> {
+    let fake = Fake::with(move |req, n| {
+        is_get_sandbox(req).then(|| status(if n == at { state } else { "running" }))
+    });
+    fake.instance()
+        .release_lease(&reusable_ctx(), &reusable_lease())
+        .unwrap()
+}
+
 /// Pins issue 9 item 8: `error` and `destroying` were treated as proof that
 /// the sandbox is gone — resume answered `expired` and a reusable release
 /// `already-gone` — although the sandbox may still exist. Only 404,
@@ -663,19 +674,7 @@ fn error_and_destroying_states_are_not_proof_of_absence() {
         }
         // Reusable release: the first read, and the wait for `paused`.
         for at in [0, 1] {
-            let fake = Fake::with(move |req, n| {
-                is_get_sandbox(req).then(|| {
-                    if n == at {
-                        status(state)
-                    } else {
-                        status("running")
-                    }
-                })
-            });
-            let outcome = fake
-                .instance()
-                .release_lease(&reusable_ctx(), &reusable_lease())
-                .unwrap();
+            let outcome = release_reading(at, state);
             assert!(
                 matches!(&outcome, Err(ProviderError::InvalidResponse(r)) if r.reason.contains(state)),
                 "release, {state} at read {at}: {outcome:?}"
@@ -684,20 +683,7 @@ fn error_and_destroying_states_are_not_proof_of_absence() {
     }
     // `destroyed` and `failed` still prove absence on release.
     for state in ["destroyed", "failed"] {
-        let fake = Fake::with(move |req, n| {
-            is_get_sandbox(req).then(|| {
-                if n == 1 {
-                    status(state)
-                } else {
-                    status("running")
-                }
-            })
-        });
-        let receipt = fake
-            .instance()
-            .release_lease(&reusable_ctx(), &reusable_lease())
-            .unwrap()
-            .unwrap();
+        let receipt = release_reading(1, state).unwrap();
         assert_eq!(receipt.action, TerminationAction::AlreadyGone, "{state}");
     }
 }
