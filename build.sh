@@ -44,6 +44,6 @@ for provider in "${providers[@]}"; do
   fi
 done
 # The README's example provider ("Write your own provider"), loaded by
-# tests/minimal_provider.rs.
+# crates/provider-sdk/tests/minimal_provider.rs.
 cargo build --release --target "$target" -p provider-sdk --example minimal_provider
 echo "example: $PWD/target/$target/release/examples/minimal_provider.wasm"

@@ -16,8 +16,10 @@
 //! --bin conformance -- --provider my.wasm --config my-config.json` runs it
 //! on anyone's.
 //!
-//! This is the workspace's umbrella package: `tests/` also holds the
-//! end-to-end suites of the CreateOS component.
+//! This is the workspace's root package: `tests/` holds the kit's own
+//! tests and `output_volume.rs`, the one suite that runs the same checks on
+//! both providers; each provider's suites live beside it
+//! (`providers/<name>/tests`).
 
 #![deny(missing_docs)]
 
@@ -25,15 +27,12 @@ pub mod backend;
 pub mod command;
 pub mod fault;
 pub mod local;
-pub mod procs;
 pub mod scenarios;
 pub mod session;
 pub mod suite;
 pub mod target;
 pub mod verdict;
 pub mod workspace_targets;
-
-use std::path::PathBuf;
 
 pub use backend::{Backend, LiveBackend};
 pub use fault::FaultPoint;
@@ -45,11 +44,10 @@ pub use verdict::Verdict;
 
 /// Where `./build.sh` puts the component whose file name is `file_name`
 /// (for example `createos_provider.wasm`).
-pub fn built_component(file_name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("target/wasm32-wasip2/release")
-        .join(file_name)
-}
+pub use test_support::built_component;
+/// The machine's processes seen in `/proc` and unique markers, shared
+/// with every suite of the workspace.
+pub use test_support::procs;
 
 /// Runs `scenario` on `target` and checks its verdict: it must pass, or,
 /// when its name is in `not_applicable`, be not applicable (so a target's

@@ -14,119 +14,36 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
-use createos_local::{BackgroundServer, Server};
 use sandbox_host::types::*;
-use sandbox_host::{
-    shared_engine, CancelToken, Environment, NetworkTransport, OutputSink, ProviderComponent,
-    SandboxRuntime, Secrets, SqliteLeases,
-};
+use sandbox_host::OutputSink;
+use test_support::local::{Face, LocalRuntime};
+use test_support::RequestExt;
 
 const KEY: &str = "output-volume-key-51c7";
 
-#[derive(Clone, Copy, Debug)]
-enum Provider {
-    CreateOs,
-    Daytona,
+/// The engine at its default journal, and a runtime of the provider of
+/// `face` (5 min command, 30 s request timeouts).
+fn start(face: Face) -> LocalRuntime {
+    LocalRuntime::start(
+        face,
+        KEY,
+        "env-output",
+        serde_json::json!({"timeoutMs": 300_000, "requestTimeoutMs": 30_000}),
+    )
 }
 
-struct Local {
-    server: BackgroundServer,
-    runtime: SandboxRuntime,
-    env: Environment,
-}
-
-fn component(file: &str) -> ProviderComponent {
-    let path = sandbox_conformance::built_component(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run ./build.sh first",
-        path.display()
-    );
-    ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap()
-}
-
-impl Local {
-    /// The engine at its default journal, and a runtime of `provider`.
-    fn start(provider: Provider) -> Local {
-        let server =
-            BackgroundServer::start(Server::builder().api_key(KEY).toolbox_port(0).quiet(true))
-                .expect("server starts");
-        let (file, config) = match provider {
-            Provider::CreateOs => (
-                "createos_provider.wasm",
-                serde_json::json!({
-                    "apiUrl": server.base_url(),
-                    "timeoutMs": 300_000,
-                    "requestTimeoutMs": 30_000,
-                }),
-            ),
-            Provider::Daytona => (
-                "daytona_provider.wasm",
-                serde_json::json!({
-                    "apiUrl": server.daytona_api_url(),
-                    "toolboxUrl": server.toolbox_url(),
-                    "timeoutMs": 300_000,
-                    "requestTimeoutMs": 30_000,
-                }),
-            ),
-        };
-        let runtime = SandboxRuntime::new(
-            component(file),
-            Arc::new(SqliteLeases::open_in_memory().unwrap()),
-            Arc::new(NetworkTransport::new()),
-        )
-        .unwrap();
-        let env = runtime
-            .environment(
-                "company",
-                "env-output",
-                &config.to_string(),
-                &Secrets::none().with("apiKey", KEY),
-            )
-            .unwrap();
-        Local {
-            server,
-            runtime,
-            env,
-        }
-    }
-
-    fn acquire(&self) -> String {
-        let request = AcquireRequest {
-            run_id: "run".into(),
-            requested_cwd: None,
-            workspace_mode: None,
-            requested_expires_at: None,
-        };
-        self.runtime
-            .acquire(&self.env, &request)
-            .unwrap()
-            .expect("lease acquired")
-            .id
-    }
-
-    /// Runs `request` with a live sink that records both streams; the sink
-    /// sleeps `first_delay` before taking its first chunk (a consumer that
-    /// is not reading yet).
-    fn run(
-        &self,
-        lease: &str,
-        request: &ExecuteRequest,
-        first_delay: Duration,
-    ) -> (Result<ExecuteResult, ProviderError>, Live) {
-        let live = Live::default();
-        let outcome = self
-            .runtime
-            .execute(
-                &self.env,
-                lease,
-                request,
-                Some(live.sink(first_delay)),
-                CancelToken::new(),
-            )
-            .unwrap();
-        (outcome, live)
-    }
+/// Runs `request` with a live sink that records both streams; the sink
+/// sleeps `first_delay` before taking its first chunk (a consumer that is
+/// not reading yet).
+fn run(
+    local: &LocalRuntime,
+    lease: &str,
+    request: &ExecuteRequest,
+    first_delay: Duration,
+) -> (Result<ExecuteResult, ProviderError>, Live) {
+    let live = Live::default();
+    let outcome = local.execute(lease, request, Some(live.sink(first_delay)));
+    (outcome, live)
 }
 
 /// What the live sink received, per stream.
@@ -164,14 +81,7 @@ impl Live {
 }
 
 fn command(script: &str) -> ExecuteRequest {
-    ExecuteRequest {
-        command: "/bin/sh".into(),
-        args: vec!["-c".into(), script.into()],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(300_000),
-    }
+    test_support::sh(script).timeout_ms(300_000)
 }
 
 /// `seq 1 n` as it prints it.
@@ -210,8 +120,8 @@ fn base64_lines(bytes: &[u8]) -> Vec<u8> {
 }
 
 /// An outcome's error, short (without the partial output it carries).
-fn short(provider: Provider, error: &ProviderError) -> String {
-    let text = format!("{provider:?}: {error:?}");
+fn short(face: Face, error: &ProviderError) -> String {
+    let text = format!("{face:?}: {error:?}");
     text.chars().take(400).collect()
 }
 
@@ -232,43 +142,43 @@ fn assert_same(what: &str, got: &[u8], want: &[u8]) {
     );
 }
 
-fn large_random_base64_is_byte_exact(provider: Provider) {
-    let local = Local::start(provider);
-    let lease = local.acquire();
+fn large_random_base64_is_byte_exact(face: Face) {
+    let local = start(face);
+    let lease = local.acquire(&test_support::acquire("run"));
     // 37.5 MB of random bytes: 50.6 MB of base64 lines.
     let input = random_bytes(37_500_000, 0x9e37_79b9_7f4a_7c15);
     let want = base64_lines(&input);
     let mut request = command("base64 -w 100");
     request.stdin = Some(input);
-    let (outcome, live) = local.run(&lease, &request, Duration::ZERO);
-    let result = outcome.unwrap_or_else(|e| panic!("{}", short(provider, &e)));
-    assert_eq!(result.exit_code, Some(0), "{provider:?}");
-    assert_same(&format!("{provider:?} live stdout"), &live.stdout(), &want);
-    assert!(live.stderr().is_empty(), "{provider:?}");
+    let (outcome, live) = run(&local, &lease, &request, Duration::ZERO);
+    let result = outcome.unwrap_or_else(|e| panic!("{}", short(face, &e)));
+    assert_eq!(result.exit_code, Some(0), "{face:?}");
+    assert_same(&format!("{face:?} live stdout"), &live.stdout(), &want);
+    assert!(live.stderr().is_empty(), "{face:?}");
     // The result keeps the last 4 Mi characters, and says so.
-    assert!(result.output_truncated, "{provider:?}");
-    assert!(want.ends_with(result.stdout.as_bytes()), "{provider:?}");
+    assert!(result.output_truncated, "{face:?}");
+    assert!(want.ends_with(result.stdout.as_bytes()), "{face:?}");
     local.server.shutdown();
 }
 
 #[test]
 fn fifty_megabytes_of_random_base64_arrive_byte_exact_on_createos() {
-    large_random_base64_is_byte_exact(Provider::CreateOs);
+    large_random_base64_is_byte_exact(Face::CreateOs);
 }
 
 #[test]
 fn fifty_megabytes_of_random_base64_arrive_byte_exact_on_daytona() {
-    large_random_base64_is_byte_exact(Provider::Daytona);
+    large_random_base64_is_byte_exact(Face::Daytona);
 }
 
-fn seq_three_million_is_byte_exact(provider: Provider) {
-    let local = Local::start(provider);
-    let lease = local.acquire();
-    let (outcome, live) = local.run(&lease, &command("seq 1 3000000"), Duration::ZERO);
-    let result = outcome.unwrap_or_else(|e| panic!("{}", short(provider, &e)));
-    assert_eq!(result.exit_code, Some(0), "{provider:?}");
+fn seq_three_million_is_byte_exact(face: Face) {
+    let local = start(face);
+    let lease = local.acquire(&test_support::acquire("run"));
+    let (outcome, live) = run(&local, &lease, &command("seq 1 3000000"), Duration::ZERO);
+    let result = outcome.unwrap_or_else(|e| panic!("{}", short(face, &e)));
+    assert_eq!(result.exit_code, Some(0), "{face:?}");
     assert_same(
-        &format!("{provider:?} live stdout"),
+        &format!("{face:?} live stdout"),
         &live.stdout(),
         &seq_text(3_000_000),
     );
@@ -277,55 +187,61 @@ fn seq_three_million_is_byte_exact(provider: Provider) {
 
 #[test]
 fn seq_to_three_million_arrives_byte_exact_on_createos() {
-    seq_three_million_is_byte_exact(Provider::CreateOs);
+    seq_three_million_is_byte_exact(Face::CreateOs);
 }
 
 #[test]
 fn seq_to_three_million_arrives_byte_exact_on_daytona() {
-    seq_three_million_is_byte_exact(Provider::Daytona);
+    seq_three_million_is_byte_exact(Face::Daytona);
 }
 
-fn both_streams_complete_and_separate(provider: Provider) {
-    let local = Local::start(provider);
-    let lease = local.acquire();
+fn both_streams_complete_and_separate(face: Face) {
+    let local = start(face);
+    let lease = local.acquire(&test_support::acquire("run"));
     // 10 MB on each stream, written at the same time.
-    let (outcome, live) = local.run(
+    let (outcome, live) = run(
+        &local,
         &lease,
         &command("seq 1 1300000 & seq 2000001 3300000 >&2; wait"),
         Duration::ZERO,
     );
-    let result = outcome.unwrap_or_else(|e| panic!("{}", short(provider, &e)));
-    assert_eq!(result.exit_code, Some(0), "{provider:?}");
+    let result = outcome.unwrap_or_else(|e| panic!("{}", short(face, &e)));
+    assert_eq!(result.exit_code, Some(0), "{face:?}");
     let want_out = seq_text(1_300_000);
     let want_err: Vec<u8> = (2_000_001..=3_300_000u32)
         .flat_map(|i| format!("{i}\n").into_bytes())
         .collect();
     assert!(want_out.len() > 9_000_000 && want_err.len() > 10_000_000);
-    assert_same(&format!("{provider:?} stdout"), &live.stdout(), &want_out);
-    assert_same(&format!("{provider:?} stderr"), &live.stderr(), &want_err);
+    assert_same(&format!("{face:?} stdout"), &live.stdout(), &want_out);
+    assert_same(&format!("{face:?} stderr"), &live.stderr(), &want_err);
     local.server.shutdown();
 }
 
 #[test]
 fn ten_megabytes_on_each_stream_arrive_complete_and_apart_on_createos() {
-    both_streams_complete_and_separate(Provider::CreateOs);
+    both_streams_complete_and_separate(Face::CreateOs);
 }
 
 #[test]
 fn ten_megabytes_on_each_stream_arrive_complete_and_apart_on_daytona() {
-    both_streams_complete_and_separate(Provider::Daytona);
+    both_streams_complete_and_separate(Face::Daytona);
 }
 
-fn a_consumer_that_sleeps_first_gets_every_byte(provider: Provider) {
-    let local = Local::start(provider);
-    let lease = local.acquire();
+fn a_consumer_that_sleeps_first_gets_every_byte(face: Face) {
+    let local = start(face);
+    let lease = local.acquire(&test_support::acquire("run"));
     // The sink blocks 3 s on its first chunk: meanwhile the command keeps
     // printing, far more than the journal holds.
-    let (outcome, live) = local.run(&lease, &command("seq 1 1000000"), Duration::from_secs(3));
-    let result = outcome.unwrap_or_else(|e| panic!("{}", short(provider, &e)));
-    assert_eq!(result.exit_code, Some(0), "{provider:?}");
+    let (outcome, live) = run(
+        &local,
+        &lease,
+        &command("seq 1 1000000"),
+        Duration::from_secs(3),
+    );
+    let result = outcome.unwrap_or_else(|e| panic!("{}", short(face, &e)));
+    assert_eq!(result.exit_code, Some(0), "{face:?}");
     assert_same(
-        &format!("{provider:?} live stdout"),
+        &format!("{face:?} live stdout"),
         &live.stdout(),
         &seq_text(1_000_000),
     );
@@ -334,17 +250,19 @@ fn a_consumer_that_sleeps_first_gets_every_byte(provider: Provider) {
 
 #[test]
 fn a_consumer_sleeping_three_seconds_first_gets_every_byte_on_createos() {
-    a_consumer_that_sleeps_first_gets_every_byte(Provider::CreateOs);
+    a_consumer_that_sleeps_first_gets_every_byte(Face::CreateOs);
 }
 
 #[test]
 fn a_consumer_sleeping_three_seconds_first_gets_every_byte_on_daytona() {
-    a_consumer_that_sleeps_first_gets_every_byte(Provider::Daytona);
+    a_consumer_that_sleeps_first_gets_every_byte(Face::Daytona);
 }
 
-fn ten_concurrent_commands_complete(provider: Provider) {
-    let local = Local::start(provider);
-    let leases: Vec<String> = (0..10).map(|_| local.acquire()).collect();
+fn ten_concurrent_commands_complete(face: Face) {
+    let local = start(face);
+    let leases: Vec<String> = (0..10)
+        .map(|_| local.acquire(&test_support::acquire("run")))
+        .collect();
     // About 20 MB each.
     let want = seq_text(2_700_000);
     assert!(want.len() > 20_000_000);
@@ -353,14 +271,14 @@ fn ten_concurrent_commands_complete(provider: Provider) {
             .iter()
             .map(|lease| {
                 let local = &local;
-                scope.spawn(move || local.run(lease, &command("seq 1 2700000"), Duration::ZERO))
+                scope.spawn(move || run(local, lease, &command("seq 1 2700000"), Duration::ZERO))
             })
             .collect();
         for (i, run) in runs.into_iter().enumerate() {
             let (outcome, live) = run.join().unwrap();
-            let result = outcome.unwrap_or_else(|e| panic!("#{i} {}", short(provider, &e)));
-            assert_eq!(result.exit_code, Some(0), "{provider:?} #{i}");
-            assert_same(&format!("{provider:?} #{i}"), &live.stdout(), &want);
+            let result = outcome.unwrap_or_else(|e| panic!("#{i} {}", short(face, &e)));
+            assert_eq!(result.exit_code, Some(0), "{face:?} #{i}");
+            assert_same(&format!("{face:?} #{i}"), &live.stdout(), &want);
         }
     });
     local.server.shutdown();
@@ -368,20 +286,20 @@ fn ten_concurrent_commands_complete(provider: Provider) {
 
 #[test]
 fn ten_concurrent_twenty_megabyte_commands_all_complete_on_createos() {
-    ten_concurrent_commands_complete(Provider::CreateOs);
+    ten_concurrent_commands_complete(Face::CreateOs);
 }
 
 #[test]
 fn ten_concurrent_twenty_megabyte_commands_all_complete_on_daytona() {
-    ten_concurrent_commands_complete(Provider::Daytona);
+    ten_concurrent_commands_complete(Face::Daytona);
 }
 
 /// Bad input: a consumer that takes each chunk slowly (one per 500 ms)
 /// holds the command back but does not keep it past its timeout: the
 /// result is a timeout, after the command's tree was removed.
-fn a_stalled_consumer_does_not_outlive_the_timeout(provider: Provider) {
-    let local = Local::start(provider);
-    let lease = local.acquire();
+fn a_stalled_consumer_does_not_outlive_the_timeout(face: Face) {
+    let local = start(face);
+    let lease = local.acquire(&test_support::acquire("run"));
     let mut request = command("yes");
     request.timeout_ms = Some(3_000);
     let live = Live::default();
@@ -393,22 +311,19 @@ fn a_stalled_consumer_does_not_outlive_the_timeout(provider: Provider) {
         });
         sink
     };
-    let outcome = local
-        .runtime
-        .execute(&local.env, &lease, &request, Some(slow), CancelToken::new())
-        .unwrap();
-    let result = outcome.unwrap_or_else(|e| panic!("{}", short(provider, &e)));
-    assert!(result.timed_out, "{provider:?}");
-    assert!(!live.stdout().is_empty(), "{provider:?}");
-    assert!(local.server.shutdown().all_exited(), "{provider:?}");
+    let outcome = local.execute(&lease, &request, Some(slow));
+    let result = outcome.unwrap_or_else(|e| panic!("{}", short(face, &e)));
+    assert!(result.timed_out, "{face:?}");
+    assert!(!live.stdout().is_empty(), "{face:?}");
+    assert!(local.server.shutdown().all_exited(), "{face:?}");
 }
 
 #[test]
 fn a_stalled_consumer_does_not_outlive_the_timeout_on_createos() {
-    a_stalled_consumer_does_not_outlive_the_timeout(Provider::CreateOs);
+    a_stalled_consumer_does_not_outlive_the_timeout(Face::CreateOs);
 }
 
 #[test]
 fn a_stalled_consumer_does_not_outlive_the_timeout_on_daytona() {
-    a_stalled_consumer_does_not_outlive_the_timeout(Provider::Daytona);
+    a_stalled_consumer_does_not_outlive_the_timeout(Face::Daytona);
 }

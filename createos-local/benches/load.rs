@@ -10,8 +10,7 @@
 //!
 //! `cargo bench -p createos-local --bench load`
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -28,23 +27,11 @@ struct Server {
 
 impl Server {
     fn start() -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_createos-local"))
-            .args(["--port", "0"])
-            .env("CREATEOS_API_KEY", KEY)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start createos-local");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("listening line");
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .expect("listening on …")
-            .to_string();
+        let (child, base) = test_support::local::start_binary(
+            env!("CARGO_BIN_EXE_createos-local"),
+            ["--port", "0"],
+            KEY,
+        );
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(600))
             .build()
@@ -162,6 +149,20 @@ async fn burst<F: std::future::Future<Output = String>>(
     }
 }
 
+/// Sends `calls` at once and tallies their statuses.
+async fn tally_responses(
+    calls: impl IntoIterator<
+        Item = impl std::future::Future<Output = reqwest::Result<reqwest::Response>>,
+    >,
+) -> String {
+    let statuses: Vec<u16> = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .map(|r| r.map_or(0, |r| r.status().as_u16()))
+        .collect();
+    tally(&statuses)
+}
+
 fn tally(statuses: &[u16]) -> String {
     let mut counts = std::collections::BTreeMap::new();
     for s in statuses {
@@ -273,12 +274,7 @@ async fn main() {
                     .body(big_argv.clone())
                     .send()
             });
-            let st: Vec<u16> = futures_util::future::join_all(calls)
-                .await
-                .into_iter()
-                .map(|r| r.map_or(0, |r| r.status().as_u16()))
-                .collect();
-            tally(&st)
+            tally_responses(calls).await
         })
         .await,
     );
@@ -298,12 +294,7 @@ async fn main() {
                     .body(upload.clone())
                     .send()
             });
-            let st: Vec<u16> = futures_util::future::join_all(calls)
-                .await
-                .into_iter()
-                .map(|r| r.map_or(0, |r| r.status().as_u16()))
-                .collect();
-            tally(&st)
+            tally_responses(calls).await
         })
         .await,
     );

@@ -15,7 +15,6 @@
 //!
 //! `cargo bench -p createos-local --bench spawn [-- ROUNDS]` (default 40)
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -34,24 +33,14 @@ struct Server {
 
 impl Server {
     fn start(data_dir: PathBuf) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_createos-local"))
-            .args(["--port", "0", "--isolation", "bwrap", "--data-dir"])
-            .arg(&data_dir)
-            .env("CREATEOS_API_KEY", KEY)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start createos-local");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("listening line");
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .expect("listening on …")
-            .to_string();
+        let args = ["--port", "0", "--isolation", "bwrap", "--data-dir"];
+        let (child, base) = test_support::local::start_binary(
+            env!("CARGO_BIN_EXE_createos-local"),
+            args.iter()
+                .map(std::ffi::OsStr::new)
+                .chain([data_dir.as_os_str()]),
+            KEY,
+        );
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(120))
             .build()

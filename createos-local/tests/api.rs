@@ -169,40 +169,39 @@ async fn files_round_trip_and_confinement() {
         data
     );
 
-    // Missing parameter, wrong method: still the JSend envelope.
-    let resp = h
-        .http
-        .get(format!("{}/v1/sandboxes/{sb}/files", h.base))
-        .header("X-Api-Key", KEY)
-        .send()
-        .await
-        .expect("get");
-    assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
-    let v: Value = resp.json().await.expect("envelope");
-    assert_eq!(v["status"], "fail");
-    let resp = h
-        .http
-        .patch(format!("{}/v1/sandboxes/{sb}", h.base))
-        .header("X-Api-Key", KEY)
-        .send()
-        .await
-        .expect("patch");
-    assert_eq!(resp.status(), StatusCode::METHOD_NOT_ALLOWED);
-    let v: Value = resp.json().await.expect("envelope");
-    assert_eq!(v["status"], "fail");
-    let resp = h
-        .http
-        .get(format!(
-            "{}/v1/sandboxes/{sb}/processes/p/connect?after=x",
-            h.base
-        ))
-        .header("X-Api-Key", KEY)
-        .send()
-        .await
-        .expect("get");
-    assert!(resp.status().is_client_error());
-    let v: Value = resp.json().await.expect("envelope");
-    assert_eq!(v["status"], "fail");
+    // Missing parameter, wrong method: still the JSend envelope (the
+    // status named, or any 4xx where none is).
+    for (method, path, want) in [
+        (
+            Method::GET,
+            format!("/v1/sandboxes/{sb}/files"),
+            Some(StatusCode::BAD_REQUEST),
+        ),
+        (
+            Method::PATCH,
+            format!("/v1/sandboxes/{sb}"),
+            Some(StatusCode::METHOD_NOT_ALLOWED),
+        ),
+        (
+            Method::GET,
+            format!("/v1/sandboxes/{sb}/processes/p/connect?after=x"),
+            None,
+        ),
+    ] {
+        let resp = h
+            .http
+            .request(method.clone(), format!("{}{path}", h.base))
+            .header("X-Api-Key", KEY)
+            .send()
+            .await
+            .expect("sent");
+        match want {
+            Some(want) => assert_eq!(resp.status(), want, "{method} {path}"),
+            None => assert!(resp.status().is_client_error(), "{method} {path}"),
+        }
+        let v: Value = resp.json().await.expect("envelope");
+        assert_eq!(v["status"], "fail", "{method} {path}");
+    }
 
     // Lexically invalid paths.
     for bad in ["relative/x", "/tmp/../../etc/passwd", "/tmp/..", "/"] {
@@ -531,16 +530,7 @@ async fn injected_stream_faults() {
         connect,
         FaultAction::ResetAfterFrames { frames: 2 },
     ));
-    let mut resp = h
-        .http
-        .get(format!(
-            "{}/v1/sandboxes/{sb}/processes/{pid}/connect?after=0",
-            h.base
-        ))
-        .header("X-Api-Key", KEY)
-        .send()
-        .await
-        .expect("head");
+    let mut resp = h.connect_response(&sb, &pid, 0).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let mut got = Vec::new();
     let mut failed = false;
@@ -643,16 +633,7 @@ async fn slow_live_reader_holds_the_producer_back_and_gets_every_byte() {
     let sb = h.sandbox().await;
     // 8 MiB: 128 times the journal.
     let pid = h.spawn(&sb, "head -c 8388608 /dev/zero | tr '\\0' b").await;
-    let mut resp = h
-        .http
-        .get(format!(
-            "{}/v1/sandboxes/{sb}/processes/{pid}/connect?after=0",
-            h.base
-        ))
-        .header("X-Api-Key", KEY)
-        .send()
-        .await
-        .expect("head");
+    let mut resp = h.connect_response(&sb, &pid, 0).await;
     assert_eq!(resp.status(), StatusCode::OK);
     // Not reading for 3 s: the command cannot finish meanwhile.
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,14 +19,9 @@ async fn binary_prints_address_and_cleans_up_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn binary");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let first = lines.next().expect("a line").expect("utf8 line");
-    let base = first
-        .strip_prefix("listening on ")
-        .expect("listening line")
-        .to_string();
-    assert!(base.starts_with("http://127.0.0.1:"), "{first}");
+    // Its stdout stays open (as the test's reader kept it) until the end.
+    let (base, _lines) = test_support::local::listening(&mut child);
+    assert!(base.starts_with("http://127.0.0.1:"), "{base}");
     let port: u16 = base
         .rsplit(':')
         .next()
@@ -135,16 +130,7 @@ async fn the_key_comes_from_a_file_and_help_states_budgets() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn binary");
-    let stdout = child.stdout.take().expect("stdout");
-    let first = BufReader::new(stdout)
-        .lines()
-        .next()
-        .expect("a line")
-        .expect("utf8 line");
-    let base = first
-        .strip_prefix("listening on ")
-        .expect("listening line")
-        .to_string();
+    let (base, _) = test_support::local::listening(&mut child);
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id())).expect("cmdline");
     assert!(!String::from_utf8_lossy(&cmdline).contains("file-key"));
     let http = reqwest::Client::new();

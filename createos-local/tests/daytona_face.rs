@@ -46,21 +46,8 @@ impl Daytona {
         url: &str,
         body: Option<Value>,
     ) -> (StatusCode, Value, Bytes) {
-        let mut rb = self
-            .h
-            .http
-            .request(method, url)
-            .header("Authorization", format!("Bearer {KEY}"))
-            // Logs with stream markers, as the provider asks for them.
-            .header("X-Daytona-Split-Output", "true");
-        if let Some(b) = body {
-            rb = rb.json(&b);
-        }
-        let resp = rb.send().await.expect("request sent");
-        let status = resp.status();
-        let bytes = resp.bytes().await.expect("body");
-        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        (status, v, bytes)
+        // Logs with stream markers, as the provider asks for them.
+        self.h.daytona_raw(method, url, body, true).await
     }
 
     async fn api(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
@@ -1032,7 +1019,6 @@ async fn toolbox_origin_follows_the_listener_option() {
 /// `toolbox on` line with `--toolbox-port`; that origin serves the toolbox.
 #[tokio::test]
 async fn binary_prints_the_toolbox_origin_when_asked() {
-    use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_createos-local"))
         .args(["--port", "0", "--toolbox-port", "0"])
         .env("CREATEOS_API_KEY", "cli-key")
@@ -1040,14 +1026,8 @@ async fn binary_prints_the_toolbox_origin_when_asked() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("spawn binary");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = std::io::BufReader::new(stdout).lines();
-    let first = lines.next().expect("line").expect("utf8");
+    let (base, mut lines) = test_support::local::listening(&mut child);
     let second = lines.next().expect("line").expect("utf8");
-    let base = first
-        .strip_prefix("listening on ")
-        .expect("listening line")
-        .to_string();
     let toolbox = second
         .strip_prefix("toolbox on ")
         .expect("toolbox line")

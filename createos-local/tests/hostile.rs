@@ -95,6 +95,9 @@ async fn concurrent_exec_output_is_complete() {
 
 /// Pins issue 19 item 2 (`/connect`): the exit frame was sent after a
 /// drain that stopped early, so the stream ended cleanly without the tail.
+// The same rounds as `concurrent_exec_output_is_complete` on purpose:
+// each pins its own drain (buffered exec vs `/connect`), and a failure
+// names the path that lost output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_connect_output_is_complete() {
     let _heavy = HEAVY.lock().await;

@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Harness, KEY};
-use reqwest::{Method, StatusCode};
-use serde_json::{json, Value};
+use reqwest::StatusCode;
+use serde_json::json;
 
 /// Whether this host should be able to give sandboxes disks of their own
 /// (root, loop devices, mkfs.ext4): then a server without them is a
@@ -20,38 +20,6 @@ fn disks_expected_here() -> bool {
         && ["/sbin/mkfs.ext4", "/usr/sbin/mkfs.ext4"]
             .iter()
             .any(|p| std::path::Path::new(p).exists())
-}
-
-/// A Bearer request to the Daytona face.
-async fn daytona(
-    h: &Harness,
-    method: Method,
-    url: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let mut rb = h
-        .http
-        .request(method, url)
-        .header("Authorization", format!("Bearer {KEY}"));
-    if let Some(b) = body {
-        rb = rb.json(&b);
-    }
-    let resp = rb.send().await.expect("request sent");
-    let st = resp.status();
-    let bytes = resp.bytes().await.expect("body");
-    (st, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-}
-
-async fn daytona_sandbox(h: &Harness) -> String {
-    let (st, v) = daytona(
-        h,
-        Method::POST,
-        &format!("{}/sandbox", h.server.daytona_api_url()),
-        Some(json!({"snapshot": "daytona-small", "autoStopInterval": 0})),
-    )
-    .await;
-    assert_eq!(st, StatusCode::OK, "{v}");
-    v["id"].as_str().expect("id").to_string()
 }
 
 /// Size of the regular file at `path` on the host, 0 when absent.
@@ -141,27 +109,20 @@ async fn a_sandbox_filling_its_disk_gets_enospc_inside_and_the_host_disk_stays_f
     assert!(!h.server.data_dir().join(&full).exists());
 
     // The Daytona face: the same write through `process/execute`.
-    let sb = daytona_sandbox(&h).await;
-    let (st, v) = daytona(
-        &h,
-        Method::POST,
-        &format!("{}/{sb}/process/execute", h.server.toolbox_url()),
-        Some(json!({"command": "sh -c 'head -c 209715200 /dev/zero > /tmp/big; echo rc=$?'"})),
-    )
-    .await;
+    let sb = h.daytona_sandbox().await;
+    let (st, v) = h
+        .daytona_execute(
+            &sb,
+            "sh -c 'head -c 209715200 /dev/zero > /tmp/big; echo rc=$?'",
+        )
+        .await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let result = v["result"].as_str().unwrap_or("");
     assert!(result.contains("No space left on device"), "{v}");
     assert!(!result.contains("rc=0"), "{v}");
     let root = h.server.data_dir().join(format!("daytona-{sb}"));
     assert!(host_size(&root.join("tmp/big")) <= DISK);
-    let (st, v) = daytona(
-        &h,
-        Method::DELETE,
-        &format!("{}/sandbox/{sb}", h.server.daytona_api_url()),
-        None,
-    )
-    .await;
+    let (st, v) = h.daytona_delete(&sb).await;
     assert!(st.is_success(), "{st} {v}");
     let out = h.exec(&other, "echo still").await;
     assert_eq!(out["stdout"], "still\n", "{out}");
@@ -265,14 +226,7 @@ async fn the_process_budget_counts_every_task_of_running_commands() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (st, v) = h
-        .post(
-            &format!("/v1/sandboxes/{sb}/processes"),
-            json!({"cmd": "/bin/true"}),
-        )
-        .await;
-    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
-    assert_eq!(v["data"]["reason"], "process_limit", "{v}");
+    h.assert_process_limit(&sb).await;
     let (st, v) = h.delete_process(&sb, &p, 100).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let out = h.exec(&sb, "echo room").await;
@@ -296,41 +250,28 @@ async fn a_launcher_that_cannot_start_the_command_is_a_server_failure() {
         eprintln!("skipped: commands are not confined here (process-group mode)");
         return;
     }
-    let sb = daytona_sandbox(&h).await;
-    let tb = h.server.toolbox_url();
+    let sb = h.daytona_sandbox().await;
     let core = h.server.data_dir().join(format!("daytona-{sb}"));
     assert!(core.exists());
     // Fill the sandbox's task limit with sleeping processes (bash retries
     // a failed fork quietly, so the limit stays full).
-    let (st, v) = daytona(
-        &h,
-        Method::POST,
-        &format!("{tb}/{sb}/process/session"),
-        Some(json!({"sessionId": "bomb"})),
-    )
-    .await;
+    let (st, v) = h.daytona_session(&sb, "bomb").await;
     assert!(st.is_success(), "{st} {v}");
-    let (st, v) = daytona(
-        &h,
-        Method::POST,
-        &format!("{tb}/{sb}/process/session/bomb/exec"),
-        Some(json!({
-            "command": "bash -c 'while true; do sleep 300 & done' 2>/dev/null",
-            "runAsync": true
-        })),
-    )
-    .await;
+    let (st, v) = h
+        .daytona_session_exec(
+            &sb,
+            "bomb",
+            json!({
+                "command": "bash -c 'while true; do sleep 300 & done' 2>/dev/null",
+                "runAsync": true
+            }),
+        )
+        .await;
     assert!(st.is_success(), "{st} {v}");
     // Wait until the sandbox is full: a fork inside fails.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let last = loop {
-        let answer = daytona(
-            &h,
-            Method::POST,
-            &format!("{tb}/{sb}/process/execute"),
-            Some(json!({"command": "echo hi"})),
-        )
-        .await;
+        let answer = h.daytona_execute(&sb, "echo hi").await;
         if answer.0 != StatusCode::OK || answer.1["exitCode"] != 0 {
             break answer;
         }
@@ -344,21 +285,11 @@ async fn a_launcher_that_cannot_start_the_command_is_a_server_failure() {
     let message = last.1["message"].as_str().unwrap_or("");
     assert!(!message.is_empty(), "{last:?}");
     // A synchronous session command the same way.
-    let (st, v) = daytona(
-        &h,
-        Method::POST,
-        &format!("{tb}/{sb}/process/session/bomb/exec"),
-        Some(json!({"command": "echo hi"})),
-    )
-    .await;
+    let (st, v) = h
+        .daytona_session_exec(&sb, "bomb", json!({"command": "echo hi"}))
+        .await;
     assert!(st.is_server_error(), "{st} {v}");
-    let (st, v) = daytona(
-        &h,
-        Method::DELETE,
-        &format!("{}/sandbox/{sb}", h.server.daytona_api_url()),
-        None,
-    )
-    .await;
+    let (st, v) = h.daytona_delete(&sb).await;
     assert!(st.is_success(), "{st} {v}");
 
     // The CreateOS face: the same through `exec`.
@@ -408,12 +339,7 @@ async fn a_sandbox_disk_the_host_could_not_hold_is_refused_with_429() {
         eprintln!("skipped: this host cannot mount sandbox disks");
         return;
     }
-    let (st, v) = h
-        .post(
-            "/v1/sandboxes",
-            json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false}),
-        )
-        .await;
+    let (st, v) = h.create_sandbox(json!({})).await;
     assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
     assert_eq!(v["data"]["reason"], "disk_limit", "{v}");
     assert!(
@@ -422,13 +348,7 @@ async fn a_sandbox_disk_the_host_could_not_hold_is_refused_with_429() {
             .is_some_and(|m| m.contains("--sandbox-disk")),
         "{v}"
     );
-    let (st, v) = daytona(
-        &h,
-        Method::POST,
-        &format!("{}/sandbox", h.server.daytona_api_url()),
-        Some(json!({"snapshot": "daytona-small"})),
-    )
-    .await;
+    let (st, v) = h.daytona_create(json!({"snapshot": "daytona-small"})).await;
     assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
     assert_eq!(v["code"], "disk_limit", "{v}");
     let leftovers: Vec<_> = std::fs::read_dir(h.server.data_dir())

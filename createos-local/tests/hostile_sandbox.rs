@@ -34,12 +34,7 @@ async fn deleting_a_100000_level_tree_does_not_crash_the_server() {
     let h = Harness::start().await;
     let other = h.sandbox().await;
     let sb = h.sandbox().await;
-    let (st, v) = h
-        .post(
-            &format!("/v1/sandboxes/{sb}/exec"),
-            json!({"cmd": "/usr/bin/perl", "args": ["-e", deep_script()]}),
-        )
-        .await;
+    let (st, v) = build_deep_tree(&h, &sb).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["data"]["result"]["exit_code"], 0, "{v}");
     let root = h.server.data_dir().join(&sb);
@@ -59,12 +54,7 @@ async fn deleting_a_100000_level_tree_does_not_crash_the_server() {
 async fn shutdown_removes_a_100000_level_tree() {
     let h = Harness::start().await;
     let sb = h.sandbox().await;
-    let (st, v) = h
-        .post(
-            &format!("/v1/sandboxes/{sb}/exec"),
-            json!({"cmd": "/usr/bin/perl", "args": ["-e", deep_script()]}),
-        )
-        .await;
+    let (st, v) = build_deep_tree(&h, &sb).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let root = h.server.data_dir().join(&sb);
     let report = h.server.shutdown().await;
@@ -72,72 +62,24 @@ async fn shutdown_removes_a_100000_level_tree() {
     assert!(!root.exists(), "the sandbox root is left on disk");
 }
 
-/// A Bearer request to the Daytona face.
-async fn daytona(
-    h: &Harness,
-    method: Method,
-    url: &str,
-    body: Option<Value>,
-) -> (StatusCode, Value) {
-    let mut rb = h
-        .http
-        .request(method, url)
-        .header("Authorization", format!("Bearer {KEY}"));
-    if let Some(b) = body {
-        rb = rb.json(&b);
-    }
-    let resp = rb.send().await.expect("request sent");
-    let st = resp.status();
-    let bytes = resp.bytes().await.expect("body");
-    (st, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
-}
-
-async fn daytona_sandbox(h: &Harness) -> String {
-    let (st, v) = daytona(
-        h,
-        Method::POST,
-        &format!("{}/sandbox", h.server.daytona_api_url()),
-        Some(json!({"snapshot": "daytona-small", "autoStopInterval": 0})),
-    )
-    .await;
-    assert_eq!(st, StatusCode::OK, "{v}");
-    v["id"].as_str().expect("id").to_string()
-}
-
 /// Issue 24 item 1 (Daytona face): the same 100 000-level tree built
 /// through `process/execute`, then `DELETE /sandbox/{id}`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_deep_tree_through_the_daytona_face_does_not_crash_the_server() {
     let h = Harness::start().await;
-    let sb = daytona_sandbox(&h).await;
-    let (st, v) = daytona(
-        &h,
-        Method::POST,
-        &format!("{}/{sb}/process/execute", h.server.toolbox_url()),
-        Some(json!({"command": format!("/usr/bin/perl -e '{}'", deep_script())})),
-    )
-    .await;
+    let sb = h.daytona_sandbox().await;
+    let (st, v) = h
+        .daytona_execute(&sb, &format!("/usr/bin/perl -e '{}'", deep_script()))
+        .await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["exitCode"], 0, "{v}");
     let root = h.server.data_dir().join(format!("daytona-{sb}"));
     assert!(root.exists());
-    let (st, v) = daytona(
-        &h,
-        Method::DELETE,
-        &format!("{}/sandbox/{sb}", h.server.daytona_api_url()),
-        None,
-    )
-    .await;
+    let (st, v) = h.daytona_delete(&sb).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert!(!root.exists(), "the sandbox root is left on disk");
-    let other = daytona_sandbox(&h).await;
-    let (st, v) = daytona(
-        &h,
-        Method::POST,
-        &format!("{}/{other}/process/execute", h.server.toolbox_url()),
-        Some(json!({"command": "echo alive"})),
-    )
-    .await;
+    let other = h.daytona_sandbox().await;
+    let (st, v) = h.daytona_execute(&other, "echo alive").await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["exitCode"], 0, "{v}");
 }
@@ -163,18 +105,11 @@ async fn finished_processes_beyond_the_count_are_dropped() {
     let (old, new) = ids.split_at(ids.len() - KEEP);
     let until = deadline(60);
     for pid in old {
-        loop {
-            let (st, v) = h.get(&format!("/v1/sandboxes/{sb}/processes/{pid}")).await;
-            if st == StatusCode::NOT_FOUND {
-                break;
-            }
-            assert_eq!(st, StatusCode::OK, "{v}");
-            assert!(
-                Instant::now() < until,
-                "finished process {pid} is still kept: {v}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let what = format!("finished process {pid}");
+        forgotten_by(until, &what, async || {
+            h.get(&format!("/v1/sandboxes/{sb}/processes/{pid}")).await
+        })
+        .await;
     }
     for pid in new {
         let (st, v) = h.get(&format!("/v1/sandboxes/{sb}/processes/{pid}")).await;
@@ -182,55 +117,31 @@ async fn finished_processes_beyond_the_count_are_dropped() {
     }
 
     // The Daytona face: session commands beyond the count are forgotten.
-    let dsb = daytona_sandbox(&h).await;
+    let dsb = h.daytona_sandbox().await;
     let tb = format!("{}/{dsb}", h.server.toolbox_url());
-    let (st, v) = daytona(
-        &h,
-        Method::POST,
-        &format!("{tb}/process/session"),
-        Some(json!({"sessionId": "s"})),
-    )
-    .await;
+    let (st, v) = h.daytona_session(&dsb, "s").await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
     let mut cmds = Vec::new();
     for _ in 0..KEEP + 3 {
-        let (st, v) = daytona(
-            &h,
-            Method::POST,
-            &format!("{tb}/process/session/s/exec"),
-            Some(json!({"command": "true"})),
-        )
-        .await;
+        let (st, v) = h
+            .daytona_session_exec(&dsb, "s", json!({"command": "true"}))
+            .await;
         assert_eq!(st, StatusCode::OK, "{v}");
         cmds.push(v["cmdId"].as_str().expect("cmdId").to_string());
     }
-    let until = deadline(60);
-    loop {
-        let (st, v) = daytona(
-            &h,
+    forgotten_by(deadline(60), "the finished command", async || {
+        let url = format!("{tb}/process/session/s/command/{}", cmds[0]);
+        h.daytona(Method::GET, url, None).await
+    })
+    .await;
+    let last = cmds.last().expect("a command");
+    let (st, v) = h
+        .daytona(
             Method::GET,
-            &format!("{tb}/process/session/s/command/{}", cmds[0]),
+            &format!("{tb}/process/session/s/command/{last}"),
             None,
         )
         .await;
-        if st == StatusCode::NOT_FOUND {
-            break;
-        }
-        assert_eq!(st, StatusCode::OK, "{v}");
-        assert!(
-            Instant::now() < until,
-            "finished command is still kept: {v}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let last = cmds.last().expect("a command");
-    let (st, v) = daytona(
-        &h,
-        Method::GET,
-        &format!("{tb}/process/session/s/command/{last}"),
-        None,
-    )
-    .await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["exitCode"], 0, "{v}");
 }
@@ -248,42 +159,18 @@ async fn host_wide_budgets_refuse_creation_with_429() {
     )
     .await;
     let a = h.sandbox().await;
-    let b = daytona_sandbox(&h).await;
-    let (st, v) = h
-        .post(
-            "/v1/sandboxes",
-            json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false}),
-        )
-        .await;
+    let b = h.daytona_sandbox().await;
+    let (st, v) = h.create_sandbox(json!({})).await;
     assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
     assert_eq!(v["data"]["reason"], "sandbox_limit", "{v}");
-    let (st, v) = daytona(
-        &h,
-        Method::POST,
-        &format!("{}/sandbox", h.server.daytona_api_url()),
-        Some(json!({"snapshot": "daytona-small"})),
-    )
-    .await;
+    let (st, v) = h.daytona_create(json!({"snapshot": "daytona-small"})).await;
     assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
     assert_eq!(v["code"], "sandbox_limit", "{v}");
 
     let p1 = h.spawn(&a, "sleep 60").await;
     let p2 = h.spawn(&a, "sleep 60").await;
-    let (st, v) = h
-        .post(
-            &format!("/v1/sandboxes/{a}/processes"),
-            json!({"cmd": "/bin/true"}),
-        )
-        .await;
-    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
-    assert_eq!(v["data"]["reason"], "process_limit", "{v}");
-    let (st, v) = daytona(
-        &h,
-        Method::POST,
-        &format!("{}/{b}/process/execute", h.server.toolbox_url()),
-        Some(json!({"command": "true"})),
-    )
-    .await;
+    h.assert_process_limit(&a).await;
+    let (st, v) = h.daytona_execute(&b, "true").await;
     assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
     for p in [p1, p2] {
         let (st, v) = h.delete_process(&a, &p, 100).await;
@@ -380,6 +267,33 @@ async fn unauthenticated_half_sent_requests_cannot_starve_authenticated_ones() {
         );
     }
     drop(held);
+}
+
+/// Asks `fetch` until it answers 404 (anything but 200 before fails), by
+/// `until`: `what` is then forgotten.
+async fn forgotten_by(
+    until: Instant,
+    what: &str,
+    mut fetch: impl AsyncFnMut() -> (StatusCode, Value),
+) {
+    loop {
+        let (st, v) = fetch().await;
+        if st == StatusCode::NOT_FOUND {
+            return;
+        }
+        assert_eq!(st, StatusCode::OK, "{v}");
+        assert!(Instant::now() < until, "{what} is still kept: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs [`deep_script`] in `sb` through `exec`.
+async fn build_deep_tree(h: &Harness, sb: &str) -> (StatusCode, Value) {
+    h.post(
+        &format!("/v1/sandboxes/{sb}/exec"),
+        json!({"cmd": "/usr/bin/perl", "args": ["-e", deep_script()]}),
+    )
+    .await
 }
 
 fn deadline(secs: u64) -> Instant {

@@ -68,16 +68,7 @@ impl Backend {
         }
         let mut child = cmd.spawn().expect("spawn createos-local");
         drop((dir, file, sock));
-        let stdout = child.stdout.take().expect("stdout");
-        let first = BufReader::new(stdout)
-            .lines()
-            .next()
-            .expect("a line")
-            .expect("utf8");
-        let base = first
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {first:?}"))
-            .to_string();
+        let (base, _) = test_support::local::listening(&mut child);
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(60))
             .build()
@@ -145,24 +136,6 @@ impl Drop for Backend {
     }
 }
 
-/// The descriptor numbers open in the shell, from `ls -l /proc/$$/fd`.
-fn open_fds(listing: &str) -> Vec<i32> {
-    let mut fds: Vec<i32> = listing
-        .lines()
-        .filter(|l| l.contains(" -> "))
-        .filter_map(|l| {
-            l.split(" -> ")
-                .next()?
-                .split_whitespace()
-                .last()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    fds.sort_unstable();
-    fds
-}
-
 /// Issue 19 item 1: descriptors the backend inherits (a directory, a file,
 /// a socket) reached every sandboxed command; `/proc/self/fd/N/...` of an
 /// inherited `/` was a full host escape. Every command must start with
@@ -172,7 +145,11 @@ async fn inherited_descriptors_never_reach_a_command(isolation: &str) {
     let sb = backend.sandbox(json!({})).await;
     let r = backend.exec(&sb, "ls -l /proc/$$/fd").await;
     let listing = r["stdout"].as_str().expect("stdout");
-    assert_eq!(open_fds(listing), vec![0, 1, 2], "{isolation}: {r}");
+    assert_eq!(
+        test_support::procs::fd_numbers(listing),
+        vec![0, 1, 2],
+        "{isolation}: {r}"
+    );
     // Nothing reaches the host through a leaked number either.
     let r = backend
         .exec(&sb, "for n in 40 41 42; do cat /proc/self/fd/$n/etc/hostname; done; ls /proc/self/fd/40/ 2>&1 | head -3")
@@ -212,7 +189,11 @@ async fn inherited_descriptors_never_reach_a_command(isolation: &str) {
         .collect();
     let out = common::stream_bytes(&frames, "stdout", 0);
     let listing = String::from_utf8_lossy(&out);
-    assert_eq!(open_fds(&listing), vec![0, 1, 2], "{isolation}: {listing}");
+    assert_eq!(
+        test_support::procs::fd_numbers(&listing),
+        vec![0, 1, 2],
+        "{isolation}: {listing}"
+    );
 }
 
 #[tokio::test]

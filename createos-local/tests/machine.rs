@@ -7,7 +7,7 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{marker, Harness, KEY};
+use common::{marker, Harness};
 use createos_local::{IsolationMode, IsolationPreference, Server};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -123,37 +123,17 @@ async fn daytona_env_never_reaches_the_host_side_launcher() {
     };
     let lib = lib.display().to_string();
     let h = confined(Server::builder().toolbox_port(0)).await;
-    let api = h.server.daytona_api_url();
-    let toolbox = h.server.toolbox_url().to_string();
-    let call = |method: Method, url: String, body: Value| {
-        let http = h.http.clone();
-        async move {
-            let resp = http
-                .request(method, url)
-                .header("Authorization", format!("Bearer {KEY}"))
-                .json(&body)
-                .send()
-                .await
-                .expect("request");
-            let st = resp.status();
-            (st, resp.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
-    let (st, v) = call(
-        Method::POST,
-        format!("{api}/sandbox"),
-        json!({"snapshot": "daytona-small", "env": {"LD_PRELOAD": lib, "SEEN": "yes"},
+    let (st, v) = h
+        .daytona_create(
+            json!({"snapshot": "daytona-small", "env": {"LD_PRELOAD": lib, "SEEN": "yes"},
                "autoStopInterval": 0}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let sb = v["id"].as_str().expect("id").to_string();
-    let (st, v) = call(
-        Method::POST,
-        format!("{toolbox}/{sb}/process/execute"),
-        json!({"command": "sh -c 'echo $SEEN $LD_PRELOAD'"}),
-    )
-    .await;
+    let (st, v) = h
+        .daytona_execute(&sb, "sh -c 'echo $SEEN $LD_PRELOAD'")
+        .await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let out = v["result"].as_str().unwrap_or_default();
     assert!(out.contains(&format!("yes {lib}\n")), "{v}");
@@ -332,6 +312,16 @@ async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
     assert!(h.server.shutdown().await.all_exited());
 }
 
+/// Whether this host gives sandboxes machines of their own (root and a
+/// pids cgroup); says so when it does not (the test is then skipped).
+fn machines_here() -> bool {
+    let here = createos_local::machine::enabled_here();
+    if !here {
+        eprintln!("no sandbox machines on this host (needs root and a pids cgroup): skipped");
+    }
+    here
+}
+
 /// Issue 25 items 1, 2 and 5: a background server one command leaves
 /// behind answers the next command on `localhost` and shows in its `ps`;
 /// deleting one command's process kills exactly its tree (a `setsid`
@@ -339,8 +329,7 @@ async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
 /// background process alive; deleting the sandbox ends everything.
 #[tokio::test]
 async fn a_sandbox_is_one_machine_with_per_command_trees() {
-    if !createos_local::machine::enabled_here() {
-        eprintln!("no sandbox machines on this host (needs root and a pids cgroup): skipped");
+    if !machines_here() {
         return;
     }
     let h = confined(Server::builder()).await;
@@ -449,8 +438,7 @@ async fn host_http_server(body: &'static str) -> u16 {
 /// `any` does not open the host's loopback.
 #[tokio::test]
 async fn egress_follows_the_operators_allow_list() {
-    if !createos_local::machine::enabled_here() {
-        eprintln!("no sandbox machines on this host: skipped");
+    if !machines_here() {
         return;
     }
     let allowed = host_http_server("hello from the host\n").await;
@@ -527,59 +515,25 @@ async fn egress_follows_the_operators_allow_list() {
 /// the background answers a later `process/execute` on `localhost`.
 #[tokio::test]
 async fn daytona_session_background_server_answers_later_commands() {
-    if !createos_local::machine::enabled_here() {
-        eprintln!("no sandbox machines on this host: skipped");
+    if !machines_here() {
         return;
     }
     let h = confined(Server::builder().toolbox_port(0)).await;
-    let api = h.server.daytona_api_url();
-    let toolbox = h.server.toolbox_url().to_string();
-    let call = |method: Method, url: String, body: Value| {
-        let http = h.http.clone();
-        async move {
-            let resp = http
-                .request(method, url)
-                .header("Authorization", format!("Bearer {KEY}"))
-                .json(&body)
-                .send()
-                .await
-                .expect("request");
-            let st = resp.status();
-            (st, resp.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
-    let (st, v) = call(
-        Method::POST,
-        format!("{api}/sandbox"),
-        json!({"snapshot": "daytona-small", "autoStopInterval": 0}),
-    )
-    .await;
-    assert_eq!(st, StatusCode::OK, "{v}");
-    let sb = v["id"].as_str().expect("id").to_string();
-    let (st, v) = call(
-        Method::POST,
-        format!("{toolbox}/{sb}/process/session"),
-        json!({"sessionId": "s"}),
-    )
-    .await;
+    let sb = h.daytona_sandbox().await;
+    let (st, v) = h.daytona_session(&sb, "s").await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
-    let (st, v) = call(
-        Method::POST,
-        format!("{toolbox}/{sb}/process/session/s/exec"),
-        json!({"command": "cd /tmp && nohup python3 -m http.server 8766 >/dev/null 2>&1 &", "runAsync": true}),
-    )
-    .await;
+    let (st, v) = h
+        .daytona_session_exec(
+            &sb,
+            "s",
+            json!({"command": "cd /tmp && nohup python3 -m http.server 8766 >/dev/null 2>&1 &", "runAsync": true}),
+        )
+        .await;
     assert_eq!(st, StatusCode::ACCEPTED, "{v}");
-    let probe = "python3 -c 'import time, urllib.request\nfor i in range(100):\n    try:\n        print(urllib.request.urlopen(\"http://127.0.0.1:8766/\").status); break\n    except OSError:\n        time.sleep(0.1)'";
-    let (st, v) = call(
-        Method::POST,
-        format!("{toolbox}/{sb}/process/execute"),
-        json!({"command": format!("sh -c {}", shell_quote(probe))}),
-    )
-    .await;
+    let (st, v) = h.daytona_execute(&sb, &http_probe(8766)).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["result"], "200\n", "{v}");
-    let (st, v) = call(Method::DELETE, format!("{api}/sandbox/{sb}"), json!({})).await;
+    let (st, v) = h.daytona_delete(&sb).await;
     assert!(st.is_success(), "{v}");
     assert!(h.server.shutdown().await.all_exited());
 }
@@ -591,28 +545,13 @@ async fn daytona_session_background_server_answers_later_commands() {
 /// with it.
 #[tokio::test]
 async fn daytona_execute_leaves_background_processes_running_like_the_daemon() {
-    if !createos_local::machine::enabled_here() {
-        eprintln!("no sandbox machines on this host: skipped");
+    if !machines_here() {
         return;
     }
     let h = confined(Server::builder().toolbox_port(0)).await;
-    let api = h.server.daytona_api_url();
     let toolbox = h.server.toolbox_url().to_string();
-    let call = |method: Method, url: String, body: Value| {
-        let http = h.http.clone();
-        async move {
-            let resp = http
-                .request(method, url)
-                .header("Authorization", format!("Bearer {KEY}"))
-                .json(&body)
-                .send()
-                .await
-                .expect("request");
-            let st = resp.status();
-            (st, resp.json::<Value>().await.unwrap_or(Value::Null))
-        }
-    };
-    let (st, v) = call(Method::POST, format!("{api}/sandbox"), json!({})).await;
+    let call = |method: Method, url: String, body: Value| h.daytona(method, url, Some(body));
+    let (st, v) = h.daytona_create(json!({})).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let sb = v["id"].as_str().expect("id").to_string();
     let execute = |command: String, timeout: u64| {
@@ -632,8 +571,7 @@ async fn daytona_execute_leaves_background_processes_running_like_the_daemon() {
         (StatusCode::OK, Some("started\n")),
         "{v}"
     );
-    let probe = "python3 -c 'import time, urllib.request\nfor i in range(100):\n    try:\n        print(urllib.request.urlopen(\"http://127.0.0.1:8767/\").status); break\n    except OSError:\n        time.sleep(0.1)'";
-    let (st, v) = execute(format!("sh -c {}", shell_quote(probe)), 0).await;
+    let (st, v) = execute(http_probe(8767), 0).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["result"], "200\n", "{v}");
     // A timeout terminates the command's tree, background included.
@@ -641,9 +579,20 @@ async fn daytona_execute_leaves_background_processes_running_like_the_daemon() {
     assert_eq!(st, StatusCode::REQUEST_TIMEOUT, "{v}");
     let (_, v) = execute("pgrep -c -f 'slee[p] 1000' || true".into(), 0).await;
     assert_eq!(v["result"], "0\n", "{v}");
-    let (st, v) = call(Method::DELETE, format!("{api}/sandbox/{sb}"), json!({})).await;
+    let (st, v) = h.daytona_delete(&sb).await;
     assert!(st.is_success(), "{v}");
     assert!(h.server.shutdown().await.all_exited());
+}
+
+/// A shell command that asks `http://127.0.0.1:{port}/` for up to 10 s
+/// (the server may still be starting) and prints the status.
+fn http_probe(port: u16) -> String {
+    let probe = format!(
+        "python3 -c 'import time, urllib.request\nfor i in range(100):\n    try:\n        \
+         print(urllib.request.urlopen(\"http://127.0.0.1:{port}/\").status); break\n    \
+         except OSError:\n        time.sleep(0.1)'"
+    );
+    format!("sh -c {}", shell_quote(&probe))
 }
 
 fn shell_quote(s: &str) -> String {
@@ -656,8 +605,7 @@ fn shell_quote(s: &str) -> String {
 #[test]
 fn the_startup_line_states_the_machine_model_and_the_egress_policy() {
     use std::io::BufRead;
-    if !createos_local::machine::enabled_here() {
-        eprintln!("no sandbox machines on this host: skipped");
+    if !machines_here() {
         return;
     }
     for (args, outbound) in [

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{exit_frame, stream_bytes, Harness, KEY};
+use common::{exit_frame, stream_bytes, Harness};
 use createos_local::{FaultAction, FaultRule};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -25,16 +25,7 @@ async fn frames(mut resp: reqwest::Response) -> Vec<Value> {
 }
 
 async fn open(h: &Harness, sb: &str, pid: &str, after: u64) -> reqwest::Response {
-    let resp = h
-        .http
-        .get(format!(
-            "{}/v1/sandboxes/{sb}/processes/{pid}/connect?after={after}",
-            h.base
-        ))
-        .header("X-Api-Key", KEY)
-        .send()
-        .await
-        .expect("connect");
+    let resp = h.connect_response(sb, pid, after).await;
     assert_eq!(resp.status(), StatusCode::OK);
     resp
 }

@@ -3,7 +3,7 @@
 // its host rate limit (the operator's limit both hosts are given), the
 // server's own limit, config overrides and fault rules, against a fresh
 // real createos-local. The Rust host runs the same table in
-// `tests/shared_scenarios.rs` with the same expectations, so a rate, 429 or
+// `providers/createos/tests/shared_scenarios.rs` with the same expectations, so a rate, 429 or
 // deadline decision cannot differ between the hosts without one suite
 // failing. (Other operations of the table are run by harness.test.mjs and
 // rate-limit.test.mjs.)

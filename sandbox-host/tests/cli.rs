@@ -161,7 +161,7 @@ fn sigterm_and_sighup_cancel_clean_up_and_exit_130() {
         assert_eq!(output.status.code(), Some(130), "{name}: {stderr}");
         assert!(stderr.contains("cleaned up"), "{name}: {stderr}");
         assert!(
-            common::processes(&["sleep", &duration]).is_empty(),
+            test_support::procs::exact(&["sleep", &duration]).is_empty(),
             "{name}: the command survived"
         );
     }
@@ -189,7 +189,7 @@ fn a_second_ctrl_c_abandons_the_cleanup_and_exits_120() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
     seen.push_str(&rest);
-    for pid in common::processes(&["sleep", &duration]) {
+    for pid in test_support::procs::exact(&["sleep", &duration]) {
         let _ = Command::new("kill")
             .args(["-KILL", &pid.to_string()])
             .status();

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::built_provider as provider;
+use test_support::procs;
 
 fn sandbox(provider: &Path) -> Command {
     common::sandbox_cli(provider, "sandbox-cli-iso")
@@ -22,31 +23,6 @@ fn unique() -> u128 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos())
         % 1_000_000_000
-}
-
-/// Host pids whose command line contains `needle`.
-fn pids_with(needle: &str) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(true);
-        let hit = std::fs::read(format!("/proc/{pid}/cmdline"))
-            .is_ok_and(|c| c.windows(needle.len()).any(|w| w == needle.as_bytes()));
-        if hit && !zombie {
-            out.push(pid);
-        }
-    }
-    out
 }
 
 /// Issue 19 item 1: the CLI started with a directory, a file and a socket
@@ -71,20 +47,7 @@ fn run_passes_no_inherited_descriptor_to_the_command() {
         .expect("run sandbox");
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{output:?}");
-    let mut fds: Vec<i32> = stdout
-        .lines()
-        .filter(|l| l.contains(" -> "))
-        .filter_map(|l| {
-            l.split(" -> ")
-                .next()?
-                .split_whitespace()
-                .last()?
-                .parse()
-                .ok()
-        })
-        .collect();
-    fds.sort_unstable();
-    assert_eq!(fds, vec![0, 1, 2], "{stdout}");
+    assert_eq!(procs::fd_numbers(&stdout), vec![0, 1, 2], "{stdout}");
 }
 
 /// Issue 10 item 1: without bubblewrap, `sandbox run` refused nothing and
@@ -134,18 +97,22 @@ fn sigkill_of_the_cli_leaves_no_sandboxed_process() {
         .expect("read");
     assert_eq!(line, "started\n");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while pids_with(&token).len() < 2 && Instant::now() < deadline {
+    while procs::containing(&token).len() < 2 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     // Both sleeps (and bwrap's own processes, whose argv holds the token).
-    assert!(pids_with(&token).len() >= 2, "both sleeps run");
+    assert!(procs::containing(&token).len() >= 2, "both sleeps run");
     child.kill().expect("SIGKILL the CLI");
     child.wait().expect("reap");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !pids_with(&token).is_empty() && Instant::now() < deadline {
+    while !procs::containing(&token).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert_eq!(pids_with(&token), Vec::<i32>::new(), "survived the CLI");
+    assert_eq!(
+        procs::containing(&token),
+        Vec::<u32>::new(),
+        "survived the CLI"
+    );
 }
 
 /// Issue 24 item 1: the CLI's embedded engine aborted (exit 134, stack

@@ -6,10 +6,12 @@
 //! ./build.sh has built the providers, or where the engine has no sandbox
 //! machines (needs root and a pids cgroup).
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use test_support::cli::SandboxCli;
+use test_support::eventually;
 
 mod common;
 
@@ -24,9 +26,7 @@ fn providers() -> Option<(PathBuf, PathBuf)> {
 /// `sandbox engine` with one provider, and the CLI pointed at it.
 struct Engine {
     child: Child,
-    data: PathBuf,
-    exports: Vec<(String, String)>,
-    name: &'static str,
+    cli: SandboxCli,
 }
 
 impl Engine {
@@ -34,54 +34,22 @@ impl Engine {
         let data =
             std::env::temp_dir().join(format!("cli-machine-{}-{test}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
-        let mut child = common::sandbox_cli(provider, "cli-machine")
-            .env("SANDBOX_DATA_DIR", &data)
-            .args(["--provider", name, "engine"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let exports = line
-            .trim()
-            .strip_prefix("export ")
-            .unwrap_or_else(|| panic!("not an export line: {line:?}"))
-            .split_whitespace()
-            .map(|pair| {
-                let (k, v) = pair.split_once('=').unwrap();
-                (k.to_owned(), v.to_owned())
-            })
-            .collect();
-        Engine {
-            child,
-            data,
-            exports,
-            name,
-        }
+        let (child, exports) = test_support::sandbox_cli!("cli-machine")
+            .data_dir(&data)
+            .provider(provider)
+            .engine(name, Stdio::null());
+        let cli = test_support::sandbox_cli!("cli-machine")
+            .data_dir(&data)
+            .envs(&exports);
+        Engine { child, cli }
     }
 
     fn cli(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_sandbox"))
-            .env_remove("SANDBOX_PROVIDER")
-            .env_remove("CREATEOS_API_KEY")
-            .env("SANDBOX_DATA_DIR", &self.data)
-            .stdin(Stdio::null())
-            .envs(self.exports.iter().map(|(k, v)| (k, v)))
-            .args(args)
-            .output()
-            .unwrap()
+        self.cli.output(args)
     }
 
     fn acquire(&self) -> String {
-        let acquired = self.cli(&["lease", "acquire"]);
-        assert!(acquired.status.success(), "{}: {acquired:?}", self.name);
-        String::from_utf8(acquired.stdout)
-            .unwrap()
-            .trim()
-            .to_owned()
+        self.cli.acquire()
     }
 }
 
@@ -91,20 +59,8 @@ impl Drop for Engine {
             .args(["-TERM", &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.data);
+        let _ = std::fs::remove_dir_all(self.cli.data());
     }
-}
-
-/// Waits up to `bound` for `done`.
-fn eventually(bound: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + bound;
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    done()
 }
 
 /// A python3 one-liner that fetches `http://127.0.0.1:{port}/` and prints
@@ -171,13 +127,15 @@ fn a_background_server_answers_the_next_lease_exec_with_both_providers() {
             "{name}: {fetched:?}"
         );
         assert_eq!(fetched.status.code(), Some(0), "{name}: {fetched:?}");
-        assert_eq!(common::processes(&server).len(), 1, "{name}");
+        assert_eq!(test_support::procs::exact(&server).len(), 1, "{name}");
 
         let destroyed = engine.cli(&["lease", "destroy", &lease]);
         assert!(destroyed.status.success(), "{name}: {destroyed:?}");
         assert!(
-            eventually(Duration::from_secs(30), || common::processes(&server)
-                .is_empty()),
+            eventually(Duration::from_secs(30), || test_support::procs::exact(
+                &server
+            )
+            .is_empty()),
             "{name}: the server survived the lease's destruction"
         );
     }
@@ -213,7 +171,7 @@ fn a_timed_out_command_takes_its_background_children_with_it() {
         assert_ne!(ran.status.code(), Some(0), "{name}: {ran:?}");
         assert_eq!(String::from_utf8_lossy(&ran.stdout), "started\n");
         assert!(
-            eventually(Duration::from_secs(30), || common::processes(&[
+            eventually(Duration::from_secs(30), || test_support::procs::exact(&[
                 "sleep", &sleeper
             ])
             .is_empty()),

@@ -93,14 +93,18 @@ fn lost_output_is_explained_for_people_and_never_a_clean_exit() {
             .expect("running sandbox")
     };
 
-    server.faults().add(FaultRule::new(
-        "GET",
-        connect,
-        FaultAction::Respond {
-            status: 200,
-            body: body.into(),
-        },
-    ));
+    // `/connect` answers `body` (an output-lost stream) once per rule.
+    let lose_output = || {
+        server.faults().add(FaultRule::new(
+            "GET",
+            connect,
+            FaultAction::Respond {
+                status: 200,
+                body: body.into(),
+            },
+        ))
+    };
+    lose_output();
     let confirmed = run("cli-lost-confirmed");
     let stderr = String::from_utf8_lossy(&confirmed.stderr);
     assert_eq!(confirmed.status.code(), Some(125), "{stderr}");
@@ -113,14 +117,7 @@ fn lost_output_is_explained_for_people_and_never_a_clean_exit() {
         assert!(!stderr.contains(debug), "{stderr}");
     }
 
-    server.faults().add(FaultRule::new(
-        "GET",
-        connect,
-        FaultAction::Respond {
-            status: 200,
-            body: body.into(),
-        },
-    ));
+    lose_output();
     server.faults().add(FaultRule::new(
         "DELETE",
         "/v1/sandboxes/*/processes/*",

@@ -22,6 +22,17 @@ fn providers() -> Option<(PathBuf, PathBuf)> {
     Some((createos, daytona))
 }
 
+/// `sandbox run --stdin FILE -- cat`.
+fn cat_stdin_file(provider: &Path, tag: &str, file: &Path) -> Output {
+    sandbox(provider, tag)
+        .arg("run")
+        .arg("--stdin")
+        .arg(file)
+        .args(["--", "cat"])
+        .output()
+        .unwrap()
+}
+
 /// Runs `command` with `input` piped to its stdin.
 fn with_input(mut command: Command, input: &[u8]) -> Output {
     let mut child = command
@@ -62,13 +73,7 @@ fn a_piped_stdin_reaches_the_command_with_both_providers() {
 
         let file = std::env::temp_dir().join(format!("cli-stdin-{}.txt", std::process::id()));
         std::fs::write(&file, "from a file\nline two\n").unwrap();
-        let output = sandbox(provider, "cli-stdin")
-            .arg("run")
-            .arg("--stdin")
-            .arg(&file)
-            .args(["--", "cat"])
-            .output()
-            .unwrap();
+        let output = cat_stdin_file(provider, "cli-stdin", &file);
         assert_eq!(output.status.code(), Some(0), "{output:?}");
         assert_eq!(
             String::from_utf8_lossy(&output.stdout),
@@ -87,13 +92,7 @@ fn an_input_beyond_the_limit_is_refused_with_a_clear_error() {
     let file = std::env::temp_dir().join(format!("cli-stdin-big-{}", std::process::id()));
     let big = std::fs::File::create(&file).unwrap();
     big.set_len(33 * 1024 * 1024).unwrap();
-    let output = sandbox(&createos, "cli-stdin-big")
-        .arg("run")
-        .arg("--stdin")
-        .arg(&file)
-        .args(["--", "cat"])
-        .output()
-        .unwrap();
+    let output = cat_stdin_file(&createos, "cli-stdin-big", &file);
     let _ = std::fs::remove_file(&file);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(125), "{stderr}");
@@ -184,96 +183,25 @@ fn a_key_withheld_from_another_origin_is_explained_with_the_fix() {
     assert!(report.all_exited(), "{report:?}");
 }
 
+/// The key of [`stored_cli`]'s backend.
+#[cfg(feature = "local-backend")]
+const STORED_KEY: &str = "stored-cli-key";
+
 /// A `sandbox` CLI pointed at a createos-local of the test, with a data
 /// directory (the lease store) of its own and a long host expiry: only a
 /// direct check can tell a dead holder before a minute has passed.
 #[cfg(feature = "local-backend")]
-struct StoredCli {
-    provider: PathBuf,
-    dir: PathBuf,
-    api_url: String,
-}
-
-#[cfg(feature = "local-backend")]
-impl StoredCli {
-    const KEY: &'static str = "stored-cli-key";
-
-    fn new(provider: &Path, server: &createos_local::BackgroundServer, name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("cli-usage-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("key"), Self::KEY).unwrap();
-        StoredCli {
-            provider: provider.to_owned(),
-            dir,
-            api_url: server.base_url(),
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = sandbox(&self.provider, "cli-usage-stored");
-        command
-            .env("SANDBOX_DATA_DIR", self.dir.join("data"))
-            .env("SANDBOX_HOST_EXPIRY", "60s")
-            .arg("--api-url")
-            .arg(&self.api_url)
-            .arg("--api-key-file")
-            .arg(self.dir.join("key"))
-            .args(args);
-        command
-    }
-
-    fn output(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("running sandbox")
-    }
-
-    fn acquire(&self) -> String {
-        let acquired = self.output(&["lease", "acquire"]);
-        assert!(acquired.status.success(), "{acquired:?}");
-        String::from_utf8(acquired.stdout)
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-
-    /// Starts `lease exec` of `sleep <duration>`, once it printed `started`.
-    fn exec_sleeper(&self, lease: &str, duration: &str) -> std::process::Child {
-        use std::io::BufRead;
-        let mut child = self
-            .command(&[
-                "lease",
-                "exec",
-                lease,
-                "--",
-                "sh",
-                "-c",
-                "echo started; exec sleep \"$0\"",
-                duration,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line, "started\n");
-        child
-    }
-
-    fn state(&self, lease: &str) -> String {
-        let output = self.output(&["lease", "list", "--json"]);
-        assert!(output.status.success(), "{output:?}");
-        let leases: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-        leases
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["id"] == lease)
-            .map(|l| l["state"].as_str().unwrap().to_owned())
-            .unwrap_or_default()
-    }
+fn stored_cli(
+    provider: &Path,
+    server: &createos_local::BackgroundServer,
+    name: &str,
+) -> test_support::cli::SandboxCli {
+    let dir = test_support::cli::key_dir(&format!("cli-usage-{name}"), STORED_KEY);
+    test_support::sandbox_cli!("cli-usage-stored")
+        .data_dir(dir.join("data"))
+        .provider(provider)
+        .env("SANDBOX_HOST_EXPIRY", "60s")
+        .api(server.base_url(), dir.join("key"))
 }
 
 /// Pins issue 27 item 7: after `kill -9` of a `lease exec`, `sandbox lease
@@ -290,8 +218,8 @@ fn sweep_handles_a_lease_of_a_holder_killed_on_this_machine_at_once() {
         return;
     };
     let server =
-        BackgroundServer::start(Server::builder().api_key(StoredCli::KEY).quiet(true)).unwrap();
-    let cli = StoredCli::new(&createos, &server, "sweep-local");
+        BackgroundServer::start(Server::builder().api_key(STORED_KEY).quiet(true)).unwrap();
+    let cli = stored_cli(&createos, &server, "sweep-local");
 
     // A live holder: left alone, and sweep says why.
     let live_lease = cli.acquire();
@@ -302,15 +230,12 @@ fn sweep_handles_a_lease_of_a_holder_killed_on_this_machine_at_once() {
     assert!(swept.status.success(), "{swept:?}");
     assert!(stderr.contains(&live_lease), "{stderr}");
     assert!(stderr.contains("still using it"), "{stderr}");
-    assert_eq!(cli.state(&live_lease), "active");
+    assert_eq!(cli.lease_state(&live_lease), "active");
     // `started` comes before the shell execs `sleep`: wait for it.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while common::processes(&["sleep", &live_sleep]).is_empty()
-        && std::time::Instant::now() < deadline
-    {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert_eq!(common::processes(&["sleep", &live_sleep]).len(), 1);
+    test_support::eventually(std::time::Duration::from_secs(30), || {
+        !test_support::procs::exact(&["sleep", &live_sleep]).is_empty()
+    });
+    assert_eq!(test_support::procs::exact(&["sleep", &live_sleep]).len(), 1);
 
     // Killed: swept at once, though its heartbeat is far from expired.
     live.kill().unwrap();
@@ -322,9 +247,9 @@ fn sweep_handles_a_lease_of_a_holder_killed_on_this_machine_at_once() {
         stdout.contains(&format!("{live_lease}: destroyed")),
         "{stdout}"
     );
-    assert_eq!(cli.state(&live_lease), "destroyed");
+    assert_eq!(cli.lease_state(&live_lease), "destroyed");
     assert!(
-        common::processes(&["sleep", &live_sleep]).is_empty(),
+        test_support::procs::exact(&["sleep", &live_sleep]).is_empty(),
         "the dead holder's command survived the sweep"
     );
     let report = server.shutdown();
@@ -339,56 +264,28 @@ fn sweep_handles_a_lease_of_a_holder_killed_on_this_machine_at_once() {
 /// it with every sandbox in it.
 #[test]
 fn sandbox_engine_serves_the_lease_workflow_until_a_signal() {
-    use std::io::BufRead;
     let Some((createos, daytona)) = providers() else {
         return;
     };
     for (provider, name) in [(&createos, "createos"), (&daytona, "daytona")] {
         let data = std::env::temp_dir().join(format!("cli-engine-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
-        let mut engine = sandbox(provider, "cli-engine")
-            .env("SANDBOX_DATA_DIR", &data)
-            .args(["--provider", name, "engine"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(engine.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let exports: Vec<(String, String)> = line
-            .trim()
-            .strip_prefix("export ")
-            .unwrap_or_else(|| panic!("not an export line: {line:?}"))
-            .split_whitespace()
-            .map(|pair| {
-                let (k, v) = pair.split_once('=').unwrap();
-                (k.to_owned(), v.to_owned())
-            })
-            .collect();
-        assert!(exports.iter().any(|(k, _)| k == "SANDBOX_CONFIG"), "{line}");
-        let cli = |args: &[&str]| {
-            let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox"));
-            command
-                .env_remove("SANDBOX_PROVIDER")
-                .env_remove("CREATEOS_API_KEY")
-                .env("SANDBOX_DATA_DIR", &data)
-                .stdin(Stdio::null())
-                .envs(exports.iter().map(|(k, v)| (k, v)))
-                .args(args);
-            command.output().unwrap()
-        };
-        let acquired = cli(&["lease", "acquire"]);
-        assert!(acquired.status.success(), "{name}: {acquired:?}");
-        let lease = String::from_utf8(acquired.stdout)
-            .unwrap()
-            .trim()
-            .to_owned();
-        let ran = cli(&["lease", "exec", &lease, "--", "sh", "-c", "echo hi; exit 3"]);
+        let (engine, exports) = test_support::sandbox_cli!("cli-engine")
+            .data_dir(&data)
+            .provider(provider)
+            .engine(name, Stdio::piped());
+        assert!(
+            exports.iter().any(|(k, _)| k == "SANDBOX_CONFIG"),
+            "{exports:?}"
+        );
+        let cli = test_support::sandbox_cli!("cli-engine")
+            .data_dir(&data)
+            .envs(&exports);
+        let lease = cli.acquire();
+        let ran = cli.output(&["lease", "exec", &lease, "--", "sh", "-c", "echo hi; exit 3"]);
         assert_eq!(ran.status.code(), Some(3), "{name}: {ran:?}");
         assert_eq!(String::from_utf8_lossy(&ran.stdout), "hi\n");
-        let released = cli(&["lease", "release", &lease]);
+        let released = cli.output(&["lease", "release", &lease]);
         assert!(released.status.success(), "{name}: {released:?}");
 
         let killed = Command::new("kill")

@@ -17,15 +17,16 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sandbox_host::types::{AcquireRequest, ExecuteRequest};
+use sandbox_host::types::ExecuteRequest;
 use sandbox_host::{
-    open_store, CancelToken, HostInstance, LeaseRefused, LeaseState, LeaseStore, Liveness,
-    Operation, PostgresLeases, RateBudget, SandboxRuntime, ScriptedResponse, ScriptedTransport,
-    Secrets, StoreUnavailable, ThrowawayPostgres, MIGRATIONS,
+    open_store, CancelToken, HostInstance, LeaseRefused, LeaseState, LeaseStore, Operation,
+    PostgresLeases, RateBudget, SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets,
+    StoreUnavailable, ThrowawayPostgres, MIGRATIONS,
 };
 
 mod common;
-use common::test_provider;
+use common::{short_liveness, test_provider};
+use test_support::{acquire, RequestExt};
 
 // ---------------------------------------------------------------------
 // Both backends.
@@ -78,29 +79,8 @@ impl Drop for Shared {
     }
 }
 
-fn acquire(run_id: &str) -> AcquireRequest {
-    AcquireRequest {
-        run_id: run_id.into(),
-        requested_cwd: None,
-        workspace_mode: None,
-        requested_expires_at: None,
-    }
-}
-
 fn command(name: &str) -> ExecuteRequest {
-    ExecuteRequest {
-        command: name.into(),
-        args: vec!["hi".into()],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(10_000),
-    }
-}
-
-/// Heartbeat 100 ms, gone after 1 s.
-fn short() -> Liveness {
-    Liveness::new(Duration::from_millis(100), Duration::from_secs(1)).unwrap()
+    test_support::command(name, &["hi"]).timeout_ms(10_000)
 }
 
 // ---------------------------------------------------------------------
@@ -281,7 +261,7 @@ fn dead_host_mid_command_is_poisoned_and_swept(shared: &Shared) {
         .unwrap();
     let record = survivor.acquire(&env, &acquire("death")).unwrap().unwrap();
     let dead_store = shared.open();
-    let mut dead = HostInstance::register(dead_store.clone(), short()).unwrap();
+    let mut dead = HostInstance::register(dead_store.clone(), short_liveness()).unwrap();
     dead_store
         .begin(&record.id, Operation::Execute, env.context(), dead.id())
         .unwrap();
@@ -297,7 +277,7 @@ fn dead_host_mid_command_is_poisoned_and_swept(shared: &Shared) {
         message.contains("running an operation on it") || message.contains("died"),
         "{message}"
     );
-    thread::sleep(short().expiry + Duration::from_millis(500));
+    thread::sleep(short_liveness().expiry + Duration::from_millis(500));
     let message = format!(
         "{:#}",
         survivor
@@ -549,83 +529,24 @@ const CLI_KEY: &str = "fleet-cli-key";
 /// (rate budget, compiled component cache), the shared store URL, the real
 /// CreateOS component against createos-local.
 #[cfg(feature = "local-backend")]
-struct CliHost {
-    dir: PathBuf,
-    store: String,
-    api_url: String,
-}
-
-#[cfg(feature = "local-backend")]
-impl CliHost {
-    fn new(name: &str, store: &str, server: &createos_local::BackgroundServer) -> CliHost {
-        let dir =
-            std::env::temp_dir().join(format!("sandbox-fleet-cli-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("key"), CLI_KEY).unwrap();
-        CliHost {
-            dir,
-            store: store.into(),
-            api_url: server.base_url(),
-        }
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let provider =
-            common::workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
-        assert!(
-            provider.is_file(),
-            "{} is not built: run ./build.sh first",
-            provider.display()
-        );
-        let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox"));
-        command
-            .env("SANDBOX_PROVIDER", provider)
-            .env("SANDBOX_DATA_DIR", self.dir.join("data"))
-            .env("SANDBOX_STORE", &self.store)
-            .env("SANDBOX_HEARTBEAT", CLI_HEARTBEAT)
-            .env(
-                "SANDBOX_HOST_EXPIRY",
-                format!("{}ms", CLI_EXPIRY.as_millis()),
-            )
-            .env_remove("CREATEOS_API_KEY")
-            .arg("--api-url")
-            .arg(&self.api_url)
-            .arg("--api-key-file")
-            .arg(self.dir.join("key"))
-            .args(args);
-        command
-    }
-
-    fn output(&self, args: &[&str]) -> std::process::Output {
-        self.command(args).output().expect("running sandbox")
-    }
-
-    /// The state of lease `id` as this host lists it.
-    fn lease_state(&self, id: &str) -> String {
-        let output = self.output(&["lease", "list", "--json"]);
-        assert!(output.status.success(), "{output:?}");
-        let leases: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-        leases
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["id"] == id)
-            .map(|l| l["state"].as_str().unwrap().to_owned())
-            .unwrap_or_else(|| {
-                panic!(
-                    "host {} does not list lease {id}: {leases}",
-                    self.dir.display()
-                )
-            })
-    }
-}
-
-#[cfg(feature = "local-backend")]
-impl Drop for CliHost {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+fn cli_host(
+    name: &str,
+    store: &str,
+    server: &createos_local::BackgroundServer,
+) -> test_support::cli::SandboxCli {
+    let dir = test_support::cli::key_dir(&format!("sandbox-fleet-cli-{name}"), CLI_KEY);
+    test_support::sandbox_cli!("sandbox-fleet-cli")
+        .data_dir(dir.join("data"))
+        .provider(
+            common::built_provider().expect("the CreateOS component is built: run ./build.sh"),
+        )
+        .env("SANDBOX_STORE", store)
+        .env("SANDBOX_HEARTBEAT", CLI_HEARTBEAT)
+        .env(
+            "SANDBOX_HOST_EXPIRY",
+            format!("{}ms", CLI_EXPIRY.as_millis()),
+        )
+        .api(server.base_url(), dir.join("key"))
 }
 
 /// Pins the open point of issue 14 the in-process test above cannot: a
@@ -639,57 +560,28 @@ impl Drop for CliHost {
 /// the local backend.
 #[cfg(feature = "local-backend")]
 fn a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(shared: &Shared, marker: &str) {
-    use std::io::{BufRead, BufReader};
-    use std::process::Stdio;
-
     use createos_local::{BackgroundServer, Server};
 
     let server = BackgroundServer::start(Server::builder().api_key(CLI_KEY).quiet(true)).unwrap();
     let (a, b) = (
-        CliHost::new(&format!("{marker}-a"), &shared.url(), &server),
-        CliHost::new(&format!("{marker}-b"), &shared.url(), &server),
+        cli_host(&format!("{marker}-a"), &shared.url(), &server),
+        cli_host(&format!("{marker}-b"), &shared.url(), &server),
     );
 
-    let acquired = a.output(&["lease", "acquire"]);
-    assert!(acquired.status.success(), "{acquired:?}");
-    let lease = String::from_utf8(acquired.stdout)
-        .unwrap()
-        .trim()
-        .to_owned();
+    let lease = a.acquire();
     assert_eq!(b.lease_state(&lease), "active");
 
     // A unique command line, to find the dead command's process in /proc.
     let marker = format!("1000.{}{marker}", std::process::id());
-    let mut doomed = a
-        .command(&[
-            "lease",
-            "exec",
-            &lease,
-            "--",
-            "sh",
-            "-c",
-            "echo started; exec sleep \"$0\"",
-            &marker,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(doomed.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "started\n");
+    let mut doomed = a.exec_sleeper(&lease, &marker);
     // `sh` prints, then becomes `sleep`: wait for the exec (generously:
     // the machine may be loaded) before the kill.
-    let started = Instant::now();
-    while common::processes(&["sleep", &marker]).is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the command never became `sleep {marker}`"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
+    assert!(
+        test_support::eventually(Duration::from_secs(60), || {
+            !test_support::procs::exact(&["sleep", &marker]).is_empty()
+        }),
+        "the command never became `sleep {marker}`"
+    );
     doomed.kill().unwrap();
     doomed.wait().unwrap();
     let requests = || -> Vec<String> {
@@ -701,7 +593,7 @@ fn a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(shared: &Shared, 
             .collect()
     };
     assert_eq!(
-        common::processes(&["sleep", &marker]).len(),
+        test_support::procs::exact(&["sleep", &marker]).len(),
         1,
         "the command must still run after its CLI was killed (the scenario): {:#?}",
         requests()
@@ -722,7 +614,7 @@ fn a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(shared: &Shared, 
     );
     assert!(stderr.contains("died"), "{stderr}");
     assert_eq!(
-        common::processes(&["sleep", &marker]).len(),
+        test_support::procs::exact(&["sleep", &marker]).len(),
         1,
         "the refusal must come before any request (the command is untouched): {:#?}",
         requests()
@@ -745,7 +637,7 @@ fn a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(shared: &Shared, 
     assert_eq!(b.lease_state(&lease), "destroyed");
     assert_eq!(a.lease_state(&lease), "destroyed");
     assert!(
-        common::processes(&["sleep", &marker]).is_empty(),
+        test_support::procs::exact(&["sleep", &marker]).is_empty(),
         "the dead host's command survived the sweep"
     );
     let report = server.shutdown();

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sandbox_host::types::{ExecuteRequest, OutputStream, ProviderError, TransportKind};
+use sandbox_host::types::{OutputStream, ProviderError, TransportKind};
 use sandbox_host::{
     shared_engine, trap_of, CancelToken, ErrorCode, HostOptions, NetworkTransport, OutputCapture,
     Policy, ProviderComponent, RateBudget, RateLimit, ScriptedChunk, ScriptedResponse,
@@ -15,6 +15,7 @@ use sandbox_host::{
 
 mod common;
 use common::{ctx, lease, test_provider, workspace_dir};
+use test_support::RequestExt;
 
 const API: &str = "http://api.test";
 
@@ -193,14 +194,7 @@ fn execute_returns_once_cancelled_from_another_thread() {
         thread::sleep(Duration::from_millis(100));
         cancel.cancel();
     });
-    let request = ExecuteRequest {
-        command: "wait-cancel".into(),
-        args: vec![],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: None,
-    };
+    let request = test_support::command("wait-cancel", &[]);
     let outcome = instance.execute(&ctx(""), &lease(), &request).unwrap();
     canceller.join().unwrap();
     assert!(
@@ -512,14 +506,11 @@ fn a_component_built_for_contract_0_2_still_loads_and_converts_every_value() {
         .unwrap();
     assert_eq!((report.files, report.bytes), (2, 600_000));
 
-    let mut request = ExecuteRequest {
-        command: "echo".into(),
-        args: vec!["a b".into(), "c".into()],
-        cwd: Some("/w".into()),
-        env: vec![("K".into(), "v".into())],
-        stdin: Some(b"12345".to_vec()),
-        timeout_ms: Some(900),
-    };
+    let mut request = test_support::command("echo", &["a b", "c"])
+        .cwd("/w")
+        .env("K", "v")
+        .stdin(b"12345")
+        .timeout_ms(900);
     let result = instance
         .execute(&ctx("{}"), &lease(), &request)
         .unwrap()

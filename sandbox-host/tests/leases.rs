@@ -5,14 +5,15 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError, ResumeOutcome};
+use sandbox_host::types::{ExecuteRequest, ProviderError, ResumeOutcome};
 use sandbox_host::{
     CancelToken, LeaseState, LeaseStore, Liveness, Operation, RateBudget, SandboxRuntime,
     ScriptedResponse, ScriptedTransport, Secrets, SqliteLeases,
 };
 
 mod common;
-use common::test_provider;
+use common::{short_liveness, test_provider};
+use test_support::{acquire, RequestExt};
 
 fn runtime(store: Arc<SqliteLeases>) -> SandboxRuntime {
     let script = ScriptedTransport::new(|_| ScriptedResponse::status(500));
@@ -27,29 +28,8 @@ fn store_file(name: &str) -> std::path::PathBuf {
     dir.join("leases.sqlite")
 }
 
-fn acquire(run_id: &str) -> AcquireRequest {
-    AcquireRequest {
-        run_id: run_id.into(),
-        requested_cwd: None,
-        workspace_mode: None,
-        requested_expires_at: None,
-    }
-}
-
 fn command(name: &str) -> ExecuteRequest {
-    ExecuteRequest {
-        command: name.into(),
-        args: vec!["hi".into()],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(10_000),
-    }
-}
-
-/// Heartbeat 100 ms, gone after 1 s.
-fn short() -> Liveness {
-    Liveness::new(Duration::from_millis(100), Duration::from_secs(1)).unwrap()
+    test_support::command(name, &["hi"]).timeout_ms(10_000)
 }
 
 /// Pins issue 9 item 1 (pid reuse): liveness was `/proc/<pid>`, and a mark
@@ -67,14 +47,14 @@ fn a_mark_of_a_host_whose_heartbeat_expired_poisons_the_lease_even_with_the_same
         let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
         let record = rt.acquire(&env, &acquire("r1")).unwrap().unwrap();
         // A second host instance (same pid) takes the busy mark and dies.
-        let mut dead = store.register_host(short()).unwrap();
+        let mut dead = store.register_host(short_liveness()).unwrap();
         store
             .begin(&record.id, Operation::Execute, env.context(), dead.id())
             .unwrap();
         dead.stop_heartbeat_for_test();
         record.id
     };
-    thread::sleep(short().expiry + Duration::from_millis(300));
+    thread::sleep(short_liveness().expiry + Duration::from_millis(300));
 
     let rt = runtime(Arc::new(SqliteLeases::open(&path).unwrap()));
     let env = rt.environment("co", "env", "{}", &Secrets::none()).unwrap();
@@ -281,7 +261,7 @@ fn an_older_sqlite_store_keeps_its_leases_under_the_shared_table_name() {
             "sb-1",
             "the sandbox id survives the move"
         );
-        let me = store.register_host(short()).unwrap();
+        let me = store.register_host(short_liveness()).unwrap();
         let refused = store
             .begin("B", Operation::Execute, &ctx, me.id())
             .unwrap_err();

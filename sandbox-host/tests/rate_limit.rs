@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
-use sandbox_host::types::{AcquireRequest, ExecuteRequest, ExecuteResult, ProviderError};
+use sandbox_host::types::{ExecuteResult, ProviderError};
 use sandbox_host::{
     shared_engine, CancelToken, Environment, NetworkTransport, ProviderComponent, RateBudget,
     RateLimit, SandboxRuntime, Secrets, SqliteLeases,
 };
 
 mod common;
+use test_support::RequestExt;
 
 const KEY: &str = "rate-key";
 
@@ -76,24 +77,12 @@ fn environment(rt: &SandboxRuntime, server: &BackgroundServer) -> Environment {
 }
 
 fn acquire(rt: &SandboxRuntime, env: &Environment) -> String {
-    let request = AcquireRequest {
-        run_id: "rate".into(),
-        requested_cwd: None,
-        workspace_mode: None,
-        requested_expires_at: None,
-    };
+    let request = test_support::acquire("rate");
     rt.acquire(env, &request).unwrap().unwrap().id
 }
 
 fn echo(rt: &SandboxRuntime, env: &Environment, lease: &str, word: &str) -> ExecuteResult {
-    let request = ExecuteRequest {
-        command: "echo".into(),
-        args: vec![word.into()],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(60_000),
-    };
+    let request = test_support::command("echo", &[word]).timeout_ms(60_000);
     rt.execute(env, lease, &request, None, CancelToken::new())
         .unwrap()
         .unwrap_or_else(|e| panic!("{e:?}"))
@@ -186,17 +175,11 @@ fn a_429_is_honoured_and_nothing_is_lost() {
         "/v1/sandboxes/*/processes/*/connect",
         FaultAction::Status { status: 429 },
     ));
-    let request = ExecuteRequest {
-        command: "bash".into(),
-        args: vec![
-            "-c".into(),
-            "echo once >> /tmp/ran; seq 1 2000; cat /tmp/ran".into(),
-        ],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(60_000),
-    };
+    let request = test_support::command(
+        "bash",
+        &["-c", "echo once >> /tmp/ran; seq 1 2000; cat /tmp/ran"],
+    )
+    .timeout_ms(60_000);
     let result = rt
         .execute(&env, &lease, &request, None, CancelToken::new())
         .unwrap()
@@ -223,12 +206,7 @@ fn a_persistent_429_ends_as_a_typed_rejection() {
     server
         .faults()
         .add(FaultRule::new("POST", "/v1/sandboxes", FaultAction::Status { status: 429 }).always());
-    let request = AcquireRequest {
-        run_id: "rate".into(),
-        requested_cwd: None,
-        workspace_mode: None,
-        requested_expires_at: None,
-    };
+    let request = test_support::acquire("rate");
     let outcome = rt.acquire(&env, &request).unwrap();
     assert!(
         matches!(outcome, Err(ProviderError::ApiRejected(ref r)) if r.status == 429),
@@ -317,14 +295,7 @@ fn a_429_whose_pause_outlasts_the_request_budget_is_a_rejection_not_a_doubt() {
         "/v1/sandboxes/*/processes",
         FaultAction::Status { status: 429 },
     ));
-    let request = ExecuteRequest {
-        command: "true".into(),
-        args: vec![],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: None,
-    };
+    let request = test_support::command("true", &[]);
     let outcome = rt
         .execute(&env, &lease, &request, None, CancelToken::new())
         .unwrap();

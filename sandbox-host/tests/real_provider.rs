@@ -7,13 +7,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
-use sandbox_host::types::{AcquireRequest, ExecuteRequest, ProviderError};
+use sandbox_host::types::ProviderError;
 use sandbox_host::{
     shared_engine, CancelToken, LeaseState, NetworkTransport, ProviderComponent, RateBudget,
     SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets, SqliteLeases,
 };
 
 mod common;
+use test_support::RequestExt;
 
 fn provider() -> Option<ProviderComponent> {
     let wasm: PathBuf =
@@ -55,21 +56,9 @@ fn an_unconfirmed_termination_poisons_the_lease_durably_and_sweep_destroys_it() 
     let lease_id = {
         let rt = runtime(Arc::new(SqliteLeases::open(&path).unwrap()));
         let env = rt.environment("co", "env", &config, &secrets).unwrap();
-        let request = AcquireRequest {
-            run_id: "real".into(),
-            requested_cwd: None,
-            workspace_mode: None,
-            requested_expires_at: None,
-        };
+        let request = test_support::acquire("real");
         let record = rt.acquire(&env, &request).unwrap().unwrap();
-        let command = ExecuteRequest {
-            command: "sleep".into(),
-            args: vec!["30".into()],
-            cwd: None,
-            env: vec![],
-            stdin: None,
-            timeout_ms: Some(1000),
-        };
+        let command = test_support::command("sleep", &["30"]).timeout_ms(1000);
         let outcome = rt
             .execute(&env, &record.id, &command, None, CancelToken::new())
             .unwrap();

@@ -6,14 +6,15 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use sandbox_host::types::{AcquireRequest, ExecuteRequest, OutputStream, ProviderError};
+use sandbox_host::types::{ExecuteRequest, OutputStream, ProviderError};
 use sandbox_host::{
-    CancelToken, LeaseState, Liveness, OutputCapture, RateBudget, SandboxRuntime, ScriptedResponse,
+    CancelToken, LeaseState, OutputCapture, RateBudget, SandboxRuntime, ScriptedResponse,
     ScriptedTransport, Secrets, SqliteLeases,
 };
 
 mod common;
-use common::test_provider;
+use common::{short_liveness, test_provider};
+use test_support::{acquire, RequestExt};
 
 fn store_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sandbox-host-{}-{name}", std::process::id()));
@@ -27,29 +28,8 @@ fn runtime(store: Arc<SqliteLeases>, script: &ScriptedTransport) -> SandboxRunti
         .with_rate_budget(RateBudget::in_memory())
 }
 
-fn acquire(run_id: &str) -> AcquireRequest {
-    AcquireRequest {
-        run_id: run_id.into(),
-        requested_cwd: None,
-        workspace_mode: None,
-        requested_expires_at: None,
-    }
-}
-
-fn command(command: &str, args: &[&str]) -> ExecuteRequest {
-    ExecuteRequest {
-        command: command.into(),
-        args: args.iter().map(|a| a.to_string()).collect(),
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(10_000),
-    }
-}
-
-/// Heartbeat 100 ms, gone after 1 s.
-fn short_liveness() -> Liveness {
-    Liveness::new(Duration::from_millis(100), Duration::from_secs(1)).unwrap()
+fn command(program: &str, args: &[&str]) -> ExecuteRequest {
+    test_support::command(program, args).timeout_ms(10_000)
 }
 
 fn no_http() -> ScriptedTransport {

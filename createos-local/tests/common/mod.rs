@@ -65,18 +65,107 @@ impl Harness {
         path: &str,
         body: Option<Value>,
     ) -> (StatusCode, Value) {
-        let mut rb = self
+        let rb = self
             .http
             .request(method, format!("{}{}", self.base, path))
             .header("X-Api-Key", KEY);
-        if let Some(b) = body {
-            rb = rb.json(&b);
-        }
-        let resp = rb.send().await.expect("request sent");
-        let status = resp.status();
-        let bytes = resp.bytes().await.expect("body");
-        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let (status, v, _) = send(rb, body).await;
         (status, v)
+    }
+
+    /// A Bearer request to the Daytona face (`url` is absolute); returns
+    /// status and parsed body.
+    pub async fn daytona(
+        &self,
+        method: Method,
+        url: impl AsRef<str>,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let (status, v, _) = self.daytona_raw(method, url, body, false).await;
+        (status, v)
+    }
+
+    /// [`Harness::daytona`] with the raw body too; `split_output` asks for
+    /// logs with stream markers (`X-Daytona-Split-Output`), as the
+    /// provider does.
+    pub async fn daytona_raw(
+        &self,
+        method: Method,
+        url: impl AsRef<str>,
+        body: Option<Value>,
+        split_output: bool,
+    ) -> (StatusCode, Value, bytes::Bytes) {
+        let mut rb = self
+            .http
+            .request(method, url.as_ref())
+            .header("Authorization", format!("Bearer {KEY}"));
+        if split_output {
+            rb = rb.header("X-Daytona-Split-Output", "true");
+        }
+        send(rb, body).await
+    }
+
+    /// `POST /sandbox` on the Daytona face with `body`.
+    pub async fn daytona_create(&self, body: Value) -> (StatusCode, Value) {
+        let url = format!("{}/sandbox", self.server.daytona_api_url());
+        self.daytona(Method::POST, url, Some(body)).await
+    }
+
+    /// `process/execute` of `command` in Daytona sandbox `sb`.
+    pub async fn daytona_execute(&self, sb: &str, command: &str) -> (StatusCode, Value) {
+        let url = format!("{}/{sb}/process/execute", self.server.toolbox_url());
+        self.daytona(Method::POST, url, Some(json!({ "command": command })))
+            .await
+    }
+
+    /// Creates session `id` in Daytona sandbox `sb`.
+    pub async fn daytona_session(&self, sb: &str, id: &str) -> (StatusCode, Value) {
+        let url = format!("{}/{sb}/process/session", self.server.toolbox_url());
+        self.daytona(Method::POST, url, Some(json!({ "sessionId": id })))
+            .await
+    }
+
+    /// Runs `body` (`command`, maybe `runAsync`) in session `id` of
+    /// Daytona sandbox `sb`.
+    pub async fn daytona_session_exec(
+        &self,
+        sb: &str,
+        id: &str,
+        body: Value,
+    ) -> (StatusCode, Value) {
+        let url = format!(
+            "{}/{sb}/process/session/{id}/exec",
+            self.server.toolbox_url()
+        );
+        self.daytona(Method::POST, url, Some(body)).await
+    }
+
+    /// `DELETE /sandbox/{sb}` on the Daytona face.
+    pub async fn daytona_delete(&self, sb: &str) -> (StatusCode, Value) {
+        let url = format!("{}/sandbox/{sb}", self.server.daytona_api_url());
+        self.daytona(Method::DELETE, url, None).await
+    }
+
+    /// Creates a sandbox through the Daytona face (no auto-stop); its id.
+    pub async fn daytona_sandbox(&self) -> String {
+        let (st, v) = self
+            .daytona_create(json!({"snapshot": "daytona-small", "autoStopInterval": 0}))
+            .await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+        v["id"].as_str().expect("id").to_string()
+    }
+
+    /// Asserts that a new process in `sb` is refused: 429
+    /// `process_limit` (the process budget is spent).
+    pub async fn assert_process_limit(&self, sb: &str) {
+        let (st, v) = self
+            .post(
+                &format!("/v1/sandboxes/{sb}/processes"),
+                json!({"cmd": "/bin/true"}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
+        assert_eq!(v["data"]["reason"], "process_limit", "{v}");
     }
 
     pub async fn get(&self, path: &str) -> (StatusCode, Value) {
@@ -91,14 +180,18 @@ impl Harness {
         self.req(Method::DELETE, path, None).await
     }
 
+    /// `POST /v1/sandboxes` with declared `env`, as it answers.
+    pub async fn create_sandbox(&self, env: Value) -> (StatusCode, Value) {
+        self.post(
+            "/v1/sandboxes",
+            json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false, "env": env}),
+        )
+        .await
+    }
+
     /// Creates a sandbox (optionally with declared env) and waits for `running`.
     pub async fn sandbox_with_env(&self, env: Value) -> String {
-        let (st, v) = self
-            .post(
-                "/v1/sandboxes",
-                json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false, "env": env}),
-            )
-            .await;
+        let (st, v) = self.create_sandbox(env).await;
         assert_eq!(st, StatusCode::CREATED, "{v}");
         let id = v["data"]["id"].as_str().expect("id").to_string();
         self.wait_status(&id, "running").await;
@@ -143,16 +236,22 @@ impl Harness {
     }
 
     /// Reads a whole `/connect` stream (until the server ends it).
-    pub async fn connect(&self, sb: &str, pid: &str, after: u64) -> R<(StatusCode, Vec<Value>)> {
-        let resp = self
-            .http
+    /// `GET /connect?after=` of process `pid`, as it answers (the body
+    /// not read yet).
+    pub async fn connect_response(&self, sb: &str, pid: &str, after: u64) -> reqwest::Response {
+        self.http
             .get(format!(
                 "{}/v1/sandboxes/{sb}/processes/{pid}/connect?after={after}",
                 self.base
             ))
             .header("X-Api-Key", KEY)
             .send()
-            .await?;
+            .await
+            .expect("connect")
+    }
+
+    pub async fn connect(&self, sb: &str, pid: &str, after: u64) -> R<(StatusCode, Vec<Value>)> {
+        let resp = self.connect_response(sb, pid, after).await;
         let status = resp.status();
         let body = resp.bytes().await?;
         if !status.is_success() {
@@ -233,6 +332,22 @@ pub fn marker(name: &str) -> String {
     format!("cl-mark-{name}-{}-{}", std::process::id(), nanos())
 }
 
+/// Sends `rb` with `body` as JSON, if any: status, parsed body (Null when
+/// not JSON) and raw body.
+async fn send(
+    mut rb: reqwest::RequestBuilder,
+    body: Option<Value>,
+) -> (StatusCode, Value, bytes::Bytes) {
+    if let Some(b) = body {
+        rb = rb.json(&b);
+    }
+    let resp = rb.send().await.expect("request sent");
+    let status = resp.status();
+    let bytes = resp.bytes().await.expect("body");
+    let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (status, v, bytes)
+}
+
 fn nanos() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -242,38 +357,10 @@ fn nanos() -> u128 {
 /// Host pids of live (non-zombie) processes whose argv or environment
 /// contains `marker`.
 pub fn marked_pids(marker: &str) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .ok()
-            .and_then(|s| {
-                s.rfind(')')
-                    .map(|i| s[i + 1..].trim_start().starts_with('Z'))
-            })
-            .unwrap_or(true);
-        if zombie {
-            continue;
-        }
-        let hit = ["cmdline", "environ"].iter().any(|f| {
-            std::fs::read(format!("/proc/{pid}/{f}"))
-                .map(|b| b.windows(marker.len()).any(|w| w == marker.as_bytes()))
-                .unwrap_or(false)
-        });
-        if hit {
-            out.push(pid);
-        }
-    }
-    out
+    test_support::procs::marked(marker)
+        .into_iter()
+        .map(|pid| pid as i32)
+        .collect()
 }
 
 /// Waits (generously) until at least `n` marked processes are visible.

@@ -6,16 +6,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use sandbox_host::types::{EnvironmentContext, Lease};
-use sandbox_host::{shared_engine, ProviderComponent};
+use sandbox_host::{shared_engine, Liveness, ProviderComponent};
 
-pub fn workspace_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the crate is inside the workspace")
-        .to_path_buf()
-}
+pub use test_support::workspace_dir;
 
 /// Builds the test provider once per test binary and compiles it once.
 pub fn test_provider() -> &'static ProviderComponent {
@@ -78,39 +74,15 @@ pub fn lease() -> Lease {
     }
 }
 
-/// Pids of live processes whose command line is exactly `words`.
-pub fn processes(words: &[&str]) -> Vec<u32> {
-    let wanted: Vec<u8> = words
-        .iter()
-        .flat_map(|w| [w.as_bytes(), b"\0"].concat())
-        .collect();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let cmdline = std::fs::read(Path::new("/proc").join(pid.to_string()).join("cmdline"))
-            .unwrap_or_default();
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = state
-            .rsplit(')')
-            .next()
-            .is_some_and(|s| s.trim_start().starts_with('Z'));
-        if cmdline == wanted && !zombie {
-            found.push(pid);
-        }
-    }
-    found
+/// Heartbeat 100 ms, gone after 1 s.
+pub fn short_liveness() -> Liveness {
+    Liveness::new(Duration::from_millis(100), Duration::from_secs(1)).unwrap()
 }
 
 /// The CreateOS component ./build.sh built, or `None` (with a note) before
 /// it ran.
 pub fn built_provider() -> Option<PathBuf> {
-    let wasm = workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
+    let wasm = test_support::built_component("createos_provider.wasm");
     if wasm.is_file() {
         Some(wasm)
     } else {
@@ -122,14 +94,7 @@ pub fn built_provider() -> Option<PathBuf> {
 /// The `sandbox` CLI with `provider`, a data directory of its own (named
 /// by `tag`) and no CREATEOS_API_KEY from the test's environment.
 pub fn sandbox_cli(provider: &Path, tag: &str) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_sandbox"));
-    let data = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
-    command
-        .env("SANDBOX_PROVIDER", provider)
-        .env("SANDBOX_DATA_DIR", data)
-        .env_remove("CREATEOS_API_KEY")
-        // A piped stdin is read and given to the command: tests that want
-        // one set it; none inherits the test runner's.
-        .stdin(std::process::Stdio::null());
-    command
+    test_support::sandbox_cli!(tag)
+        .provider(provider)
+        .command(&[])
 }

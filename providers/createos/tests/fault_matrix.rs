@@ -881,12 +881,7 @@ fn run_cell(row: &Row, fault: Fault) -> Cell {
         Op::Acquire | Op::Probe => {
             let (outcome_text, result): (String, Result<String, ProviderError>) =
                 if row.op == Op::Acquire {
-                    let request = AcquireRequest {
-                        run_id: "run-1".into(),
-                        requested_cwd: None,
-                        workspace_mode: None,
-                        requested_expires_at: None,
-                    };
+                    let request = test_support::acquire("run-1");
                     let outcome = outcome!(instance.acquire_lease(&ctx, &request));
                     (format!("{outcome:?}"), outcome.map(|lease| lease.metadata))
                 } else {

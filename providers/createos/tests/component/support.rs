@@ -23,9 +23,8 @@ pub const PROCESS: &str = "proc-1";
 /// The origin of the test config.
 pub const API_URL: &str = "https://api.createos.test";
 
-#[path = "../common/mod.rs"]
-mod common;
-pub use common::component;
+pub use test_support::components::createos as component;
+pub use test_support::requests::command;
 
 /// A scripted answer to one request, or `None` for the fake's default.
 pub type Override = dyn Fn(&RecordedRequest, usize) -> Option<ScriptedResponse> + Send + Sync;
@@ -102,6 +101,13 @@ impl Fake {
             .iter()
             .map(|r| format!("{} {}", r.method, r.path_and_query))
             .collect()
+    }
+
+    /// How many requests went to `method` on the sandbox's path followed
+    /// by `suffix` (`""`, `"/pause"`, `"/resume"`...).
+    pub fn sandbox_calls(&self, method: &str, suffix: &str) -> usize {
+        self.requests_to(&format!("{method} /v1/sandboxes/{SANDBOX}{suffix}"))
+            .len()
     }
 
     /// The requests whose `METHOD path` (without query) is `route`.
@@ -277,18 +283,6 @@ pub fn lease() -> Lease {
         provider_lease_id: SANDBOX.into(),
         metadata: metadata(false).to_string(),
         expires_at: None,
-    }
-}
-
-/// A request to run `command args...` with defaults elsewhere.
-pub fn command(command: &str, args: &[&str]) -> ExecuteRequest {
-    ExecuteRequest {
-        command: command.into(),
-        args: args.iter().map(|a| a.to_string()).collect(),
-        cwd: None,
-        env: Vec::new(),
-        stdin: None,
-        timeout_ms: None,
     }
 }
 

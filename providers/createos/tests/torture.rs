@@ -23,35 +23,9 @@ use serde_json::json;
 
 const KEY: &str = "torture-key";
 
-mod common;
-use common::component;
-
-/// Live processes (zombies excluded) whose command line contains `tag`.
-fn survivors(tag: &str) -> Vec<String> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.bytes().all(|b| b.is_ascii_digit()) || name == me {
-            continue;
-        }
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if !cmdline.contains(tag) {
-            continue;
-        }
-        // The state follows the parenthesised command name in `stat`.
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let state = stat.rsplit_once(") ").map_or("", |(_, rest)| &rest[..1]);
-        if matches!(state, "Z" | "X" | "") {
-            continue;
-        }
-        found.push(format!("{name} [{state}]: {cmdline}"));
-    }
-    found
-}
+use test_support::components::createos as component;
+use test_support::procs::survivors;
+use test_support::RequestExt;
 
 struct Local {
     server: BackgroundServer,
@@ -90,12 +64,7 @@ impl Local {
     }
 
     fn acquire(&self) -> Lease {
-        let request = AcquireRequest {
-            run_id: "torture".into(),
-            requested_cwd: None,
-            workspace_mode: None,
-            requested_expires_at: None,
-        };
+        let request = test_support::acquire("torture");
         self.instance(HostOptions::new())
             .acquire_lease(&self.ctx, &request)
             .unwrap()
@@ -143,14 +112,7 @@ impl Local {
 }
 
 fn bash(script: &str, timeout_ms: u64) -> ExecuteRequest {
-    ExecuteRequest {
-        command: "/bin/bash".into(),
-        args: vec!["-c".into(), script.into()],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(timeout_ms),
-    }
+    test_support::bash(script).timeout_ms(timeout_ms)
 }
 
 fn assert_no_survivor(tag: &str, what: &str) {

@@ -7,18 +7,12 @@ use std::sync::Arc;
 
 use sandbox_host::types::*;
 use sandbox_host::{
-    shared_engine, CancelToken, ProviderComponent, SandboxRuntime, ScriptedResponse,
-    ScriptedTransport, Secrets, SqliteLeases,
+    CancelToken, ProviderComponent, SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets,
+    SqliteLeases,
 };
 
 fn component() -> ProviderComponent {
-    let path = sandbox_conformance::built_component("examples/minimal_provider.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run ./build.sh first",
-        path.display()
-    );
-    ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap()
+    test_support::components::load("examples/minimal_provider.wasm")
 }
 
 #[test]
@@ -52,14 +46,7 @@ fn the_example_provider_acquires_runs_and_destroys() {
         requested_expires_at: None,
     };
     let lease = runtime.acquire(&env, &request).unwrap().unwrap();
-    let command = ExecuteRequest {
-        command: "echo".into(),
-        args: vec!["hi".into()],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: None,
-    };
+    let command = test_support::command("echo", &["hi"]);
     let result = runtime
         .execute(&env, &lease.id, &command, None, CancelToken::new())
         .unwrap()

@@ -6,111 +6,42 @@
 // `ProviderError` is the contract's variant, returned as it is.
 #![allow(clippy::result_large_err)]
 
-use std::sync::Arc;
-
-use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
+use createos_local::{FaultAction, FaultRule};
 use sandbox_host::types::*;
-use sandbox_host::{
-    shared_engine, CancelToken, Environment, LeaseState, NetworkTransport, OutputCapture,
-    ProviderComponent, SandboxRuntime, Secrets, SqliteLeases,
-};
+use sandbox_host::{CancelToken, LeaseState, OutputCapture};
+use test_support::local::{Face, LocalRuntime};
+use test_support::RequestExt;
 
 const KEY: &str = "daytona-local-key-7d21";
 
-struct Local {
-    server: BackgroundServer,
-    runtime: SandboxRuntime,
-    env: Environment,
+/// The engine's Daytona face and a runtime of the Daytona component;
+/// `extra` adds to the provider config.
+fn start(extra: serde_json::Value) -> LocalRuntime {
+    LocalRuntime::start(Face::Daytona, KEY, "env-daytona", extra)
 }
 
-fn component() -> ProviderComponent {
-    let path = sandbox_conformance::built_component("daytona_provider.wasm");
-    assert!(
-        path.exists(),
-        "{} is missing: run ./build.sh first",
-        path.display()
-    );
-    ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap()
+/// A lease whose workspace is `project`.
+fn acquire(local: &LocalRuntime) -> String {
+    let mut request = test_support::acquire("run");
+    request.requested_cwd = Some("project".into());
+    local.acquire(&request)
 }
 
-impl Local {
-    fn start(extra: serde_json::Value) -> Local {
-        let server =
-            BackgroundServer::start(Server::builder().api_key(KEY).toolbox_port(0).quiet(true))
-                .expect("server starts");
-        let runtime = SandboxRuntime::new(
-            component(),
-            Arc::new(SqliteLeases::open_in_memory().unwrap()),
-            Arc::new(NetworkTransport::new()),
-        )
-        .unwrap();
-        let mut config = serde_json::json!({
-            "apiUrl": server.daytona_api_url(),
-            "toolboxUrl": server.toolbox_url(),
-            "timeoutMs": 60_000,
-            "requestTimeoutMs": 15_000,
-        });
-        for (k, v) in extra.as_object().unwrap() {
-            config[k] = v.clone();
-        }
-        let env = runtime
-            .environment(
-                "company",
-                "env-daytona",
-                &config.to_string(),
-                &Secrets::none().with("apiKey", KEY),
-            )
-            .unwrap();
-        Local {
-            server,
-            runtime,
-            env,
-        }
-    }
-
-    fn acquire(&self) -> String {
-        let request = AcquireRequest {
-            run_id: "run".into(),
-            requested_cwd: Some("project".into()),
-            workspace_mode: None,
-            requested_expires_at: None,
-        };
-        self.runtime
-            .acquire(&self.env, &request)
-            .unwrap()
-            .expect("lease acquired")
-            .id
-    }
-
-    fn run(&self, lease: &str, request: ExecuteRequest) -> Result<ExecuteResult, ProviderError> {
-        self.runtime
-            .execute(&self.env, lease, &request, None, CancelToken::new())
-            .unwrap()
-    }
-}
-
-fn command(command: &str, args: &[&str]) -> ExecuteRequest {
-    ExecuteRequest {
-        command: command.into(),
-        args: args.iter().map(|a| a.to_string()).collect(),
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(30_000),
-    }
+fn command(program: &str, args: &[&str]) -> ExecuteRequest {
+    test_support::command(program, args).timeout_ms(30_000)
 }
 
 #[test]
 fn a_command_runs_with_its_input_environment_and_exit_code() {
-    let local = Local::start(serde_json::json!({}));
-    let lease = local.acquire();
+    let local = start(serde_json::json!({}));
+    let lease = acquire(&local);
     let mut request = command(
         "/bin/sh",
         &["-c", "pwd; cat; echo \"$GREETING\" >&2; exit 3"],
     );
     request.env = vec![("GREETING".into(), "héllo 'there'".into())];
     request.stdin = Some(b"from stdin\n".to_vec());
-    let result = local.run(&lease, request).expect("runs");
+    let result = local.execute(&lease, &request, None).expect("runs");
     assert_eq!(result.exit_code, Some(3), "{result:?}");
     assert!(!result.timed_out);
     assert!(
@@ -133,8 +64,8 @@ fn a_command_runs_with_its_input_environment_and_exit_code() {
 
 #[test]
 fn live_output_arrives_before_the_result_and_a_timeout_leaves_nothing() {
-    let local = Local::start(serde_json::json!({}));
-    let lease = local.acquire();
+    let local = start(serde_json::json!({}));
+    let lease = acquire(&local);
     let output = OutputCapture::new();
     let marker = format!("daytona-timeout-{}", std::process::id());
     let mut request = command("/bin/sh", &["-c", "echo started; exec sleep 1000", &marker]);
@@ -160,16 +91,22 @@ fn live_output_arrives_before_the_result_and_a_timeout_leaves_nothing() {
 
 #[test]
 fn a_reusable_lease_is_stopped_and_started_again() {
-    let local = Local::start(serde_json::json!({"reuseLease": true}));
-    let lease = local.acquire();
+    let local = start(serde_json::json!({"reuseLease": true}));
+    let lease = acquire(&local);
     local
-        .run(&lease, command("/bin/sh", &["-c", "echo kept > kept.txt"]))
+        .execute(
+            &lease,
+            &command("/bin/sh", &["-c", "echo kept > kept.txt"]),
+            None,
+        )
         .unwrap();
     let receipt = local.runtime.release(&local.env, &lease).unwrap().unwrap();
     assert_eq!(receipt.action, TerminationAction::Paused);
     let resumed = local.runtime.resume(&local.env, &lease).unwrap().unwrap();
     assert!(matches!(resumed, ResumeOutcome::Resumed(_)), "{resumed:?}");
-    let result = local.run(&lease, command("cat", &["kept.txt"])).unwrap();
+    let result = local
+        .execute(&lease, &command("cat", &["kept.txt"]), None)
+        .unwrap();
     assert_eq!(result.stdout, "kept\n");
     local.runtime.destroy(&local.env, &lease).unwrap().unwrap();
 }
@@ -181,8 +118,8 @@ fn a_reusable_lease_is_stopped_and_started_again() {
 /// `a_normal_exit_keeps_the_session_and_its_background_processes`.)
 #[test]
 fn an_unconfirmed_session_delete_poisons_the_lease_and_sweep_cleans_up() {
-    let local = Local::start(serde_json::json!({}));
-    let lease = local.acquire();
+    let local = start(serde_json::json!({}));
+    let lease = acquire(&local);
     local.server.faults().add(
         FaultRule::new(
             "DELETE",
@@ -193,7 +130,7 @@ fn an_unconfirmed_session_delete_poisons_the_lease_and_sweep_cleans_up() {
     );
     let mut request = command("/bin/sh", &["-c", "sleep 1000 & echo bg; sleep 1000"]);
     request.timeout_ms = Some(2_000);
-    let error = local.run(&lease, request).unwrap_err();
+    let error = local.execute(&lease, &request, None).unwrap_err();
     assert!(
         matches!(&error, ProviderError::CleanupFailed(f) if f.phase == CleanupPhase::ProcessTermination),
         "{error:?}"
@@ -230,16 +167,7 @@ fn eventually(mut done: impl FnMut() -> bool) -> bool {
 
 /// The host's processes whose command line is exactly `words`.
 fn processes(words: &[&str]) -> usize {
-    let wanted: Vec<u8> = words
-        .iter()
-        .flat_map(|w| [w.as_bytes(), b"\0"].concat())
-        .collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted))
-        .count()
+    test_support::procs::exact(words).len()
 }
 
 /// Issue 25 through the Daytona component: a command that exits normally
@@ -248,13 +176,14 @@ fn processes(words: &[&str]) -> usize {
 /// lease's destruction ends it.
 #[test]
 fn a_normal_exit_keeps_the_session_and_its_background_processes() {
-    let local = Local::start(serde_json::json!({}));
-    let lease = local.acquire();
+    let local = start(serde_json::json!({}));
+    let lease = acquire(&local);
     let tag = format!("3000.{}", std::process::id());
     let result = local
-        .run(
+        .execute(
             &lease,
-            command("/bin/sh", &["-c", &format!("sleep {tag} & echo bg")]),
+            &command("/bin/sh", &["-c", &format!("sleep {tag} & echo bg")]),
+            None,
         )
         .unwrap();
     assert_eq!(

@@ -12,8 +12,9 @@ use std::sync::Arc;
 
 const KEY: &str = "local-test-key-3f9c";
 
-mod common;
-use common::component;
+use test_support::components::createos as component;
+use test_support::procs::survivors;
+use test_support::{command, RequestExt};
 
 struct Local {
     server: BackgroundServer,
@@ -55,12 +56,7 @@ impl Local {
     }
 
     fn acquire(&self) -> Lease {
-        let request = AcquireRequest {
-            run_id: "run".into(),
-            requested_cwd: None,
-            workspace_mode: None,
-            requested_expires_at: None,
-        };
+        let request = test_support::acquire("run");
         self.instance()
             .acquire_lease(&self.ctx, &request)
             .unwrap()
@@ -70,48 +66,16 @@ impl Local {
     fn run(
         &self,
         lease: &Lease,
-        command: &str,
+        program: &str,
         args: &[&str],
         timeout_ms: Option<u64>,
     ) -> ExecuteResult {
-        let request = ExecuteRequest {
-            command: command.into(),
-            args: args.iter().map(|a| a.to_string()).collect(),
-            cwd: None,
-            env: vec![],
-            stdin: None,
-            timeout_ms,
-        };
+        let request = command(program, args).timeout(timeout_ms);
         self.instance()
             .execute(&self.ctx, lease, &request)
             .unwrap()
             .expect("confirmed result")
     }
-}
-
-/// Processes of this machine whose command line contains `needle`.
-fn survivors(needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        if !entry
-            .file_name()
-            .to_string_lossy()
-            .bytes()
-            .all(|b| b.is_ascii_digit())
-        {
-            continue;
-        }
-        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if cmdline.contains(needle) {
-                found.push(format!(
-                    "{}: {cmdline}",
-                    entry.file_name().to_string_lossy()
-                ));
-            }
-        }
-    }
-    found
 }
 
 #[test]
@@ -189,15 +153,7 @@ fn a_wrong_key_is_a_typed_rejection() {
         .instantiate(HostOptions::new().with_transport(Arc::new(guard)))
         .unwrap();
     let error = instance
-        .acquire_lease(
-            &local.ctx,
-            &AcquireRequest {
-                run_id: "r".into(),
-                requested_cwd: None,
-                workspace_mode: None,
-                requested_expires_at: None,
-            },
-        )
+        .acquire_lease(&local.ctx, &test_support::acquire("r"))
         .unwrap()
         .unwrap_err();
     assert!(

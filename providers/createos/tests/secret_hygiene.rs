@@ -24,8 +24,8 @@ use serde_json::json;
 /// The canary: if these bytes show up anywhere but the server, a secret leaked.
 const CANARY: &str = "canary-key-7Hq2xZ9vQmW4";
 
-mod common;
-use common::component;
+use test_support::components::createos as component;
+use test_support::RequestExt;
 
 fn assert_clean(what: &str, text: &str) {
     assert!(
@@ -65,15 +65,10 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-fn exec(command: &str, args: &[&str], timeout_ms: Option<u64>) -> ExecuteRequest {
-    ExecuteRequest {
-        command: command.into(),
-        args: args.iter().map(|a| a.to_string()).collect(),
-        cwd: None,
-        env: vec![],
-        stdin: Some(b"stdin bytes\n".to_vec()),
-        timeout_ms,
-    }
+fn exec(program: &str, args: &[&str], timeout_ms: Option<u64>) -> ExecuteRequest {
+    test_support::command(program, args)
+        .stdin(b"stdin bytes\n")
+        .timeout(timeout_ms)
 }
 
 /// The host runtime with a durable store, against the local backend whose
@@ -278,15 +273,7 @@ fn the_components_memory_never_holds_the_key() {
         )
         .unwrap();
     let lease = instance
-        .acquire_lease(
-            &ctx,
-            &AcquireRequest {
-                run_id: "run".into(),
-                requested_cwd: None,
-                workspace_mode: None,
-                requested_expires_at: None,
-            },
-        )
+        .acquire_lease(&ctx, &test_support::acquire("run"))
         .unwrap()
         .expect("lease");
     let marker = "guest-memory-witness-5b1e";
@@ -451,12 +438,7 @@ fn reflected_leaks() -> Vec<String> {
                 .instantiate(HostOptions::new().with_transport(guard.clone()))
                 .unwrap()
         };
-        let acquire = AcquireRequest {
-            run_id: "r".into(),
-            requested_cwd: None,
-            workspace_mode: None,
-            requested_expires_at: None,
-        };
+        let acquire = test_support::acquire("r");
         let outcomes = [
             format!("{:?}", instance().probe(&ctx).unwrap()),
             format!("{:?}", instance().acquire_lease(&ctx, &acquire).unwrap()),

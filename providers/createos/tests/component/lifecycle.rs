@@ -40,11 +40,7 @@ fn acquire_creates_waits_prepares_and_marks() {
         create.body_json().unwrap(),
         json!({"shape": "s-1vcpu-1gb", "ingress_enabled": false})
     );
-    assert_eq!(
-        fake.requests_to(&format!("GET {}", sandbox_path())).len(),
-        3,
-        "polled until running"
-    );
+    assert_eq!(fake.sandbox_calls("GET", ""), 3, "polled until running");
     let mkdir = &fake.requests_to(&format!("POST {}/exec", sandbox_path()))[0];
     assert_eq!(
         mkdir.body_json().unwrap(),
@@ -63,9 +59,7 @@ fn acquire_creates_waits_prepares_and_marks() {
         metadata["marker"].as_str().unwrap().as_bytes(),
         &marker.body[..]
     );
-    assert!(fake
-        .requests_to(&format!("DELETE {}", sandbox_path()))
-        .is_empty());
+    assert!(fake.sandbox_calls("DELETE", "") == 0);
 }
 
 /// Contract 0.2.0 (`host.record-sandbox`): the provider reports the new
@@ -264,11 +258,7 @@ fn resume_wakes_a_paused_sandbox() {
         })
     });
     assert!(matches!(resume(&fake), Ok(ResumeOutcome::Resumed(_))));
-    assert_eq!(
-        fake.requests_to(&format!("POST {}/resume", sandbox_path()))
-            .len(),
-        1
-    );
+    assert_eq!(fake.sandbox_calls("POST", "/resume"), 1);
 }
 
 #[test]
@@ -369,14 +359,8 @@ fn release_pauses_a_reusable_lease() {
         .unwrap()
         .unwrap();
     assert_eq!(receipt.action, TerminationAction::Paused);
-    assert_eq!(
-        fake.requests_to(&format!("POST {}/pause", sandbox_path()))
-            .len(),
-        1
-    );
-    assert!(fake
-        .requests_to(&format!("DELETE {}", sandbox_path()))
-        .is_empty());
+    assert_eq!(fake.sandbox_calls("POST", "/pause"), 1);
+    assert!(fake.sandbox_calls("DELETE", "") == 0);
 }
 
 #[test]
@@ -655,6 +639,17 @@ fn a_sandbox_creation_that_broke_after_sending_stays_unconfirmed() {
     }
 }
 
+/// A reusable release against a sandbox whose `at`-th read (from 0) shows
+/// `state` and every other `running`.
+fn release_reading(at: usize, state: &'static str) -> Result<TerminationReceipt, ProviderError> {
+    let fake = Fake::with(move |req, n| {
+        is_get_sandbox(req).then(|| status(if n == at { state } else { "running" }))
+    });
+    fake.instance()
+        .release_lease(&reusable_ctx(), &reusable_lease())
+        .unwrap()
+}
+
 /// Pins issue 9 item 8: `error` and `destroying` were treated as proof that
 /// the sandbox is gone — resume answered `expired` and a reusable release
 /// `already-gone` — although the sandbox may still exist. Only 404,
@@ -679,19 +674,7 @@ fn error_and_destroying_states_are_not_proof_of_absence() {
         }
         // Reusable release: the first read, and the wait for `paused`.
         for at in [0, 1] {
-            let fake = Fake::with(move |req, n| {
-                is_get_sandbox(req).then(|| {
-                    if n == at {
-                        status(state)
-                    } else {
-                        status("running")
-                    }
-                })
-            });
-            let outcome = fake
-                .instance()
-                .release_lease(&reusable_ctx(), &reusable_lease())
-                .unwrap();
+            let outcome = release_reading(at, state);
             assert!(
                 matches!(&outcome, Err(ProviderError::InvalidResponse(r)) if r.reason.contains(state)),
                 "release, {state} at read {at}: {outcome:?}"
@@ -700,20 +683,7 @@ fn error_and_destroying_states_are_not_proof_of_absence() {
     }
     // `destroyed` and `failed` still prove absence on release.
     for state in ["destroyed", "failed"] {
-        let fake = Fake::with(move |req, n| {
-            is_get_sandbox(req).then(|| {
-                if n == 1 {
-                    status(state)
-                } else {
-                    status("running")
-                }
-            })
-        });
-        let receipt = fake
-            .instance()
-            .release_lease(&reusable_ctx(), &reusable_lease())
-            .unwrap()
-            .unwrap();
+        let receipt = release_reading(1, state).unwrap();
         assert_eq!(receipt.action, TerminationAction::AlreadyGone, "{state}");
     }
 }

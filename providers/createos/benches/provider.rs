@@ -1,5 +1,6 @@
-//! `cargo bench --bench provider` (after `./build.sh`): the figures of
-//! BENCHMARKS.md, each measured in this run next to its baseline.
+//! `cargo bench -p createos-provider --bench provider` (after
+//! `./build.sh`): the figures of BENCHMARKS.md, each measured in this run
+//! next to its baseline.
 //!
 //! 1. cold start: compile once; instantiate per call vs a Node.js plugin
 //!    worker process answering one JSON-RPC request over stdio;
@@ -22,8 +23,9 @@
 //!    sandbox-host`).
 //!
 //! Arguments that do not start with `-` select sections by number or name
-//! (`cargo bench --bench provider -- 2 output`). Targets are reported,
-//! never asserted; a wrong result (bad output, failed command) panics.
+//! (`cargo bench -p createos-provider --bench provider -- 2 output`).
+//! Targets are reported, never asserted; a wrong result (bad output,
+//! failed command) panics.
 
 // `ProviderError` is the WIT variant (its cleanup case carries the partial
 // output); it is returned once per command, so its size is no concern.
@@ -43,7 +45,7 @@ use bytes::Bytes;
 use createos_local::{BackgroundServer, Server};
 use net::{ExitStamp, NativeClient, Recorder, Replay};
 use sandbox_host::types::{
-    AcquireRequest, EnvironmentContext, ExecuteRequest, ExecuteResult, Lease, ProviderError,
+    EnvironmentContext, ExecuteRequest, ExecuteResult, Lease, ProviderError,
 };
 use sandbox_host::{
     new_engine, open_store, CancelToken, Environment, Guard, HostInstance, HostOptions, LeaseState,
@@ -51,6 +53,7 @@ use sandbox_host::{
     RateLimit, SandboxRuntime, ScriptedChunk, ScriptedResponse, ScriptedTransport, Secrets,
     SqliteLeases, ThrowawayPostgres, Transport,
 };
+use test_support::RequestExt;
 
 const KEY: &str = "bench-key-5c0ffee";
 const MIB: u64 = 1024 * 1024;
@@ -256,20 +259,12 @@ impl Bench {
     }
 }
 
-fn request(command: &str, args: &[&str], timeout_ms: Option<u64>) -> ExecuteRequest {
-    ExecuteRequest {
-        command: command.into(),
-        args: args.iter().map(|a| a.to_string()).collect(),
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms,
-    }
+fn request(program: &str, args: &[&str], timeout_ms: Option<u64>) -> ExecuteRequest {
+    test_support::command(program, args).timeout(timeout_ms)
 }
 
 fn setup() -> Bench {
-    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target/wasm32-wasip2/release/createos_provider.wasm");
+    let wasm = test_support::built_component("createos_provider.wasm");
     if !wasm.exists() {
         eprintln!("{} is missing: run ./build.sh first", wasm.display());
         std::process::exit(2);
@@ -318,15 +313,7 @@ fn setup() -> Bench {
         .component
         .instantiate(HostOptions::new().with_transport(bench.network()))
         .unwrap()
-        .acquire_lease(
-            &bench.ctx,
-            &AcquireRequest {
-                run_id: "bench".into(),
-                requested_cwd: None,
-                workspace_mode: None,
-                requested_expires_at: None,
-            },
-        )
+        .acquire_lease(&bench.ctx, &test_support::acquire("bench"))
         .unwrap()
         .expect("a lease on the local backend");
     bench.sandbox = lease.provider_lease_id.clone();
@@ -749,15 +736,7 @@ fn default_journal(
         .component
         .instantiate(options())
         .unwrap()
-        .acquire_lease(
-            &ctx,
-            &AcquireRequest {
-                run_id: "bench-default-journal".into(),
-                requested_cwd: None,
-                workspace_mode: None,
-                requested_expires_at: None,
-            },
-        )
+        .acquire_lease(&ctx, &test_support::acquire("bench-default-journal"))
         .unwrap()
         .expect("a lease on the default-journal backend");
     let emitted = Arc::new(AtomicU64::new(0));
@@ -809,7 +788,7 @@ fn cli_volume(b: &Bench, report: &mut Report) {
     // U+FFFD, so the byte counts would differ for a good reason).
     let line = OUTPUT_LINE.len() as u64;
     let bytes = 50_000_000u64.div_ceil(line) * line;
-    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/sandbox");
+    let cli = test_support::workspace_dir().join("target/release/sandbox");
     if !cli.is_file() {
         report.note(format!(
             "section 3 CLI rows skipped: {} is not built (cargo build --release --workspace)",
@@ -1079,15 +1058,7 @@ fn sustained(b: &Bench, report: &mut Report) {
         .component
         .instantiate(HostOptions::new().with_transport(guard.clone()))
         .unwrap()
-        .acquire_lease(
-            &ctx,
-            &AcquireRequest {
-                run_id: "sustained".into(),
-                requested_cwd: None,
-                workspace_mode: None,
-                requested_expires_at: None,
-            },
-        )
+        .acquire_lease(&ctx, &test_support::acquire("sustained"))
         .unwrap()
         .expect("a lease on the limited backend");
     let before = server.faults().requests().len();
@@ -1611,7 +1582,7 @@ fn bare_bwrap() -> Command {
 
 fn cli_end_to_end(b: &Bench, report: &mut Report) {
     const N: usize = 20;
-    let cli = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/sandbox");
+    let cli = test_support::workspace_dir().join("target/release/sandbox");
     if !cli.is_file() {
         report.note(format!(
             "section 8 skipped: {} is not built (cargo build --release -p sandbox-host)",

@@ -10,16 +10,14 @@
 // `ProviderError` is the contract's variant, matched as it is.
 #![allow(clippy::result_large_err)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use createos_local::{faults::path_matches, BackgroundServer, FaultRule, Server};
+use createos_local::{faults::path_matches, FaultRule, Server};
 use sandbox_host::types::*;
-use sandbox_host::{
-    shared_engine, CancelToken, Environment, NetworkTransport, ProviderComponent, RateBudget,
-    RateLimit, SandboxRuntime, Secrets, SqliteLeases,
-};
+use sandbox_host::{CancelToken, RateBudget, RateLimit};
 use serde_json::Value;
+use test_support::local::{Face, LocalRuntime};
+use test_support::RequestExt;
 
 const KEY: &str = "shared-scenarios-key";
 
@@ -27,8 +25,7 @@ const KEY: &str = "shared-scenarios-key";
 const PLUGIN_ONLY: &[&str] = &["sync-in"];
 
 fn scenarios() -> Vec<Value> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("node/test/scenarios/local-backend-faults.json");
+    let path = test_support::workspace_dir().join("node/test/scenarios/local-backend-faults.json");
     let text = std::fs::read_to_string(&path).expect("the shared scenario file");
     let data: Value = serde_json::from_str(&text).expect("the shared scenarios are JSON");
     data["scenarios"]
@@ -38,9 +35,7 @@ fn scenarios() -> Vec<Value> {
 }
 
 struct Run {
-    server: BackgroundServer,
-    runtime: SandboxRuntime,
-    env: Environment,
+    local: LocalRuntime,
 }
 
 /// A scenario's `{ "requests": N, "windowMs": M }`, if it names one.
@@ -55,30 +50,17 @@ impl Run {
     /// `serverRateLimit` (createos-local's own) and `config` (overrides of
     /// the provider config) come from the scenario.
     fn start(reuse: bool, scenario: &Value) -> Run {
-        let mut builder = Server::builder().api_key(KEY).quiet(true);
+        let mut builder = Server::builder();
         if let Some((requests, window)) = limit_of(&scenario["serverRateLimit"]) {
             builder = builder.rate_limit(requests, window);
         }
-        let server = BackgroundServer::start(builder).unwrap();
-        let path = sandbox_conformance::built_component("createos_provider.wasm");
-        assert!(path.exists(), "run ./build.sh first");
-        let component = ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap();
         // The operator's limit the Node suite runs these with unless the
         // scenario names one (100 per 500 ms): a 429 without Retry-After
         // pauses one window, which must fit in the provider's request
         // budget for the repeat to help.
         let (requests, window) =
             limit_of(&scenario["hostRateLimit"]).unwrap_or((100, Duration::from_millis(500)));
-        let runtime = SandboxRuntime::new(
-            component,
-            Arc::new(SqliteLeases::open_in_memory().unwrap()),
-            Arc::new(NetworkTransport::new()),
-        )
-        .unwrap()
-        .with_rate_budget(RateBudget::in_memory())
-        .with_rate_limit(Some(RateLimit::new(requests, window)));
         let mut config = serde_json::json!({
-            "apiUrl": server.base_url(),
             "timeoutMs": 30_000,
             "requestTimeoutMs": 10_000,
             "reuseLease": reuse,
@@ -88,29 +70,19 @@ impl Run {
                 config[key] = value.clone();
             }
         }
-        let env = runtime
-            .environment(
-                "co",
-                "env",
-                &config.to_string(),
-                &Secrets::none().with("apiKey", KEY),
-            )
-            .unwrap();
-        Run {
-            server,
-            runtime,
-            env,
-        }
+        let local = LocalRuntime::start_with(Face::CreateOs, builder, KEY, "env", config, |rt| {
+            rt.with_rate_budget(RateBudget::in_memory())
+                .with_rate_limit(Some(RateLimit::new(requests, window)))
+        });
+        Run { local }
     }
 
     fn acquire(&self) -> Result<sandbox_host::LeaseRecord, ProviderError> {
-        let request = AcquireRequest {
-            run_id: "shared".into(),
-            requested_cwd: None,
-            workspace_mode: None,
-            requested_expires_at: None,
-        };
-        self.runtime.acquire(&self.env, &request).unwrap()
+        let request = test_support::acquire("shared");
+        self.local
+            .runtime
+            .acquire(&self.local.env, &request)
+            .unwrap()
     }
 
     fn add_faults(&self, scenario: &Value) {
@@ -121,7 +93,7 @@ impl Run {
                     scenario["name"]
                 )
             });
-            self.server.faults().add(rule);
+            self.local.server.faults().add(rule);
         }
     }
 
@@ -135,7 +107,8 @@ impl Run {
             "files" => "/v1/sandboxes/*/files",
             other => panic!("unknown request kind {other}"),
         };
-        self.server
+        self.local
+            .server
             .faults()
             .requests()
             .iter()
@@ -215,24 +188,27 @@ fn run_scenario(scenario: &Value) {
             let lease = run
                 .acquire()
                 .expect("the lease is acquired before the faults");
-            run.server.faults().clear_requests();
+            run.local.server.faults().clear_requests();
             run.add_faults(scenario);
             let command = &scenario["command"];
-            let request = ExecuteRequest {
-                command: command["command"].as_str().unwrap_or("true").into(),
-                args: command["args"]
-                    .as_array()
-                    .map(|a| a.iter().map(|v| v.as_str().unwrap().to_string()).collect())
-                    .unwrap_or_default(),
-                cwd: None,
-                env: vec![],
-                stdin: None,
-                timeout_ms: command["timeoutMs"].as_u64(),
-            };
+            let args: Vec<&str> = command["args"]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.as_str().unwrap()).collect())
+                .unwrap_or_default();
+            let request =
+                test_support::command(command["command"].as_str().unwrap_or("true"), &args)
+                    .timeout(command["timeoutMs"].as_u64());
             for _ in 0..scenario["runs"].as_u64().unwrap_or(1) {
                 let outcome = run
+                    .local
                     .runtime
-                    .execute(&run.env, &lease.id, &request, None, CancelToken::new())
+                    .execute(
+                        &run.local.env,
+                        &lease.id,
+                        &request,
+                        None,
+                        CancelToken::new(),
+                    )
                     .unwrap();
                 match (&outcome, expect["ok"] == true) {
                     (Ok(result), true) => {
@@ -246,7 +222,7 @@ fn run_scenario(scenario: &Value) {
                 }
             }
             if let Some(poisoned) = expect["poisoned"].as_bool() {
-                let record = run.runtime.store().get(&lease.id).unwrap().unwrap();
+                let record = run.local.runtime.store().get(&lease.id).unwrap().unwrap();
                 assert_eq!(
                     record.state == sandbox_host::LeaseState::Poisoned,
                     poisoned,
@@ -270,7 +246,7 @@ fn run_scenario(scenario: &Value) {
         }
         "probe" => {
             run.add_faults(scenario);
-            let outcome = run.runtime.probe(&run.env, None).unwrap();
+            let outcome = run.local.runtime.probe(&run.local.env, None).unwrap();
             match (&outcome, expect["ok"] == true) {
                 (Ok(report), true) => assert!(report.ok, "{name}"),
                 (Err(error), false) => check_error(name, expect, error),
@@ -280,9 +256,13 @@ fn run_scenario(scenario: &Value) {
         }
         "resume" => {
             let lease = run.acquire().expect("acquired");
-            run.runtime.release(&run.env, &lease.id).unwrap().unwrap();
+            run.local
+                .runtime
+                .release(&run.local.env, &lease.id)
+                .unwrap()
+                .unwrap();
             run.add_faults(scenario);
-            let outcome = run.runtime.resume(&run.env, &lease.id).unwrap();
+            let outcome = run.local.runtime.resume(&run.local.env, &lease.id).unwrap();
             match &outcome {
                 Ok(ResumeOutcome::Expired(_)) if expect["expired"] == false => {
                     panic!("{name}: a transient failure expired the lease")
@@ -291,7 +271,7 @@ fn run_scenario(scenario: &Value) {
                 Err(error) => check_error(name, expect, error),
             }
             if let Some(deletes) = expect["deletes"].as_u64() {
-                let count = run.server.faults().count("DELETE", "/v1/sandboxes/*");
+                let count = run.local.server.faults().count("DELETE", "/v1/sandboxes/*");
                 assert_eq!(count as u64, deletes, "{name}");
             }
         }
@@ -310,6 +290,7 @@ fn run_scenario(scenario: &Value) {
     }
     if let Some(throttled) = expect["throttled"].as_u64() {
         let count = run
+            .local
             .server
             .faults()
             .requests()
@@ -318,7 +299,7 @@ fn run_scenario(scenario: &Value) {
             .count();
         assert_eq!(count as u64, throttled, "{name}");
     }
-    let report = run.server.shutdown();
+    let report = run.local.server.shutdown();
     assert!(report.all_exited(), "{name}: {report:?}");
 }
 
@@ -348,8 +329,7 @@ fn the_shared_fault_scenarios_hold_for_the_rust_host() {
 /// and one request's budget, from the provider's `operation-budget`.
 #[test]
 fn the_shared_deadline_decisions_hold_for_the_rust_host() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("node/test/scenarios/policy-decisions.json");
+    let path = test_support::workspace_dir().join("node/test/scenarios/policy-decisions.json");
     let table: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
     let cases = table["deadlines"].as_array().unwrap();
     assert!(cases.len() >= 5);

@@ -222,6 +222,19 @@ fn stream_failure(
     (fake, error)
 }
 
+/// [`stream_failure`] that must end as an invalid answer whose reason
+/// names `reason`.
+fn invalid_stream(
+    connect: impl Fn(usize) -> ScriptedResponse + Send + Sync + 'static,
+    reason: &str,
+) {
+    let (_, error) = stream_failure(connect);
+    assert!(
+        matches!(&error, ProviderError::InvalidResponse(r) if r.reason.contains(reason)),
+        "{reason}: {error:?}"
+    );
+}
+
 fn frames(lines: &[&str]) -> ScriptedResponse {
     ScriptedResponse::ndjson(
         lines
@@ -234,7 +247,7 @@ fn frames(lines: &[&str]) -> ScriptedResponse {
 
 #[test]
 fn a_sequence_gap_deletes_the_process() {
-    let (_, error) = stream_failure(|_| {
+    let gap = |_| {
         ScriptedResponse::ndjson(
             vec![
                 ScriptedChunk::now(data_frame(1, "stdout", b"a")),
@@ -242,11 +255,8 @@ fn a_sequence_gap_deletes_the_process() {
             ],
             None,
         )
-    });
-    assert!(
-        matches!(&error, ProviderError::InvalidResponse(r) if r.reason.contains("gap")),
-        "{error:?}"
-    );
+    };
+    invalid_stream(gap, "gap");
 }
 
 /// Issue 23 item 4: a 410 on `/connect` is lost output, its own typed
@@ -275,10 +285,9 @@ fn an_error_frame_deletes_the_process() {
 /// Any other stream error stays an invalid answer.
 #[test]
 fn another_error_frame_is_an_invalid_answer() {
-    let (_, error) = stream_failure(|_| frames(&[r#"{"type":"error","error":"mystery"}"#]));
-    assert!(
-        matches!(&error, ProviderError::InvalidResponse(r) if r.reason.contains("mystery")),
-        "{error:?}"
+    invalid_stream(
+        |_| frames(&[r#"{"type":"error","error":"mystery"}"#]),
+        "mystery",
     );
 }
 
@@ -289,21 +298,14 @@ fn a_malformed_frame_deletes_the_process() {
         r#"{"type":"mystery"}"#,
         r#"{"type":"data","seq":1,"stream":"stdout","data_base64":"***"}"#,
     ] {
-        let (_, error) = stream_failure(move |_| frames(&[line]));
-        assert!(
-            matches!(error, ProviderError::InvalidResponse(_)),
-            "{line}: {error:?}"
-        );
+        // Any reason: the frame is not one the protocol knows.
+        invalid_stream(move |_| frames(&[line]), "");
     }
 }
 
 #[test]
 fn an_exit_frame_without_status_deletes_the_process() {
-    let (_, error) = stream_failure(|_| frames(&[r#"{"type":"exit"}"#]));
-    assert!(
-        matches!(&error, ProviderError::InvalidResponse(r) if r.reason.contains("exit status")),
-        "{error:?}"
-    );
+    invalid_stream(|_| frames(&[r#"{"type":"exit"}"#]), "exit status");
 }
 
 #[test]
@@ -470,27 +472,25 @@ fn output_is_capped_at_four_mebi_characters_per_stream() {
 /// process can exist: it is `transport-failed`.
 #[test]
 fn a_process_creation_that_never_reached_the_server_is_a_transport_failure() {
-    for code in never_sent_errors() {
+    // The process creation fails with `code`; the command's error.
+    let creation_fails = |code: &ErrorCode| {
         let answer = code.clone();
         let fake = Fake::with(move |req, _| {
             req.path()
                 .ends_with("/processes")
                 .then(|| ScriptedResponse::Error(answer.clone()))
         });
-        let error = fake.execute(&command("ls", &[])).unwrap_err();
+        fake.execute(&command("ls", &[])).unwrap_err()
+    };
+    for code in never_sent_errors() {
+        let error = creation_fails(&code);
         assert!(
             matches!(&error, ProviderError::TransportFailed(f) if f.operation == "create-process"),
             "{code:?}: {error:?}"
         );
     }
     for code in after_send_errors() {
-        let answer = code.clone();
-        let fake = Fake::with(move |req, _| {
-            req.path()
-                .ends_with("/processes")
-                .then(|| ScriptedResponse::Error(answer.clone()))
-        });
-        let error = fake.execute(&command("ls", &[])).unwrap_err();
+        let error = creation_fails(&code);
         assert!(
             matches!(&error, ProviderError::CleanupFailed(f) if f.phase == CleanupPhase::ProcessCreation),
             "{code:?}: {error:?}"
