@@ -9,7 +9,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ExecuteResult, ProviderError};
 use sandbox_host::{
     error_text, CancelToken, Environment, HostOptions, LeaseRecord, LeaseState, NetworkTransport,
-    OutputSink, ProviderComponent, ProviderInstance, RateBudget, SandboxRuntime, Secrets,
+    OutputSink, ProviderComponent, ProviderInstance, RequestPacer, SandboxRuntime, Secrets,
     SqliteLeases,
 };
 use serde_json::Value;
@@ -47,7 +47,7 @@ impl Session {
         let component = target.component()?;
         let mut runtime =
             SandboxRuntime::new(component.clone(), store, Arc::new(NetworkTransport::new()))?
-                .with_rate_budget(RateBudget::in_memory());
+                .with_request_pacer(RequestPacer::in_memory());
         if !declared_rate_limit {
             runtime = runtime.with_rate_limit(None);
         }

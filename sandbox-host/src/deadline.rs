@@ -2,7 +2,7 @@
 //!
 //! ("Deadlines" is the contract's word, the WIT `operation-budget`; what the
 //! host derives from it are deadlines, and the request starts an API allows
-//! are its rate limit, `network/rate_budget.rs`.)
+//! are its rate limit, `network/request_pacer.rs`.)
 //!
 //! The provider plans its work from the config it validated and says so in
 //! `validate-config`'s `operation-budget`: a lifecycle operation (acquire,

@@ -13,7 +13,7 @@
 //!
 //! Modules by concern: `wasm/` (engine, component, instance, the `host`
 //! interface, limits), `network/` (transports, the policy guard, secrets,
-//! rate budget), `leases/` (the store trait, its SQLite and PostgreSQL
+//! request pacer), `leases/` (the store trait, its SQLite and PostgreSQL
 //! backends, the state machine), and the runtime (`runtime`, `deadline`,
 //! `messages`).
 //!
@@ -63,7 +63,7 @@ pub use leases::url::open_store;
 pub use messages::{cleanup_text, error_text, loss_text};
 pub use network::client::NetworkTransport;
 pub use network::policy::{Guard, Origin, Policy};
-pub use network::rate_budget::{BudgetStats, RateBudget, RateLimit};
+pub use network::request_pacer::{PacerStats, RateLimit, RequestPacer};
 pub use network::secrets::{Secrets, KEY_ORIGIN_VAR};
 pub use network::transport::{
     BodySender, ErrorCode, OutgoingRequest, ResponseBody, Transport, TransportFuture,

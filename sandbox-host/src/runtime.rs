@@ -33,7 +33,7 @@ use anyhow::Result;
 
 use crate::deadline::DEFAULT_MARGIN;
 use crate::leases::backend::{HostInstance, LeaseStore, Liveness};
-use crate::network::rate_budget::{RateBudget, RateLimit};
+use crate::network::request_pacer::{RateLimit, RequestPacer};
 use crate::network::transport::Transport;
 use crate::wasm::bindings::types::ProviderDescription;
 use crate::wasm::cancel::CancelToken;
@@ -60,7 +60,7 @@ pub struct SandboxRuntime {
     store: Arc<dyn LeaseStore>,
     host: HostInstance,
     transport: Arc<dyn Transport>,
-    budget: RateBudget,
+    pacer: RequestPacer,
     rate_limit: Option<RateLimit>,
     stderr: GuestStderr,
     margin: Duration,
@@ -88,7 +88,7 @@ impl SandboxRuntime {
             store,
             host,
             transport,
-            budget: RateBudget::global(),
+            pacer: RequestPacer::global(),
             rate_limit,
             stderr: GuestStderr::Discard,
             margin: DEFAULT_MARGIN,
@@ -98,10 +98,10 @@ impl SandboxRuntime {
     }
 
     /// Keeps the request budget in `budget` instead of this process's
-    /// memory (for example [`RateBudget::open`] on a file every host
+    /// memory (for example [`RequestPacer::open`] on a file every host
     /// process of the machine shares).
-    pub fn with_rate_budget(mut self, budget: RateBudget) -> Self {
-        self.budget = budget;
+    pub fn with_request_pacer(mut self, pacer: RequestPacer) -> Self {
+        self.pacer = pacer;
         self
     }
 

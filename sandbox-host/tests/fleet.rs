@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use sandbox_host::types::ExecuteRequest;
 use sandbox_host::{
     open_store, CancelToken, HostInstance, LeaseRefused, LeaseState, LeaseStore, Operation,
-    PostgresLeases, RateBudget, SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets,
+    PostgresLeases, RequestPacer, SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets,
     StoreUnavailable, ThrowawayPostgres, MIGRATIONS,
 };
 
@@ -65,7 +65,7 @@ impl Shared {
         let script = ScriptedTransport::new(|_| ScriptedResponse::status(500));
         SandboxRuntime::new(test_provider().clone(), self.open(), script.shared())
             .unwrap()
-            .with_rate_budget(RateBudget::in_memory())
+            .with_request_pacer(RequestPacer::in_memory())
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use sandbox_host::types::{OutputStream, ProviderError, TransportKind};
 use sandbox_host::{
     shared_engine, trap_of, CancelToken, ErrorCode, HostOptions, NetworkTransport, OutputCapture,
-    Policy, ProviderComponent, RateBudget, RateLimit, ScriptedChunk, ScriptedResponse,
+    Policy, ProviderComponent, RateLimit, RequestPacer, ScriptedChunk, ScriptedResponse,
     ScriptedTransport, Transport, Trap, PROVIDER_INTERFACE,
 };
 
@@ -22,14 +22,14 @@ const API: &str = "http://api.test";
 /// A scripted API behind a guard that allows only `API` and injects the key.
 fn guarded(
     script: &ScriptedTransport,
-    budget: RateBudget,
+    budget: RequestPacer,
     limit: Option<RateLimit>,
 ) -> Arc<dyn Transport> {
     let policy = Policy::for_origin(API)
         .unwrap()
         .with_secret_header("X-Api-Key", "sekret-123")
         .unwrap()
-        .with_rate_budget(budget)
+        .with_request_pacer(budget)
         .with_rate_limit(limit);
     Arc::new(policy.guard(script.shared()))
 }
@@ -74,7 +74,7 @@ fn requests_are_recorded_with_the_secret_and_bodies_stream_to_output() {
     });
     let output = OutputCapture::new();
     let options = HostOptions::new()
-        .with_transport(guarded(&script, RateBudget::in_memory(), None))
+        .with_transport(guarded(&script, RequestPacer::in_memory(), None))
         .with_output_sink(output.sink());
     let mut instance = test_provider().instantiate(options).unwrap();
 
@@ -106,7 +106,7 @@ fn requests_are_recorded_with_the_secret_and_bodies_stream_to_output() {
 fn another_origin_is_denied_before_reaching_the_transport() {
     let script = ScriptedTransport::new(|_| ScriptedResponse::status(200));
     let options =
-        HostOptions::new().with_transport(guarded(&script, RateBudget::in_memory(), None));
+        HostOptions::new().with_transport(guarded(&script, RequestPacer::in_memory(), None));
     let mut instance = test_provider().instantiate(options).unwrap();
 
     for url in [
@@ -130,7 +130,7 @@ fn a_reset_mid_body_reaches_the_guest_as_a_connection_error() {
     });
     let output = OutputCapture::new();
     let options = HostOptions::new()
-        .with_transport(guarded(&script, RateBudget::in_memory(), None))
+        .with_transport(guarded(&script, RequestPacer::in_memory(), None))
         .with_output_sink(output.sink());
     let mut instance = test_provider().instantiate(options).unwrap();
 
@@ -155,7 +155,7 @@ fn a_reset_mid_body_reaches_the_guest_as_a_connection_error() {
 fn an_error_code_from_the_transport_reaches_the_guest() {
     let script = ScriptedTransport::new(|_| ScriptedResponse::Error(ErrorCode::ConnectionRefused));
     let options =
-        HostOptions::new().with_transport(guarded(&script, RateBudget::in_memory(), None));
+        HostOptions::new().with_transport(guarded(&script, RequestPacer::in_memory(), None));
     let mut instance = test_provider().instantiate(options).unwrap();
     let outcome = instance.probe(&ctx("http://api.test/v1")).unwrap();
     assert_eq!(transport_kind(outcome), TransportKind::Connection);
@@ -166,7 +166,7 @@ fn cancelling_wakes_a_guest_waiting_on_a_request_that_never_answers() {
     let script = ScriptedTransport::new(|_| ScriptedResponse::Hang);
     let cancel = CancelToken::new();
     let options = HostOptions::new()
-        .with_transport(guarded(&script, RateBudget::in_memory(), None))
+        .with_transport(guarded(&script, RequestPacer::in_memory(), None))
         .with_cancel(cancel.clone());
     let mut instance = test_provider().instantiate(options).unwrap();
 
@@ -209,7 +209,7 @@ fn an_already_cancelled_token_is_ready_at_once() {
     cancel.cancel();
     let script = ScriptedTransport::new(|_| ScriptedResponse::Hang);
     let options = HostOptions::new()
-        .with_transport(guarded(&script, RateBudget::in_memory(), None))
+        .with_transport(guarded(&script, RequestPacer::in_memory(), None))
         .with_cancel(cancel);
     let mut instance = test_provider().instantiate(options).unwrap();
     let outcome = instance.probe(&ctx("http://api.test/v1")).unwrap();
@@ -232,7 +232,7 @@ fn requests_spend_the_budget_and_wait_only_when_it_is_spent() {
             ScriptedResponse::status(200)
         })
     };
-    let budget = RateBudget::in_memory();
+    let budget = RequestPacer::in_memory();
     let window = Duration::from_millis(400);
     let transport = guarded(&script, budget.clone(), Some(RateLimit::new(2, window)));
     let workers: Vec<_> = (0..3)
@@ -296,7 +296,7 @@ fn memory_beyond_the_limit_traps() {
 fn the_deadline_also_bounds_a_request_that_never_answers() {
     let script = ScriptedTransport::new(|_| ScriptedResponse::Hang);
     let options = HostOptions::new()
-        .with_transport(guarded(&script, RateBudget::in_memory(), None))
+        .with_transport(guarded(&script, RequestPacer::in_memory(), None))
         .with_deadline(Duration::from_millis(300));
     let mut instance = test_provider().instantiate(options).unwrap();
     let started = Instant::now();
@@ -373,7 +373,7 @@ fn the_network_transport_injects_the_secret_and_follows_no_redirect() {
         .unwrap()
         .with_secret_header("X-Api-Key", "net-secret")
         .unwrap()
-        .with_rate_budget(RateBudget::in_memory())
+        .with_request_pacer(RequestPacer::in_memory())
         .with_max_response_bytes(1024);
     let transport: Arc<dyn Transport> = Arc::new(policy.guard(Arc::new(NetworkTransport::new())));
     let options = HostOptions::new().with_transport(transport);

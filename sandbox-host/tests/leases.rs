@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use sandbox_host::types::{ExecuteRequest, ProviderError, ResumeOutcome};
 use sandbox_host::{
-    CancelToken, LeaseState, LeaseStore, Liveness, Operation, RateBudget, SandboxRuntime,
+    CancelToken, LeaseState, LeaseStore, Liveness, Operation, RequestPacer, SandboxRuntime,
     ScriptedResponse, ScriptedTransport, Secrets, SqliteLeases,
 };
 
@@ -19,7 +19,7 @@ fn runtime(store: Arc<SqliteLeases>) -> SandboxRuntime {
     let script = ScriptedTransport::new(|_| ScriptedResponse::status(500));
     SandboxRuntime::new(test_provider().clone(), store, script.shared())
         .unwrap()
-        .with_rate_budget(RateBudget::in_memory())
+        .with_request_pacer(RequestPacer::in_memory())
 }
 
 fn store_file(name: &str) -> std::path::PathBuf {

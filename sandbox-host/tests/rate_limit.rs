@@ -14,8 +14,8 @@ use std::time::Duration;
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::{ExecuteResult, ProviderError};
 use sandbox_host::{
-    shared_engine, CancelToken, Environment, NetworkTransport, ProviderComponent, RateBudget,
-    RateLimit, SandboxRuntime, Secrets, SqliteLeases,
+    shared_engine, CancelToken, Environment, NetworkTransport, ProviderComponent, RateLimit,
+    RequestPacer, SandboxRuntime, Secrets, SqliteLeases,
 };
 
 mod common;
@@ -59,14 +59,14 @@ fn refused(server: &BackgroundServer) -> usize {
         .count()
 }
 
-fn runtime(limit: RateLimit, budget: &RateBudget) -> SandboxRuntime {
+fn runtime(limit: RateLimit, budget: &RequestPacer) -> SandboxRuntime {
     SandboxRuntime::new(
         provider(),
         Arc::new(SqliteLeases::open_in_memory().unwrap()),
         Arc::new(NetworkTransport::new()),
     )
     .unwrap()
-    .with_rate_budget(budget.clone())
+    .with_request_pacer(budget.clone())
     .with_rate_limit(Some(limit))
 }
 
@@ -99,7 +99,7 @@ fn assert_echoed(result: &ExecuteResult, word: &str) {
 #[test]
 fn a_burst_of_ten_commands_within_the_budget_never_waits() {
     let server = limited_backend(60, Duration::from_secs(2));
-    let budget = RateBudget::in_memory();
+    let budget = RequestPacer::in_memory();
     let rt = runtime(RateLimit::new(60, Duration::from_secs(2)), &budget);
     let env = environment(&rt, &server);
     let lease = acquire(&rt, &env);
@@ -127,7 +127,7 @@ fn a_burst_of_ten_commands_within_the_budget_never_waits() {
 fn two_hundred_requests_over_several_windows_never_exceed_the_limit() {
     let window = Duration::from_millis(1000);
     let server = limited_backend(20, window);
-    let budget = RateBudget::in_memory();
+    let budget = RequestPacer::in_memory();
     let rt = runtime(RateLimit::new(20, window), &budget);
     let env = environment(&rt, &server);
     let lease = acquire(&rt, &env);
@@ -161,7 +161,7 @@ fn a_429_is_honoured_and_nothing_is_lost() {
             .transition_delay(Duration::from_millis(20)),
     )
     .unwrap();
-    let budget = RateBudget::in_memory();
+    let budget = RequestPacer::in_memory();
     let rt = runtime(RateLimit::new(50, Duration::from_millis(300)), &budget);
     let env = environment(&rt, &server);
     let lease = acquire(&rt, &env);
@@ -200,7 +200,7 @@ fn a_429_is_honoured_and_nothing_is_lost() {
 #[test]
 fn a_persistent_429_ends_as_a_typed_rejection() {
     let server = BackgroundServer::start(Server::builder().api_key(KEY).quiet(true)).unwrap();
-    let budget = RateBudget::in_memory();
+    let budget = RequestPacer::in_memory();
     let rt = runtime(RateLimit::new(50, Duration::from_millis(100)), &budget);
     let env = environment(&rt, &server);
     server
@@ -280,7 +280,7 @@ fn tempdir(tag: &str) -> PathBuf {
 #[test]
 fn a_429_whose_pause_outlasts_the_request_budget_is_a_rejection_not_a_doubt() {
     let server = BackgroundServer::start(Server::builder().api_key(KEY).quiet(true)).unwrap();
-    let budget = RateBudget::in_memory();
+    let budget = RequestPacer::in_memory();
     let rt = runtime(RateLimit::new(300, Duration::from_secs(60)), &budget);
     let config = format!(
         r#"{{"apiUrl":"{}","timeoutMs":60000,"requestTimeoutMs":5000}}"#,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::ProviderError;
 use sandbox_host::{
-    shared_engine, CancelToken, LeaseState, NetworkTransport, ProviderComponent, RateBudget,
+    shared_engine, CancelToken, LeaseState, NetworkTransport, ProviderComponent, RequestPacer,
     SandboxRuntime, ScriptedResponse, ScriptedTransport, Secrets, SqliteLeases,
 };
 
@@ -50,7 +50,7 @@ fn an_unconfirmed_termination_poisons_the_lease_durably_and_sweep_destroys_it() 
     let runtime = |store| {
         SandboxRuntime::new(component.clone(), store, Arc::new(NetworkTransport::new()))
             .unwrap()
-            .with_rate_budget(RateBudget::in_memory())
+            .with_request_pacer(RequestPacer::in_memory())
     };
 
     let lease_id = {
@@ -96,7 +96,7 @@ fn a_wrong_api_key_is_a_typed_rejection_and_the_right_one_reaches_the_server() {
         Arc::new(NetworkTransport::new()),
     )
     .unwrap()
-    .with_rate_budget(RateBudget::in_memory());
+    .with_request_pacer(RequestPacer::in_memory());
     let config = format!(r#"{{"apiUrl":"{}","apiKey":"wrong"}}"#, server.base_url());
     let env = rt
         .environment("co", "env", &config, &Secrets::none())
@@ -132,7 +132,7 @@ fn the_environment_key_goes_only_to_the_default_origin() {
         script.shared(),
     )
     .unwrap()
-    .with_rate_budget(RateBudget::in_memory());
+    .with_request_pacer(RequestPacer::in_memory());
     for (config, key) in [
         (r#"{"apiUrl":"https://elsewhere.example"}"#, None),
         ("{}", Some("env-canary")),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use sandbox_host::types::{ExecuteRequest, OutputStream, ProviderError};
 use sandbox_host::{
-    CancelToken, LeaseState, OutputCapture, RateBudget, SandboxRuntime, ScriptedResponse,
+    CancelToken, LeaseState, OutputCapture, RequestPacer, SandboxRuntime, ScriptedResponse,
     ScriptedTransport, Secrets, SqliteLeases,
 };
 
@@ -25,7 +25,7 @@ fn store_path(name: &str) -> PathBuf {
 fn runtime(store: Arc<SqliteLeases>, script: &ScriptedTransport) -> SandboxRuntime {
     SandboxRuntime::new(test_provider().clone(), store, script.shared())
         .unwrap()
-        .with_rate_budget(RateBudget::in_memory())
+        .with_request_pacer(RequestPacer::in_memory())
 }
 
 fn command(program: &str, args: &[&str]) -> ExecuteRequest {

@@ -49,8 +49,8 @@ use sandbox_host::types::{
 };
 use sandbox_host::{
     new_engine, open_store, CancelToken, Environment, Guard, HostInstance, HostOptions, LeaseState,
-    LeaseStore, Liveness, NetworkTransport, Operation, Policy, ProviderComponent, RateBudget,
-    RateLimit, SandboxRuntime, ScriptedChunk, ScriptedResponse, ScriptedTransport, Secrets,
+    LeaseStore, Liveness, NetworkTransport, Operation, Policy, ProviderComponent, RateLimit,
+    RequestPacer, SandboxRuntime, ScriptedChunk, ScriptedResponse, ScriptedTransport, Secrets,
     SqliteLeases, ThrowawayPostgres, Transport,
 };
 use test_support::RequestExt;
@@ -234,7 +234,7 @@ impl Bench {
             .with_secret_header("X-Api-Key", KEY)
             .unwrap()
             .with_rate_limit(limit)
-            .with_rate_budget(RateBudget::in_memory());
+            .with_request_pacer(RequestPacer::in_memory());
         Arc::new(Guard::new(policy, inner))
     }
 
@@ -717,7 +717,7 @@ fn default_journal(
         .unwrap()
         .with_secret_header("X-Api-Key", KEY)
         .unwrap()
-        .with_rate_budget(RateBudget::in_memory());
+        .with_request_pacer(RequestPacer::in_memory());
     let transport: Arc<dyn Transport> = Arc::new(Guard::new(
         policy,
         Arc::new(NetworkTransport::new()) as Arc<dyn Transport>,
@@ -1044,12 +1044,12 @@ fn sustained(b: &Bench, report: &mut Report) {
     )
     .expect("createos-local starts");
     let base = server.base_url();
-    let budget = RateBudget::in_memory();
+    let budget = RequestPacer::in_memory();
     let policy = Policy::for_origin(&base)
         .unwrap()
         .with_secret_header("X-Api-Key", KEY)
         .unwrap()
-        .with_rate_budget(budget.clone())
+        .with_request_pacer(budget.clone())
         .with_rate_limit(Some(limit));
     let guard: Arc<dyn Transport> = Arc::new(Guard::new(policy, Arc::new(NetworkTransport::new())));
     let mut ctx = b.ctx.clone();
@@ -1442,7 +1442,7 @@ fn lease_stores(b: &Bench, report: &mut Report) {
     .map(|(name, store)| {
         let runtime = SandboxRuntime::new(b.component.clone(), store, instant.shared())
             .unwrap()
-            .with_rate_budget(RateBudget::in_memory())
+            .with_request_pacer(RequestPacer::in_memory())
             .with_rate_limit(None);
         (name, runtime)
     })

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use createos_local::{faults::path_matches, FaultRule, Server};
 use sandbox_host::types::*;
-use sandbox_host::{CancelToken, RateBudget, RateLimit};
+use sandbox_host::{CancelToken, RateLimit, RequestPacer};
 use serde_json::Value;
 use test_support::local::{Face, LocalRuntime};
 use test_support::RequestExt;
@@ -71,7 +71,7 @@ impl Run {
             }
         }
         let local = LocalRuntime::start_with(Face::CreateOs, builder, KEY, "env", config, |rt| {
-            rt.with_rate_budget(RateBudget::in_memory())
+            rt.with_request_pacer(RequestPacer::in_memory())
                 .with_rate_limit(Some(RateLimit::new(requests, window)))
         });
         Run { local }

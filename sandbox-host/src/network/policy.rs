@@ -1,5 +1,5 @@
 //! The HTTP policy layer: one allowed origin, the secret header for it,
-//! the origin's rate budget, clamped timeouts and a response size cap. A
+//! the origin's request pacer, clamped timeouts and a response size cap. A
 //! [`Guard`] applies a [`Policy`] in front of any [`Transport`].
 
 use std::fmt;
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 
-use crate::network::rate_budget::{Priority, RateBudget, RateLimit};
+use crate::network::request_pacer::{Priority, RateLimit, RequestPacer};
 use crate::network::transport::{
     ErrorCode, OutgoingRequest, RequestTimeouts, Transport, TransportFuture,
 };
@@ -110,7 +110,7 @@ struct AllowedOrigin {
 pub struct Policy {
     origins: Vec<AllowedOrigin>,
     rate_limit: Option<RateLimit>,
-    budget: RateBudget,
+    pacer: RequestPacer,
     max_timeout: Option<Duration>,
     max_throttle_wait: Option<Duration>,
     max_response_bytes: u64,
@@ -127,7 +127,7 @@ impl Policy {
     /// The longest pause a 429's `Retry-After` can impose.
     pub const MAX_THROTTLE_PAUSE: Duration = Duration::from_secs(300);
 
-    /// Allows only `origin`; no secret, no rate limit, the global [`RateBudget`].
+    /// Allows only `origin`; no secret, no rate limit, the global [`RequestPacer`].
     pub fn new(origin: Origin) -> Self {
         Policy {
             origins: vec![AllowedOrigin {
@@ -135,7 +135,7 @@ impl Policy {
                 secrets: Vec::new(),
             }],
             rate_limit: None,
-            budget: RateBudget::global(),
+            pacer: RequestPacer::global(),
             max_timeout: None,
             max_throttle_wait: None,
             max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
@@ -193,9 +193,9 @@ impl Policy {
         self
     }
 
-    /// Uses `budget` instead of [`RateBudget::global`].
-    pub fn with_rate_budget(mut self, budget: RateBudget) -> Self {
-        self.budget = budget;
+    /// Uses `pacer` instead of [`RequestPacer::global`].
+    pub fn with_request_pacer(mut self, pacer: RequestPacer) -> Self {
+        self.pacer = pacer;
         self
     }
 
@@ -348,7 +348,7 @@ impl Transport for Guard {
             loop {
                 let grant = match &policy.rate_limit {
                     Some(limit) => {
-                        let turn = policy.budget.acquire(&key, limit, priority);
+                        let turn = policy.pacer.acquire(&key, limit, priority);
                         let granted = match deadline {
                             Some(deadline) => tokio::time::timeout_at(deadline.into(), turn)
                                 .await
@@ -387,7 +387,7 @@ impl Transport for Guard {
                         .and_then(|value| value.to_str().ok());
                     let pause = throttle_pause(header, limit.window);
                     // Without a working budget the 429 goes to the provider.
-                    let recorded = policy.budget.throttled(&key, pause).is_ok();
+                    let recorded = policy.pacer.throttled(&key, pause).is_ok();
                     let remaining = deadline.map(|d| d.saturating_duration_since(Instant::now()));
                     let repeat = throttle_repeat_allowed(
                         repeats,

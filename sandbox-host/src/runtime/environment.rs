@@ -99,7 +99,7 @@ impl SandboxRuntime {
     }
 
     /// The HTTP policy of a config ([`route_policy`]) with this runtime's
-    /// rate budget and limit.
+    /// request pacer and limit.
     pub(super) fn policy_for(
         &self,
         split: &SplitConfig,
@@ -107,7 +107,7 @@ impl SandboxRuntime {
         asked: &[String],
     ) -> Result<Policy> {
         Ok(route_policy(&self.description, split, secrets, asked)?
-            .with_rate_budget(self.budget.clone())
+            .with_request_pacer(self.pacer.clone())
             .with_rate_limit(self.rate_limit))
     }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::network::rate_budget::RateLimit;
+use crate::network::request_pacer::RateLimit;
 use crate::wasm::bindings::types::TerminationAction;
 use crate::wasm::instance::trap_of;
 

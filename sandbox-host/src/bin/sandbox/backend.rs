@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use sandbox_host::{
     open_store, shared_engine, ArtifactCache, Environment, GuestStderr, LeaseStore,
-    NetworkTransport, ProviderComponent, RateBudget, RateLimit, SandboxRuntime, Secrets,
+    NetworkTransport, ProviderComponent, RateLimit, RequestPacer, SandboxRuntime, Secrets,
     SqliteLeases, KEY_ORIGIN_VAR,
 };
 use serde_json::Value;
@@ -91,9 +91,9 @@ impl Setup {
         };
         // One request budget per API origin for every `sandbox` process
         // sharing this data directory.
-        let budget = RateBudget::open(&dir.join("rate-budget.sqlite"))?;
+        let pacer = RequestPacer::open(&dir.join("rate-budget.sqlite"))?;
         Ok(Setup {
-            runtime: runtime(global, store)?.with_rate_budget(budget),
+            runtime: runtime(global, store)?.with_request_pacer(pacer),
             local: None,
         })
     }

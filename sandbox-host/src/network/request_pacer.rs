@@ -1,4 +1,4 @@
-//! The request budget of each API origin: at most N request starts in any
+//! The request pacer of each API origin: at most N request starts in any
 //! sliding window of W ms (and optionally at most M in any one second), as
 //! the provider declares it (`describe`'s `rate-limit`).
 //!
@@ -9,8 +9,8 @@
 //! dropped) leaves the queue without holding anyone up.
 //!
 //! The starts are kept in a [`RateLedger`]: in this process's memory
-//! ([`RateBudget::in_memory`]), or in an SQLite file every host process on
-//! the machine opens ([`RateBudget::open`]), so that two `sandbox` processes
+//! ([`RequestPacer::in_memory`]), or in an SQLite file every host process on
+//! the machine opens ([`RequestPacer::open`]), so that two `sandbox` processes
 //! share one budget. Each start is one short SQLite transaction; only the
 //! waiter at the head of a process's queue reads the ledger, the others
 //! sleep until it moves.
@@ -108,9 +108,9 @@ pub fn margin(window: Duration) -> Duration {
     (window / 100).max(Duration::from_millis(25))
 }
 
-/// What a [`RateBudget`] did so far (for tests and benchmarks).
+/// What a [`RequestPacer`] did so far (for tests and benchmarks).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BudgetStats {
+pub struct PacerStats {
     /// Requests that started.
     pub started: u64,
     /// Of those, how many found the budget spent and had to wait for it.
@@ -119,9 +119,9 @@ pub struct BudgetStats {
     pub throttled: u64,
 }
 
-/// The per-origin budget shared by everything holding a clone of it.
+/// The per-origin pacing of request starts, shared by everything holding a clone of it.
 #[derive(Clone)]
-pub struct RateBudget {
+pub struct RequestPacer {
     shared: Arc<Shared>,
 }
 
@@ -133,15 +133,15 @@ struct Shared {
     throttled: AtomicU64,
 }
 
-impl std::fmt::Debug for RateBudget {
+impl std::fmt::Debug for RequestPacer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RateBudget")
+        f.debug_struct("RequestPacer")
             .field("ledger", &self.shared.ledger.kind())
             .finish_non_exhaustive()
     }
 }
 
-impl RateBudget {
+impl RequestPacer {
     /// A budget kept in this process's memory only.
     pub fn in_memory() -> Self {
         Self::with_ledger(RateLedger::Memory(Mutex::new(HashMap::new())))
@@ -149,8 +149,8 @@ impl RateBudget {
 
     /// The process-wide in-memory budget (the default of a runtime).
     pub fn global() -> Self {
-        static GLOBAL: OnceLock<RateBudget> = OnceLock::new();
-        GLOBAL.get_or_init(RateBudget::in_memory).clone()
+        static GLOBAL: OnceLock<RequestPacer> = OnceLock::new();
+        GLOBAL.get_or_init(RequestPacer::in_memory).clone()
     }
 
     /// A budget kept in the SQLite file at `path` (created if missing), shared
@@ -161,7 +161,7 @@ impl RateBudget {
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
         let conn = Connection::open(path)
-            .with_context(|| format!("cannot open the rate budget {}", path.display()))?;
+            .with_context(|| format!("cannot open the request pacer {}", path.display()))?;
         conn.busy_timeout(Duration::from_secs(5))?;
         // The ledger only matters while requests run: no fsync needed.
         conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -178,12 +178,12 @@ impl RateBudget {
                  until_ms INTEGER NOT NULL
              );",
         )
-        .with_context(|| format!("cannot set up the rate budget {}", path.display()))?;
+        .with_context(|| format!("cannot set up the request pacer {}", path.display()))?;
         Ok(Self::with_ledger(RateLedger::File(Mutex::new(conn))))
     }
 
     fn with_ledger(ledger: RateLedger) -> Self {
-        RateBudget {
+        RequestPacer {
             shared: Arc::new(Shared {
                 ledger,
                 queues: Mutex::new(HashMap::new()),
@@ -195,8 +195,8 @@ impl RateBudget {
     }
 
     /// Counters since this budget was made.
-    pub fn stats(&self) -> BudgetStats {
-        BudgetStats {
+    pub fn stats(&self) -> PacerStats {
+        PacerStats {
             started: self.shared.started.load(Ordering::Relaxed),
             waited: self.shared.waited.load(Ordering::Relaxed),
             throttled: self.shared.throttled.load(Ordering::Relaxed),
@@ -229,7 +229,7 @@ impl RateBudget {
                             self.shared.waited.fetch_add(1, Ordering::Relaxed);
                         }
                         return Ok(Grant {
-                            budget: self.clone(),
+                            pacer: self.clone(),
                             origin: origin.to_owned(),
                             entry,
                         });
@@ -273,7 +273,7 @@ impl RateBudget {
 /// A request's place in the window. Dropping it (tests say
 /// [`Grant::settle`]) moves the place to the moment the answer came.
 pub(crate) struct Grant {
-    budget: RateBudget,
+    pacer: RequestPacer,
     origin: String,
     entry: i64,
 }
@@ -289,7 +289,7 @@ impl Drop for Grant {
         // An unwritable ledger keeps the start time: the request then
         // counts from its start, which the margin covers in most cases.
         let _ = self
-            .budget
+            .pacer
             .shared
             .ledger
             .settle(&self.origin, self.entry, now_ms());
@@ -390,7 +390,7 @@ impl RateLedger {
                 let mut conn = lock(conn);
                 let tx = conn
                     .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .context("the rate budget is busy or unreadable")?;
+                    .context("the request pacer is busy or unreadable")?;
                 tx.execute(
                     "DELETE FROM request_starts WHERE origin = ?1 AND at_ms <= ?2",
                     params![origin, now - window],
@@ -513,7 +513,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 mod tests {
     use super::*;
 
-    /// The shared decision table's rate budget starts
+    /// The shared decision table's request pacer starts
     /// (`node/test/scenarios/policy-decisions.json`, run by the Node host
     /// against its `waitFor` too).
     #[test]
@@ -606,7 +606,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_full_window_makes_the_next_request_wait_and_cleanup_goes_first() {
-        let budget = RateBudget::in_memory();
+        let budget = RequestPacer::in_memory();
         let limit = RateLimit::new(2, Duration::from_secs(3600));
         budget
             .acquire("o", &limit, Priority::Work)
