@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 target=wasm32-wasip2
 # The sandbox CLI's embedded backend confines every command with
-# bubblewrap and refuses to run without it (see createos-local/README.md,
+# bubblewrap and refuses to run without it (see sandbox-engine/README.md,
 # "Isolation"). Checked here so that a new machine learns it first.
 if ! command -v bwrap >/dev/null 2>&1; then
   echo "warning: bubblewrap (bwrap) is not installed: 'sandbox run' will refuse to run commands." >&2
@@ -18,7 +18,7 @@ else
   fi
   if ! "${probe[@]}" 2>/dev/null; then
     echo "warning: bwrap cannot create namespaces here (unprivileged user namespaces disabled?):" >&2
-    echo "         'sandbox run' will refuse to run commands (see createos-local/README.md, Isolation)" >&2
+    echo "         'sandbox run' will refuse to run commands (see sandbox-engine/README.md, Isolation)" >&2
   fi
 fi
 if ! rustup target list --installed | grep -qx "$target"; then

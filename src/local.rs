@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{bail, Context, Result};
-use createos_local::{BackgroundServer, FaultRule, Server, ServerBuilder};
+use sandbox_engine::{BackgroundServer, FaultRule, Server, ServerBuilder};
 use serde_json::Value;
 
 use crate::backend::Backend;

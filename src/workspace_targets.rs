@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use createos_local::{BackgroundServer, FaultAction, FaultRule, ServerBuilder};
+use sandbox_engine::{BackgroundServer, FaultAction, FaultRule, ServerBuilder};
 use serde_json::{json, Value};
 
 use crate::backend::Backend;

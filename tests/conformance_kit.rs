@@ -4,11 +4,11 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_conformance::workspace_targets::{self, CREATEOS_FACE};
 use sandbox_conformance::{
     built_component, Backend, FaultPoint, LiveBackend, LocalFace, Scenario, Target, Verdict,
 };
+use sandbox_engine::{BackgroundServer, FaultAction, FaultRule, Server};
 use serde_json::json;
 
 #[test]

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use createos_local::{BackgroundServer, Server};
+use sandbox_engine::{BackgroundServer, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
     shared_engine, CancelToken, Environment, NetworkTransport, ProviderComponent, SandboxRuntime,

@@ -12,7 +12,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use createos_local::{BackgroundServer, Server};
+use sandbox_engine::{BackgroundServer, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
     loss_text, shared_engine, CancelToken, Environment, NetworkTransport, OutputSink,

@@ -1,7 +1,7 @@
 // Daytona's official TypeScript SDK (@daytonaio/sdk, pinned in
 // package.json) against createos-local's Daytona face: every step a
 // provider or an SDK user relies on must answer as the service does.
-// Needs `cargo build -p createos-local` (or CREATEOS_LOCAL_BIN).
+// Needs `cargo build -p sandbox-engine` (or CREATEOS_LOCAL_BIN).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Daytona } from "@daytonaio/sdk";

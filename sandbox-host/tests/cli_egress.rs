@@ -45,7 +45,7 @@ fn host_server(body: &'static str) -> u16 {
 #[test]
 fn run_with_egress_reaches_only_the_allowed_host() {
     let Some(provider) = provider() else { return };
-    if !createos_local::machine::enabled_here() {
+    if !sandbox_engine::machine::enabled_here() {
         eprintln!("no sandbox machines on this host: skipped");
         return;
     }

@@ -89,7 +89,7 @@ fn a_background_server_answers_the_next_lease_exec_with_both_providers() {
     let Some((createos, daytona)) = providers() else {
         return;
     };
-    if !createos_local::machine::enabled_here() {
+    if !sandbox_engine::machine::enabled_here() {
         eprintln!("no sandbox machines on this host: skipped");
         return;
     }
@@ -149,7 +149,7 @@ fn a_timed_out_command_takes_its_background_children_with_it() {
     let Some((createos, daytona)) = providers() else {
         return;
     };
-    if !createos_local::machine::enabled_here() {
+    if !sandbox_engine::machine::enabled_here() {
         eprintln!("no sandbox machines on this host: skipped");
         return;
     }

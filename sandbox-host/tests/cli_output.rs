@@ -68,7 +68,7 @@ fn run_seq_to_three_million_prints_every_byte_with_daytona() {
 #[cfg(feature = "local-backend")]
 #[test]
 fn lost_output_is_explained_for_people_and_never_a_clean_exit() {
-    use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
+    use sandbox_engine::{BackgroundServer, FaultAction, FaultRule, Server};
     let Some(provider) = built("createos_provider.wasm") else {
         return;
     };

@@ -140,7 +140,7 @@ fn a_cwd_resolves_once_against_the_workspace_root_with_both_providers() {
 #[cfg(feature = "local-backend")]
 #[test]
 fn a_key_withheld_from_another_origin_is_explained_with_the_fix() {
-    use createos_local::{BackgroundServer, Server};
+    use sandbox_engine::{BackgroundServer, Server};
     let Some((createos, _)) = providers() else {
         return;
     };
@@ -193,7 +193,7 @@ const STORED_KEY: &str = "stored-cli-key";
 #[cfg(feature = "local-backend")]
 fn stored_cli(
     provider: &Path,
-    server: &createos_local::BackgroundServer,
+    server: &sandbox_engine::BackgroundServer,
     name: &str,
 ) -> test_support::cli::SandboxCli {
     let dir = test_support::cli::key_dir(&format!("cli-usage-{name}"), STORED_KEY);
@@ -213,7 +213,7 @@ fn stored_cli(
 #[cfg(feature = "local-backend")]
 #[test]
 fn sweep_handles_a_lease_of_a_holder_killed_on_this_machine_at_once() {
-    use createos_local::{BackgroundServer, Server};
+    use sandbox_engine::{BackgroundServer, Server};
     let Some((createos, _)) = providers() else {
         return;
     };

@@ -532,7 +532,7 @@ const CLI_KEY: &str = "fleet-cli-key";
 fn cli_host(
     name: &str,
     store: &str,
-    server: &createos_local::BackgroundServer,
+    server: &sandbox_engine::BackgroundServer,
 ) -> test_support::cli::SandboxCli {
     let dir = test_support::cli::key_dir(&format!("sandbox-fleet-cli-{name}"), CLI_KEY);
     test_support::sandbox_cli!("sandbox-fleet-cli")
@@ -560,7 +560,7 @@ fn cli_host(
 /// the local backend.
 #[cfg(feature = "local-backend")]
 fn a_cli_killed_mid_command_is_poisoned_and_swept_by_the_other(shared: &Shared, marker: &str) {
-    use createos_local::{BackgroundServer, Server};
+    use sandbox_engine::{BackgroundServer, Server};
 
     let server = BackgroundServer::start(Server::builder().api_key(CLI_KEY).quiet(true)).unwrap();
     let (a, b) = (

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use createos_local::{BackgroundServer, Server};
+use sandbox_engine::{BackgroundServer, Server};
 use test_support::cli::{key_dir, SandboxCli};
 use test_support::eventually;
 use test_support::procs::exact;
@@ -97,7 +97,7 @@ fn a_cli_killed_mid_command_poisons_its_lease_and_sweep_kills_the_command() {
 /// to the store first, so `sweep` on a later CLI deletes that sandbox.
 #[test]
 fn a_cli_killed_mid_probe_leaves_a_sandbox_that_sweep_deletes() {
-    use createos_local::{FaultAction, FaultRule};
+    use sandbox_engine::{FaultAction, FaultRule};
     let Some(provider) = common::built_provider() else {
         return;
     };

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
+use sandbox_engine::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::{ExecuteResult, ProviderError};
 use sandbox_host::{
     shared_engine, CancelToken, Environment, NetworkTransport, ProviderComponent, RateLimit,

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
+use sandbox_engine::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::ProviderError;
 use sandbox_host::{
     shared_engine, CancelToken, LeaseState, NetworkTransport, ProviderComponent, RequestPacer,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use createos_local::{BackgroundServer, Server, ServerBuilder};
+use sandbox_engine::{BackgroundServer, Server, ServerBuilder};
 use sandbox_host::types::{AcquireRequest, ExecuteRequest, ExecuteResult, ProviderError};
 use sandbox_host::{
     CancelToken, Environment, NetworkTransport, OutputSink, SandboxRuntime, Secrets, SqliteLeases,

@@ -9,11 +9,11 @@ import { createInterface } from "node:readline";
 
 const defaultBinary = fileURLToPath(new URL("../../../target/debug/createos-local", import.meta.url));
 
-/** The createos-local binary (`cargo build -p createos-local`). */
+/** The createos-local binary (`cargo build -p sandbox-engine`). */
 export function backendBinary() {
   const binary = process.env.CREATEOS_LOCAL_BIN ?? defaultBinary;
   if (!existsSync(binary)) {
-    throw new Error(`createos-local is missing at ${binary}: run \`cargo build -p createos-local\` at the repository root (or set CREATEOS_LOCAL_BIN).`);
+    throw new Error(`createos-local is missing at ${binary}: run \`cargo build -p sandbox-engine\` at the repository root (or set CREATEOS_LOCAL_BIN).`);
   }
   return binary;
 }

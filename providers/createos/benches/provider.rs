@@ -42,8 +42,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use createos_local::{BackgroundServer, Server};
 use net::{ExitStamp, NativeClient, Recorder, Replay};
+use sandbox_engine::{BackgroundServer, Server};
 use sandbox_host::types::{
     EnvironmentContext, ExecuteRequest, ExecuteResult, Lease, ProviderError,
 };

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use createos_local::{BackgroundServer, Server};
+use sandbox_engine::{BackgroundServer, Server};
 use sandbox_host::types::*;
 use sandbox_host::{Guard, HostOptions, NetworkTransport, Policy, ProviderInstance};
 use std::sync::Arc;

@@ -13,7 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use createos_local::{BackgroundServer, FaultAction, FaultRule, Server};
+use sandbox_engine::{BackgroundServer, FaultAction, FaultRule, Server};
 use sandbox_host::types::*;
 use sandbox_host::{
     Guard, HostOptions, NetworkTransport, Policy, SandboxRuntime, ScriptedChunk, ScriptedResponse,

@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use createos_local::{faults::path_matches, FaultRule, Server};
+use sandbox_engine::{faults::path_matches, FaultRule, Server};
 use sandbox_host::types::*;
 use sandbox_host::{CancelToken, RateLimit, RequestPacer};
 use serde_json::Value;

@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use createos_local::{BackgroundServer, IsolationMode, IsolationPreference, Server};
+use sandbox_engine::{BackgroundServer, IsolationMode, IsolationPreference, Server};
 use sandbox_host::types::*;
 use sandbox_host::{CancelToken, Guard, HostOptions, NetworkTransport, Policy, ProviderInstance};
 use serde_json::json;

@@ -6,7 +6,7 @@
 // `ProviderError` is the contract's variant, returned as it is.
 #![allow(clippy::result_large_err)]
 
-use createos_local::{FaultAction, FaultRule};
+use sandbox_engine::{FaultAction, FaultRule};
 use sandbox_host::types::*;
 use sandbox_host::{CancelToken, LeaseState, OutputCapture};
 use test_support::local::{Face, LocalRuntime};

@@ -28,7 +28,7 @@ pub struct Setup {
 /// provider reaches it.
 struct EmbeddedEngine {
     #[cfg(feature = "local-backend")]
-    server: createos_local::BackgroundServer,
+    server: sandbox_engine::BackgroundServer,
     /// The config fields that point the provider at the embedded engine.
     urls: Vec<(String, String)>,
     api_key: String,
@@ -290,10 +290,10 @@ impl EmbeddedEngine {
         driver_key: &str,
         port: u16,
     ) -> Result<Self> {
-        use createos_local::IsolationPreference;
+        use sandbox_engine::IsolationPreference;
         let policy =
-            createos_local::egress::Policy::parse(egress).map_err(|e| anyhow::anyhow!(e))?;
-        if policy.enabled() && !createos_local::machine::enabled_here() {
+            sandbox_engine::egress::Policy::parse(egress).map_err(|e| anyhow::anyhow!(e))?;
+        if policy.enabled() && !sandbox_engine::machine::enabled_here() {
             eprintln!(
                 "sandbox: warning: --egress needs one machine per sandbox (root with a \
                  writable cgroup v1 pids hierarchy); commands here have no outbound network"
@@ -310,8 +310,8 @@ impl EmbeddedEngine {
                 IsolationPreference::ProcessGroup
             }
         };
-        let server = createos_local::BackgroundServer::start(
-            createos_local::Server::builder()
+        let server = sandbox_engine::BackgroundServer::start(
+            sandbox_engine::Server::builder()
                 .port(port)
                 .api_key(api_key.clone())
                 .isolation(preference)

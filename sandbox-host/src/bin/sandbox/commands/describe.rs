@@ -12,7 +12,7 @@ pub fn run(global: &Global) -> Result<u8> {
     #[cfg(feature = "local-backend")]
     if !global.json {
         // What the embedded engine gives on this host (issue 25).
-        if createos_local::machine::offered_here() {
+        if sandbox_engine::machine::offered_here() {
             println!(
                 "embedded engine here: one machine per sandbox (what a command leaves \
                  running persists and answers later commands); outbound network off \

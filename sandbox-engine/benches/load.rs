@@ -8,7 +8,7 @@
 //! memory is measured alone (`VmRSS`, and `VmHWM` reset through
 //! `/proc/PID/clear_refs` before each burst).
 //!
-//! `cargo bench -p createos-local --bench load`
+//! `cargo bench -p sandbox-engine --bench load`
 
 use std::process::Child;
 use std::time::{Duration, Instant};

@@ -9,7 +9,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
-//! use createos_local::{FaultAction, FaultRule, Server};
+//! use sandbox_engine::{FaultAction, FaultRule, Server};
 //! let server = Server::builder().api_key("test-key").start().await?;
 //! println!("{} ({})", server.base_url(), server.isolation());
 //! server.faults().add(

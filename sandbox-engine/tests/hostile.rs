@@ -590,7 +590,7 @@ async fn silent_and_unfinished_connections_are_closed() {
     assert!(h.server.shutdown().await.all_exited());
 
     let h = Harness::start_builder(
-        createos_local::Server::builder().header_read_timeout(Duration::from_secs(2)),
+        sandbox_engine::Server::builder().header_read_timeout(Duration::from_secs(2)),
     )
     .await;
     let addr = h.base.trim_start_matches("http://").to_string();

@@ -8,8 +8,8 @@ mod common;
 use std::time::Duration;
 
 use common::{exit_frame, stream_bytes, Harness};
-use createos_local::{FaultAction, FaultRule};
 use reqwest::StatusCode;
+use sandbox_engine::{FaultAction, FaultRule};
 use serde_json::Value;
 
 /// Reads a `/connect` body to its end and parses its frames.

@@ -12,7 +12,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::{Harness, KEY};
-use createos_local::faults::{FaultAction, FaultRule};
+use sandbox_engine::faults::{FaultAction, FaultRule};
 
 /// Sends a PUT with a `len`-byte body all the way through, then reads the
 /// answer's status line. `Err` says what broke (a reset while writing, or
@@ -83,7 +83,7 @@ async fn an_injected_429_on_a_large_upload_reaches_the_client_whole() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rate_limit_429_on_a_large_upload_reaches_the_client_whole() {
     let h = Harness::start_builder(
-        createos_local::Server::builder().rate_limit(40, Duration::from_secs(60)),
+        sandbox_engine::Server::builder().rate_limit(40, Duration::from_secs(60)),
     )
     .await;
     let sb = h.sandbox().await;

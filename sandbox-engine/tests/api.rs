@@ -6,8 +6,8 @@ mod common;
 use std::time::Duration;
 
 use common::{exit_frame, marked_pids, marker, stream_bytes, Harness, KEY};
-use createos_local::{FaultAction, FaultRule};
 use reqwest::{Method, StatusCode};
+use sandbox_engine::{FaultAction, FaultRule};
 use serde_json::{json, Value};
 
 #[tokio::test]
@@ -602,7 +602,7 @@ async fn injected_tree_not_exited_still_terminates() {
 
 #[test]
 fn background_server_for_sync_hosts() {
-    let bg = createos_local::RunningServer::start_in_background(KEY).expect("start");
+    let bg = sandbox_engine::RunningServer::start_in_background(KEY).expect("start");
     assert!(bg.base_url().starts_with("http://127.0.0.1:"));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -629,7 +629,7 @@ fn background_server_for_sync_hosts() {
 #[tokio::test]
 async fn slow_live_reader_holds_the_producer_back_and_gets_every_byte() {
     let h =
-        Harness::start_builder(createos_local::Server::builder().journal_capacity(64 * 1024)).await;
+        Harness::start_builder(sandbox_engine::Server::builder().journal_capacity(64 * 1024)).await;
     let sb = h.sandbox().await;
     // 8 MiB: 128 times the journal.
     let pid = h.spawn(&sb, "head -c 8388608 /dev/zero | tr '\\0' b").await;
@@ -738,12 +738,12 @@ async fn injected_dropped_response_and_raw_body() {
 /// the create answer is already `running`, and so is every read after it.
 #[tokio::test]
 async fn without_a_transition_delay_a_new_sandbox_runs_at_once() {
-    let mut builder = createos_local::Server::builder()
+    let mut builder = sandbox_engine::Server::builder()
         .api_key(KEY)
         .transition_delay(Duration::ZERO)
         .quiet(true);
     if std::env::var("CREATEOS_LOCAL_TEST_ISOLATION").as_deref() == Ok("process-group") {
-        builder = builder.isolation(createos_local::IsolationPreference::ProcessGroup);
+        builder = builder.isolation(sandbox_engine::IsolationPreference::ProcessGroup);
     }
     let server = builder.start().await.expect("server starts");
     let http = reqwest::Client::new();

@@ -13,8 +13,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{marked_pids, marker, wait_marked, Harness, KEY};
-use createos_local::{IsolationMode, IsolationPreference};
 use reqwest::StatusCode;
+use sandbox_engine::{IsolationMode, IsolationPreference};
 use serde_json::{json, Value};
 
 /// A `createos-local` binary started with three extra descriptors open
@@ -318,7 +318,7 @@ async fn sigkill_of_a_process_group_server_leaves_no_process() {
 /// A harness that insists on bubblewrap (these tests are about it).
 async fn confined() -> Harness {
     let h = Harness::start_builder(
-        createos_local::Server::builder().isolation(IsolationPreference::RequireBwrap),
+        sandbox_engine::Server::builder().isolation(IsolationPreference::RequireBwrap),
     )
     .await;
     assert_eq!(*h.server.isolation(), IsolationMode::Bwrap);
@@ -443,7 +443,7 @@ async fn a_command_cannot_see_or_signal_host_processes() {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or_else(|| panic!("{r}"));
     // A sandbox machine (issue 25) also holds its init and holder.
-    let most = if createos_local::machine::enabled_here() {
+    let most = if sandbox_engine::machine::enabled_here() {
         6
     } else {
         4
@@ -488,7 +488,7 @@ async fn a_command_is_not_root_on_the_host() {
     };
     let is_root_server = rustix::process::geteuid().is_root();
     if is_root_server {
-        let range = createos_local::rootfs::SANDBOX_UIDS;
+        let range = sandbox_engine::rootfs::SANDBOX_UIDS;
         for id in field("Uid:").iter().chain(field("Gid:").iter()) {
             let id: u32 = id.parse().expect("numeric id");
             assert!(range.contains(&id), "{status}");
@@ -511,15 +511,15 @@ async fn fork_bombs_and_huge_allocations_are_bounded() {
         r["stdout"],
         format!(
             "{}\n{}\n",
-            createos_local::process_limits::MAX_PROCESSES,
-            createos_local::process_limits::MAX_ADDRESS_SPACE / 1024
+            sandbox_engine::process_limits::MAX_PROCESSES,
+            sandbox_engine::process_limits::MAX_ADDRESS_SPACE / 1024
         ),
         "{r}"
     );
     // dash gives up at the first failed fork (bash would retry).
     let bomb = format!(
         "i=0; while [ $i -lt {} ]; do sleep 1000 & i=$((i+1)); done; echo all started",
-        createos_local::process_limits::MAX_PROCESSES + 100
+        sandbox_engine::process_limits::MAX_PROCESSES + 100
     );
     let (st, v) = h
         .post(
@@ -656,11 +656,11 @@ async fn the_pid_of_a_process_is_its_namespace_init() {
     assert_eq!(st, StatusCode::CREATED, "{v}");
     let id = v["data"]["process_id"].as_str().expect("id").to_string();
     let pid = v["data"]["pid"].as_i64().expect("pid");
-    if createos_local::machine::enabled_here() {
+    if sandbox_engine::machine::enabled_here() {
         // In a sandbox machine (issue 25) the pid is the command's
         // launcher on the host; its tree is its pids group (tests/machine.rs).
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
-        assert_eq!(comm.trim_end(), createos_local::join::LAUNCHER_NAME);
+        assert_eq!(comm.trim_end(), sandbox_engine::join::LAUNCHER_NAME);
         let (st, v) = h.delete_process(&sb, &id, 100).await;
         assert_eq!(st, StatusCode::OK, "{v}");
         assert_eq!(v["data"]["tree_exited"], true, "{v}");

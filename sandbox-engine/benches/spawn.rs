@@ -10,10 +10,10 @@
 //! The server is the `createos-local` binary in its own process (as in
 //! the `load` bench) with a data directory the bench chooses, so that the
 //! baseline can run the very same bwrap command line
-//! ([`createos_local::isolation::bare_bwrap_command`]) on the same sandbox
+//! ([`sandbox_engine::isolation::bare_bwrap_command`]) on the same sandbox
 //! root, as the same sandbox uid.
 //!
-//! `cargo bench -p createos-local --bench spawn [-- ROUNDS]` (default 40)
+//! `cargo bench -p sandbox-engine --bench spawn [-- ROUNDS]` (default 40)
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -196,7 +196,7 @@ fn millis(d: Duration) -> f64 {
 
 /// The bare bwrap run: spawn to exit of `bwrap <server's arguments> -- true`.
 fn bare_bwrap(bwrap: &std::path::Path, root: &std::path::Path) -> Duration {
-    let mut cmd = createos_local::isolation::bare_bwrap_command(bwrap, root, "true", &[]);
+    let mut cmd = sandbox_engine::isolation::bare_bwrap_command(bwrap, root, "true", &[]);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -316,7 +316,7 @@ async fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(40);
-    let bwrap = createos_local::isolation::find_in_path("bwrap").expect("bwrap in PATH");
+    let bwrap = sandbox_engine::isolation::find_in_path("bwrap").expect("bwrap in PATH");
     let data_dir =
         std::env::temp_dir().join(format!("createos-local-spawn-bench-{}", std::process::id()));
     std::fs::create_dir_all(&data_dir).expect("data dir");

@@ -13,8 +13,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Harness, KEY};
-use createos_local::Server;
 use reqwest::{Method, StatusCode};
+use sandbox_engine::Server;
 use serde_json::{json, Value};
 
 async fn call(h: &Harness, method: Method, url: &str, body: Option<Value>) -> (StatusCode, Value) {

@@ -10,7 +10,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use createos_local::{IsolationPreference, Server};
+use sandbox_engine::{IsolationPreference, Server};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Isolation {
@@ -42,13 +42,13 @@ struct Cli {
     /// Most sandboxes at once (both faces); one more is answered 429
     /// `sandbox_limit`. The default follows this host: a quarter of the
     /// kernel's pid_max in sandboxes of 2048 tasks each, 16 to 256.
-    #[arg(long, value_name = "N", default_value_t = createos_local::budgets::Budgets::for_host().max_sandboxes)]
+    #[arg(long, value_name = "N", default_value_t = sandbox_engine::budgets::Budgets::for_host().max_sandboxes)]
     max_sandboxes: usize,
     /// Most live processes started through the API across every sandbox,
     /// counting every task they started where each command has a pids
     /// group of its own (root with cgroup v1 pids); one more is answered
     /// 429 `process_limit`. Default: 64 per sandbox allowed, 256 to 1024.
-    #[arg(long, value_name = "N", default_value_t = createos_local::budgets::Budgets::for_host().max_processes)]
+    #[arg(long, value_name = "N", default_value_t = sandbox_engine::budgets::Budgets::for_host().max_processes)]
     max_processes: usize,
     /// Each sandbox's own disk: its root, /tmp included, is a file system
     /// of this size (K, M, G or T; 0 = none), so a sandbox that fills it
@@ -59,15 +59,15 @@ struct Cli {
     /// limit). A creation is refused 429 `disk_limit` unless the data
     /// directory's file system could still hold every sandbox disk filled
     /// up plus 1 GiB for the host.
-    #[arg(long, value_name = "SIZE", value_parser = createos_local::disk::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::disk::parse_size)]
     sandbox_disk: Option<u64>,
     /// A finished process (exited, tree gone) keeps its exit and output
     /// for this many seconds, then answers 404 and its memory is returned.
-    #[arg(long, value_name = "SECONDS", default_value_t = createos_local::store_defaults::FINISHED_TTL_SECS)]
+    #[arg(long, value_name = "SECONDS", default_value_t = sandbox_engine::store_defaults::FINISHED_TTL_SECS)]
     finished_ttl: u64,
     /// At most this many finished processes are kept per sandbox (the most
     /// recently finished); older ones answer 404.
-    #[arg(long, value_name = "N", default_value_t = createos_local::store_defaults::FINISHED_KEEP)]
+    #[arg(long, value_name = "N", default_value_t = sandbox_engine::store_defaults::FINISHED_KEEP)]
     finished_keep: usize,
     /// Directory for sandbox roots (default: a temporary directory).
     #[arg(long)]
@@ -157,7 +157,7 @@ fn api_key(cli: &Cli) -> Result<String, String> {
 }
 
 async fn run(cli: Cli) -> ExitCode {
-    let egress = match createos_local::egress::Policy::parse(&cli.egress) {
+    let egress = match sandbox_engine::egress::Policy::parse(&cli.egress) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("createos-local: cannot start: {e}");

@@ -92,7 +92,7 @@ async fn deleting_a_deep_tree_through_the_daytona_face_does_not_crash_the_server
 async fn finished_processes_beyond_the_count_are_dropped() {
     const KEEP: usize = 3;
     let h = Harness::start_builder(
-        createos_local::Server::builder().finished_retention(Duration::from_secs(3600), KEEP),
+        sandbox_engine::Server::builder().finished_retention(Duration::from_secs(3600), KEEP),
     )
     .await;
     let sb = h.sandbox().await;
@@ -153,7 +153,7 @@ async fn finished_processes_beyond_the_count_are_dropped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_wide_budgets_refuse_creation_with_429() {
     let h = Harness::start_builder(
-        createos_local::Server::builder()
+        sandbox_engine::Server::builder()
             .max_sandboxes(2)
             .max_processes(2),
     )
@@ -191,7 +191,7 @@ async fn host_wide_budgets_refuse_creation_with_429() {
 async fn stalled_upload_bodies_give_their_slots_back() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let h = Harness::start_builder(
-        createos_local::Server::builder().body_read_timeout(Duration::from_millis(1500)),
+        sandbox_engine::Server::builder().body_read_timeout(Duration::from_millis(1500)),
     )
     .await;
     let sb = h.sandbox().await;
@@ -234,7 +234,7 @@ async fn stalled_upload_bodies_give_their_slots_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_half_sent_requests_cannot_starve_authenticated_ones() {
     use tokio::io::AsyncWriteExt;
-    let h = Harness::start_builder(createos_local::Server::builder().max_connections(8)).await;
+    let h = Harness::start_builder(sandbox_engine::Server::builder().max_connections(8)).await;
     let addr = h.server.addr();
     let mut held = Vec::new();
     for _ in 0..8 {

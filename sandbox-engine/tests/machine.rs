@@ -8,12 +8,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{marker, Harness};
-use createos_local::{IsolationMode, IsolationPreference, Server};
 use reqwest::{Method, StatusCode};
+use sandbox_engine::{IsolationMode, IsolationPreference, Server};
 use serde_json::{json, Value};
 
 /// A harness that insists on bubblewrap (these tests are about it).
-async fn confined(builder: createos_local::ServerBuilder) -> Harness {
+async fn confined(builder: sandbox_engine::ServerBuilder) -> Harness {
     let h = Harness::start_builder(builder.isolation(IsolationPreference::RequireBwrap)).await;
     assert_eq!(*h.server.isolation(), IsolationMode::Bwrap);
     h
@@ -162,7 +162,7 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 async fn dev_and_dev_shm_cannot_hold_host_memory() {
     let h = confined(Server::builder()).await;
     let sb = h.sandbox().await;
-    let limit_kib = createos_local::bwrap_args::DEV_SHM_SIZE / 1024;
+    let limit_kib = sandbox_engine::bwrap_args::DEV_SHM_SIZE / 1024;
     let r = h
         .exec(
             &sb,
@@ -248,7 +248,7 @@ async fn pause_stops_processes_in_nested_namespaces() {
     .await;
     // Deleted while paused: nothing of the sandbox's uid is left, the
     // host-side launchers included (they are not stopped by a pause).
-    let uid = createos_local::host_processes::sandbox_uid(&h.server.data_dir().join(&sb))
+    let uid = sandbox_engine::host_processes::sandbox_uid(&h.server.data_dir().join(&sb))
         .expect("a root server gives each sandbox a uid");
     let (st, v) = h
         .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
@@ -259,7 +259,7 @@ async fn pause_stops_processes_in_nested_namespaces() {
     assert_eq!(st, StatusCode::OK, "{v}");
     eventually("nothing of the sandbox left after delete", || {
         common::marked_pids(&m).is_empty()
-            && createos_local::host_processes::live_of_uid(uid).is_empty()
+            && sandbox_engine::host_processes::live_of_uid(uid).is_empty()
     })
     .await;
     assert!(h.server.shutdown().await.all_exited());
@@ -272,7 +272,7 @@ async fn pause_stops_processes_in_nested_namespaces() {
 /// one group for all sandboxes capped at half the host's `pid_max`.
 #[tokio::test]
 async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
-    let Some(base) = createos_local::process_limits::pids_cgroup_base() else {
+    let Some(base) = sandbox_engine::process_limits::pids_cgroup_base() else {
         eprintln!("no writable pids cgroup hierarchy here: RLIMIT_NPROC only; skipped");
         return;
     };
@@ -303,11 +303,11 @@ async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
     let read = |p: std::path::PathBuf| std::fs::read_to_string(p).expect("read").trim().to_string();
     assert_eq!(
         read(dir.join("pids.max")),
-        createos_local::process_limits::MAX_PROCESSES.to_string()
+        sandbox_engine::process_limits::MAX_PROCESSES.to_string()
     );
     assert_eq!(
         read(base.join("pids.max")),
-        createos_local::process_limits::total_tasks().to_string()
+        sandbox_engine::process_limits::total_tasks().to_string()
     );
     assert!(h.server.shutdown().await.all_exited());
 }
@@ -315,7 +315,7 @@ async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
 /// Whether this host gives sandboxes machines of their own (root and a
 /// pids cgroup); says so when it does not (the test is then skipped).
 fn machines_here() -> bool {
-    let here = createos_local::machine::enabled_here();
+    let here = sandbox_engine::machine::enabled_here();
     if !here {
         eprintln!("no sandbox machines on this host (needs root and a pids cgroup): skipped");
     }
@@ -461,7 +461,7 @@ async fn egress_follows_the_operators_allow_list() {
     let dir = std::env::temp_dir().join(marker("egress"));
     std::fs::create_dir_all(&dir).expect("data dir");
     let h = confined(Server::builder().data_dir(&dir).egress(
-        createos_local::egress::Policy::parse(&[format!("127.0.0.1:{allowed}")]).expect("policy"),
+        sandbox_engine::egress::Policy::parse(&[format!("127.0.0.1:{allowed}")]).expect("policy"),
     ))
     .await;
     let sb = h.sandbox().await;
@@ -493,7 +493,7 @@ async fn egress_follows_the_operators_allow_list() {
     let h = confined(
         Server::builder()
             .data_dir(&dir)
-            .egress(createos_local::egress::Policy::parse(&["any"]).expect("policy")),
+            .egress(sandbox_engine::egress::Policy::parse(&["any"]).expect("policy")),
     )
     .await;
     let sb = h.sandbox().await;

@@ -37,7 +37,7 @@ fn host_size(path: &std::path::Path) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_filling_its_disk_gets_enospc_inside_and_the_host_disk_stays_free() {
     const DISK: u64 = 64 << 20;
-    let h = Harness::start_builder(createos_local::Server::builder().sandbox_disk(DISK)).await;
+    let h = Harness::start_builder(sandbox_engine::Server::builder().sandbox_disk(DISK)).await;
     if !h.bwrap() {
         eprintln!("skipped: commands are not confined here (process-group mode)");
         return;
@@ -136,7 +136,7 @@ async fn a_sandbox_filling_its_disk_gets_enospc_inside_and_the_host_disk_stays_f
 /// than 3 processes live; the rest are 429 `process_limit`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_starts_never_exceed_the_process_budget() {
-    let h = Harness::start_builder(createos_local::Server::builder().max_processes(3)).await;
+    let h = Harness::start_builder(sandbox_engine::Server::builder().max_processes(3)).await;
     let sb = h.sandbox().await;
     let path = format!("/v1/sandboxes/{sb}/processes");
     let starts = (0..16).map(|_| h.post(&path, json!({"cmd": "/bin/sleep", "args": ["30"]})));
@@ -195,8 +195,8 @@ async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>)
 /// running commands reach the budget.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_process_budget_counts_every_task_of_running_commands() {
-    let h = Harness::start_builder(createos_local::Server::builder().max_processes(4)).await;
-    if !h.bwrap() || !createos_local::machine::enabled_here() {
+    let h = Harness::start_builder(sandbox_engine::Server::builder().max_processes(4)).await;
+    if !h.bwrap() || !sandbox_engine::machine::enabled_here() {
         eprintln!("skipped: commands have no pids group of their own here");
         return;
     }
@@ -245,7 +245,7 @@ async fn the_process_budget_counts_every_task_of_running_commands() {
 async fn a_launcher_that_cannot_start_the_command_is_a_server_failure() {
     // A host-wide budget above the sandbox's own task limit: the sandbox
     // fills up before the server's budget refuses anything.
-    let h = Harness::start_builder(createos_local::Server::builder().max_processes(100_000)).await;
+    let h = Harness::start_builder(sandbox_engine::Server::builder().max_processes(100_000)).await;
     if !h.bwrap() {
         eprintln!("skipped: commands are not confined here (process-group mode)");
         return;
@@ -330,7 +330,7 @@ async fn a_launcher_that_cannot_start_the_command_is_a_server_failure() {
 /// `disk_limit` on both faces, with nothing created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_disk_the_host_could_not_hold_is_refused_with_429() {
-    let h = Harness::start_builder(createos_local::Server::builder().sandbox_disk(1 << 50)).await;
+    let h = Harness::start_builder(sandbox_engine::Server::builder().sandbox_disk(1 << 50)).await;
     if h.server.sandbox_disk().is_none() {
         assert!(
             !h.bwrap() || !disks_expected_here(),

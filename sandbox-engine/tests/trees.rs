@@ -5,8 +5,8 @@
 mod common;
 
 use common::{exit_frame, marked_pids, marker, wait_marked, Harness};
-use createos_local::IsolationPreference;
 use reqwest::StatusCode;
+use sandbox_engine::IsolationPreference;
 use serde_json::json;
 
 /// Spawns `script` with a marker, waits for `min` marked processes, deletes

@@ -1,5 +1,5 @@
 //! Issue 25 (performance): a command joins its sandbox's machine in one
-//! step, the server's own fork ([`createos_local::join`]), instead of
+//! step, the server's own fork ([`sandbox_engine::join`]), instead of
 //! `nsenter` + `setpriv` + `env`. What those tools guaranteed must still
 //! hold, proven with real processes: no capability and `no_new_privs`
 //! inside, exactly the given environment, the `PATH` search of `execvp`
@@ -10,15 +10,15 @@
 mod common;
 
 use common::Harness;
-use createos_local::{IsolationMode, IsolationPreference, Server};
 use reqwest::StatusCode;
+use sandbox_engine::{IsolationMode, IsolationPreference, Server};
 use serde_json::{json, Value};
 
 async fn machine() -> Option<Harness> {
     let h = Harness::start_builder(Server::builder().isolation(IsolationPreference::RequireBwrap))
         .await;
     assert_eq!(*h.server.isolation(), IsolationMode::Bwrap);
-    if !createos_local::machine::enabled_here() {
+    if !sandbox_engine::machine::enabled_here() {
         eprintln!("skipped: no machine per sandbox here (not root, or no cgroup v1 pids)");
         return None;
     }

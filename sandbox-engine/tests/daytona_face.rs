@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{marked_pids, marker, wait_marked, Harness, KEY};
-use createos_local::{FaultAction, FaultRule, Server, STDERR_PREFIX, STDOUT_PREFIX};
 use futures_util::FutureExt;
 use reqwest::{Method, StatusCode};
+use sandbox_engine::{FaultAction, FaultRule, Server, STDERR_PREFIX, STDOUT_PREFIX};
 use serde_json::{json, Value};
 
 /// A server with a toolbox listener, and the two base URLs.

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use createos_local::{IsolationMode, IsolationPreference, RunningServer, Server};
 use reqwest::{Method, StatusCode};
+use sandbox_engine::{IsolationMode, IsolationPreference, RunningServer, Server};
 use serde_json::{json, Value};
 
 pub const KEY: &str = "test-key-123";
@@ -35,7 +35,7 @@ impl Harness {
         Self::start_builder(Server::builder().isolation(pref)).await
     }
 
-    pub async fn start_builder(mut builder: createos_local::ServerBuilder) -> Self {
+    pub async fn start_builder(mut builder: sandbox_engine::ServerBuilder) -> Self {
         if std::env::var("CREATEOS_LOCAL_TEST_ISOLATION").as_deref() == Ok("process-group") {
             builder = builder.isolation(IsolationPreference::ProcessGroup);
         }
