@@ -12,12 +12,11 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sandbox_engine::{BackgroundServer, Server};
 use sandbox_host::types::*;
-use sandbox_host::{
-    loss_text, shared_engine, CancelToken, Environment, NetworkTransport, OutputSink,
-    ProviderComponent, SandboxRuntime, Secrets, SqliteLeases,
-};
+use sandbox_host::{loss_text, OutputSink};
+use serde_json::json;
+use test_support::local::{Face, LocalRuntime};
+use test_support::requests::{self, RequestExt};
 
 const KEY: &str = "output-unconsumed-key-93d1";
 
@@ -27,54 +26,27 @@ enum Provider {
     Daytona,
 }
 
-struct Local {
-    server: BackgroundServer,
-    runtime: Arc<SandboxRuntime>,
-    env: Arc<Environment>,
+fn start(provider: Provider) -> Arc<LocalRuntime> {
+    let face = match provider {
+        Provider::CreateOs => Face::CreateOs,
+        Provider::Daytona => Face::Daytona,
+    };
+    Arc::new(LocalRuntime::start(face, KEY, "env-unconsumed", json!({})))
 }
 
-fn start(provider: Provider) -> Local {
-    let server =
-        BackgroundServer::start(Server::builder().api_key(KEY).toolbox_port(0).quiet(true))
-            .expect("server starts");
-    let (file, config) = match provider {
-        Provider::CreateOs => (
-            "createos_provider.wasm",
-            serde_json::json!({ "apiUrl": server.base_url() }),
-        ),
-        Provider::Daytona => (
-            "daytona_provider.wasm",
-            serde_json::json!({
-                "apiUrl": server.daytona_api_url(),
-                "toolboxUrl": server.toolbox_url(),
-            }),
-        ),
-    };
-    let path = sandbox_conformance::built_component(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run ./build.sh first",
-        path.display()
-    );
-    let component = ProviderComponent::load(&shared_engine().unwrap(), &path).unwrap();
-    let runtime = SandboxRuntime::new(
-        component,
-        Arc::new(SqliteLeases::open_in_memory().unwrap()),
-        Arc::new(NetworkTransport::new()),
-    )
-    .unwrap();
-    let env = runtime
-        .environment(
-            "company",
-            "env-unconsumed",
-            &config.to_string(),
-            &Secrets::none().with("apiKey", KEY),
-        )
-        .unwrap();
-    Local {
-        server,
-        runtime: Arc::new(runtime),
-        env: Arc::new(env),
+/// Stops the engine once the runner thread let go of `local`: whether
+/// every process it started exited.
+fn shut_down(mut local: Arc<LocalRuntime>) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Arc::try_unwrap(local) {
+            Ok(only) => return only.server.shutdown().all_exited(),
+            Err(shared) if Instant::now() < deadline => {
+                local = shared;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(_) => panic!("the runner thread still holds the engine after 30 s"),
+        }
     }
 }
 
@@ -95,41 +67,18 @@ fn stuck_sink() -> (OutputSink, Sender<()>, Arc<Mutex<bool>>) {
 /// Runs `script` with a stuck sink and `timeout_ms`; fails (instead of
 /// hanging) when the outcome does not come within two minutes.
 fn run_stuck(
-    local: &Local,
+    local: &Arc<LocalRuntime>,
     script: &str,
     timeout_ms: u64,
 ) -> (Result<ExecuteResult, ProviderError>, Duration) {
-    let lease = local
-        .runtime
-        .acquire(
-            &local.env,
-            &AcquireRequest {
-                run_id: "run".into(),
-                requested_cwd: None,
-                workspace_mode: None,
-                requested_expires_at: None,
-            },
-        )
-        .unwrap()
-        .expect("lease acquired")
-        .id;
-    let request = ExecuteRequest {
-        command: "/bin/sh".into(),
-        args: vec!["-c".into(), script.into()],
-        cwd: None,
-        env: vec![],
-        stdin: None,
-        timeout_ms: Some(timeout_ms),
-    };
+    let lease = local.acquire(&requests::acquire("run"));
+    let request = requests::sh(script).timeout_ms(timeout_ms);
     let (sink, release, called) = stuck_sink();
     let (done, outcome) = mpsc::channel();
-    let (runtime, env) = (local.runtime.clone(), local.env.clone());
+    let runner = local.clone();
     let started = Instant::now();
     std::thread::spawn(move || {
-        let outcome = runtime
-            .execute(&env, &lease, &request, Some(sink), CancelToken::new())
-            .unwrap();
-        let _ = done.send(outcome);
+        let _ = done.send(runner.execute(&lease, &request, Some(sink)));
     });
     let outcome = outcome
         .recv_timeout(Duration::from_secs(120))
@@ -178,7 +127,7 @@ fn a_never_resumed_sink_does_not_hold_the_command(provider: Provider) {
         took < Duration::from_secs(60),
         "{provider:?}: took {took:?}"
     );
-    assert!(local.server.shutdown().all_exited(), "{provider:?}");
+    assert!(shut_down(local), "{provider:?}");
 }
 
 #[test]
@@ -206,7 +155,7 @@ fn a_short_command_is_not_clean_when_its_output_was_not_consumed(provider: Provi
     assert!(loss.tree_deleted, "{provider:?}");
     assert!(!loss.partial.timed_out, "{provider:?}");
     assert_eq!(loss.partial.stdout, "hello\n", "{provider:?}");
-    assert!(local.server.shutdown().all_exited(), "{provider:?}");
+    assert!(shut_down(local), "{provider:?}");
 }
 
 #[test]

@@ -75,6 +75,10 @@ impl Server {
         }
     }
 
+    // The same client steps as the other bench of this crate (`load.rs`,
+    // `spawn.rs`) on purpose: each bench is a program of its own
+    // (`harness = false`) whose timing must not move when the other's
+    // client changes, so neither borrows the other's code.
     async fn sandbox(&self) -> String {
         let (st, v) = self
             .call(

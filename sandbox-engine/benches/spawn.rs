@@ -66,6 +66,10 @@ impl Server {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    // The same client steps as the other bench of this crate (`load.rs`,
+    // `spawn.rs`) on purpose: each bench is a program of its own
+    // (`harness = false`) whose timing must not move when the other's
+    // client changes, so neither borrows the other's code.
     async fn sandbox(&self) -> String {
         let (st, v) = self
             .call(

@@ -138,8 +138,7 @@ async fn sandbox_lifecycle_and_validation() {
 
 #[tokio::test]
 async fn files_round_trip_and_confinement() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let root = h.server.data_dir().join(&sb);
     let url = |p: &str| format!("{}/v1/sandboxes/{sb}/files?path={p}", h.base);
     let put = |p: String, body: Vec<u8>| {
@@ -340,8 +339,7 @@ async fn exec_cwd_and_env() {
 
 #[tokio::test]
 async fn output_stream_binary_utf8_and_seq() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     // Binary output (every byte value) via a staged file.
     let data: Vec<u8> = (0..=255u8).cycle().take(300_000).collect();
     let resp = h
@@ -410,8 +408,7 @@ async fn output_stream_binary_utf8_and_seq() {
 
 #[tokio::test]
 async fn journal_eviction_gives_410_to_late_readers() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let pid = h.spawn(&sb, "head -c 5242880 /dev/zero | tr '\\0' a").await;
     let mp = h.wait_tree(&sb, &pid).await;
     assert_eq!(mp["exit_code"], 0, "{mp}");
@@ -438,8 +435,7 @@ async fn journal_eviction_gives_410_to_late_readers() {
 
 #[tokio::test]
 async fn injected_status_delay_and_request_record() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let faults = h.server.faults().clone();
     faults.add(
         FaultRule::new(
@@ -515,8 +511,7 @@ async fn injected_status_delay_and_request_record() {
 
 #[tokio::test]
 async fn injected_stream_faults() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let pid = h
         .spawn(&sb, "for i in 1 2 3 4 5 6; do echo $i; sleep 0.05; done")
         .await;
@@ -665,8 +660,7 @@ async fn slow_live_reader_holds_the_producer_back_and_gets_every_byte() {
 
 #[tokio::test]
 async fn idle_stream_sends_heartbeats() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let pid = h.spawn(&sb, "sleep 6; echo late").await;
     let (_, frames) = h.connect(&sb, &pid, 0).await.expect("connect");
     assert!(

@@ -31,6 +31,18 @@ async fn call(h: &Harness, method: Method, url: &str, body: Option<Value>) -> (S
     (st, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
+/// Creates the session `sid` in sandbox `sb` through the toolbox at `tb`.
+async fn create_session(h: &Harness, tb: &str, sb: &str, sid: &str) {
+    let (st, v) = call(
+        h,
+        Method::POST,
+        &format!("{tb}/{sb}/process/session"),
+        Some(json!({ "sessionId": sid })),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+}
+
 /// Session ids the toolbox lists, sorted.
 async fn listed(h: &Harness, tb: &str, sb: &str) -> Vec<String> {
     let (st, v) = call(h, Method::GET, &format!("{tb}/{sb}/process/session"), None).await;
@@ -78,14 +90,7 @@ async fn sessions_whose_commands_all_finished_and_were_dropped_go_with_them() {
             format!("sleep {tag} > /dev/null 2>&1 & echo started"),
         ),
     ] {
-        let (st, v) = call(
-            &h,
-            Method::POST,
-            &format!("{tb}/{sb}/process/session"),
-            Some(json!({ "sessionId": sid })),
-        )
-        .await;
-        assert_eq!(st, StatusCode::CREATED, "{v}");
+        create_session(&h, &tb, &sb, sid).await;
         let (st, v) = call(
             &h,
             Method::POST,
@@ -167,14 +172,7 @@ async fn sessions_whose_commands_all_finished_and_were_dropped_go_with_them() {
         assert_eq!(st, StatusCode::NOT_FOUND, "{method} {url}: {v}");
     }
     // Its id can be taken again.
-    let (st, v) = call(
-        &h,
-        Method::POST,
-        &format!("{tb}/{sb}/process/session"),
-        Some(json!({ "sessionId": sid })),
-    )
-    .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
+    create_session(&h, &tb, &sb, sid).await;
     // The unused session still runs commands; the background one still
     // holds its process, and its delete still ends it.
     let (st, v) = call(

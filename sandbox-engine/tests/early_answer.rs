@@ -62,8 +62,7 @@ fn put_whole_body(addr: &str, path: &str, len: usize) -> Result<String, String> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_injected_429_on_a_large_upload_reaches_the_client_whole() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     h.server.faults().add(
         FaultRule::new(
             "PUT",

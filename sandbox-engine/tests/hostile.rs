@@ -66,8 +66,7 @@ const ROUNDS: usize = 3;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_exec_output_is_complete() {
     let _heavy = HEAVY.lock().await;
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let want = expected_lines();
     for round in 0..ROUNDS {
         let calls = (0..CONCURRENT).map(|_| {
@@ -101,8 +100,7 @@ async fn concurrent_exec_output_is_complete() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_connect_output_is_complete() {
     let _heavy = HEAVY.lock().await;
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let want = expected_lines();
     for round in 0..ROUNDS {
         let calls = (0..CONCURRENT).map(|_| {
@@ -134,8 +132,7 @@ async fn concurrent_connect_output_is_complete() {
 #[tokio::test]
 async fn exec_output_beyond_the_cap_is_flagged_with_its_tail() {
     let _heavy = HEAVY.lock().await;
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let total: u64 = 80_000_000;
     let (st, v) = h
         .post(
@@ -169,8 +166,7 @@ async fn exec_output_beyond_the_cap_is_flagged_with_its_tail() {
 /// sequence silently skipped the output written up to it.
 #[tokio::test]
 async fn connect_cursor_beyond_the_newest_frame_is_400() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let pid = h.spawn(&sb, "echo one; echo two >&2").await;
     let mp = h.wait_tree(&sb, &pid).await;
     let newest = mp["output"]["newest_seq"].as_u64().expect("newest");
@@ -193,8 +189,7 @@ async fn connect_cursor_beyond_the_newest_frame_is_400() {
 /// paused sandbox while the sandbox still reported `paused`.
 #[tokio::test]
 async fn signals_are_refused_while_the_sandbox_is_paused() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let pid = h.spawn(&sb, "exec sleep 60").await;
     let (st, v) = h
         .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
@@ -288,8 +283,7 @@ async fn wrong_json_shapes_and_oversized_strings_are_400() {
 /// with a 400 that names the field.
 #[tokio::test]
 async fn oversized_argv_env_and_bodies_are_refused() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let path = format!("/v1/sandboxes/{sb}/processes");
     let huge = json!({"cmd": "/bin/true", "args": ["x".repeat(50_000_000)]}).to_string();
     let (st, v) = raw_post(&h, &path, huge).await;
@@ -360,8 +354,7 @@ fn peak_rss_kib(reset: bool) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_get_refuses_special_files_and_streams_large_ones() {
     let _heavy = HEAVY.lock().await;
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let r = h
         .exec(
             &sb,
@@ -426,8 +419,7 @@ async fn file_get_refuses_special_files_and_streams_large_ones() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_large_uploads_stream_to_disk() {
     let _heavy = HEAVY.lock().await;
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     const SIZE: usize = 64 * 1024 * 1024;
     let before = peak_rss_kib(true);
     let uploads = (0..4u8).map(|i| {

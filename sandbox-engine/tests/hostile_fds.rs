@@ -13,8 +13,7 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn descriptor_exhaustion_is_a_5xx_not_a_command_result() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     // Warm the client's connection: no new descriptor is needed below.
     let out = h.exec(&sb, "true").await;
     assert_eq!(out["exit_code"], 0, "{out}");

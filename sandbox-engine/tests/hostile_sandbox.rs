@@ -52,8 +52,7 @@ async fn deleting_a_100000_level_tree_does_not_crash_the_server() {
 /// is removed by the shutdown without aborting it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_removes_a_100000_level_tree() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let (st, v) = build_deep_tree(&h, &sb).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let root = h.server.data_dir().join(&sb);

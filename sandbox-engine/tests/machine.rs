@@ -19,6 +19,19 @@ async fn confined(builder: sandbox_engine::ServerBuilder) -> Harness {
     h
 }
 
+/// A fresh marker, the host path its [`evil_library`] creates when it is
+/// loaded, and that library's path; `None` (the test is skipped, and says
+/// so) without a C compiler.
+fn planted_library(prefix: &str) -> Option<(String, std::path::PathBuf, String)> {
+    let m = marker(prefix);
+    let escaped = std::path::PathBuf::from(format!("/tmp/{m}-escaped"));
+    let Some(lib) = evil_library(&m, &escaped) else {
+        eprintln!("no C compiler: skipped");
+        return None;
+    };
+    Some((m, escaped, lib.display().to_string()))
+}
+
 /// A shared library whose constructor creates `escaped` (an absolute host
 /// path) when it is loaded, compiled with the host's `cc` into a fresh
 /// host directory. `None` when there is no C compiler.
@@ -74,13 +87,9 @@ fn evil_library(m: &str, escaped: &std::path::Path) -> Option<std::path::PathBuf
 /// existed). CreateOS face: sandbox env and process override.
 #[tokio::test]
 async fn sandbox_env_never_reaches_the_host_side_launcher() {
-    let m = marker("preload");
-    let escaped = std::path::PathBuf::from(format!("/tmp/{m}-escaped"));
-    let Some(lib) = evil_library(&m, &escaped) else {
-        eprintln!("no C compiler: skipped");
+    let Some((m, escaped, lib)) = planted_library("preload") else {
         return;
     };
-    let lib = lib.display().to_string();
     let h = confined(Server::builder()).await;
     // Sandbox-level env.
     let sb = h
@@ -115,13 +124,9 @@ async fn sandbox_env_never_reaches_the_host_side_launcher() {
 /// commands and `process/execute`, never the host-side launcher.
 #[tokio::test]
 async fn daytona_env_never_reaches_the_host_side_launcher() {
-    let m = marker("dpreload");
-    let escaped = std::path::PathBuf::from(format!("/tmp/{m}-escaped"));
-    let Some(lib) = evil_library(&m, &escaped) else {
-        eprintln!("no C compiler: skipped");
+    let Some((m, escaped, lib)) = planted_library("dpreload") else {
         return;
     };
-    let lib = lib.display().to_string();
     let h = confined(Server::builder().toolbox_port(0)).await;
     let (st, v) = h
         .daytona_create(
@@ -322,6 +327,15 @@ fn machines_here() -> bool {
     here
 }
 
+/// A confined server from `builder`, where this host gives sandboxes
+/// machines; `None` (the test is skipped, and says so) elsewhere.
+async fn in_a_machine(builder: sandbox_engine::ServerBuilder) -> Option<Harness> {
+    if !machines_here() {
+        return None;
+    }
+    Some(confined(builder).await)
+}
+
 /// Issue 25 items 1, 2 and 5: a background server one command leaves
 /// behind answers the next command on `localhost` and shows in its `ps`;
 /// deleting one command's process kills exactly its tree (a `setsid`
@@ -329,10 +343,9 @@ fn machines_here() -> bool {
 /// background process alive; deleting the sandbox ends everything.
 #[tokio::test]
 async fn a_sandbox_is_one_machine_with_per_command_trees() {
-    if !machines_here() {
+    let Some(h) = in_a_machine(Server::builder()).await else {
         return;
-    }
-    let h = confined(Server::builder()).await;
+    };
     let m = marker("machine");
     let sb = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
     // A managed process (what the providers' execute uses) that starts a
@@ -515,10 +528,9 @@ async fn egress_follows_the_operators_allow_list() {
 /// the background answers a later `process/execute` on `localhost`.
 #[tokio::test]
 async fn daytona_session_background_server_answers_later_commands() {
-    if !machines_here() {
+    let Some(h) = in_a_machine(Server::builder().toolbox_port(0)).await else {
         return;
-    }
-    let h = confined(Server::builder().toolbox_port(0)).await;
+    };
     let sb = h.daytona_sandbox().await;
     let (st, v) = h.daytona_session(&sb, "s").await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
@@ -545,10 +557,9 @@ async fn daytona_session_background_server_answers_later_commands() {
 /// with it.
 #[tokio::test]
 async fn daytona_execute_leaves_background_processes_running_like_the_daemon() {
-    if !machines_here() {
+    let Some(h) = in_a_machine(Server::builder().toolbox_port(0)).await else {
         return;
-    }
-    let h = confined(Server::builder().toolbox_port(0)).await;
+    };
     let toolbox = h.server.toolbox_url().to_string();
     let call = |method: Method, url: String, body: Value| h.daytona(method, url, Some(body));
     let (st, v) = h.daytona_create(json!({})).await;

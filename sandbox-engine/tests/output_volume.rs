@@ -47,8 +47,7 @@ async fn still_running(h: &Harness, sb: &str, pid: &str) -> bool {
 /// creation, and then for the attached one.
 #[tokio::test]
 async fn a_late_and_sleepy_reader_gets_every_byte_at_the_default_journal() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     // 6 MiB on stdout and 2 MiB on stderr, at the same time.
     let pid = h
         .spawn(
@@ -125,8 +124,7 @@ async fn a_reset_reader_resumes_from_its_cursor_without_loss() {
 /// tree is verified gone.
 #[tokio::test]
 async fn a_reader_that_never_reads_does_not_keep_the_command_past_its_deletion() {
-    let h = Harness::start().await;
-    let sb = h.sandbox().await;
+    let (h, sb) = Harness::with_sandbox().await;
     let pid = h.spawn(&sb, "yes").await;
     let resp = open(&h, &sb, &pid, 0).await;
     tokio::time::sleep(Duration::from_secs(1)).await;

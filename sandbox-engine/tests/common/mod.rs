@@ -198,6 +198,13 @@ impl Harness {
         id
     }
 
+    /// A started engine and one sandbox in it.
+    pub async fn with_sandbox() -> (Harness, String) {
+        let h = Harness::start().await;
+        let sb = h.sandbox().await;
+        (h, sb)
+    }
+
     pub async fn sandbox(&self) -> String {
         self.sandbox_with_env(json!({})).await
     }

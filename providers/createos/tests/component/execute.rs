@@ -311,14 +311,7 @@ fn an_exit_frame_without_status_deletes_the_process() {
 #[test]
 fn reconnects_are_bounded() {
     let (fake, error) = stream_failure(|_| error_answer(503));
-    assert_eq!(
-        fake.calls()
-            .iter()
-            .filter(|c| c.contains("/connect"))
-            .count(),
-        4,
-        "1 + 3 reconnects"
-    );
+    assert_eq!(connect_calls(&fake), 4, "1 + 3 reconnects");
     assert!(
         matches!(&error, ProviderError::ApiRejected(r) if r.status == 503),
         "{error:?}"
@@ -328,13 +321,7 @@ fn reconnects_are_bounded() {
 #[test]
 fn a_stream_that_keeps_ending_without_exit_is_an_error() {
     let (fake, error) = stream_failure(|_| frames(&[r#"{"type":"heartbeat"}"#]));
-    assert_eq!(
-        fake.calls()
-            .iter()
-            .filter(|c| c.contains("/connect"))
-            .count(),
-        4
-    );
+    assert_eq!(connect_calls(&fake), 4);
     assert!(
         matches!(error, ProviderError::InvalidResponse(_)),
         "{error:?}"
@@ -344,13 +331,7 @@ fn a_stream_that_keeps_ending_without_exit_is_an_error() {
 #[test]
 fn a_4xx_on_connect_fails_at_once() {
     let (fake, error) = stream_failure(|_| error_answer(403));
-    assert_eq!(
-        fake.calls()
-            .iter()
-            .filter(|c| c.contains("/connect"))
-            .count(),
-        1
-    );
+    assert_eq!(connect_calls(&fake), 1);
     assert!(
         matches!(&error, ProviderError::ApiRejected(r) if r.status == 403),
         "{error:?}"
@@ -659,4 +640,12 @@ fn a_stream_error_after_a_confirmed_cleanup_keeps_the_partial_output() {
         ProviderError::OutputLost(l) => assert_eq!(l.partial.stdout, "first"),
         other => panic!("{other:?}"),
     }
+}
+
+/// How many `/connect` requests `fake` answered.
+fn connect_calls(fake: &Fake) -> usize {
+    fake.calls()
+        .iter()
+        .filter(|c| c.contains("/connect"))
+        .count()
 }

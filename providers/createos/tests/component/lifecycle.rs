@@ -18,6 +18,21 @@ fn acquire_request() -> AcquireRequest {
     }
 }
 
+/// The provider error of an acquire against `fake`.
+fn acquire_error(fake: &Fake) -> ProviderError {
+    fake.instance()
+        .acquire_lease(&ctx(), &acquire_request())
+        .unwrap()
+        .unwrap_err()
+}
+
+/// `realize-workspace` of `request` on the test lease against `fake`.
+fn realize(fake: &Fake, request: &WorkspaceRequest) -> Result<String, ProviderError> {
+    fake.instance()
+        .realize_workspace(&ctx(), &lease(), request)
+        .unwrap()
+}
+
 fn status(s: &str) -> ScriptedResponse {
     ScriptedResponse::jsend_success(json!({"id": SANDBOX, "status": s, "shape": "s-1vcpu-1gb"}))
 }
@@ -113,11 +128,7 @@ fn acquire_refuses_an_expiry_before_creating_anything() {
 #[test]
 fn a_failed_setup_deletes_the_sandbox_and_reports_the_setup_error() {
     let fake = Fake::with(|req, _| req.path().ends_with("/exec").then(|| error_answer(500)));
-    let error = fake
-        .instance()
-        .acquire_lease(&ctx(), &acquire_request())
-        .unwrap()
-        .unwrap_err();
+    let error = acquire_error(&fake);
     assert!(
         matches!(&error, ProviderError::ApiRejected(r) if r.status == 500 && r.operation == "create-workspace"),
         "{error:?}"
@@ -156,11 +167,7 @@ fn a_failed_setup_with_a_failed_delete_is_a_cleanup_failure() {
 #[test]
 fn a_sandbox_that_fails_to_start_is_deleted() {
     let fake = Fake::with(|req, _| is_get_sandbox(req).then(|| status("failed")));
-    let error = fake
-        .instance()
-        .acquire_lease(&ctx(), &acquire_request())
-        .unwrap()
-        .unwrap_err();
+    let error = acquire_error(&fake);
     assert!(
         matches!(error, ProviderError::InvalidResponse(_)),
         "{error:?}"
@@ -200,11 +207,7 @@ fn an_ambiguous_sandbox_creation_is_a_cleanup_failure_without_an_id() {
 #[test]
 fn a_rejected_sandbox_creation_is_an_api_rejection() {
     let fake = Fake::with(|req, _| (req.path() == "/v1/sandboxes").then(|| error_answer(401)));
-    let error = fake
-        .instance()
-        .acquire_lease(&ctx(), &acquire_request())
-        .unwrap()
-        .unwrap_err();
+    let error = acquire_error(&fake);
     assert!(
         matches!(&error, ProviderError::ApiRejected(r) if r.status == 401 && r.operation == "create-sandbox"),
         "{error:?}"
@@ -454,11 +457,7 @@ fn realize_makes_the_workspace_directory() {
     let request = WorkspaceRequest {
         remote_path: Some("sub/dir".into()),
     };
-    let cwd = fake
-        .instance()
-        .realize_workspace(&ctx(), &lease(), &request)
-        .unwrap()
-        .unwrap();
+    let cwd = realize(&fake, &request).unwrap();
     assert_eq!(cwd, "/paperclip-workspace/sub/dir");
     let mkdir = &fake.requests_to(&format!("POST {}/exec", sandbox_path()))[0];
     assert_eq!(
@@ -468,11 +467,7 @@ fn realize_makes_the_workspace_directory() {
     let escape = WorkspaceRequest {
         remote_path: Some("../etc".into()),
     };
-    let error = fake
-        .instance()
-        .realize_workspace(&ctx(), &lease(), &escape)
-        .unwrap()
-        .unwrap_err();
+    let error = realize(&fake, &escape).unwrap_err();
     assert!(matches!(error, ProviderError::InvalidRequest(_)));
 }
 
