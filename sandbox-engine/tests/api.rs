@@ -409,8 +409,9 @@ async fn output_stream_binary_utf8_and_seq() {
 #[tokio::test]
 async fn journal_eviction_gives_410_to_late_readers() {
     let (h, sb) = Harness::with_sandbox().await;
-    let pid = h.spawn(&sb, "head -c 5242880 /dev/zero | tr '\\0' a").await;
-    let mp = h.wait_tree(&sb, &pid).await;
+    let (pid, mp) = h
+        .spawn_finished(&sb, "head -c 5242880 /dev/zero | tr '\\0' a")
+        .await;
     assert_eq!(mp["exit_code"], 0, "{mp}");
     let oldest = mp["output"]["oldest_seq"].as_u64().expect("oldest");
     let newest = mp["output"]["newest_seq"].as_u64().expect("newest");
@@ -658,6 +659,8 @@ async fn slow_live_reader_holds_the_producer_back_and_gets_every_byte() {
     assert!(h.server.shutdown().await.all_exited());
 }
 
+/// A `/connect` stream of a command silent for 6 s carries heartbeat
+/// frames meanwhile, then the late output and the exit.
 #[tokio::test]
 async fn idle_stream_sends_heartbeats() {
     let (h, sb) = Harness::with_sandbox().await;

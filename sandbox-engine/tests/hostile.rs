@@ -167,8 +167,7 @@ async fn exec_output_beyond_the_cap_is_flagged_with_its_tail() {
 #[tokio::test]
 async fn connect_cursor_beyond_the_newest_frame_is_400() {
     let (h, sb) = Harness::with_sandbox().await;
-    let pid = h.spawn(&sb, "echo one; echo two >&2").await;
-    let mp = h.wait_tree(&sb, &pid).await;
+    let (pid, mp) = h.spawn_finished(&sb, "echo one; echo two >&2").await;
     let newest = mp["output"]["newest_seq"].as_u64().expect("newest");
     assert!(newest >= 2, "{mp}");
     for after in [u64::MAX, newest + 1, newest + 1000] {
@@ -187,6 +186,9 @@ async fn connect_cursor_beyond_the_newest_frame_is_400() {
 
 /// Pins issue 19 item 7: `POST /signal` with SIGCONT resumed a process of a
 /// paused sandbox while the sandbox still reported `paused`.
+// Starts and ends like the stream tests of api.rs (one sandbox, one
+// command, a clean shutdown): those steps are already Harness helpers;
+// what is left alike is the shape of a test, not logic to share.
 #[tokio::test]
 async fn signals_are_refused_while_the_sandbox_is_paused() {
     let (h, sb) = Harness::with_sandbox().await;

@@ -32,6 +32,16 @@ fn planted_library(prefix: &str) -> Option<(String, std::path::PathBuf, String)>
     Some((m, escaped, lib.display().to_string()))
 }
 
+/// Fails when the [`planted_library`] of marker `m` ran on the host (it
+/// created `escaped`), after a moment for a late loader; removes both.
+async fn assert_library_never_ran(m: &str, escaped: &std::path::Path) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let escaped_now = escaped.exists();
+    let _ = std::fs::remove_file(escaped);
+    let _ = std::fs::remove_dir_all(format!("/tmp/{m}-lib"));
+    assert!(!escaped_now, "a sandbox's LD_PRELOAD ran code on the host");
+}
+
 /// A shared library whose constructor creates `escaped` (an absolute host
 /// path) when it is loaded, compiled with the host's `cc` into a fresh
 /// host directory. `None` when there is no C compiler.
@@ -112,12 +122,8 @@ async fn sandbox_env_never_reaches_the_host_side_launcher() {
         .await;
     assert_eq!(st, StatusCode::OK, "{v}");
     assert_eq!(v["data"]["result"]["stdout"], format!("{lib}\n"), "{v}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let escaped_now = escaped.exists();
-    let _ = std::fs::remove_file(&escaped);
-    assert!(!escaped_now, "a sandbox's LD_PRELOAD ran code on the host");
+    assert_library_never_ran(&m, &escaped).await;
     assert!(h.server.shutdown().await.all_exited());
-    let _ = std::fs::remove_dir_all(format!("/tmp/{m}-lib"));
 }
 
 /// Issue 24 item 2, Daytona face: the env given at create reaches session
@@ -142,12 +148,8 @@ async fn daytona_env_never_reaches_the_host_side_launcher() {
     assert_eq!(st, StatusCode::OK, "{v}");
     let out = v["result"].as_str().unwrap_or_default();
     assert!(out.contains(&format!("yes {lib}\n")), "{v}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let escaped_now = escaped.exists();
-    let _ = std::fs::remove_file(&escaped);
-    assert!(!escaped_now, "a sandbox's LD_PRELOAD ran code on the host");
+    assert_library_never_ran(&m, &escaped).await;
     assert!(h.server.shutdown().await.all_exited());
-    let _ = std::fs::remove_dir_all(format!("/tmp/{m}-lib"));
 }
 
 /// Waits until `f` holds (generous bound); panics with `what` otherwise.

@@ -198,6 +198,14 @@ impl Harness {
         id
     }
 
+    /// Starts `script` in sandbox `sb` and waits until its tree is gone:
+    /// its process id and its final record.
+    pub async fn spawn_finished(&self, sb: &str, script: &str) -> (String, Value) {
+        let pid = self.spawn(sb, script).await;
+        let record = self.wait_tree(sb, &pid).await;
+        (pid, record)
+    }
+
     /// A started engine and one sandbox in it.
     pub async fn with_sandbox() -> (Harness, String) {
         let h = Harness::start().await;

@@ -18,12 +18,16 @@ fn acquire_request() -> AcquireRequest {
     }
 }
 
-/// The provider error of an acquire against `fake`.
-fn acquire_error(fake: &Fake) -> ProviderError {
+/// An acquire against `fake` (a trap fails the test).
+fn acquire(fake: &Fake) -> Result<Lease, ProviderError> {
     fake.instance()
         .acquire_lease(&ctx(), &acquire_request())
         .unwrap()
-        .unwrap_err()
+}
+
+/// The provider error of an acquire against `fake`.
+fn acquire_error(fake: &Fake) -> ProviderError {
+    acquire(fake).unwrap_err()
 }
 
 /// `realize-workspace` of `request` on the test lease against `fake`.
@@ -148,11 +152,7 @@ fn a_failed_setup_with_a_failed_delete_is_a_cleanup_failure() {
         }
         (req.method == "DELETE").then(|| error_answer(500))
     });
-    match fake
-        .instance()
-        .acquire_lease(&ctx(), &acquire_request())
-        .unwrap()
-    {
+    match acquire(&fake) {
         Err(ProviderError::CleanupFailed(failure)) => {
             assert_eq!(failure.phase, CleanupPhase::LeaseSetup);
             assert_eq!(failure.sandbox_id.as_deref(), Some(SANDBOX));
@@ -189,11 +189,7 @@ fn an_ambiguous_sandbox_creation_is_a_cleanup_failure_without_an_id() {
         let fake = Fake::with(move |req, _| {
             (req.path() == "/v1/sandboxes").then(|| answer.lock().unwrap().take().unwrap())
         });
-        match fake
-            .instance()
-            .acquire_lease(&ctx(), &acquire_request())
-            .unwrap()
-        {
+        match acquire(&fake) {
             Err(ProviderError::CleanupFailed(failure)) => {
                 assert_eq!(failure.phase, CleanupPhase::LeaseSetup);
                 assert_eq!(failure.sandbox_id, None);
@@ -620,11 +616,7 @@ fn a_sandbox_creation_that_broke_after_sending_stays_unconfirmed() {
         let fake = Fake::with(move |req, _| {
             (req.path() == "/v1/sandboxes").then(|| ScriptedResponse::Error(answer.clone()))
         });
-        match fake
-            .instance()
-            .acquire_lease(&ctx(), &acquire_request())
-            .unwrap()
-        {
+        match acquire(&fake) {
             Err(ProviderError::CleanupFailed(failure)) => {
                 assert_eq!(failure.phase, CleanupPhase::LeaseSetup, "{code:?}");
                 assert_eq!(failure.sandbox_id, None);
