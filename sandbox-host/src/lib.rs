@@ -60,7 +60,7 @@ pub use leases::rules::{LeaseState, Operation};
 pub use leases::sql::MIGRATIONS;
 pub use leases::sqlite::SqliteLeases;
 pub use leases::url::open_store;
-pub use messages::{cleanup_text, error_text, loss_text};
+pub use messages::{cleanup_text, error_text, loss_text, OUTPUT_SINK};
 pub use network::client::NetworkTransport;
 pub use network::policy::{Guard, Origin, Policy};
 pub use network::request_pacer::{PacerStats, RateLimit, RequestPacer};
@@ -69,7 +69,7 @@ pub use network::transport::{
     BodySender, ErrorCode, OutgoingRequest, ResponseBody, Transport, TransportFuture,
     TransportResponse,
 };
-pub use runtime::{action_name, Environment, SandboxRuntime, OUTPUT_SINK};
+pub use runtime::{action_name, Environment, SandboxRuntime};
 #[cfg(any(test, feature = "testing"))]
 pub use testing::postgres::ThrowawayPostgres;
 #[cfg(any(test, feature = "testing"))]

@@ -5,6 +5,10 @@ use crate::wasm::bindings::types::{
     CleanupCause, CleanupFailure, CleanupPhase, OutputLoss, ProviderError, TransportKind,
 };
 
+/// The `output-loss.operation` of output the host's own sink did not
+/// consume (the host, not the provider, reports it).
+pub const OUTPUT_SINK: &str = "output-sink";
+
 /// One line about a provider error.
 pub fn error_text(error: &ProviderError) -> String {
     match error {
@@ -67,7 +71,7 @@ pub fn loss_text(loss: &OutputLoss) -> String {
              not reused"
         )
     };
-    if loss.operation == crate::runtime::OUTPUT_SINK {
+    if loss.operation == OUTPUT_SINK {
         let ended = if loss.partial.timed_out {
             "the command's timeout ended it"
         } else {

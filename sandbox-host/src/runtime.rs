@@ -22,7 +22,6 @@ mod relay;
 pub use environment::Environment;
 pub use outcome::action_name;
 use outcome::declared_limit;
-pub use relay::OUTPUT_SINK;
 
 use std::collections::HashMap;
 use std::fmt;

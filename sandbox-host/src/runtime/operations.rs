@@ -164,7 +164,7 @@ impl SandboxRuntime {
     /// order, from a thread of its own: a slow sink slows the command, and
     /// one that stops taking output cannot hold it past its timeout; output
     /// it did not consume makes the outcome an `output-lost` of operation
-    /// [`super::OUTPUT_SINK`]. `cancel` (or a release/destroy of the lease)
+    /// [`crate::messages::OUTPUT_SINK`]. `cancel` (or a release/destroy of the lease)
     /// stops it. A trap, `cleanup-failed`, or `output-lost` without a
     /// confirmed deletion of the command's tree poisons the lease.
     pub fn execute(

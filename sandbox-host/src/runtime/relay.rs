@@ -18,13 +18,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use crate::messages::OUTPUT_SINK;
 use crate::wasm::bindings::types::{
     ExecuteResult, OutputLoss, OutputStream, PartialOutput, ProviderError,
 };
 use crate::wasm::options::OutputSink;
-
-/// The `output-loss.operation` of output the host's sink did not consume.
-pub const OUTPUT_SINK: &str = "output-sink";
 
 /// Chunks queued ahead of the sink before `emit-output` waits.
 const QUEUE: usize = 16;
