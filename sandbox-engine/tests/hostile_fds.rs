@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::Harness;
+use common::{Harness, KEY};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -17,6 +17,19 @@ async fn descriptor_exhaustion_is_a_5xx_not_a_command_result() {
     // Warm the client's connection: no new descriptor is needed below.
     let out = h.exec(&sb, "true").await;
     assert_eq!(out["exit_code"], 0, "{out}");
+    // The second request goes on a connection of its own, also opened
+    // before the descriptors run out: the server may close the first one
+    // after its 5xx, and this process (the client's too) could not open
+    // another (the test failed with the client's EMFILE, not the server's).
+    let second = reqwest::Client::new();
+    let warm = second
+        .get(format!("{}/v1/sandboxes/{sb}", h.base))
+        .header("X-Api-Key", KEY)
+        .send()
+        .await
+        .expect("second connection");
+    assert_eq!(warm.status(), StatusCode::OK);
+    let _ = warm.bytes().await;
     let mut held = Vec::new();
     while let Ok(f) = std::fs::File::open("/dev/null") {
         held.push(f);
@@ -30,12 +43,15 @@ async fn descriptor_exhaustion_is_a_5xx_not_a_command_result() {
             json!({"cmd": "/bin/true"}),
         )
         .await;
-    let (st_exec, exec) = h
-        .post(
-            &format!("/v1/sandboxes/{sb}/exec"),
-            json!({"cmd": "/bin/true"}),
-        )
-        .await;
+    let answer = second
+        .post(format!("{}/v1/sandboxes/{sb}/exec", h.base))
+        .header("X-Api-Key", KEY)
+        .json(&json!({"cmd": "/bin/true"}))
+        .send()
+        .await
+        .expect("the exec request was answered");
+    let st_exec = answer.status();
+    let exec = answer.text().await.unwrap_or_default();
     drop(held);
     assert!(st_create.is_server_error(), "{st_create} {create}");
     assert!(
