@@ -64,8 +64,26 @@ test("the official Daytona SDK drives the local Daytona face", async (t) => {
   assert.equal(logs.stdout, "first\n");
   assert.equal(logs.stderr, "second\n");
   assert.equal(logs.output, "first\nsecond\n");
+  // follow a running command's logs with callbacks (the SDK opens the
+  // toolbox's log WebSocket): every piece of each stream, in order, and the
+  // call returns once the command has ended
+  const followed = await sandbox.process.executeSessionCommand("s1", {
+    command: "for i in 1 2 3; do echo out $i; echo err $i >&2; sleep 0.1; done",
+    runAsync: true,
+  });
+  let liveOut = "";
+  let liveErr = "";
+  await sandbox.process.getSessionCommandLogs(
+    "s1",
+    followed.cmdId,
+    (text) => (liveOut += text),
+    (text) => (liveErr += text),
+  );
+  assert.equal(liveOut, "out 1\nout 2\nout 3\n");
+  assert.equal(liveErr, "err 1\nerr 2\nerr 3\n");
+  assert.equal((await sandbox.process.getSessionCommand("s1", followed.cmdId)).exitCode, 0);
   const session = await sandbox.process.getSession("s1");
-  assert.equal(session.commands.length, 2);
+  assert.equal(session.commands.length, 3);
   await sandbox.process.deleteSession("s1");
 
   // files: upload, download, list, folders, bulk upload

@@ -20,8 +20,26 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
+
+/// A connection's place under the connection cap, in every request's
+/// extensions. A request that upgrades the connection (a WebSocket) takes
+/// the place with it, so that the upgraded connection still counts until
+/// it closes; otherwise the place is freed when the connection ends.
+#[derive(Clone)]
+pub struct ConnectionSlot(Arc<std::sync::Mutex<Option<OwnedSemaphorePermit>>>);
+
+impl ConnectionSlot {
+    fn new(permit: OwnedSemaphorePermit) -> Self {
+        Self(Arc::new(std::sync::Mutex::new(Some(permit))))
+    }
+
+    /// Takes the place out of the connection (at most once; `None` after).
+    pub fn take(&self) -> Option<OwnedSemaphorePermit> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
 
 /// Limits of the accept loop.
 #[derive(Debug, Clone, Copy)]
@@ -184,9 +202,10 @@ pub async fn serve(
                     _ => return refuse(stream).await,
                 },
             };
+            let slot = ConnectionSlot::new(slot);
             let (id, authed, evict) = lock(&unauthenticated).add();
             tokio::select! {
-                _ = serve_one(stream, app, limits, check, authed, stop) => {}
+                _ = serve_one(stream, app, limits, check, authed, stop, slot.clone()) => {}
                 _ = evict.notified() => {}
             }
             lock(&unauthenticated).remove(id);
@@ -203,6 +222,7 @@ async fn serve_one(
     check: KeyCheck,
     authed: Arc<std::sync::atomic::AtomicBool>,
     mut stop: watch::Receiver<bool>,
+    slot: ConnectionSlot,
 ) {
     let mut first_byte = [0u8; 1];
     let first = tokio::select! {
@@ -215,17 +235,23 @@ async fn serve_one(
     let inner = TowerToHyperService::new(app);
     // A request with the key makes the connection authenticated: it is
     // never evicted for a newcomer (see `Unauthenticated`).
-    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        if check(req.headers()) {
-            authed.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-        hyper::service::Service::call(&inner, req)
-    });
+    let service =
+        hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            if check(req.headers()) {
+                authed.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            req.extensions_mut().insert(slot.clone());
+            hyper::service::Service::call(&inner, req)
+        });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    // Upgrades (the Daytona toolbox's log WebSocket) are handed the
+    // connection; the rest is plain HTTP/1.1.
+    let conn = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
     tokio::pin!(conn);
     tokio::select! {
         _ = conn.as_mut() => {}

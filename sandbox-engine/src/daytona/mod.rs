@@ -15,6 +15,7 @@
 
 pub mod error;
 pub mod files;
+pub mod log_socket;
 pub mod sandboxes;
 pub mod toolbox;
 

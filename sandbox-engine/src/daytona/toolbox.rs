@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{Path, Query, State, WebSocketUpgrade};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -26,6 +27,7 @@ use serde_json::{json, Value};
 
 use super::error::DaytonaError;
 use super::sandboxes::{daytona_sandbox, uuid};
+use crate::connections::ConnectionSlot;
 use crate::daytona_registry::{
     exit_code, terminate_verified, Command, DaytonaSandbox, Session, State as SbState,
 };
@@ -510,6 +512,14 @@ fn rendered(frames: &[Frame], split: bool) -> Vec<u8> {
     }
 }
 
+/// Whether a request asks to become a WebSocket (`Upgrade: websocket`).
+fn asks_for_websocket(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
 /// `?follow=`.
 #[derive(Debug, Deserialize)]
 pub struct LogsQuery {
@@ -536,26 +546,32 @@ pub const LOG_OFFSET_HEADER: &str = "x-createos-local-log-offset";
 /// the output so far. With `follow=true` (over plain HTTP; the real service
 /// follows only over WebSocket and answers plain HTTP with the output so
 /// far): the output so far, then live output, and the body ends once the
-/// command has exited and its output was read to the end.
+/// command has exited and its output was read to the end. A WebSocket
+/// upgrade gets the same pieces as binary messages ([`super::log_socket`]),
+/// as the SDKs' log callbacks expect.
+#[allow(clippy::too_many_arguments)]
 pub async fn logs(
     State(state): State<Shared>,
     Path((id, sid, cid)): Path<(String, String, String)>,
     Query(q): Query<LogsQuery>,
     headers: HeaderMap,
     fault: Option<Extension<InjectedFault>>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    slot: Option<Extension<ConnectionSlot>>,
 ) -> Result<Response, DaytonaError> {
     let sb = daytona_sandbox(&state, &id)?;
     let session = session_of(&sb, &sid)?;
     let c = command_of(&session, &cid)?;
-    if headers
-        .get(header::UPGRADE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
-    {
-        return Err(DaytonaError::bad_request(
-            "createos-local does not speak WebSocket; follow logs with ?follow=true over plain HTTP",
-        ));
-    }
+    let upgrade = match upgrade {
+        Ok(upgrade) => Some(upgrade),
+        Err(rejection) if asks_for_websocket(&headers) => {
+            return Err(DaytonaError::bad_request(format!(
+                "the WebSocket upgrade for these logs was refused: {rejection}"
+            )))
+        }
+        Err(_) => None,
+    };
+    let slot = slot.and_then(|Extension(slot)| slot.take());
     let p = c.process.clone();
     let rx = p.subscribe();
     let follow = q.follow.unwrap_or(false);
@@ -587,6 +603,10 @@ pub async fn logs(
         builder = builder.header(EVICTED_HEADER, "true");
     }
     if !follow {
+        if let Some(upgrade) = upgrade {
+            let once = futures_util::stream::iter([Ok(Bytes::from(first))]);
+            return Ok(super::log_socket::serve(upgrade, &headers, slot, once));
+        }
         if wants_json(&headers) {
             // The current clients ask for JSON: the three views at once.
             let mut v = json!({
@@ -634,6 +654,9 @@ pub async fn logs(
     let stream = futures_util::stream::unfold(follow, |mut f| async move {
         f.next().await.map(|item| (item, f))
     });
+    if let Some(upgrade) = upgrade {
+        return Ok(super::log_socket::serve(upgrade, &headers, slot, stream));
+    }
     builder
         .body(Body::from_stream(stream))
         .map_err(|e| DaytonaError::internal(e.to_string()))
