@@ -6,7 +6,7 @@
  * timeout (or `operation-ms`), each request within `request-ms`, and each
  * cleanup request gets `request-ms` afresh after the work's budget is
  * spent; the host reads no provider config field. The host's deadline is that plan plus a cleanup reserve (two
- * cleanup requests) plus a margin, so a request waiting for the rate budget,
+ * cleanup requests) plus a margin, so a request waiting for the request pacer,
  * or repeated after a 429, never starts after the provider itself would have
  * given up.
  */

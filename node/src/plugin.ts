@@ -115,12 +115,12 @@ export interface PluginOptions {
    */
   rateLimit?: WitRateLimit | null;
   /**
-   * The in-process queue table of the rate budget (`createPacerBuffer()`);
+   * The in-process queue table of the request pacer (`createPacerBuffer()`);
    * default a new one.
    */
   pacerBuffer?: SharedArrayBuffer;
   /**
-   * The machine-wide rate budget file; default `PAPERCLIP_WASM_RATE_LEDGER`
+   * The request pacer's machine-wide ledger file; default `PAPERCLIP_WASM_RATE_LEDGER`
    * from `env`, else a per-user file in the temporary directory
    * (`defaultLedgerPath`).
    */

@@ -139,7 +139,7 @@ export class ProviderPool {
     return pacerStarted(this.#pacerBuffer);
   }
 
-  /** The rate budget's ledger file (shared by every process that names the same file). */
+  /** The request pacer's ledger file (shared by every process that names the same file). */
   get ledgerPath(): string {
     return this.#ledgerPath;
   }

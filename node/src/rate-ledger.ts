@@ -15,7 +15,7 @@
  * processes share; {@link windowMargin} covers its granularity.
  *
  * The schema and the decision rule are the Rust host's
- * (`sandbox-host/src/rate_budget.rs`): tables `request_starts (origin,
+ * (`sandbox-host/src/network/request_pacer.rs`): tables `request_starts (origin,
  * at_ms)` and `origin_pauses (origin, until_ms)`.
  */
 import { lstatSync, mkdirSync } from "node:fs";
@@ -65,7 +65,7 @@ function ensurePrivateDirectory(dir: string) {
   const info = lstatSync(dir);
   const uid = process.getuid?.();
   if (!info.isDirectory() || (uid !== undefined && info.uid !== uid)) {
-    throw new Error(`the rate budget directory ${dir} is not a directory of this user; remove it or set ${LEDGER_PATH_ENV}`);
+    throw new Error(`the request pacer's directory ${dir} is not a directory of this user; remove it or set ${LEDGER_PATH_ENV}`);
   }
 }
 
@@ -173,7 +173,7 @@ export class RateLedger {
           Atomics.wait(OPEN_RETRY_SLEEPER, 0, 0, 20);
           continue;
         }
-        throw new Error(`the rate budget ledger ${file} cannot be opened (${message})`);
+        throw new Error(`the request pacer's ledger ${file} cannot be opened (${message})`);
       }
     }
   }

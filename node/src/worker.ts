@@ -9,7 +9,7 @@
  * - `PAPERCLIP_WASM_RATE_LIMIT` (`PAPERCLIP_CREATEOS_RATE_LIMIT`): the
  *   operator's account limit instead of the declared one;
  * - `PAPERCLIP_WASM_RATE_LEDGER` (`PAPERCLIP_CREATEOS_RATE_LEDGER`): the
- *   rate budget file (read in `rate-ledger.ts`);
+ *   request pacer's ledger file (read in `rate-ledger.ts`);
  * - `PAPERCLIP_WASM_THREADS` (`PAPERCLIP_CREATEOS_WASM_THREADS`): the
  *   most worker threads;
  * - `PAPERCLIP_WASM_TEST_TRAP_MARKER` (`PAPERCLIP_CREATEOS_WASM_TEST_TRAP_MARKER`):

@@ -2,7 +2,7 @@
 // "one policy, two hosts") against the Node host's pure decisions: the
 // call deadline and request budget from an operation-budget, a 429's
 // pause, whether a throttled request is repeated, when a start waits for
-// the rate budget. The Rust host runs the same table, so the two hosts
+// the request pacer. The Rust host runs the same table, so the two hosts
 // cannot decide differently without one suite failing.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -38,7 +38,7 @@ test("a throttled request is repeated only within the repeats, the call's deadli
   }
 });
 
-test("when a start waits for the rate budget", () => {
+test("when a start waits for the request pacer", () => {
   assert.ok(TABLE.startWait.length >= 6);
   for (const c of TABLE.startWait) {
     const counted = c.limit.windowMs + windowMargin(c.limit.windowMs);

@@ -1,5 +1,5 @@
 // A second worker process for the rate-limit suite: a plugin instance of its
-// own (its own pool, its own in-process queue) that opens the rate budget
+// own (its own pool, its own in-process queue) that opens the request pacer's ledger
 // file it is given, acquires a lease, runs commands in parallel, destroys
 // the lease and prints what it got and its budget counters as one JSON line.
 // Usage: node commands-in-process.mjs '{"url","key","ledger","limit","count","tag"}'

@@ -13,7 +13,7 @@ export const ENVIRONMENT = "environment-1";
 /** This test process's budget files, removed when it exits. */
 let ledgers;
 
-/** A fresh rate budget file, so that tests do not share budgets unless they mean to. */
+/** A fresh request pacer ledger file, so that tests do not share budgets unless they mean to. */
 export function freshLedgerPath() {
   if (!ledgers) {
     ledgers = mkdtempSync(path.join(tmpdir(), "createos-rate-budget-"));
@@ -25,7 +25,7 @@ export function freshLedgerPath() {
 
 /**
  * Starts a plugin instance in-process; `logs` records ctx.execution.log calls.
- * Each gets its own rate budget file unless `rateLedgerPath` names one.
+ * Each gets its own request pacer ledger file unless `rateLedgerPath` names one.
  */
 export async function startPlugin(options = {}) {
   const plugin = createPlugin({ poolSize: 2, env: {}, rateLedgerPath: freshLedgerPath(), ...options });
