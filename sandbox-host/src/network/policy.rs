@@ -113,14 +113,10 @@ pub struct Policy {
     pacer: RequestPacer,
     max_timeout: Option<Duration>,
     max_throttle_wait: Option<Duration>,
-    max_response_bytes: u64,
+    max_response_bytes: Option<u64>,
 }
 
 impl Policy {
-    /// Default cap on one response body (streamed bodies count too, so it
-    /// is generous: NDJSON output streams of long commands are large).
-    pub const DEFAULT_MAX_RESPONSE_BYTES: u64 = 1024 * 1024 * 1024;
-
     /// How many times a request answered 429 is repeated (each after the
     /// pause the answer asked for), deadline permitting.
     pub const MAX_THROTTLED_REPEATS: u32 = 3;
@@ -138,7 +134,13 @@ impl Policy {
             pacer: RequestPacer::global(),
             max_timeout: None,
             max_throttle_wait: None,
-            max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
+            // No cap on a body's size by default: a command's output
+            // stream is as long as the command prints (`yes` passes 1 GiB
+            // in seconds), its life is bounded by the operation's deadline
+            // and its memory by reading chunk by chunk. A cap cut such a
+            // stream, and the reconnect could not recover what was in
+            // flight: output lost.
+            max_response_bytes: None,
         }
     }
 
@@ -222,9 +224,11 @@ impl Policy {
         self
     }
 
-    /// Fails a response body with `HTTP-response-body-size` beyond `max` bytes.
+    /// Fails a response body with `HTTP-response-body-size` beyond `max`
+    /// bytes. None by default: a command's output stream is as long as the
+    /// command prints, so a cap here ends long streams with lost output.
     pub fn with_max_response_bytes(mut self, max: u64) -> Self {
-        self.max_response_bytes = max;
+        self.max_response_bytes = Some(max);
         self
     }
 
@@ -400,7 +404,9 @@ impl Transport for Guard {
                         continue;
                     }
                 }
-                response.body = response.body.limit_size(policy.max_response_bytes);
+                if let Some(max) = policy.max_response_bytes {
+                    response.body = response.body.limit_size(max);
+                }
                 if let Some(deadline) = deadline {
                     response.body = response.body.deadline(deadline);
                 }
@@ -496,6 +502,79 @@ mod tests {
                 case["name"]
             );
         }
+    }
+
+    /// A streamed body longer than any fixed cap passes the guard whole by
+    /// default: a command's output stream is as long as the command prints
+    /// (the 1 GiB cap this replaced cut `yes` after about two seconds, and
+    /// the reconnect lost what was in flight). An embedder's own cap still
+    /// applies.
+    #[test]
+    fn a_streamed_body_has_no_size_cap_unless_the_embedder_sets_one() {
+        use crate::network::body::ResponseBody;
+        use crate::network::request_pacer::RequestPacer;
+        use crate::network::transport::{
+            OutgoingRequest, RequestTimeouts, Transport, TransportFuture, TransportResponse,
+        };
+        use http_body_util::BodyExt;
+        use std::sync::Arc;
+
+        const CHUNK: usize = 1024 * 1024;
+        const CHUNKS: usize = 1100; // more than 1 GiB
+        struct Endless;
+        impl Transport for Endless {
+            fn send(&self, _request: OutgoingRequest) -> TransportFuture {
+                let chunk = bytes::Bytes::from(vec![b'y'; CHUNK]);
+                let chunks = vec![(Duration::ZERO, chunk); CHUNKS];
+                Box::pin(async move {
+                    Ok(TransportResponse::new(
+                        http::StatusCode::OK,
+                        ResponseBody::chunks(chunks, None),
+                    ))
+                })
+            }
+        }
+        let request = || OutgoingRequest {
+            method: http::Method::GET,
+            uri: "http://api.test/v1/connect".parse().unwrap(),
+            headers: http::HeaderMap::new(),
+            body: bytes::Bytes::new(),
+            timeouts: RequestTimeouts::default(),
+            deadline: None,
+        };
+        let read = |policy: super::Policy| {
+            let guard = policy.guard(Arc::new(Endless));
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let mut body = guard.send(request()).await.unwrap().body.into_inner();
+                let mut total = 0u64;
+                while let Some(frame) = body.frame().await {
+                    match frame {
+                        Ok(frame) => total += frame.data_ref().map_or(0, |d| d.len() as u64),
+                        Err(code) => return Err((total, code)),
+                    }
+                }
+                Ok(total)
+            })
+        };
+        let policy = || {
+            super::Policy::for_origin("http://api.test")
+                .unwrap()
+                .with_request_pacer(RequestPacer::in_memory())
+        };
+        let whole = read(policy());
+        assert!(
+            matches!(whole, Ok(total) if total == (CHUNK * CHUNKS) as u64),
+            "{whole:?}"
+        );
+        let capped = read(policy().with_max_response_bytes(4 * CHUNK as u64));
+        assert!(
+            matches!(capped, Err((seen, _)) if seen <= 4 * CHUNK as u64),
+            "{capped:?}"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 
 use anyhow::{Context, Result};
 use sandbox_host::types::{
-    AcquireRequest, ExecuteRequest, ExecuteResult, ProviderError, WorkspaceRequest,
+    AcquireRequest, ExecuteRequest, ExecuteResult, OutputStream, ProviderError, WorkspaceRequest,
 };
 use sandbox_host::{
     cleanup_text, loss_text, trap_of, CancelToken, Environment, LeaseRefused, LeaseState,
@@ -15,10 +15,11 @@ use sandbox_host::{
 };
 
 use crate::backend::{show_progress, Setup};
-use crate::live::Live;
+use crate::live::{Live, Undelivered};
 use crate::report;
 use crate::{
-    Global, RunArgs, EXIT_CLEANUP_FAILED, EXIT_INTERRUPTED, EXIT_SANDBOX_ERROR, EXIT_TIMED_OUT,
+    Global, RunArgs, EXIT_CLEANUP_FAILED, EXIT_INTERRUPTED, EXIT_READER_CLOSED, EXIT_SANDBOX_ERROR,
+    EXIT_TIMED_OUT,
 };
 
 /// `run`: acquire, execute with live output, release (or destroy when
@@ -229,11 +230,28 @@ fn execute(
     // The command's own timeout: a consumer that never reads stdout
     // cannot hold it past this (see live.rs).
     let timeout = args.timeout.unwrap_or(env.deadlines().timeout);
-    let (sink, live) = Live::start();
+    let (sink, live) = Live::start(cancel.clone());
     let outcome = setup
         .runtime
         .execute(env, lease_id, &request, Some(sink), cancel);
     let streamed = live.streamed();
+    if let Some(lost) = live.undelivered() {
+        // Output that could not be written is never a clean exit. When the
+        // command ended (by itself or by the cancel the failed write sent),
+        // that is the whole story; otherwise its own report follows.
+        match &outcome {
+            Ok(Ok(_)) => return Ok(undelivered_status(&lost, "the command had ended")),
+            Ok(Err(ProviderError::Cancelled(_))) => {
+                return Ok(undelivered_status(
+                    &lost,
+                    "the command was stopped and cleaned up",
+                ))
+            }
+            _ => {
+                let _ = undelivered_status(&lost, "the command's end is reported below");
+            }
+        }
+    }
     let code = match outcome {
         Ok(Ok(result)) => finished(&result, streamed, args),
         // Output not consumed is never a clean exit: 124 when the
@@ -258,7 +276,7 @@ fn execute(
         }
         Ok(Err(ProviderError::CleanupFailed(failure))) => {
             if let (Some(partial), false) = (&failure.partial, streamed) {
-                print_output(&partial.stdout, &partial.stderr);
+                let _ = print_output(&partial.stdout, &partial.stderr);
             }
             eprintln!(
                 "sandbox: cleanup failed: {}; the lease is poisoned and will be destroyed",
@@ -268,7 +286,7 @@ fn execute(
         }
         Ok(Err(ProviderError::OutputLost(loss))) => {
             if !streamed {
-                print_output(&loss.partial.stdout, &loss.partial.stderr);
+                let _ = print_output(&loss.partial.stdout, &loss.partial.stderr);
             }
             eprintln!("sandbox: output lost: {}", loss_text(&loss));
             if loss.tree_deleted {
@@ -303,11 +321,31 @@ fn execute(
     Ok(code)
 }
 
+/// The status of a run whose output could not all be written (see
+/// live.rs): 141 (128 + SIGPIPE, as a pipeline's writer) when the reader
+/// closed the stream, said only by the status as `yes | head` does; else
+/// a message and 125.
+fn undelivered_status(lost: &Undelivered, end: &str) -> u8 {
+    if lost.reader_closed() {
+        return EXIT_READER_CLOSED;
+    }
+    eprintln!(
+        "sandbox: writing the command's {} failed ({}); {end}, and {} bytes of its output \
+         were not written",
+        lost.stream_name(),
+        lost.message,
+        lost.bytes
+    );
+    EXIT_SANDBOX_ERROR
+}
+
 fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
     // The tail cap applies to the result only: output that was written
     // live above is complete, so only a printed result can lack its start.
     if !streamed {
-        print_output(&result.stdout, &result.stderr);
+        if let Err(lost) = print_output(&result.stdout, &result.stderr) {
+            return undelivered_status(&lost, "the command had ended");
+        }
         if result.output_truncated {
             eprintln!(
                 "sandbox: note: the provider kept only the last 4 Mi characters of each stream;                  older output was not shown"
@@ -349,10 +387,22 @@ fn exit_status(code: i32) -> u8 {
     }
 }
 
-fn print_output(stdout: &str, stderr: &str) {
-    let _ = std::io::stdout().write_all(stdout.as_bytes());
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().write_all(stderr.as_bytes());
+/// Writes a result's output (when none arrived live); what could not be
+/// written, if a write failed.
+fn print_output(stdout: &str, stderr: &str) -> Result<(), Undelivered> {
+    let failed = |stream, error: std::io::Error, bytes: usize| Undelivered {
+        stream,
+        error: error.kind(),
+        message: error.to_string(),
+        bytes: bytes as u64,
+    };
+    let mut out = std::io::stdout().lock();
+    out.write_all(stdout.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| failed(OutputStream::Stdout, e, stdout.len() + stderr.len()))?;
+    std::io::stderr()
+        .write_all(stderr.as_bytes())
+        .map_err(|e| failed(OutputStream::Stderr, e, stderr.len()))
 }
 
 fn signal_number(name: &str) -> Option<u8> {

@@ -7,24 +7,63 @@
 //! reports the output it could not hand over as an `output-lost` of
 //! operation `output-sink`, which `exec` explains. So the sink here only
 //! writes, in order per stream, and may block.
+//!
+//! A write that fails (the reader closed the pipe, the disk behind a
+//! redirect is full) means the output can no longer reach the user: the
+//! command is cancelled at once (as a pipeline's writer ends with SIGPIPE),
+//! what it prints afterwards is counted as undelivered, and `exec` never
+//! reports the run as a clean exit ([`Live::undelivered`]).
 
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use sandbox_host::types::OutputStream;
-use sandbox_host::OutputSink;
+use sandbox_host::{CancelToken, OutputSink};
 
 /// The live output of one command (see the module docs).
 pub struct Live {
     streamed: Arc<AtomicBool>,
+    failure: Arc<Mutex<Option<Undelivered>>>,
+}
+
+/// Output that could not be written to this process's stdout or stderr.
+#[derive(Debug, Clone)]
+pub struct Undelivered {
+    /// The stream whose write failed first.
+    pub stream: OutputStream,
+    /// Why it failed.
+    pub error: std::io::ErrorKind,
+    /// The error as the system words it.
+    pub message: String,
+    /// Bytes not written: the chunk whose write failed (part of it may
+    /// have been written) and all output after it.
+    pub bytes: u64,
+}
+
+impl Undelivered {
+    /// The reader of the stream closed it (`EPIPE`): as for a pipeline's
+    /// writer, not an error to explain, only a status (141).
+    pub fn reader_closed(&self) -> bool {
+        self.error == std::io::ErrorKind::BrokenPipe
+    }
+
+    /// The stream's name for messages.
+    pub fn stream_name(&self) -> &'static str {
+        match self.stream {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+        }
+    }
 }
 
 impl Live {
-    /// The sink writing to this process's stdout and stderr.
-    pub fn start() -> (OutputSink, Live) {
+    /// The sink writing to this process's stdout and stderr; a failed write
+    /// cancels the command through `cancel`.
+    pub fn start(cancel: CancelToken) -> (OutputSink, Live) {
         let streamed = Arc::new(AtomicBool::new(false));
+        let failure: Arc<Mutex<Option<Undelivered>>> = Arc::default();
         // Standard output goes straight to file descriptor 1, one `write`
         // per chunk: std's stdout is line-buffered and would cut every
         // chunk at its last newline into two writes.
@@ -36,24 +75,50 @@ impl Live {
             .map(std::fs::File::from);
         let sink: OutputSink = {
             let streamed = streamed.clone();
+            let failure = failure.clone();
             Arc::new(move |stream, chunk: &str| {
                 streamed.store(true, Ordering::Relaxed);
-                let _ = match stream {
+                let mut failed = lock(&failure);
+                if let Some(undelivered) = failed.as_mut() {
+                    undelivered.bytes += chunk.len() as u64;
+                    return;
+                }
+                let written = match stream {
                     OutputStream::Stdout => match &direct {
                         Some(file) => (&*file).write_all(chunk.as_bytes()),
                         None => write(&mut std::io::stdout().lock(), chunk),
                     },
                     OutputStream::Stderr => write(&mut std::io::stderr().lock(), chunk),
                 };
+                if let Err(error) = written {
+                    *failed = Some(Undelivered {
+                        stream,
+                        error: error.kind(),
+                        message: error.to_string(),
+                        bytes: chunk.len() as u64,
+                    });
+                    cancel.cancel();
+                }
             })
         };
-        (sink, Live { streamed })
+        (sink, Live { streamed, failure })
     }
 
     /// Whether any output arrived live.
     pub fn streamed(&self) -> bool {
         self.streamed.load(Ordering::Relaxed)
     }
+
+    /// Output that could not be written, if a write failed.
+    pub fn undelivered(&self) -> Option<Undelivered> {
+        lock(&self.failure).clone()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn write(out: &mut impl Write, chunk: &str) -> std::io::Result<()> {

@@ -25,6 +25,10 @@ pub const EXIT_TIMED_OUT: u8 = 124;
 /// Exit status when cleanup could not be confirmed: something may still
 /// run; the lease was poisoned and destroyed (or left for `lease sweep`).
 pub const EXIT_CLEANUP_FAILED: u8 = 120;
+/// Exit status when the reader of this process's stdout or stderr closed
+/// it while the command printed (128 + SIGPIPE, as a pipeline's writer):
+/// the command was stopped, its output not all delivered.
+pub const EXIT_READER_CLOSED: u8 = 141;
 /// Exit status after Ctrl-C, SIGTERM or SIGHUP (the command was cancelled
 /// and cleaned up). A second signal abandons the cleanup: exit 120.
 pub const EXIT_INTERRUPTED: u8 = 130;
