@@ -78,8 +78,9 @@ impl Live {
             let failure = failure.clone();
             Arc::new(move |stream, chunk: &str| {
                 streamed.store(true, Ordering::Relaxed);
-                let mut failed = lock(&failure);
-                if let Some(undelivered) = failed.as_mut() {
+                // Not held during the write: a write that blocks forever
+                // (a reader never resumed) must not block `undelivered`.
+                if let Some(undelivered) = lock(&failure).as_mut() {
                     undelivered.bytes += chunk.len() as u64;
                     return;
                 }
@@ -91,7 +92,7 @@ impl Live {
                     OutputStream::Stderr => write(&mut std::io::stderr().lock(), chunk),
                 };
                 if let Err(error) = written {
-                    *failed = Some(Undelivered {
+                    *lock(&failure) = Some(Undelivered {
                         stream,
                         error: error.kind(),
                         message: error.to_string(),
