@@ -245,11 +245,33 @@ export function unconsumedOutput(result: WitExecuteResult, bytes: number): WitPr
 }
 
 /**
+ * A command cancelled because the sink failed (it threw or rejected), as
+ * the `output-lost` it is: `cancelled` comes only after the component
+ * confirmed the command's tree gone, and its partial output is kept.
+ */
+export function sinkFailedOutput(partial: WitPartialOutput | undefined, bytes: number): WitProviderError {
+  return {
+    tag: "output-lost",
+    val: {
+      operation: OUTPUT_SINK,
+      processId: undefined,
+      lostBytes: BigInt(bytes),
+      lostChunks: undefined,
+      treeDeleted: true,
+      partial: partial ?? { stdout: "", stderr: "", timedOut: false, outputTruncated: false },
+    },
+  };
+}
+
+/**
  * An `output-loss` in words: how much the server dropped, that what arrived
  * before is kept (and already sent live), and whether the command may
  * still run.
  */
-function lossText(loss: WitOutputLoss, provider: string): string {
+function lossText(loss: WitOutputLoss, provider: string, sinkFailure?: string): string {
+  if (loss.operation === OUTPUT_SINK && sinkFailure !== undefined) {
+    return `${loss.lostBytes ?? "Some"} bytes of the command's output were not consumed: the execution log (ctx.execution.log) failed (${sinkFailure}), so the command was stopped at once and the live log is incomplete; all of its processes are confirmed gone.`;
+  }
   if (loss.operation === OUTPUT_SINK) {
     const ended = loss.partial.timedOut ? "the command's timeout ended it" : "the command had ended";
     return `${loss.lostBytes ?? "Some"} bytes of the command's output were not consumed: the execution log (ctx.execution.log) stopped taking output and ${ended}, so the live log is incomplete (the result keeps the last 4 Mi characters of each stream); ${loss.processId ? `process ${loss.processId}` : "the command"} was stopped and all of its processes are confirmed gone.`;
@@ -287,6 +309,8 @@ export function toFailure(
   secrets: readonly string[] = [],
   /** The provider's `display-name` (`describe()`), for messages. */
   provider = "Provider",
+  /** Why the execution log failed, for an `output-sink` loss it caused. */
+  sinkFailure?: string,
 ): ProviderFailure {
   const clean = (text: string) => redact(text, secrets);
   switch (error.tag) {
@@ -370,7 +394,7 @@ export function toFailure(
     case "output-lost": {
       const loss = error.val;
       return new ProviderFailure(
-        clean(`${lossText(loss, provider)}${partialText(loss.partial)}`),
+        clean(`${lossText(loss, provider, sinkFailure)}${partialText(loss.partial)}`),
         error.tag,
         loss.treeDeleted ? "none" : "poison-lease",
         {

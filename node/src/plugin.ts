@@ -53,6 +53,7 @@ import {
   toReceipt,
   toResumeResult,
   toWitLease,
+  sinkFailedOutput,
   unconsumedOutput,
   type Operation,
 } from "./mapping.js";
@@ -226,10 +227,17 @@ export function createPlugin(options: PluginOptions = {}) {
     const checked = running.result.then((value) => {
       const unconsumed = running.unconsumedBytes();
       if (witOperation !== "execute" || unconsumed === 0) return value;
-      throw toFailure(unconsumedOutput(value as WitExecuteResult, unconsumed), operation, secretsOf(secret), providerName());
+      throw toFailure(unconsumedOutput(value as WitExecuteResult, unconsumed), operation, secretsOf(secret), providerName(), running.sinkFailure());
     });
     const result = checked.catch((error: unknown) => {
       if (error instanceof ProviderCallError) {
+        const payload = error.failure.kind === "provider" ? (error.failure.payload as WitProviderError) : undefined;
+        // Cancelled because the execution log failed: the output it could
+        // not take is lost, the command's tree confirmed gone.
+        const sinkFailure = running.sinkFailure();
+        if (witOperation === "execute" && payload?.tag === "cancelled" && sinkFailure !== undefined) {
+          throw toFailure(sinkFailedOutput(payload.val, running.unconsumedBytes()), operation, secretsOf(secret), providerName(), sinkFailure);
+        }
         if (error.failure.kind === "provider") {
           throw toFailure(error.failure.payload as WitProviderError, operation, secretsOf(secret), providerName());
         }
@@ -247,7 +255,7 @@ export function createPlugin(options: PluginOptions = {}) {
       }
       throw error;
     });
-    return { result, cancel: running.cancel, unconsumedBytes: running.unconsumedBytes };
+    return { result, cancel: running.cancel, unconsumedBytes: running.unconsumedBytes, sinkFailure: running.sinkFailure };
   }
 
   function call<T>(operation: Operation, witOperation: ProviderOperation, args: unknown[], secret: OriginRoute[] | undefined) {

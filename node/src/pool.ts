@@ -64,6 +64,13 @@ export interface RunningCall<T> {
    * `result` settled.
    */
   unconsumedBytes(): number;
+  /**
+   * Why `onOutput` failed, if it threw or rejected: output that could not
+   * be delivered. The call is then cancelled at once (the component stops
+   * the command), later chunks are counted as not consumed, and the call
+   * is never a clean result.
+   */
+  sinkFailure(): string | undefined;
 }
 
 interface PendingCall {
@@ -86,6 +93,12 @@ interface PendingCall {
   abandoned: boolean;
   /** Bytes the sink did not take before the call settled. */
   unconsumedBytes: number;
+  /** Bytes the sink failed on, and every byte after its failure. */
+  failedBytes: number;
+  /** Why the sink failed (it threw or rejected), once it did. */
+  sinkFailure: string | undefined;
+  /** Asks the component to stop (the call's cancel). */
+  cancel(): void;
   resolve(value: unknown): void;
   reject(error: unknown): void;
 }
@@ -218,9 +231,22 @@ export class ProviderPool {
         call.pendingBytes += bytes;
         // In order, one at a time; the thread may go on once the sink took the chunk.
         call.delivered = call.delivered
-          .then(() => (call.abandoned ? undefined : call.onOutput?.(stream, chunk)))
-          .catch(() => {
-            // A sink that fails is not this call's failure; the thread must not wait on it.
+          .then(async () => {
+            if (call.abandoned) return;
+            if (call.sinkFailure !== undefined) {
+              call.failedBytes += bytes;
+              return;
+            }
+            try {
+              await call.onOutput?.(stream, chunk);
+            } catch (error) {
+              // Output the sink could not take cannot reach anyone: stop the
+              // command now (as a pipeline's writer ends when its reader
+              // is gone) and never call the result clean.
+              call.sinkFailure = error instanceof Error ? error.message : String(error);
+              call.failedBytes += bytes;
+              call.cancel();
+            }
           })
           .then(() => {
             if (!call.abandoned) {
@@ -291,13 +317,22 @@ export class ProviderPool {
   /** Starts one call of a provider operation. */
   call<T>(operation: ProviderOperation, args: unknown[], options: CallOptions = {}): RunningCall<T> {
     if (this.#closed) {
-      return { result: Promise.reject(new Error("the provider pool is shut down")), cancel() {}, unconsumedBytes: () => 0 };
+      return {
+        result: Promise.reject(new Error("the provider pool is shut down")),
+        cancel() {},
+        unconsumedBytes: () => 0,
+        sinkFailure: () => undefined,
+      };
     }
     this.stats.calls++;
     const cancelFlag = new SharedArrayBuffer(4);
     const outputCredit = new SharedArrayBuffer(4);
     const id = this.#nextId++;
     let pending: PendingCall | undefined;
+    const cancel = () => {
+      const flag = new Int32Array(cancelFlag);
+      if (Atomics.compareExchange(flag, 0, 0, CANCEL_REQUESTED) === 0) Atomics.notify(flag, 0);
+    };
     const result = new Promise<T>((resolve, reject) => {
       pending = {
         id,
@@ -320,6 +355,9 @@ export class ProviderPool {
         pendingBytes: 0,
         abandoned: false,
         unconsumedBytes: 0,
+        failedBytes: 0,
+        sinkFailure: undefined,
+        cancel,
         resolve: resolve as (value: unknown) => void,
         reject,
       };
@@ -328,11 +366,9 @@ export class ProviderPool {
     this.#dispatch();
     return {
       result,
-      cancel() {
-        const flag = new Int32Array(cancelFlag);
-        if (Atomics.compareExchange(flag, 0, 0, CANCEL_REQUESTED) === 0) Atomics.notify(flag, 0);
-      },
-      unconsumedBytes: () => pending?.unconsumedBytes ?? 0,
+      cancel,
+      unconsumedBytes: () => (pending?.unconsumedBytes ?? 0) + (pending?.failedBytes ?? 0),
+      sinkFailure: () => pending?.sinkFailure,
     };
   }
 

@@ -208,3 +208,61 @@ test("a command that exits 0 while the log sink never resolves is not a clean ex
   assert.equal(error.data.outputLost.treeDeleted, true, error.message);
   assert.equal(error.data.outputLost.stdout, "hello\n", error.message);
 });
+
+/**
+ * A log sink that fails (ctx.execution.log throws or rejects): the output
+ * cannot reach anyone. Before, the pool swallowed the failure as if the
+ * chunk had been delivered: the command ran on (here until its 300 s
+ * timeout) and its result came back clean with the live log missing.
+ * Now the command is stopped at once and the call is output-lost, saying
+ * why the sink failed; its tree is gone.
+ */
+async function executeWithFailingSink(request) {
+  let calls = 0;
+  const hooks = await pluginWithSink(async () => {
+    calls++;
+    throw new Error("the log store is unavailable");
+  });
+  const params = base(backend);
+  const lease = await hooks.onEnvironmentAcquireLease({ ...params, runId: `run-${randomUUID()}` });
+  let timer;
+  try {
+    const outcome = await Promise.race([
+      hooks.onEnvironmentExecute({ ...params, lease, ...request }).then(
+        (result) => ({ result }),
+        (error) => ({ error }),
+      ),
+      new Promise((resolve) => {
+        timer = setTimeout(() => resolve({ hung: true }), 90_000);
+      }),
+    ]);
+    assert.ok(!outcome.hung, `execute still pending 90 s after its log sink failed (sink called ${calls} times)`);
+    assert.equal(calls, 1, "the failed sink is not called again");
+    return outcome;
+  } finally {
+    clearTimeout(timer);
+    await hooks.onEnvironmentDestroyLease({ ...params, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata }).catch(() => {});
+    await hooks.onShutdown();
+  }
+}
+
+test("a log sink that fails stops the command at once; the call is output-lost with the sink's reason, never clean", async () => {
+  const token = `yes-${Math.floor(Math.random() * 1e6)}`;
+  const outcome = await executeWithFailingSink({ command: "sh", args: ["-c", `yes ${token}`], timeoutMs: 300_000 });
+  assert.equal(outcome.result, undefined, `a clean result although the sink failed: ${JSON.stringify(outcome.result)?.slice(0, 200)}`);
+  const { error } = outcome;
+  assert.equal(error?.data?.outputLost?.treeDeleted, true, error?.message);
+  assert.ok(error.data.outputLost.lostBytes > 0, error.message);
+  assert.match(error.message, /the log store is unavailable/);
+  assert.match(error.message, /stopped at once/);
+  assert.deepEqual(await processesWith(`yes ${token}`), [], "the command's tree is gone");
+});
+
+test("a command that exits 0 while its log sink fails is not a clean exit", async () => {
+  const outcome = await executeWithFailingSink({ command: "echo", args: ["hello"], timeoutMs: 30_000 });
+  assert.equal(outcome.result, undefined, `a clean result although the sink failed: ${JSON.stringify(outcome.result)}`);
+  const { error } = outcome;
+  assert.equal(error?.data?.outputLost?.lostBytes, 6, error?.message);
+  assert.equal(error.data.outputLost.treeDeleted, true, error.message);
+  assert.match(error.message, /the log store is unavailable/);
+});
