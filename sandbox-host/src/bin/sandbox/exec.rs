@@ -235,6 +235,16 @@ fn execute(
         .runtime
         .execute(env, lease_id, &request, Some(sink), cancel);
     let streamed = live.streamed();
+    let replaced = live.replacement_characters();
+    if replaced > 0 {
+        // Not silent: binary output is not carried byte for byte.
+        eprintln!(
+            "sandbox: note: the output held {replaced} U+FFFD replacement character(s): the \
+             provider contract carries output as UTF-8 text, so bytes that were not UTF-8 \
+             (binary data) were replaced; to move binary data, encode it in the command (for \
+             example `sandbox run -- base64 FILE | base64 -d > FILE`)"
+        );
+    }
     if let Some(lost) = live.undelivered() {
         // Output that could not be written is never a clean exit. When the
         // command ended (by itself or by the cancel the failed write sent),

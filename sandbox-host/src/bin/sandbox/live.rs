@@ -16,7 +16,7 @@
 
 use std::io::Write;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sandbox_host::types::OutputStream;
@@ -26,6 +26,7 @@ use sandbox_host::{CancelToken, OutputSink};
 pub struct Live {
     streamed: Arc<AtomicBool>,
     failure: Arc<Mutex<Option<Undelivered>>>,
+    replaced: Arc<AtomicU64>,
 }
 
 /// Output that could not be written to this process's stdout or stderr.
@@ -64,6 +65,7 @@ impl Live {
     pub fn start(cancel: CancelToken) -> (OutputSink, Live) {
         let streamed = Arc::new(AtomicBool::new(false));
         let failure: Arc<Mutex<Option<Undelivered>>> = Arc::default();
+        let replaced = Arc::new(AtomicU64::new(0));
         // Standard output goes straight to file descriptor 1, one `write`
         // per chunk: std's stdout is line-buffered and would cut every
         // chunk at its last newline into two writes.
@@ -76,8 +78,13 @@ impl Live {
         let sink: OutputSink = {
             let streamed = streamed.clone();
             let failure = failure.clone();
+            let replaced = replaced.clone();
             Arc::new(move |stream, chunk: &str| {
                 streamed.store(true, Ordering::Relaxed);
+                let marks = chunk.matches(char::REPLACEMENT_CHARACTER).count();
+                if marks > 0 {
+                    replaced.fetch_add(marks as u64, Ordering::Relaxed);
+                }
                 // Not held during the write: a write that blocks forever
                 // (a reader never resumed) must not block `undelivered`.
                 if let Some(undelivered) = lock(&failure).as_mut() {
@@ -102,12 +109,26 @@ impl Live {
                 }
             })
         };
-        (sink, Live { streamed, failure })
+        (
+            sink,
+            Live {
+                streamed,
+                failure,
+                replaced,
+            },
+        )
     }
 
     /// Whether any output arrived live.
     pub fn streamed(&self) -> bool {
         self.streamed.load(Ordering::Relaxed)
+    }
+
+    /// How many U+FFFD characters the output held: the provider contract
+    /// carries output as text, so bytes that are not UTF-8 arrive replaced
+    /// by U+FFFD (a command may also print U+FFFD itself).
+    pub fn replacement_characters(&self) -> u64 {
+        self.replaced.load(Ordering::Relaxed)
     }
 
     /// Output that could not be written, if a write failed.
