@@ -316,15 +316,16 @@ impl ServerBuilder {
             ),
         };
         std::fs::create_dir_all(&data_dir)?;
-        // Whether sandboxes get a disk of their own (a trial mkfs and loop
-        // mount, tens of milliseconds) is found out while bubblewrap is
-        // probed: both are on the start path of every `sandbox run`.
+        // Whether sandboxes get a disk of their own (the template's mkfs
+        // and a trial mount of it, a few milliseconds) is found out while
+        // bubblewrap is probed: both are on the start path of every
+        // `sandbox run`.
         let size = self
             .sandbox_disk
             .unwrap_or_else(|| crate::disk::default_size(&data_dir, self.budgets.max_sandboxes));
         let mut disk_probe = (size != 0).then(|| {
             let dir = data_dir.clone();
-            std::thread::spawn(move || crate::disk::probe(&dir))
+            std::thread::spawn(move || crate::disk::probe(&dir, size))
         });
         let mut disk_probed = move || match disk_probe.take().map(|h| h.join()) {
             Some(Ok(result)) => result,
@@ -351,6 +352,7 @@ impl ServerBuilder {
                     Err(e) => {
                         // Nothing is removed while the probe's disk may be mounted.
                         let _ = disk_probed();
+                        crate::disk::remove_template(&data_dir);
                         crate::rootfs::remove_etc(&data_dir);
                         if owned {
                             let _ = crate::disk::remove_tree(&data_dir);
@@ -674,6 +676,7 @@ impl RunningServer {
             for root in roots {
                 let _ = crate::disk::remove_tree(&root);
             }
+            crate::disk::remove_template(&etc_of);
             crate::rootfs::remove_etc(&etc_of);
             if let Some(dir) = data_dir {
                 let _ = crate::disk::remove_tree(&dir);
@@ -718,6 +721,7 @@ impl Drop for RunningServer {
         for root in self.state.store.take_leftovers() {
             let _ = crate::disk::remove_tree(&root);
         }
+        crate::disk::remove_template(&self.state.data_dir);
         crate::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
             let _ = crate::disk::remove_tree(&self.state.data_dir);
