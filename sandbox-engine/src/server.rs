@@ -772,11 +772,73 @@ pub struct BackgroundServer {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// What the server thread reports once it listens: address, faults,
+/// isolation and toolbox URL.
+type Ready = (SocketAddr, Faults, IsolationMode, String);
+
+/// A [`BackgroundServer`] still starting on its thread (see
+/// [`BackgroundServer::spawn`]): [`StartingServer::wait`] gives the running
+/// server or the reason it did not start. Dropped without waiting, it
+/// waits, then shuts the server down.
+#[derive(Debug)]
+pub struct StartingServer {
+    ready: Option<std::sync::mpsc::Receiver<std::io::Result<Ready>>>,
+    stop: Option<std::sync::mpsc::Sender<std::sync::mpsc::Sender<ShutdownReport>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StartingServer {
+    /// Blocks until the server listens (or failed to start).
+    pub fn wait(mut self) -> std::io::Result<BackgroundServer> {
+        let ready = self.ready.take().map(|r| r.recv());
+        let (addr, faults, mode, toolbox_url) = match ready {
+            Some(Ok(r)) => r?,
+            _ => {
+                return Err(std::io::Error::other(
+                    "server thread ended before listening",
+                ))
+            }
+        };
+        Ok(BackgroundServer {
+            addr,
+            faults,
+            mode,
+            toolbox_url,
+            stop: self.stop.take(),
+            thread: self.thread.take(),
+        })
+    }
+}
+
+impl Drop for StartingServer {
+    fn drop(&mut self) {
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.recv();
+        }
+        if let Some(stop) = self.stop.take() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            if stop.send(tx).is_ok() {
+                let _ = rx.recv();
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl BackgroundServer {
     /// Starts `builder` on a new thread with its own multi-thread runtime
     /// and blocks until it listens (or failed to).
     pub fn start(builder: ServerBuilder) -> std::io::Result<Self> {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        Self::spawn(builder)?.wait()
+    }
+
+    /// Starts `builder` on a new thread with its own multi-thread runtime
+    /// without waiting: the caller does other work while the server probes
+    /// isolation and disks, then [`StartingServer::wait`]s.
+    pub fn spawn(builder: ServerBuilder) -> std::io::Result<StartingServer> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::io::Result<Ready>>();
         let (stop_tx, stop_rx) =
             std::sync::mpsc::channel::<std::sync::mpsc::Sender<ShutdownReport>>();
         let thread = std::thread::Builder::new()
@@ -819,14 +881,8 @@ impl BackgroundServer {
                     }
                 });
             })?;
-        let (addr, faults, mode, toolbox_url) = ready_rx
-            .recv()
-            .map_err(|_| std::io::Error::other("server thread ended before listening"))??;
-        Ok(Self {
-            addr,
-            faults,
-            mode,
-            toolbox_url,
+        Ok(StartingServer {
+            ready: Some(ready_rx),
             stop: Some(stop_tx),
             thread: Some(thread),
         })
