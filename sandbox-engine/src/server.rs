@@ -338,8 +338,18 @@ impl ServerBuilder {
             }
             pref => {
                 let probe = data_dir.join(".bwrap-probe");
-                let result = match crate::rootfs::prepare_etc(&data_dir) {
-                    Ok(_) => isolation::probe_bwrap(&probe).await,
+                // The host's /etc is copied while bubblewrap is probed
+                // (the probe needs the loader's files alone).
+                let result = match crate::rootfs::begin_etc(&data_dir) {
+                    Ok(etc) => {
+                        let filling = std::thread::spawn(move || crate::rootfs::fill_etc(&etc));
+                        let probed = isolation::probe_bwrap(&probe).await;
+                        match filling.join() {
+                            Ok(Ok(())) => probed,
+                            Ok(Err(e)) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
+                            Err(_) => Err("copying the sandboxes' /etc failed".to_string()),
+                        }
+                    }
                     Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
                 };
                 let _ = crate::disk::remove_tree(&probe);
