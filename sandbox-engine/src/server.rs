@@ -686,8 +686,13 @@ impl RunningServer {
             for root in roots {
                 let _ = crate::disk::remove_tree(&root);
             }
-            crate::disk::remove_template(&etc_of);
+            // The template and the /etc copy go side by side.
+            let template_of = etc_of.clone();
+            let template = std::thread::spawn(move || crate::disk::remove_template(&template_of));
             crate::rootfs::remove_etc(&etc_of);
+            if template.join().is_err() {
+                crate::disk::remove_template(&etc_of);
+            }
             if let Some(dir) = data_dir {
                 let _ = crate::disk::remove_tree(&dir);
             }
