@@ -60,7 +60,7 @@ for key in "${!live[@]}"; do
         kill -KILL -- "-$pid" ;;
     rm) case $pid in /dev/shm/createos-local-etc-*) rm -rf -- "$pid" ;; esac ;;
     um) case $id in */.disks/*.img) umount -l -- "$pid" && rm -f -- "$id" ;; esac ;;
-    rf) case $pid in */.disks/template.ext4) rm -f -- "$pid" ;; esac ;;
+    rf) case $pid in */.disks/template.ext4|/dev/shm/createos-local-disk-*.ext4) rm -f -- "$pid" ;; esac ;;
   esac
 done 2>/dev/null
 "#;
@@ -191,13 +191,17 @@ pub fn forget_unmount(root: &std::path::Path, image: &std::path::Path) {
 
 fn file_line(op: char, path: &std::path::Path) -> Option<String> {
     let p = path.to_str()?;
-    (!p.contains(char::is_whitespace) && !p.contains("..") && p.ends_with("/.disks/template.ext4"))
-        .then(|| format!("{op} rf {p} 0\n"))
+    let memory = p.starts_with("/dev/shm/createos-local-disk-") && p.ends_with(".ext4");
+    (!p.contains(char::is_whitespace)
+        && !p.contains("..")
+        && (memory || p.ends_with("/.disks/template.ext4")))
+    .then(|| format!("{op} rf {p} 0\n"))
 }
 
 /// Asks the guard to remove the sandbox disks' template file `path` (see
-/// [`crate::disk::template_of`]) if this process dies first (`false` for
-/// any other path, one with white space, or without a guard).
+/// [`crate::disk::template_of`]: the file or link in the data directory,
+/// or the file in memory) if this process dies first (`false` for any
+/// other path, one with white space, or without a guard).
 pub fn remove_file_on_death(path: &std::path::Path) -> bool {
     file_line('+', path).is_some_and(|l| send(&l))
 }

@@ -11,7 +11,8 @@
 //! The image takes host disk only for what the sandbox writes.
 //!
 //! The file system is made once per server, at start: an empty ext4 image
-//! of the sandboxes' size, `<data dir>/.disks/template.ext4`, which the
+//! of the sandboxes' size, `<data dir>/.disks/template.ext4` (a link to a
+//! file under `/dev/shm` where that is a tmpfs), which the
 //! start-up trial mounts read-only (so a host that cannot mount one gives
 //! sandboxes no disk, see "Elsewhere"). Each sandbox's image is a copy of
 //! it that shares no blocks with it once written (a reflink where the host
@@ -108,12 +109,20 @@ fn run(cmd: &mut Command, what: &str) -> std::io::Result<()> {
 }
 
 /// The pre-formatted image every sandbox disk of `data_dir` is copied
-/// from (see the module docs). Not named `*.img`: it is no sandbox's disk
+/// from (see the module docs): the file itself, or a link to it in memory
+/// ([`MEMORY_TEMPLATE_PREFIX`]). Not named `*.img`: it is no sandbox's disk
 /// and is never mounted writable, so the host-wide budget does not count
 /// it.
 pub fn template_of(data_dir: &Path) -> PathBuf {
     data_dir.join(".disks").join("template.ext4")
 }
+
+/// The name prefix of a template kept in memory: where `/dev/shm` is a
+/// tmpfs the template lives there (about 1 MiB of memory), so that making
+/// it writes nothing to disk and removing it frees no disk blocks (about
+/// 1 ms less at each start and shutdown than on the data directory's
+/// ext4).
+pub const MEMORY_TEMPLATE_PREFIX: &str = "createos-local-disk-";
 
 /// Whether sandboxes can get a disk of their own here, and their template:
 /// makes the template of `size` bytes in `data_dir` and mounts it once,
@@ -153,14 +162,44 @@ fn make_template(template: &Path, size: u64) -> std::io::Result<()> {
     if let Some(dir) = template.parent() {
         disks_dir(dir)?;
     }
-    create_sparse(template, size)?;
+    let memory = Path::new(crate::rootfs::MEMORY_DIR);
+    let file = if crate::rootfs::is_tmpfs(memory) {
+        let file = memory.join(format!(
+            "{MEMORY_TEMPLATE_PREFIX}{}-{}.ext4",
+            std::process::id(),
+            crate::util::random_hex(8)
+        ));
+        create_sparse(&file, size)?;
+        crate::deathguard::remove_file_on_death(&file);
+        if let Err(e) = std::os::unix::fs::symlink(&file, template) {
+            if std::fs::remove_file(&file).is_ok() {
+                crate::deathguard::forget_file_removal(&file);
+            }
+            return Err(e);
+        }
+        file
+    } else {
+        create_sparse(template, size)?;
+        template.to_path_buf()
+    };
     crate::deathguard::remove_file_on_death(template);
-    format(template)
+    format(&file)
 }
 
-/// Removes the template of `data_dir` (see [`template_of`]), if any.
+/// Removes the template of `data_dir` (see [`template_of`]), if any: the
+/// file in memory a link names (only one of ours), and the link or file.
 pub fn remove_template(data_dir: &Path) {
     let template = template_of(data_dir);
+    if let Ok(target) = std::fs::read_link(&template) {
+        let ours = target.parent() == Some(Path::new(crate::rootfs::MEMORY_DIR))
+            && target
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(MEMORY_TEMPLATE_PREFIX));
+        if ours && std::fs::remove_file(&target).is_ok() {
+            crate::deathguard::forget_file_removal(&target);
+        }
+    }
     if std::fs::remove_file(&template).is_ok() {
         crate::deathguard::forget_file_removal(&template);
     }
@@ -297,11 +336,13 @@ fn disks_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
-/// A new empty sparse file of `size` bytes at `path`.
+/// A new empty sparse file of `size` bytes at `path`, for root alone.
 fn create_sparse(path: &Path, size: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(0o600)
         .open(path)?;
     if let Err(e) = file.set_len(size) {
         drop(file);

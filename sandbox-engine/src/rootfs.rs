@@ -197,12 +197,12 @@ pub fn etc_template(root: &Path) -> PathBuf {
 
 /// Where the in-memory copies of `/etc` go, when the host has one: a
 /// tmpfs at `/dev/shm`.
-const MEMORY_DIR: &str = "/dev/shm";
+pub(crate) const MEMORY_DIR: &str = "/dev/shm";
 
 /// The name prefix of an in-memory `/etc` copy (see [`prepare_etc`]).
 const MEMORY_ETC_PREFIX: &str = "createos-local-etc-";
 
-fn is_tmpfs(dir: &Path) -> bool {
+pub(crate) fn is_tmpfs(dir: &Path) -> bool {
     const TMPFS_MAGIC: u64 = 0x0102_1994;
     rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as u64 == TMPFS_MAGIC)
 }

@@ -419,6 +419,8 @@ async fn sandbox_disks_are_independent_copies_of_a_template_no_sandbox_can_chang
         assert_eq!(mode & 0o077, 0, "only root may enter .disks: {mode:o}");
     }
     let before = file_bytes(&template);
+    // Where /dev/shm is a tmpfs the template is kept there, behind a link.
+    let in_memory = std::fs::read_link(&template).ok();
 
     let a = h.sandbox().await;
     let b = h.sandbox().await;
@@ -490,6 +492,13 @@ async fn sandbox_disks_are_independent_copies_of_a_template_no_sandbox_can_chang
     let report = h.server.shutdown().await;
     assert!(report.all_exited(), "{report:?}");
     assert!(!template.exists(), "the template outlived the server");
+    if let Some(file) = in_memory {
+        assert!(
+            !file.exists(),
+            "the template {} outlived the server",
+            file.display()
+        );
+    }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let prefix = data_dir.display().to_string();
     assert!(
