@@ -342,12 +342,21 @@ impl ServerBuilder {
                 // (the probe needs the loader's files alone).
                 let result = match crate::rootfs::begin_etc(&data_dir) {
                     Ok(etc) => {
-                        let filling = std::thread::spawn(move || crate::rootfs::fill_etc(&etc));
+                        let into = etc.clone();
+                        let filling = std::thread::Builder::new()
+                            .name("createos-local-etc".into())
+                            .spawn(move || crate::rootfs::fill_etc(&into));
                         let probed = isolation::probe_bwrap(&probe).await;
-                        match filling.join() {
-                            Ok(Ok(())) => probed,
-                            Ok(Err(e)) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
-                            Err(_) => Err("copying the sandboxes' /etc failed".to_string()),
+                        let filled = match filling {
+                            Ok(thread) => thread.join().unwrap_or_else(|_| {
+                                Err(std::io::Error::other("the copying thread failed"))
+                            }),
+                            // No thread to spare: copied here, after the probe.
+                            Err(_) => crate::rootfs::fill_etc(&etc),
+                        };
+                        match filled {
+                            Ok(()) => probed,
+                            Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
                         }
                     }
                     Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
@@ -688,9 +697,11 @@ impl RunningServer {
             }
             // The template and the /etc copy go side by side.
             let template_of = etc_of.clone();
-            let template = std::thread::spawn(move || crate::disk::remove_template(&template_of));
+            let template = std::thread::Builder::new()
+                .name("createos-local-remove".into())
+                .spawn(move || crate::disk::remove_template(&template_of));
             crate::rootfs::remove_etc(&etc_of);
-            if template.join().is_err() {
+            if !template.is_ok_and(|t| t.join().is_ok()) {
                 crate::disk::remove_template(&etc_of);
             }
             if let Some(dir) = data_dir {
