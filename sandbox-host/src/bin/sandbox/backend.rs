@@ -49,6 +49,12 @@ impl Setup {
     /// to the durable store, except with the embedded backend, whose
     /// sandboxes end with this process.
     pub fn with_backend(global: &Global, allow_embedded: bool) -> Result<Self> {
+        // Without --api-url and --config nothing names an API: the embedded
+        // engine is certain, so it starts (probing isolation and disks on
+        // its own thread) while the component loads.
+        let early = (allow_embedded && global.api_url.is_none() && global.config.is_none())
+            .then(|| EmbeddedEngine::begin(global.isolation, &global.egress, 0))
+            .transpose()?;
         let component = load_component(global)?;
         let description = component
             .instantiate(sandbox_host::HostOptions::new())?
@@ -70,12 +76,14 @@ impl Setup {
         }
         // The engine probes isolation and disks on its own thread while
         // the runtime is built here.
-        let starting =
-            EmbeddedEngine::begin(global.isolation, &global.egress, &description.driver_key, 0)?;
+        let starting = match early {
+            Some(starting) => starting,
+            None => EmbeddedEngine::begin(global.isolation, &global.egress, 0)?,
+        };
         let store = Arc::new(SqliteLeases::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
         let runtime = runtime_of(component, global, store)?.with_rate_limit(None);
-        let local = starting.wait()?;
+        let local = starting.wait(&description.driver_key)?;
         Ok(Setup {
             runtime,
             local: Some(local),
@@ -285,29 +293,34 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
 struct StartingEngine {
     #[cfg(feature = "local-backend")]
     server: sandbox_engine::StartingServer,
-    driver_key: String,
     api_key: String,
 }
 
 impl StartingEngine {
-    /// Waits until the engine listens; its URLs for the provider.
+    /// Waits until the engine listens; its URLs for the provider whose
+    /// driver is `driver_key`. The engine has the createos and daytona
+    /// faces only: another provider stops it again, nothing having run.
     #[cfg(feature = "local-backend")]
-    fn wait(self) -> Result<EmbeddedEngine> {
+    fn wait(self, driver_key: &str) -> Result<EmbeddedEngine> {
+        if !matches!(driver_key, "createos" | "daytona") {
+            bail!(
+                "the embedded engine serves the createos and daytona APIs, not {driver_key}'s: \
+                 pass --api-url (and the provider's other URLs in --config)"
+            );
+        }
         let server = self.server.wait().context(
             "the embedded local backend refused to start, nothing was run \
              (or pass --api-url to use another backend)",
         )?;
         // The engine serves each provider's API face; the config fields
         // that point a provider at it are that provider's.
-        let urls = match self.driver_key.as_str() {
-            "createos" => vec![("apiUrl".to_owned(), server.base_url())],
-            "daytona" => vec![
+        let urls = if driver_key == "daytona" {
+            vec![
                 ("apiUrl".to_owned(), server.daytona_api_url()),
                 ("toolboxUrl".to_owned(), server.toolbox_url().to_owned()),
-            ],
-            other => {
-                bail!("the embedded engine serves the createos and daytona APIs, not {other}'s")
-            }
+            ]
+        } else {
+            vec![("apiUrl".to_owned(), server.base_url())]
         };
         Ok(EmbeddedEngine {
             server,
@@ -317,8 +330,8 @@ impl StartingEngine {
     }
 
     #[cfg(not(feature = "local-backend"))]
-    fn wait(self) -> Result<EmbeddedEngine> {
-        let _ = (self.driver_key, self.api_key);
+    fn wait(self, _driver_key: &str) -> Result<EmbeddedEngine> {
+        let _ = self.api_key;
         bail!("this build has no embedded backend: pass --api-url or set the API URL in --config")
     }
 }
@@ -330,24 +343,13 @@ impl EmbeddedEngine {
         driver_key: &str,
         port: u16,
     ) -> Result<Self> {
-        Self::begin(isolation, egress, driver_key, port)?.wait()
+        Self::begin(isolation, egress, port)?.wait(driver_key)
     }
 
     /// Starts the engine on its own thread without waiting for it to
     /// listen.
     #[cfg(feature = "local-backend")]
-    fn begin(
-        isolation: crate::Isolation,
-        egress: &[String],
-        driver_key: &str,
-        port: u16,
-    ) -> Result<StartingEngine> {
-        if !matches!(driver_key, "createos" | "daytona") {
-            bail!(
-                "the embedded engine serves the createos and daytona APIs, not {driver_key}'s: \
-                 pass --api-url (and the provider's other URLs in --config)"
-            );
-        }
+    fn begin(isolation: crate::Isolation, egress: &[String], port: u16) -> Result<StartingEngine> {
         use sandbox_engine::IsolationPreference;
         let policy =
             sandbox_engine::egress::Policy::parse(egress).map_err(|e| anyhow::anyhow!(e))?;
@@ -384,18 +386,13 @@ impl EmbeddedEngine {
             "the embedded local backend refused to start, nothing was run \
              (or pass --api-url to use another backend)",
         )?;
-        Ok(StartingEngine {
-            server,
-            driver_key: driver_key.to_owned(),
-            api_key,
-        })
+        Ok(StartingEngine { server, api_key })
     }
 
     #[cfg(not(feature = "local-backend"))]
     fn begin(
         _isolation: crate::Isolation,
         egress: &[String],
-        _driver_key: &str,
         _port: u16,
     ) -> Result<StartingEngine> {
         if !egress.is_empty() {
