@@ -26,7 +26,8 @@
 //!   prefix are ever removed.
 //!
 //! - a sandbox disk (see [`crate::disk`]) is unmounted and its image
-//!   removed, so that a killed server does not leave loop devices behind.
+//!   removed, so that a killed server does not leave loop devices behind;
+//!   the template the disks are copied from is removed.
 //!
 //! Why not bwrap's `--die-with-parent`: bwrap's outer process exits when
 //! the command exits, and `--die-with-parent` then kills the namespace at
@@ -59,6 +60,7 @@ for key in "${!live[@]}"; do
         kill -KILL -- "-$pid" ;;
     rm) case $pid in /dev/shm/createos-local-etc-*) rm -rf -- "$pid" ;; esac ;;
     um) case $id in */.disks/*.img) umount -l -- "$pid" && rm -f -- "$id" ;; esac ;;
+    rf) case $pid in */.disks/template.ext4|/dev/shm/createos-local-disk-*.ext4) rm -f -- "$pid" ;; esac ;;
   esac
 done 2>/dev/null
 "#;
@@ -183,6 +185,30 @@ pub fn unmount_on_death(root: &std::path::Path, image: &std::path::Path) -> bool
 /// Withdraws [`unmount_on_death`] (the disk was detached).
 pub fn forget_unmount(root: &std::path::Path, image: &std::path::Path) {
     if let Some(l) = disk_line('-', root, image) {
+        send(&l);
+    }
+}
+
+fn file_line(op: char, path: &std::path::Path) -> Option<String> {
+    let p = path.to_str()?;
+    let memory = p.starts_with("/dev/shm/createos-local-disk-") && p.ends_with(".ext4");
+    (!p.contains(char::is_whitespace)
+        && !p.contains("..")
+        && (memory || p.ends_with("/.disks/template.ext4")))
+    .then(|| format!("{op} rf {p} 0\n"))
+}
+
+/// Asks the guard to remove the sandbox disks' template file `path` (see
+/// [`crate::disk::template_of`]: the file or link in the data directory,
+/// or the file in memory) if this process dies first (`false` for any
+/// other path, one with white space, or without a guard).
+pub fn remove_file_on_death(path: &std::path::Path) -> bool {
+    file_line('+', path).is_some_and(|l| send(&l))
+}
+
+/// Withdraws [`remove_file_on_death`] (the file was removed).
+pub fn forget_file_removal(path: &std::path::Path) {
+    if let Some(l) = file_line('-', path) {
         send(&l);
     }
 }

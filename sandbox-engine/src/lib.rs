@@ -74,4 +74,6 @@ pub use daytona::toolbox::{STDERR_PREFIX, STDOUT_PREFIX};
 pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};
 pub use isolation::{IsolationMode, IsolationPreference};
 pub use rate_limit::{RateLimitStats, RateLimiter};
-pub use server::{BackgroundServer, RunningServer, Server, ServerBuilder, ShutdownReport};
+pub use server::{
+    BackgroundServer, RunningServer, Server, ServerBuilder, ShutdownReport, StartingServer,
+};

@@ -296,7 +296,9 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
         )));
     };
     // bwrap writes the status as soon as the namespaces exist, before its
-    // init has set up the root; the init forks the holder only after that.
+    // init has set up the root; the init forks the holder only after that
+    // (a few milliseconds, looked for every 0.1 ms: every sandbox's first
+    // command waits for it).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while procfs::children(init_pid).is_some_and(|c| c.is_empty()) {
         if std::time::Instant::now() > deadline {
@@ -305,7 +307,7 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
                 "the sandbox's machine did not finish starting",
             ));
         }
-        std::thread::sleep(std::time::Duration::from_millis(1));
+        std::thread::sleep(std::time::Duration::from_micros(100));
     }
     if procfs::pid_namespace(init_pid) != Some(ns) {
         return Err(std::io::Error::other(

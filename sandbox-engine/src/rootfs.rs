@@ -197,12 +197,12 @@ pub fn etc_template(root: &Path) -> PathBuf {
 
 /// Where the in-memory copies of `/etc` go, when the host has one: a
 /// tmpfs at `/dev/shm`.
-const MEMORY_DIR: &str = "/dev/shm";
+pub(crate) const MEMORY_DIR: &str = "/dev/shm";
 
 /// The name prefix of an in-memory `/etc` copy (see [`prepare_etc`]).
 const MEMORY_ETC_PREFIX: &str = "createos-local-etc-";
 
-fn is_tmpfs(dir: &Path) -> bool {
+pub(crate) fn is_tmpfs(dir: &Path) -> bool {
     const TMPFS_MAGIC: u64 = 0x0102_1994;
     rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as u64 == TMPFS_MAGIC)
 }
@@ -221,6 +221,16 @@ fn is_tmpfs(dir: &Path) -> bool {
 /// if the server is killed before it can, its [`crate::deathguard`]
 /// removes the in-memory copy.
 pub fn prepare_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
+    let etc = begin_etc(data_dir)?;
+    fill_etc(&etc)?;
+    Ok(etc)
+}
+
+/// The first part of [`prepare_etc`]: the directory and its link, the
+/// sandbox's own files and the dynamic loader's (`ld.so.*`), so that a
+/// command can already start with it (the bubblewrap probe) while
+/// [`fill_etc`] copies the rest. Returns where the copy is.
+pub fn begin_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
     remove_etc(data_dir);
     let link = data_dir.join(".sandbox-etc");
     let memory = Path::new(MEMORY_DIR);
@@ -244,10 +254,26 @@ pub fn prepare_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
     for (name, content) in ETC_FILES {
         std::fs::write(etc.join(name), content)?;
     }
+    copy_from_host(&etc, true)?;
+    Ok(etc)
+}
+
+/// The rest of [`prepare_etc`] after [`begin_etc`]: the host's entries
+/// into the copy at `etc`.
+pub fn fill_etc(etc: &Path) -> std::io::Result<()> {
+    copy_from_host(etc, false)
+}
+
+/// Copies [`etc_from_host`] into `etc`: the loader's entries (`ld.so*`)
+/// when `loader`, the others otherwise.
+fn copy_from_host(etc: &Path, loader: bool) -> std::io::Result<()> {
     for host in etc_from_host() {
         let Ok(rel) = host.strip_prefix("/etc") else {
             continue;
         };
+        if rel.to_str().is_some_and(|r| r.starts_with("ld.so")) != loader {
+            continue;
+        }
         let copy = etc.join(rel);
         if let Some(parent) = copy.parent() {
             std::fs::create_dir_all(parent)?;
@@ -263,7 +289,7 @@ pub fn prepare_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
             std::fs::copy(host, &copy)?;
         }
     }
-    Ok(etc)
+    Ok(())
 }
 
 /// Removes the sandboxes' `/etc` of `data_dir` made by [`prepare_etc`]:

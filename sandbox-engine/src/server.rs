@@ -316,15 +316,16 @@ impl ServerBuilder {
             ),
         };
         std::fs::create_dir_all(&data_dir)?;
-        // Whether sandboxes get a disk of their own (a trial mkfs and loop
-        // mount, tens of milliseconds) is found out while bubblewrap is
-        // probed: both are on the start path of every `sandbox run`.
+        // Whether sandboxes get a disk of their own (the template's mkfs
+        // and a trial mount of it, a few milliseconds) is found out while
+        // bubblewrap is probed: both are on the start path of every
+        // `sandbox run`.
         let size = self
             .sandbox_disk
             .unwrap_or_else(|| crate::disk::default_size(&data_dir, self.budgets.max_sandboxes));
         let mut disk_probe = (size != 0).then(|| {
             let dir = data_dir.clone();
-            std::thread::spawn(move || crate::disk::probe(&dir))
+            std::thread::spawn(move || crate::disk::probe(&dir, size))
         });
         let mut disk_probed = move || match disk_probe.take().map(|h| h.join()) {
             Some(Ok(result)) => result,
@@ -337,8 +338,27 @@ impl ServerBuilder {
             }
             pref => {
                 let probe = data_dir.join(".bwrap-probe");
-                let result = match crate::rootfs::prepare_etc(&data_dir) {
-                    Ok(_) => isolation::probe_bwrap(&probe).await,
+                // The host's /etc is copied while bubblewrap is probed
+                // (the probe needs the loader's files alone).
+                let result = match crate::rootfs::begin_etc(&data_dir) {
+                    Ok(etc) => {
+                        let into = etc.clone();
+                        let filling = std::thread::Builder::new()
+                            .name("createos-local-etc".into())
+                            .spawn(move || crate::rootfs::fill_etc(&into));
+                        let probed = isolation::probe_bwrap(&probe).await;
+                        let filled = match filling {
+                            Ok(thread) => thread.join().unwrap_or_else(|_| {
+                                Err(std::io::Error::other("the copying thread failed"))
+                            }),
+                            // No thread to spare: copied here, after the probe.
+                            Err(_) => crate::rootfs::fill_etc(&etc),
+                        };
+                        match filled {
+                            Ok(()) => probed,
+                            Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
+                        }
+                    }
                     Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
                 };
                 let _ = crate::disk::remove_tree(&probe);
@@ -351,6 +371,7 @@ impl ServerBuilder {
                     Err(e) => {
                         // Nothing is removed while the probe's disk may be mounted.
                         let _ = disk_probed();
+                        crate::disk::remove_template(&data_dir);
                         crate::rootfs::remove_etc(&data_dir);
                         if owned {
                             let _ = crate::disk::remove_tree(&data_dir);
@@ -674,7 +695,15 @@ impl RunningServer {
             for root in roots {
                 let _ = crate::disk::remove_tree(&root);
             }
+            // The template and the /etc copy go side by side.
+            let template_of = etc_of.clone();
+            let template = std::thread::Builder::new()
+                .name("createos-local-remove".into())
+                .spawn(move || crate::disk::remove_template(&template_of));
             crate::rootfs::remove_etc(&etc_of);
+            if !template.is_ok_and(|t| t.join().is_ok()) {
+                crate::disk::remove_template(&etc_of);
+            }
             if let Some(dir) = data_dir {
                 let _ = crate::disk::remove_tree(&dir);
             }
@@ -718,6 +747,7 @@ impl Drop for RunningServer {
         for root in self.state.store.take_leftovers() {
             let _ = crate::disk::remove_tree(&root);
         }
+        crate::disk::remove_template(&self.state.data_dir);
         crate::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
             let _ = crate::disk::remove_tree(&self.state.data_dir);
@@ -768,11 +798,73 @@ pub struct BackgroundServer {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// What the server thread reports once it listens: address, faults,
+/// isolation and toolbox URL.
+type Ready = (SocketAddr, Faults, IsolationMode, String);
+
+/// A [`BackgroundServer`] still starting on its thread (see
+/// [`BackgroundServer::spawn`]): [`StartingServer::wait`] gives the running
+/// server or the reason it did not start. Dropped without waiting, it
+/// waits, then shuts the server down.
+#[derive(Debug)]
+pub struct StartingServer {
+    ready: Option<std::sync::mpsc::Receiver<std::io::Result<Ready>>>,
+    stop: Option<std::sync::mpsc::Sender<std::sync::mpsc::Sender<ShutdownReport>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl StartingServer {
+    /// Blocks until the server listens (or failed to start).
+    pub fn wait(mut self) -> std::io::Result<BackgroundServer> {
+        let ready = self.ready.take().map(|r| r.recv());
+        let (addr, faults, mode, toolbox_url) = match ready {
+            Some(Ok(r)) => r?,
+            _ => {
+                return Err(std::io::Error::other(
+                    "server thread ended before listening",
+                ))
+            }
+        };
+        Ok(BackgroundServer {
+            addr,
+            faults,
+            mode,
+            toolbox_url,
+            stop: self.stop.take(),
+            thread: self.thread.take(),
+        })
+    }
+}
+
+impl Drop for StartingServer {
+    fn drop(&mut self) {
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.recv();
+        }
+        if let Some(stop) = self.stop.take() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            if stop.send(tx).is_ok() {
+                let _ = rx.recv();
+            }
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 impl BackgroundServer {
     /// Starts `builder` on a new thread with its own multi-thread runtime
     /// and blocks until it listens (or failed to).
     pub fn start(builder: ServerBuilder) -> std::io::Result<Self> {
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        Self::spawn(builder)?.wait()
+    }
+
+    /// Starts `builder` on a new thread with its own multi-thread runtime
+    /// without waiting: the caller does other work while the server probes
+    /// isolation and disks, then [`StartingServer::wait`]s.
+    pub fn spawn(builder: ServerBuilder) -> std::io::Result<StartingServer> {
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::io::Result<Ready>>();
         let (stop_tx, stop_rx) =
             std::sync::mpsc::channel::<std::sync::mpsc::Sender<ShutdownReport>>();
         let thread = std::thread::Builder::new()
@@ -815,14 +907,8 @@ impl BackgroundServer {
                     }
                 });
             })?;
-        let (addr, faults, mode, toolbox_url) = ready_rx
-            .recv()
-            .map_err(|_| std::io::Error::other("server thread ended before listening"))??;
-        Ok(Self {
-            addr,
-            faults,
-            mode,
-            toolbox_url,
+        Ok(StartingServer {
+            ready: Some(ready_rx),
             stop: Some(stop_tx),
             thread: Some(thread),
         })

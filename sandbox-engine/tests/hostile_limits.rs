@@ -359,3 +359,154 @@ async fn a_sandbox_disk_the_host_could_not_hold_is_refused_with_429() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// The bytes of the file at `path` (sparse regions read as zeros).
+fn file_bytes(path: &std::path::Path) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+}
+
+/// The source of the loop device mounted on `root` (`/dev/loopN`), from
+/// this process's mount table.
+fn mounted_device(root: &std::path::Path) -> Option<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let at = root.to_str()?;
+    table.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let dash = fields.iter().position(|f| *f == "-")?;
+        (fields.get(4) == Some(&at))
+            .then(|| fields.get(dash + 2).map(|s| s.to_string()))
+            .flatten()
+    })
+}
+
+/// Sandbox disks are copies of one pre-formatted template per server
+/// (made at start instead of a `mkfs.ext4` per sandbox). The copies must
+/// keep every promise of a disk made for the sandbox alone: each is the
+/// sandbox's size and ENOSPC at it; two sandboxes' disks are independent
+/// (different loop devices, one's files and fill absent from the other);
+/// no sandbox can reach or change the template (it is outside every
+/// root, its bytes the same after a sandbox filled its copy); and nothing
+/// of it outlives the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_disks_are_independent_copies_of_a_template_no_sandbox_can_change() {
+    const DISK: u64 = 48 << 20;
+    let h = Harness::start_builder(sandbox_engine::Server::builder().sandbox_disk(DISK)).await;
+    if !h.bwrap() {
+        eprintln!("skipped: commands are not confined here (process-group mode)");
+        return;
+    }
+    if h.server.sandbox_disk().is_none() {
+        assert!(
+            !disks_expected_here(),
+            "a root server with loop devices and mkfs.ext4 gave sandboxes no disk of their own"
+        );
+        eprintln!("skipped: this host cannot mount sandbox disks");
+        return;
+    }
+    let data_dir = h.server.data_dir().to_path_buf();
+    let template = data_dir.join(".disks").join("template.ext4");
+    assert_eq!(
+        host_size(&template),
+        DISK,
+        "the template is the disks' size"
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(data_dir.join(".disks"))
+            .expect(".disks")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "only root may enter .disks: {mode:o}");
+    }
+    let before = file_bytes(&template);
+    // Where /dev/shm is a tmpfs the template is kept there, behind a link.
+    let in_memory = std::fs::read_link(&template).ok();
+
+    let a = h.sandbox().await;
+    let b = h.sandbox().await;
+    let (dev_a, dev_b) = (
+        mounted_device(&data_dir.join(&a)),
+        mounted_device(&data_dir.join(&b)),
+    );
+    assert!(
+        dev_a.as_deref().is_some_and(|d| d.starts_with("/dev/loop")),
+        "{dev_a:?}"
+    );
+    assert!(
+        dev_b.as_deref().is_some_and(|d| d.starts_with("/dev/loop")),
+        "{dev_b:?}"
+    );
+    assert_ne!(dev_a, dev_b, "two sandboxes share one disk");
+
+    // The template's host path is nowhere inside a sandbox.
+    let out = h
+        .exec(
+            &a,
+            &format!(
+                "test -e '{}' && echo reachable; test -e /.disks && echo disks; echo checked",
+                template.display()
+            ),
+        )
+        .await;
+    assert_eq!(out["stdout"], "checked\n", "{out}");
+
+    // A fills its copy: ENOSPC at its own size.
+    let out = h
+        .exec(
+            &a,
+            "echo mine > /tmp/a-only; dd if=/dev/urandom of=/tmp/fill bs=1M count=100 2>&1; \
+             echo rc=$?; df -k / | tail -1",
+        )
+        .await;
+    let text = out["stdout"].as_str().expect("stdout");
+    assert!(text.contains("No space left on device"), "{out}");
+    assert!(!text.contains("rc=0"), "{out}");
+    let filled = host_size(&data_dir.join(&a).join("tmp/fill"));
+    assert!(
+        filled <= DISK && filled > DISK / 2,
+        "{filled} bytes written of {DISK}"
+    );
+
+    // B sees none of it: its disk is empty and has its whole room.
+    let out = h
+        .exec(
+            &b,
+            "test -e /tmp/a-only && echo leaked; test -e /tmp/fill && echo leaked; \
+             dd if=/dev/zero of=/tmp/b bs=1M count=16 >/dev/null 2>&1; echo rc=$?",
+        )
+        .await;
+    assert_eq!(out["stdout"], "rc=0\n", "{out}");
+
+    // The template did not change.
+    assert!(
+        file_bytes(&template) == before,
+        "a sandbox changed the template"
+    );
+
+    let (st, v) = h.delete(&format!("/v1/sandboxes/{a}")).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let out = h.exec(&b, "test -e /tmp/b && echo kept").await;
+    assert_eq!(out["stdout"], "kept\n", "{out}");
+
+    // Nothing of the disks outlives the server.
+    let report = h.server.shutdown().await;
+    assert!(report.all_exited(), "{report:?}");
+    assert!(!template.exists(), "the template outlived the server");
+    if let Some(file) = in_memory {
+        assert!(
+            !file.exists(),
+            "the template {} outlived the server",
+            file.display()
+        );
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let prefix = data_dir.display().to_string();
+    assert!(
+        !mounts.lines().any(|l| l.contains(&prefix)),
+        "a sandbox disk is still mounted"
+    );
+    let images: Vec<_> = std::fs::read_dir(data_dir.join(".disks"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(images.is_empty(), "{images:?}");
+}

@@ -136,3 +136,65 @@ fn releasing_a_sandbox_with_a_100000_level_tree_does_not_abort_the_cli() {
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert_eq!(String::from_utf8_lossy(&output.stdout), "deep\n");
 }
+
+/// Names under `dir` that start with `prefix`.
+fn entries_starting(dir: &Path, prefix: &str) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// With nothing naming an API (no `--api-url`, no `--config`) the CLI
+/// starts its embedded engine while it loads the provider, before it
+/// knows which provider that is. A provider the engine does not serve
+/// stops the engine again: refused with the reason, nothing run, and
+/// nothing of the engine left when the CLI exits (its data directory, its
+/// in-memory `/etc` copy and sandbox disk template).
+#[test]
+fn a_provider_the_engine_does_not_serve_is_refused_and_the_engine_leaves_nothing() {
+    let minimal = test_support::built_component("examples/minimal_provider.wasm");
+    if !minimal.is_file() {
+        eprintln!(
+            "skipped: {} not built yet (run ./build.sh)",
+            minimal.display()
+        );
+        return;
+    }
+    let child = sandbox(&minimal)
+        .args(["run", "--", "true"])
+        .env_remove("CREATEOS_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run sandbox");
+    let pid = child.id();
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("serves the createos and daytona APIs, not minimal's"),
+        "{stderr}"
+    );
+    // Looked at right away: the engine's own shutdown removed these, not
+    // the death guard after the exit (which never removes the data
+    // directory).
+    let tmp = std::env::temp_dir();
+    let shm = Path::new("/dev/shm");
+    assert_eq!(
+        entries_starting(&tmp, &format!("createos-local-{pid}-")),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        entries_starting(shm, &format!("createos-local-etc-{pid}-")),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        entries_starting(shm, &format!("createos-local-disk-{pid}-")),
+        Vec::<String>::new()
+    );
+}

@@ -49,6 +49,12 @@ impl Setup {
     /// to the durable store, except with the embedded backend, whose
     /// sandboxes end with this process.
     pub fn with_backend(global: &Global, allow_embedded: bool) -> Result<Self> {
+        // Without --api-url and --config nothing names an API: the embedded
+        // engine is certain, so it starts (probing isolation and disks on
+        // its own thread) while the component loads.
+        let early = (allow_embedded && global.api_url.is_none() && global.config.is_none())
+            .then(|| EmbeddedEngine::begin(global.isolation, &global.egress, 0))
+            .transpose()?;
         let component = load_component(global)?;
         let description = component
             .instantiate(sandbox_host::HostOptions::new())?
@@ -68,11 +74,16 @@ impl Setup {
                  or set {first} in --config"
             );
         }
-        let local =
-            EmbeddedEngine::start(global.isolation, &global.egress, &description.driver_key)?;
+        // The engine probes isolation and disks on its own thread while
+        // the runtime is built here.
+        let starting = match early {
+            Some(starting) => starting,
+            None => EmbeddedEngine::begin(global.isolation, &global.egress, 0)?,
+        };
         let store = Arc::new(SqliteLeases::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
-        let runtime = runtime(global, store)?.with_rate_limit(None);
+        let runtime = runtime_of(component, global, store)?.with_rate_limit(None);
+        let local = starting.wait(&description.driver_key)?;
         Ok(Setup {
             runtime,
             local: Some(local),
@@ -278,18 +289,67 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
         .with_context(|| format!("writing {}", path.display()))
 }
 
-impl EmbeddedEngine {
-    fn start(isolation: crate::Isolation, egress: &[String], driver_key: &str) -> Result<Self> {
-        Self::start_on(isolation, egress, driver_key, 0)
+/// The embedded engine while it starts (see [`EmbeddedEngine::begin`]).
+struct StartingEngine {
+    #[cfg(feature = "local-backend")]
+    server: sandbox_engine::StartingServer,
+    api_key: String,
+}
+
+impl StartingEngine {
+    /// Waits until the engine listens; its URLs for the provider whose
+    /// driver is `driver_key`. The engine has the createos and daytona
+    /// faces only: another provider stops it again, nothing having run.
+    #[cfg(feature = "local-backend")]
+    fn wait(self, driver_key: &str) -> Result<EmbeddedEngine> {
+        if !matches!(driver_key, "createos" | "daytona") {
+            bail!(
+                "the embedded engine serves the createos and daytona APIs, not {driver_key}'s: \
+                 pass --api-url (and the provider's other URLs in --config)"
+            );
+        }
+        let server = self.server.wait().context(
+            "the embedded local backend refused to start, nothing was run \
+             (or pass --api-url to use another backend)",
+        )?;
+        // The engine serves each provider's API face; the config fields
+        // that point a provider at it are that provider's.
+        let urls = if driver_key == "daytona" {
+            vec![
+                ("apiUrl".to_owned(), server.daytona_api_url()),
+                ("toolboxUrl".to_owned(), server.toolbox_url().to_owned()),
+            ]
+        } else {
+            vec![("apiUrl".to_owned(), server.base_url())]
+        };
+        Ok(EmbeddedEngine {
+            server,
+            urls,
+            api_key: self.api_key,
+        })
     }
 
-    #[cfg(feature = "local-backend")]
+    #[cfg(not(feature = "local-backend"))]
+    fn wait(self, _driver_key: &str) -> Result<EmbeddedEngine> {
+        let _ = self.api_key;
+        bail!("this build has no embedded backend: pass --api-url or set the API URL in --config")
+    }
+}
+
+impl EmbeddedEngine {
     fn start_on(
         isolation: crate::Isolation,
         egress: &[String],
         driver_key: &str,
         port: u16,
     ) -> Result<Self> {
+        Self::begin(isolation, egress, port)?.wait(driver_key)
+    }
+
+    /// Starts the engine on its own thread without waiting for it to
+    /// listen.
+    #[cfg(feature = "local-backend")]
+    fn begin(isolation: crate::Isolation, egress: &[String], port: u16) -> Result<StartingEngine> {
         use sandbox_engine::IsolationPreference;
         let policy =
             sandbox_engine::egress::Policy::parse(egress).map_err(|e| anyhow::anyhow!(e))?;
@@ -310,7 +370,7 @@ impl EmbeddedEngine {
                 IsolationPreference::ProcessGroup
             }
         };
-        let server = sandbox_engine::BackgroundServer::start(
+        let server = sandbox_engine::BackgroundServer::spawn(
             sandbox_engine::Server::builder()
                 .port(port)
                 .api_key(api_key.clone())
@@ -326,33 +386,15 @@ impl EmbeddedEngine {
             "the embedded local backend refused to start, nothing was run \
              (or pass --api-url to use another backend)",
         )?;
-        // The engine serves each provider's API face; the config fields
-        // that point a provider at it are that provider's.
-        let urls = match driver_key {
-            "createos" => vec![("apiUrl".to_owned(), server.base_url())],
-            "daytona" => vec![
-                ("apiUrl".to_owned(), server.daytona_api_url()),
-                ("toolboxUrl".to_owned(), server.toolbox_url().to_owned()),
-            ],
-            other => bail!(
-                "the embedded engine serves the createos and daytona APIs, not {other}'s: \
-                 pass --api-url (and the provider's other URLs in --config)"
-            ),
-        };
-        Ok(EmbeddedEngine {
-            server,
-            urls,
-            api_key,
-        })
+        Ok(StartingEngine { server, api_key })
     }
 
     #[cfg(not(feature = "local-backend"))]
-    fn start_on(
+    fn begin(
         _isolation: crate::Isolation,
         egress: &[String],
-        _driver_key: &str,
         _port: u16,
-    ) -> Result<Self> {
+    ) -> Result<StartingEngine> {
         if !egress.is_empty() {
             bail!("--egress applies to the embedded backend, which this build does not have");
         }
@@ -405,7 +447,15 @@ fn load_component(global: &Global) -> Result<ProviderComponent> {
 }
 
 fn runtime(global: &Global, store: Arc<dyn LeaseStore>) -> Result<SandboxRuntime> {
-    let component = load_component(global)?;
+    runtime_of(load_component(global)?, global, store)
+}
+
+/// The runtime of an already loaded `component`.
+fn runtime_of(
+    component: ProviderComponent,
+    global: &Global,
+    store: Arc<dyn LeaseStore>,
+) -> Result<SandboxRuntime> {
     let stderr = if global.verbose {
         GuestStderr::Inherit
     } else {
