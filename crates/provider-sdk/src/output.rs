@@ -43,7 +43,7 @@ impl Utf8Decoder {
         };
         let (whole, cut) = input.split_at(whole_prefix(input));
         if cut.is_empty() || is_incomplete(cut) {
-            if let Ok(text) = std::str::from_utf8(whole) {
+            if let Ok(text) = simdutf8::basic::from_utf8(whole) {
                 self.pending.extend_from_slice(cut);
                 return text;
             }
