@@ -458,10 +458,14 @@ mod simd_base64 {
             let pairs = v128_or(i16x8_shl(v128_and(values, byte), 6), u16x8_shr(values, 8));
             let quads = v128_or(i32x4_shl(v128_and(pairs, half), 12), u32x4_shr(pairs, 16));
             let packed = u8x16_swizzle(quads, order);
-            let mut twelve = [0u8; 16];
-            // SAFETY: `twelve` is 16 writable bytes.
-            unsafe { v128_store(twelve.as_mut_ptr().cast(), packed) };
-            bytes.copy_from_slice(&twelve[..12]);
+            // Stored as 8 + 4 bytes: a 12-byte `copy_from_slice` would be a
+            // `memory.copy`, which Cranelift calls out of line every time.
+            // SAFETY: `bytes` is 12 writable bytes; unaligned lane stores
+            // are allowed in wasm.
+            unsafe {
+                v128_store64_lane::<0>(packed, bytes.as_mut_ptr().cast());
+                v128_store32_lane::<2>(packed, bytes.as_mut_ptr().add(8).cast());
+            }
             done += 16;
         }
         done
