@@ -43,7 +43,7 @@ impl Utf8Decoder {
         };
         let (whole, cut) = input.split_at(whole_prefix(input));
         if cut.is_empty() || is_incomplete(cut) {
-            if let Ok(text) = std::str::from_utf8(whole) {
+            if let Ok(text) = simdutf8::basic::from_utf8(whole) {
                 self.pending.extend_from_slice(cut);
                 return text;
             }
@@ -95,6 +95,31 @@ fn whole_prefix(bytes: &[u8]) -> usize {
         }
     }
     n
+}
+
+/// The number of characters of `text`: its bytes that are not UTF-8
+/// continuation bytes, 16 at a time with wasm SIMD (std's count goes a
+/// word at a time, about 3% of the 50 MB run under Cranelift).
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn count_chars(text: &str) -> usize {
+    use core::arch::wasm32::*;
+    let bytes = text.as_bytes();
+    let blocks = bytes.chunks_exact(16);
+    let rest = blocks.remainder();
+    // Continuation bytes are 0x80..=0xBF: -128..=-65 as signed bytes.
+    let last_continuation = i8x16_splat(-65);
+    let mut count = 0;
+    for block in blocks {
+        // SAFETY: `block` is 16 readable bytes; unaligned loads are allowed.
+        let v = unsafe { v128_load(block.as_ptr().cast()) };
+        count += i8x16_bitmask(i8x16_gt(v, last_continuation)).count_ones() as usize;
+    }
+    count + rest.iter().filter(|&&b| (b as i8) > -65).count()
+}
+
+#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+fn count_chars(text: &str) -> usize {
+    text.chars().count()
 }
 
 /// True when `bytes` (a maximal invalid run from `utf8_chunks`) is the
@@ -155,7 +180,7 @@ impl Tail {
         if text.is_empty() {
             return;
         }
-        let count = text.chars().count();
+        let count = count_chars(text);
         if count >= self.cap {
             // Everything kept so far goes: keep only the end of `text`.
             self.truncated |= count > self.cap || self.chars > 0;
@@ -398,6 +423,30 @@ impl CommandOutput {
 mod tests {
     use super::*;
     use wasm_bindgen_test::wasm_bindgen_test;
+
+    /// The tail's character count (SIMD in the wasm build) agrees with
+    /// std's on text of every length and mix of widths.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn characters_are_counted_like_std() {
+        let pieces = [
+            "a", "é", "€", "𝄞", "\u{7f}", "\u{80}", "\u{7ff}", "\u{800}", "\u{ffff}",
+        ];
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        for len in 0..300 {
+            let mut text = String::new();
+            for _ in 0..len {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                text.push_str(pieces[(state % pieces.len() as u64) as usize]);
+            }
+            for start in 0..text.len().min(20) {
+                if let Some(part) = text.get(start..) {
+                    assert_eq!(count_chars(part), part.chars().count(), "{part:?}");
+                }
+            }
+        }
+    }
 
     #[wasm_bindgen_test(unsupported = test)]
     fn a_character_split_across_chunks_is_decoded_once() {
