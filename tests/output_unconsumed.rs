@@ -167,3 +167,48 @@ fn output_a_sink_never_took_is_never_a_clean_exit_on_createos() {
 fn output_a_sink_never_took_is_never_a_clean_exit_on_daytona() {
     a_short_command_is_not_clean_when_its_output_was_not_consumed(Provider::Daytona);
 }
+
+/// A sink that fails (panics on its first chunk) can take nothing more.
+/// Before, the relay only counted what followed, so `yes` ran on until its
+/// 300 s timeout with its output going nowhere. Now the command is
+/// cancelled at once, its tree deleted with proof, and the outcome is the
+/// output loss at the sink (never `cancelled`, which the embedder did not
+/// ask for, nor a clean result).
+fn a_failing_sink_stops_the_command_at_once(provider: Provider) {
+    let local = start(provider);
+    let lease = local.acquire(&requests::acquire("run"));
+    let request = requests::sh("exec yes failing-sink-marker").timeout_ms(300_000);
+    let sink: OutputSink = Arc::new(|_, _| panic!("the embedder's log store is gone"));
+    let (done, outcome) = mpsc::channel();
+    let runner = local.clone();
+    std::thread::spawn(move || {
+        let _ = done.send(runner.execute(&lease, &request, Some(sink)));
+    });
+    let outcome = outcome
+        .recv_timeout(Duration::from_secs(90))
+        .unwrap_or_else(|_| panic!("{provider:?}: still running 90 s after its sink failed"));
+    let loss = unconsumed(outcome, provider);
+    assert_eq!(loss.operation, sandbox_host::OUTPUT_SINK, "{provider:?}");
+    assert!(loss.tree_deleted, "{provider:?}: {}", loss_text(&loss));
+    assert!(
+        !loss.partial.timed_out,
+        "{provider:?}: {}",
+        loss_text(&loss)
+    );
+    assert!(
+        loss.lost_bytes.is_some_and(|n| n > 0),
+        "{provider:?}: {}",
+        loss_text(&loss)
+    );
+    assert!(shut_down(local), "{provider:?}");
+}
+
+#[test]
+fn a_failing_sink_stops_the_command_at_once_on_createos() {
+    a_failing_sink_stops_the_command_at_once(Provider::CreateOs);
+}
+
+#[test]
+fn a_failing_sink_stops_the_command_at_once_on_daytona() {
+    a_failing_sink_stops_the_command_at_once(Provider::Daytona);
+}

@@ -184,7 +184,9 @@ impl SandboxRuntime {
             .timeout_ms
             .map(Duration::from_millis)
             .unwrap_or(env.deadlines.timeout);
-        let (output, relay) = output.map(|sink| Relay::start(sink, timeout)).unzip();
+        let (output, relay) = output
+            .map(|sink| Relay::start(sink, timeout, cancel.clone()))
+            .unzip();
         let outcome = self
             .instance(env, deadline, cancel, output)
             .and_then(|mut instance| instance.execute(&env.ctx, &lease, request));

@@ -10,6 +10,9 @@
 //! the last [`GRACE`]), so the provider gets control back and ends the
 //! command as timed out. What the sink did not consume makes the outcome an
 //! `output-lost` with the operation [`OUTPUT_SINK`], never a clean result.
+//! A sink that fails (panics) can take nothing more: the command is
+//! cancelled at once (as a pipeline's writer ends when its reader is
+//! gone), and the `cancelled` it ends with is that same `output-lost`.
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -22,6 +25,7 @@ use crate::messages::OUTPUT_SINK;
 use crate::wasm::bindings::types::{
     ExecuteResult, OutputLoss, OutputStream, PartialOutput, ProviderError,
 };
+use crate::wasm::cancel::CancelToken;
 use crate::wasm::options::OutputSink;
 
 /// Chunks queued ahead of the sink before `emit-output` waits.
@@ -42,6 +46,8 @@ struct Shared {
     changed: Condvar,
     /// The command's timeout.
     limit: Instant,
+    /// The operation's cancellation, pulled when the sink fails.
+    cancel: CancelToken,
 }
 
 struct State {
@@ -60,8 +66,13 @@ struct State {
 
 impl Relay {
     /// Starts the thread that calls `sink`; returns the sink to give the
-    /// instance. `timeout` is the command's own.
-    pub(crate) fn start(sink: OutputSink, timeout: Duration) -> (OutputSink, Relay) {
+    /// instance. `timeout` is the command's own; `cancel` is the
+    /// operation's, pulled when the sink fails.
+    pub(crate) fn start(
+        sink: OutputSink,
+        timeout: Duration,
+        cancel: CancelToken,
+    ) -> (OutputSink, Relay) {
         let now = Instant::now();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -74,6 +85,7 @@ impl Relay {
             }),
             changed: Condvar::new(),
             limit: now + timeout.min(MAX_WAIT),
+            cancel,
         });
         {
             let shared = shared.clone();
@@ -92,8 +104,9 @@ impl Relay {
 
     /// Waits until the sink took everything queued (or, once the command's
     /// timeout has passed, gives up on a sink that stopped taking chunks)
-    /// and returns how many bytes it did not consume.
-    pub(crate) fn finish(self) -> u64 {
+    /// and returns how many bytes it did not consume, and whether the sink
+    /// failed.
+    pub(crate) fn finish(self) -> Unconsumed {
         let shared = &self.shared;
         let mut state = shared.lock();
         state.closed = true;
@@ -109,8 +122,20 @@ impl Relay {
             };
             state = shared.wait(state, wait);
         }
-        state.unconsumed
+        Unconsumed {
+            bytes: state.unconsumed,
+            sink_failed: state.failed,
+        }
     }
+}
+
+/// What the sink of one `execute` did not take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Unconsumed {
+    /// Bytes it did not consume.
+    pub(crate) bytes: u64,
+    /// It failed (panicked), and the command was cancelled for it.
+    pub(crate) sink_failed: bool,
 }
 
 impl Shared {
@@ -187,6 +212,8 @@ impl Shared {
                 state.unconsumed += queued + state.in_sink;
                 state.queue.clear();
                 state.failed = true;
+                // Nothing can take the output any more: stop the command.
+                self.cancel.cancel();
             }
             state.in_sink = 0;
             state.progress = Instant::now();
@@ -201,22 +228,39 @@ impl Shared {
 /// clean already).
 pub(crate) fn with_unconsumed(
     outcome: Result<Result<ExecuteResult, ProviderError>>,
-    unconsumed: u64,
+    unconsumed: Unconsumed,
 ) -> Result<Result<ExecuteResult, ProviderError>> {
-    match outcome {
-        Ok(Ok(result)) if unconsumed > 0 => Ok(Err(ProviderError::OutputLost(OutputLoss {
+    let loss = |process_id, partial| {
+        Ok(Err(ProviderError::OutputLost(OutputLoss {
             operation: OUTPUT_SINK.to_owned(),
-            process_id: Some(result.process_id),
-            lost_bytes: Some(unconsumed),
+            process_id,
+            lost_bytes: Some(unconsumed.bytes),
             lost_chunks: None,
             tree_deleted: true,
-            partial: PartialOutput {
+            partial,
+        })))
+    };
+    match outcome {
+        Ok(Ok(result)) if unconsumed.bytes > 0 => loss(
+            Some(result.process_id),
+            PartialOutput {
                 stdout: result.stdout,
                 stderr: result.stderr,
                 timed_out: result.timed_out,
                 output_truncated: result.output_truncated,
             },
-        }))),
+        ),
+        // Cancelled for the failed sink (`cancelled` comes only once the
+        // command's tree is confirmed gone).
+        Ok(Err(ProviderError::Cancelled(partial))) if unconsumed.sink_failed => loss(
+            None,
+            partial.unwrap_or(PartialOutput {
+                stdout: String::new(),
+                stderr: String::new(),
+                timed_out: false,
+                output_truncated: false,
+            }),
+        ),
         other => other,
     }
 }
