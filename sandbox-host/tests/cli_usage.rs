@@ -98,6 +98,13 @@ fn an_input_beyond_the_limit_is_refused_with_a_clear_error() {
     assert_eq!(output.status.code(), Some(125), "{stderr}");
     assert!(stderr.contains("32 MiB"), "{stderr}");
     assert!(stderr.contains("nothing was run"), "{stderr}");
+    // The way around the limit is named, and it is one that works: the
+    // lease workflow appends pieces to a file (README, "Standard input").
+    assert!(stderr.contains("split -b 32M FILE piece."), "{stderr}");
+    assert!(
+        stderr.contains("sandbox lease exec LEASE --stdin PIECE"),
+        "{stderr}"
+    );
     assert!(output.stdout.is_empty());
 }
 

@@ -42,10 +42,13 @@ pub fn read(args: &RunArgs) -> Result<Option<Vec<u8>>> {
         .read_to_end(&mut bytes)
         .with_context(|| format!("reading the command's input from {what}"))?;
     if bytes.len() as u64 > MAX_STDIN {
+        let mib = MAX_STDIN / (1024 * 1024);
         bail!(
-            "the command's input ({what}) is larger than {} MiB, the most `sandbox` gives a \
-             command; nothing was run (upload large data as a file, or pass --no-stdin)",
-            MAX_STDIN / (1024 * 1024)
+            "the command's input ({what}) is larger than {mib} MiB, the most `sandbox` gives a \
+             command; nothing was run. To move more data, hold a lease and append it in \
+             pieces: `split -b {mib}M FILE piece.`, then for each piece `sandbox lease exec \
+             LEASE --stdin PIECE -- sh -c 'cat >> FILE'` (or pass --no-stdin to give the \
+             command no input)"
         );
     }
     // The contract's "none" is an empty input: no staging request for it.
