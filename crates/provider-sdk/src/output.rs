@@ -174,34 +174,39 @@ impl Tail {
         self.read().0
     }
 
-    /// The kept text and whether characters were dropped.
+    /// The kept text and whether characters were dropped. Valid text is
+    /// moved, not copied, and cut in place: reading holds the kept bytes
+    /// about twice (the segments and the text), as the text tail did.
     fn read(&self) -> (String, bool) {
         let mut joined = Vec::with_capacity(self.bytes);
         for segment in &self.segments {
             joined.extend_from_slice(&segment.bytes);
         }
-        // After a cut, the first bytes may end a character that began in
-        // what was dropped: its continuation bytes (at most 3) are skipped
-        // (the characters kept do not reach back to them).
-        let skip = if self.dropped {
-            joined
+        if self.dropped {
+            // After a cut, the first bytes may end a character that began in
+            // what was dropped: its continuation bytes (at most 3) are
+            // skipped (the characters kept do not reach back to them).
+            let skip = joined
                 .iter()
                 .take(3)
                 .take_while(|&&b| is_continuation(b))
-                .count()
-        } else {
-            0
+                .count();
+            joined.drain(..skip);
+        }
+        let mut text = match String::from_utf8(joined) {
+            Ok(text) => text,
+            Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
         };
-        let text = String::from_utf8_lossy(&joined[skip..]);
         let chars = count_leads(text.as_bytes());
         if chars <= self.cap {
-            return (text.into_owned(), self.dropped);
+            return (text, self.dropped);
         }
         let at = text
             .char_indices()
             .nth(chars - self.cap)
             .map_or(text.len(), |(at, _)| at);
-        (text[at..].to_owned(), true)
+        text.drain(..at);
+        (text, true)
     }
 }
 
