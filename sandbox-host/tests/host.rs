@@ -319,6 +319,19 @@ fn the_real_createos_provider_describes_itself_when_built() {
     }
     let engine = shared_engine().unwrap();
     let component = ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"));
+    // Built for the current contract: its live output is the exact bytes.
+    assert_eq!(component.contract(), sandbox_host::PROVIDER_INTERFACE);
+    assert_eq!(component.contract(), "sandbox:provider/provider@0.4.0");
+    assert_eq!(
+        sandbox_host::SERVED_INTERFACES,
+        [
+            "sandbox:provider/provider@0.4.0",
+            "sandbox:provider/provider@0.3.0",
+            "sandbox:provider/provider@0.2.0",
+        ],
+        "newest first"
+    );
+    assert!(!component.live_output_is_text());
     let description = component
         .instantiate(HostOptions::new())
         .unwrap()

@@ -165,3 +165,17 @@ pub fn replacement_characters(bytes: &[u8]) -> usize {
         .filter(|w| *w == "\u{fffd}".as_bytes())
         .count()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::replacement_characters;
+
+    #[test]
+    fn replacement_characters_are_counted_in_bytes() {
+        assert_eq!(replacement_characters(b""), 0);
+        assert_eq!(replacement_characters("a\u{fffd}b\u{fffd}".as_bytes()), 2);
+        // Bytes that are not UTF-8 are not U+FFFD: a 0.4.0 component's
+        // binary output is never counted as replaced.
+        assert_eq!(replacement_characters(&[0xff, 0xef, 0xbf, 0x00, 0xbd]), 0);
+    }
+}
