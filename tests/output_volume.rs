@@ -58,15 +58,15 @@ type Received = (Vec<u8>, Vec<u8>, bool);
 impl Live {
     fn sink(&self, first_delay: Duration) -> OutputSink {
         let streams = self.streams.clone();
-        Arc::new(move |stream, chunk: &str| {
+        Arc::new(move |stream, chunk: &[u8]| {
             let mut s = streams.lock().unwrap();
             if !s.2 {
                 s.2 = true;
                 std::thread::sleep(first_delay);
             }
             match stream {
-                OutputStream::Stdout => s.0.extend_from_slice(chunk.as_bytes()),
-                OutputStream::Stderr => s.1.extend_from_slice(chunk.as_bytes()),
+                OutputStream::Stdout => s.0.extend_from_slice(chunk),
+                OutputStream::Stderr => s.1.extend_from_slice(chunk),
             }
         })
     }
@@ -305,7 +305,7 @@ fn a_stalled_consumer_does_not_outlive_the_timeout(face: Face) {
     let live = Live::default();
     let slow = {
         let inner = live.sink(Duration::ZERO);
-        let sink: OutputSink = Arc::new(move |stream, chunk: &str| {
+        let sink: OutputSink = Arc::new(move |stream, chunk: &[u8]| {
             std::thread::sleep(Duration::from_millis(500));
             inner(stream, chunk);
         });

@@ -1,5 +1,6 @@
-// The packer: turns any `sandbox-provider` component (contract 0.3.0, or
-// 0.2.0 which differs only by lacking `provider-error.output-lost`) into
+// The packer: turns any `sandbox-provider` component (contract 0.4.0, or
+// 0.3.0 whose live output is text, or 0.2.0 which also lacks
+// `provider-error.output-lost`) into
 // a Paperclip plugin package. Everything provider-specific comes from the
 // component's describe(); the host code (../dist/*.js, built by tsc) is the
 // same for every package. Used by scripts/pack.mjs (the command) and by
@@ -13,13 +14,16 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 const nodeDir = fileURLToPath(new URL("..", import.meta.url));
 const hostDist = path.join(nodeDir, "dist");
 /** The current contract version this host speaks. */
-export const CONTRACT_VERSION = "0.3.0";
+export const CONTRACT_VERSION = "0.4.0";
 /**
- * Every contract version this host loads, newest first. 0.3.0 only added
- * the `provider-error.output-lost` case, so a 0.2.0 component's values are
- * 0.3.0 values as they are (jco keys imports without their version).
+ * Every contract version this host loads, newest first (jco keys imports
+ * without their version, so one set of imports serves them all). 0.4.0
+ * only changed `host.emit-output` to carry bytes (`list<u8>`, a
+ * `Uint8Array`) where 0.3.0 carries text (a string), which the provider
+ * thread takes both ways; 0.3.0 only added the `provider-error.output-lost`
+ * case, so a 0.2.0 component's values are 0.3.0 values as they are.
  */
-export const SERVED_VERSIONS = [CONTRACT_VERSION, "0.2.0"];
+export const SERVED_VERSIONS = [CONTRACT_VERSION, "0.3.0", "0.2.0"];
 /** The interface every provider exports. */
 const PROVIDER_EXPORT = "sandbox:provider/provider";
 /** How long describe() may take before the packer gives up. */
@@ -160,7 +164,7 @@ export async function pack({ component, out, devCopy = false, log = () => {} }) 
   const contract = await contractVersionOf(bytes, name);
   if (!SERVED_VERSIONS.includes(contract)) {
     throw new PackError(
-      `${name} is built for the sandbox-provider contract ${contract || "without a version"}; this host speaks ${SERVED_VERSIONS.join(" and ")} only. Rebuild the provider against wit/since_v${CONTRACT_VERSION} (the provider SDK's current version).`,
+      `${name} is built for the sandbox-provider contract ${contract || "without a version"}; this host speaks ${SERVED_VERSIONS.slice(0, -1).join(", ")} and ${SERVED_VERSIONS.at(-1)} only. Rebuild the provider against wit/since_v${CONTRACT_VERSION} (the provider SDK's current version).`,
     );
   }
   const staging = mkdtempSync(path.join(tmpdir(), "paperclip-wasm-pack-"));

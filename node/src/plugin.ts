@@ -22,7 +22,9 @@
  *   a lease deletes it (`orphans.ts`);
  * - release, destroy and shutdown cancel the commands running on the lease
  *   and wait for their cleanup before going on;
- * - live output goes to `ctx.execution.log` in order.
+ * - live output goes to `ctx.execution.log` in order, each stream's bytes
+ *   decoded as UTF-8 with a streaming decoder (`LiveText`), so a character
+ *   split between chunks arrives whole.
  */
 import { AsyncResource } from "node:async_hooks";
 import { definePlugin, type PluginContext } from "@paperclipai/plugin-sdk";
@@ -105,7 +107,7 @@ export interface PluginOptions {
   trustedOrigins?: readonly string[];
   /** Test-only: output containing this marker makes the component trap. */
   testTrapMarker?: string;
-  /** Undelivered live output (characters) beyond which a command's stream waits for `ctx.execution.log` (default 4 Mi). */
+  /** Undelivered live output (bytes; the name is from before contract 0.4.0) beyond which a command's stream waits for `ctx.execution.log` (default 4 Mi). */
   outputHighWaterChars?: number;
   /**
    * Replaces the declared rate limit: the operator's account limit
@@ -140,6 +142,33 @@ const SHUTDOWN_WAIT_MS = 8_000;
 
 /** Paperclip's host drops an `execute.log` chunk above 1,000,000 characters. */
 const LOG_PIECE_CHARS = 256 * 1024;
+
+/**
+ * One command's live output as text for `ctx.execution.log`: the component
+ * forwards the bytes the command printed, and a chunk may end inside a
+ * UTF-8 character, so each stream has its own streaming decoder that
+ * carries an incomplete character over to that stream's next chunk.
+ * `finish` ends both streams: an incomplete character left at the end (and
+ * any invalid byte on the way) becomes U+FFFD, as in the result's text.
+ */
+export class LiveText {
+  readonly #decoders = { stdout: new TextDecoder("utf-8"), stderr: new TextDecoder("utf-8") };
+
+  /** The text of `chunk` of `stream` that is complete so far. */
+  push(stream: "stdout" | "stderr", chunk: Uint8Array): string {
+    return this.#decoders[stream].decode(chunk, { stream: true });
+  }
+
+  /** What each stream still held (an incomplete last character), as text. */
+  finish(): Array<["stdout" | "stderr", string]> {
+    const rest: Array<["stdout" | "stderr", string]> = [];
+    for (const stream of ["stdout", "stderr"] as const) {
+      const text = this.#decoders[stream].decode();
+      if (text) rest.push([stream, text]);
+    }
+    return rest;
+  }
+}
 
 /** Splits a chunk into pieces the host accepts, never inside a surrogate pair. */
 export function logPieces(chunk: string): string[] {
@@ -216,7 +245,7 @@ export function createPlugin(options: PluginOptions = {}) {
     witOperation: ProviderOperation,
     args: unknown[],
     secret: OriginRoute[] | undefined,
-    onOutput?: (stream: "stdout" | "stderr", chunk: string) => void,
+    onOutput?: (stream: "stdout" | "stderr", chunk: Uint8Array) => void | Promise<void>,
   ): RunningCall<T> {
     const running = activePool().call<T>(witOperation, args, {
       routes: secret,
@@ -571,13 +600,26 @@ export function createPlugin(options: PluginOptions = {}) {
       // Output arrives on worker-thread message events; bind the callback to this
       // call's async context so the SDK stamps the chunk with this invocation's id.
       // A sink that returns a promise is awaited piece by piece (the pool holds the component meanwhile).
-      const emit = AsyncResource.bind(async (stream: "stdout" | "stderr", chunk: string) => {
-        for (const piece of logPieces(chunk)) await (log?.log(stream, piece) as unknown);
+      const text = new LiveText();
+      const emit = AsyncResource.bind(async (stream: "stdout" | "stderr", chunk: Uint8Array) => {
+        for (const piece of logPieces(text.push(stream, chunk))) await (log?.log(stream, piece) as unknown);
+      });
+      // After the last chunk was delivered (the result waits for it): an
+      // incomplete character left at the end, unless the log stopped
+      // taking output (its loss is reported instead).
+      const finish = AsyncResource.bind(async () => {
+        if (running.sinkFailure() !== undefined || running.unconsumedBytes() > 0) return;
+        for (const [stream, rest] of text.finish()) await (log?.log(stream, rest) as unknown);
       });
       const running = start<WitExecuteResult>("execute", "execute", [ctx, lease, toExecuteRequest(params)], secret, emit);
       const settled = running.result.then(
-        (result) => toExecuteResult(result),
+        async (result) => {
+          // A log that fails on this last piece loses at most a U+FFFD.
+          await finish().catch(() => {});
+          return toExecuteResult(result);
+        },
         async (error: unknown) => {
+          await finish().catch(() => {});
           await poisonOnFailure(params, lease.providerLeaseId, error);
           throw error;
         },

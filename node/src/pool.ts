@@ -39,13 +39,15 @@ export class ProviderCallError extends Error {
 /** Options of one call. */
 export interface CallOptions {
   /**
-   * Receives live output chunks in order, one at a time: a returned promise
-   * is awaited before the next chunk (and before the call's result). While
-   * more than the pool's `outputHighWaterChars` are not yet delivered, the
-   * provider thread waits in `emit-output`, so the component stops reading
-   * the stream: a slow sink slows the command's output, it never drops it.
+   * Receives live output chunks in order, one at a time: the bytes the
+   * command printed (a chunk may end inside a UTF-8 character; decode each
+   * stream with a streaming decoder). A returned promise is awaited before
+   * the next chunk (and before the call's result). While more than the
+   * pool's `outputHighWaterChars` bytes are not yet delivered, the provider
+   * thread waits in `emit-output`, so the component stops reading the
+   * stream: a slow sink slows the command's output, it never drops it.
    */
-  onOutput?: (stream: "stdout" | "stderr", chunk: string) => void | Promise<void>;
+  onOutput?: (stream: "stdout" | "stderr", chunk: Uint8Array) => void | Promise<void>;
   /** The API origins the call may reach, each with its secret header (`splitConfig`). */
   routes?: OriginRoute[];
   /** The request budget per origin, shared by all threads (none: no limit). */
@@ -58,7 +60,7 @@ export interface RunningCall<T> {
   /** Asks the component to stop; it cleans up and raises `cancelled`. */
   cancel(): void;
   /**
-   * Bytes of output `onOutput` did not take (UTF-8): a sink that stopped
+   * Bytes of output `onOutput` did not take: a sink that stopped
    * taking output is waited for until the command's timeout (and while it
    * keeps taking chunks), then the call settles without it. Final once
    * `result` settled.
@@ -79,7 +81,7 @@ interface PendingCall {
   onOutput?: CallOptions["onOutput"];
   /** The sandbox ids the component reported during the call. */
   recorded: string[];
-  /** Int32: output characters posted by the thread and not yet delivered to `onOutput`. */
+  /** Int32: output bytes posted by the thread and not yet delivered to `onOutput`. */
   outputCredit: Int32Array;
   /** Settles when every chunk posted so far was delivered. */
   delivered: Promise<void>;
@@ -115,11 +117,15 @@ export interface PoolStats {
   calls: number;
   traps: number;
   threadRestarts: number;
-  /** The most output characters a call ever had posted and not yet delivered (flow control's bound). */
+  /** The most output bytes a call ever had posted and not yet delivered (flow control's bound). */
   outputBacklogMax: number;
 }
 
-/** Default bound of undelivered output per call (characters): beyond it the provider thread waits for the sink. */
+/**
+ * Default bound of undelivered output per call, in bytes (characters before
+ * contract 0.4.0 made output bytes; the option keeps its name): beyond it
+ * the provider thread waits for the sink.
+ */
 export const OUTPUT_HIGH_WATER_CHARS = 4 * 1024 * 1024;
 
 export class ProviderPool {
@@ -227,7 +233,7 @@ export class ProviderPool {
       if (message.kind === "output") {
         this.stats.outputBacklogMax = Math.max(this.stats.outputBacklogMax, Atomics.load(call.outputCredit, 0));
         const { stream, chunk } = message;
-        const bytes = Buffer.byteLength(chunk);
+        const bytes = chunk.byteLength;
         call.pendingBytes += bytes;
         // In order, one at a time; the thread may go on once the sink took the chunk.
         call.delivered = call.delivered
@@ -253,7 +259,7 @@ export class ProviderPool {
               call.pendingBytes -= bytes;
               call.progressMs = Date.now();
             }
-            Atomics.sub(call.outputCredit, 0, chunk.length);
+            Atomics.sub(call.outputCredit, 0, bytes);
             Atomics.notify(call.outputCredit, 0);
           });
         return;

@@ -46,7 +46,8 @@ export interface ThreadCall {
 /** What a thread posts back. */
 export type ThreadMessage =
   | { kind: "ready"; instantiateMs: number }
-  | { kind: "output"; id: number; stream: "stdout" | "stderr"; chunk: string }
+  /** Live output: the bytes the command printed (a 0.3.0 component's text as UTF-8). */
+  | { kind: "output"; id: number; stream: "stdout" | "stderr"; chunk: Uint8Array }
   /** When a sink that stopped taking output stops being waited for (epoch ms; the command's timeout). */
   | { kind: "output-limit"; id: number; limitMs: number }
   | { kind: "sandbox"; id: number; sandboxId: string }
@@ -72,7 +73,7 @@ const NOTHING: OutgoingPolicy = { allowedOrigin: undefined, secrets: [], rateLim
 /** The rules of the call in progress, for a request's target origin. */
 let policy: (target: string | undefined) => OutgoingPolicy = () => NOTHING;
 let currentCall: { id: number; cancelFlag: SharedArrayBuffer; outputCredit: Int32Array; futures: number[]; outputLimitMs: number; progressMs: number; lastBacklog: number } | undefined;
-/** Beyond this many undelivered output characters, `emit-output` waits for the sink. */
+/** Beyond this many undelivered output bytes, `emit-output` waits for the sink. */
 const outputHighWater: number = workerData.outputHighWaterChars;
 /** How often a thread waiting for the sink looks at its call's cancellation and deadline. */
 const OUTPUT_WAIT_SLICE_MS = 50;
@@ -98,13 +99,23 @@ const noStdin = {
 };
 
 const hostInterface = {
-  emitOutput(stream: "stdout" | "stderr", chunk: string) {
+  /**
+   * `host.emit-output`: the bytes a command printed (contract 0.4.0, a
+   * `Uint8Array`), or a 0.3.0 / 0.2.0 component's text (a string, posted as
+   * its UTF-8 bytes). Counted in bytes for backpressure.
+   */
+  emitOutput(stream: "stdout" | "stderr", output: Uint8Array | string) {
     if (!currentCall) return;
-    if (trapMarker && chunk.includes(trapMarker)) {
+    const chunk = typeof output === "string" ? new Uint8Array(Buffer.from(output, "utf8")) : output;
+    if (trapMarker && Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).includes(trapMarker)) {
       // Test-only fault (see README): a host import failing mid-call is a trap.
       throw new WebAssembly.RuntimeError("test trap requested by output marker");
     }
-    port!.postMessage({ kind: "output", id: currentCall.id, stream, chunk } satisfies ThreadMessage);
+    const bytes = chunk.byteLength;
+    // A chunk that owns its whole buffer (jco copies a lifted list out of
+    // the component's memory) moves to the main thread without a copy.
+    const owned = chunk.byteOffset === 0 && chunk.buffer.byteLength === bytes && chunk.buffer instanceof ArrayBuffer;
+    port!.postMessage({ kind: "output", id: currentCall.id, stream, chunk } satisfies ThreadMessage, owned ? [chunk.buffer as ArrayBuffer] : []);
     // Backpressure: while the sink is behind, the component waits here and
     // stops reading the stream (nothing is dropped). A cancelled call goes
     // on to its cleanup; so does one past the command's timeout whose sink
@@ -114,7 +125,7 @@ const hostInterface = {
     const cancelFlag = new Int32Array(currentCall.cancelFlag);
     const call = currentCall;
     if (Atomics.load(credit, 0) < call.lastBacklog) call.progressMs = Date.now();
-    let backlog = Atomics.add(credit, 0, chunk.length) + chunk.length;
+    let backlog = Atomics.add(credit, 0, bytes) + bytes;
     while (backlog > outputHighWater) {
       if (Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED) break;
       const now = Date.now();

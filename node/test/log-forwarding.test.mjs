@@ -93,6 +93,36 @@ test("a slow async log sink slows the stream: every byte once, in order, deliver
 });
 
 /**
+ * Contract 0.4.0: the component forwards the bytes the command printed, so
+ * a chunk may end inside a UTF-8 character. Each character below is
+ * written one byte at a time with a pause (each byte its own chunk), on
+ * both streams: the log gets every character whole (each stream decoded
+ * with a streaming decoder), the one invalid byte as one U+FFFD, and no
+ * other U+FFFD. Decoding each chunk on its own would log U+FFFD for every
+ * piece of a cut character.
+ */
+test("a character split across chunks reaches the log whole, on both streams", async () => {
+  const logs = [];
+  const hooks = await pluginWithSink((stream, chunk) => logs.push({ stream, chunk }));
+  const bytes = ["\\xe2", "\\x82", "\\xac", "\\xf0", "\\x9f", "\\xa6", "\\x80", "\\xc3", "\\xbc", "a\\xffb", "\\n"];
+  const writes = (fd) => bytes.map((b) => `printf '${b}' >&${fd}; sleep 0.2; `).join("");
+  try {
+    const result = await runWith(hooks, { command: "bash", args: ["-c", writes(1) + writes(2)] });
+    const expected = "€🦀üa\uFFFDb\n";
+    assert.equal(result.exitCode, 0);
+    assert.equal(result.stdout, expected);
+    assert.equal(result.stderr, expected);
+    for (const stream of ["stdout", "stderr"]) {
+      const chunks = logs.filter((l) => l.stream === stream).map((l) => l.chunk);
+      assert.ok(chunks.length >= 4, `${stream} came in pieces (${JSON.stringify(chunks)})`);
+      assert.equal(chunks.join(""), expected, `${stream}: ${JSON.stringify(chunks)}`);
+    }
+  } finally {
+    await hooks.onShutdown();
+  }
+});
+
+/**
  * A sink that blocks its thread (like Paperclip's SDK writing to a full
  * stdout pipe): the same bound holds, nothing is lost.
  */

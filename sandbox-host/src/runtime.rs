@@ -147,6 +147,12 @@ impl SandboxRuntime {
         &self.description
     }
 
+    /// The component this runtime runs (for example to ask which contract
+    /// it was built for).
+    pub fn component(&self) -> &ProviderComponent {
+        &self.component
+    }
+
     /// The lease store.
     pub fn store(&self) -> &dyn LeaseStore {
         &*self.store

@@ -1,9 +1,12 @@
-//! Output that is not UTF-8: the provider contract carries output as text,
-//! so such bytes arrive replaced by U+FFFD. The CLI says so instead of
-//! passing altered data off as the command's output; text output gets no
-//! note. Both providers, the embedded engine.
+//! Output that is not UTF-8 (binary data): contract 0.4.0 carries live
+//! output as bytes, so `sandbox run` writes exactly the bytes the command
+//! printed, on both streams, with no note. Both providers, the embedded
+//! engine. (Before 0.4.0 such bytes arrived replaced by U+FFFD, and the CLI
+//! said so; it still does for a component built for an older contract.)
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 mod common;
 
@@ -15,20 +18,82 @@ fn providers() -> Option<[PathBuf; 2]> {
     Some([createos, daytona])
 }
 
-/// Before: `sandbox run -- cat` of 64 KiB of random bytes printed about
-/// 1.8 times as many bytes (each invalid byte became three) and said
-/// nothing.
+/// `len` deterministic bytes of every value (xorshift), so that invalid
+/// UTF-8, NUL bytes and characters cut anywhere all occur.
+fn binary(len: usize, mut seed: u64) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 24) as u8
+        })
+        .collect()
+}
+
+/// The MD5 of `bytes` as `md5sum` prints it (the same tool the sandbox's
+/// command uses).
+fn md5(bytes: &[u8]) -> String {
+    let mut child = Command::new("md5sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("md5sum runs");
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Issue: `sandbox run -- head -c 1000000 /dev/urandom | md5sum` did not
+/// match the bytes the command printed (contract 0.3.0 carried text, so
+/// bytes that were not UTF-8 became U+FFFD, about 1.8 times as many bytes
+/// in all). Now every byte arrives: 1 MB from /dev/urandom (its MD5
+/// computed inside the sandbox over the same bytes), 1 MiB given on stdin
+/// and printed back on stdout, and 64 KiB on stderr; no U+FFFD note.
 #[test]
-fn binary_output_is_called_out_and_text_is_not() {
+fn binary_output_arrives_byte_for_byte_on_both_providers() {
     let Some(providers) = providers() else {
         return;
     };
-    let binary: Vec<u8> = (0..65_536u32)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8 | 0x80)
-        .collect();
+    let input = binary(1 << 20, 0x9E37_79B9_7F4A_7C15);
     let file = std::env::temp_dir().join(format!("cli-binary-{}.bin", std::process::id()));
-    std::fs::write(&file, &binary).unwrap();
+    std::fs::write(&file, &input).unwrap();
+    let small = &input[..65_536];
+    let small_file = file.with_extension("small");
+    std::fs::write(&small_file, small).unwrap();
     for provider in &providers {
+        let name = provider.display();
+        // Random bytes, and their MD5 as the sandbox computed it.
+        let output = common::sandbox_cli(provider, "cli-binary-output")
+            .args([
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "head -c 1000000 /dev/urandom > /tmp/random.bin && cat /tmp/random.bin && \
+                 md5sum /tmp/random.bin >&2",
+            ])
+            .output()
+            .expect("running sandbox");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(0), "{name}: {stderr}");
+        assert_eq!(output.stdout.len(), 1_000_000, "{name}: {stderr}");
+        let sum = md5(&output.stdout);
+        assert!(
+            stderr.contains(&format!("{sum}  /tmp/random.bin")),
+            "{name}: the bytes written (md5 {sum}) are not the bytes printed: {stderr}"
+        );
+        assert!(!stderr.contains("U+FFFD"), "{name}: {stderr}");
+
+        // Known bytes in, the same bytes out.
         let output = common::sandbox_cli(provider, "cli-binary-output")
             .arg("run")
             .arg("--stdin")
@@ -37,31 +102,44 @@ fn binary_output_is_called_out_and_text_is_not() {
             .output()
             .expect("running sandbox");
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(
-            output.status.code(),
-            Some(0),
-            "{}: {stderr}",
-            provider.display()
-        );
-        assert_ne!(output.stdout, binary, "the contract carries text");
+        assert_eq!(output.status.code(), Some(0), "{name}: {stderr}");
         assert!(
-            stderr.contains("U+FFFD replacement character")
-                && stderr.contains("bytes that were not UTF-8"),
-            "{}: {stderr}",
-            provider.display()
+            output.stdout == input,
+            "{name}: stdout differs from the {} bytes printed ({} bytes arrived, md5 {} vs {}); \
+             {stderr}",
+            input.len(),
+            output.stdout.len(),
+            md5(&output.stdout),
+            md5(&input)
         );
+        assert!(!stderr.contains("U+FFFD"), "{name}: {stderr}");
 
+        // And on stderr.
+        let output = common::sandbox_cli(provider, "cli-binary-output")
+            .arg("run")
+            .arg("--stdin")
+            .arg(&small_file)
+            .args(["--", "sh", "-c", "cat >&2"])
+            .output()
+            .expect("running sandbox");
+        assert_eq!(output.status.code(), Some(0), "{name}");
+        assert!(
+            contains(&output.stderr, small),
+            "{name}: stderr lacks the {} bytes printed ({} bytes arrived)",
+            small.len(),
+            output.stderr.len()
+        );
+        assert!(output.stdout.is_empty(), "{name}");
+
+        // Text stays text.
         let text = common::sandbox_cli(provider, "cli-binary-output")
             .args(["run", "--", "echo", "héllo"])
             .output()
             .expect("running sandbox");
         let stderr = String::from_utf8_lossy(&text.stderr);
         assert_eq!(text.stdout, "héllo\n".as_bytes(), "{stderr}");
-        assert!(
-            !stderr.contains("U+FFFD"),
-            "{}: {stderr}",
-            provider.display()
-        );
+        assert!(!stderr.contains("U+FFFD"), "{name}: {stderr}");
     }
     let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&small_file);
 }

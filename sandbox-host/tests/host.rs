@@ -88,8 +88,8 @@ fn requests_are_recorded_with_the_secret_and_bodies_stream_to_output() {
     assert_eq!(
         output.chunks(),
         vec![
-            (OutputStream::Stdout, "{\"seq\":1}\n".to_owned()),
-            (OutputStream::Stdout, "{\"seq\":2}\n".to_owned()),
+            (OutputStream::Stdout, b"{\"seq\":1}\n".to_vec()),
+            (OutputStream::Stdout, b"{\"seq\":2}\n".to_vec()),
         ]
     );
     let requests = script.requests();
@@ -319,6 +319,19 @@ fn the_real_createos_provider_describes_itself_when_built() {
     }
     let engine = shared_engine().unwrap();
     let component = ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"));
+    // Built for the current contract: its live output is the exact bytes.
+    assert_eq!(component.contract(), sandbox_host::PROVIDER_INTERFACE);
+    assert_eq!(component.contract(), "sandbox:provider/provider@0.4.0");
+    assert_eq!(
+        sandbox_host::SERVED_INTERFACES,
+        [
+            "sandbox:provider/provider@0.4.0",
+            "sandbox:provider/provider@0.3.0",
+            "sandbox:provider/provider@0.2.0",
+        ],
+        "newest first"
+    );
+    assert!(!component.live_output_is_text());
     let description = component
         .instantiate(HostOptions::new())
         .unwrap()
@@ -457,19 +470,21 @@ fn a_component_built_for_another_contract_version_is_refused_by_name() {
     let wasm = common::build_fixture("contract-v0-1");
     let engine = sandbox_host::shared_engine().unwrap();
     let error = match sandbox_host::ProviderComponent::load(&engine, &wasm) {
-        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.3.0 host"),
+        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.4.0 host"),
         Err(error) => format!("{error:#}"),
     };
     assert!(error.contains("sandbox:provider/provider@0.1.0"), "{error}");
+    assert!(error.contains("sandbox:provider/provider@0.4.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.3.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.2.0"), "{error}");
     assert!(error.contains("rebuild"), "{error}");
 }
 
-/// Contract 0.3.0 (issue 23 item 4) added `provider-error.output-lost`; a
-/// component built for 0.2.0 still loads, and every value crosses intact
-/// both ways: the description, the request the host sends, live output,
-/// the result, and a `cleanup-failed` with its partial output.
+/// Contract 0.3.0 (issue 23 item 4) added `provider-error.output-lost`, and
+/// 0.4.0 made live output bytes; a component built for 0.2.0 still loads,
+/// and every value crosses intact both ways: the description, the request
+/// the host sends, live output (its text as UTF-8 bytes), the result, and a
+/// `cleanup-failed` with its partial output.
 #[test]
 fn a_component_built_for_contract_0_2_still_loads_and_converts_every_value() {
     use sandbox_host::types::{Capabilities, CleanupPhase, FileUpload, ResumeOutcome};
@@ -477,6 +492,7 @@ fn a_component_built_for_contract_0_2_still_loads_and_converts_every_value() {
     let engine = sandbox_host::shared_engine().unwrap();
     let component = sandbox_host::ProviderComponent::load(&engine, &wasm).unwrap();
     assert_eq!(component.contract(), "sandbox:provider/provider@0.2.0");
+    assert!(component.live_output_is_text());
     let output = OutputCapture::new();
     let mut instance = component
         .instantiate(HostOptions::new().with_output_sink(output.sink()))
@@ -530,7 +546,7 @@ fn a_component_built_for_contract_0_2_still_loads_and_converts_every_value() {
     );
     assert_eq!(
         output.chunks(),
-        vec![(OutputStream::Stderr, "live".to_owned())]
+        vec![(OutputStream::Stderr, b"live".to_vec())]
     );
 
     request.command = "leave-running".into();
@@ -541,6 +557,90 @@ fn a_component_built_for_contract_0_2_still_loads_and_converts_every_value() {
             let partial = failure.partial.unwrap();
             assert!(partial.timed_out);
             assert!(partial.stdout.starts_with("leave-running a b c"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Contract 0.4.0 made `host.emit-output` carry bytes; a component built for
+/// 0.3.0 (text) still loads, its live text arrives as its UTF-8 bytes in
+/// order on both streams, and every value crosses intact both ways,
+/// `output-lost` included (which 0.2.0 lacks).
+#[test]
+fn a_component_built_for_contract_0_3_still_loads_and_its_output_arrives() {
+    use sandbox_host::types::{Capabilities, CleanupPhase, ResumeOutcome};
+    let wasm = common::build_fixture("contract-v0-3");
+    let engine = sandbox_host::shared_engine().unwrap();
+    let component = sandbox_host::ProviderComponent::load(&engine, &wasm).unwrap();
+    assert_eq!(component.contract(), "sandbox:provider/provider@0.3.0");
+    assert!(component.live_output_is_text());
+    let output = OutputCapture::new();
+    let mut instance = component
+        .instantiate(HostOptions::new().with_output_sink(output.sink()))
+        .unwrap();
+
+    let description = instance.describe().unwrap();
+    assert_eq!(description.driver_key, "old-0-3");
+    assert_eq!(
+        description.capabilities,
+        Capabilities::REUSABLE_LEASES | Capabilities::NATIVE_SYNC
+    );
+    assert_eq!(description.rate_limit.as_ref().unwrap().requests, 7);
+    assert_eq!(
+        instance
+            .validate_config("{}")
+            .unwrap()
+            .budget
+            .unwrap()
+            .operation_ms,
+        5_000
+    );
+    match instance.resume_lease(&ctx("{}"), &lease()).unwrap() {
+        Ok(ResumeOutcome::Resumed(back)) => assert_eq!(back.provider_lease_id, "sb-1"),
+        other => panic!("{other:?}"),
+    }
+
+    let mut request = test_support::command("echo", &["a b", "c"])
+        .cwd("/w")
+        .env("K", "v")
+        .stdin(b"12345")
+        .timeout_ms(900);
+    let result = instance
+        .execute(&ctx("{}"), &lease(), &request)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        result.stdout,
+        "echo a b c env=[(\"K\", \"v\")] stdin=5 timeout=Some(900) cwd=Some(\"/w\") \
+         lease=sb-1 company=company"
+    );
+    assert_eq!((result.exit_code, result.output_truncated), (Some(3), true));
+    assert_eq!(
+        output.chunks(),
+        vec![
+            (OutputStream::Stderr, b"live".to_vec()),
+            (OutputStream::Stdout, "héllo ".as_bytes().to_vec()),
+            (OutputStream::Stdout, "wörld\u{fffd}\n".as_bytes().to_vec()),
+        ]
+    );
+
+    request.command = "lose-output".into();
+    match instance.execute(&ctx("{}"), &lease(), &request).unwrap() {
+        Err(ProviderError::OutputLost(loss)) => {
+            assert_eq!(loss.operation, "connect");
+            assert_eq!((loss.lost_bytes, loss.lost_chunks), (Some(4096), Some(2)));
+            assert!(!loss.tree_deleted);
+            assert_eq!(loss.partial.stdout, "héllo wörld\u{fffd}\n");
+            assert!(loss.partial.output_truncated);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    request.command = "leave-running".into();
+    match instance.execute(&ctx("{}"), &lease(), &request).unwrap() {
+        Err(ProviderError::CleanupFailed(failure)) => {
+            assert_eq!(failure.phase, CleanupPhase::ProcessTermination);
+            assert!(failure.partial.unwrap().timed_out);
         }
         other => panic!("{other:?}"),
     }

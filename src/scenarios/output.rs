@@ -1,5 +1,6 @@
 //! Output: live through the output sink, in order, equal to the result;
-//! UTF-8 decoded per stream across chunks.
+//! the sink gets the exact bytes printed (contract 0.4.0), and the result
+//! their text, UTF-8 decoded per stream across chunks.
 
 use std::sync::{Arc, Mutex};
 
@@ -37,14 +38,14 @@ pub fn live_output(target: &Target) -> Result<Verdict> {
 
         let marker = unique_marker();
         let token = CancelToken::new();
-        let seen = Arc::new(Mutex::new(String::new()));
+        let seen = Arc::new(Mutex::new(Vec::new()));
         let sink: OutputSink = {
             let (token, seen) = (token.clone(), seen.clone());
-            Arc::new(move |stream, chunk: &str| {
+            Arc::new(move |stream, chunk: &[u8]| {
                 if stream == OutputStream::Stdout {
                     let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-                    seen.push_str(chunk);
-                    if seen.contains("first\n") {
+                    seen.extend_from_slice(chunk);
+                    if seen.windows(6).any(|w| w == b"first\n") {
                         token.cancel();
                     }
                 }
@@ -91,7 +92,9 @@ pub fn live_output(target: &Target) -> Result<Verdict> {
 
 /// Multi-byte characters written one byte at a time (so that the backend
 /// is likely to cut them across chunks) arrive whole on both streams, in
-/// the result and through the sink; an invalid byte is U+FFFD.
+/// the result (where an invalid byte is U+FFFD) and through the sink (the
+/// exact bytes, the invalid one included); and every byte value (binary
+/// data) reaches the sink unchanged.
 pub fn utf8_across_chunks(target: &Target) -> Result<Verdict> {
     with_session(target, None, |s| {
         let lease = s.acquire()?;
@@ -123,26 +126,46 @@ pub fn utf8_across_chunks(target: &Target) -> Result<Verdict> {
             result.stdout,
             result.stderr
         );
+        let printed = "€🦀üa\u{FF}b\n"
+            .chars()
+            .flat_map(|c| match c {
+                '\u{FF}' => vec![0xff],
+                c => c.to_string().into_bytes(),
+            })
+            .collect::<Vec<u8>>();
         for (stream, name) in [
             (OutputStream::Stdout, "stdout"),
             (OutputStream::Stderr, "stderr"),
         ] {
-            let text = capture.text(stream);
+            let bytes = capture.bytes(stream);
             ensure!(
-                text == expected,
-                "the sink's {name} is {text:?}, expected {expected:?}"
+                bytes == printed,
+                "the sink's {name} is {bytes:x?}, expected the bytes printed {printed:x?}"
             );
         }
-        let replacements: usize = capture
-            .chunks()
-            .iter()
-            .map(|(_, chunk)| chunk.matches('\u{FFFD}').count())
-            .sum();
-        ensure!(
-            replacements == 2,
-            "only the one invalid byte per stream may become U+FFFD; the sink saw {replacements} \
-             (a character cut across chunks was decoded in pieces)"
-        );
+
+        // Every byte value, on both streams.
+        let all: String = (0..=255u8).map(|b| format!("\\x{b:02x}")).collect();
+        let capture = OutputCapture::new();
+        succeeded(
+            "every byte value printed",
+            s.execute(
+                &lease.id,
+                &bash(&format!("printf '{all}'; printf '{all}' >&2")),
+                Some(capture.sink()),
+                CancelToken::new(),
+            )?,
+        )?;
+        let every: Vec<u8> = (0..=255u8).collect();
+        for stream in [OutputStream::Stdout, OutputStream::Stderr] {
+            let bytes = capture.bytes(stream);
+            ensure!(
+                bytes == every,
+                "printing every byte value: the sink got {} bytes that differ from the 256 \
+                 printed ({bytes:x?})",
+                bytes.len()
+            );
+        }
         Ok(Verdict::passed())
     })
 }
@@ -193,12 +216,12 @@ pub fn output_lost(target: &Target) -> Result<Verdict> {
 /// Runs a command that ignores SIGTERM under the injected eviction and
 /// checks the `output-lost`; returns its `tree-deleted`.
 fn lost(s: &Session, lease_id: &str, marker: &str) -> Result<bool> {
-    let seen = Arc::new(Mutex::new(String::new()));
+    let seen = Arc::new(Mutex::new(Vec::new()));
     let sink: OutputSink = {
         let seen = seen.clone();
-        Arc::new(move |stream, chunk: &str| {
+        Arc::new(move |stream, chunk: &[u8]| {
             if stream == OutputStream::Stdout {
-                seen.lock().unwrap().push_str(chunk);
+                seen.lock().unwrap().extend_from_slice(chunk);
             }
         })
     };
@@ -213,7 +236,7 @@ fn lost(s: &Session, lease_id: &str, marker: &str) -> Result<bool> {
             outcome_text(&outcome)
         );
     };
-    let seen = seen.lock().unwrap().clone();
+    let seen = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
     ensure!(
         loss.partial.stdout == seen,
         "output-lost keeps {:?}, but {seen:?} reached the live sink",

@@ -52,13 +52,15 @@ fn ready_sink(
     let visible = session.backend().processes_on_this_machine();
     let sink: OutputSink = {
         let (readiness, marker) = (readiness.clone(), marker.to_owned());
-        Arc::new(move |stream, chunk: &str| {
+        Arc::new(move |stream, chunk: &[u8]| {
             if stream != OutputStream::Stdout {
                 return;
             }
             let mut seen = readiness.lock().unwrap_or_else(|e| e.into_inner());
             let was_ready = seen.stdout.contains("ready");
-            seen.stdout.push_str(chunk);
+            // The marker is ASCII: a character cut between chunks only
+            // changes what else this text shows.
+            seen.stdout.push_str(&String::from_utf8_lossy(chunk));
             if !was_ready && seen.stdout.contains("ready") {
                 if visible {
                     seen.alive = Some(procs::survivors(&marker).len());

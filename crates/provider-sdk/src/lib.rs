@@ -1,4 +1,4 @@
-//! The guest side of the `sandbox-provider` WIT world (`wit/since_v0.3.0`),
+//! The guest side of the `sandbox-provider` WIT world (`wit/since_v0.4.0`),
 //! shared by every provider component.
 //!
 //! A provider holds only its API knowledge: it implements [`Provider`] in
@@ -15,7 +15,8 @@
 //! - [`http`]: 2xx answers, JSON, string and id fields;
 //! - [`errors`]: API failures as the contract's error cases, receipts;
 //! - [`origin`]: API URL rules (https, or http on loopback) and origins;
-//! - [`output`]: per-stream UTF-8 decoding and the bounded output tail;
+//! - [`output`]: live output as the bytes the command printed, and the
+//!   bounded output tail (text, lossy UTF-8);
 //! - [`script`]: command validation and the single-quoted bash script.
 //!
 //! ```ignore
@@ -38,7 +39,7 @@
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/since_v0.3.0",
+        path: "../../wit/since_v0.4.0",
         world: "sandbox-provider",
         generate_all,
         pub_export_macro: true,
@@ -84,7 +85,7 @@ use config::ProviderConfig;
 use types::*;
 
 /// A sandbox provider in plain Rust: the operations of the WIT `provider`
-/// interface (see `wit/since_v0.3.0/provider.wit` for what each must
+/// interface (see `wit/since_v0.4.0/provider.wit` for what each must
 /// prove), as methods of one operation's state.
 ///
 /// The export ([`export_provider!`]) sets every operation up once before

@@ -1,4 +1,5 @@
-//! Command output: UTF-8 decoding across frames and a capped tail.
+//! Command output: the bytes a command printed, forwarded as they are,
+//! and a capped tail of each stream, converted to text at the end.
 
 use std::collections::VecDeque;
 
@@ -8,102 +9,13 @@ use crate::types::PartialOutput;
 /// How many characters of each stream are kept (the last ones): 4 Mi.
 pub const MAX_OUTPUT_CHARS: usize = 4 * 1024 * 1024;
 
-/// Decodes one stream's bytes into text, carrying an incomplete UTF-8
-/// character over to the next chunk (frames and reconnects may split one).
-/// Invalid bytes become U+FFFD.
-#[derive(Debug, Default)]
-pub struct Utf8Decoder {
-    /// An incomplete character at the end of the last chunk (at most 3 bytes).
-    pending: Vec<u8>,
-    /// The carried character joined with the next chunk (reused).
-    joined: Vec<u8>,
-    /// Decoded text that could not borrow its chunk (reused).
-    text: String,
-}
-
-impl Utf8Decoder {
-    /// Decodes a chunk; the result never ends inside a character.
-    pub fn push(&mut self, bytes: &[u8]) -> String {
-        self.decode(bytes).to_owned()
-    }
-
-    /// Like [`Utf8Decoder::push`], without allocating: a chunk of whole
-    /// valid text (or one cut only inside its last character) is borrowed
-    /// as it is, checked by one `from_utf8` pass (which skips ASCII a word
-    /// at a time); anything else is decoded into a buffer the decoder
-    /// reuses.
-    pub fn decode<'s>(&'s mut self, bytes: &'s [u8]) -> &'s str {
-        let input: &[u8] = if self.pending.is_empty() {
-            bytes
-        } else {
-            self.joined.clear();
-            self.joined.append(&mut self.pending);
-            self.joined.extend_from_slice(bytes);
-            &self.joined
-        };
-        let (whole, cut) = input.split_at(whole_prefix(input));
-        if cut.is_empty() || is_incomplete(cut) {
-            if let Ok(text) = simdutf8::basic::from_utf8(whole) {
-                self.pending.extend_from_slice(cut);
-                return text;
-            }
-        }
-        self.text.clear();
-        let mut chunks = input.utf8_chunks().peekable();
-        while let Some(chunk) = chunks.next() {
-            self.text.push_str(chunk.valid());
-            let invalid = chunk.invalid();
-            if invalid.is_empty() {
-                continue;
-            }
-            if chunks.peek().is_none() && is_incomplete(invalid) {
-                self.pending.extend_from_slice(invalid);
-            } else {
-                self.text.push(char::REPLACEMENT_CHARACTER);
-            }
-        }
-        &self.text
-    }
-
-    /// Ends the stream: an incomplete trailing character becomes U+FFFD.
-    pub fn finish(&mut self) -> String {
-        if self.pending.is_empty() {
-            String::new()
-        } else {
-            self.pending.clear();
-            char::REPLACEMENT_CHARACTER.to_string()
-        }
-    }
-}
-
-/// The length of `bytes` without a character its end may cut (the lead
-/// byte of the last character, within the last 3 bytes, announces more
-/// bytes than follow it); whether that cut is really the start of a
-/// character is for the caller to check.
-fn whole_prefix(bytes: &[u8]) -> usize {
-    let n = bytes.len();
-    for back in 1..=n.min(3) {
-        let byte = bytes[n - back];
-        if byte & 0xC0 != 0x80 {
-            let width = match byte {
-                0xC0..=0xDF => 2,
-                0xE0..=0xEF => 3,
-                0xF0..=0xF7 => 4,
-                _ => 1,
-            };
-            return if width > back { n - back } else { n };
-        }
-    }
-    n
-}
-
-/// The number of characters of `text`: its bytes that are not UTF-8
-/// continuation bytes, 16 at a time with wasm SIMD (std's count goes a
-/// word at a time, about 3% of the 50 MB run under Cranelift).
+/// The number of bytes of `bytes` that are not UTF-8 continuation bytes
+/// (`0x80..=0xBF`), 16 at a time with wasm SIMD: the number of characters
+/// of valid UTF-8, and a lower bound of the characters a lossy decoding
+/// gives (each such byte starts a character or a U+FFFD of its own).
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn count_chars(text: &str) -> usize {
+fn count_leads(bytes: &[u8]) -> usize {
     use core::arch::wasm32::*;
-    let bytes = text.as_bytes();
     let blocks = bytes.chunks_exact(16);
     let rest = blocks.remainder();
     // Continuation bytes are 0x80..=0xBF: -128..=-65 as signed bytes.
@@ -114,45 +26,53 @@ fn count_chars(text: &str) -> usize {
         let v = unsafe { v128_load(block.as_ptr().cast()) };
         count += i8x16_bitmask(i8x16_gt(v, last_continuation)).count_ones() as usize;
     }
-    count + rest.iter().filter(|&&b| (b as i8) > -65).count()
+    count + rest.iter().filter(|&&b| !is_continuation(b)).count()
 }
 
 #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-fn count_chars(text: &str) -> usize {
-    text.chars().count()
+fn count_leads(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|&&b| !is_continuation(b)).count()
 }
 
-/// True when `bytes` (a maximal invalid run from `utf8_chunks`) is the
-/// start of a character that the next bytes may still complete.
-fn is_incomplete(bytes: &[u8]) -> bool {
-    std::str::from_utf8(bytes).is_err_and(|e| e.error_len().is_none())
+fn is_continuation(byte: u8) -> bool {
+    byte & 0xC0 == 0x80
 }
 
-/// The last [`MAX_OUTPUT_CHARS`] characters of a stream (or another cap).
+/// The last [`MAX_OUTPUT_CHARS`] characters (or another cap) of a stream's
+/// text, where the text is the lossy UTF-8 decoding of every byte pushed
+/// (each invalid sequence one U+FFFD, as `String::from_utf8_lossy`).
 ///
-/// The kept text is a queue of segments (each one string and its character
-/// count), so its memory is bounded per character (at most 4 bytes each,
-/// plus one segment), however the output was cut into chunks: small pushes
+/// Pushing only counts and copies bytes: nothing is validated or decoded
+/// until the text is read (once, at the end of a command), so the live path
+/// never checks UTF-8. The tail keeps raw bytes in a queue of segments, each
+/// with its count of lead bytes (bytes that are not continuation bytes).
+/// The front segment goes once the bytes after it are sure to decode to at
+/// least `cap` characters: every lead byte starts a character of its own,
+/// and no character (nor U+FFFD) takes more than 4 bytes. So what is kept
+/// is bounded (about `cap` bytes for ASCII, at most `4 * cap` plus a
+/// segment for any input), and reading gives exactly the last `cap`
+/// characters of the whole stream's decoding: a cut can only fall inside
+/// the first 3 bytes' character, which [`Tail::text`] skips. Small pushes
 /// are appended to the last segment (a million one-byte frames cost a
-/// million bytes, not a million allocations). Pushing costs one character
-/// count and one copy; whole segments leave the front at once, and the
-/// characters beyond the cap inside the first segment are skipped only when
-/// the text is read, so no byte is visited twice on the hot path.
+/// million bytes, not a million allocations).
 #[derive(Debug)]
 pub struct Tail {
     cap: usize,
     segments: VecDeque<Segment>,
-    /// Characters held in `segments`; those beyond `cap` are at the front
-    /// of the first segment.
-    chars: usize,
-    truncated: bool,
+    /// Lead bytes held in `segments`.
+    leads: usize,
+    /// Bytes held in `segments`.
+    bytes: usize,
+    /// Bytes were dropped from the front (so the text holds more than
+    /// `cap` characters).
+    dropped: bool,
 }
 
-/// One piece of kept text and its character count.
+/// One piece of kept bytes and its lead-byte count.
 #[derive(Debug)]
 struct Segment {
-    text: String,
-    chars: usize,
+    bytes: Vec<u8>,
+    leads: usize,
 }
 
 /// The size of a new segment that small pushes are appended to.
@@ -170,83 +90,123 @@ impl Tail {
         Tail {
             cap,
             segments: VecDeque::new(),
-            chars: 0,
-            truncated: false,
+            leads: 0,
+            bytes: 0,
+            dropped: false,
         }
     }
 
-    /// Appends text, dropping the oldest characters beyond the cap.
-    pub fn push(&mut self, text: &str) {
-        if text.is_empty() {
+    /// Whether bytes with `leads` lead bytes, `bytes` in all, decode to at
+    /// least `cap` characters even without their first 3 bytes.
+    fn enough(&self, leads: usize, bytes: usize) -> bool {
+        leads >= self.cap || bytes >= self.cap.saturating_mul(4).saturating_add(3)
+    }
+
+    /// Appends bytes, dropping the oldest ones that cannot be among the
+    /// last `cap` characters.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
             return;
         }
-        let count = count_chars(text);
-        if count >= self.cap {
-            // Everything kept so far goes: keep only the end of `text`.
-            self.truncated |= count > self.cap || self.chars > 0;
-            let skip = text
-                .char_indices()
-                .nth(count - self.cap)
-                .map_or(text.len(), |(i, _)| i);
+        let leads = count_leads(bytes);
+        if self.enough(leads, bytes.len()) {
+            // Everything kept so far goes: keep only the end of `bytes`,
+            // whole segments' worth counted from the back.
+            let (mut start, mut kept_leads) = (bytes.len(), 0);
+            while start > 0 && !self.enough(kept_leads, bytes.len() - start) {
+                let from = start.saturating_sub(SEGMENT_BYTES);
+                kept_leads += count_leads(&bytes[from..start]);
+                start = from;
+            }
+            self.dropped |= start > 0 || self.bytes > 0;
             self.segments.clear();
             self.segments.push_back(Segment {
-                text: text[skip..].to_owned(),
-                chars: self.cap,
+                bytes: bytes[start..].to_vec(),
+                leads: kept_leads,
             });
-            self.chars = self.cap;
+            self.leads = kept_leads;
+            self.bytes = bytes.len() - start;
             return;
         }
         match self.segments.back_mut() {
             // Appended only without growing: a segment's allocation is fixed.
-            Some(last) if last.text.capacity() - last.text.len() >= text.len() => {
-                last.text.push_str(text);
-                last.chars += count;
+            Some(last) if last.bytes.capacity() - last.bytes.len() >= bytes.len() => {
+                last.bytes.extend_from_slice(bytes);
+                last.leads += leads;
             }
             _ => {
-                let mut segment = String::with_capacity(text.len().max(SEGMENT_BYTES));
-                segment.push_str(text);
+                let mut segment = Vec::with_capacity(bytes.len().max(SEGMENT_BYTES));
+                segment.extend_from_slice(bytes);
                 self.segments.push_back(Segment {
-                    text: segment,
-                    chars: count,
+                    bytes: segment,
+                    leads,
                 });
             }
         }
-        self.chars += count;
+        self.leads += leads;
+        self.bytes += bytes.len();
         while let Some(front) = self.segments.front() {
-            if self.chars - front.chars < self.cap {
+            if !self.enough(self.leads - front.leads, self.bytes - front.bytes.len()) {
                 break;
             }
-            self.chars -= front.chars;
+            self.leads -= front.leads;
+            self.bytes -= front.bytes.len();
             self.segments.pop_front();
-            self.truncated = true;
-        }
-        if self.chars > self.cap {
-            self.truncated = true;
+            self.dropped = true;
         }
     }
 
-    /// True when characters were dropped.
+    /// True when characters were dropped: the stream's text held more
+    /// than `cap` characters.
     pub fn truncated(&self) -> bool {
-        self.truncated
+        if self.dropped || self.leads > self.cap {
+            return true;
+        }
+        if self.bytes <= self.cap {
+            return false;
+        }
+        self.read().1
     }
 
-    /// The kept text.
+    /// The kept text: the last `cap` characters of the lossy decoding of
+    /// everything pushed.
     pub fn text(&self) -> String {
-        let excess = self.chars.saturating_sub(self.cap);
-        let mut text = String::with_capacity(self.segments.iter().map(|s| s.text.len()).sum());
-        for (i, segment) in self.segments.iter().enumerate() {
-            let skip = if i == 0 && excess > 0 {
-                segment
-                    .text
-                    .char_indices()
-                    .nth(excess)
-                    .map_or(segment.text.len(), |(at, _)| at)
-            } else {
-                0
-            };
-            text.push_str(&segment.text[skip..]);
+        self.read().0
+    }
+
+    /// The kept text and whether characters were dropped. Valid text is
+    /// moved, not copied, and cut in place: reading holds the kept bytes
+    /// about twice (the segments and the text), as the text tail did.
+    fn read(&self) -> (String, bool) {
+        let mut joined = Vec::with_capacity(self.bytes);
+        for segment in &self.segments {
+            joined.extend_from_slice(&segment.bytes);
         }
-        text
+        if self.dropped {
+            // After a cut, the first bytes may end a character that began in
+            // what was dropped: its continuation bytes (at most 3) are
+            // skipped (the characters kept do not reach back to them).
+            let skip = joined
+                .iter()
+                .take(3)
+                .take_while(|&&b| is_continuation(b))
+                .count();
+            joined.drain(..skip);
+        }
+        let mut text = match String::from_utf8(joined) {
+            Ok(text) => text,
+            Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
+        };
+        let chars = count_leads(text.as_bytes());
+        if chars <= self.cap {
+            return (text, self.dropped);
+        }
+        let at = text
+            .char_indices()
+            .nth(chars - self.cap)
+            .map_or(text.len(), |(at, _)| at);
+        text.drain(..at);
+        (text, true)
     }
 }
 
@@ -293,23 +253,25 @@ mod counting {
     }
 }
 
-/// A running command's two output streams: each decoded across chunks,
-/// kept as a bounded tail for the result, and forwarded live to the host.
+/// A running command's two output streams: forwarded live to the host as
+/// the bytes the command printed, and each kept as a bounded tail for the
+/// result.
 ///
 /// Live output is handed over in batches: [`CommandOutput::push`] keeps the
-/// decoded text of consecutive pushes of one stream, and
-/// [`CommandOutput::flush`] (which a provider calls after each body chunk
-/// it has read) or a push of the other stream hands it to the host in one
-/// call. Servers cut output into small frames (a pipe read each, often
-/// 4 KiB); one host call, and one write by the host, per frame was the
-/// main cost of a fast stream. The tails are updated at once, so a result
-/// or partial output never lacks what was pushed.
+/// bytes of consecutive pushes of one stream, and [`CommandOutput::flush`]
+/// (which a provider calls after each body chunk it has read) or a push of
+/// the other stream hands them to the host in one call. Servers cut output
+/// into small frames (a pipe read each, often 4 KiB); one host call, and
+/// one write by the host, per frame was the main cost of a fast stream.
+/// The tails are updated at once, so a result or partial output never
+/// lacks what was pushed. Nothing on this path decodes or validates UTF-8:
+/// the host gets the bytes, and only the tails become text, when read.
 #[derive(Debug)]
 pub struct CommandOutput {
-    stdout: (Utf8Decoder, Tail),
-    stderr: (Utf8Decoder, Tail),
-    /// Decoded text not yet handed to the host, all of stream `unsent_id`.
-    unsent: String,
+    stdout: Tail,
+    stderr: Tail,
+    /// Bytes not yet handed to the host, all of stream `unsent_id`.
+    unsent: Vec<u8>,
     unsent_id: StreamId,
 }
 
@@ -318,60 +280,42 @@ impl Default for CommandOutput {
         CommandOutput {
             stdout: Default::default(),
             stderr: Default::default(),
-            unsent: String::new(),
+            unsent: Vec::new(),
             unsent_id: StreamId::Stdout,
         }
     }
 }
 
-/// Unsent text beyond this is handed to the host at once.
+/// Unsent bytes beyond this are handed to the host at once.
 const MAX_UNSENT_BYTES: usize = 1024 * 1024;
-/// Text at least this long, with nothing unsent before it, goes to the host
-/// at once, without a copy: batching pays only for small pieces.
+/// A chunk at least this long, with nothing unsent before it, goes to the
+/// host at once, without a copy: batching pays only for small pieces.
 const DIRECT_BYTES: usize = 32 * 1024;
 
 impl CommandOutput {
-    fn stream(&mut self, id: StreamId) -> &mut (Utf8Decoder, Tail) {
-        match id {
-            StreamId::Stdout => &mut self.stdout,
-            StreamId::Stderr => &mut self.stderr,
-        }
-    }
-
-    /// Decodes `bytes` of stream `id` and keeps the text in that stream's
-    /// tail; the text goes to the host with the next [`CommandOutput::flush`]
-    /// (or before text of the other stream, so the order is kept).
+    /// Keeps `bytes` of stream `id` in that stream's tail; the bytes go to
+    /// the host with the next [`CommandOutput::flush`] (or before bytes of
+    /// the other stream, so the order is kept).
     pub fn push(&mut self, platform: &mut dyn Platform, id: StreamId, bytes: &[u8]) {
-        let CommandOutput {
-            stdout,
-            stderr,
-            unsent,
-            unsent_id,
-        } = self;
-        let (decoder, tail) = match id {
-            StreamId::Stdout => stdout,
-            StreamId::Stderr => stderr,
-        };
-        let text = decoder.decode(bytes);
-        if text.is_empty() {
+        if bytes.is_empty() {
             return;
         }
-        tail.push(text);
-        if *unsent_id != id || unsent.len() + text.len() > MAX_UNSENT_BYTES {
-            if !unsent.is_empty() {
-                platform.emit_output(*unsent_id, unsent);
-                unsent.clear();
-            }
-            *unsent_id = id;
+        match id {
+            StreamId::Stdout => self.stdout.push(bytes),
+            StreamId::Stderr => self.stderr.push(bytes),
         }
-        if unsent.is_empty() && text.len() >= DIRECT_BYTES {
-            platform.emit_output(id, text);
+        if self.unsent_id != id || self.unsent.len() + bytes.len() > MAX_UNSENT_BYTES {
+            self.flush(platform);
+            self.unsent_id = id;
+        }
+        if self.unsent.is_empty() && bytes.len() >= DIRECT_BYTES {
+            platform.emit_output(id, bytes);
         } else {
-            unsent.push_str(text);
+            self.unsent.extend_from_slice(bytes);
         }
     }
 
-    /// Hands the text pushed since the last flush to the host.
+    /// Hands the bytes pushed since the last flush to the host.
     pub fn flush(&mut self, platform: &mut dyn Platform) {
         if !self.unsent.is_empty() {
             platform.emit_output(self.unsent_id, &self.unsent);
@@ -379,42 +323,37 @@ impl CommandOutput {
         }
     }
 
-    /// Ends both streams: an incomplete trailing character becomes U+FFFD.
-    /// Everything pushed reaches the host.
+    /// Ends both streams: everything pushed reaches the host (the bytes as
+    /// they are; an incomplete trailing character becomes U+FFFD only in
+    /// the tails' text).
     pub fn finish(&mut self, platform: &mut dyn Platform) {
         self.flush(platform);
-        for id in [StreamId::Stdout, StreamId::Stderr] {
-            let (decoder, tail) = self.stream(id);
-            let rest = decoder.finish();
-            if !rest.is_empty() {
-                platform.emit_output(id, &rest);
-                tail.push(&rest);
-            }
-        }
     }
 
-    /// The kept standard output.
+    /// The kept standard output, as text (lossy UTF-8).
     pub fn stdout(&self) -> String {
-        self.stdout.1.text()
+        self.stdout.text()
     }
 
-    /// The kept standard error.
+    /// The kept standard error, as text (lossy UTF-8).
     pub fn stderr(&self) -> String {
-        self.stderr.1.text()
+        self.stderr.text()
     }
 
     /// Whether either tail dropped older output.
     pub fn truncated(&self) -> bool {
-        self.stdout.1.truncated() || self.stderr.1.truncated()
+        self.stdout.truncated() || self.stderr.truncated()
     }
 
     /// What the command printed, for an error raised after it existed.
     pub fn partial(&self, timed_out: bool) -> PartialOutput {
+        let (stdout, stdout_truncated) = self.stdout.read();
+        let (stderr, stderr_truncated) = self.stderr.read();
         PartialOutput {
-            stdout: self.stdout(),
-            stderr: self.stderr(),
+            stdout,
+            stderr,
             timed_out,
-            output_truncated: self.truncated(),
+            output_truncated: stdout_truncated || stderr_truncated,
         }
     }
 }
@@ -424,69 +363,90 @@ mod tests {
     use super::*;
     use wasm_bindgen_test::wasm_bindgen_test;
 
-    /// The tail's character count (SIMD in the wasm build) agrees with
-    /// std's on text of every length and mix of widths.
+    /// A tiny deterministic PRNG for the property tests.
+    fn rng(mut seed: u64) -> impl FnMut(usize) -> usize {
+        move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as usize % n
+        }
+    }
+
+    /// The last `cap` characters of the lossy decoding of `bytes`, and
+    /// whether that cut dropped anything: what a tail must give.
+    fn expected(bytes: &[u8], cap: usize) -> (String, bool) {
+        let text = String::from_utf8_lossy(bytes);
+        let total = text.chars().count();
+        let kept = text.chars().skip(total.saturating_sub(cap)).collect();
+        (kept, total > cap)
+    }
+
+    /// The lead-byte count (SIMD in the wasm build) is std's character
+    /// count on text of every length and mix of widths.
     #[wasm_bindgen_test(unsupported = test)]
     fn characters_are_counted_like_std() {
         let pieces = [
             "a", "é", "€", "𝄞", "\u{7f}", "\u{80}", "\u{7ff}", "\u{800}", "\u{ffff}",
         ];
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = rng(0x2545_F491_4F6C_DD1D);
         for len in 0..300 {
             let mut text = String::new();
             for _ in 0..len {
-                state ^= state << 13;
-                state ^= state >> 7;
-                state ^= state << 17;
-                text.push_str(pieces[(state % pieces.len() as u64) as usize]);
+                text.push_str(pieces[next(pieces.len())]);
             }
             for start in 0..text.len().min(20) {
                 if let Some(part) = text.get(start..) {
-                    assert_eq!(count_chars(part), part.chars().count(), "{part:?}");
+                    assert_eq!(
+                        count_leads(part.as_bytes()),
+                        part.chars().count(),
+                        "{part:?}"
+                    );
                 }
             }
         }
     }
 
     #[wasm_bindgen_test(unsupported = test)]
-    fn a_character_split_across_chunks_is_decoded_once() {
+    fn a_character_split_across_pushes_is_kept_whole() {
         let euro = "€".as_bytes();
-        let mut decoder = Utf8Decoder::default();
-        assert_eq!(decoder.push(&[b'a', euro[0]]), "a");
-        assert_eq!(decoder.push(&euro[1..2]), "");
-        assert_eq!(decoder.push(&[euro[2], b'b']), "€b");
-        assert_eq!(decoder.finish(), "");
+        let mut tail = Tail::with_cap(10);
+        tail.push(&[b'a', euro[0]]);
+        tail.push(&euro[1..2]);
+        tail.push(&[euro[2], b'b']);
+        assert_eq!((tail.text().as_str(), tail.truncated()), ("a€b", false));
     }
 
     #[wasm_bindgen_test(unsupported = test)]
-    fn invalid_bytes_become_replacement_characters() {
-        let mut decoder = Utf8Decoder::default();
-        assert_eq!(decoder.push(&[b'x', 0xff, b'y', 0xc3]), "x\u{fffd}y");
-        assert_eq!(decoder.finish(), "\u{fffd}");
+    fn invalid_bytes_become_replacement_characters_in_the_text() {
+        let mut tail = Tail::with_cap(10);
+        tail.push(&[b'x', 0xff, b'y', 0xc3]);
+        assert_eq!(tail.text(), "x\u{fffd}y\u{fffd}");
     }
 
     #[wasm_bindgen_test(unsupported = test)]
-    fn every_split_of_mixed_text_decodes_to_the_original() {
+    fn every_split_of_mixed_text_gives_the_original() {
         let text = "héllo € 𝄞 wörld";
         let bytes = text.as_bytes();
         for i in 0..=bytes.len() {
             for j in i..=bytes.len() {
-                let mut decoder = Utf8Decoder::default();
-                let mut out = decoder.push(&bytes[..i]);
-                out += &decoder.push(&bytes[i..j]);
-                out += &decoder.push(&bytes[j..]);
-                out += &decoder.finish();
-                assert_eq!(out, text, "split at {i},{j}");
+                let mut tail = Tail::with_cap(100);
+                tail.push(&bytes[..i]);
+                tail.push(&bytes[i..j]);
+                tail.push(&bytes[j..]);
+                assert_eq!(tail.text(), text, "split at {i},{j}");
             }
         }
     }
 
-    /// However bytes are cut into chunks, the decoder gives what a lossy
-    /// decoding of the whole gives (valid text, cut characters, stray
-    /// continuation bytes, bad lead bytes, overlong and surrogate forms).
+    /// However bytes are cut into pushes, and whatever the cap, the tail
+    /// gives the last `cap` characters of a lossy decoding of the whole,
+    /// and says `truncated` exactly when that dropped something (valid
+    /// text, cut characters, stray continuation bytes, bad lead bytes,
+    /// overlong and surrogate forms, pushes of every size).
     #[wasm_bindgen_test(unsupported = test)]
-    fn any_cut_of_any_bytes_decodes_like_a_lossy_decoding_of_the_whole() {
-        let pieces: [&[u8]; 10] = [
+    fn any_cut_of_any_bytes_keeps_the_end_of_a_lossy_decoding_of_the_whole() {
+        let pieces: [&[u8]; 11] = [
             b"ab",
             "é".as_bytes(),
             "€".as_bytes(),
@@ -497,42 +457,42 @@ mod tests {
             b"\xc0\xaf",
             b"\xed\xa0\x80",
             b"\xf0\x9d",
+            b"\x80\x80\x80\x80\x80",
         ];
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as usize % n
-        };
-        for _ in 0..3000 {
+        let mut next = rng(0x9E37_79B9_7F4A_7C15);
+        for round in 0..3000 {
             let mut bytes = Vec::new();
-            for _ in 0..next(12) {
-                bytes.extend_from_slice(pieces[next(pieces.len())]);
+            for _ in 0..next(40) {
+                let piece = pieces[next(pieces.len())];
+                for _ in 0..[1, 1, 1, 3, 20][next(5)] {
+                    bytes.extend_from_slice(piece);
+                }
             }
-            let mut decoder = Utf8Decoder::default();
-            let mut out = String::new();
+            let cap = 1 + next([3, 8, 30, 200][round % 4]);
+            let mut tail = Tail::with_cap(cap);
             let mut rest = bytes.as_slice();
             while !rest.is_empty() {
-                let (chunk, after) = rest.split_at(1 + next(rest.len().min(7)));
-                out.push_str(decoder.decode(chunk));
+                let most = [7, 7, 40, rest.len()][next(4)];
+                let (chunk, after) = rest.split_at(1 + next(rest.len().min(most)));
+                tail.push(chunk);
                 rest = after;
             }
-            out.push_str(&decoder.finish());
-            assert_eq!(out, String::from_utf8_lossy(&bytes), "{bytes:x?}");
+            let (text, truncated) = expected(&bytes, cap);
+            assert_eq!(tail.text(), text, "cap {cap}, {bytes:x?}");
+            assert_eq!(tail.truncated(), truncated, "cap {cap}, {bytes:x?}");
         }
     }
 
     #[wasm_bindgen_test(unsupported = test)]
     fn the_tail_keeps_the_last_characters() {
         let mut tail = Tail::with_cap(5);
-        tail.push("ab");
+        tail.push(b"ab");
         assert_eq!((tail.text().as_str(), tail.truncated()), ("ab", false));
-        tail.push("c€€");
+        tail.push("c€€".as_bytes());
         assert_eq!((tail.text().as_str(), tail.truncated()), ("abc€€", false));
-        tail.push("d");
+        tail.push(b"d");
         assert_eq!((tail.text().as_str(), tail.truncated()), ("bc€€d", true));
-        tail.push("123456789");
+        tail.push(b"123456789");
         assert_eq!(tail.text(), "56789");
     }
 
@@ -540,47 +500,31 @@ mod tests {
     /// so a server sending millions of one-byte frames made each kept
     /// character cost a whole allocation (about 40 bytes). The tail must
     /// cost at most 4 bytes (one UTF-8 character) per kept character,
-    /// however the output was cut.
+    /// however the output was cut, and for bytes that are not text too.
     #[wasm_bindgen_test(unsupported = test)]
     fn tiny_chunks_cost_no_more_memory_than_their_characters() {
         const CAP: usize = 1 << 20;
-        let before = counting::live_bytes();
-        let mut tail = Tail::with_cap(CAP);
-        for i in 0..2 * CAP {
-            tail.push(if i % 2 == 0 { "a" } else { "b" });
-        }
-        let held = counting::live_bytes() - before;
-        assert!(
-            held <= (4 * CAP) as isize,
-            "{held} bytes held for {CAP} characters"
-        );
-        assert_eq!(tail.text().len(), CAP);
-        assert!(tail.text().starts_with("abab") && tail.truncated());
-    }
-
-    /// The segmented tail keeps exactly what a plain string cut to its last
-    /// `cap` characters keeps, and says `truncated` exactly when that cut
-    /// dropped something, for pushes of every size (small ones appended to
-    /// a segment, large ones, ones over the cap) in a fixed pseudo-random mix.
-    #[wasm_bindgen_test(unsupported = test)]
-    fn the_tail_matches_a_plain_cut_of_everything_pushed() {
-        let pieces = ["a", "€", "𝄞x", "hello wörld\n", "", "z", "0123456"];
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        for cap in [1usize, 3, 7, 14, 64, 1000, 2800] {
-            let mut tail = Tail::with_cap(cap);
-            let mut all = String::new();
-            for _ in 0..120 {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                let repeat = [1, 1, 2, 5, 40, 300, 1200][(seed >> 8) as usize % 7];
-                let text = pieces[seed as usize % pieces.len()].repeat(repeat);
-                tail.push(&text);
-                all.push_str(&text);
-                let total = all.chars().count();
-                let kept: String = all.chars().skip(total.saturating_sub(cap)).collect();
-                assert_eq!(tail.text(), kept, "cap {cap}");
-                assert_eq!(tail.truncated(), total > cap, "cap {cap}");
+        for binary in [false, true] {
+            let before = counting::live_bytes();
+            let mut tail = Tail::with_cap(CAP);
+            for i in 0..2 * CAP {
+                let byte: &[u8] = match (binary, i % 2 == 0) {
+                    (false, true) => b"a",
+                    (false, false) => b"b",
+                    (true, _) => b"\x80",
+                };
+                tail.push(byte);
+            }
+            let held = counting::live_bytes() - before;
+            assert!(
+                held <= (4 * CAP) as isize,
+                "{held} bytes held for {CAP} characters"
+            );
+            let text = tail.text();
+            assert_eq!(text.chars().count(), CAP);
+            assert!(tail.truncated());
+            if !binary {
+                assert!(text.starts_with("abab"));
             }
         }
     }
@@ -590,9 +534,102 @@ mod tests {
         let mut tail = Tail::default();
         let chunk = "€".repeat(1024 * 1024);
         for _ in 0..5 {
-            tail.push(&chunk);
+            tail.push(chunk.as_bytes());
         }
         assert!(tail.truncated());
         assert_eq!(tail.text().chars().count(), MAX_OUTPUT_CHARS);
+    }
+
+    /// A push large enough to hold the whole tail on its own drops what
+    /// came before, keeps only its end, and still gives the exact text.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_push_over_the_cap_keeps_only_its_end() {
+        let mut tail = Tail::with_cap(100_000);
+        tail.push(b"old");
+        let mut big = Vec::new();
+        for i in 0..300_000u32 {
+            big.extend_from_slice(if i % 7 == 0 { "€".as_bytes() } else { b"x" });
+        }
+        tail.push(&big);
+        let mut all = b"old".to_vec();
+        all.extend_from_slice(&big);
+        assert_eq!((tail.text(), tail.truncated()), expected(&all, 100_000));
+        assert!(
+            tail.bytes < 100_000 * 3 / 2 + SEGMENT_BYTES,
+            "{}",
+            tail.bytes
+        );
+    }
+
+    /// Records what a command output hands to the host.
+    struct Recorder(Vec<(StreamId, Vec<u8>)>);
+
+    impl Platform for Recorder {
+        fn set_default_origin(&mut self, _: crate::origin::Origin) {}
+        fn now(&self) -> crate::platform::Instant {
+            0
+        }
+        fn send(
+            &mut self,
+            _: &crate::platform::Request,
+            _: crate::platform::Wait,
+            _: usize,
+        ) -> Result<crate::platform::Response, crate::platform::TransportError> {
+            Err(crate::platform::TransportError::Other("no network".into()))
+        }
+        fn open(
+            &mut self,
+            _: &crate::platform::Request,
+            _: crate::platform::Wait,
+        ) -> Result<(u16, Box<dyn crate::platform::BodyReader>), crate::platform::TransportError>
+        {
+            Err(crate::platform::TransportError::Other("no network".into()))
+        }
+        fn sleep_until(
+            &mut self,
+            _: crate::platform::Instant,
+            _: crate::platform::Wait,
+        ) -> Result<(), crate::platform::TransportError> {
+            Ok(())
+        }
+        fn cancelled(&self) -> bool {
+            false
+        }
+        fn random_bytes(&mut self, len: usize) -> Vec<u8> {
+            vec![0; len]
+        }
+        fn emit_output(&mut self, stream: StreamId, chunk: &[u8]) {
+            self.0.push((stream, chunk.to_vec()));
+        }
+        fn record_sandbox(&mut self, _: &str) {}
+    }
+
+    /// The host gets exactly the bytes pushed, in order per stream, binary
+    /// data and characters cut between pushes included; only the tails are
+    /// text.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn live_output_is_the_bytes_pushed() {
+        let mut host = Recorder(Vec::new());
+        let mut output = CommandOutput::default();
+        let euro = "€".as_bytes();
+        let binary: Vec<u8> = (0..=255u8).collect();
+        output.push(&mut host, StreamId::Stdout, &[b'a', euro[0]]);
+        output.push(&mut host, StreamId::Stdout, &euro[1..]);
+        output.flush(&mut host);
+        output.push(&mut host, StreamId::Stderr, &binary);
+        output.push(&mut host, StreamId::Stdout, &[0xff, 0xc3]);
+        output.finish(&mut host);
+        let of = |id| -> Vec<u8> {
+            host.0
+                .iter()
+                .filter(|(s, _)| *s == id)
+                .flat_map(|(_, c)| c.clone())
+                .collect()
+        };
+        assert_eq!(of(StreamId::Stdout), b"a\xe2\x82\xac\xff\xc3");
+        assert_eq!(of(StreamId::Stderr), binary);
+        assert_eq!(output.stdout(), "a€\u{fffd}\u{fffd}");
+        assert_eq!(output.stderr(), String::from_utf8_lossy(&binary));
+        assert!(!output.truncated());
     }
 }

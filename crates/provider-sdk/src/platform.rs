@@ -209,8 +209,9 @@ pub trait Platform {
     fn cancelled(&self) -> bool;
     /// Random bytes for unique names.
     fn random_bytes(&mut self, len: usize) -> Vec<u8>;
-    /// Forwards decoded output to the host while a command runs.
-    fn emit_output(&mut self, stream: StreamId, chunk: &str);
+    /// Forwards output to the host while a command runs: the bytes the
+    /// command printed, as they are (`host.emit-output`).
+    fn emit_output(&mut self, stream: StreamId, chunk: &[u8]);
     /// Tells the host the id of a sandbox this operation just created,
     /// before anything else is done with it (`host.record-sandbox`).
     fn record_sandbox(&mut self, sandbox_id: &str);

@@ -26,8 +26,8 @@ pub struct FakePlatform {
     script: Box<dyn FnMut(&Request) -> Answer>,
     /// Every request, with the wait it was given.
     pub requests: Vec<(Request, Wait)>,
-    /// Forwarded output.
-    pub output: Vec<(StreamId, String)>,
+    /// Forwarded output: each `emit-output` call's stream and bytes.
+    pub output: Vec<(StreamId, Vec<u8>)>,
     /// Cancel once the clock reaches this instant.
     pub cancel_at: Option<Instant>,
     /// The default origin the provider set.
@@ -48,6 +48,15 @@ impl FakePlatform {
             default_origin: None,
             recorded_sandboxes: Vec::new(),
         }
+    }
+
+    /// The bytes forwarded on `stream`, concatenated.
+    pub fn output_bytes(&self, stream: StreamId) -> Vec<u8> {
+        self.output
+            .iter()
+            .filter(|(s, _)| *s == stream)
+            .flat_map(|(_, chunk)| chunk.iter().copied())
+            .collect()
     }
 
     /// The requests as `METHOD path`.
@@ -169,8 +178,8 @@ impl Platform for FakePlatform {
         self.recorded_sandboxes.push(sandbox_id.to_string());
     }
 
-    fn emit_output(&mut self, stream: StreamId, chunk: &str) {
-        self.output.push((stream, chunk.to_string()));
+    fn emit_output(&mut self, stream: StreamId, chunk: &[u8]) {
+        self.output.push((stream, chunk.to_vec()));
     }
 }
 

@@ -273,7 +273,7 @@ impl Platform for WasiPlatform {
         host::record_sandbox(sandbox_id);
     }
 
-    fn emit_output(&mut self, stream: StreamId, chunk: &str) {
+    fn emit_output(&mut self, stream: StreamId, chunk: &[u8]) {
         let stream = match stream {
             StreamId::Stdout => host::OutputStream::Stdout,
             StreamId::Stderr => host::OutputStream::Stderr,

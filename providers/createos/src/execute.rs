@@ -479,7 +479,7 @@ mod tests {
         }
     }
 
-    fn frame(seq: u64, text: &str) -> Vec<u8> {
+    fn frame(seq: u64, text: impl AsRef<[u8]>) -> Vec<u8> {
         use base64::Engine as _;
         let data = base64::engine::general_purpose::STANDARD.encode(text);
         format!("{{\"type\":\"data\",\"seq\":{seq},\"stream\":\"stdout\",\"data_base64\":\"{data}\"}}\n").into_bytes()
@@ -527,10 +527,7 @@ mod tests {
                 format!("GET {PROCESS}/CONNECT?AFTER=0").to_uppercase(),
             ]
         );
-        assert_eq!(
-            platform.output,
-            vec![(StreamId::Stdout, "hi\n".to_string())]
-        );
+        assert_eq!(platform.output, vec![(StreamId::Stdout, b"hi\n".to_vec())]);
     }
 
     /// Live output goes to the host once per body chunk and stream run,
@@ -562,12 +559,40 @@ mod tests {
         assert_eq!(
             platform.output,
             vec![
-                (StreamId::Stdout, "abc".to_string()),
-                (StreamId::Stderr, "e".to_string()),
-                (StreamId::Stdout, "d".to_string()),
-                (StreamId::Stdout, "xy".to_string()),
+                (StreamId::Stdout, b"abc".to_vec()),
+                (StreamId::Stderr, b"e".to_vec()),
+                (StreamId::Stdout, b"d".to_vec()),
+                (StreamId::Stdout, b"xy".to_vec()),
             ]
         );
+    }
+
+    /// Contract 0.4.0: the host gets the bytes the command printed, binary
+    /// data and a character cut between frames included, unchanged; only
+    /// the result's tail is text (lossy UTF-8).
+    #[wasm_bindgen_test(unsupported = test)]
+    fn binary_output_reaches_the_host_byte_for_byte() {
+        let binary: Vec<u8> = (0..=255u8).rev().collect();
+        let euro = "€".as_bytes().to_vec();
+        let frames = {
+            let (binary, euro) = (binary.clone(), euro.clone());
+            move || {
+                vec![
+                    Ok([frame(1, &binary[..100]), frame(2, [b'x', euro[0]])].concat()),
+                    Ok([frame(3, &euro[1..]), frame(4, &binary[100..])].concat()),
+                    Ok(b"{\"type\":\"exit\",\"exit_code\":0}\n".to_vec()),
+                ]
+            }
+        };
+        let mut platform = sandbox(frames, deleted);
+        let result = execute(&mut platform, &config(), "sb", &request(None)).unwrap();
+        let mut printed = binary[..100].to_vec();
+        printed.push(b'x');
+        printed.extend_from_slice(&euro);
+        printed.extend_from_slice(&binary[100..]);
+        assert_eq!(platform.output_bytes(StreamId::Stdout), printed);
+        assert_eq!(result.stdout, String::from_utf8_lossy(&printed));
+        assert!(result.stdout.contains("x€"));
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -80,8 +80,8 @@ impl Local {
         let seen = Arc::new(AtomicUsize::new(0));
         let sink = {
             let (token, seen, tag) = (token.clone(), seen.clone(), tag.to_string());
-            Arc::new(move |_: OutputStream, chunk: &str| {
-                if chunk.contains("ready") && !token.is_cancelled() {
+            Arc::new(move |_: OutputStream, chunk: &[u8]| {
+                if chunk.windows(5).any(|w| w == b"ready") && !token.is_cancelled() {
                     seen.store(survivors(&tag).len(), Ordering::SeqCst);
                     token.cancel();
                 }

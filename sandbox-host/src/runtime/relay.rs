@@ -51,7 +51,7 @@ struct Shared {
 }
 
 struct State {
-    queue: VecDeque<(OutputStream, String)>,
+    queue: VecDeque<(OutputStream, Vec<u8>)>,
     /// Bytes of the chunk the sink is inside (0 when it is not).
     in_sink: u64,
     /// When the sink last returned (or the relay started).
@@ -97,7 +97,7 @@ impl Relay {
         }
         let emit: OutputSink = {
             let shared = shared.clone();
-            Arc::new(move |stream, chunk: &str| shared.push(stream, chunk))
+            Arc::new(move |stream, chunk: &[u8]| shared.push(stream, chunk))
         };
         (emit, Relay { shared })
     }
@@ -166,7 +166,7 @@ impl Shared {
     }
 
     /// `emit-output`: queues the chunk, waiting while the queue is full.
-    fn push(&self, stream: OutputStream, chunk: &str) {
+    fn push(&self, stream: OutputStream, chunk: &[u8]) {
         let mut state = self.lock();
         loop {
             if state.failed {
@@ -174,7 +174,7 @@ impl Shared {
                 return;
             }
             if state.queue.len() < QUEUE {
-                state.queue.push_back((stream, chunk.to_owned()));
+                state.queue.push_back((stream, chunk.to_vec()));
                 self.changed.notify_all();
                 return;
             }

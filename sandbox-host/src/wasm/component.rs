@@ -9,7 +9,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
 
 use crate::wasm::bindings::{
-    host, v0_2, SandboxProviderPre, PROVIDER_INTERFACE, SERVED_INTERFACES, TYPES_INTERFACE,
+    host, v0_2, v0_3, SandboxProviderPre, PROVIDER_INTERFACE, SERVED_INTERFACES, TYPES_INTERFACE,
 };
 use crate::wasm::cache::ArtifactCache;
 use crate::wasm::engine::ticks_for;
@@ -31,6 +31,7 @@ pub struct ProviderComponent {
 #[derive(Clone)]
 enum Pre {
     Current(SandboxProviderPre<HostState>),
+    V0_3(v0_3::SandboxProviderPre<HostState>),
     V0_2(v0_2::SandboxProviderPre<HostState>),
 }
 
@@ -79,6 +80,8 @@ impl ProviderComponent {
             .context("the component imports something this host does not provide")?;
         let pre = if served == PROVIDER_INTERFACE {
             SandboxProviderPre::new(instance_pre).map(Pre::Current)
+        } else if served == v0_3::PROVIDER_INTERFACE {
+            v0_3::SandboxProviderPre::new(instance_pre).map(Pre::V0_3)
         } else {
             v0_2::SandboxProviderPre::new(instance_pre).map(Pre::V0_2)
         }
@@ -96,6 +99,7 @@ impl ProviderComponent {
     pub fn engine(&self) -> &Engine {
         match &self.pre {
             Pre::Current(pre) => pre.engine(),
+            Pre::V0_3(pre) => pre.engine(),
             Pre::V0_2(pre) => pre.engine(),
         }
     }
@@ -105,8 +109,18 @@ impl ProviderComponent {
     pub fn contract(&self) -> &'static str {
         match &self.pre {
             Pre::Current(_) => PROVIDER_INTERFACE,
+            Pre::V0_3(_) => v0_3::PROVIDER_INTERFACE,
             Pre::V0_2(_) => v0_2::PROVIDER_INTERFACE,
         }
+    }
+
+    /// True when the component was built for a contract before 0.4.0,
+    /// whose `host.emit-output` carries text: the bytes a command printed
+    /// that were not UTF-8 reached the host as U+FFFD, so its live output
+    /// is not byte for byte what the command printed. From 0.4.0 live
+    /// output is the exact bytes.
+    pub fn live_output_is_text(&self) -> bool {
+        !matches!(self.pre, Pre::Current(_))
     }
 
     /// A fresh store and instance for one operation.
@@ -118,6 +132,7 @@ impl ProviderComponent {
         store.epoch_deadline_trap();
         let bindings = match &self.pre {
             Pre::Current(pre) => pre.instantiate(&mut store).map(Bindings::Current),
+            Pre::V0_3(pre) => pre.instantiate(&mut store).map(Bindings::V0_3),
             Pre::V0_2(pre) => pre.instantiate(&mut store).map(Bindings::V0_2),
         }
         .map_err(anyhow::Error::from)
@@ -131,9 +146,11 @@ fn linker(engine: &Engine) -> Result<Linker<HostState>> {
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
     host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+    v0_3::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     v0_2::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     // `types` holds only types, but a component still imports it.
     linker.instance(TYPES_INTERFACE)?;
+    linker.instance(v0_3::TYPES_INTERFACE)?;
     linker.instance(v0_2::TYPES_INTERFACE)?;
     Ok(linker)
 }
@@ -151,7 +168,11 @@ fn check_exports(engine: &Engine, component: &Component) -> Result<&'static str>
     {
         return Ok(served);
     }
-    let served = SERVED_INTERFACES.join(" and ");
+    let served = match SERVED_INTERFACES.split_last() {
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => String::new(),
+    };
     let (unversioned, _) = PROVIDER_INTERFACE
         .split_once('@')
         .expect("the interface name has a version");
@@ -162,7 +183,7 @@ fn check_exports(engine: &Engine, component: &Component) -> Result<&'static str>
         bail!(
             "the component exports {other}, but this host serves only {served}: \
              it was built for another version of the sandbox-provider contract; rebuild it \
-             with the provider SDK of this release (wit/since_v0.3.0), or use a host that \
+             with the provider SDK of this release (wit/since_v0.4.0), or use a host that \
              serves its version"
         );
     }

@@ -9,7 +9,7 @@ use crate::wasm::bindings::types::OutputStream;
 use crate::wasm::state::HostState;
 
 impl host::Host for HostState {
-    fn emit_output(&mut self, stream: OutputStream, chunk: String) -> wasmtime::Result<()> {
+    fn emit_output(&mut self, stream: OutputStream, chunk: Vec<u8>) -> wasmtime::Result<()> {
         (self.output)(stream, &chunk);
         Ok(())
     }

@@ -9,12 +9,30 @@ use crate::wasm::bindings::types::{
     FileDownload, FileUpload, Lease, ProbeReport, ProviderDescription, ProviderError,
     ResumeOutcome, SyncReport, TerminationReceipt, WorkspaceRequest,
 };
-use crate::wasm::bindings::v0_2;
 use crate::wasm::bindings::SandboxProvider;
+use crate::wasm::bindings::{v0_2, v0_3};
 use crate::wasm::cancel::CancelToken;
+use crate::wasm::conv::Conv;
 use crate::wasm::options::HostOptions;
 use crate::wasm::state::HostState;
-use crate::wasm::v0_2::Conv;
+
+/// Calls one operation on the contract the component was built for: the
+/// first closure on a current component, the second (the same code for
+/// both, converting the inputs and the answer) on a 0.3.0 or 0.2.0 one.
+macro_rules! dispatch {
+    (
+        $self:ident, $operation:literal,
+        |$g:ident, $s:ident| $current:expr,
+        |$og:ident, $os:ident| $older:expr $(,)?
+    ) => {
+        $self.call(
+            $operation,
+            |$g, $s| $current,
+            |$og, $os| $older,
+            |$og, $os| $older,
+        )
+    };
+}
 
 /// A live instance of a provider component, made by
 /// [`ProviderComponent::instantiate`](crate::ProviderComponent::instantiate).
@@ -40,20 +58,22 @@ impl ProviderInstance {
         }
     }
 
-    /// Calls the current contract's export (`current`) or a 0.2.0 one
-    /// (`older`, whose inputs and answer it converts).
+    /// Calls the current contract's export (`current`), a 0.3.0 one or a
+    /// 0.2.0 one (whose inputs and answer the closures convert).
     fn call<R>(
         &mut self,
         operation: &str,
         current: impl FnOnce(&Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-        older: impl FnOnce(&v0_2::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
+        v0_3: impl FnOnce(&v0_3::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
+        v0_2: impl FnOnce(&v0_2::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R> {
         if self.trapped {
             bail!("the provider instance trapped earlier and cannot be entered again; instantiate a new one");
         }
         let answer = match &self.bindings {
             Bindings::Current(b) => current(b.sandbox_provider_provider(), &mut self.store),
-            Bindings::V0_2(b) => older(b.sandbox_provider_provider(), &mut self.store),
+            Bindings::V0_3(b) => v0_3(b.sandbox_provider_provider(), &mut self.store),
+            Bindings::V0_2(b) => v0_2(b.sandbox_provider_provider(), &mut self.store),
         };
         match answer {
             Ok(value) => Ok(value),
@@ -66,16 +86,15 @@ impl ProviderInstance {
 
     /// `describe`: who the provider is. Cannot fail except by trapping.
     pub fn describe(&mut self) -> Result<ProviderDescription> {
-        self.call(
-            "describe",
-            |g, s| g.call_describe(s),
-            |g, s| g.call_describe(s).map(Conv::conv),
-        )
+        dispatch!(self, "describe", |g, s| g.call_describe(s), |g, s| g
+            .call_describe(s)
+            .map(Conv::conv),)
     }
 
     /// `validate-config`: checks and normalises a config JSON object.
     pub fn validate_config(&mut self, config: &str) -> Result<ConfigValidation> {
-        self.call(
+        dispatch!(
+            self,
             "validate-config",
             |g, s| g.call_validate_config(s, config),
             |g, s| g.call_validate_config(s, config).map(Conv::conv),
@@ -87,11 +106,9 @@ impl ProviderInstance {
         &mut self,
         ctx: &EnvironmentContext,
     ) -> Result<Result<ProbeReport, ProviderError>> {
-        self.call(
-            "probe",
-            |g, s| g.call_probe(s, ctx),
-            |g, s| g.call_probe(s, &ctx.clone().conv()).map(Conv::conv),
-        )
+        dispatch!(self, "probe", |g, s| g.call_probe(s, ctx), |g, s| g
+            .call_probe(s, &ctx.clone().conv())
+            .map(Conv::conv),)
     }
 
     /// `acquire-lease`.
@@ -100,7 +117,8 @@ impl ProviderInstance {
         ctx: &EnvironmentContext,
         request: &AcquireRequest,
     ) -> Result<Result<Lease, ProviderError>> {
-        self.call(
+        dispatch!(
+            self,
             "acquire-lease",
             |g, s| g.call_acquire_lease(s, ctx, request),
             |g, s| {
@@ -116,7 +134,8 @@ impl ProviderInstance {
         ctx: &EnvironmentContext,
         lease: &Lease,
     ) -> Result<Result<ResumeOutcome, ProviderError>> {
-        self.call(
+        dispatch!(
+            self,
             "resume-lease",
             |g, s| g.call_resume_lease(s, ctx, lease),
             |g, s| {
@@ -132,7 +151,8 @@ impl ProviderInstance {
         ctx: &EnvironmentContext,
         lease: &Lease,
     ) -> Result<Result<TerminationReceipt, ProviderError>> {
-        self.call(
+        dispatch!(
+            self,
             "release-lease",
             |g, s| g.call_release_lease(s, ctx, lease),
             |g, s| {
@@ -148,7 +168,8 @@ impl ProviderInstance {
         ctx: &EnvironmentContext,
         lease: &Lease,
     ) -> Result<Result<TerminationReceipt, ProviderError>> {
-        self.call(
+        dispatch!(
+            self,
             "destroy-lease",
             |g, s| g.call_destroy_lease(s, ctx, lease),
             |g, s| {
@@ -165,7 +186,8 @@ impl ProviderInstance {
         lease: &Lease,
         request: &WorkspaceRequest,
     ) -> Result<Result<String, ProviderError>> {
-        self.call(
+        dispatch!(
+            self,
             "realize-workspace",
             |g, s| g.call_realize_workspace(s, ctx, lease, request),
             |g, s| {
@@ -187,7 +209,8 @@ impl ProviderInstance {
         lease: &Lease,
         files: &[FileUpload],
     ) -> Result<Result<SyncReport, ProviderError>> {
-        self.call(
+        dispatch!(
+            self,
             "sync-in",
             |g, s| g.call_sync_in(s, ctx, lease, files),
             |g, s| {
@@ -195,11 +218,7 @@ impl ProviderInstance {
                     s,
                     &ctx.clone().conv(),
                     &lease.clone().conv(),
-                    &files
-                        .iter()
-                        .cloned()
-                        .map(Conv::conv)
-                        .collect::<Vec<v0_2::types::FileUpload>>(),
+                    &files.iter().cloned().map(Conv::conv).collect::<Vec<_>>(),
                 )
                 .map(Conv::conv)
             },
@@ -213,7 +232,8 @@ impl ProviderInstance {
         lease: &Lease,
         remote_paths: &[String],
     ) -> Result<Result<Vec<FileDownload>, ProviderError>> {
-        self.call(
+        dispatch!(
+            self,
             "sync-out",
             |g, s| g.call_sync_out(s, ctx, lease, remote_paths),
             |g, s| {
@@ -231,7 +251,8 @@ impl ProviderInstance {
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<Result<ExecuteResult, ProviderError>> {
-        self.call(
+        dispatch!(
+            self,
             "execute",
             |g, s| g.call_execute(s, ctx, lease, request),
             |g, s| {
@@ -266,6 +287,7 @@ impl ProviderInstance {
 /// The instantiated world of the contract version the component was built for.
 pub(crate) enum Bindings {
     Current(SandboxProvider),
+    V0_3(v0_3::SandboxProvider),
     V0_2(v0_2::SandboxProvider),
 }
 

@@ -9,8 +9,11 @@ use crate::network::transport::{DenyAll, Transport};
 use crate::wasm::bindings::types::OutputStream;
 use crate::wasm::cancel::CancelToken;
 
-/// Receives the live output a guest forwards with `host.emit-output`.
-pub type OutputSink = Arc<dyn Fn(OutputStream, &str) + Send + Sync>;
+/// Receives the live output a guest forwards with `host.emit-output`: the
+/// bytes the command printed on the stream, as they are (a chunk may end
+/// inside a UTF-8 character; decode per stream, carrying it over, to show
+/// text).
+pub type OutputSink = Arc<dyn Fn(OutputStream, &[u8]) + Send + Sync>;
 
 /// What happens to the guest's own standard error (its debug prints).
 /// The guest's stdout is always discarded and its stdin is empty.
@@ -73,7 +76,7 @@ impl HostOptions {
     /// thread running the operation.
     pub fn with_output(
         mut self,
-        sink: impl Fn(OutputStream, &str) + Send + Sync + 'static,
+        sink: impl Fn(OutputStream, &[u8]) + Send + Sync + 'static,
     ) -> Self {
         self.output = Arc::new(sink);
         self
@@ -143,11 +146,14 @@ impl fmt::Debug for HostOptions {
     }
 }
 
+/// One emitted chunk: its stream and bytes.
+type Chunk = (OutputStream, Vec<u8>);
+
 /// Collects emitted output in order; give [`sink`](Self::sink) to
 /// [`HostOptions::with_output_sink`]. Clones share the record.
 #[derive(Clone, Default)]
 pub struct OutputCapture {
-    chunks: Arc<Mutex<Vec<(OutputStream, String)>>>,
+    chunks: Arc<Mutex<Vec<Chunk>>>,
 }
 
 impl OutputCapture {
@@ -163,25 +169,31 @@ impl OutputCapture {
             chunks
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push((stream, chunk.to_owned()));
+                .push((stream, chunk.to_vec()));
         })
     }
 
     /// Every chunk so far, in the order emitted.
-    pub fn chunks(&self) -> Vec<(OutputStream, String)> {
+    pub fn chunks(&self) -> Vec<(OutputStream, Vec<u8>)> {
         self.chunks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    /// The concatenated chunks of one stream.
-    pub fn text(&self, stream: OutputStream) -> String {
+    /// The concatenated chunks of one stream: the bytes as emitted.
+    pub fn bytes(&self, stream: OutputStream) -> Vec<u8> {
         self.chunks()
             .into_iter()
             .filter(|(s, _)| *s == stream)
-            .map(|(_, c)| c)
+            .flat_map(|(_, c)| c)
             .collect()
+    }
+
+    /// The concatenated chunks of one stream as text (lossy UTF-8 over the
+    /// whole stream, so a character split between chunks stays whole).
+    pub fn text(&self, stream: OutputStream) -> String {
+        String::from_utf8_lossy(&self.bytes(stream)).into_owned()
     }
 }
 

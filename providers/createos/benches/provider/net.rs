@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use createos_provider::frames::{parse_frame, ExitStatus, Frame, LineSplitter, StreamId};
 use http::{Method, StatusCode};
-use provider_sdk::output::{Tail, Utf8Decoder};
+use provider_sdk::output::Tail;
 use sandbox_host::{
     ErrorCode, OutgoingRequest, ResponseBody, Transport, TransportFuture, TransportResponse,
 };
@@ -22,15 +22,15 @@ pub const READ_CHUNK: usize = 64 * 1024;
 
 /// The component's decoding of a `/connect` stream, run natively: the same
 /// `frames` and `output` code, in the same order as `execute.rs` applies it
-/// (line split, frame parse, replay skip, gap check, per-stream UTF-8
-/// decoding, live sink, capped tail).
+/// (line split, frame parse, replay skip, gap check, live sink of the
+/// bytes, capped tail converted to text at the end).
 #[derive(Default)]
 pub struct Decoder {
     lines: LineSplitter,
     cursor: u64,
-    stdout: (Utf8Decoder, Tail),
-    stderr: (Utf8Decoder, Tail),
-    /// Bytes of text handed to the live sink (the component's `emit-output`).
+    stdout: Tail,
+    stderr: Tail,
+    /// Bytes handed to the live sink (the component's `emit-output`).
     pub emitted: u64,
     /// The exit status, once the exit frame came.
     pub exit: Option<ExitStatus>,
@@ -69,31 +69,22 @@ impl Decoder {
             }
             Some(Frame::Data { seq, stream, bytes }) => {
                 self.cursor = seq;
-                let (decoder, tail) = match stream {
+                let tail = match stream {
                     StreamId::Stdout => &mut self.stdout,
                     StreamId::Stderr => &mut self.stderr,
                 };
-                let text = decoder.push(&bytes);
-                if !text.is_empty() {
-                    self.emitted += text.len() as u64;
-                    tail.push(&text);
-                }
+                self.emitted += bytes.len() as u64;
+                tail.push(&bytes);
                 Ok(false)
             }
         }
     }
 
-    /// Flushes the decoders and returns (stdout tail, stderr tail, truncated).
-    pub fn finish(mut self) -> (String, String, bool) {
-        for (decoder, tail) in [&mut self.stdout, &mut self.stderr] {
-            let rest = decoder.finish();
-            if !rest.is_empty() {
-                self.emitted += rest.len() as u64;
-                tail.push(&rest);
-            }
-        }
-        let truncated = self.stdout.1.truncated() || self.stderr.1.truncated();
-        (self.stdout.1.text(), self.stderr.1.text(), truncated)
+    /// Converts the tails to text and returns (stdout tail, stderr tail,
+    /// truncated).
+    pub fn finish(self) -> (String, String, bool) {
+        let truncated = self.stdout.truncated() || self.stderr.truncated();
+        (self.stdout.text(), self.stderr.text(), truncated)
     }
 }
 

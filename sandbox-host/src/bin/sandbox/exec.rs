@@ -15,7 +15,7 @@ use sandbox_host::{
 };
 
 use crate::backend::{show_progress, Setup};
-use crate::live::{Live, Undelivered};
+use crate::live::{self, Live, Undelivered};
 use crate::report;
 use crate::{
     Global, RunArgs, EXIT_CLEANUP_FAILED, EXIT_INTERRUPTED, EXIT_READER_CLOSED, EXIT_SANDBOX_ERROR,
@@ -230,19 +230,23 @@ fn execute(
     // The command's own timeout: a consumer that never reads stdout
     // cannot hold it past this (see live.rs).
     let timeout = args.timeout.unwrap_or(env.deadlines().timeout);
-    let (sink, live) = Live::start(cancel.clone());
+    let component = setup.runtime.component();
+    let (sink, live) = Live::start(cancel.clone(), component.live_output_is_text());
     let outcome = setup
         .runtime
         .execute(env, lease_id, &request, Some(sink), cancel);
     let streamed = live.streamed();
     let replaced = live.replacement_characters();
     if replaced > 0 {
-        // Not silent: binary output is not carried byte for byte.
+        // Not silent: an older component's live output is text, not the
+        // bytes the command printed.
         eprintln!(
             "sandbox: note: the output held {replaced} U+FFFD replacement character(s): the \
-             provider contract carries output as UTF-8 text, so bytes that were not UTF-8 \
-             (binary data) were replaced; to move binary data, encode it in the command (for \
-             example `sandbox run -- base64 FILE | base64 -d > FILE`)"
+             provider component was built for {}, which carries live output as UTF-8 text, so \
+             bytes that were not UTF-8 (binary data) were replaced; rebuild it with the \
+             provider SDK of contract 0.4.0 or later to get the exact bytes, or encode binary \
+             data in the command (for example `sandbox run -- base64 FILE | base64 -d > FILE`)",
+            component.contract()
         );
     }
     if let Some(lost) = live.undelivered() {
@@ -355,6 +359,16 @@ fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
     if !streamed {
         if let Err(lost) = print_output(&result.stdout, &result.stderr) {
             return undelivered_status(&lost, "the command had ended");
+        }
+        let replaced = live::replacement_characters(result.stdout.as_bytes())
+            + live::replacement_characters(result.stderr.as_bytes());
+        if replaced > 0 {
+            // Not silent: the result carries text, not the bytes printed.
+            eprintln!(
+                "sandbox: note: the output above came from the provider's result, which \
+                 carries text: it held {replaced} U+FFFD replacement character(s), where the \
+                 command may have printed bytes that were not UTF-8"
+            );
         }
         if result.output_truncated {
             eprintln!(

@@ -8,6 +8,12 @@
 //! operation `output-sink`, which `exec` explains. So the sink here only
 //! writes, in order per stream, and may block.
 //!
+//! Output is written byte for byte as the provider forwarded it: a
+//! component of contract 0.4.0 forwards the exact bytes the command
+//! printed. One built for an older contract forwards text, in which bytes
+//! that were not UTF-8 became U+FFFD; only then are those counted, so
+//! `exec` can say the output was altered ([`Live::replacement_characters`]).
+//!
 //! A write that fails (the reader closed the pipe, the disk behind a
 //! redirect is full) means the output can no longer reach the user: the
 //! command is cancelled at once (as a pipeline's writer ends with SIGPIPE),
@@ -61,8 +67,9 @@ impl Undelivered {
 
 impl Live {
     /// The sink writing to this process's stdout and stderr; a failed write
-    /// cancels the command through `cancel`.
-    pub fn start(cancel: CancelToken) -> (OutputSink, Live) {
+    /// cancels the command through `cancel`. `text` says the component
+    /// forwards text (a contract before 0.4.0), whose U+FFFD are counted.
+    pub fn start(cancel: CancelToken, text: bool) -> (OutputSink, Live) {
         let streamed = Arc::new(AtomicBool::new(false));
         let failure: Arc<Mutex<Option<Undelivered>>> = Arc::default();
         let replaced = Arc::new(AtomicU64::new(0));
@@ -79,11 +86,13 @@ impl Live {
             let streamed = streamed.clone();
             let failure = failure.clone();
             let replaced = replaced.clone();
-            Arc::new(move |stream, chunk: &str| {
+            Arc::new(move |stream, chunk: &[u8]| {
                 streamed.store(true, Ordering::Relaxed);
-                let marks = chunk.matches(char::REPLACEMENT_CHARACTER).count();
-                if marks > 0 {
-                    replaced.fetch_add(marks as u64, Ordering::Relaxed);
+                if text {
+                    let marks = replacement_characters(chunk);
+                    if marks > 0 {
+                        replaced.fetch_add(marks as u64, Ordering::Relaxed);
+                    }
                 }
                 // Not held during the write: a write that blocks forever
                 // (a reader never resumed) must not block `undelivered`.
@@ -93,7 +102,7 @@ impl Live {
                 }
                 let written = match stream {
                     OutputStream::Stdout => match &direct {
-                        Some(file) => (&*file).write_all(chunk.as_bytes()),
+                        Some(file) => (&*file).write_all(chunk),
                         None => write(&mut std::io::stdout().lock(), chunk),
                     },
                     OutputStream::Stderr => write(&mut std::io::stderr().lock(), chunk),
@@ -124,9 +133,10 @@ impl Live {
         self.streamed.load(Ordering::Relaxed)
     }
 
-    /// How many U+FFFD characters the output held: the provider contract
-    /// carries output as text, so bytes that are not UTF-8 arrive replaced
-    /// by U+FFFD (a command may also print U+FFFD itself).
+    /// How many U+FFFD characters the live output of a component that
+    /// forwards text held (0 for one of contract 0.4.0 or later, which
+    /// forwards bytes): its bytes that were not UTF-8 arrived replaced by
+    /// U+FFFD (a command may also print U+FFFD itself).
     pub fn replacement_characters(&self) -> u64 {
         self.replaced.load(Ordering::Relaxed)
     }
@@ -143,7 +153,29 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn write(out: &mut impl Write, chunk: &str) -> std::io::Result<()> {
-    out.write_all(chunk.as_bytes())?;
+fn write(out: &mut impl Write, chunk: &[u8]) -> std::io::Result<()> {
+    out.write_all(chunk)?;
     out.flush()
+}
+
+/// The U+FFFD characters (UTF-8 `EF BF BD`) in `bytes`.
+pub fn replacement_characters(bytes: &[u8]) -> usize {
+    bytes
+        .windows(3)
+        .filter(|w| *w == "\u{fffd}".as_bytes())
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::replacement_characters;
+
+    #[test]
+    fn replacement_characters_are_counted_in_bytes() {
+        assert_eq!(replacement_characters(b""), 0);
+        assert_eq!(replacement_characters("a\u{fffd}b\u{fffd}".as_bytes()), 2);
+        // Bytes that are not UTF-8 are not U+FFFD: a 0.4.0 component's
+        // binary output is never counted as replaced.
+        assert_eq!(replacement_characters(&[0xff, 0xef, 0xbf, 0x00, 0xbd]), 0);
+    }
 }

@@ -1,0 +1,106 @@
+// Components built for older contracts still run under this host: 0.3.0
+// (live output as text; 0.4.0 made it bytes) and 0.2.0 (also without
+// `provider-error.output-lost`). The fixtures are the Rust host's own
+// (`sandbox-host/tests/fixtures/contract-v0-{3,2}`), built here with cargo
+// for wasm32-wasip2, transpiled with jco like any packed component, and
+// called through the provider pool: their live text reaches the sink as
+// its UTF-8 bytes (what a 0.4.0 component's bytes are), in order.
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { ProviderPool } from "../dist/pool.js";
+import { LiveText } from "../dist/plugin.js";
+import { transpile, contractVersionOf } from "../scripts/packer.mjs";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const work = mkdtempSync(path.join(tmpdir(), "contract-versions-"));
+after(() => rmSync(work, { recursive: true, force: true }));
+
+/** Builds the Rust host's fixture `name` (as its tests do) and returns its component. */
+function fixture(name) {
+  const targetDir = path.join(root, "target", "sandbox-host-fixtures");
+  const env = { ...process.env };
+  delete env.RUSTFLAGS;
+  delete env.CARGO_ENCODED_RUSTFLAGS;
+  execFileSync(
+    process.env.CARGO ?? "cargo",
+    ["build", "--release", "--target", "wasm32-wasip2", "--manifest-path", path.join(root, "sandbox-host", "tests", "fixtures", name, "Cargo.toml"), "--target-dir", targetDir],
+    { stdio: ["ignore", "ignore", "pipe"], env },
+  );
+  return path.join(targetDir, "wasm32-wasip2", "release", `${name.replaceAll("-", "_")}.wasm`);
+}
+
+const ctx = { driverKey: "old", companyId: "company", environmentId: "env", issueId: undefined, config: "{}" };
+const lease = { providerLeaseId: "sb-1", metadata: "{}", expiresAt: undefined };
+const request = { command: "echo", args: ["a b"], cwd: undefined, env: [], stdin: undefined, timeoutMs: undefined };
+/** The origin the fixtures' config names (they send no request). */
+const routes = [{ origin: "https://api.example.test", secrets: [] }];
+
+for (const [name, version, driver, live] of [
+  ["contract-v0-3", "0.3.0", "old-0-3", [["stderr", "live"], ["stdout", "héllo "], ["stdout", "wörld\uFFFD\n"]]],
+  ["contract-v0-2", "0.2.0", "old-0-2", [["stderr", "live"]]],
+]) {
+  test(`a component built for contract ${version} still runs: its live text arrives as UTF-8 bytes, in order`, async () => {
+    const wasm = fixture(name);
+    assert.equal(await contractVersionOf(readFileSync(wasm), name), version);
+    const dir = path.join(work, name);
+    await transpile(wasm, dir);
+    const pool = new ProviderPool({ size: 1, componentDir: pathToFileURL(dir + path.sep).href, ledgerPath: path.join(work, `${name}.sqlite`) });
+    try {
+      const description = await pool.call("describe", []).result;
+      assert.equal(description.driverKey, driver);
+      const chunks = [];
+      const result = await pool.call("execute", [ctx, lease, request], { routes, onOutput: (stream, chunk) => chunks.push([stream, chunk]) }).result;
+      assert.equal(result.exitCode, 3);
+      assert.match(result.stdout, /^echo a b /);
+      for (const [, chunk] of chunks) assert.ok(chunk instanceof Uint8Array, "the sink gets bytes");
+      assert.deepEqual(
+        chunks.map(([stream, chunk]) => [stream, Buffer.from(chunk).toString("hex")]),
+        live.map(([stream, text]) => [stream, Buffer.from(text, "utf8").toString("hex")]),
+      );
+      if (version === "0.3.0") {
+        // 0.3.0 has output-lost; its partial output crosses as it is.
+        await assert.rejects(pool.call("execute", [ctx, lease, { ...request, command: "lose-output" }], { routes }).result, (error) => {
+          assert.equal(error.failure?.payload?.tag, "output-lost");
+          assert.equal(error.failure.payload.val.partial.stdout, "héllo wörld\uFFFD\n");
+          return true;
+        });
+      }
+    } finally {
+      await pool.close();
+    }
+  });
+}
+
+/** The decoder the plugin logs with: any cut of any bytes gives what decoding them whole gives. */
+test("LiveText decodes each stream across chunks like a decoding of the whole stream", () => {
+  const utf8 = (text) => Buffer.from(text, "utf8");
+  const pieces = [utf8("ab"), utf8("é"), utf8("€"), utf8("🦀"), Buffer.from([0x80]), Buffer.from([0xff]), Buffer.from([0xe2, 0x82]), Buffer.from([0xf0, 0x9f])];
+  let seed = 0x2545f491;
+  const next = (n) => {
+    seed ^= seed << 13;
+    seed ^= seed >>> 17;
+    seed ^= seed << 5;
+    return (seed >>> 0) % n;
+  };
+  for (let round = 0; round < 500; round++) {
+    const streams = { stdout: [], stderr: [] };
+    for (let i = next(30); i > 0; i--) streams[next(2) ? "stdout" : "stderr"].push(pieces[next(pieces.length)]);
+    const whole = { stdout: Buffer.concat(streams.stdout), stderr: Buffer.concat(streams.stderr) };
+    const text = new LiveText();
+    const got = { stdout: "", stderr: "" };
+    const rest = { stdout: whole.stdout, stderr: whole.stderr };
+    while (rest.stdout.length || rest.stderr.length) {
+      const stream = rest.stdout.length && (!rest.stderr.length || next(2)) ? "stdout" : "stderr";
+      const cut = 1 + next(Math.min(rest[stream].length, 5));
+      got[stream] += text.push(stream, new Uint8Array(rest[stream].subarray(0, cut)));
+      rest[stream] = rest[stream].subarray(cut);
+    }
+    for (const [stream, tail] of text.finish()) got[stream] += tail;
+    for (const stream of ["stdout", "stderr"]) assert.equal(got[stream], new TextDecoder().decode(whole[stream]), `${stream} of round ${round}`);
+  }
+});

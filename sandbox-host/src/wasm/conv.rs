@@ -1,0 +1,158 @@
+//! Conversions between the types of two contract versions whose records,
+//! variants and enums have the same shape ([`v0_2`](super::v0_2) and
+//! [`v0_3`](super::v0_3) against the current contract). A module using the
+//! macros here names the older contract's types `old` and the current
+//! ones `new`.
+
+/// A lossless conversion between two contracts' copies of a type.
+pub(crate) trait Conv<T> {
+    fn conv(self) -> T;
+}
+
+macro_rules! same {
+    ($($t:ty),*) => { $(impl Conv<$t> for $t { fn conv(self) -> $t { self } })* };
+}
+same!(String, bool, u8, u16, u32, u64, i32);
+
+impl<A: Conv<B>, B> Conv<Vec<B>> for Vec<A> {
+    fn conv(self) -> Vec<B> {
+        self.into_iter().map(Conv::conv).collect()
+    }
+}
+
+impl<A: Conv<B>, B> Conv<Option<B>> for Option<A> {
+    fn conv(self) -> Option<B> {
+        self.map(Conv::conv)
+    }
+}
+
+impl<A: Conv<B>, B, C: Conv<D>, D> Conv<(B, D)> for (A, C) {
+    fn conv(self) -> (B, D) {
+        (self.0.conv(), self.1.conv())
+    }
+}
+
+impl<A: Conv<B>, B, E: Conv<F>, F> Conv<Result<B, F>> for Result<A, E> {
+    fn conv(self) -> Result<B, F> {
+        match self {
+            Ok(value) => Ok(value.conv()),
+            Err(error) => Err(error.conv()),
+        }
+    }
+}
+
+/// A record with the same fields in both contracts: both directions.
+macro_rules! record {
+    ($($name:ident { $($field:ident),* $(,)? })*) => {$(
+        impl Conv<new::$name> for old::$name {
+            fn conv(self) -> new::$name {
+                new::$name { $($field: self.$field.conv()),* }
+            }
+        }
+        impl Conv<old::$name> for new::$name {
+            fn conv(self) -> old::$name {
+                old::$name { $($field: self.$field.conv()),* }
+            }
+        }
+    )*};
+}
+pub(crate) use record;
+
+/// An enum (or variant) with the same cases in both contracts: both
+/// directions. Cases with a payload are listed after `;`.
+macro_rules! cases {
+    ($($name:ident { $($unit:ident),* $(,)? ; $($case:ident),* $(,)? })*) => {$(
+        impl Conv<new::$name> for old::$name {
+            fn conv(self) -> new::$name {
+                match self {
+                    $(old::$name::$unit => new::$name::$unit,)*
+                    $(old::$name::$case(value) => new::$name::$case(value.conv()),)*
+                }
+            }
+        }
+        impl Conv<old::$name> for new::$name {
+            fn conv(self) -> old::$name {
+                match self {
+                    $(new::$name::$unit => old::$name::$unit,)*
+                    $(new::$name::$case(value) => old::$name::$case(value.conv()),)*
+                }
+            }
+        }
+    )*};
+}
+pub(crate) use cases;
+
+/// Flags with the same names in both contracts: both directions.
+macro_rules! flags {
+    ($name:ident { $($flag:ident),* $(,)? }) => {
+        impl Conv<new::$name> for old::$name {
+            fn conv(self) -> new::$name {
+                let mut out = new::$name::empty();
+                $(if self.contains(old::$name::$flag) { out |= new::$name::$flag; })*
+                out
+            }
+        }
+        impl Conv<old::$name> for new::$name {
+            fn conv(self) -> old::$name {
+                let mut out = old::$name::empty();
+                $(if self.contains(new::$name::$flag) { out |= old::$name::$flag; })*
+                out
+            }
+        }
+    };
+}
+pub(crate) use flags;
+
+/// The types every served contract shares, field by field and case by
+/// case (all but `output-loss` and `provider-error`, which 0.2.0 lacks or
+/// has without `output-lost`).
+macro_rules! shared_types {
+    () => {
+        $crate::wasm::conv::record! {
+            EnvironmentContext { driver_key, company_id, environment_id, issue_id, config }
+            SecretField { config_field, header, scheme, env_var }
+            OriginField { config_field, default_url, secrets }
+            ProviderDescription {
+                driver_key, display_name, config_schema, capabilities, secrets, origin_fields,
+                rate_limit,
+            }
+            RateLimit { requests, window_ms, per_second }
+            ConfigValidation { ok, warnings, errors, normalized_config, api_origins, budget }
+            OperationBudget { operation_ms, request_ms }
+            Lease { provider_lease_id, metadata, expires_at }
+            AcquireRequest { run_id, requested_cwd, workspace_mode, requested_expires_at }
+            TerminationReceipt { sandbox_id, action }
+            WorkspaceRequest { remote_path }
+            FileUpload { remote_path, contents }
+            FileDownload { remote_path, contents }
+            SyncReport { files, bytes }
+            ProbeReport { ok, summary, diagnostics }
+            ExecuteRequest { command, args, cwd, env, stdin, timeout_ms }
+            ExecuteResult {
+                exit_code, signal, timed_out, stdout, stderr, process_id, output_truncated,
+            }
+            PartialOutput { stdout, stderr, timed_out, output_truncated }
+            CleanupFailure { sandbox_id, process_id, phase, cause, partial }
+            ApiRejection { operation, status, partial }
+            TransportFailure { operation, kind, detail, partial }
+            InvalidResponse { operation, reason, partial }
+        }
+
+        $crate::wasm::conv::cases! {
+            ResumeOutcome { ; Resumed, Expired }
+            TerminationAction { Paused, Deleted, AlreadyGone ; }
+            CleanupPhase { ProcessCreation, ProcessTermination, LeaseSetup, SandboxDeletion ; }
+            CleanupCause { Deadline, TreeStillRunning ; HttpStatus, Transport, InvalidResponse }
+            TransportKind { Denied, Unreachable, Connection, Deadline, Other ; }
+        }
+
+        $crate::wasm::conv::flags!(Capabilities {
+            REUSABLE_LEASES,
+            INCREMENTAL_OUTPUT,
+            NATIVE_SYNC,
+            LOGIN_PTY,
+            DUPLEX_CHANNELS,
+        });
+    };
+}
+pub(crate) use shared_types;

@@ -1,0 +1,50 @@
+//! Components built for contract 0.3.0: their `host` imports, and the
+//! conversions between their types and the current (0.4.0) ones.
+//!
+//! 0.4.0 only changed `host.emit-output` to carry bytes (`list<u8>`)
+//! instead of text: every other type has the same shape, so every value
+//! has exactly one counterpart both ways (field by field, case by case).
+//! A 0.3.0 component's text chunk reaches the sink as its UTF-8 bytes;
+//! that text already had U+FFFD where the command printed bytes that were
+//! not UTF-8, which a host can tell with
+//! [`ProviderComponent::live_output_is_text`](crate::ProviderComponent::live_output_is_text).
+
+use wasmtime::component::Resource;
+use wasmtime_wasi::p2::DynPollable;
+
+use crate::wasm::bindings::types as new;
+use crate::wasm::bindings::v0_3::{host, types as old};
+use crate::wasm::conv::{cases, record, shared_types, Conv};
+use crate::wasm::state::HostState;
+
+shared_types!();
+
+record! {
+    OutputLoss { operation, process_id, lost_bytes, lost_chunks, tree_deleted, partial }
+}
+
+cases! {
+    ProviderError {
+        ;
+        InvalidConfig, InvalidRequest, ForeignLease, Unsupported, ApiRejected, TransportFailed,
+        InvalidResponse, Cancelled, CleanupFailed, OutputLost,
+    }
+}
+
+impl host::Host for HostState {
+    fn emit_output(&mut self, stream: host::OutputStream, chunk: String) -> wasmtime::Result<()> {
+        let stream = match stream {
+            host::OutputStream::Stdout => new::OutputStream::Stdout,
+            host::OutputStream::Stderr => new::OutputStream::Stderr,
+        };
+        crate::wasm::bindings::host::Host::emit_output(self, stream, chunk.into_bytes())
+    }
+
+    fn record_sandbox(&mut self, sandbox_id: String) -> wasmtime::Result<()> {
+        crate::wasm::bindings::host::Host::record_sandbox(self, sandbox_id)
+    }
+
+    fn cancellation(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
+        crate::wasm::bindings::host::Host::cancellation(self)
+    }
+}
