@@ -25,7 +25,7 @@ fn run(provider: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn run_propagates_the_exit_code_and_output_in_order() {
-    let Some(provider) = provider() else { return };
+    let provider = provider();
     let output = run(
         &provider,
         &[
@@ -42,7 +42,7 @@ fn run_propagates_the_exit_code_and_output_in_order() {
 
 #[test]
 fn run_echo_hello_works_with_no_setup() {
-    let Some(provider) = provider() else { return };
+    let provider = provider();
     let output = run(&provider, &["--", "echo", "hello"]);
     assert_eq!(output.status.code(), Some(0), "{output:?}");
     assert_eq!(String::from_utf8_lossy(&output.stdout), "hello\n");
@@ -50,7 +50,7 @@ fn run_echo_hello_works_with_no_setup() {
 
 #[test]
 fn a_timed_out_command_exits_124_promptly() {
-    let Some(provider) = provider() else { return };
+    let provider = provider();
     let started = Instant::now();
     let output = run(
         &provider,
@@ -69,7 +69,7 @@ fn a_timed_out_command_exits_124_promptly() {
 
 #[test]
 fn ctrl_c_cancels_cleans_up_and_exits_130() {
-    let Some(provider) = provider() else { return };
+    let provider = provider();
     let mut child = sandbox(&provider)
         .args(["run", "--", "sh", "-c", "echo started; exec sleep 60"])
         .stdout(Stdio::piped())
@@ -95,7 +95,7 @@ fn ctrl_c_cancels_cleans_up_and_exits_130() {
 
 #[test]
 fn describe_and_validate_config_print_json() {
-    let Some(provider) = provider() else { return };
+    let provider = provider();
     let output = sandbox(&provider)
         .args(["describe", "--json"])
         .output()
@@ -151,7 +151,7 @@ fn signal(child: &std::process::Child, name: &str) {
 /// survives.
 #[test]
 fn sigterm_and_sighup_cancel_clean_up_and_exit_130() {
-    let Some(provider) = provider() else { return };
+    let provider = provider();
     for name in ["TERM", "HUP"] {
         let duration = format!("1000.{}{}", std::process::id(), name.len());
         let child = start_sleeper(&provider, "", &duration);
@@ -172,7 +172,7 @@ fn sigterm_and_sighup_cancel_clean_up_and_exit_130() {
 /// confirmed) and say what may still run.
 #[test]
 fn a_second_ctrl_c_abandons_the_cleanup_and_exits_120() {
-    let Some(provider) = provider() else { return };
+    let provider = provider();
     let duration = format!("1000.{}7", std::process::id());
     // The command ignores SIGTERM, so its cleanup takes the backend's grace.
     let mut child = start_sleeper(&provider, "trap '' TERM;", &duration);
@@ -205,7 +205,7 @@ fn a_second_ctrl_c_abandons_the_cleanup_and_exits_120() {
 /// config schema and origin fields.
 #[test]
 fn the_daytona_component_runs_end_to_end_and_describes_itself() {
-    let Some(createos) = provider() else { return };
+    let createos = provider();
     let daytona = createos.with_file_name("daytona_provider.wasm");
     assert!(daytona.is_file(), "./build.sh builds both providers");
     let output = sandbox(&daytona)

@@ -8,34 +8,31 @@ use std::process::Output;
 
 mod common;
 
-/// The component `file` built by ./build.sh, or `None` (with a note).
-fn built(file: &str) -> Option<PathBuf> {
+/// The component `file` built by ./build.sh; a missing one fails the test
+/// with the command that builds it.
+fn built(file: &str) -> PathBuf {
     let wasm = common::workspace_dir()
         .join("target/wasm32-wasip2/release")
         .join(file);
-    if wasm.is_file() {
-        Some(wasm)
-    } else {
-        eprintln!("skipped: {} not built yet (run ./build.sh)", wasm.display());
-        None
-    }
+    assert!(
+        wasm.is_file(),
+        "{} is not built: run ./build.sh first",
+        wasm.display()
+    );
+    wasm
 }
 
-fn run(file: &str, tag: &str, args: &[&str]) -> Option<Output> {
-    let provider = built(file)?;
-    Some(
-        common::sandbox_cli(&provider, tag)
-            .arg("run")
-            .args(args)
-            .output()
-            .expect("running sandbox"),
-    )
+fn run(file: &str, tag: &str, args: &[&str]) -> Output {
+    let provider = built(file);
+    common::sandbox_cli(&provider, tag)
+        .arg("run")
+        .args(args)
+        .output()
+        .expect("running sandbox")
 }
 
 fn seq_is_byte_exact(file: &str, tag: &str) {
-    let Some(output) = run(file, tag, &["--", "seq", "1", "3000000"]) else {
-        return;
-    };
+    let output = run(file, tag, &["--", "seq", "1", "3000000"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{file}: {stderr}");
     let want: String = (1..=3_000_000).map(|i| format!("{i}\n")).collect();
@@ -69,9 +66,7 @@ fn run_seq_to_three_million_prints_every_byte_with_daytona() {
 #[test]
 fn lost_output_is_explained_for_people_and_never_a_clean_exit() {
     use sandbox_engine::{BackgroundServer, FaultAction, FaultRule, Server};
-    let Some(provider) = built("createos_provider.wasm") else {
-        return;
-    };
+    let provider = built("createos_provider.wasm");
     let key = "cli-lost-key";
     let server = BackgroundServer::start(Server::builder().api_key(key).quiet(true)).unwrap();
     let dir = std::env::temp_dir().join(format!("cli-lost-{}", std::process::id()));
@@ -145,9 +140,7 @@ fn a_stdout_nobody_reads_does_not_hold_the_command_past_its_timeout() {
     use std::io::Read;
     use std::process::Stdio;
     use std::time::{Duration, Instant};
-    let Some(provider) = built("createos_provider.wasm") else {
-        return;
-    };
+    let provider = built("createos_provider.wasm");
     let mut child = common::sandbox_cli(&provider, "cli-unread")
         .args(["run", "--timeout", "5s", "--", "yes"])
         .stdout(Stdio::piped())

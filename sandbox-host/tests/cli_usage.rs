@@ -15,11 +15,11 @@ fn sandbox(provider: &Path, tag: &str) -> Command {
 }
 
 /// Both components ./build.sh builds: (createos, daytona).
-fn providers() -> Option<(PathBuf, PathBuf)> {
-    let createos = common::built_provider()?;
+fn providers() -> (PathBuf, PathBuf) {
+    let createos = common::built_provider();
     let daytona = createos.with_file_name("daytona_provider.wasm");
     assert!(daytona.is_file(), "./build.sh builds both providers");
-    Some((createos, daytona))
+    (createos, daytona)
 }
 
 /// `sandbox run --stdin FILE -- cat`.
@@ -56,9 +56,7 @@ fn with_input(mut command: Command, input: &[u8]) -> Output {
 /// and `--stdin FILE`, now reach the command.
 #[test]
 fn a_piped_stdin_reaches_the_command_with_both_providers() {
-    let Some((createos, daytona)) = providers() else {
-        return;
-    };
+    let (createos, daytona) = providers();
     for provider in [&createos, &daytona] {
         let mut command = sandbox(provider, "cli-stdin");
         command.args(["run", "--", "wc", "-l"]);
@@ -86,9 +84,7 @@ fn a_piped_stdin_reaches_the_command_with_both_providers() {
 /// with a message that says the limit and what to do instead.
 #[test]
 fn an_input_beyond_the_limit_is_refused_with_a_clear_error() {
-    let Some((createos, _)) = providers() else {
-        return;
-    };
+    let (createos, _) = providers();
     let file = std::env::temp_dir().join(format!("cli-stdin-big-{}", std::process::id()));
     let big = std::fs::File::create(&file).unwrap();
     big.set_len(33 * 1024 * 1024).unwrap();
@@ -114,9 +110,7 @@ fn an_input_beyond_the_limit_is_refused_with_a_clear_error() {
 /// an absolute one is used as it is, as with CreateOS.
 #[test]
 fn a_cwd_resolves_once_against_the_workspace_root_with_both_providers() {
-    let Some((createos, daytona)) = providers() else {
-        return;
-    };
+    let (createos, daytona) = providers();
     for (provider, root) in [
         (&createos, "/paperclip-workspace"),
         (&daytona, "/root/paperclip-workspace"),
@@ -148,9 +142,7 @@ fn a_cwd_resolves_once_against_the_workspace_root_with_both_providers() {
 #[test]
 fn a_key_withheld_from_another_origin_is_explained_with_the_fix() {
     use sandbox_engine::{BackgroundServer, Server};
-    let Some((createos, _)) = providers() else {
-        return;
-    };
+    let (createos, _) = providers();
     let key = "withheld-key";
     let server = BackgroundServer::start(Server::builder().api_key(key).quiet(true)).unwrap();
     let url = server.base_url();
@@ -221,9 +213,7 @@ fn stored_cli(
 #[test]
 fn sweep_handles_a_lease_of_a_holder_killed_on_this_machine_at_once() {
     use sandbox_engine::{BackgroundServer, Server};
-    let Some((createos, _)) = providers() else {
-        return;
-    };
+    let (createos, _) = providers();
     let server =
         BackgroundServer::start(Server::builder().api_key(STORED_KEY).quiet(true)).unwrap();
     let cli = stored_cli(&createos, &server, "sweep-local");
@@ -271,9 +261,7 @@ fn sweep_handles_a_lease_of_a_holder_killed_on_this_machine_at_once() {
 /// it with every sandbox in it.
 #[test]
 fn sandbox_engine_serves_the_lease_workflow_until_a_signal() {
-    let Some((createos, daytona)) = providers() else {
-        return;
-    };
+    let (createos, daytona) = providers();
     for (provider, name) in [(&createos, "createos"), (&daytona, "daytona")] {
         let data = std::env::temp_dir().join(format!("cli-engine-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);

@@ -537,9 +537,7 @@ fn cli_host(
     let dir = test_support::cli::key_dir(&format!("sandbox-fleet-cli-{name}"), CLI_KEY);
     test_support::sandbox_cli!("sandbox-fleet-cli")
         .data_dir(dir.join("data"))
-        .provider(
-            common::built_provider().expect("the CreateOS component is built: run ./build.sh"),
-        )
+        .provider(common::built_provider())
         .env("SANDBOX_STORE", store)
         .env("SANDBOX_HEARTBEAT", CLI_HEARTBEAT)
         .env(

@@ -16,22 +16,14 @@ use sandbox_host::{
 mod common;
 use test_support::RequestExt;
 
-fn provider() -> Option<ProviderComponent> {
-    let wasm: PathBuf =
-        common::workspace_dir().join("target/wasm32-wasip2/release/createos_provider.wasm");
-    if !wasm.is_file() {
-        eprintln!("skipped: {} not built yet (run ./build.sh)", wasm.display());
-        return None;
-    }
-    Some(
-        ProviderComponent::load(&shared_engine().unwrap(), &wasm)
-            .unwrap_or_else(|e| panic!("{e:#}")),
-    )
+fn provider() -> ProviderComponent {
+    let wasm: PathBuf = common::built_provider();
+    ProviderComponent::load(&shared_engine().unwrap(), &wasm).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 #[test]
 fn an_unconfirmed_termination_poisons_the_lease_durably_and_sweep_destroys_it() {
-    let Some(component) = provider() else { return };
+    let component = provider();
     let server =
         BackgroundServer::start(Server::builder().api_key("real-key").quiet(true)).unwrap();
     server.faults().add(
@@ -88,7 +80,7 @@ fn an_unconfirmed_termination_poisons_the_lease_durably_and_sweep_destroys_it() 
 
 #[test]
 fn a_wrong_api_key_is_a_typed_rejection_and_the_right_one_reaches_the_server() {
-    let Some(component) = provider() else { return };
+    let component = provider();
     let server = BackgroundServer::start(Server::builder().api_key("right").quiet(true)).unwrap();
     let rt = SandboxRuntime::new(
         component,
@@ -122,7 +114,7 @@ fn a_wrong_api_key_is_a_typed_rejection_and_the_right_one_reaches_the_server() {
 /// `SANDBOX_API_KEY_ORIGIN`).
 #[test]
 fn the_environment_key_goes_only_to_the_default_origin() {
-    let Some(component) = provider() else { return };
+    let component = provider();
     std::env::set_var("CREATEOS_API_KEY", "env-canary");
     std::env::remove_var("SANDBOX_API_KEY_ORIGIN");
     let script = ScriptedTransport::new(|_| ScriptedResponse::status(401));

@@ -79,16 +79,17 @@ pub fn short_liveness() -> Liveness {
     Liveness::new(Duration::from_millis(100), Duration::from_secs(1)).unwrap()
 }
 
-/// The CreateOS component ./build.sh built, or `None` (with a note) before
-/// it ran.
-pub fn built_provider() -> Option<PathBuf> {
+/// The CreateOS component ./build.sh built. A test never passes without
+/// it: a missing component fails the test with the command that builds it
+/// (the README's test command runs ./build.sh first).
+pub fn built_provider() -> PathBuf {
     let wasm = test_support::built_component("createos_provider.wasm");
-    if wasm.is_file() {
-        Some(wasm)
-    } else {
-        eprintln!("skipped: {} not built yet (run ./build.sh)", wasm.display());
-        None
-    }
+    assert!(
+        wasm.is_file(),
+        "{} is not built: run ./build.sh first",
+        wasm.display()
+    );
+    wasm
 }
 
 /// The `sandbox` CLI with `provider`, a data directory of its own (named
