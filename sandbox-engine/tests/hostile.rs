@@ -613,7 +613,9 @@ async fn starting_raises_the_descriptor_limit() {
     let mut lim = getrlimit(Resource::Nofile);
     let hard = lim.maximum.unwrap_or(u64::MAX);
     if hard <= 1024 {
-        eprintln!("hard descriptor limit {hard}: nothing to raise here");
+        test_support::skipped(&format!(
+            "hard descriptor limit {hard}: nothing to raise here"
+        ));
         return;
     }
     lim.current = Some(1024);

@@ -39,7 +39,7 @@ async fn a_sandbox_filling_its_disk_gets_enospc_inside_and_the_host_disk_stays_f
     const DISK: u64 = 64 << 20;
     let h = Harness::start_builder(sandbox_engine::Server::builder().sandbox_disk(DISK)).await;
     if !h.bwrap() {
-        eprintln!("skipped: commands are not confined here (process-group mode)");
+        test_support::skipped("commands are not confined here (process-group mode)");
         return;
     }
     if h.server.sandbox_disk().is_none() {
@@ -47,7 +47,7 @@ async fn a_sandbox_filling_its_disk_gets_enospc_inside_and_the_host_disk_stays_f
             !disks_expected_here(),
             "a root server with loop devices and mkfs.ext4 gave sandboxes no disk of their own"
         );
-        eprintln!("skipped: this host cannot mount sandbox disks");
+        test_support::skipped("this host cannot mount sandbox disks");
         return;
     }
     let full = h.sandbox().await;
@@ -197,7 +197,7 @@ async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>)
 async fn the_process_budget_counts_every_task_of_running_commands() {
     let h = Harness::start_builder(sandbox_engine::Server::builder().max_processes(4)).await;
     if !h.bwrap() || !sandbox_engine::machine::enabled_here() {
-        eprintln!("skipped: commands have no pids group of their own here");
+        test_support::skipped("commands have no pids group of their own here");
         return;
     }
     let sb = h.sandbox().await;
@@ -247,7 +247,7 @@ async fn a_launcher_that_cannot_start_the_command_is_a_server_failure() {
     // fills up before the server's budget refuses anything.
     let h = Harness::start_builder(sandbox_engine::Server::builder().max_processes(100_000)).await;
     if !h.bwrap() {
-        eprintln!("skipped: commands are not confined here (process-group mode)");
+        test_support::skipped("commands are not confined here (process-group mode)");
         return;
     }
     let sb = h.daytona_sandbox().await;
@@ -336,7 +336,7 @@ async fn a_sandbox_disk_the_host_could_not_hold_is_refused_with_429() {
             !h.bwrap() || !disks_expected_here(),
             "a root server with loop devices and mkfs.ext4 gave sandboxes no disk of their own"
         );
-        eprintln!("skipped: this host cannot mount sandbox disks");
+        test_support::skipped("this host cannot mount sandbox disks");
         return;
     }
     let (st, v) = h.create_sandbox(json!({})).await;
@@ -392,7 +392,7 @@ async fn sandbox_disks_are_independent_copies_of_a_template_no_sandbox_can_chang
     const DISK: u64 = 48 << 20;
     let h = Harness::start_builder(sandbox_engine::Server::builder().sandbox_disk(DISK)).await;
     if !h.bwrap() {
-        eprintln!("skipped: commands are not confined here (process-group mode)");
+        test_support::skipped("commands are not confined here (process-group mode)");
         return;
     }
     if h.server.sandbox_disk().is_none() {
@@ -400,7 +400,7 @@ async fn sandbox_disks_are_independent_copies_of_a_template_no_sandbox_can_chang
             !disks_expected_here(),
             "a root server with loop devices and mkfs.ext4 gave sandboxes no disk of their own"
         );
-        eprintln!("skipped: this host cannot mount sandbox disks");
+        test_support::skipped("this host cannot mount sandbox disks");
         return;
     }
     let data_dir = h.server.data_dir().to_path_buf();

@@ -26,7 +26,7 @@ fn planted_library(prefix: &str) -> Option<(String, std::path::PathBuf, String)>
     let m = marker(prefix);
     let escaped = std::path::PathBuf::from(format!("/tmp/{m}-escaped"));
     let Some(lib) = evil_library(&m, &escaped) else {
-        eprintln!("no C compiler: skipped");
+        test_support::skipped("no C compiler");
         return None;
     };
     Some((m, escaped, lib.display().to_string()))
@@ -215,7 +215,7 @@ fn marked_states(m: &str, prefix: &[u8]) -> Vec<(i32, char)> {
 #[tokio::test]
 async fn pause_stops_processes_in_nested_namespaces() {
     if !rustix::process::geteuid().is_root() {
-        eprintln!("needs a root server (one host uid per sandbox): skipped");
+        test_support::skipped("needs a root server (one host uid per sandbox)");
         return;
     }
     let h = confined(Server::builder()).await;
@@ -280,7 +280,7 @@ async fn pause_stops_processes_in_nested_namespaces() {
 #[tokio::test]
 async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
     let Some(base) = sandbox_engine::process_limits::pids_cgroup_base() else {
-        eprintln!("no writable pids cgroup hierarchy here: RLIMIT_NPROC only; skipped");
+        test_support::skipped("no writable pids cgroup hierarchy here: RLIMIT_NPROC only; skipped");
         return;
     };
     let h = confined(Server::builder()).await;
@@ -324,7 +324,7 @@ async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
 fn machines_here() -> bool {
     let here = sandbox_engine::machine::enabled_here();
     if !here {
-        eprintln!("no sandbox machines on this host (needs root and a pids cgroup): skipped");
+        test_support::skipped("no sandbox machines on this host (needs root and a pids cgroup)");
     }
     here
 }

@@ -19,7 +19,7 @@ async fn machine() -> Option<Harness> {
         .await;
     assert_eq!(*h.server.isolation(), IsolationMode::Bwrap);
     if !sandbox_engine::machine::enabled_here() {
-        eprintln!("skipped: no machine per sandbox here (not root, or no cgroup v1 pids)");
+        test_support::skipped("no machine per sandbox here (not root, or no cgroup v1 pids)");
         return None;
     }
     Some(h)

@@ -46,7 +46,7 @@ fn host_server(body: &'static str) -> u16 {
 fn run_with_egress_reaches_only_the_allowed_host() {
     let provider = provider();
     if !sandbox_engine::machine::enabled_here() {
-        eprintln!("no sandbox machines on this host: skipped");
+        test_support::skipped("no sandbox machines on this host");
         return;
     }
     let allowed = host_server("hello through the proxy\n");

@@ -88,7 +88,7 @@ fn fetch(port: u16) -> String {
 fn a_background_server_answers_the_next_lease_exec_with_both_providers() {
     let (createos, daytona) = providers();
     if !sandbox_engine::machine::enabled_here() {
-        eprintln!("no sandbox machines on this host: skipped");
+        test_support::skipped("no sandbox machines on this host");
         return;
     }
     for (provider, name, port) in [(&createos, "createos", 8765), (&daytona, "daytona", 8766)] {
@@ -146,7 +146,7 @@ fn a_background_server_answers_the_next_lease_exec_with_both_providers() {
 fn a_timed_out_command_takes_its_background_children_with_it() {
     let (createos, daytona) = providers();
     if !sandbox_engine::machine::enabled_here() {
-        eprintln!("no sandbox machines on this host: skipped");
+        test_support::skipped("no sandbox machines on this host");
         return;
     }
     for (provider, name) in [(&createos, "createos"), (&daytona, "daytona")] {

@@ -7,7 +7,8 @@
 //! - [`requests`]: the `ExecuteRequest` (and `AcquireRequest`) builders;
 //! - [`cli`]: the `sandbox` CLI as a test runs it ([`sandbox_cli!`]);
 //! - [`local`]: the engine in this process and a host runtime of one
-//!   provider against it.
+//!   provider against it;
+//! - [`skips`]: tests that cannot run on this machine, listed for CI.
 //!
 //! Used by the conformance kit, the provider suites
 //! (`providers/*/tests`), the host's and the engine's suites.
@@ -19,9 +20,11 @@ pub mod components;
 pub mod local;
 pub mod procs;
 pub mod requests;
+pub mod skips;
 
 pub use components::{built_component, workspace_dir};
 pub use requests::{acquire, bash, command, sh, RequestExt};
+pub use skips::skipped;
 
 use std::time::{Duration, Instant};
 
