@@ -409,7 +409,19 @@ impl EmbeddedEngine {
         {
             let report = self.server.shutdown();
             if !report.all_exited() {
-                eprintln!("sandbox: warning: the local backend could not confirm that every process exited: {report:?}");
+                let pids: Vec<String> = report.survivors.iter().map(i32::to_string).collect();
+                eprintln!(
+                    "sandbox: warning: the local backend could not confirm that every process \
+                     exited: {} of its {} processes unverified, host pids still alive: {}; \
+                     check them with `ps -p PID` and end them with `kill -9 PID`",
+                    report.unverified.len(),
+                    report.processes,
+                    if pids.is_empty() {
+                        "none found".to_owned()
+                    } else {
+                        pids.join(" ")
+                    }
+                );
                 return false;
             }
         }
