@@ -7,6 +7,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 mod common;
 
@@ -293,4 +294,78 @@ fn sandbox_engine_serves_the_lease_workflow_until_a_signal() {
         assert_eq!(output.status.code(), Some(0), "{name}: {stderr}");
         assert!(stderr.contains("every process in it exited"), "{stderr}");
     }
+}
+
+/// A second `sandbox engine` on the data directory of a running one
+/// rewrote the key and config files the first one's leases use: the next
+/// `lease exec` on the first engine's lease was refused with 401. Now the
+/// second engine is refused before it starts, says why and what to do,
+/// and the first one's leases go on working.
+#[test]
+fn a_second_engine_on_the_same_data_directory_is_refused_and_the_first_keeps_serving() {
+    let (createos, _) = providers();
+    let data = std::env::temp_dir().join(format!("cli-engine-twice-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let (mut first, exports) = test_support::sandbox_cli!("cli-engine-twice")
+        .data_dir(&data)
+        .provider(&createos)
+        .engine("createos", Stdio::null());
+    let key_before = std::fs::read(data.join("engine/api-key")).unwrap();
+
+    let mut second = test_support::sandbox_cli!("cli-engine-twice")
+        .data_dir(&data)
+        .provider(&createos)
+        .command(&["--provider", "createos", "engine"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Before the fix the second engine started and served until a signal.
+    let ended = test_support::eventually(Duration::from_secs(30), || {
+        second.try_wait().unwrap().is_some()
+    });
+    if !ended {
+        for engine in [&mut second, &mut first] {
+            let _ = Command::new("kill")
+                .args(["-TERM", &engine.id().to_string()])
+                .status();
+            let _ = engine.wait();
+        }
+    }
+    let second = second.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(ended, "the second engine started and served: {stderr}");
+    assert_eq!(second.status.code(), Some(125), "{stderr}");
+    assert!(
+        stderr.contains("another `sandbox engine` already serves the data directory"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--data-dir"), "{stderr}");
+    assert!(
+        second.stdout.is_empty(),
+        "no export line for an engine that did not start"
+    );
+    assert_eq!(
+        std::fs::read(data.join("engine/api-key")).unwrap(),
+        key_before,
+        "the running engine's key was rewritten"
+    );
+
+    let cli = test_support::sandbox_cli!("cli-engine-twice")
+        .data_dir(&data)
+        .envs(&exports);
+    let lease = cli.acquire();
+    let ran = cli.output(&["lease", "exec", &lease, "--", "echo", "still served"]);
+    assert_eq!(ran.status.code(), Some(0), "{ran:?}");
+    assert_eq!(String::from_utf8_lossy(&ran.stdout), "still served\n");
+    assert!(cli.output(&["lease", "release", &lease]).status.success());
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = first.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&data);
 }

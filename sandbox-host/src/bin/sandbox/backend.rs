@@ -224,6 +224,9 @@ impl Setup {
 /// files that point other `sandbox` processes at it.
 pub struct Engine {
     local: EmbeddedEngine,
+    /// `engine/lock` in the data directory, locked while this engine
+    /// serves: the kernel releases it when the process ends, however.
+    _lock: std::fs::File,
     /// A config naming the engine's URLs for the provider.
     pub config_file: PathBuf,
     /// The engine's API key (mode 0600).
@@ -234,6 +237,9 @@ impl Engine {
     /// Starts the engine for `global`'s provider on `port` (0: any free
     /// port) and writes its config and key under the data directory.
     pub fn start(global: &Global, port: u16) -> Result<Engine> {
+        let dir = data_dir(global).join("engine");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let lock = lock_engine_dir(&dir)?;
         let component = load_component(global)?;
         let description = component
             .instantiate(sandbox_host::HostOptions::new())?
@@ -244,8 +250,6 @@ impl Engine {
             &description.driver_key,
             port,
         )?;
-        let dir = data_dir(global).join("engine");
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let key_file = dir.join("api-key");
         write_private(&key_file, local.api_key.as_bytes())?;
         let config: serde_json::Map<String, Value> = local
@@ -257,6 +261,7 @@ impl Engine {
         write_private(&config_file, Value::Object(config).to_string().as_bytes())?;
         Ok(Engine {
             local,
+            _lock: lock,
             config_file,
             key_file,
         })
@@ -272,6 +277,32 @@ impl Engine {
     pub fn stop(self) -> bool {
         let _ = std::fs::remove_file(&self.key_file);
         self.local.stop()
+    }
+}
+
+/// Locks `dir/lock` for the engine about to serve from `dir`. A second
+/// engine on the same data directory would rewrite the key and config files
+/// the first one's leases use (their next commands would be refused with
+/// 401, or sent to the wrong engine), so it is refused before it starts.
+fn lock_engine_dir(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "another `sandbox engine` already serves the data directory {}; nothing was \
+             started. Point other shells at the running one (the export line it printed), \
+             stop it first, or give this one a directory of its own (--data-dir DIR)",
+            dir.parent().unwrap_or(dir).display()
+        ),
+        Err(std::fs::TryLockError::Error(error)) => {
+            Err(error).with_context(|| format!("locking {}", path.display()))
+        }
     }
 }
 
