@@ -369,3 +369,47 @@ fn a_second_engine_on_the_same_data_directory_is_refused_and_the_first_keeps_ser
     assert_eq!(output.status.code(), Some(0));
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// After `kill -9` of `sandbox engine`, a command on one of its leases
+/// said only "the server could not be reached (the connection was
+/// refused)". Now the CLI says the engine is gone, that its sandboxes
+/// ended with it, and what to do: start a new engine, acquire a new lease.
+/// The lease is not cleared (no engine can confirm its deletion).
+#[test]
+fn a_lease_of_an_engine_that_died_says_the_engine_is_gone_and_what_to_do() {
+    let (createos, _) = providers();
+    let data = std::env::temp_dir().join(format!("cli-engine-died-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let (mut engine, exports) = test_support::sandbox_cli!("cli-engine-died")
+        .data_dir(&data)
+        .provider(&createos)
+        .engine("createos", Stdio::null());
+    let cli = test_support::sandbox_cli!("cli-engine-died")
+        .data_dir(&data)
+        .envs(&exports);
+    let lease = cli.acquire();
+    engine.kill().unwrap();
+    engine.wait().unwrap();
+
+    let ran = cli.output(&["lease", "exec", &lease, "--", "echo", "never"]);
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(ran.status.code(), Some(125), "{stderr}");
+    assert!(ran.stdout.is_empty());
+    assert!(
+        stderr.contains("the engine this lease came from (`sandbox engine`, http://127.0.0.1:"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("is not running"), "{stderr}");
+    assert!(stderr.contains("acquire a new lease"), "{stderr}");
+
+    let destroyed = cli.output(&["lease", "destroy", &lease]);
+    let stderr = String::from_utf8_lossy(&destroyed.stderr);
+    assert_eq!(destroyed.status.code(), Some(120), "{stderr}");
+    assert!(stderr.contains("is not running"), "{stderr}");
+    let listed = cli.output(&["lease", "list"]);
+    assert!(
+        String::from_utf8_lossy(&listed.stdout).contains(&format!("{lease}  poisoned")),
+        "the lease is kept, poisoned: {listed:?}"
+    );
+    let _ = std::fs::remove_dir_all(&data);
+}

@@ -280,6 +280,41 @@ impl Engine {
     }
 }
 
+/// When the config in use is the one a `sandbox engine` wrote (under the
+/// data directory's `engine/`) and nothing listens at its API URL any more,
+/// what that means for the user's leases; `None` otherwise. The check is a
+/// fact of this moment (a refused connection to a loopback URL), not a
+/// proof about any sandbox: the leases stay as the store has them.
+pub fn dead_engine_note(global: &Global) -> Option<String> {
+    let config = global.config.as_deref()?;
+    let engine_dir = std::fs::canonicalize(data_dir(global).join("engine")).ok()?;
+    if std::fs::canonicalize(config).ok()?.parent()? != engine_dir {
+        return None;
+    }
+    let text = std::fs::read_to_string(config).ok()?;
+    let fields: serde_json::Map<String, Value> = serde_json::from_str(&text).ok()?;
+    let url = fields.get("apiUrl")?.as_str()?;
+    let authority = url.parse::<http::Uri>().ok()?.authority()?.clone();
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let address = std::net::SocketAddr::new(host.parse().ok()?, authority.port_u16()?);
+    if !address.ip().is_loopback() {
+        return None;
+    }
+    match std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_secs(1)) {
+        Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => Some(format!(
+            "the engine this lease came from (`sandbox engine`, {url}) is not running: it was \
+             stopped or died, and its sandboxes ended with it (an engine's guard ends every \
+             process in it). This lease cannot run commands again: start `sandbox engine` again \
+             and acquire a new lease. `sandbox lease list` keeps showing this one, poisoned once \
+             destroyed, because no engine can confirm its deletion"
+        )),
+        _ => None,
+    }
+}
+
 /// Locks `dir/lock` for the engine about to serve from `dir`. A second
 /// engine on the same data directory would rewrite the key and config files
 /// the first one's leases use (their next commands would be refused with

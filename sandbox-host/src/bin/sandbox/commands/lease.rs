@@ -3,13 +3,26 @@
 
 use anyhow::Result;
 
-use crate::backend::Setup;
+use crate::backend::{self, Setup};
 use crate::{exec, ready, report, Global, LeaseCommand};
 
 pub fn run(global: &Global, command: LeaseCommand) -> Result<u8> {
     if !matches!(command, LeaseCommand::Exec { .. } | LeaseCommand::List) {
         exec::finish_on_first_signal();
     }
+    let uses_the_sandbox = !matches!(command, LeaseCommand::List);
+    let code = run_command(global, command)?;
+    if code != 0 && uses_the_sandbox {
+        // A failure on a lease of a `sandbox engine` that is gone says so:
+        // otherwise the user sees only "connection refused".
+        if let Some(note) = backend::dead_engine_note(global) {
+            eprintln!("sandbox: {note}");
+        }
+    }
+    Ok(code)
+}
+
+fn run_command(global: &Global, command: LeaseCommand) -> Result<u8> {
     match command {
         LeaseCommand::Acquire { run_id } => {
             let setup = ready(Setup::with_backend(global, false), global)?;
