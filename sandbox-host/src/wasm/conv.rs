@@ -156,3 +156,37 @@ macro_rules! shared_types {
     };
 }
 pub(crate) use shared_types;
+
+/// The `host` imports of a contract whose `emit-output` carries text
+/// (before 0.4.0): a text chunk reaches the sink as its UTF-8 bytes, and
+/// the other imports are the current ones. Expanded in a module that names
+/// that contract's `host` interface `host` and the current types `new`.
+macro_rules! text_output_host {
+    () => {
+        impl host::Host for $crate::wasm::state::HostState {
+            fn emit_output(
+                &mut self,
+                stream: host::OutputStream,
+                chunk: String,
+            ) -> wasmtime::Result<()> {
+                let stream = match stream {
+                    host::OutputStream::Stdout => new::OutputStream::Stdout,
+                    host::OutputStream::Stderr => new::OutputStream::Stderr,
+                };
+                $crate::wasm::bindings::host::Host::emit_output(self, stream, chunk.into_bytes())
+            }
+
+            fn record_sandbox(&mut self, sandbox_id: String) -> wasmtime::Result<()> {
+                $crate::wasm::bindings::host::Host::record_sandbox(self, sandbox_id)
+            }
+
+            fn cancellation(
+                &mut self,
+            ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>>
+            {
+                $crate::wasm::bindings::host::Host::cancellation(self)
+            }
+        }
+    };
+}
+pub(crate) use text_output_host;

@@ -9,13 +9,9 @@
 //! not UTF-8, which a host can tell with
 //! [`ProviderComponent::live_output_is_text`](crate::ProviderComponent::live_output_is_text).
 
-use wasmtime::component::Resource;
-use wasmtime_wasi::p2::DynPollable;
-
 use crate::wasm::bindings::types as new;
 use crate::wasm::bindings::v0_3::{host, types as old};
-use crate::wasm::conv::{cases, record, shared_types, Conv};
-use crate::wasm::state::HostState;
+use crate::wasm::conv::{cases, record, shared_types, text_output_host, Conv};
 
 shared_types!();
 
@@ -31,20 +27,4 @@ cases! {
     }
 }
 
-impl host::Host for HostState {
-    fn emit_output(&mut self, stream: host::OutputStream, chunk: String) -> wasmtime::Result<()> {
-        let stream = match stream {
-            host::OutputStream::Stdout => new::OutputStream::Stdout,
-            host::OutputStream::Stderr => new::OutputStream::Stderr,
-        };
-        crate::wasm::bindings::host::Host::emit_output(self, stream, chunk.into_bytes())
-    }
-
-    fn record_sandbox(&mut self, sandbox_id: String) -> wasmtime::Result<()> {
-        crate::wasm::bindings::host::Host::record_sandbox(self, sandbox_id)
-    }
-
-    fn cancellation(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
-        crate::wasm::bindings::host::Host::cancellation(self)
-    }
-}
+text_output_host!();
