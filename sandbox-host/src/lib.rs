@@ -48,6 +48,7 @@ mod messages;
 mod runtime;
 #[cfg(test)]
 mod secret_routing_table;
+mod shared_sqlite;
 #[cfg(any(test, feature = "testing"))]
 mod testing;
 

@@ -13,7 +13,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use rusqlite::config::DbConfig;
@@ -22,6 +22,7 @@ use rusqlite::{params_from_iter, Connection, Row, TransactionBehavior};
 
 use super::sql::{self, Columns, Dialect, Session, Value};
 use crate::leases::backend::{HostInstance, LeaseRecord, LeaseStore, Liveness};
+use crate::shared_sqlite;
 
 /// The lease store. Safe to share between threads; several processes (and
 /// several hosts on one machine) may open the same file (SQLite locking,
@@ -55,9 +56,7 @@ impl SqliteLeases {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
-        let conn = Connection::open(path)
-            .with_context(|| format!("opening the lease store {}", path.display()))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
+        let conn = shared_sqlite::open_shared(path, "the lease store")?;
         // The WAL stays when the last connection closes, unmerged: what it
         // holds was flushed at its commits (lazy writes aside, see
         // `lazy`), and SQLite merges it at its automatic checkpoints.
@@ -75,7 +74,7 @@ impl SqliteLeases {
     }
 
     fn init(mut conn: Connection, place: String, durable: bool) -> Result<Self> {
-        conn.busy_timeout(Duration::from_secs(5))?;
+        conn.busy_timeout(shared_sqlite::BUSY_WAIT)?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         // One writer at a time: processes opening a new file together would
         // otherwise both migrate it.

@@ -31,6 +31,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result};
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
+use crate::shared_sqlite;
+
 /// An API's request budget (the WIT `rate-limit`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateLimit {
@@ -160,11 +162,8 @@ impl RequestPacer {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
-        let conn = Connection::open(path)
-            .with_context(|| format!("cannot open the request pacer {}", path.display()))?;
-        conn.busy_timeout(Duration::from_secs(5))?;
+        let conn = shared_sqlite::open_shared(path, "the request pacer's ledger")?;
         // The ledger only matters while requests run: no fsync needed.
-        conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "OFF")?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS request_starts (
