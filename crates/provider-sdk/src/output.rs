@@ -13,20 +13,42 @@ pub const MAX_OUTPUT_CHARS: usize = 4 * 1024 * 1024;
 /// (`0x80..=0xBF`), 16 at a time with wasm SIMD: the number of characters
 /// of valid UTF-8, and a lower bound of the characters a lossy decoding
 /// gives (each such byte starts a character or a U+FFFD of its own).
+///
+/// Every byte of a command's output is counted (the tail's bound), so the
+/// loop is three instructions per 16 bytes: a compare gives -1 in each lane
+/// holding a lead byte, subtracted into 16 byte-wide counters, which are
+/// summed before they can overflow (every 255 blocks).
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 fn count_leads(bytes: &[u8]) -> usize {
     use core::arch::wasm32::*;
-    let blocks = bytes.chunks_exact(16);
-    let rest = blocks.remainder();
+    let mut blocks = bytes.chunks_exact(16);
     // Continuation bytes are 0x80..=0xBF: -128..=-65 as signed bytes.
     let last_continuation = i8x16_splat(-65);
     let mut count = 0;
-    for block in blocks {
-        // SAFETY: `block` is 16 readable bytes; unaligned loads are allowed.
-        let v = unsafe { v128_load(block.as_ptr().cast()) };
-        count += i8x16_bitmask(i8x16_gt(v, last_continuation)).count_ones() as usize;
+    loop {
+        let mut lanes = u8x16_splat(0);
+        let mut taken = 0;
+        for block in blocks.by_ref().take(255) {
+            // SAFETY: `block` is 16 readable bytes; unaligned loads are allowed.
+            let v = unsafe { v128_load(block.as_ptr().cast()) };
+            lanes = i8x16_sub(lanes, i8x16_gt(v, last_continuation));
+            taken += 1;
+        }
+        let sums = u32x4_extadd_pairwise_u16x8(u16x8_extadd_pairwise_u8x16(lanes));
+        count += (u32x4_extract_lane::<0>(sums)
+            + u32x4_extract_lane::<1>(sums)
+            + u32x4_extract_lane::<2>(sums)
+            + u32x4_extract_lane::<3>(sums)) as usize;
+        if taken < 255 {
+            break;
+        }
     }
-    count + rest.iter().filter(|&&b| !is_continuation(b)).count()
+    count
+        + blocks
+            .remainder()
+            .iter()
+            .filter(|&&b| !is_continuation(b))
+            .count()
 }
 
 #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
@@ -193,9 +215,11 @@ impl Tail {
                 .count();
             joined.drain(..skip);
         }
-        let mut text = match String::from_utf8(joined) {
-            Ok(text) => text,
-            Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
+        let mut text = if simdutf8::basic::from_utf8(&joined).is_ok() {
+            // SAFETY: `joined` was just checked to be valid UTF-8.
+            unsafe { String::from_utf8_unchecked(joined) }
+        } else {
+            String::from_utf8_lossy(&joined).into_owned()
         };
         let chars = count_leads(text.as_bytes());
         if chars <= self.cap {
@@ -380,6 +404,25 @@ mod tests {
         let total = text.chars().count();
         let kept = text.chars().skip(total.saturating_sub(cap)).collect();
         (kept, total > cap)
+    }
+
+    /// The count stays exact past the SIMD loop's 255-block rounds (each
+    /// byte-wide lane counter is summed before it overflows), for text that
+    /// is all lead bytes and for mixed text.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn long_text_is_counted_like_std() {
+        for len in [16 * 255 - 1, 16 * 255, 16 * 255 + 1, 16 * 255 * 3 + 7, 100_003] {
+            let ascii = "a".repeat(len);
+            assert_eq!(count_leads(ascii.as_bytes()), len);
+            let mixed: String = "héllo € 𝄞 wörld — 0123456789\n"
+                .chars()
+                .cycle()
+                .take(len)
+                .collect();
+            assert_eq!(count_leads(mixed.as_bytes()), len);
+            let continuations = vec![0x80u8; len];
+            assert_eq!(count_leads(&continuations), 0);
+        }
     }
 
     /// The lead-byte count (SIMD in the wasm build) is std's character

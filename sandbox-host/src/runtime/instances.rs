@@ -13,7 +13,7 @@ use crate::network::transport::Transport;
 use crate::wasm::bindings::types::Lease;
 use crate::wasm::cancel::CancelToken;
 use crate::wasm::instance::ProviderInstance;
-use crate::wasm::options::{HostOptions, OutputSink, SandboxRecorder};
+use crate::wasm::options::{ChunkSink, HostOptions, SandboxRecorder};
 
 impl SandboxRuntime {
     pub(super) fn plain_instance(&self, deadline: Duration) -> Result<ProviderInstance> {
@@ -29,7 +29,7 @@ impl SandboxRuntime {
         env: &Environment,
         deadline: Duration,
         cancel: CancelToken,
-        output: Option<OutputSink>,
+        output: Option<ChunkSink>,
     ) -> Result<ProviderInstance> {
         self.component
             .instantiate(self.options(env, deadline, cancel, output))
@@ -43,7 +43,7 @@ impl SandboxRuntime {
         &self,
         env: &Environment,
         record_id: &str,
-        output: Option<OutputSink>,
+        output: Option<ChunkSink>,
     ) -> Result<ProviderInstance> {
         let store = self.store.clone();
         let id = record_id.to_owned();
@@ -71,7 +71,7 @@ impl SandboxRuntime {
         env: &Environment,
         deadline: Duration,
         cancel: CancelToken,
-        output: Option<OutputSink>,
+        output: Option<ChunkSink>,
     ) -> HostOptions {
         let transport: Arc<dyn Transport> =
             Arc::new(env.policy.clone().guard(self.transport.clone()));
@@ -81,7 +81,7 @@ impl SandboxRuntime {
             .with_cancel(cancel)
             .with_guest_stderr(self.stderr);
         if let Some(output) = output {
-            options = options.with_output_sink(output);
+            options = options.with_chunk_sink(output);
         }
         options
     }

@@ -17,7 +17,7 @@ use crate::wasm::bindings::types::{
     ProviderError, ResumeOutcome, TerminationReceipt, WorkspaceRequest,
 };
 use crate::wasm::cancel::CancelToken;
-use crate::wasm::options::OutputSink;
+use crate::wasm::options::{chunk_sink, OutputSink};
 
 impl SandboxRuntime {
     /// `probe`, recorded in the store while its sandbox may exist (like an
@@ -32,7 +32,7 @@ impl SandboxRuntime {
             .store
             .begin_acquire(&env.ctx, "probe", self.host.id())?;
         let outcome = self
-            .creating_instance(env, &record.id, output)
+            .creating_instance(env, &record.id, output.map(chunk_sink))
             .and_then(|mut instance| instance.probe(&env.ctx));
         match &outcome {
             Ok(Ok(_)) => self.store.set_state(

@@ -26,7 +26,7 @@ use crate::wasm::bindings::types::{
     ExecuteResult, OutputLoss, OutputStream, PartialOutput, ProviderError,
 };
 use crate::wasm::cancel::CancelToken;
-use crate::wasm::options::OutputSink;
+use crate::wasm::options::{ChunkSink, OutputSink};
 
 /// Chunks queued ahead of the sink before `emit-output` waits.
 const QUEUE: usize = 16;
@@ -72,7 +72,7 @@ impl Relay {
         sink: OutputSink,
         timeout: Duration,
         cancel: CancelToken,
-    ) -> (OutputSink, Relay) {
+    ) -> (ChunkSink, Relay) {
         let now = Instant::now();
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -95,9 +95,9 @@ impl Relay {
                 .name("output-relay".into())
                 .spawn(move || shared.deliver(&sink));
         }
-        let emit: OutputSink = {
+        let emit: ChunkSink = {
             let shared = shared.clone();
-            Arc::new(move |stream, chunk: &[u8]| shared.push(stream, chunk))
+            Arc::new(move |stream, chunk: Vec<u8>| shared.push(stream, chunk))
         };
         (emit, Relay { shared })
     }
@@ -166,7 +166,7 @@ impl Shared {
     }
 
     /// `emit-output`: queues the chunk, waiting while the queue is full.
-    fn push(&self, stream: OutputStream, chunk: &[u8]) {
+    fn push(&self, stream: OutputStream, chunk: Vec<u8>) {
         let mut state = self.lock();
         loop {
             if state.failed {
@@ -174,7 +174,7 @@ impl Shared {
                 return;
             }
             if state.queue.len() < QUEUE {
-                state.queue.push_back((stream, chunk.to_vec()));
+                state.queue.push_back((stream, chunk));
                 self.changed.notify_all();
                 return;
             }

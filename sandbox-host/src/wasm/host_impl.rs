@@ -10,7 +10,7 @@ use crate::wasm::state::HostState;
 
 impl host::Host for HostState {
     fn emit_output(&mut self, stream: OutputStream, chunk: Vec<u8>) -> wasmtime::Result<()> {
-        (self.output)(stream, &chunk);
+        (self.output)(stream, chunk);
         Ok(())
     }
 

@@ -15,6 +15,15 @@ use crate::wasm::cancel::CancelToken;
 /// text).
 pub type OutputSink = Arc<dyn Fn(OutputStream, &[u8]) + Send + Sync>;
 
+/// What an instance hands each `host.emit-output` chunk to: the bytes as
+/// lifted from the guest, owned, so a relay can queue them without a copy.
+pub(crate) type ChunkSink = Arc<dyn Fn(OutputStream, Vec<u8>) + Send + Sync>;
+
+/// An embedder's sink as a [`ChunkSink`].
+pub(crate) fn chunk_sink(sink: OutputSink) -> ChunkSink {
+    Arc::new(move |stream, chunk: Vec<u8>| sink(stream, &chunk))
+}
+
 /// What happens to the guest's own standard error (its debug prints).
 /// The guest's stdout is always discarded and its stdin is empty.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,7 +42,7 @@ pub enum GuestStderr {
 #[derive(Clone)]
 pub struct HostOptions {
     pub(crate) transport: Arc<dyn Transport>,
-    pub(crate) output: OutputSink,
+    pub(crate) output: ChunkSink,
     pub(crate) cancel: CancelToken,
     pub(crate) memory_limit: usize,
     pub(crate) deadline: Duration,
@@ -78,12 +87,18 @@ impl HostOptions {
         mut self,
         sink: impl Fn(OutputStream, &[u8]) + Send + Sync + 'static,
     ) -> Self {
-        self.output = Arc::new(sink);
+        self.output = chunk_sink(Arc::new(sink));
         self
     }
 
     /// Like [`with_output`](Self::with_output) with a shared sink.
     pub fn with_output_sink(mut self, sink: OutputSink) -> Self {
+        self.output = chunk_sink(sink);
+        self
+    }
+
+    /// Hands each chunk, owned, to `sink` (the runtime's relay).
+    pub(crate) fn with_chunk_sink(mut self, sink: ChunkSink) -> Self {
         self.output = sink;
         self
     }

@@ -15,7 +15,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::network::http_hook::HttpHooks;
 use crate::wasm::cancel::CancelToken;
-use crate::wasm::options::{GuestStderr, HostOptions, OutputSink};
+use crate::wasm::options::{ChunkSink, GuestStderr, HostOptions};
 
 /// The `T` of `Store<T>` for provider instances.
 pub(crate) struct HostState {
@@ -24,7 +24,7 @@ pub(crate) struct HostState {
     pub(crate) table: ResourceTable,
     hooks: HttpHooks,
     pub(crate) limits: StoreLimits,
-    pub(crate) output: OutputSink,
+    pub(crate) output: ChunkSink,
     pub(crate) cancel: CancelToken,
     pub(crate) stderr: Option<CapturedStderr>,
     pub(crate) sandbox_recorder: crate::wasm::options::SandboxRecorder,
