@@ -411,7 +411,13 @@ mod tests {
     /// is all lead bytes and for mixed text.
     #[wasm_bindgen_test(unsupported = test)]
     fn long_text_is_counted_like_std() {
-        for len in [16 * 255 - 1, 16 * 255, 16 * 255 + 1, 16 * 255 * 3 + 7, 100_003] {
+        for len in [
+            16 * 255 - 1,
+            16 * 255,
+            16 * 255 + 1,
+            16 * 255 * 3 + 7,
+            100_003,
+        ] {
             let ascii = "a".repeat(len);
             assert_eq!(count_leads(ascii.as_bytes()), len);
             let mixed: String = "héllo € 𝄞 wörld — 0123456789\n"
