@@ -3,6 +3,8 @@
 //! and refuses it, and `sweep` (once the fault is gone) destroys it with
 //! nothing of the scenario's commands left alive.
 
+use std::time::{Duration, Instant};
+
 use anyhow::{bail, ensure, Context, Result};
 use sandbox_host::types::{CleanupFailure, ExecuteRequest, ProviderError};
 use sandbox_host::{error_text, CancelToken, LeaseRecord, LeaseState};
@@ -14,6 +16,10 @@ use crate::scenarios::{expect_refused, not_observable, succeeded, with_session};
 use crate::session::Session;
 use crate::target::Target;
 use crate::verdict::Verdict;
+
+/// How long a command the backend started may take to reach its marked
+/// process (bash starting under load) before "started" is doubted.
+const MARKER_WAIT: Duration = Duration::from_secs(10);
 
 /// Runs the scenario of `point` against `target`.
 pub fn cleanup_failed(target: &Target, point: FaultPoint) -> Result<Verdict> {
@@ -129,13 +135,22 @@ fn command_fault(
         Err(ProviderError::CleanupFailed(failure)) => {
             check_failure(point, failure, Some(&sandbox))?;
             if point == FaultPoint::CommandCreationUnanswered {
-                // The command was started: the doubt was real.
-                if let Some(alive) = s.survivors(marker) {
+                // The command was started: the doubt was real. Its shell
+                // may still be on its way to the marked process (a loaded
+                // machine), so the marker is waited for, within a bound.
+                let started = Instant::now();
+                while let Some(alive) = s.survivors(marker) {
+                    if !alive.is_empty() {
+                        break;
+                    }
                     ensure!(
-                        !alive.is_empty(),
-                        "{}: the backend started the command, yet no process carries its marker",
-                        point.name()
+                        started.elapsed() < MARKER_WAIT,
+                        "{}: the backend started the command, yet no process carries its marker \
+                         after {} s",
+                        point.name(),
+                        MARKER_WAIT.as_secs()
                     );
+                    std::thread::sleep(Duration::from_millis(50));
                 }
             }
             poisoned(s, &lease.id, point).map(Some)
