@@ -136,7 +136,7 @@ pub struct Records {
     dir: PathBuf,
     /// `lock` in the state directory, held while the engine runs: two
     /// engines on one state directory would kill each other's sandboxes.
-    _lock: std::fs::File,
+    lock: std::fs::File,
     complete: bool,
     /// This engine's sandboxes, by id.
     own: Mutex<HashMap<String, Record>>,
@@ -197,7 +197,7 @@ impl Records {
         }
         let records = Arc::new(Records {
             dir: dir.to_path_buf(),
-            _lock: file,
+            lock: file,
             complete,
             own: Mutex::new(HashMap::new()),
             unconfirmed: Mutex::new(HashMap::new()),
@@ -291,6 +291,11 @@ impl Records {
         }
     }
 
+    /// Lets a successor open the state directory (the engine stopped).
+    pub fn release(&self) {
+        let _ = self.lock.unlock();
+    }
+
     /// Records a new sandbox (durably) before its create is answered.
     pub fn created(
         self: &Arc<Self>,
@@ -330,6 +335,7 @@ impl Records {
                 );
             }
             lock(open_roots()).remove(&record.root);
+            lock(&self.known).insert(id.to_string());
         }
     }
 
@@ -634,7 +640,7 @@ mod tests {
     #[test]
     fn a_live_namespace_is_killed_before_it_is_called_gone() {
         if !rustix::process::geteuid().is_root() {
-            eprintln!("skipped: unshare --pid needs root here");
+            test_support::skipped("unshare --pid needs root here");
             return;
         }
         let (mut child, tree) = namespace_with_sleep();

@@ -731,6 +731,9 @@ impl RunningServer {
             }
         })
         .await;
+        if let Some(records) = &self.state.records {
+            records.release();
+        }
         if !self.quiet {
             if report.all_exited() {
                 eprintln!(
@@ -773,6 +776,9 @@ impl Drop for RunningServer {
         crate::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
             let _ = crate::disk::remove_tree(&self.state.data_dir);
+        }
+        if let Some(records) = &self.state.records {
+            records.release();
         }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);
