@@ -1,0 +1,177 @@
+//! `sandbox engine` after one that died: the leases of the dead engine
+//! are cleared by the next engine on the same data directory (it takes the
+//! same port and proves the dead engine's sandboxes gone), and an engine
+//! that cannot prove a sandbox gone never calls it gone. Real binaries,
+//! real engine, real processes. Skipped (with a note) until ./build.sh
+//! has built the providers.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+mod common;
+
+/// Both components ./build.sh builds: (createos, daytona).
+fn providers() -> (PathBuf, PathBuf) {
+    let createos = common::built_provider();
+    let daytona = createos.with_file_name("daytona_provider.wasm");
+    assert!(daytona.is_file(), "./build.sh builds both providers");
+    (createos, daytona)
+}
+
+fn fresh(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Stops an engine with SIGTERM; its exit status and stderr.
+fn stop(engine: Child) -> (Option<i32>, String) {
+    let killed = Command::new("kill")
+        .args(["-TERM", &engine.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let output = engine.wait_with_output().unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The port of the API URL in the config file an engine wrote.
+fn api_port(exports: &[(String, String)]) -> u16 {
+    let config = &exports
+        .iter()
+        .find(|(k, _)| k == "SANDBOX_CONFIG")
+        .expect("SANDBOX_CONFIG exported")
+        .1;
+    let text = std::fs::read_to_string(config).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let url = config["apiUrl"].as_str().unwrap();
+    let authority = url.split("://").nth(1).unwrap().split('/').next().unwrap();
+    authority.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+fn cli(data: &Path, exports: &[(String, String)]) -> test_support::cli::SandboxCli {
+    test_support::sandbox_cli!("cli-engine-restart")
+        .data_dir(data)
+        .envs(exports)
+}
+
+/// Before: after `kill -9` of `sandbox engine`, its leases could never be
+/// cleared: a new engine took another port, `lease release` and `lease
+/// destroy` got "connection refused" forever. Now the next engine on the
+/// data directory serves on the same port, proves the dead engine's
+/// sandboxes gone (the guard ended them), and the release clears the
+/// lease, with both providers.
+#[test]
+fn a_lease_of_an_engine_that_died_is_cleared_by_the_next_engine_on_its_data_directory() {
+    let (createos, daytona) = providers();
+    for (provider, name) in [(&createos, "createos"), (&daytona, "daytona")] {
+        let data = fresh(&format!("cli-engine-restart-{name}"));
+        let (mut engine, exports) = test_support::sandbox_cli!("cli-engine-restart")
+            .data_dir(&data)
+            .provider(provider)
+            .engine(name, Stdio::null());
+        let cli = cli(&data, &exports);
+        let lease = cli.acquire();
+        let ran = cli.output(&["lease", "exec", &lease, "--", "echo", "hi"]);
+        assert_eq!(ran.status.code(), Some(0), "{name}: {ran:?}");
+        let port = api_port(&exports);
+        engine.kill().unwrap();
+        engine.wait().unwrap();
+
+        let (again, exports_again) = test_support::sandbox_cli!("cli-engine-restart")
+            .data_dir(&data)
+            .provider(provider)
+            .engine(name, Stdio::piped());
+        assert_eq!(exports_again, exports, "{name}: the same files");
+        assert_eq!(api_port(&exports_again), port, "{name}: the same port");
+        let released = cli.output(&["lease", "release", &lease]);
+        let stderr = String::from_utf8_lossy(&released.stderr);
+        assert_eq!(released.status.code(), Some(0), "{name}: {stderr}");
+        let state = cli.lease_state(&lease);
+        assert!(
+            state == "released" || state == "destroyed",
+            "{name}: the lease is {state}"
+        );
+        // The new engine serves new leases too.
+        let fresh_lease = cli.acquire();
+        let ran = cli.output(&["lease", "exec", &fresh_lease, "--", "echo", "again"]);
+        assert_eq!(String::from_utf8_lossy(&ran.stdout), "again\n", "{ran:?}");
+        assert!(cli
+            .output(&["lease", "destroy", &fresh_lease])
+            .status
+            .success());
+        let (code, stderr) = stop(again);
+        assert_eq!(code, Some(0), "{name}: {stderr}");
+        let _ = std::fs::remove_dir_all(&data);
+    }
+}
+
+/// Before: an engine started with the `--port` of a dead one answered 404
+/// ("already gone") for a sandbox id it never knew, and the provider took
+/// that as proof: the dead engine's lease was cleared without proof. Now
+/// an engine on another data directory refuses the lease's key (401), and
+/// one on the same data directory whose state cannot vouch for the id (the
+/// dead engine kept no records there) answers that it cannot call it gone:
+/// the lease is not cleared.
+#[test]
+fn an_engine_on_a_dead_ones_port_without_its_records_does_not_call_its_sandboxes_gone() {
+    let (createos, _) = providers();
+    let data = fresh("cli-engine-norecords");
+    let other = fresh("cli-engine-norecords-other");
+    let (mut engine, exports) = test_support::sandbox_cli!("cli-engine-norecords")
+        .data_dir(&data)
+        .provider(&createos)
+        .engine("createos", Stdio::null());
+    let cli = cli(&data, &exports);
+    let lease = cli.acquire();
+    let port = api_port(&exports);
+    engine.kill().unwrap();
+    engine.wait().unwrap();
+
+    // Another data directory, the dead engine's port: another key.
+    let port_arg = port.to_string();
+    let elsewhere = test_support::sandbox_cli!("cli-engine-norecords")
+        .data_dir(&other)
+        .provider(&createos)
+        .command(&["--provider", "createos", "engine", "--port", &port_arg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let elsewhere = wait_for_export(elsewhere);
+    let destroyed = cli.output(&["lease", "destroy", &lease]);
+    assert_ne!(destroyed.status.code(), Some(0), "{destroyed:?}");
+    assert_ne!(cli.lease_state(&lease), "destroyed");
+    let (code, stderr) = stop(elsewhere);
+    assert_eq!(code, Some(0), "{stderr}");
+
+    // The same data directory, as if the dead engine had kept no records.
+    std::fs::remove_dir_all(data.join("engine/state")).unwrap();
+    let (again, _) = test_support::sandbox_cli!("cli-engine-norecords")
+        .data_dir(&data)
+        .provider(&createos)
+        .engine("createos", Stdio::piped());
+    let destroyed = cli.output(&["lease", "destroy", &lease]);
+    let stderr = String::from_utf8_lossy(&destroyed.stderr);
+    assert_eq!(destroyed.status.code(), Some(120), "{stderr}");
+    assert!(stderr.contains("was not confirmed"), "{stderr}");
+    assert_eq!(cli.lease_state(&lease), "poisoned");
+    let (code, stderr) = stop(again);
+    assert_eq!(code, Some(0), "{stderr}");
+    let _ = std::fs::remove_dir_all(&data);
+    let _ = std::fs::remove_dir_all(&other);
+}
+
+/// Reads the export line of an engine spawned with a piped stdout.
+fn wait_for_export(mut engine: Child) -> Child {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(engine.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("export "), "{line:?}");
+    engine
+}
