@@ -85,11 +85,11 @@ fn a_lease_of_an_engine_that_died_is_cleared_by_the_next_engine_on_its_data_dire
             .data_dir(&data)
             .provider(provider)
             .engine(name, Stdio::piped());
-        assert_eq!(exports_again, exports, "{name}: the same files");
-        assert_eq!(api_port(&exports_again), port, "{name}: the same port");
         let released = cli.output(&["lease", "release", &lease]);
         let stderr = String::from_utf8_lossy(&released.stderr);
         assert_eq!(released.status.code(), Some(0), "{name}: {stderr}");
+        assert_eq!(exports_again, exports, "{name}: the same files");
+        assert_eq!(api_port(&exports_again), port, "{name}: the same port");
         let state = cli.lease_state(&lease);
         assert!(
             state == "released" || state == "destroyed",
@@ -148,12 +148,18 @@ fn an_engine_on_a_dead_ones_port_without_its_records_does_not_call_its_sandboxes
     let (code, stderr) = stop(elsewhere);
     assert_eq!(code, Some(0), "{stderr}");
 
-    // The same data directory, as if the dead engine had kept no records.
-    std::fs::remove_dir_all(data.join("engine/state")).unwrap();
-    let (again, _) = test_support::sandbox_cli!("cli-engine-norecords")
+    // The same data directory and port, as if the dead engine had kept no
+    // records.
+    let _ = std::fs::remove_dir_all(data.join("engine/state"));
+    let again = test_support::sandbox_cli!("cli-engine-norecords")
         .data_dir(&data)
         .provider(&createos)
-        .engine("createos", Stdio::piped());
+        .command(&["--provider", "createos", "engine", "--port", &port_arg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let again = wait_for_export(again);
     let destroyed = cli.output(&["lease", "destroy", &lease]);
     let stderr = String::from_utf8_lossy(&destroyed.stderr);
     assert_eq!(destroyed.status.code(), Some(120), "{stderr}");
