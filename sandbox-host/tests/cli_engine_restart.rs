@@ -24,8 +24,24 @@ fn fresh(tag: &str) -> PathBuf {
     dir
 }
 
+/// A running `sandbox engine`, stopped with SIGTERM when dropped (a
+/// failing test leaves none behind).
+struct Serving(Option<Child>);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Some(mut engine) = self.0.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &engine.id().to_string()])
+                .status();
+            let _ = engine.wait();
+        }
+    }
+}
+
 /// Stops an engine with SIGTERM; its exit status and stderr.
-fn stop(engine: Child) -> (Option<i32>, String) {
+fn stop(mut engine: Serving) -> (Option<i32>, String) {
+    let engine = engine.0.take().unwrap();
     let killed = Command::new("kill")
         .args(["-TERM", &engine.id().to_string()])
         .status()
@@ -85,6 +101,7 @@ fn a_lease_of_an_engine_that_died_is_cleared_by_the_next_engine_on_its_data_dire
             .data_dir(&data)
             .provider(provider)
             .engine(name, Stdio::piped());
+        let again = Serving(Some(again));
         let released = cli.output(&["lease", "release", &lease]);
         let stderr = String::from_utf8_lossy(&released.stderr);
         assert_eq!(released.status.code(), Some(0), "{name}: {stderr}");
@@ -107,6 +124,77 @@ fn a_lease_of_an_engine_that_died_is_cleared_by_the_next_engine_on_its_data_dire
         assert_eq!(code, Some(0), "{name}: {stderr}");
         let _ = std::fs::remove_dir_all(&data);
     }
+}
+
+/// The engine's guard (`createos-local-guard`, its child): it ends every
+/// sandbox process when the engine dies.
+fn guard_of(engine: u32) -> u32 {
+    let guards: Vec<u32> = test_support::procs::containing("createos-local-guard")
+        .into_iter()
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let after = stat.rfind(')').map_or("", |i| &stat[i + 2..]);
+            after.split_whitespace().nth(1) == Some(&engine.to_string())
+        })
+        .collect();
+    assert_eq!(guards.len(), 1, "one guard of engine {engine}: {guards:?}");
+    guards[0]
+}
+
+/// When the dead engine's guard did not end its sandboxes (here: it is
+/// stopped), a command of a lease still runs in the sandbox: the next
+/// engine kills it before it serves, and only then is the lease's sandbox
+/// called gone and the lease destroyed. Before, the command ran on and
+/// the lease could not be cleared.
+#[test]
+fn a_command_the_dead_engine_left_running_is_killed_before_its_lease_is_cleared() {
+    let (createos, _) = providers();
+    let data = fresh("cli-engine-leftover");
+    let (mut engine, exports) = test_support::sandbox_cli!("cli-engine-leftover")
+        .data_dir(&data)
+        .provider(&createos)
+        .engine("createos", Stdio::null());
+    let cli = cli(&data, &exports);
+    let lease = cli.acquire();
+    let duration = format!("{}.25", 1000 + std::process::id() % 1000);
+    let mut exec = cli.exec_sleeper(&lease, &duration);
+    let guard = guard_of(engine.id());
+    assert!(Command::new("kill")
+        .args(["-STOP", &guard.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    engine.kill().unwrap();
+    engine.wait().unwrap();
+    let _ = exec.wait();
+    let sleeping = test_support::procs::exact(&["sleep", &duration]);
+    assert_eq!(
+        sleeping.len(),
+        1,
+        "the command outlived its engine: {sleeping:?}"
+    );
+
+    let (again, _) = test_support::sandbox_cli!("cli-engine-leftover")
+        .data_dir(&data)
+        .provider(&createos)
+        .engine("createos", Stdio::piped());
+    let again = Serving(Some(again));
+    let left = test_support::procs::exact(&["sleep", &duration]);
+    // The guard goes on and ends what else the dead engine left.
+    let _ = Command::new("kill")
+        .args(["-CONT", &guard.to_string()])
+        .status();
+    assert!(
+        left.is_empty(),
+        "the new engine serves while the old command runs: {left:?}"
+    );
+    let destroyed = cli.output(&["lease", "destroy", &lease]);
+    let stderr = String::from_utf8_lossy(&destroyed.stderr);
+    assert_eq!(destroyed.status.code(), Some(0), "{stderr}");
+    assert_eq!(cli.lease_state(&lease), "destroyed");
+    let (code, stderr) = stop(again);
+    assert_eq!(code, Some(0), "{stderr}");
+    let _ = std::fs::remove_dir_all(&data);
 }
 
 /// Before: an engine started with the `--port` of a dead one answered 404
@@ -172,12 +260,13 @@ fn an_engine_on_a_dead_ones_port_without_its_records_does_not_call_its_sandboxes
 }
 
 /// Reads the export line of an engine spawned with a piped stdout.
-fn wait_for_export(mut engine: Child) -> Child {
+fn wait_for_export(mut engine: Child) -> Serving {
     use std::io::BufRead;
     let mut line = String::new();
     std::io::BufReader::new(engine.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
+    let engine = Serving(Some(engine));
     assert!(line.starts_with("export "), "{line:?}");
     engine
 }
