@@ -203,12 +203,27 @@ impl Records {
             unconfirmed: Mutex::new(HashMap::new()),
             known: Mutex::new(Default::default()),
         });
+        let mut open = Vec::new();
         for record in records.read_all()? {
             lock(&records.known).insert(record.id.clone());
-            if record.deleted {
-                continue;
+            if !record.deleted {
+                open.push(record);
             }
-            match verify(&record, VERIFY_WAIT) {
+        }
+        // First every sandbox is looked at once (and what is provably its
+        // own is killed), then the ones not yet gone are waited for, all
+        // within one bound: many sandboxes do not add up their waits.
+        let deadline = Instant::now() + VERIFY_WAIT;
+        let mut pending = Vec::new();
+        for record in open {
+            match verify(&record, Duration::ZERO) {
+                Verdict::Gone => records.settle(&record),
+                Verdict::Unconfirmed(_) => pending.push(record),
+            }
+        }
+        for record in pending {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match verify(&record, left) {
                 Verdict::Gone => records.settle(&record),
                 Verdict::Unconfirmed(why) => {
                     if !quiet {

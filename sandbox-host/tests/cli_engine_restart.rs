@@ -259,6 +259,45 @@ fn an_engine_on_a_dead_ones_port_without_its_records_does_not_call_its_sandboxes
     let _ = std::fs::remove_dir_all(&other);
 }
 
+/// When the dead engine's port is taken, the next engine serves on another
+/// port and says that the old leases cannot reach it and stay poisoned.
+#[test]
+fn an_engine_whose_predecessors_port_is_taken_says_what_that_means_for_its_leases() {
+    let (createos, _) = providers();
+    let data = fresh("cli-engine-taken");
+    let (mut engine, exports) = test_support::sandbox_cli!("cli-engine-taken")
+        .data_dir(&data)
+        .provider(&createos)
+        .engine("createos", Stdio::null());
+    let port = api_port(&exports);
+    engine.kill().unwrap();
+    engine.wait().unwrap();
+    let holder = std::net::TcpListener::bind(("127.0.0.1", port)).expect("the freed port");
+
+    let again = test_support::sandbox_cli!("cli-engine-taken")
+        .data_dir(&data)
+        .provider(&createos)
+        .command(&["--provider", "createos", "engine"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let again = wait_for_export(again);
+    // The config file (the same path) now names the new engine.
+    assert_ne!(api_port(&exports), port, "served on the taken port");
+    let (code, stderr) = stop(again);
+    drop(holder);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "port {port}, where the engine before this one served, is taken"
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("stay poisoned"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&data);
+}
+
 /// Reads the export line of an engine spawned with a piped stdout.
 fn wait_for_export(mut engine: Child) -> Serving {
     use std::io::BufRead;
