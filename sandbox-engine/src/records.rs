@@ -308,6 +308,7 @@ impl Records {
 
     /// Lets a successor open the state directory (the engine stopped).
     pub fn release(&self) {
+        lock(open_roots()).retain(|_, (records, _)| !std::ptr::eq(records.as_ptr(), self));
         let _ = self.lock.unlock();
     }
 
@@ -670,6 +671,32 @@ mod tests {
         assert!(procfs::live_in_namespace(ino).is_empty());
         assert!(procfs::stat(init_pid).is_none_or(|p| p.is_zombie()));
         let _ = child.wait();
+    }
+
+    #[test]
+    fn a_group_is_killed_while_its_leader_is_that_leader() {
+        use std::os::unix::process::CommandExt;
+        let marker = format!("records-test-{}", crate::util::random_hex(4));
+        let mut child = std::process::Command::new("sleep");
+        child
+            .arg("1000")
+            .env(crate::isolation::MARKER_VAR, &marker)
+            .process_group(0);
+        let mut child = child.spawn().expect("sleep");
+        let leader = child.id() as i32;
+        let start = procfs::stat(leader).expect("stat").starttime;
+        let tree = TreeId::Group {
+            leader,
+            start,
+            marker: format!("{}={marker}", crate::isolation::MARKER_VAR),
+        };
+        assert_eq!(
+            verify(&record(vec![tree]), Duration::from_secs(10)),
+            Verdict::Gone
+        );
+        let status = child.wait().expect("wait");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
     }
 
     #[test]
