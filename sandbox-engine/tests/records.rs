@@ -294,3 +294,100 @@ async fn an_unknown_id_is_not_called_gone_without_a_complete_history() {
     let _ = h.server.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Starts the `createos-local` binary with `args`; it and its base URL.
+fn binary(args: &[&str]) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_createos-local"))
+        .args(args)
+        .env("CREATEOS_API_KEY", common::KEY)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn createos-local");
+    let (base, _) = test_support::local::listening(&mut child);
+    (child, base)
+}
+
+/// The binary killed with SIGKILL (its guard ends its sandbox's
+/// processes): the next one on its state directory and port answers 404
+/// for that sandbox, once proven, and nothing of it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_killed_with_sigkill_has_its_sandboxes_proven_gone_by_the_next_one() {
+    let dir = fresh("binary");
+    let state = dir.join("state");
+    let state_arg = state.display().to_string();
+    let (mut first, base) = binary(&["--port", "0", "--state-dir", &state_arg]);
+    let http = reqwest::Client::new();
+    let call = |method: reqwest::Method, url: String| {
+        http.request(method, url)
+            .header("X-Api-Key", common::KEY)
+            .send()
+    };
+    let m = common::marker("rec");
+    let created: serde_json::Value = http
+        .post(format!("{base}/v1/sandboxes"))
+        .header("X-Api-Key", common::KEY)
+        .json(&serde_json::json!({"shape": "s-1vcpu-256mb", "env": {"TEST_MARKER": m}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["data"]["id"].as_str().expect("id").to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v: serde_json::Value = call(reqwest::Method::GET, format!("{base}/v1/sandboxes/{id}"))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if v["data"]["status"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = http
+        .post(format!("{base}/v1/sandboxes/{id}/processes"))
+        .header("X-Api-Key", common::KEY)
+        .json(&serde_json::json!({"cmd": "/bin/sleep", "args": ["60"]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(started.status().is_success(), "{started:?}");
+    assert!(
+        !common::wait_marked(&m, 1).await.is_empty(),
+        "the command runs"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    let port = base.rsplit(':').next().unwrap().to_string();
+    let (mut second, base2) = binary(&["--port", &port, "--state-dir", &state_arg]);
+    assert_eq!(base2, base);
+    assert!(
+        common::marked_pids(&m).is_empty(),
+        "served while the command runs"
+    );
+    for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+        let resp = call(method, format!("{base}/v1/sandboxes/{id}"))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+    }
+    let record = read_record(&state, &id);
+    assert!(record.deleted);
+    assert!(record.owned_data_dir);
+    assert!(
+        !record.data_dir.exists(),
+        "the dead engine's own data directory is left"
+    );
+    let _ = Command::new("kill")
+        .args(["-TERM", &second.id().to_string()])
+        .status();
+    let status = second.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
