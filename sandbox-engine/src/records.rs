@@ -169,8 +169,6 @@ impl Records {
         if made {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-        }
-        if made {
             write_atomic(
                 &dir.join(HISTORY),
                 b"every sandbox since this directory was made\n",
@@ -283,7 +281,7 @@ impl Records {
             return;
         }
         let _ = crate::disk::remove_tree(&record.root);
-        let _ = std::fs::remove_dir_all(record.data_dir.join(format!(".removing-{}", record.id)));
+        let _ = crate::disk::remove_tree(&record.data_dir.join(format!(".removing-{}", record.id)));
         if record.owned_data_dir {
             // The dead engine's own temporary directory goes once nothing
             // of it is left unproven.
