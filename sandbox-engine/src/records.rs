@@ -163,7 +163,7 @@ impl Records {
     /// Opens (or makes) the state directory `dir`, locks it, and verifies
     /// every sandbox its predecessors did not see deleted (see the module
     /// docs): what is proven gone is marked deleted and its files removed.
-    pub fn open(dir: &Path, quiet: bool) -> std::io::Result<Arc<Records>> {
+    pub fn open(dir: &Path) -> std::io::Result<Arc<Records>> {
         let made = !dir.exists();
         std::fs::create_dir_all(dir.join("sandboxes"))?;
         if made {
@@ -224,14 +224,14 @@ impl Records {
             match verify(&record, left) {
                 Verdict::Gone => records.settle(&record),
                 Verdict::Unconfirmed(why) => {
-                    if !quiet {
-                        eprintln!(
-                            "createos-local: sandbox {} of an engine that ended before this one \
-                             is not proven gone ({why}); it is answered 500 until a DELETE \
-                             proves it",
-                            record.id
-                        );
-                    }
+                    // Said even when quiet: something may still run.
+                    eprintln!(
+                        "createos-local: sandbox {} of an engine that ended before this one is \
+                         not proven gone ({why}); check them with `ps -p PID`. It is answered \
+                         500, never 404, until a DELETE of it (`sandbox lease destroy`) proves \
+                         it gone",
+                        record.id
+                    );
                     lock(&records.unconfirmed).insert(record.id.clone(), record);
                 }
             }
@@ -714,9 +714,9 @@ mod tests {
         let root = dir.join("data/sb-one");
         std::fs::create_dir_all(&root).unwrap();
         {
-            let records = Records::open(&dir.join("state"), true).unwrap();
+            let records = Records::open(&dir.join("state")).unwrap();
             // A second engine on the same state directory is refused.
-            assert!(Records::open(&dir.join("state"), true).is_err());
+            assert!(Records::open(&dir.join("state")).is_err());
             records
                 .created("sb-one", Face::CreateOs, &root, &dir.join("data"), false)
                 .unwrap();
@@ -737,7 +737,7 @@ mod tests {
         assert!(!before.deleted);
         // The successor proves sb-one gone (no tree, no uid), removes its
         // root and marks it deleted.
-        let records = Records::open(&dir.join("state"), true).unwrap();
+        let records = Records::open(&dir.join("state")).unwrap();
         assert_eq!(records.unproven("sb-one"), None);
         assert!(!root.exists());
         let text = std::fs::read_to_string(dir.join("state/sandboxes/sb-one.json")).unwrap();
@@ -751,7 +751,7 @@ mod tests {
     fn a_state_directory_made_by_someone_else_cannot_vouch_for_unknown_ids() {
         let dir = std::env::temp_dir().join(format!("records-test-{}", crate::util::random_hex(4)));
         std::fs::create_dir_all(&dir).unwrap();
-        let records = Records::open(&dir, true).unwrap();
+        let records = Records::open(&dir).unwrap();
         assert!(records.unproven("sb-never").is_some());
         drop(records);
         let _ = std::fs::remove_dir_all(&dir);

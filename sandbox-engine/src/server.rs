@@ -333,7 +333,7 @@ impl ServerBuilder {
         // A predecessor's sandboxes are proven gone (or held unconfirmed)
         // before anything is answered.
         let records = match &self.state_dir {
-            Some(dir) => Some(crate::records::Records::open(dir, self.quiet)?),
+            Some(dir) => Some(crate::records::Records::open(dir)?),
             None => None,
         };
         // Whether sandboxes get a disk of their own (the template's mkfs
