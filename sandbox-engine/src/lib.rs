@@ -54,6 +54,7 @@ pub mod machine;
 pub mod process_limits;
 pub(crate) mod procfs;
 pub mod rate_limit;
+pub mod records;
 pub mod rootfs;
 pub(crate) mod sandbox_paths;
 pub mod server;

@@ -189,6 +189,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
     }
     let (init_pid, ns) = start(bwrap, root)?;
     crate::deathguard::watch(Guarded::Namespace { init_pid, ns });
+    crate::records::note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
     let door = Door::open(init_pid);
     let door = match door {
         // Opened by pid: only valid if that pid is still the machine's init.

@@ -72,6 +72,12 @@ struct Cli {
     /// Directory for sandbox roots (default: a temporary directory).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
+    /// Directory where every sandbox is recorded (default: none). A server
+    /// started on the directory of one that died proves that one's
+    /// sandboxes gone before it answers (404 only once proven, 500
+    /// `unconfirmed` otherwise).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<std::path::PathBuf>,
     /// Isolation mode.
     #[arg(long, value_enum, default_value_t = Isolation::Auto)]
     isolation: Isolation,
@@ -182,6 +188,9 @@ async fn run(cli: Cli) -> ExitCode {
         );
     if let Some(size) = cli.sandbox_disk {
         builder = builder.sandbox_disk(size);
+    }
+    if let Some(dir) = cli.state_dir {
+        builder = builder.state_dir(dir);
     }
     if let Some(dir) = cli.data_dir {
         builder = builder.data_dir(dir);

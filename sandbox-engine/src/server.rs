@@ -100,6 +100,7 @@ pub struct ServerBuilder {
     body_read_timeout: Duration,
     egress: crate::egress::Policy,
     sandbox_disk: Option<u64>,
+    state_dir: Option<PathBuf>,
 }
 
 impl Default for ServerBuilder {
@@ -122,6 +123,7 @@ impl Default for ServerBuilder {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             egress: crate::egress::Policy::default(),
             sandbox_disk: None,
+            state_dir: None,
         }
     }
 }
@@ -152,6 +154,18 @@ impl ServerBuilder {
     /// (only the sandbox roots inside it are removed).
     pub fn data_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.data_dir = Some(dir.into());
+        self
+    }
+
+    /// A durable state directory (default: none): every sandbox is
+    /// recorded there before its create is answered, with what proves its
+    /// processes gone later, and an engine started on the directory of one
+    /// that died proves that engine's sandboxes gone (killing what is left
+    /// of them) before it answers anything, answering 404 for them only
+    /// once proven, 500 otherwise (see [`crate::records`]). Two engines
+    /// cannot share one.
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
         self
     }
 
@@ -316,6 +330,12 @@ impl ServerBuilder {
             ),
         };
         std::fs::create_dir_all(&data_dir)?;
+        // A predecessor's sandboxes are proven gone (or held unconfirmed)
+        // before anything is answered.
+        let records = match &self.state_dir {
+            Some(dir) => Some(crate::records::Records::open(dir)?),
+            None => None,
+        };
         // Whether sandboxes get a disk of their own (the template's mkfs
         // and a trial mount of it, a few milliseconds) is found out while
         // bubblewrap is probed: both are on the start path of every
@@ -490,6 +510,8 @@ impl ServerBuilder {
             budgets: self.budgets,
             body_read_timeout: self.body_read_timeout,
             disk,
+            records,
+            owned_data_dir: owned,
         });
         let (stop_tx, stop_rx) = watch::channel(false);
         // Drops finished processes past their retention.
@@ -709,6 +731,9 @@ impl RunningServer {
             }
         })
         .await;
+        if let Some(records) = &self.state.records {
+            records.release();
+        }
         if !self.quiet {
             if report.all_exited() {
                 eprintln!(
@@ -751,6 +776,9 @@ impl Drop for RunningServer {
         crate::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
             let _ = crate::disk::remove_tree(&self.state.data_dir);
+        }
+        if let Some(records) = &self.state.records {
+            records.release();
         }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(true);

@@ -248,6 +248,7 @@ impl Process {
         proc.init_exit.store(init_exit.is_some(), Ordering::SeqCst);
         if let Some(guarded) = tree.guarded() {
             crate::deathguard::watch(guarded);
+            crate::records::note_tree(&req.root, &guarded, Some(&marker));
         }
         *lock(&proc.tree) = tree;
         *lock(&proc.stdin) = child.stdin.take();

@@ -114,10 +114,9 @@ pub fn sandbox(state: &AppState, id: &str) -> Result<Arc<crate::store::Sandbox>,
     if state.daytona.contains(id) {
         return Err(ApiError::not_found("sandbox"));
     }
-    state
-        .store
-        .get(id)
-        .ok_or_else(|| ApiError::not_found("sandbox"))
+    state.store.get(id).ok_or_else(|| {
+        crate::http::state::unproven(state, id).unwrap_or_else(|| ApiError::not_found("sandbox"))
+    })
 }
 
 /// Looks up a process or answers 404.

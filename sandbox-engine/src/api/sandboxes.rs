@@ -13,7 +13,9 @@ use super::envelope::{ok, success};
 use super::sandbox;
 use crate::http::error::{over_budget, parse_json, ApiError};
 use crate::http::limits;
-use crate::http::state::{detached, make_root, remove_root, Shared};
+use crate::http::state::{
+    detached, make_root, record_created, record_deleted, remove_root, retry_unproven, Shared,
+};
 use crate::store::{finish_later, Sandbox, SandboxSpec, Status, SHAPES};
 
 /// Body of `POST /sandboxes`.
@@ -65,6 +67,10 @@ pub async fn create(
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
     make_root(&state, root.clone()).await?;
+    if let Err(e) = record_created(&state, &id, crate::records::Face::CreateOs, &root).await {
+        let _ = remove_root(&state, &id, root).await;
+        return Err(e);
+    }
     let sb = Arc::new(Sandbox::new(
         id,
         SandboxSpec {
@@ -80,6 +86,7 @@ pub async fn create(
         .store
         .insert_within(sb.clone(), state.budgets.max_sandboxes)
     {
+        record_deleted(&state, &sb.id);
         let _ = remove_root(&state, &sb.id, sb.root.clone()).await;
         return Err(over_budget(crate::budgets::sandbox_refusal(
             &state.budgets,
@@ -114,6 +121,10 @@ pub async fn delete(
     State(state): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
+    if state.store.get(&id).is_none() && retry_unproven(&state, &id).await? {
+        // A sandbox of an engine before this one, proven gone just now.
+        return Ok(ok(json!({ "id": id, "status": Status::Destroyed })));
+    }
     let sb = sandbox(&state, &id)?;
     sb.force(Status::Destroying);
     let sbc = sb.clone();
@@ -142,6 +153,7 @@ pub async fn delete(
             survivors.len()
         )));
     }
+    record_deleted(&state, &id);
     state.store.remove(&id);
     remove_root(&state, &id, sb.root.clone())
         .await

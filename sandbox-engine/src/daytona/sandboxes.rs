@@ -69,7 +69,10 @@ pub fn daytona_sandbox(state: &AppState, id: &str) -> Result<Arc<DaytonaSandbox>
     state
         .daytona
         .get(id)
-        .ok_or_else(|| DaytonaError::not_found("sandbox"))
+        .ok_or_else(|| match crate::http::state::unproven(state, id) {
+            Some(e) => DaytonaError(e),
+            None => DaytonaError::not_found("sandbox"),
+        })
 }
 
 /// The Sandbox object of the real API (the fields a provider reads, plus
@@ -191,6 +194,12 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
     let id = uuid();
     let root = state.data_dir.join(format!("daytona-{id}"));
     crate::http::state::make_root(&state, root.clone()).await?;
+    if let Err(e) =
+        crate::http::state::record_created(&state, &id, crate::records::Face::Daytona, &root).await
+    {
+        let _ = crate::http::state::remove_root(&state, &id, root).await;
+        return Err(e.into());
+    }
     let core = Arc::new(Sandbox::new(
         id.clone(),
         SandboxSpec {
@@ -230,6 +239,7 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         .store
         .insert_within(core.clone(), state.budgets.max_sandboxes)
     {
+        crate::http::state::record_deleted(&state, &core.id);
         let _ = crate::http::state::remove_root(&state, &core.id, core.root.clone()).await;
         return Err(
             crate::http::error::over_budget(crate::budgets::sandbox_refusal(
@@ -399,6 +409,14 @@ pub async fn delete(
     State(state): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Response, DaytonaError> {
+    if state.daytona.get(&id).is_none() && crate::http::state::retry_unproven(&state, &id).await? {
+        // A sandbox of an engine before this one, proven gone just now.
+        return Ok((
+            StatusCode::OK,
+            Json(json!({ "id": id, "state": "destroyed", "desiredState": "destroyed" })),
+        )
+            .into_response());
+    }
     let sb = daytona_sandbox(&state, &id)?;
     let _lifecycle = sb.lifecycle.lock().await;
     if state.daytona.get(sb.id()).is_none() {
@@ -410,6 +428,7 @@ pub async fn delete(
         return Err(survived(&sb, "delete", &survivors));
     }
     sb.clear_sessions();
+    crate::http::state::record_deleted(&state, sb.id());
     state.daytona.remove(sb.id());
     state.store.remove(sb.id());
     crate::http::state::remove_root(&state, sb.id(), sb.core.root.clone())

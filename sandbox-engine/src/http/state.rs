@@ -59,6 +59,11 @@ pub struct AppState {
     /// The Daytona `toolboxProxyUrl`: the toolbox listener's
     /// `http://127.0.0.1:<port>/toolbox`, or `<base>/daytona/toolbox`.
     pub toolbox_url: String,
+    /// The durable records of this engine's sandboxes, when it keeps them
+    /// (see [`crate::ServerBuilder::state_dir`]).
+    pub records: Option<Arc<crate::records::Records>>,
+    /// Whether the data directory is the server's own temporary one.
+    pub owned_data_dir: bool,
 }
 
 /// Shared state handle.
@@ -117,6 +122,68 @@ pub async fn make_root(state: &AppState, root: PathBuf) -> Result<(), ApiError> 
             "cannot create sandbox root: {e}"
         ))),
     }
+}
+
+/// Records a new sandbox durably before its create is answered (see
+/// [`crate::records`]); 500 when the record could not be written (the
+/// engine could not prove it gone later).
+pub async fn record_created(
+    state: &AppState,
+    id: &str,
+    face: crate::records::Face,
+    root: &std::path::Path,
+) -> Result<(), ApiError> {
+    let Some(records) = state.records.clone() else {
+        return Ok(());
+    };
+    let (id, root, data_dir, owned) = (
+        id.to_string(),
+        root.to_path_buf(),
+        state.data_dir.clone(),
+        state.owned_data_dir,
+    );
+    blocking(state, move || {
+        records.created(&id, face, &root, &data_dir, owned)
+    })
+    .await?
+    .map_err(|e| {
+        ApiError::internal(format!(
+            "the sandbox could not be recorded in the engine's state directory ({e}); nothing \
+             was created"
+        ))
+    })
+}
+
+/// Marks a sandbox deleted in its record (every process confirmed gone).
+pub fn record_deleted(state: &AppState, id: &str) {
+    if let Some(records) = &state.records {
+        records.deleted(id);
+    }
+}
+
+/// The 500 answered for a sandbox id this engine cannot call gone (see
+/// [`crate::records::Records::unproven`]), `None` for a 404.
+pub fn unproven(state: &AppState, id: &str) -> Option<ApiError> {
+    let why = state.records.as_ref()?.unproven(id)?;
+    Some(ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "unconfirmed",
+        why,
+    ))
+}
+
+/// A DELETE of a sandbox id no live sandbox of this engine has: a
+/// predecessor's sandbox not yet proven gone is verified again (see
+/// [`crate::records::Records::retry`]). `Ok(true)`: proven gone now;
+/// `Ok(false)`: answer as for any unknown id.
+pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError> {
+    let Some(records) = state.records.clone() else {
+        return Ok(false);
+    };
+    let id = id.to_string();
+    blocking(state, move || records.retry(&id))
+        .await?
+        .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "unconfirmed", why))
 }
 
 /// Removes the root of a deleted sandbox. The root is first renamed to

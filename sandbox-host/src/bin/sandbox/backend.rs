@@ -53,7 +53,7 @@ impl Setup {
         // engine is certain, so it starts (probing isolation and disks on
         // its own thread) while the component loads.
         let early = (allow_embedded && global.api_url.is_none() && global.config.is_none())
-            .then(|| EmbeddedEngine::begin(global.isolation, &global.egress, 0))
+            .then(|| EmbeddedEngine::begin(global.isolation, &global.egress, Ports::ANY, None))
             .transpose()?;
         let component = load_component(global)?;
         let description = component
@@ -78,7 +78,7 @@ impl Setup {
         // the runtime is built here.
         let starting = match early {
             Some(starting) => starting,
-            None => EmbeddedEngine::begin(global.isolation, &global.egress, 0)?,
+            None => EmbeddedEngine::begin(global.isolation, &global.egress, Ports::ANY, None)?,
         };
         let store = Arc::new(SqliteLeases::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
@@ -235,8 +235,12 @@ pub struct Engine {
 
 impl Engine {
     /// Starts the engine for `global`'s provider on `port` (0: any free
-    /// port) and writes its config and key under the data directory.
-    pub fn start(global: &Global, port: u16) -> Result<Engine> {
+    /// port; `None`: the port of the engine that served this data
+    /// directory before, when it is free) and writes its config and key
+    /// under the data directory. The engine keeps its records in
+    /// `engine/state`: a predecessor that died has its sandboxes proven
+    /// gone (or reported unconfirmed) before this one answers.
+    pub fn start(global: &Global, port: Option<u16>) -> Result<Engine> {
         let dir = data_dir(global).join("engine");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let lock = lock_engine_dir(&dir)?;
@@ -244,12 +248,48 @@ impl Engine {
         let description = component
             .instantiate(sandbox_host::HostOptions::new())?
             .describe()?;
-        let local = EmbeddedEngine::start_on(
+        let config_file = dir.join(format!("{}.json", description.driver_key));
+        let state = dir.join("state");
+        if !state.exists() && config_file.exists() {
+            // An engine that kept no records served here: the state
+            // directory made now cannot vouch for ids it issued (see
+            // sandbox_engine::records).
+            std::fs::create_dir_all(&state)
+                .with_context(|| format!("creating {}", state.display()))?;
+        }
+        let before = previous_ports(&config_file);
+        let (ports, taken) = match port {
+            Some(api) => (Ports { api, toolbox: 0 }, None),
+            None => match before {
+                Some(old) if old.free() => (old, None),
+                Some(old) => (Ports::ANY, Some(old.api)),
+                None => (Ports::ANY, None),
+            },
+        };
+        let local = match EmbeddedEngine::start_on(
             global.isolation,
             &global.egress,
             &description.driver_key,
-            port,
-        )?;
+            ports,
+            &state,
+        ) {
+            // Taken between the check and the bind: any port.
+            Err(_) if port.is_none() && ports != Ports::ANY => {
+                let local = EmbeddedEngine::start_on(
+                    global.isolation,
+                    &global.egress,
+                    &description.driver_key,
+                    Ports::ANY,
+                    &state,
+                )?;
+                eprintln!("sandbox: {}", port_taken_note(ports.api));
+                local
+            }
+            other => other?,
+        };
+        if let Some(old) = taken {
+            eprintln!("sandbox: {}", port_taken_note(old));
+        }
         let key_file = dir.join("api-key");
         write_private(&key_file, local.api_key.as_bytes())?;
         let config: serde_json::Map<String, Value> = local
@@ -257,7 +297,6 @@ impl Engine {
             .iter()
             .map(|(field, url)| (field.clone(), Value::String(url.clone())))
             .collect();
-        let config_file = dir.join(format!("{}.json", description.driver_key));
         write_private(&config_file, Value::Object(config).to_string().as_bytes())?;
         Ok(Engine {
             local,
@@ -278,6 +317,50 @@ impl Engine {
         let _ = std::fs::remove_file(&self.key_file);
         self.local.stop()
     }
+}
+
+/// The loopback ports an engine listens on (0: any free port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Ports {
+    api: u16,
+    toolbox: u16,
+}
+
+impl Ports {
+    const ANY: Ports = Ports { api: 0, toolbox: 0 };
+
+    /// Whether both ports can be bound now on loopback.
+    fn free(self) -> bool {
+        [self.api, self.toolbox]
+            .iter()
+            .filter(|p| **p != 0)
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+    }
+}
+
+/// The ports in the config a previous `sandbox engine` wrote (its API
+/// URL's, and its toolbox URL's when it has one).
+fn previous_ports(config_file: &Path) -> Option<Ports> {
+    let text = std::fs::read_to_string(config_file).ok()?;
+    let fields: serde_json::Map<String, Value> = serde_json::from_str(&text).ok()?;
+    let port_of = |field: &str| -> Option<u16> {
+        let url = fields.get(field)?.as_str()?.parse::<http::Uri>().ok()?;
+        url.port_u16()
+    };
+    Some(Ports {
+        api: port_of("apiUrl")?,
+        toolbox: port_of("toolboxUrl").unwrap_or(0),
+    })
+}
+
+/// What it means that the previous engine's port is taken.
+fn port_taken_note(port: u16) -> String {
+    format!(
+        "note: port {port}, where the engine before this one served, is taken, so this one \
+         serves on another: leases acquired from that engine still point at port {port} and \
+         cannot reach this one; their commands keep failing and they stay poisoned. Free the \
+         port and start `sandbox engine` again to clear them"
+    )
 }
 
 /// When the config in use is the one a `sandbox engine` wrote (under the
@@ -307,9 +390,11 @@ pub fn dead_engine_note(global: &Global) -> Option<String> {
         Err(error) if error.kind() == std::io::ErrorKind::ConnectionRefused => Some(format!(
             "the engine this lease came from (`sandbox engine`, {url}) is not running: it was \
              stopped or died, and its sandboxes ended with it (an engine's guard ends every \
-             process in it). This lease cannot run commands again: start `sandbox engine` again \
-             and acquire a new lease. `sandbox lease list` keeps showing this one, poisoned once \
-             destroyed, because no engine can confirm its deletion"
+             process in it). This lease cannot run commands again. Start `sandbox engine` again \
+             on this data directory: it serves on the same port when that port is free and \
+             proves that engine's sandboxes gone, and then `sandbox lease release` or \
+             `sandbox lease destroy` clears this lease; acquire a new lease to run commands. \
+             Until then the lease stays as `sandbox lease list` shows it"
         )),
         _ => None,
     }
@@ -407,15 +492,21 @@ impl EmbeddedEngine {
         isolation: crate::Isolation,
         egress: &[String],
         driver_key: &str,
-        port: u16,
+        ports: Ports,
+        state: &Path,
     ) -> Result<Self> {
-        Self::begin(isolation, egress, port)?.wait(driver_key)
+        Self::begin(isolation, egress, ports, Some(state))?.wait(driver_key)
     }
 
     /// Starts the engine on its own thread without waiting for it to
     /// listen.
     #[cfg(feature = "local-backend")]
-    fn begin(isolation: crate::Isolation, egress: &[String], port: u16) -> Result<StartingEngine> {
+    fn begin(
+        isolation: crate::Isolation,
+        egress: &[String],
+        ports: Ports,
+        state: Option<&Path>,
+    ) -> Result<StartingEngine> {
         use sandbox_engine::IsolationPreference;
         let policy =
             sandbox_engine::egress::Policy::parse(egress).map_err(|e| anyhow::anyhow!(e))?;
@@ -436,19 +527,20 @@ impl EmbeddedEngine {
                 IsolationPreference::ProcessGroup
             }
         };
-        let server = sandbox_engine::BackgroundServer::spawn(
-            sandbox_engine::Server::builder()
-                .port(port)
-                .api_key(api_key.clone())
-                .isolation(preference)
-                .egress(policy)
-                .toolbox_port(0)
-                // Sandboxes of the embedded engine run at once: no
-                // simulated `creating` state to poll through.
-                .transition_delay(std::time::Duration::ZERO)
-                .quiet(true),
-        )
-        .context(
+        let mut builder = sandbox_engine::Server::builder()
+            .port(ports.api)
+            .api_key(api_key.clone())
+            .isolation(preference)
+            .egress(policy)
+            .toolbox_port(ports.toolbox)
+            // Sandboxes of the embedded engine run at once: no
+            // simulated `creating` state to poll through.
+            .transition_delay(std::time::Duration::ZERO)
+            .quiet(true);
+        if let Some(state) = state {
+            builder = builder.state_dir(state);
+        }
+        let server = sandbox_engine::BackgroundServer::spawn(builder).context(
             "the embedded local backend refused to start, nothing was run \
              (or pass --api-url to use another backend)",
         )?;
@@ -459,7 +551,8 @@ impl EmbeddedEngine {
     fn begin(
         _isolation: crate::Isolation,
         egress: &[String],
-        _port: u16,
+        _ports: Ports,
+        _state: Option<&Path>,
     ) -> Result<StartingEngine> {
         if !egress.is_empty() {
             bail!("--egress applies to the embedded backend, which this build does not have");

@@ -166,9 +166,11 @@ enum Command {
     /// points them at it (`export SANDBOX_CONFIG=… SANDBOX_API_KEY_FILE=…`).
     /// Stopping it ends every sandbox in it.
     Engine {
-        /// The loopback port of its API (0: any free port).
-        #[arg(long, default_value_t = 0)]
-        port: u16,
+        /// The loopback port of its API (0: any free port). Default: the
+        /// port of the engine that served this data directory before, when
+        /// it is free (so that its leases reach this one), else any.
+        #[arg(long)]
+        port: Option<u16>,
     },
 }
 

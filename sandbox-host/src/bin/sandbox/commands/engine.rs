@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use crate::backend::Engine;
 use crate::{Global, EXIT_CLEANUP_FAILED};
 
-pub fn run(global: &Global, port: u16) -> Result<u8> {
+pub fn run(global: &Global, port: Option<u16>) -> Result<u8> {
     let engine = Engine::start(global, port)?;
     let mut line = format!(
         "export SANDBOX_CONFIG={} SANDBOX_API_KEY_FILE={}",

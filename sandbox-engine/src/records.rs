@@ -1,0 +1,759 @@
+//! Durable records of the sandboxes an engine created, so that a successor
+//! on the same state directory can prove a dead engine's sandboxes gone
+//! (or say that it cannot), see [`crate::ServerBuilder::state_dir`].
+//!
+//! # What is written
+//! One small JSON file per sandbox, `<state>/sandboxes/<id>.json`, written
+//! atomically (a temporary file, `fsync`, `rename`, `fsync` of the
+//! directory) before the create is answered: the id, its face, its root
+//! and data directory, its host uid (a root server), and every process
+//! tree of it the engine started that the engine's death guard names: a
+//! PID namespace as its init (host pid and start time) and the namespace's
+//! identity (`st_dev` and `st_ino` of `/proc/PID/ns/pid`), or a process
+//! group (leader, start time, the per-process marker). A delete that
+//! confirmed every process gone marks the record `deleted`; the record is
+//! kept: it is what proves a later 404.
+//!
+//! # What a successor does
+//! At start ([`Records::open`]) every record not marked deleted is
+//! verified ([`verify`]): a namespace whose init is still that init is
+//! killed (SIGKILL to the init and to every process seen in it: the
+//! kernel ends the namespace with its init), then `/proc` is scanned until
+//! no process is in it (bounded); a group is killed while its leader is
+//! still that leader; every process still carrying the sandbox's uid must
+//! be gone too. Only then is the sandbox *proven gone*: its record is marked
+//! deleted, its files are removed, and the API answers 404 for it. When
+//! something cannot be proven (a process still there after the wait, a
+//! tree without identity), the sandbox is *unconfirmed*: the API answers
+//! 500 for it (as for a delete whose processes survived), never 404, and a
+//! DELETE tries again.
+//!
+//! # Ids never recorded
+//! Ids are random and each is recorded before its create is answered, so
+//! a state directory that has recorded since it was made knows every id
+//! issued on it: an unknown id is a 404. A state directory this engine did
+//! not make itself ([`HISTORY`] missing: an embedder made it to say that
+//! engines before it kept no records) cannot tell: an unknown id is then
+//! answered 500 `unconfirmed` too.
+//!
+//! # Limits
+//! A tree is recorded right after it is started (the death guard learns it
+//! at the same moment): an engine killed in between leaves a tree no
+//! record names. On a root server the sandbox's own uid still finds it;
+//! without root, nothing does.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::deathguard::Guarded;
+use crate::procfs::{self, ProcInfo};
+
+/// The file that says the state directory has recorded every sandbox
+/// since it was made (written by the engine that made it).
+pub const HISTORY: &str = "complete-history";
+
+/// How long a successor waits for a predecessor's processes to be gone.
+pub const VERIFY_WAIT: Duration = Duration::from_secs(5);
+
+/// Which API face created a sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Face {
+    /// `/v1/sandboxes`.
+    CreateOs,
+    /// `/daytona/api/sandbox`.
+    Daytona,
+}
+
+/// A process tree of a sandbox, named so that a successor can find it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum TreeId {
+    /// A PID namespace.
+    Namespace {
+        /// Host pid of its init.
+        init_pid: i32,
+        /// The init's start time (clock ticks since boot); `None` when the
+        /// init was already gone when the tree was recorded.
+        init_start: Option<u64>,
+        /// `st_dev` of `/proc/PID/ns/pid` (`None`: not read).
+        dev: Option<u64>,
+        /// `st_ino` of `/proc/PID/ns/pid`: the namespace inode.
+        ino: u64,
+    },
+    /// A process group (process-group mode, no isolation).
+    Group {
+        /// The leader's pid (= group and session id).
+        leader: i32,
+        /// The leader's start time.
+        start: u64,
+        /// The `CREATEOS_LOCAL_MARKER=...` entry of its processes.
+        marker: String,
+    },
+}
+
+/// One sandbox as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// Its id.
+    pub id: String,
+    /// The face that created it.
+    pub face: Face,
+    /// Its root directory.
+    pub root: PathBuf,
+    /// The data directory its root is in.
+    pub data_dir: PathBuf,
+    /// Whether that data directory was the engine's own temporary one
+    /// (removed at shutdown).
+    pub owned_data_dir: bool,
+    /// Its host uid (a root server).
+    pub uid: Option<u32>,
+    /// Its process trees.
+    #[serde(default)]
+    pub trees: Vec<TreeId>,
+    /// A delete confirmed every process gone.
+    #[serde(default)]
+    pub deleted: bool,
+}
+
+/// What a successor found of a predecessor's sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// No process of it is left (proven by a fresh scan).
+    Gone,
+    /// Not proven gone: why.
+    Unconfirmed(String),
+}
+
+/// The records of one engine (one state directory).
+#[derive(Debug)]
+pub struct Records {
+    dir: PathBuf,
+    /// `lock` in the state directory, held while the engine runs: two
+    /// engines on one state directory would kill each other's sandboxes.
+    lock: std::fs::File,
+    complete: bool,
+    /// This engine's sandboxes, by id.
+    own: Mutex<HashMap<String, Record>>,
+    /// Predecessors' sandboxes not proven gone, by id: why.
+    unconfirmed: Mutex<HashMap<String, Record>>,
+    /// Every id recorded on this state directory before this engine.
+    known: Mutex<std::collections::HashSet<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The records open in this process, by sandbox root (for the places that
+/// start trees and know only the root, see [`note_tree`]).
+type OpenRoots = Mutex<HashMap<PathBuf, (Weak<Records>, String)>>;
+
+fn open_roots() -> &'static OpenRoots {
+    static OPEN: OnceLock<OpenRoots> = OnceLock::new();
+    OPEN.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+impl Records {
+    /// Opens (or makes) the state directory `dir`, locks it, and verifies
+    /// every sandbox its predecessors did not see deleted (see the module
+    /// docs): what is proven gone is marked deleted and its files removed.
+    pub fn open(dir: &Path) -> std::io::Result<Arc<Records>> {
+        let made = !dir.exists();
+        std::fs::create_dir_all(dir.join("sandboxes"))?;
+        if made {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+            write_atomic(
+                &dir.join(HISTORY),
+                b"every sandbox since this directory was made\n",
+            )?;
+        }
+        let complete = dir.join(HISTORY).is_file();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join("lock"))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AddrInUse,
+                    format!(
+                        "another engine keeps its records in {}; nothing was started",
+                        dir.display()
+                    ),
+                ))
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e),
+        }
+        let records = Arc::new(Records {
+            dir: dir.to_path_buf(),
+            lock: file,
+            complete,
+            own: Mutex::new(HashMap::new()),
+            unconfirmed: Mutex::new(HashMap::new()),
+            known: Mutex::new(Default::default()),
+        });
+        let mut open = Vec::new();
+        for record in records.read_all()? {
+            lock(&records.known).insert(record.id.clone());
+            if !record.deleted {
+                open.push(record);
+            }
+        }
+        // First every sandbox is looked at once (and what is provably its
+        // own is killed), then the ones not yet gone are waited for, all
+        // within one bound: many sandboxes do not add up their waits.
+        let deadline = Instant::now() + VERIFY_WAIT;
+        let mut pending = Vec::new();
+        for record in open {
+            match verify(&record, Duration::ZERO) {
+                Verdict::Gone => records.settle(&record),
+                Verdict::Unconfirmed(_) => pending.push(record),
+            }
+        }
+        for record in pending {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match verify(&record, left) {
+                Verdict::Gone => records.settle(&record),
+                Verdict::Unconfirmed(why) => {
+                    // Said even when quiet: something may still run.
+                    eprintln!(
+                        "createos-local: sandbox {} of an engine that ended before this one is \
+                         not proven gone ({why}); check them with `ps -p PID`. It is answered \
+                         500, never 404, until a DELETE of it (`sandbox lease destroy`) proves \
+                         it gone",
+                        record.id
+                    );
+                    lock(&records.unconfirmed).insert(record.id.clone(), record);
+                }
+            }
+        }
+        Ok(records)
+    }
+
+    /// Every record in the directory (unreadable ones are an error: they
+    /// may name a sandbox that runs).
+    fn read_all(&self) -> std::io::Result<Vec<Record>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(self.dir.join("sandboxes"))? {
+            let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            let text = std::fs::read(&path)?;
+            let record: Record = serde_json::from_slice(&text).map_err(|e| {
+                std::io::Error::other(format!("the record {} is unreadable: {e}", path.display()))
+            })?;
+            out.push(record);
+        }
+        Ok(out)
+    }
+
+    fn path_of(&self, id: &str) -> PathBuf {
+        self.dir.join("sandboxes").join(format!("{id}.json"))
+    }
+
+    fn write(&self, record: &Record) -> std::io::Result<()> {
+        let text = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+        write_atomic(&self.path_of(&record.id), &text)
+    }
+
+    /// A predecessor's sandbox proven gone: marked deleted (a failure to
+    /// write is harmless, the next engine proves it again) and its files
+    /// removed.
+    fn settle(&self, record: &Record) {
+        let mut done = record.clone();
+        done.deleted = true;
+        let _ = self.write(&done);
+        // Only a sandbox root (named after its id) is ever removed.
+        let name = record.root.file_name().and_then(|n| n.to_str());
+        let is_root = name == Some(record.id.as_str())
+            || name == Some(format!("daytona-{}", record.id).as_str());
+        if !is_root || record.root.parent() != Some(record.data_dir.as_path()) {
+            return;
+        }
+        let _ = crate::disk::remove_tree(&record.root);
+        let _ = crate::disk::remove_tree(&record.data_dir.join(format!(".removing-{}", record.id)));
+        if record.owned_data_dir {
+            // The dead engine's own temporary directory goes once nothing
+            // of it is left unproven.
+            let others = lock(&self.unconfirmed)
+                .values()
+                .any(|r| r.data_dir == record.data_dir);
+            let sandboxes = std::fs::read_dir(&record.data_dir)
+                .map(|d| {
+                    d.flatten().any(|e| {
+                        let name = e.file_name().to_string_lossy().to_string();
+                        name.starts_with("sb-") || name.starts_with("daytona-")
+                    })
+                })
+                .unwrap_or(false);
+            if !others && !sandboxes {
+                crate::disk::remove_template(&record.data_dir);
+                crate::rootfs::remove_etc(&record.data_dir);
+                let _ = crate::disk::remove_tree(&record.data_dir);
+            }
+        }
+    }
+
+    /// Lets a successor open the state directory (the engine stopped).
+    pub fn release(&self) {
+        lock(open_roots()).retain(|_, (records, _)| !std::ptr::eq(records.as_ptr(), self));
+        let _ = self.lock.unlock();
+    }
+
+    /// Records a new sandbox (durably) before its create is answered.
+    pub fn created(
+        self: &Arc<Self>,
+        id: &str,
+        face: Face,
+        root: &Path,
+        data_dir: &Path,
+        owned_data_dir: bool,
+    ) -> std::io::Result<()> {
+        let record = Record {
+            id: id.to_string(),
+            face,
+            root: root.to_path_buf(),
+            data_dir: data_dir.to_path_buf(),
+            owned_data_dir,
+            uid: crate::host_processes::sandbox_uid(root),
+            trees: Vec::new(),
+            deleted: false,
+        };
+        let mut own = lock(&self.own);
+        self.write(&record)?;
+        own.insert(id.to_string(), record);
+        drop(own);
+        lock(open_roots()).insert(root.to_path_buf(), (Arc::downgrade(self), id.to_string()));
+        Ok(())
+    }
+
+    /// Marks a sandbox deleted (every process confirmed gone).
+    pub fn deleted(&self, id: &str) {
+        let mut own = lock(&self.own);
+        if let Some(mut record) = own.remove(id) {
+            record.deleted = true;
+            if let Err(e) = self.write(&record) {
+                eprintln!(
+                    "createos-local: could not mark sandbox {id} deleted in its record ({e}); \
+                     the next engine proves it gone again"
+                );
+            }
+            lock(open_roots()).remove(&record.root);
+            lock(&self.known).insert(id.to_string());
+        }
+    }
+
+    /// Adds a tree to the record of the sandbox `id`.
+    fn add_tree(&self, id: &str, tree: TreeId) {
+        let mut own = lock(&self.own);
+        let Some(record) = own.get_mut(id) else {
+            return;
+        };
+        if record.trees.contains(&tree) {
+            return;
+        }
+        record.trees.push(tree);
+        if let Err(e) = self.write(record) {
+            eprintln!(
+                "createos-local: could not record a process tree of sandbox {id} ({e}); if this \
+                 engine dies, its successor may not prove that sandbox gone"
+            );
+        }
+    }
+
+    /// What the API answers for `id`, which no live sandbox of this engine
+    /// has: `None` for 404 (proven gone, or never issued on this state
+    /// directory), else the reason it cannot be called gone.
+    pub fn unproven(&self, id: &str) -> Option<String> {
+        if let Some(record) = lock(&self.unconfirmed).get(id) {
+            return Some(format!(
+                "sandbox {} belonged to an engine that ended before this one, and this engine \
+                 could not prove that its processes are gone; they may still run. A DELETE \
+                 tries again",
+                record.id
+            ));
+        }
+        if !self.complete && !lock(&self.known).contains(id) && !lock(&self.own).contains_key(id) {
+            return Some(format!(
+                "this engine does not know sandbox {id}: an engine that kept no records may have \
+                 created it, so it cannot be called gone"
+            ));
+        }
+        None
+    }
+
+    /// A DELETE of a predecessor's sandbox not proven gone: verifies it
+    /// again. `Ok(true)`: proven gone now; `Ok(false)`: not a sandbox this
+    /// engine holds unproven; `Err`: still not proven.
+    pub fn retry(&self, id: &str) -> Result<bool, String> {
+        let Some(record) = lock(&self.unconfirmed).get(id).cloned() else {
+            return match self.unproven(id) {
+                Some(why) => Err(why),
+                None => Ok(false),
+            };
+        };
+        match verify(&record, VERIFY_WAIT) {
+            Verdict::Gone => {
+                lock(&self.unconfirmed).remove(id);
+                self.settle(&record);
+                Ok(true)
+            }
+            Verdict::Unconfirmed(why) => Err(format!(
+                "sandbox {id} belonged to an engine that ended before this one and is still \
+                 not proven gone: {why}"
+            )),
+        }
+    }
+}
+
+/// Notes a tree the engine just started in the sandbox at `root` (a no-op
+/// when that sandbox is not recorded).
+pub fn note_tree(root: &Path, tree: &Guarded, marker: Option<&str>) {
+    let found = lock(open_roots()).get(root).cloned();
+    let Some((records, id)) = found else {
+        return;
+    };
+    let Some(records) = records.upgrade() else {
+        return;
+    };
+    let id_of = match *tree {
+        Guarded::Namespace { init_pid, ns } => {
+            let start = procfs::stat(init_pid).map(|p| p.starttime);
+            let identity = namespace_identity(init_pid);
+            let alive = identity.is_some_and(|(_, ino)| ino == ns);
+            TreeId::Namespace {
+                init_pid,
+                init_start: start.filter(|_| alive),
+                dev: identity.filter(|_| alive).map(|(dev, _)| dev),
+                ino: ns,
+            }
+        }
+        Guarded::Group { leader, starttime } => TreeId::Group {
+            leader,
+            start: starttime,
+            marker: format!(
+                "{}={}",
+                crate::isolation::MARKER_VAR,
+                marker.unwrap_or_default()
+            ),
+        },
+    };
+    records.add_tree(&id, id_of);
+}
+
+/// `(st_dev, st_ino)` of `/proc/PID/ns/pid`.
+pub fn namespace_identity(pid: i32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it,
+/// `fsync`, `rename`, `fsync` of the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("record"),
+        crate::util::random_hex(4)
+    ));
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Whether the namespace init a record names is still that init.
+fn init_alive(
+    init_pid: i32,
+    init_start: Option<u64>,
+    dev: Option<u64>,
+    ino: u64,
+) -> Option<ProcInfo> {
+    let (start, dev) = (init_start?, dev?);
+    let info = procfs::stat(init_pid)?;
+    (info.starttime == start
+        && !info.is_zombie()
+        && namespace_identity(init_pid) == Some((dev, ino)))
+    .then_some(info)
+}
+
+/// Live processes in the namespace `(dev, ino)` (`dev` unknown: by inode).
+fn in_namespace(dev: Option<u64>, ino: u64) -> Vec<ProcInfo> {
+    procfs::live_in_namespace(ino)
+        .into_iter()
+        .filter(|p| dev.is_none() || namespace_identity(p.pid).is_none_or(|(d, _)| Some(d) == dev))
+        .collect()
+}
+
+/// Proves every process of `record` gone, killing what is provably its own,
+/// within `wait` (see the module docs).
+pub fn verify(record: &Record, wait: Duration) -> Verdict {
+    use rustix::process::Signal;
+    let deadline = Instant::now() + wait;
+    for tree in &record.trees {
+        loop {
+            let left: Vec<ProcInfo> = match tree {
+                TreeId::Namespace {
+                    init_pid,
+                    init_start,
+                    dev,
+                    ino,
+                } => {
+                    if let Some(init) = init_alive(*init_pid, *init_start, *dev, *ino) {
+                        // While its init lives the namespace is that very
+                        // one: every process in it is the sandbox's.
+                        for p in in_namespace(*dev, *ino) {
+                            crate::host_processes::signal_verified(&p, Signal::KILL);
+                        }
+                        crate::host_processes::signal_verified(&init, Signal::KILL);
+                        vec![init]
+                    } else {
+                        // Its init is gone: the kernel ends the rest and
+                        // lets nothing new in. What is still seen under
+                        // the inode is waited for, never killed (an
+                        // inode of a namespace gone may name a new one).
+                        in_namespace(*dev, *ino)
+                    }
+                }
+                TreeId::Group {
+                    leader,
+                    start,
+                    marker,
+                } => {
+                    let leader_alive =
+                        procfs::stat(*leader).filter(|p| p.starttime == *start && !p.is_zombie());
+                    let members: Vec<ProcInfo> = procfs::snapshot()
+                        .into_iter()
+                        .filter(|p| !p.is_zombie())
+                        .filter(|p| {
+                            (leader_alive.is_some() && (p.pgid == *leader || p.sid == *leader))
+                                || procfs::environ_contains(p.pid, marker.as_bytes())
+                        })
+                        .collect();
+                    for p in &members {
+                        crate::host_processes::signal_verified(p, Signal::KILL);
+                    }
+                    members
+                }
+            };
+            if left.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
+                return Verdict::Unconfirmed(format!(
+                    "host pids {} still run in one of its process trees",
+                    pids.join(" ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // Every process of a sandbox has its uid: what still has it may be a
+    // tree started just before the engine died (never recorded), or a
+    // sandbox of another engine that drew the same uid. Waited for, never
+    // killed.
+    if let Some(uid) = record.uid {
+        loop {
+            let left = crate::host_processes::live_of_uid(uid);
+            if left.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
+                return Verdict::Unconfirmed(format!(
+                    "host pids {} still run as its uid {uid}",
+                    pids.join(" ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Verdict::Gone
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(trees: Vec<TreeId>) -> Record {
+        Record {
+            id: "sb-test".into(),
+            face: Face::CreateOs,
+            root: PathBuf::from("/nonexistent/sb-test"),
+            data_dir: PathBuf::from("/nonexistent"),
+            owned_data_dir: false,
+            uid: None,
+            trees,
+            deleted: false,
+        }
+    }
+
+    /// A process in a PID namespace of its own (`unshare --pid --fork`),
+    /// as (the unshare child, the init's host pid, the tree id).
+    fn namespace_with_sleep() -> (std::process::Child, TreeId) {
+        let child = std::process::Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child", "sleep", "1000"])
+            .spawn()
+            .expect("unshare");
+        let outer = child.id() as i32;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let init = loop {
+            if let Some(&c) = procfs::children(outer).unwrap_or_default().first() {
+                if namespace_identity(c) != namespace_identity(outer) {
+                    break c;
+                }
+            }
+            assert!(Instant::now() < deadline, "unshare did not fork");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let (dev, ino) = namespace_identity(init).expect("ns");
+        let tree = TreeId::Namespace {
+            init_pid: init,
+            init_start: procfs::stat(init).map(|p| p.starttime),
+            dev: Some(dev),
+            ino,
+        };
+        (child, tree)
+    }
+
+    #[test]
+    fn a_record_without_live_trees_is_gone() {
+        let tree = TreeId::Namespace {
+            init_pid: 1,
+            init_start: Some(u64::MAX),
+            dev: Some(0),
+            ino: 1,
+        };
+        assert_eq!(
+            verify(&record(vec![tree]), Duration::from_secs(1)),
+            Verdict::Gone
+        );
+    }
+
+    #[test]
+    fn a_live_namespace_is_killed_before_it_is_called_gone() {
+        if !rustix::process::geteuid().is_root() {
+            test_support::skipped("unshare --pid needs root here");
+            return;
+        }
+        let (mut child, tree) = namespace_with_sleep();
+        let TreeId::Namespace { init_pid, ino, .. } = tree.clone() else {
+            unreachable!()
+        };
+        assert!(!procfs::live_in_namespace(ino).is_empty());
+        assert_eq!(
+            verify(&record(vec![tree]), Duration::from_secs(10)),
+            Verdict::Gone
+        );
+        assert!(procfs::live_in_namespace(ino).is_empty());
+        assert!(procfs::stat(init_pid).is_none_or(|p| p.is_zombie()));
+        let _ = child.wait();
+    }
+
+    #[test]
+    fn a_group_is_killed_while_its_leader_is_that_leader() {
+        use std::os::unix::process::CommandExt;
+        let marker = format!("records-test-{}", crate::util::random_hex(4));
+        let mut child = std::process::Command::new("sleep");
+        child
+            .arg("1000")
+            .env(crate::isolation::MARKER_VAR, &marker)
+            .process_group(0);
+        let mut child = child.spawn().expect("sleep");
+        let leader = child.id() as i32;
+        let start = procfs::stat(leader).expect("stat").starttime;
+        let tree = TreeId::Group {
+            leader,
+            start,
+            marker: format!("{}={marker}", crate::isolation::MARKER_VAR),
+        };
+        assert_eq!(
+            verify(&record(vec![tree]), Duration::from_secs(10)),
+            Verdict::Gone
+        );
+        let status = child.wait().expect("wait");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn a_process_of_the_uid_left_is_unconfirmed() {
+        // The test's own uid always has a live process: this one.
+        let mut r = record(Vec::new());
+        r.uid = Some(rustix::process::getuid().as_raw());
+        match verify(&r, Duration::from_millis(100)) {
+            Verdict::Unconfirmed(why) => assert!(why.contains("still run as its uid"), "{why}"),
+            Verdict::Gone => panic!("called gone while processes of its uid run"),
+        }
+    }
+
+    #[test]
+    fn records_survive_and_successors_settle_them() {
+        let dir = std::env::temp_dir().join(format!("records-test-{}", crate::util::random_hex(4)));
+        let root = dir.join("data/sb-one");
+        std::fs::create_dir_all(&root).unwrap();
+        {
+            let records = Records::open(&dir.join("state")).unwrap();
+            // A second engine on the same state directory is refused.
+            assert!(Records::open(&dir.join("state")).is_err());
+            records
+                .created("sb-one", Face::CreateOs, &root, &dir.join("data"), false)
+                .unwrap();
+            records
+                .created(
+                    "sb-two",
+                    Face::CreateOs,
+                    &dir.join("data/sb-two"),
+                    &dir.join("data"),
+                    false,
+                )
+                .unwrap();
+            records.deleted("sb-two");
+            assert_eq!(records.unproven("sb-never"), None);
+        }
+        let text = std::fs::read_to_string(dir.join("state/sandboxes/sb-one.json")).unwrap();
+        let before: Record = serde_json::from_str(&text).unwrap();
+        assert!(!before.deleted);
+        // The successor proves sb-one gone (no tree, no uid), removes its
+        // root and marks it deleted.
+        let records = Records::open(&dir.join("state")).unwrap();
+        assert_eq!(records.unproven("sb-one"), None);
+        assert!(!root.exists());
+        let text = std::fs::read_to_string(dir.join("state/sandboxes/sb-one.json")).unwrap();
+        let after: Record = serde_json::from_str(&text).unwrap();
+        assert!(after.deleted);
+        drop(records);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_state_directory_made_by_someone_else_cannot_vouch_for_unknown_ids() {
+        let dir = std::env::temp_dir().join(format!("records-test-{}", crate::util::random_hex(4)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let records = Records::open(&dir).unwrap();
+        assert!(records.unproven("sb-never").is_some());
+        drop(records);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
