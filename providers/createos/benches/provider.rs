@@ -837,6 +837,21 @@ fn cli_volume(b: &Bench, report: &mut Report) {
         bare();
     });
     let bare_mbps = mbps(bytes, bare);
+    let bare_stream = {
+        let mut samples = Vec::with_capacity(N);
+        for _ in 0..=N {
+            let mut command = bare_bwrap();
+            let last = command.get_args().count() - 1;
+            let mut args: Vec<_> = command.get_args().map(|a| a.to_owned()).collect();
+            args.truncate(last);
+            command = Command::new("bwrap");
+            command.args(args).args(["/bin/sh", "-c", &script]);
+            samples.push(streaming_span(&mut command, bytes));
+        }
+        samples.remove(0);
+        median(&samples)
+    };
+    let mut streams = Vec::new();
     for (name, wasm) in [
         ("CreateOS", b.wasm.clone()),
         ("Daytona", b.wasm.with_file_name("daytona_provider.wasm")),
@@ -849,6 +864,12 @@ fn cli_volume(b: &Bench, report: &mut Report) {
             .arg("--provider")
             .arg(&wasm)
             .args(["run", "--", "/bin/sh", "-c", &script]);
+        let mut stream = Vec::with_capacity(N);
+        for _ in 0..=N {
+            stream.push(streaming_span(&mut command, bytes));
+        }
+        stream.remove(0);
+        streams.push((name, median(&stream)));
         let mut run = checked(command);
         let took = timed(&mut || {
             run();
@@ -869,7 +890,57 @@ fn cli_volume(b: &Bench, report: &mut Report) {
             met(ratio >= 0.5),
         );
     }
+    for (name, span) in streams {
+        let ratio = mbps(bytes, span) / mbps(bytes, bare_stream);
+        report.row(
+            "3",
+            format!(
+                "50 MB through `sandbox run`, {name}: the stream alone, first byte to last (median of {N})"
+            ),
+            format!("{:.0} MB/s ({})", mbps(bytes, span), fmt(span)),
+            format!(
+                "bare `bwrap sh -c ...`, first byte to last: {:.0} MB/s ({})",
+                mbps(bytes, bare_stream),
+                fmt(bare_stream)
+            ),
+            format!("{ratio:.2}x"),
+            "",
+            Status::Info,
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `command` with its stdout read here to the end (stderr dropped)
+/// and returns the time from its first byte to its last, checking that
+/// `bytes` arrived and that it exited 0: the rate of the stream itself,
+/// without the start and the end around it.
+fn streaming_span(command: &mut Command, bytes: u64) -> Duration {
+    use std::io::Read;
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the command starts");
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut buffer = vec![0u8; 1 << 20];
+    let (mut got, mut first) = (0u64, None);
+    loop {
+        let n = stdout.read(&mut buffer).expect("stdout reads");
+        if n == 0 {
+            break;
+        }
+        first.get_or_insert_with(Instant::now);
+        got += n as u64;
+        if got == bytes {
+            break;
+        }
+    }
+    let span = first.map_or(Duration::ZERO, |first| first.elapsed());
+    let status = child.wait().expect("the command ends");
+    assert!(status.success(), "{status:?}");
+    assert_eq!(got, bytes, "every byte arrives");
+    span
 }
 
 /// Native time of the first decoding stages over `ndjson`: line splitting
