@@ -11,8 +11,10 @@
 //! PID namespace as its init (host pid and start time) and the namespace's
 //! identity (`st_dev` and `st_ino` of `/proc/PID/ns/pid`), or a process
 //! group (leader, start time, the per-process marker). A delete that
-//! confirmed every process gone marks the record `deleted`; the record is
-//! kept: it is what proves a later 404.
+//! confirmed every process gone ends the record: on a state directory with
+//! a complete history (see below) the file is removed, since an id the
+//! directory does not hold is a 404 there; on one without, it is kept,
+//! marked `deleted`: it is what proves a later 404.
 //!
 //! # What a successor does
 //! At start ([`Records::open`]) every record not marked deleted is
@@ -162,7 +164,7 @@ fn open_roots() -> &'static OpenRoots {
 impl Records {
     /// Opens (or makes) the state directory `dir`, locks it, and verifies
     /// every sandbox its predecessors did not see deleted (see the module
-    /// docs): what is proven gone is marked deleted and its files removed.
+    /// docs): what is proven gone has its record ended and its files removed.
     pub fn open(dir: &Path) -> std::io::Result<Arc<Records>> {
         let made = !dir.exists();
         std::fs::create_dir_all(dir.join("sandboxes"))?;
@@ -203,10 +205,17 @@ impl Records {
         });
         let mut open = Vec::new();
         for record in records.read_all()? {
-            lock(&records.known).insert(record.id.clone());
-            if !record.deleted {
-                open.push(record);
+            if record.deleted {
+                if complete {
+                    // Written by an engine before deleted records were
+                    // removed (see `forget_or_write`).
+                    let _ = records.forget_or_write(&record);
+                    continue;
+                }
+            } else {
+                open.push(record.clone());
             }
+            lock(&records.known).insert(record.id);
         }
         // First every sandbox is looked at once (and what is provably its
         // own is killed), then the ones not yet gone are waited for, all
@@ -266,13 +275,30 @@ impl Records {
         write_atomic(&self.path_of(&record.id), &text)
     }
 
-    /// A predecessor's sandbox proven gone: marked deleted (a failure to
+    /// Ends the record of a sandbox proven gone. On a complete history the
+    /// file is removed: an id the directory does not hold is a 404 there
+    /// anyway, so deleted records would only pile up (one per sandbox
+    /// ever, all read at each start). Otherwise it is kept, marked
+    /// deleted: there it is what proves a later 404. (A removal lost to a
+    /// crash leaves the record as it was: the next engine proves it gone
+    /// again.)
+    fn forget_or_write(&self, record: &Record) -> std::io::Result<()> {
+        if !self.complete {
+            return self.write(record);
+        }
+        match std::fs::remove_file(self.path_of(&record.id)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// A predecessor's sandbox proven gone: its record ended (a failure to
     /// write is harmless, the next engine proves it again) and its files
     /// removed.
     fn settle(&self, record: &Record) {
         let mut done = record.clone();
         done.deleted = true;
-        let _ = self.write(&done);
+        let _ = self.forget_or_write(&done);
         // Only a sandbox root (named after its id) is ever removed.
         let name = record.root.file_name().and_then(|n| n.to_str());
         let is_root = name == Some(record.id.as_str())
@@ -342,7 +368,7 @@ impl Records {
         let mut own = lock(&self.own);
         if let Some(mut record) = own.remove(id) {
             record.deleted = true;
-            if let Err(e) = self.write(&record) {
+            if let Err(e) = self.forget_or_write(&record) {
                 eprintln!(
                     "createos-local: could not mark sandbox {id} deleted in its record ({e}); \
                      the next engine proves it gone again"
@@ -730,19 +756,46 @@ mod tests {
                 )
                 .unwrap();
             records.deleted("sb-two");
+            assert!(
+                !dir.join("state/sandboxes/sb-two.json").exists(),
+                "a complete history keeps no record of a deleted sandbox"
+            );
+            assert_eq!(records.unproven("sb-two"), None);
             assert_eq!(records.unproven("sb-never"), None);
         }
         let text = std::fs::read_to_string(dir.join("state/sandboxes/sb-one.json")).unwrap();
         let before: Record = serde_json::from_str(&text).unwrap();
         assert!(!before.deleted);
         // The successor proves sb-one gone (no tree, no uid), removes its
-        // root and marks it deleted.
+        // root and ends its record.
         let records = Records::open(&dir.join("state")).unwrap();
         assert_eq!(records.unproven("sb-one"), None);
         assert!(!root.exists());
-        let text = std::fs::read_to_string(dir.join("state/sandboxes/sb-one.json")).unwrap();
-        let after: Record = serde_json::from_str(&text).unwrap();
-        assert!(after.deleted);
+        assert!(!dir.join("state/sandboxes/sb-one.json").exists());
+        drop(records);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Without a complete history the record of a deleted sandbox is what
+    /// proves the 404 to a successor: it is kept, marked deleted.
+    #[test]
+    fn without_a_complete_history_a_deleted_sandbox_keeps_its_record() {
+        let dir = std::env::temp_dir().join(format!("records-test-{}", crate::util::random_hex(4)));
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            let records = Records::open(&dir).unwrap();
+            let root = dir.join("data/sb-gone");
+            records
+                .created("sb-gone", Face::CreateOs, &root, &dir.join("data"), false)
+                .unwrap();
+            records.deleted("sb-gone");
+        }
+        let text = std::fs::read_to_string(dir.join("sandboxes/sb-gone.json")).unwrap();
+        let kept: Record = serde_json::from_str(&text).unwrap();
+        assert!(kept.deleted);
+        let records = Records::open(&dir).unwrap();
+        assert_eq!(records.unproven("sb-gone"), None);
+        assert!(records.unproven("sb-never").is_some());
         drop(records);
         let _ = std::fs::remove_dir_all(&dir);
     }

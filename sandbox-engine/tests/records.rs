@@ -31,6 +31,10 @@ async fn engine(data: &Path, state: &Path) -> Harness {
     Harness::start_builder(Server::builder().data_dir(data).state_dir(state)).await
 }
 
+fn record_path(state: &Path, id: &str) -> PathBuf {
+    state.join(format!("sandboxes/{id}.json"))
+}
+
 fn read_record(state: &Path, id: &str) -> Record {
     let text = std::fs::read(state.join(format!("sandboxes/{id}.json"))).expect("a record");
     serde_json::from_slice(&text).expect("a record is JSON")
@@ -113,9 +117,10 @@ fn is_root() -> bool {
 }
 
 /// The record of a sandbox is written before its create is answered,
-/// names the trees its commands ran in, and is marked deleted by a delete
-/// (kept); after the engine, its successor proves a sandbox it never saw
-/// deleted gone, removes its files and answers 404 for both.
+/// names the trees its commands ran in, and is removed by a delete (the
+/// directory's history is complete: what it does not hold is a 404); after
+/// the engine, its successor proves a sandbox it never saw deleted gone,
+/// removes its files and record, and answers 404 for both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_successor_proves_the_sandboxes_of_the_engine_before_it_gone() {
     let dir = fresh("successor");
@@ -137,8 +142,8 @@ async fn a_successor_proves_the_sandboxes_of_the_engine_before_it_gone() {
     let (st, _) = first.delete(&format!("/v1/sandboxes/{deleted}")).await;
     assert_eq!(st, StatusCode::OK);
     assert!(
-        read_record(&state, &deleted).deleted,
-        "kept, marked deleted"
+        !record_path(&state, &deleted).exists(),
+        "the record of a deleted sandbox is removed on a complete history"
     );
     let report = first.server.shutdown().await;
     assert!(report.all_exited(), "{report:?}");
@@ -156,7 +161,10 @@ async fn a_successor_proves_the_sandboxes_of_the_engine_before_it_gone() {
         let (st, v) = second.delete(&format!("/v1/sandboxes/{id}")).await;
         assert_eq!(st, StatusCode::NOT_FOUND, "{id}: {v}");
     }
-    assert!(read_record(&state, &kept).deleted);
+    assert!(
+        !record_path(&state, &kept).exists(),
+        "the record of a sandbox proven gone is removed on a complete history"
+    );
     assert!(
         !root.exists(),
         "the files of a sandbox proven gone are removed"
@@ -204,7 +212,7 @@ async fn a_live_namespace_of_a_dead_engine_is_killed_before_its_sandbox_is_calle
     );
     let (st, v) = second.get(&format!("/v1/sandboxes/{id}")).await;
     assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
-    assert!(read_record(&state, id).deleted);
+    assert!(!record_path(&state, id).exists(), "its record is ended");
     assert!(!data.join(id).exists());
     let _ = unshare.wait();
     let _ = second.server.shutdown().await;
@@ -256,7 +264,7 @@ async fn a_sandbox_not_proven_gone_answers_500_until_a_delete_proves_it() {
     assert_eq!(v["data"]["status"], "destroyed", "{v}");
     let (st, _) = second.get(&format!("/v1/sandboxes/{id}")).await;
     assert_eq!(st, StatusCode::NOT_FOUND);
-    assert!(read_record(&state, id).deleted);
+    assert!(!record_path(&state, id).exists(), "its record is ended");
     let _ = second.server.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -361,6 +369,7 @@ async fn the_binary_killed_with_sigkill_has_its_sandboxes_proven_gone_by_the_nex
         !common::wait_marked(&m, 1).await.is_empty(),
         "the command runs"
     );
+    let record = read_record(&state, &id);
     first.kill().unwrap();
     first.wait().unwrap();
 
@@ -377,8 +386,7 @@ async fn the_binary_killed_with_sigkill_has_its_sandboxes_proven_gone_by_the_nex
             .unwrap();
         assert_eq!(resp.status(), StatusCode::NOT_FOUND);
     }
-    let record = read_record(&state, &id);
-    assert!(record.deleted);
+    assert!(!record_path(&state, &id).exists(), "its record is ended");
     assert!(record.owned_data_dir);
     assert!(
         !record.data_dir.exists(),
