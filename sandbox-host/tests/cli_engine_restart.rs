@@ -102,6 +102,16 @@ fn a_lease_of_an_engine_that_died_is_cleared_by_the_next_engine_on_its_data_dire
             .provider(provider)
             .engine(name, Stdio::piped());
         let again = Serving(Some(again));
+        // A command on the old lease is refused with what to do.
+        let refused = cli.output(&["lease", "exec", &lease, "--", "echo", "hi"]);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(125), "{name}: {stderr}");
+        assert!(refused.stdout.is_empty(), "{name}: {refused:?}");
+        assert!(
+            stderr.contains(&format!("the sandbox of lease {lease} no longer exists"))
+                && stderr.contains(&format!("sandbox lease release {lease}")),
+            "{name}: {stderr}"
+        );
         let released = cli.output(&["lease", "release", &lease]);
         let stderr = String::from_utf8_lossy(&released.stderr);
         assert_eq!(released.status.code(), Some(0), "{name}: {stderr}");

@@ -206,6 +206,15 @@ fn execute(
                 "sandbox: preparing the workspace failed: {}",
                 report::error_text(&error)
             );
+            if matches!(&error, ProviderError::ApiRejected(r) if r.status == 404) {
+                // The backend no longer has the lease's sandbox (deleted,
+                // or it ended with the engine that held it).
+                eprintln!(
+                    "sandbox: the sandbox of lease {lease_id} no longer exists at the backend, \
+                     so nothing ran and nothing of it can run again: `sandbox lease release \
+                     {lease_id}` records that, and `sandbox lease acquire` gives a new lease"
+                );
+            }
             return Ok(EXIT_SANDBOX_ERROR);
         }
     };
