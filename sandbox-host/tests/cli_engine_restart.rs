@@ -231,15 +231,16 @@ fn an_engine_on_a_dead_ones_port_without_its_records_does_not_call_its_sandboxes
 
     // Another data directory, the dead engine's port: another key.
     let port_arg = port.to_string();
-    let elsewhere = test_support::sandbox_cli!("cli-engine-norecords")
-        .data_dir(&other)
-        .provider(&createos)
-        .command(&["--provider", "createos", "engine", "--port", &port_arg])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let elsewhere = wait_for_export(elsewhere);
+    let elsewhere = Serving(Some(
+        test_support::sandbox_cli!("cli-engine-norecords")
+            .data_dir(&other)
+            .provider(&createos)
+            .engine_with(
+                &["--provider", "createos", "engine", "--port", &port_arg],
+                Stdio::null(),
+            )
+            .0,
+    ));
     let destroyed = cli.output(&["lease", "destroy", &lease]);
     assert_ne!(destroyed.status.code(), Some(0), "{destroyed:?}");
     assert_ne!(cli.lease_state(&lease), "destroyed");
@@ -249,15 +250,16 @@ fn an_engine_on_a_dead_ones_port_without_its_records_does_not_call_its_sandboxes
     // The same data directory and port, as if the dead engine had kept no
     // records.
     let _ = std::fs::remove_dir_all(data.join("engine/state"));
-    let again = test_support::sandbox_cli!("cli-engine-norecords")
-        .data_dir(&data)
-        .provider(&createos)
-        .command(&["--provider", "createos", "engine", "--port", &port_arg])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let again = wait_for_export(again);
+    let again = Serving(Some(
+        test_support::sandbox_cli!("cli-engine-norecords")
+            .data_dir(&data)
+            .provider(&createos)
+            .engine_with(
+                &["--provider", "createos", "engine", "--port", &port_arg],
+                Stdio::piped(),
+            )
+            .0,
+    ));
     let destroyed = cli.output(&["lease", "destroy", &lease]);
     let stderr = String::from_utf8_lossy(&destroyed.stderr);
     assert_eq!(destroyed.status.code(), Some(120), "{stderr}");
@@ -284,15 +286,13 @@ fn an_engine_whose_predecessors_port_is_taken_says_what_that_means_for_its_lease
     engine.wait().unwrap();
     let holder = std::net::TcpListener::bind(("127.0.0.1", port)).expect("the freed port");
 
-    let again = test_support::sandbox_cli!("cli-engine-taken")
-        .data_dir(&data)
-        .provider(&createos)
-        .command(&["--provider", "createos", "engine"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let again = wait_for_export(again);
+    let again = Serving(Some(
+        test_support::sandbox_cli!("cli-engine-taken")
+            .data_dir(&data)
+            .provider(&createos)
+            .engine_with(&["--provider", "createos", "engine"], Stdio::piped())
+            .0,
+    ));
     // The config file (the same path) now names the new engine.
     assert_ne!(api_port(&exports), port, "served on the taken port");
     let (code, stderr) = stop(again);
@@ -306,16 +306,4 @@ fn an_engine_whose_predecessors_port_is_taken_says_what_that_means_for_its_lease
     );
     assert!(stderr.contains("stay poisoned"), "{stderr}");
     let _ = std::fs::remove_dir_all(&data);
-}
-
-/// Reads the export line of an engine spawned with a piped stdout.
-fn wait_for_export(mut engine: Child) -> Serving {
-    use std::io::BufRead;
-    let mut line = String::new();
-    std::io::BufReader::new(engine.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let engine = Serving(Some(engine));
-    assert!(line.starts_with("export "), "{line:?}");
-    engine
 }

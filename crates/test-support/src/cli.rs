@@ -175,8 +175,14 @@ impl SandboxCli {
     /// prints first: the variables that point other CLIs at it, returned
     /// with the running engine (stdout read, stderr as `stderr` says).
     pub fn engine(&self, name: &str, stderr: Stdio) -> (Child, Vec<(String, String)>) {
+        self.engine_with(&["--provider", name, "engine"], stderr)
+    }
+
+    /// [`engine`](Self::engine) with the whole argument list given (for
+    /// example with `--port N`).
+    pub fn engine_with(&self, args: &[&str], stderr: Stdio) -> (Child, Vec<(String, String)>) {
         let mut child = self
-            .command(&["--provider", name, "engine"])
+            .command(args)
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
