@@ -824,15 +824,17 @@ fn cli_volume(b: &Bench, report: &mut Report) {
         }
         median(&samples)
     };
-    let mut bare = {
+    // The baseline's bubblewrap running the same script instead of `true`.
+    let bare_script = || {
         let command = bare_bwrap();
         let last = command.get_args().count() - 1;
         let mut args: Vec<_> = command.get_args().map(|a| a.to_owned()).collect();
         args.truncate(last);
         let mut c = Command::new("bwrap");
         c.args(args).args(["/bin/sh", "-c", &script]);
-        checked(c)
+        c
     };
+    let mut bare = checked(bare_script());
     let bare = timed(&mut || {
         bare();
     });
@@ -840,13 +842,7 @@ fn cli_volume(b: &Bench, report: &mut Report) {
     let bare_stream = {
         let mut samples = Vec::with_capacity(N);
         for _ in 0..=N {
-            let mut command = bare_bwrap();
-            let last = command.get_args().count() - 1;
-            let mut args: Vec<_> = command.get_args().map(|a| a.to_owned()).collect();
-            args.truncate(last);
-            command = Command::new("bwrap");
-            command.args(args).args(["/bin/sh", "-c", &script]);
-            samples.push(streaming_span(&mut command, bytes));
+            samples.push(streaming_span(&mut bare_script(), bytes));
         }
         samples.remove(0);
         median(&samples)
