@@ -307,3 +307,25 @@ fn an_engine_whose_predecessors_port_is_taken_says_what_that_means_for_its_lease
     assert!(stderr.contains("stay poisoned"), "{stderr}");
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// A script that reads the engine's export line and stops it at once
+/// (`sandbox engine > env & … kill %1`) gets an orderly stop: the signal
+/// handlers exist before the line is printed. Before, a SIGTERM right
+/// after the line killed the engine unstopped (no exit status): seen in
+/// CI under load (`an_engine_whose_predecessors_port_is_taken…`); here
+/// the window is hit only when the machine is loaded.
+#[test]
+fn an_engine_signalled_right_after_its_export_line_stops_in_order() {
+    let (createos, _) = providers();
+    for round in 0..5 {
+        let data = fresh(&format!("cli-engine-quick-stop-{round}"));
+        let (engine, _) = test_support::sandbox_cli!("cli-engine-quick-stop")
+            .data_dir(&data)
+            .provider(&createos)
+            .engine("createos", Stdio::piped());
+        let (code, stderr) = stop(Serving(Some(engine)));
+        assert_eq!(code, Some(0), "round {round}: {stderr}");
+        assert!(stderr.contains("the engine stopped"), "{stderr}");
+        let _ = std::fs::remove_dir_all(&data);
+    }
+}

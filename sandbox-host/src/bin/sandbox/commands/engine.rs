@@ -20,6 +20,9 @@ pub fn run(global: &Global, port: Option<u16>) -> Result<u8> {
             shell_word(&provider.display().to_string())
         ));
     }
+    // The handlers exist before the line is printed: a script that reads
+    // it and signals the engine at once must not kill it unstopped.
+    let signals = Signals::install()?;
     for (field, url) in engine.urls() {
         eprintln!("sandbox: engine {field} {url}");
     }
@@ -30,7 +33,7 @@ pub fn run(global: &Global, port: Option<u16>) -> Result<u8> {
     println!("{line}");
     use std::io::Write;
     let _ = std::io::stdout().flush();
-    let signal = wait_for_signal()?;
+    let signal = signals.wait();
     eprintln!("sandbox: {signal}; stopping the engine and every sandbox in it");
     if engine.stop() {
         eprintln!("sandbox: the engine stopped; every process in it exited");
@@ -40,23 +43,46 @@ pub fn run(global: &Global, port: Option<u16>) -> Result<u8> {
     }
 }
 
-/// Waits for SIGINT, SIGTERM or SIGHUP and names it.
-fn wait_for_signal() -> Result<&'static str> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the signal handler")?;
-    runtime.block_on(async {
+/// SIGINT, SIGTERM and SIGHUP, caught from [`Signals::install`] on.
+struct Signals {
+    runtime: tokio::runtime::Runtime,
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals> {
         use tokio::signal::unix::{signal, SignalKind};
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut term = signal(SignalKind::terminate())?;
-        let mut hup = signal(SignalKind::hangup())?;
-        Ok(tokio::select! {
-            _ = int.recv() => "interrupted (Ctrl-C)",
-            _ = term.recv() => "terminated (SIGTERM)",
-            _ = hup.recv() => "hung up (SIGHUP)",
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the signal handler")?;
+        let (int, term, hup) = runtime.block_on(async {
+            anyhow::Ok((
+                signal(SignalKind::interrupt())?,
+                signal(SignalKind::terminate())?,
+                signal(SignalKind::hangup())?,
+            ))
+        })?;
+        Ok(Signals {
+            runtime,
+            int,
+            term,
+            hup,
         })
-    })
+    }
+
+    /// Waits for the first of them and names it.
+    fn wait(mut self) -> &'static str {
+        self.runtime.block_on(async {
+            tokio::select! {
+                _ = self.int.recv() => "interrupted (Ctrl-C)",
+                _ = self.term.recv() => "terminated (SIGTERM)",
+                _ = self.hup.recv() => "hung up (SIGHUP)",
+            }
+        })
+    }
 }
 
 /// `text` as one shell word (single-quoted unless plainly safe).
