@@ -381,7 +381,8 @@ fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
         }
         if result.output_truncated {
             eprintln!(
-                "sandbox: note: the provider kept only the last 4 Mi characters of each stream;                  older output was not shown"
+                "sandbox: note: the provider kept only the last 4 Mi characters of each stream; \
+                 older output was not shown"
             );
         }
     }
