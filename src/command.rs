@@ -21,6 +21,7 @@ pub fn cmd(command: &str, args: &[&str]) -> ExecuteRequest {
         env: Vec::new(),
         stdin: None,
         timeout_ms: Some(GENEROUS_MS),
+        result_chars: None,
     }
 }
 

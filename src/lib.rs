@@ -121,6 +121,10 @@ macro_rules! conformance_suite {
                 check(Scenario::Utf8AcrossChunks);
             }
             #[test]
+            fn result_chars() {
+                check(Scenario::ResultChars);
+            }
+            #[test]
             fn timeout_leaves_no_survivor() {
                 check(Scenario::TimeoutLeavesNoSurvivor);
             }

@@ -28,6 +28,9 @@ pub enum Scenario {
     /// Multi-byte characters written a byte at a time arrive whole; an
     /// invalid byte is U+FFFD.
     Utf8AcrossChunks,
+    /// The result keeps the characters the request's `result-chars` asks
+    /// for (the last ones; none at 0), the live output everything.
+    ResultChars,
     /// A command that ignores SIGTERM times out with its whole tree gone
     /// and its partial output kept; the lease stays usable.
     TimeoutLeavesNoSurvivor,
@@ -57,12 +60,13 @@ pub enum Scenario {
 
 impl Scenario {
     /// The scenarios that need no fault injection.
-    pub const FAULT_FREE: [Scenario; 10] = [
+    pub const FAULT_FREE: [Scenario; 11] = [
         Scenario::ExitCodes,
         Scenario::EnvCwdStdin,
         Scenario::HostileQuoting,
         Scenario::LiveOutput,
         Scenario::Utf8AcrossChunks,
+        Scenario::ResultChars,
         Scenario::TimeoutLeavesNoSurvivor,
         Scenario::CancellationLeavesNoSurvivor,
         Scenario::Lifecycle,
@@ -87,6 +91,7 @@ impl Scenario {
             Scenario::HostileQuoting => "hostile_quoting".into(),
             Scenario::LiveOutput => "live_output".into(),
             Scenario::Utf8AcrossChunks => "utf8_across_chunks".into(),
+            Scenario::ResultChars => "result_chars".into(),
             Scenario::TimeoutLeavesNoSurvivor => "timeout_leaves_no_survivor".into(),
             Scenario::CancellationLeavesNoSurvivor => "cancellation_leaves_no_survivor".into(),
             Scenario::Lifecycle => "lifecycle".into(),
@@ -111,6 +116,7 @@ impl Scenario {
             Scenario::HostileQuoting => scenarios::exec::hostile_quoting(target),
             Scenario::LiveOutput => scenarios::output::live_output(target),
             Scenario::Utf8AcrossChunks => scenarios::output::utf8_across_chunks(target),
+            Scenario::ResultChars => scenarios::output::result_chars(target),
             Scenario::TimeoutLeavesNoSurvivor => scenarios::termination::timeout(target),
             Scenario::CancellationLeavesNoSurvivor => scenarios::termination::cancellation(target),
             Scenario::Lifecycle => scenarios::lifecycle::release_and_destroy(target),

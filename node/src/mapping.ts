@@ -174,6 +174,9 @@ export function toExecuteRequest(params: {
     env: Object.entries(params.env ?? {}),
     stdin: params.stdin === undefined ? undefined : new TextEncoder().encode(params.stdin),
     timeoutMs: typeof timeout === "number" && Number.isSafeInteger(timeout) && timeout > 0 ? BigInt(timeout) : undefined,
+    // Unset: the provider's default (4 Mi characters of each stream), since
+    // Paperclip's execute result carries the output's text besides the log.
+    resultChars: undefined,
   };
 }
 

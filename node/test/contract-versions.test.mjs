@@ -1,10 +1,12 @@
-// Components built for older contracts still run under this host: 0.3.0
-// (live output as text; 0.4.0 made it bytes) and 0.2.0 (also without
+// Components built for older contracts still run under this host: 0.4.0
+// (without `execute-request.result-chars`), 0.3.0 (live output as text;
+// 0.4.0 made it bytes) and 0.2.0 (also without
 // `provider-error.output-lost`). The fixtures are the Rust host's own
-// (`sandbox-host/tests/fixtures/contract-v0-{3,2}`), built here with cargo
-// for wasm32-wasip2, transpiled with jco like any packed component, and
-// called through the provider pool: their live text reaches the sink as
-// its UTF-8 bytes (what a 0.4.0 component's bytes are), in order.
+// (`sandbox-host/tests/fixtures/contract-v0-{4,3,2}`), built here with
+// cargo for wasm32-wasip2, transpiled with jco like any packed component,
+// and called through the provider pool: a 0.4.0 component's live bytes
+// reach the sink exactly, and an older one's live text as its UTF-8 bytes
+// (what a 0.4.0 component's bytes are), in order.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -40,11 +42,13 @@ const request = { command: "echo", args: ["a b"], cwd: undefined, env: [], stdin
 /** The origin the fixtures' config names (they send no request). */
 const routes = [{ origin: "https://api.example.test", secrets: [] }];
 
+const utf8 = (text) => Buffer.from(text, "utf8");
 for (const [name, version, driver, live] of [
-  ["contract-v0-3", "0.3.0", "old-0-3", [["stderr", "live"], ["stdout", "héllo "], ["stdout", "wörld\uFFFD\n"]]],
-  ["contract-v0-2", "0.2.0", "old-0-2", [["stderr", "live"]]],
+  ["contract-v0-4", "0.4.0", "old-0-4", [["stderr", utf8("live")], ["stdout", utf8("héllo ")], ["stdout", Buffer.from("w\xf6rld\n", "latin1")]]],
+  ["contract-v0-3", "0.3.0", "old-0-3", [["stderr", utf8("live")], ["stdout", utf8("héllo ")], ["stdout", utf8("wörld\uFFFD\n")]]],
+  ["contract-v0-2", "0.2.0", "old-0-2", [["stderr", utf8("live")]]],
 ]) {
-  test(`a component built for contract ${version} still runs: its live text arrives as UTF-8 bytes, in order`, async () => {
+  test(`a component built for contract ${version} still runs: its live output arrives as bytes, in order`, async () => {
     const wasm = fixture(name);
     assert.equal(await contractVersionOf(readFileSync(wasm), name), version);
     const dir = path.join(work, name);
@@ -60,10 +64,10 @@ for (const [name, version, driver, live] of [
       for (const [, chunk] of chunks) assert.ok(chunk instanceof Uint8Array, "the sink gets bytes");
       assert.deepEqual(
         chunks.map(([stream, chunk]) => [stream, Buffer.from(chunk).toString("hex")]),
-        live.map(([stream, text]) => [stream, Buffer.from(text, "utf8").toString("hex")]),
+        live.map(([stream, bytes]) => [stream, bytes.toString("hex")]),
       );
-      if (version === "0.3.0") {
-        // 0.3.0 has output-lost; its partial output crosses as it is.
+      if (version === "0.4.0" || version === "0.3.0") {
+        // 0.3.0 added output-lost; its partial output crosses as it is.
         await assert.rejects(pool.call("execute", [ctx, lease, { ...request, command: "lose-output" }], { routes }).result, (error) => {
           assert.equal(error.failure?.payload?.tag, "output-lost");
           assert.equal(error.failure.payload.val.partial.stdout, "héllo wörld\uFFFD\n");

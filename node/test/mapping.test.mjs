@@ -146,7 +146,8 @@ test("leases round-trip: Paperclip metadata (even wrapped by the host) gives bac
 
 test("execute request and result map every field", () => {
   const request = toExecuteRequest({ command: "sh", args: ["-c", "x"], cwd: "/w", env: { A: "1" }, stdin: "é", timeoutMs: 1500 });
-  assert.deepEqual(request, { command: "sh", args: ["-c", "x"], cwd: "/w", env: [["A", "1"]], stdin: new TextEncoder().encode("é"), timeoutMs: 1500n });
+  // resultChars unset: Paperclip's result carries the output's text (the provider's default 4 Mi characters).
+  assert.deepEqual(request, { command: "sh", args: ["-c", "x"], cwd: "/w", env: [["A", "1"]], stdin: new TextEncoder().encode("é"), timeoutMs: 1500n, resultChars: undefined });
   assert.equal(toExecuteRequest({ command: "x", timeoutMs: 1.5 }).timeoutMs, undefined, "a fractional timeout is left to the config");
   assert.deepEqual(
     toExecuteResult({ exitCode: undefined, signal: "SIGKILL", timedOut: true, stdout: "a", stderr: "b", processId: "p", outputTruncated: true }),

@@ -11,6 +11,8 @@ pub(crate) mod engine;
 pub(crate) mod host_impl;
 pub(crate) mod instance;
 pub(crate) mod options;
+pub(crate) mod result_text;
 pub(crate) mod state;
 pub(crate) mod v0_2;
 pub(crate) mod v0_3;
+pub(crate) mod v0_4;

@@ -322,10 +322,11 @@ fn the_real_createos_provider_describes_itself_when_built() {
     let component = ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"));
     // Built for the current contract: its live output is the exact bytes.
     assert_eq!(component.contract(), sandbox_host::PROVIDER_INTERFACE);
-    assert_eq!(component.contract(), "sandbox:provider/provider@0.4.0");
+    assert_eq!(component.contract(), "sandbox:provider/provider@0.5.0");
     assert_eq!(
         sandbox_host::SERVED_INTERFACES,
         [
+            "sandbox:provider/provider@0.5.0",
             "sandbox:provider/provider@0.4.0",
             "sandbox:provider/provider@0.3.0",
             "sandbox:provider/provider@0.2.0",
@@ -471,10 +472,11 @@ fn a_component_built_for_another_contract_version_is_refused_by_name() {
     let wasm = common::build_fixture("contract-v0-1");
     let engine = sandbox_host::shared_engine().unwrap();
     let error = match sandbox_host::ProviderComponent::load(&engine, &wasm) {
-        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.4.0 host"),
+        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.5.0 host"),
         Err(error) => format!("{error:#}"),
     };
     assert!(error.contains("sandbox:provider/provider@0.1.0"), "{error}");
+    assert!(error.contains("sandbox:provider/provider@0.5.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.4.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.3.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.2.0"), "{error}");
@@ -557,6 +559,102 @@ fn a_component_built_for_contract_0_2_still_loads_and_converts_every_value() {
             assert_eq!(failure.process_id.as_deref(), Some("p-1"));
             let partial = failure.partial.unwrap();
             assert!(partial.timed_out);
+            assert!(partial.stdout.starts_with("leave-running a b c"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Contract 0.5.0 added `execute-request.result-chars`; a component built
+/// for 0.4.0 still loads, its live bytes arrive exactly (one chunk is not
+/// UTF-8), every value crosses intact both ways, and since it cannot be
+/// asked for less text, the host cuts its answer to the characters asked
+/// for (the result's and an error's partial output alike), saying so with
+/// `output-truncated`.
+#[test]
+fn a_component_built_for_contract_0_4_still_loads_and_its_answer_keeps_the_chars_asked_for() {
+    use sandbox_host::types::{Capabilities, CleanupPhase, ResumeOutcome};
+    let wasm = common::build_fixture("contract-v0-4");
+    let engine = sandbox_host::shared_engine().unwrap();
+    let component = sandbox_host::ProviderComponent::load(&engine, &wasm).unwrap();
+    assert_eq!(component.contract(), "sandbox:provider/provider@0.4.0");
+    assert!(!component.live_output_is_text());
+    let output = OutputCapture::new();
+    let mut instance = component
+        .instantiate(HostOptions::new().with_output_sink(output.sink()))
+        .unwrap();
+
+    let description = instance.describe().unwrap();
+    assert_eq!(description.driver_key, "old-0-4");
+    assert_eq!(
+        description.capabilities,
+        Capabilities::REUSABLE_LEASES | Capabilities::NATIVE_SYNC
+    );
+    match instance.resume_lease(&ctx("{}"), &lease()).unwrap() {
+        Ok(ResumeOutcome::Resumed(back)) => assert_eq!(back.provider_lease_id, "sb-1"),
+        other => panic!("{other:?}"),
+    }
+
+    let mut request = test_support::command("echo", &["a b", "c"])
+        .cwd("/w")
+        .env("K", "v")
+        .stdin(b"12345")
+        .timeout_ms(900);
+    let whole = "echo a b c env=[(\"K\", \"v\")] stdin=5 timeout=Some(900) cwd=Some(\"/w\") \
+                 lease=sb-1 company=company";
+    let result = instance
+        .execute(&ctx("{}"), &lease(), &request)
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.stdout, whole);
+    assert_eq!(
+        (result.exit_code, result.output_truncated),
+        (Some(3), false)
+    );
+    assert_eq!(
+        output.chunks(),
+        vec![
+            (OutputStream::Stderr, b"live".to_vec()),
+            (OutputStream::Stdout, "héllo ".as_bytes().to_vec()),
+            (OutputStream::Stdout, b"w\xf6rld\n".to_vec()),
+        ]
+    );
+
+    request.result_chars = Some(12);
+    let result = instance
+        .execute(&ctx("{}"), &lease(), &request)
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.stdout, "ompany=company"[2..]);
+    assert_eq!(result.stderr, "live");
+    assert!(result.output_truncated);
+    request.result_chars = Some(0);
+    let result = instance
+        .execute(&ctx("{}"), &lease(), &request)
+        .unwrap()
+        .unwrap();
+    assert_eq!((result.stdout.as_str(), result.stderr.as_str()), ("", ""));
+    assert!(result.output_truncated);
+
+    request.command = "lose-output".into();
+    request.result_chars = Some(3);
+    match instance.execute(&ctx("{}"), &lease(), &request).unwrap() {
+        Err(ProviderError::OutputLost(loss)) => {
+            assert_eq!((loss.lost_bytes, loss.lost_chunks), (Some(4096), Some(2)));
+            assert_eq!(loss.partial.stdout, "d\u{fffd}\n");
+            assert_eq!(loss.partial.stderr, "ive");
+            assert!(loss.partial.output_truncated);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    request.command = "leave-running".into();
+    request.result_chars = None;
+    match instance.execute(&ctx("{}"), &lease(), &request).unwrap() {
+        Err(ProviderError::CleanupFailed(failure)) => {
+            assert_eq!(failure.phase, CleanupPhase::ProcessTermination);
+            let partial = failure.partial.unwrap();
+            assert!(partial.timed_out && !partial.output_truncated);
             assert!(partial.stdout.starts_with("leave-running a b c"));
         }
         other => panic!("{other:?}"),

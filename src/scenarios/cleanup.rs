@@ -128,6 +128,7 @@ fn command_fault(
     );
     let request = ExecuteRequest {
         timeout_ms: Some(if creation { GENEROUS_MS } else { SHORT_MS }),
+        result_chars: None,
         ..stubborn_tree(marker)
     };
     let outcome = s.execute(&lease.id, &request, None, CancelToken::new())?;

@@ -170,6 +170,70 @@ pub fn utf8_across_chunks(target: &Target) -> Result<Verdict> {
     })
 }
 
+/// The result's text follows the request's `result-chars` (contract
+/// 0.5.0): unset, each stream's whole text; a small number, its last
+/// characters (counted as characters, not bytes) with `output-truncated`;
+/// 0, no text at all. The live output is the whole of what was printed
+/// every time.
+pub fn result_chars(target: &Target) -> Result<Verdict> {
+    with_session(target, None, |s| {
+        let lease = s.acquire()?;
+        let (out, err) = ("héllo wörld €\n", "δέκα 10\n");
+        let script = format!("printf '{out}'; printf '{err}' >&2");
+        let live_output = s
+            .runtime()
+            .description()
+            .capabilities
+            .contains(Capabilities::INCREMENTAL_OUTPUT);
+        for (asked, stdout, stderr, truncated) in [
+            (None, out, err, false),
+            (Some(100), out, err, false),
+            (Some(4), "d €\n", " 10\n", true),
+            (Some(0), "", "", true),
+        ] {
+            let mut request = bash(&script);
+            request.result_chars = asked;
+            let capture = OutputCapture::new();
+            let result = succeeded(
+                "a command printing a line on each stream",
+                s.execute(
+                    &lease.id,
+                    &request,
+                    Some(capture.sink()),
+                    CancelToken::new(),
+                )?,
+            )?;
+            ensure!(
+                (
+                    result.stdout.as_str(),
+                    result.stderr.as_str(),
+                    result.output_truncated
+                ) == (stdout, stderr, truncated),
+                "asked for {asked:?} characters of each stream, the result held stdout {:?} and \
+                 stderr {:?} (output-truncated {}); expected {stdout:?}, {stderr:?} ({truncated})",
+                result.stdout,
+                result.stderr,
+                result.output_truncated
+            );
+            if live_output {
+                for (stream, name, printed) in [
+                    (OutputStream::Stdout, "stdout", out),
+                    (OutputStream::Stderr, "stderr", err),
+                ] {
+                    let bytes = capture.bytes(stream);
+                    ensure!(
+                        bytes == printed.as_bytes(),
+                        "asked for {asked:?} characters in the result, the sink's {name} was \
+                         {:?}: the live output must be the whole of what was printed",
+                        String::from_utf8_lossy(&bytes)
+                    );
+                }
+            }
+        }
+        Ok(Verdict::passed())
+    })
+}
+
 /// Lost output (contract 0.3.0): the server drops output the provider had
 /// not read while the command runs on. The provider reports `output-lost`
 /// (never a result, never an invalid answer) carrying exactly what reached
@@ -227,6 +291,7 @@ fn lost(s: &Session, lease_id: &str, marker: &str) -> Result<bool> {
     };
     let request = ExecuteRequest {
         timeout_ms: Some(GENEROUS_MS),
+        result_chars: None,
         ..stubborn_tree(marker)
     };
     let outcome = s.execute(lease_id, &request, Some(sink), CancelToken::new())?;

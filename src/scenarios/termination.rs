@@ -123,6 +123,7 @@ pub fn timeout(target: &Target) -> Result<Verdict> {
         let (sink, readiness) = ready_sink(s, &marker, None);
         let request = ExecuteRequest {
             timeout_ms: Some(SHORT_MS),
+            result_chars: None,
             ..stubborn_tree(&marker)
         };
         let outcome = s.execute(&lease.id, &request, Some(sink), CancelToken::new())?;

@@ -7,6 +7,7 @@ use provider_sdk::config::{ConfigObject, ProviderConfig, Validation};
 use provider_sdk::errors::{cleanup_cause, cleanup_failed, deletion_receipt, ApiError};
 use provider_sdk::http::{call_json, is_valid_id};
 use provider_sdk::origin::normalize_url;
+use provider_sdk::output::result_text;
 use provider_sdk::platform::{Method, Request, Wait};
 use provider_sdk::types::*;
 use provider_sdk::{script, Operation, Provider};
@@ -119,14 +120,22 @@ impl<'a> Provider<'a> for Minimal<'a> {
         let answer = self
             .call(Request::new(Method::Post, run).with_json(&body))
             .map_err(|e| e.into_creation_error("run", id, CleanupPhase::ProcessCreation))?;
+        // The last characters the request asks for (4 Mi unless it says).
+        let text = |name| {
+            result_text(
+                answer[name].as_str().unwrap_or_default(),
+                request.result_chars,
+            )
+        };
+        let ((stdout, cut_out), (stderr, cut_err)) = (text("stdout"), text("stderr"));
         Ok(ExecuteResult {
             exit_code: answer["exitCode"].as_i64().map(|c| c as i32),
             signal: None,
             timed_out: false,
-            stdout: answer["stdout"].as_str().unwrap_or_default().into(),
-            stderr: answer["stderr"].as_str().unwrap_or_default().into(),
+            stdout,
+            stderr,
             process_id: String::new(),
-            output_truncated: false,
+            output_truncated: cut_out || cut_err,
         })
     }
 }

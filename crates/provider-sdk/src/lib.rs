@@ -1,4 +1,4 @@
-//! The guest side of the `sandbox-provider` WIT world (`wit/since_v0.4.0`),
+//! The guest side of the `sandbox-provider` WIT world (`wit/since_v0.5.0`),
 //! shared by every provider component.
 //!
 //! A provider holds only its API knowledge: it implements [`Provider`] in
@@ -39,7 +39,7 @@
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/since_v0.4.0",
+        path: "../../wit/since_v0.5.0",
         world: "sandbox-provider",
         generate_all,
         pub_export_macro: true,
@@ -85,7 +85,7 @@ use config::ProviderConfig;
 use types::*;
 
 /// A sandbox provider in plain Rust: the operations of the WIT `provider`
-/// interface (see `wit/since_v0.4.0/provider.wit` for what each must
+/// interface (see `wit/since_v0.5.0/provider.wit` for what each must
 /// prove), as methods of one operation's state.
 ///
 /// The export ([`export_provider!`]) sets every operation up once before
@@ -376,6 +376,7 @@ mod tests {
             env: vec![],
             stdin: None,
             timeout_ms: None,
+            result_chars: None,
         };
         let bad_config = context("{");
         let result = export::execute::<Unreached>(&mut platform, &bad_config, &lease, &request);

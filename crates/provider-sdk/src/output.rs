@@ -130,6 +130,11 @@ impl Tail {
         if bytes.is_empty() {
             return;
         }
+        if self.cap == 0 {
+            // No text is kept: nothing to count or copy.
+            self.dropped = true;
+            return;
+        }
         let leads = count_leads(bytes);
         if self.enough(leads, bytes.len()) {
             // Everything kept so far goes: keep only the end of `bytes`,
@@ -234,6 +239,24 @@ impl Tail {
     }
 }
 
+/// The text a result keeps of one stream whose whole output an API answers
+/// at once (no live output): its last `result_chars` characters
+/// (`execute-request.result-chars`; none means [`MAX_OUTPUT_CHARS`], and
+/// so does anything larger), and whether any were dropped (the result's
+/// `output-truncated`).
+pub fn result_text(text: &str, result_chars: Option<u32>) -> (String, bool) {
+    let mut tail = Tail::with_cap(cap_for(result_chars));
+    tail.push(text.as_bytes());
+    tail.read()
+}
+
+/// The tail cap a request's `result-chars` asks for.
+fn cap_for(result_chars: Option<u32>) -> usize {
+    result_chars.map_or(MAX_OUTPUT_CHARS, |chars| {
+        usize::try_from(chars).map_or(MAX_OUTPUT_CHARS, |chars| chars.min(MAX_OUTPUT_CHARS))
+    })
+}
+
 /// A global allocator for this crate's unit tests that counts the bytes
 /// each thread holds, so a test can measure what a structure costs.
 #[cfg(test)]
@@ -301,12 +324,7 @@ pub struct CommandOutput {
 
 impl Default for CommandOutput {
     fn default() -> Self {
-        CommandOutput {
-            stdout: Default::default(),
-            stderr: Default::default(),
-            unsent: Vec::new(),
-            unsent_id: StreamId::Stdout,
-        }
+        CommandOutput::with_result_chars(None)
     }
 }
 
@@ -317,6 +335,21 @@ const MAX_UNSENT_BYTES: usize = 1024 * 1024;
 const DIRECT_BYTES: usize = 32 * 1024;
 
 impl CommandOutput {
+    /// The output of a command whose request asked the result to keep
+    /// `result_chars` characters of each stream (`execute-request.result-chars`):
+    /// none means [`MAX_OUTPUT_CHARS`], and so does anything larger; 0 keeps
+    /// no text (a host that takes the output live), which also spares the
+    /// live path the tails' work.
+    pub fn with_result_chars(result_chars: Option<u32>) -> CommandOutput {
+        let cap = cap_for(result_chars);
+        CommandOutput {
+            stdout: Tail::with_cap(cap),
+            stderr: Tail::with_cap(cap),
+            unsent: Vec::new(),
+            unsent_id: StreamId::Stdout,
+        }
+    }
+
     /// Keeps `bytes` of stream `id` in that stream's tail; the bytes go to
     /// the host with the next [`CommandOutput::flush`] (or before bytes of
     /// the other stream, so the order is kept).
@@ -680,5 +713,41 @@ mod tests {
         assert_eq!(output.stdout(), "a€\u{fffd}\u{fffd}");
         assert_eq!(output.stderr(), String::from_utf8_lossy(&binary));
         assert!(!output.truncated());
+    }
+
+    /// `execute-request.result-chars`: the tails keep what the request
+    /// asks for (none at 0, saying so once anything was printed), at most
+    /// the default cap, and the live output is everything either way.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn the_result_keeps_the_chars_asked_for_and_the_host_gets_every_byte() {
+        for (asked, kept, truncated) in [
+            (None, "héllo wörld", false),
+            (Some(u32::MAX), "héllo wörld", false),
+            (Some(11), "héllo wörld", false),
+            (Some(4), "örld", true),
+            (Some(0), "", true),
+        ] {
+            let mut host = Recorder(Vec::new());
+            let mut output = CommandOutput::with_result_chars(asked);
+            output.push(&mut host, StreamId::Stdout, "héllo ".as_bytes());
+            output.push(&mut host, StreamId::Stdout, "wörld".as_bytes());
+            output.finish(&mut host);
+            let live: Vec<u8> = host.0.iter().flat_map(|(_, c)| c.clone()).collect();
+            assert_eq!(live, "héllo wörld".as_bytes(), "{asked:?}");
+            assert_eq!(output.stdout(), kept, "{asked:?}");
+            assert_eq!(output.stderr(), "", "{asked:?}");
+            assert_eq!(output.truncated(), truncated, "{asked:?}");
+        }
+        assert_eq!(result_text("héllo wörld", Some(4)), ("örld".into(), true));
+        assert_eq!(result_text("héllo", None), ("héllo".into(), false));
+        assert_eq!(result_text("", Some(0)), (String::new(), false));
+        assert_eq!(result_text("x", Some(0)), (String::new(), true));
+        // Nothing printed: nothing was dropped, even with room for none.
+        let output = CommandOutput::with_result_chars(Some(0));
+        assert!(!output.truncated());
+        assert_eq!(
+            CommandOutput::with_result_chars(Some(u32::MAX)).stdout.cap,
+            MAX_OUTPUT_CHARS
+        );
     }
 }

@@ -151,6 +151,7 @@ mod tests {
             env: Vec::new(),
             stdin: None,
             timeout_ms: None,
+            result_chars: None,
         }
     }
 

@@ -55,6 +55,18 @@ fn the_example_provider_acquires_runs_and_destroys() {
         (result.exit_code, result.stdout.as_str()),
         (Some(3), "hi\n")
     );
+    assert!(!result.output_truncated);
+    // Contract 0.5.0: the result keeps the characters the request asks for.
+    let mut command = command;
+    command.result_chars = Some(1);
+    let result = runtime
+        .execute(&env, &lease.id, &command, None, CancelToken::new())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (result.stdout.as_str(), result.output_truncated),
+        ("\n", true)
+    );
     let receipt = runtime.destroy(&env, &lease.id).unwrap().unwrap();
     assert_eq!(receipt.action, TerminationAction::Deleted);
     let requests = script.requests();

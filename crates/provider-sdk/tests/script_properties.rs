@@ -77,6 +77,7 @@ proptest! {
             env: vec![("PROP_VALUE".into(), value.clone())],
             stdin: Some(stdin.clone()),
             timeout_ms: None,
+            result_chars: None,
         };
         prop_assert!(script::validate(&request).is_ok());
         let script = script::build(&request, Some(&stdin_file.to_string_lossy()));

@@ -24,6 +24,7 @@ pub fn command(program: &str, args: &[&str]) -> ExecuteRequest {
         env: Vec::new(),
         stdin: None,
         timeout_ms: None,
+        result_chars: None,
     }
 }
 

@@ -95,7 +95,13 @@ fn run(
     }
     let process_id = create_process(platform, budget, sandbox_id, request, stdin_path)?;
     let deadline = platform.now().saturating_add(timeout_ms.saturating_mul(MS));
-    let mut run = Run::new(sandbox_id, &process_id, deadline, budget);
+    let mut run = Run::new(
+        sandbox_id,
+        &process_id,
+        deadline,
+        budget,
+        request.result_chars,
+    );
     // The script gives the command its staged stdin or /dev/null, so the
     // process's own stdin pipe needs no `stdin/close` request.
     let stop = run.follow(platform);
@@ -175,14 +181,20 @@ struct Run {
 }
 
 impl Run {
-    fn new(sandbox_id: &str, process_id: &str, deadline: u64, budget: u64) -> Run {
+    fn new(
+        sandbox_id: &str,
+        process_id: &str,
+        deadline: u64,
+        budget: u64,
+        result_chars: Option<u32>,
+    ) -> Run {
         Run {
             sandbox_id: sandbox_id.to_string(),
             process_id: process_id.to_string(),
             deadline,
             budget,
             cursor: 0,
-            output: CommandOutput::default(),
+            output: CommandOutput::with_result_chars(result_chars),
         }
     }
 
@@ -476,6 +488,7 @@ mod tests {
             env: vec![],
             stdin: None,
             timeout_ms,
+            result_chars: None,
         }
     }
 

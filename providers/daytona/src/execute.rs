@@ -69,7 +69,7 @@ pub fn execute(
     let mut run = Run {
         command_id,
         deadline,
-        output: CommandOutput::default(),
+        output: CommandOutput::with_result_chars(request.result_chars),
     };
     let stop = run.follow(platform, &session);
     run.finish(platform, &session, stop)
@@ -599,6 +599,7 @@ mod tests {
             env: vec![],
             stdin: Some(b"input bytes".to_vec()),
             timeout_ms: Some(10_000),
+            result_chars: None,
         };
         let result = execute(&mut platform, &config, "sb-1", &request).unwrap();
         assert_eq!(

@@ -1,15 +1,33 @@
 //! The generated bindings of the `sandbox-provider` WIT world, wrapped once.
 //!
-//! Only this module runs `bindgen!`: once for the current contract (0.4.0,
-//! whose types the whole host uses) and once each for 0.3.0 and 0.2.0,
-//! whose components the host still loads (see [`v0_3`](super::v0_3) and
-//! [`v0_2`](super::v0_2) for the conversions).
+//! Only this module runs `bindgen!`: once for the current contract (0.5.0,
+//! whose types the whole host uses) and once each for 0.4.0, 0.3.0 and
+//! 0.2.0, whose components the host still loads (see [`v0_4`](super::v0_4),
+//! [`v0_3`](super::v0_3) and [`v0_2`](super::v0_2) for the conversions).
 //! Everything WASI comes from `wasmtime-wasi` / `wasmtime-wasi-http`
 //! (mapped with `with:`), so the only generated code is our own `types`,
 //! `host` and `provider` interfaces.
 
 #[allow(missing_docs, clippy::all)]
 mod generated {
+    wasmtime::component::bindgen!({
+        path: "../wit/since_v0.5.0",
+        world: "sandbox:provider/sandbox-provider",
+        imports: { default: trappable },
+        with: {
+            "wasi:io": wasmtime_wasi::p2::bindings::io,
+            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+            "wasi:random": wasmtime_wasi::p2::bindings::random,
+            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+        },
+        require_store_data_send: true,
+    });
+}
+
+/// The world of contract 0.4.0, for components built before 0.5.0 (no
+/// `execute-request.result-chars`).
+#[allow(missing_docs, clippy::all)]
+pub(crate) mod v0_4 {
     wasmtime::component::bindgen!({
         path: "../wit/since_v0.4.0",
         world: "sandbox:provider/sandbox-provider",
@@ -22,6 +40,15 @@ mod generated {
         },
         require_store_data_send: true,
     });
+
+    pub(crate) use exports::sandbox::provider::provider as exports_provider;
+    pub(crate) use sandbox::provider::host;
+    pub(crate) use sandbox::provider::types;
+
+    /// The interface a 0.4.0 component exports.
+    pub(crate) const PROVIDER_INTERFACE: &str = "sandbox:provider/provider@0.4.0";
+    /// The (function-less) types interface a 0.4.0 component imports.
+    pub(crate) const TYPES_INTERFACE: &str = "sandbox:provider/types@0.5.0";
 }
 
 /// The world of contract 0.3.0, for components built before 0.4.0 (live
@@ -90,14 +117,15 @@ pub(crate) use generated::{SandboxProvider, SandboxProviderPre};
 
 /// The fully qualified name of the interface a provider component of the
 /// current contract exports.
-pub const PROVIDER_INTERFACE: &str = "sandbox:provider/provider@0.4.0";
+pub const PROVIDER_INTERFACE: &str = "sandbox:provider/provider@0.5.0";
 
 /// The (function-less) types interface a current component imports.
-pub(crate) const TYPES_INTERFACE: &str = "sandbox:provider/types@0.4.0";
+pub(crate) const TYPES_INTERFACE: &str = "sandbox:provider/types@0.5.0";
 
 /// Every provider interface this host serves, newest first.
-pub const SERVED_INTERFACES: [&str; 3] = [
+pub const SERVED_INTERFACES: [&str; 4] = [
     PROVIDER_INTERFACE,
+    v0_4::PROVIDER_INTERFACE,
     v0_3::PROVIDER_INTERFACE,
     v0_2::PROVIDER_INTERFACE,
 ];

@@ -9,7 +9,8 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
 
 use crate::wasm::bindings::{
-    host, v0_2, v0_3, SandboxProviderPre, PROVIDER_INTERFACE, SERVED_INTERFACES, TYPES_INTERFACE,
+    host, v0_2, v0_3, v0_4, SandboxProviderPre, PROVIDER_INTERFACE, SERVED_INTERFACES,
+    TYPES_INTERFACE,
 };
 use crate::wasm::cache::ArtifactCache;
 use crate::wasm::engine::ticks_for;
@@ -31,6 +32,7 @@ pub struct ProviderComponent {
 #[derive(Clone)]
 enum Pre {
     Current(SandboxProviderPre<HostState>),
+    V0_4(v0_4::SandboxProviderPre<HostState>),
     V0_3(v0_3::SandboxProviderPre<HostState>),
     V0_2(v0_2::SandboxProviderPre<HostState>),
 }
@@ -80,6 +82,8 @@ impl ProviderComponent {
             .context("the component imports something this host does not provide")?;
         let pre = if served == PROVIDER_INTERFACE {
             SandboxProviderPre::new(instance_pre).map(Pre::Current)
+        } else if served == v0_4::PROVIDER_INTERFACE {
+            v0_4::SandboxProviderPre::new(instance_pre).map(Pre::V0_4)
         } else if served == v0_3::PROVIDER_INTERFACE {
             v0_3::SandboxProviderPre::new(instance_pre).map(Pre::V0_3)
         } else {
@@ -99,6 +103,7 @@ impl ProviderComponent {
     pub fn engine(&self) -> &Engine {
         match &self.pre {
             Pre::Current(pre) => pre.engine(),
+            Pre::V0_4(pre) => pre.engine(),
             Pre::V0_3(pre) => pre.engine(),
             Pre::V0_2(pre) => pre.engine(),
         }
@@ -109,6 +114,7 @@ impl ProviderComponent {
     pub fn contract(&self) -> &'static str {
         match &self.pre {
             Pre::Current(_) => PROVIDER_INTERFACE,
+            Pre::V0_4(_) => v0_4::PROVIDER_INTERFACE,
             Pre::V0_3(_) => v0_3::PROVIDER_INTERFACE,
             Pre::V0_2(_) => v0_2::PROVIDER_INTERFACE,
         }
@@ -120,7 +126,7 @@ impl ProviderComponent {
     /// is not byte for byte what the command printed. From 0.4.0 live
     /// output is the exact bytes.
     pub fn live_output_is_text(&self) -> bool {
-        !matches!(self.pre, Pre::Current(_))
+        matches!(self.pre, Pre::V0_3(_) | Pre::V0_2(_))
     }
 
     /// A fresh store and instance for one operation.
@@ -132,6 +138,7 @@ impl ProviderComponent {
         store.epoch_deadline_trap();
         let bindings = match &self.pre {
             Pre::Current(pre) => pre.instantiate(&mut store).map(Bindings::Current),
+            Pre::V0_4(pre) => pre.instantiate(&mut store).map(Bindings::V0_4),
             Pre::V0_3(pre) => pre.instantiate(&mut store).map(Bindings::V0_3),
             Pre::V0_2(pre) => pre.instantiate(&mut store).map(Bindings::V0_2),
         }
@@ -146,10 +153,12 @@ fn linker(engine: &Engine) -> Result<Linker<HostState>> {
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
     host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+    v0_4::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     v0_3::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     v0_2::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     // `types` holds only types, but a component still imports it.
     linker.instance(TYPES_INTERFACE)?;
+    linker.instance(v0_4::TYPES_INTERFACE)?;
     linker.instance(v0_3::TYPES_INTERFACE)?;
     linker.instance(v0_2::TYPES_INTERFACE)?;
     Ok(linker)
@@ -183,7 +192,7 @@ fn check_exports(engine: &Engine, component: &Component) -> Result<&'static str>
         bail!(
             "the component exports {other}, but this host serves only {served}: \
              it was built for another version of the sandbox-provider contract; rebuild it \
-             with the provider SDK of this release (wit/since_v0.4.0), or use a host that \
+             with the provider SDK of this release (wit/since_v0.5.0), or use a host that \
              serves its version"
         );
     }

@@ -1,6 +1,7 @@
 //! Conversions between the types of two contract versions whose records,
-//! variants and enums have the same shape ([`v0_2`](super::v0_2) and
-//! [`v0_3`](super::v0_3) against the current contract). A module using the
+//! variants and enums have the same shape ([`v0_2`](super::v0_2),
+//! [`v0_3`](super::v0_3) and [`v0_4`](super::v0_4) against the current
+//! contract). A module using the
 //! macros here names the older contract's types `old` and the current
 //! ones `new`.
 
@@ -105,7 +106,8 @@ pub(crate) use flags;
 
 /// The types every served contract shares, field by field and case by
 /// case (all but `output-loss` and `provider-error`, which 0.2.0 lacks or
-/// has without `output-lost`).
+/// has without `output-lost`, and `execute-request`, which has
+/// `result-chars` only from 0.5.0: see [`execute_request_before_0_5`]).
 macro_rules! shared_types {
     () => {
         $crate::wasm::conv::record! {
@@ -127,7 +129,6 @@ macro_rules! shared_types {
             FileDownload { remote_path, contents }
             SyncReport { files, bytes }
             ProbeReport { ok, summary, diagnostics }
-            ExecuteRequest { command, args, cwd, env, stdin, timeout_ms }
             ExecuteResult {
                 exit_code, signal, timed_out, stdout, stderr, process_id, output_truncated,
             }
@@ -156,6 +157,36 @@ macro_rules! shared_types {
     };
 }
 pub(crate) use shared_types;
+
+/// `execute-request` to a contract before 0.5.0, which has no
+/// `result-chars`: the host cuts such a component's answer instead (see
+/// `result_text.rs`). Only this direction: a host sends requests.
+macro_rules! execute_request_before_0_5 {
+    () => {
+        impl Conv<old::ExecuteRequest> for new::ExecuteRequest {
+            fn conv(self) -> old::ExecuteRequest {
+                let new::ExecuteRequest {
+                    command,
+                    args,
+                    cwd,
+                    env,
+                    stdin,
+                    timeout_ms,
+                    result_chars: _,
+                } = self;
+                old::ExecuteRequest {
+                    command,
+                    args,
+                    cwd,
+                    env: env.conv(),
+                    stdin,
+                    timeout_ms,
+                }
+            }
+        }
+    };
+}
+pub(crate) use execute_request_before_0_5;
 
 /// The `host` imports of a contract whose `emit-output` carries text
 /// (before 0.4.0): a text chunk reaches the sink as its UTF-8 bytes, and

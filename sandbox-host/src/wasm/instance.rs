@@ -10,15 +10,17 @@ use crate::wasm::bindings::types::{
     ResumeOutcome, SyncReport, TerminationReceipt, WorkspaceRequest,
 };
 use crate::wasm::bindings::SandboxProvider;
-use crate::wasm::bindings::{v0_2, v0_3};
+use crate::wasm::bindings::{v0_2, v0_3, v0_4};
 use crate::wasm::cancel::CancelToken;
 use crate::wasm::conv::Conv;
 use crate::wasm::options::HostOptions;
+use crate::wasm::result_text;
 use crate::wasm::state::HostState;
 
 /// Calls one operation on the contract the component was built for: the
 /// first closure on a current component, the second (the same code for
-/// both, converting the inputs and the answer) on a 0.3.0 or 0.2.0 one.
+/// each, converting the inputs and the answer) on a 0.4.0, 0.3.0 or 0.2.0
+/// one.
 macro_rules! dispatch {
     (
         $self:ident, $operation:literal,
@@ -28,6 +30,7 @@ macro_rules! dispatch {
         $self.call(
             $operation,
             |$g, $s| $current,
+            |$og, $os| $older,
             |$og, $os| $older,
             |$og, $os| $older,
         )
@@ -58,12 +61,13 @@ impl ProviderInstance {
         }
     }
 
-    /// Calls the current contract's export (`current`), a 0.3.0 one or a
+    /// Calls the current contract's export (`current`), a 0.4.0, 0.3.0 or
     /// 0.2.0 one (whose inputs and answer the closures convert).
     fn call<R>(
         &mut self,
         operation: &str,
         current: impl FnOnce(&Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
+        v0_4: impl FnOnce(&v0_4::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
         v0_3: impl FnOnce(&v0_3::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
         v0_2: impl FnOnce(&v0_2::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R> {
@@ -72,6 +76,7 @@ impl ProviderInstance {
         }
         let answer = match &self.bindings {
             Bindings::Current(b) => current(b.sandbox_provider_provider(), &mut self.store),
+            Bindings::V0_4(b) => v0_4(b.sandbox_provider_provider(), &mut self.store),
             Bindings::V0_3(b) => v0_3(b.sandbox_provider_provider(), &mut self.store),
             Bindings::V0_2(b) => v0_2(b.sandbox_provider_provider(), &mut self.store),
         };
@@ -251,7 +256,8 @@ impl ProviderInstance {
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<Result<ExecuteResult, ProviderError>> {
-        dispatch!(
+        let older = !matches!(self.bindings, Bindings::Current(_));
+        let mut answer = dispatch!(
             self,
             "execute",
             |g, s| g.call_execute(s, ctx, lease, request),
@@ -264,7 +270,14 @@ impl ProviderInstance {
                 )
                 .map(Conv::conv)
             },
-        )
+        )?;
+        // A component before 0.5.0 cannot be asked for less text: its
+        // answer is cut here, so every component's result follows the
+        // request's `result-chars`.
+        if let (true, Some(chars)) = (older, request.result_chars) {
+            result_text::keep_last_chars(&mut answer, chars);
+        }
+        Ok(answer)
     }
 
     /// The cancel token of this instance; cancelling it (from any thread)
@@ -287,6 +300,7 @@ impl ProviderInstance {
 /// The instantiated world of the contract version the component was built for.
 pub(crate) enum Bindings {
     Current(SandboxProvider),
+    V0_4(v0_4::SandboxProvider),
     V0_3(v0_3::SandboxProvider),
     V0_2(v0_2::SandboxProvider),
 }

@@ -1,17 +1,20 @@
 //! Components built for contract 0.2.0: their `host` imports, and the
-//! conversions between their types and the current (0.4.0) ones.
+//! conversions between their types and the current (0.5.0) ones.
 //!
-//! 0.3.0 added the `provider-error.output-lost` case, and 0.4.0 made live
-//! output bytes (`host.emit-output`), so every 0.2.0 value has exactly one
+//! 0.3.0 added the `provider-error.output-lost` case, 0.4.0 made live
+//! output bytes (`host.emit-output`), and 0.5.0 added
+//! `execute-request.result-chars` (which a 0.2.0 component does not get:
+//! see `result_text.rs`), so every 0.2.0 value has exactly one
 //! current counterpart (field by field, case by case), every current value
 //! a host sends (requests, leases, contexts) has exactly one 0.2.0
 //! counterpart, and a 0.2.0 text chunk is its UTF-8 bytes.
 
 use crate::wasm::bindings::types as new;
 use crate::wasm::bindings::v0_2::{host, types as old};
-use crate::wasm::conv::{shared_types, text_output_host, Conv};
+use crate::wasm::conv::{execute_request_before_0_5, shared_types, text_output_host, Conv};
 
 shared_types!();
+execute_request_before_0_5!();
 
 /// Only this direction: a 0.2.0 provider never reports `output-lost`.
 impl Conv<new::ProviderError> for old::ProviderError {

@@ -222,6 +222,7 @@ pub fn create_body(request: &sandbox_host::types::ExecuteRequest) -> String {
         env: request.env.clone(),
         stdin: request.stdin.clone(),
         timeout_ms: request.timeout_ms,
+        result_chars: request.result_chars,
     };
     serde_json::json!({
         "cmd": "/bin/bash",

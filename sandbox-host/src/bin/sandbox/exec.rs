@@ -7,7 +7,8 @@ use std::sync::{Mutex, OnceLock};
 
 use anyhow::{Context, Result};
 use sandbox_host::types::{
-    AcquireRequest, ExecuteRequest, ExecuteResult, OutputStream, ProviderError, WorkspaceRequest,
+    AcquireRequest, Capabilities, ExecuteRequest, ExecuteResult, OutputStream, ProviderError,
+    WorkspaceRequest,
 };
 use sandbox_host::{
     cleanup_text, loss_text, trap_of, CancelToken, Environment, LeaseRefused, LeaseState,
@@ -235,6 +236,12 @@ fn execute(
         timeout_ms: args
             .timeout
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+        // A provider that forwards its output live gets it all written
+        // here as it comes, and the result's text is then not printed: it
+        // need not keep any (its 4 Mi characters cost about 20 ms at the
+        // end of a 50 MB run). One that does not gets the full cap, and
+        // its result is printed.
+        result_chars: streams_live(setup).then_some(0),
     };
     // The command's own timeout: a consumer that never reads stdout
     // cannot hold it past this (see live.rs).
@@ -276,7 +283,7 @@ fn execute(
         }
     }
     let code = match outcome {
-        Ok(Ok(result)) => finished(&result, streamed, args),
+        Ok(Ok(result)) => finished(&result, streamed, request.result_chars, args),
         // Output not consumed is never a clean exit: 124 when the
         // command's timeout ended it, as for any timeout.
         Ok(Err(ProviderError::OutputLost(loss))) if loss.operation == OUTPUT_SINK => {
@@ -344,6 +351,16 @@ fn execute(
     Ok(code)
 }
 
+/// Whether the provider declares that it forwards output live
+/// (`incremental-output`), so that a run needs no text in its result.
+fn streams_live(setup: &Setup) -> bool {
+    setup
+        .runtime
+        .description()
+        .capabilities
+        .contains(Capabilities::INCREMENTAL_OUTPUT)
+}
+
 /// The status of a run whose output could not all be written (see
 /// live.rs): 141 (128 + SIGPIPE, as a pipeline's writer) when the reader
 /// closed the stream, said only by the status as `yes | head` does; else
@@ -362,7 +379,12 @@ fn undelivered_status(lost: &Undelivered, end: &str) -> u8 {
     EXIT_SANDBOX_ERROR
 }
 
-fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
+fn finished(
+    result: &ExecuteResult,
+    streamed: bool,
+    result_chars: Option<u32>,
+    args: &RunArgs,
+) -> u8 {
     // The tail cap applies to the result only: output that was written
     // live above is complete, so only a printed result can lack its start.
     if !streamed {
@@ -378,6 +400,16 @@ fn finished(result: &ExecuteResult, streamed: bool, args: &RunArgs) -> u8 {
                  carries text: it held {replaced} U+FFFD replacement character(s), where the \
                  command may have printed bytes that were not UTF-8"
             );
+        }
+        if result.output_truncated && result_chars == Some(0) {
+            // The provider declared live output, yet forwarded none of what
+            // the command printed: nothing of it reached this terminal.
+            eprintln!(
+                "sandbox: the provider declares live output but forwarded none of the command's \
+                 output, and its result carries none (the run asked for none, expecting it live); \
+                 the output was lost: report this to the provider's authors"
+            );
+            return EXIT_SANDBOX_ERROR;
         }
         if result.output_truncated {
             eprintln!(
