@@ -490,31 +490,9 @@ fn a_component_built_for_another_contract_version_is_refused_by_name() {
 /// `cleanup-failed` with its partial output.
 #[test]
 fn a_component_built_for_contract_0_2_still_loads_and_converts_every_value() {
-    use sandbox_host::types::{Capabilities, CleanupPhase, FileUpload, ResumeOutcome};
-    let wasm = common::build_fixture("contract-v0-2");
-    let engine = sandbox_host::shared_engine().unwrap();
-    let component = sandbox_host::ProviderComponent::load(&engine, &wasm).unwrap();
-    assert_eq!(component.contract(), "sandbox:provider/provider@0.2.0");
-    assert!(component.live_output_is_text());
-    let output = OutputCapture::new();
-    let mut instance = component
-        .instantiate(HostOptions::new().with_output_sink(output.sink()))
-        .unwrap();
+    use sandbox_host::types::{CleanupPhase, FileUpload};
+    let (mut instance, output) = fixture_instance("contract-v0-2", "0.2.0", true);
 
-    let description = instance.describe().unwrap();
-    assert_eq!(description.driver_key, "old-0-2");
-    assert_eq!(
-        description.capabilities,
-        Capabilities::REUSABLE_LEASES | Capabilities::NATIVE_SYNC
-    );
-    assert_eq!(description.origin_fields[0].config_field, "apiUrl");
-    assert_eq!(description.rate_limit.as_ref().unwrap().requests, 7);
-    let validation = instance.validate_config("{}").unwrap();
-    assert_eq!(validation.budget.unwrap().operation_ms, 5_000);
-    match instance.resume_lease(&ctx("{}"), &lease()).unwrap() {
-        Ok(ResumeOutcome::Resumed(back)) => assert_eq!(back.provider_lease_id, "sb-1"),
-        other => panic!("{other:?}"),
-    }
     let upload = FileUpload {
         remote_path: "a".into(),
         contents: vec![7; 300_000],
@@ -565,6 +543,47 @@ fn a_component_built_for_contract_0_2_still_loads_and_converts_every_value() {
     }
 }
 
+/// An instance of the fixture `name`, a component built for contract
+/// `version` whose live output is text (before 0.4.0) or not, with its
+/// live output captured. Every old-contract fixture describes itself the
+/// same way (driver key `old-0-<minor>`), which is checked here with its
+/// config validation and a resumed lease: those values cross intact.
+fn fixture_instance(
+    name: &str,
+    version: &str,
+    text: bool,
+) -> (sandbox_host::ProviderInstance, OutputCapture) {
+    use sandbox_host::types::{Capabilities, ResumeOutcome};
+    let wasm = common::build_fixture(name);
+    let engine = sandbox_host::shared_engine().unwrap();
+    let component = sandbox_host::ProviderComponent::load(&engine, &wasm).unwrap();
+    assert_eq!(
+        component.contract(),
+        format!("sandbox:provider/provider@{version}")
+    );
+    assert_eq!(component.live_output_is_text(), text);
+    let output = OutputCapture::new();
+    let mut instance = component
+        .instantiate(HostOptions::new().with_output_sink(output.sink()))
+        .unwrap();
+    let description = instance.describe().unwrap();
+    let minor = version.split('.').nth(1).unwrap();
+    assert_eq!(description.driver_key, format!("old-0-{minor}"));
+    assert_eq!(
+        description.capabilities,
+        Capabilities::REUSABLE_LEASES | Capabilities::NATIVE_SYNC
+    );
+    assert_eq!(description.origin_fields[0].config_field, "apiUrl");
+    assert_eq!(description.rate_limit.as_ref().unwrap().requests, 7);
+    let validation = instance.validate_config("{}").unwrap();
+    assert_eq!(validation.budget.unwrap().operation_ms, 5_000);
+    match instance.resume_lease(&ctx("{}"), &lease()).unwrap() {
+        Ok(ResumeOutcome::Resumed(back)) => assert_eq!(back.provider_lease_id, "sb-1"),
+        other => panic!("{other:?}"),
+    }
+    (instance, output)
+}
+
 /// Contract 0.5.0 added `execute-request.result-chars`; a component built
 /// for 0.4.0 still loads, its live bytes arrive exactly (one chunk is not
 /// UTF-8), every value crosses intact both ways, and since it cannot be
@@ -573,27 +592,8 @@ fn a_component_built_for_contract_0_2_still_loads_and_converts_every_value() {
 /// `output-truncated`.
 #[test]
 fn a_component_built_for_contract_0_4_still_loads_and_its_answer_keeps_the_chars_asked_for() {
-    use sandbox_host::types::{Capabilities, CleanupPhase, ResumeOutcome};
-    let wasm = common::build_fixture("contract-v0-4");
-    let engine = sandbox_host::shared_engine().unwrap();
-    let component = sandbox_host::ProviderComponent::load(&engine, &wasm).unwrap();
-    assert_eq!(component.contract(), "sandbox:provider/provider@0.4.0");
-    assert!(!component.live_output_is_text());
-    let output = OutputCapture::new();
-    let mut instance = component
-        .instantiate(HostOptions::new().with_output_sink(output.sink()))
-        .unwrap();
-
-    let description = instance.describe().unwrap();
-    assert_eq!(description.driver_key, "old-0-4");
-    assert_eq!(
-        description.capabilities,
-        Capabilities::REUSABLE_LEASES | Capabilities::NATIVE_SYNC
-    );
-    match instance.resume_lease(&ctx("{}"), &lease()).unwrap() {
-        Ok(ResumeOutcome::Resumed(back)) => assert_eq!(back.provider_lease_id, "sb-1"),
-        other => panic!("{other:?}"),
-    }
+    use sandbox_host::types::CleanupPhase;
+    let (mut instance, output) = fixture_instance("contract-v0-4", "0.4.0", false);
 
     let mut request = test_support::command("echo", &["a b", "c"])
         .cwd("/w")
@@ -667,37 +667,8 @@ fn a_component_built_for_contract_0_4_still_loads_and_its_answer_keeps_the_chars
 /// `output-lost` included (which 0.2.0 lacks).
 #[test]
 fn a_component_built_for_contract_0_3_still_loads_and_its_output_arrives() {
-    use sandbox_host::types::{Capabilities, CleanupPhase, ResumeOutcome};
-    let wasm = common::build_fixture("contract-v0-3");
-    let engine = sandbox_host::shared_engine().unwrap();
-    let component = sandbox_host::ProviderComponent::load(&engine, &wasm).unwrap();
-    assert_eq!(component.contract(), "sandbox:provider/provider@0.3.0");
-    assert!(component.live_output_is_text());
-    let output = OutputCapture::new();
-    let mut instance = component
-        .instantiate(HostOptions::new().with_output_sink(output.sink()))
-        .unwrap();
-
-    let description = instance.describe().unwrap();
-    assert_eq!(description.driver_key, "old-0-3");
-    assert_eq!(
-        description.capabilities,
-        Capabilities::REUSABLE_LEASES | Capabilities::NATIVE_SYNC
-    );
-    assert_eq!(description.rate_limit.as_ref().unwrap().requests, 7);
-    assert_eq!(
-        instance
-            .validate_config("{}")
-            .unwrap()
-            .budget
-            .unwrap()
-            .operation_ms,
-        5_000
-    );
-    match instance.resume_lease(&ctx("{}"), &lease()).unwrap() {
-        Ok(ResumeOutcome::Resumed(back)) => assert_eq!(back.provider_lease_id, "sb-1"),
-        other => panic!("{other:?}"),
-    }
+    use sandbox_host::types::CleanupPhase;
+    let (mut instance, output) = fixture_instance("contract-v0-3", "0.3.0", true);
 
     let mut request = test_support::command("echo", &["a b", "c"])
         .cwd("/w")

@@ -8,38 +8,35 @@
 //! (mapped with `with:`), so the only generated code is our own `types`,
 //! `host` and `provider` interfaces.
 
+/// The bindings of one contract version's world (its WIT folder): WASI
+/// from `wasmtime-wasi` / `wasmtime-wasi-http`, imports that may trap.
+macro_rules! contract_world {
+    ($path:literal) => {
+        wasmtime::component::bindgen!({
+            path: $path,
+            world: "sandbox:provider/sandbox-provider",
+            imports: { default: trappable },
+            with: {
+                "wasi:io": wasmtime_wasi::p2::bindings::io,
+                "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+                "wasi:random": wasmtime_wasi::p2::bindings::random,
+                "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+            },
+            require_store_data_send: true,
+        });
+    };
+}
+
 #[allow(missing_docs, clippy::all)]
 mod generated {
-    wasmtime::component::bindgen!({
-        path: "../wit/since_v0.5.0",
-        world: "sandbox:provider/sandbox-provider",
-        imports: { default: trappable },
-        with: {
-            "wasi:io": wasmtime_wasi::p2::bindings::io,
-            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-            "wasi:random": wasmtime_wasi::p2::bindings::random,
-            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-        },
-        require_store_data_send: true,
-    });
+    contract_world!("../wit/since_v0.5.0");
 }
 
 /// The world of contract 0.4.0, for components built before 0.5.0 (no
 /// `execute-request.result-chars`).
 #[allow(missing_docs, clippy::all)]
 pub(crate) mod v0_4 {
-    wasmtime::component::bindgen!({
-        path: "../wit/since_v0.4.0",
-        world: "sandbox:provider/sandbox-provider",
-        imports: { default: trappable },
-        with: {
-            "wasi:io": wasmtime_wasi::p2::bindings::io,
-            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-            "wasi:random": wasmtime_wasi::p2::bindings::random,
-            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-        },
-        require_store_data_send: true,
-    });
+    contract_world!("../wit/since_v0.4.0");
 
     pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
@@ -55,18 +52,7 @@ pub(crate) mod v0_4 {
 /// output as text).
 #[allow(missing_docs, clippy::all)]
 pub(crate) mod v0_3 {
-    wasmtime::component::bindgen!({
-        path: "../wit/since_v0.3.0",
-        world: "sandbox:provider/sandbox-provider",
-        imports: { default: trappable },
-        with: {
-            "wasi:io": wasmtime_wasi::p2::bindings::io,
-            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-            "wasi:random": wasmtime_wasi::p2::bindings::random,
-            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-        },
-        require_store_data_send: true,
-    });
+    contract_world!("../wit/since_v0.3.0");
 
     pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
@@ -81,18 +67,7 @@ pub(crate) mod v0_3 {
 /// The world of contract 0.2.0, for components built before 0.3.0.
 #[allow(missing_docs, clippy::all)]
 pub(crate) mod v0_2 {
-    wasmtime::component::bindgen!({
-        path: "../wit/since_v0.2.0",
-        world: "sandbox:provider/sandbox-provider",
-        imports: { default: trappable },
-        with: {
-            "wasi:io": wasmtime_wasi::p2::bindings::io,
-            "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-            "wasi:random": wasmtime_wasi::p2::bindings::random,
-            "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-        },
-        require_store_data_send: true,
-    });
+    contract_world!("../wit/since_v0.2.0");
 
     pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;

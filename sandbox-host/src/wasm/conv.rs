@@ -158,6 +158,25 @@ macro_rules! shared_types {
 }
 pub(crate) use shared_types;
 
+/// `output-loss` and every `provider-error` case, both directions: the
+/// same in every contract from 0.3.0 on (0.2.0 has neither).
+macro_rules! output_lost_types {
+    () => {
+        $crate::wasm::conv::record! {
+            OutputLoss { operation, process_id, lost_bytes, lost_chunks, tree_deleted, partial }
+        }
+
+        $crate::wasm::conv::cases! {
+            ProviderError {
+                ;
+                InvalidConfig, InvalidRequest, ForeignLease, Unsupported, ApiRejected,
+                TransportFailed, InvalidResponse, Cancelled, CleanupFailed, OutputLost,
+            }
+        }
+    };
+}
+pub(crate) use output_lost_types;
+
 /// `execute-request` to a contract before 0.5.0, which has no
 /// `result-chars`: the host cuts such a component's answer instead (see
 /// `result_text.rs`). Only this direction: a host sends requests.

@@ -14,22 +14,12 @@
 use crate::wasm::bindings::types as new;
 use crate::wasm::bindings::v0_3::{host, types as old};
 use crate::wasm::conv::{
-    cases, execute_request_before_0_5, record, shared_types, text_output_host, Conv,
+    execute_request_before_0_5, output_lost_types, shared_types, text_output_host, Conv,
 };
 
 shared_types!();
 execute_request_before_0_5!();
 
-record! {
-    OutputLoss { operation, process_id, lost_bytes, lost_chunks, tree_deleted, partial }
-}
-
-cases! {
-    ProviderError {
-        ;
-        InvalidConfig, InvalidRequest, ForeignLease, Unsupported, ApiRejected, TransportFailed,
-        InvalidResponse, Cancelled, CleanupFailed, OutputLost,
-    }
-}
+output_lost_types!();
 
 text_output_host!();

@@ -9,22 +9,12 @@
 
 use crate::wasm::bindings::types as new;
 use crate::wasm::bindings::v0_4::{host, types as old};
-use crate::wasm::conv::{cases, execute_request_before_0_5, record, shared_types, Conv};
+use crate::wasm::conv::{execute_request_before_0_5, output_lost_types, shared_types, Conv};
 
 shared_types!();
 execute_request_before_0_5!();
 
-record! {
-    OutputLoss { operation, process_id, lost_bytes, lost_chunks, tree_deleted, partial }
-}
-
-cases! {
-    ProviderError {
-        ;
-        InvalidConfig, InvalidRequest, ForeignLease, Unsupported, ApiRejected, TransportFailed,
-        InvalidResponse, Cancelled, CleanupFailed, OutputLost,
-    }
-}
+output_lost_types!();
 
 impl host::Host for crate::wasm::state::HostState {
     fn emit_output(&mut self, stream: host::OutputStream, chunk: Vec<u8>) -> wasmtime::Result<()> {
