@@ -784,8 +784,11 @@ fn default_journal(
 /// 50 MB through `sandbox run` (the release CLI, embedded engine at its
 /// default journal, each provider) against the same command under a bare
 /// bubblewrap writing to a pipe; both read by this process to the end.
+/// The three sides run in turns, round by round (the order reversed every
+/// other round), so a change of the machine's load falls on all of them:
+/// medians of runs taken in separate blocks swung the ratio by ±0.1.
 fn cli_volume(b: &Bench, report: &mut Report) {
-    const N: usize = 3;
+    const N: usize = 11;
     // About 50 MB, whole lines (as before contract 0.4.0, when a cut inside
     // a character decoded to U+FFFD, so the figures stay comparable).
     let line = OUTPUT_LINE.len() as u64;
@@ -805,27 +808,8 @@ fn cli_volume(b: &Bench, report: &mut Report) {
     let dir = std::env::temp_dir().join(format!("sandbox-bench-volume-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let checked = |mut command: Command| {
-        move || {
-            command.stdout(Stdio::piped()).stderr(Stdio::piped());
-            let output = command.output().expect("the command starts");
-            assert!(output.status.success(), "{:?}", output.status);
-            assert_eq!(output.stdout.len() as u64, bytes, "every byte arrives");
-            output
-        }
-    };
-    let timed = |run: &mut dyn FnMut()| {
-        let mut samples = Vec::with_capacity(N);
-        run();
-        for _ in 0..N {
-            let t = Instant::now();
-            run();
-            samples.push(t.elapsed());
-        }
-        median(&samples)
-    };
     // The baseline's bubblewrap running the same script instead of `true`.
-    let bare_script = || {
+    let bare = {
         let command = bare_bwrap();
         let last = command.get_args().count() - 1;
         let mut args: Vec<_> = command.get_args().map(|a| a.to_owned()).collect();
@@ -834,20 +818,7 @@ fn cli_volume(b: &Bench, report: &mut Report) {
         c.args(args).args(["/bin/sh", "-c", &script]);
         c
     };
-    let mut bare = checked(bare_script());
-    let bare = timed(&mut || {
-        bare();
-    });
-    let bare_mbps = mbps(bytes, bare);
-    let bare_stream = {
-        let mut samples = Vec::with_capacity(N);
-        for _ in 0..=N {
-            samples.push(streaming_span(&mut bare_script(), bytes));
-        }
-        samples.remove(0);
-        median(&samples)
-    };
-    let mut streams = Vec::new();
+    let mut sides = vec![("bare", bare)];
     for (name, wasm) in [
         ("CreateOS", b.wasm.clone()),
         ("Daytona", b.wasm.with_file_name("daytona_provider.wasm")),
@@ -860,21 +831,37 @@ fn cli_volume(b: &Bench, report: &mut Report) {
             .arg("--provider")
             .arg(&wasm)
             .args(["run", "--", "/bin/sh", "-c", &script]);
-        let mut stream = Vec::with_capacity(N);
-        for _ in 0..=N {
-            stream.push(streaming_span(&mut command, bytes));
+        sides.push((name, command));
+    }
+    // Per side: whole runs (the output collected and counted) and the
+    // stream alone (first byte to last), each round after one warm-up.
+    let mut totals = vec![Vec::with_capacity(N); sides.len()];
+    let mut spans = vec![Vec::with_capacity(N); sides.len()];
+    for round in 0..=N {
+        let mut order: Vec<usize> = (0..sides.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
         }
-        stream.remove(0);
-        streams.push((name, median(&stream)));
-        let mut run = checked(command);
-        let took = timed(&mut || {
-            run();
-        });
+        for i in order {
+            let command = &mut sides[i].1;
+            let total = checked_run(command, bytes);
+            let span = streaming_span(command, bytes);
+            if round > 0 {
+                totals[i].push(total);
+                spans[i].push(span);
+            }
+        }
+    }
+    let (bare, bare_stream) = (median(&totals[0]), median(&spans[0]));
+    let bare_mbps = mbps(bytes, bare);
+    for (i, (name, _)) in sides.iter().enumerate().skip(1) {
+        let took = median(&totals[i]);
         let ratio = mbps(bytes, took) / bare_mbps;
         report.row(
             "3",
             format!(
-                "50 MB through `sandbox run`, {name} provider, default journal (median of {N})"
+                "50 MB through `sandbox run`, {name} provider, default journal (median of {N}, \
+                 in turns with the baseline)"
             ),
             format!("{:.0} MB/s ({})", mbps(bytes, took), fmt(took)),
             format!(
@@ -886,12 +873,14 @@ fn cli_volume(b: &Bench, report: &mut Report) {
             met(ratio >= 0.5),
         );
     }
-    for (name, span) in streams {
+    for (i, (name, _)) in sides.iter().enumerate().skip(1) {
+        let span = median(&spans[i]);
         let ratio = mbps(bytes, span) / mbps(bytes, bare_stream);
         report.row(
             "3",
             format!(
-                "50 MB through `sandbox run`, {name}: the stream alone, first byte to last (median of {N})"
+                "50 MB through `sandbox run`, {name}: the stream alone, first byte to last \
+                 (median of {N})"
             ),
             format!("{:.0} MB/s ({})", mbps(bytes, span), fmt(span)),
             format!(
@@ -905,6 +894,18 @@ fn cli_volume(b: &Bench, report: &mut Report) {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `command` to its end with its output collected here, checks that
+/// it exited 0 and printed `bytes` on stdout, and returns how long it took.
+fn checked_run(command: &mut Command, bytes: u64) -> Duration {
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let t = Instant::now();
+    let output = command.output().expect("the command starts");
+    let took = t.elapsed();
+    assert!(output.status.success(), "{:?}", output.status);
+    assert_eq!(output.stdout.len() as u64, bytes, "every byte arrives");
+    took
 }
 
 /// Runs `command` with its stdout read here to the end (stderr dropped)
