@@ -101,6 +101,7 @@ pub struct ServerBuilder {
     egress: crate::egress::Policy,
     sandbox_disk: Option<u64>,
     state_dir: Option<PathBuf>,
+    worker_threads: usize,
 }
 
 impl Default for ServerBuilder {
@@ -124,9 +125,13 @@ impl Default for ServerBuilder {
             egress: crate::egress::Policy::default(),
             sandbox_disk: None,
             state_dir: None,
+            worker_threads: DEFAULT_WORKER_THREADS,
         }
     }
 }
+
+/// Threads of each of a server's runtimes (see [`ServerBuilder::worker_threads`]).
+const DEFAULT_WORKER_THREADS: usize = 2;
 
 impl ServerBuilder {
     /// The key every request must carry in `X-Api-Key` (required, non-empty).
@@ -231,6 +236,18 @@ impl ServerBuilder {
     /// connections first).
     pub fn header_read_timeout(mut self, d: Duration) -> Self {
         self.connections.header_read_timeout = d;
+        self
+    }
+
+    /// Threads of each of the server's two runtimes: the one that answers
+    /// requests ([`BackgroundServer`]'s) and the one that supervises the
+    /// processes (reads their pipes, reaps them); 2 by default, at least 1.
+    /// An engine that serves one command at a time (the `sandbox` CLI's
+    /// own, for one run) is faster on 1 on a small machine: fewer threads
+    /// hand each chunk of output to one another (a 50 MB run on 2 cores:
+    /// 150 → 136 ms, BENCHMARKS.md).
+    pub fn worker_threads(mut self, threads: usize) -> Self {
+        self.worker_threads = threads.max(1);
         self
     }
 
@@ -484,7 +501,7 @@ impl ServerBuilder {
             Some(a) => format!("http://{a}{}", crate::daytona::TOOLBOX_LISTENER_PREFIX),
             None => format!("http://{addr}{}", crate::daytona::TOOLBOX_PREFIX),
         };
-        let supervision = SupervisionRuntime::start()?;
+        let supervision = SupervisionRuntime::start(self.worker_threads)?;
         let state = Arc::new(AppState {
             supervision: supervision.handle(),
             api_key: self.api_key,
@@ -577,15 +594,16 @@ pub struct RunningServer {
     quiet: bool,
 }
 
-/// The runtime behind [`AppState::supervision`]: two threads of its own,
-/// shut down (without blocking) when the server is dropped.
+/// The runtime behind [`AppState::supervision`]: threads of its own
+/// ([`ServerBuilder::worker_threads`]), shut down (without blocking) when
+/// the server is dropped.
 #[derive(Debug)]
 struct SupervisionRuntime(Option<tokio::runtime::Runtime>);
 
 impl SupervisionRuntime {
-    fn start() -> std::io::Result<Self> {
+    fn start(threads: usize) -> std::io::Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(threads)
             .thread_name("createos-local-supervision")
             .enable_all()
             .build()?;
@@ -899,7 +917,7 @@ impl BackgroundServer {
             .name("createos-local".into())
             .spawn(move || {
                 let rt = match tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
+                    .worker_threads(builder.worker_threads)
                     .enable_all()
                     .build()
                 {

@@ -537,8 +537,12 @@ impl EmbeddedEngine {
             // simulated `creating` state to poll through.
             .transition_delay(std::time::Duration::ZERO)
             .quiet(true);
-        if let Some(state) = state {
-            builder = builder.state_dir(state);
+        match state {
+            Some(state) => builder = builder.state_dir(state),
+            // This process's own engine serves its one command: one thread
+            // per runtime hands the output on with fewer wake-ups (a 50 MB
+            // run on 2 cores: 150 -> 136 ms). `sandbox engine` keeps two.
+            None => builder = builder.worker_threads(1),
         }
         let server = sandbox_engine::BackgroundServer::spawn(builder).context(
             "the embedded local backend refused to start, nothing was run \
