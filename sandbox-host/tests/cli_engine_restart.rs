@@ -229,18 +229,22 @@ fn an_engine_on_a_dead_ones_port_without_its_records_does_not_call_its_sandboxes
     engine.kill().unwrap();
     engine.wait().unwrap();
 
-    // Another data directory, the dead engine's port: another key.
+    // An engine on the dead engine's port, serving `dir`.
     let port_arg = port.to_string();
-    let elsewhere = Serving(Some(
-        test_support::sandbox_cli!("cli-engine-norecords")
-            .data_dir(&other)
-            .provider(&createos)
-            .engine_with(
-                &["--provider", "createos", "engine", "--port", &port_arg],
-                Stdio::null(),
-            )
-            .0,
-    ));
+    let engine_on = |dir: &Path, stderr: Stdio| {
+        Serving(Some(
+            test_support::sandbox_cli!("cli-engine-norecords")
+                .data_dir(dir)
+                .provider(&createos)
+                .engine_with(
+                    &["--provider", "createos", "engine", "--port", &port_arg],
+                    stderr,
+                )
+                .0,
+        ))
+    };
+    // Another data directory, the dead engine's port: another key.
+    let elsewhere = engine_on(&other, Stdio::null());
     let destroyed = cli.output(&["lease", "destroy", &lease]);
     assert_ne!(destroyed.status.code(), Some(0), "{destroyed:?}");
     assert_ne!(cli.lease_state(&lease), "destroyed");
@@ -250,16 +254,7 @@ fn an_engine_on_a_dead_ones_port_without_its_records_does_not_call_its_sandboxes
     // The same data directory and port, as if the dead engine had kept no
     // records.
     let _ = std::fs::remove_dir_all(data.join("engine/state"));
-    let again = Serving(Some(
-        test_support::sandbox_cli!("cli-engine-norecords")
-            .data_dir(&data)
-            .provider(&createos)
-            .engine_with(
-                &["--provider", "createos", "engine", "--port", &port_arg],
-                Stdio::piped(),
-            )
-            .0,
-    ));
+    let again = engine_on(&data, Stdio::piped());
     let destroyed = cli.output(&["lease", "destroy", &lease]);
     let stderr = String::from_utf8_lossy(&destroyed.stderr);
     assert_eq!(destroyed.status.code(), Some(120), "{stderr}");
