@@ -33,6 +33,7 @@
 
 #![deny(missing_docs)]
 
+pub(crate) mod accept;
 pub(crate) mod api;
 pub mod budgets;
 pub mod bwrap_args;
