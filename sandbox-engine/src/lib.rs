@@ -61,6 +61,7 @@ pub(crate) mod sandbox_paths;
 pub mod server;
 pub(crate) mod store;
 pub(crate) mod supervisor;
+pub mod teardown;
 pub(crate) mod util;
 
 /// Defaults of the retention of finished processes (see

@@ -631,9 +631,14 @@ impl Drop for SupervisionRuntime {
 pub struct ShutdownReport {
     /// Managed processes (and unfinished execs) that were still known.
     pub processes: usize,
+    /// Sandbox machines that were running, each ended and proven gone (or
+    /// named in `unverified`).
+    pub machines: usize,
     /// Host pids still alive after termination (empty = verified).
     pub survivors: Vec<i32>,
-    /// Ids of processes whose tree could not be verified gone.
+    /// Ids of processes whose tree could not be verified gone, and
+    /// sandboxes whose processes or disk could not be proven gone (with
+    /// what may still run or exist).
     pub unverified: Vec<String>,
 }
 
@@ -755,14 +760,16 @@ impl RunningServer {
         if !self.quiet {
             if report.all_exited() {
                 eprintln!(
-                    "createos-local: shutdown: {} process tree(s) terminated, none survived",
-                    report.processes
+                    "createos-local: shutdown: {} process tree(s) and {} machine(s) terminated, none survived",
+                    report.processes, report.machines
                 );
             } else {
                 eprintln!(
-                    "createos-local: shutdown: {} process tree(s) NOT verified gone (pids still alive: {:?})",
+                    "createos-local: shutdown: {} process tree(s) or sandbox(es) NOT verified gone \
+                     (pids still alive: {:?}): {}",
                     report.unverified.len(),
-                    report.survivors
+                    report.survivors,
+                    report.unverified.join("; ")
                 );
             }
         }
@@ -782,7 +789,13 @@ impl Drop for RunningServer {
             for p in sb.processes() {
                 p.kill_now();
             }
+            crate::machine::end_now(&sb.root);
             let _ = crate::disk::remove_tree(&sb.root);
+        }
+        for root in crate::machine::running() {
+            if root.starts_with(&self.state.data_dir) {
+                crate::machine::end_now(&root);
+            }
         }
         // Removals of deleted sandboxes finish first (they work inside the
         // data directory removed below).
@@ -827,6 +840,34 @@ async fn terminate_all(state: &AppState) -> ShutdownReport {
                 }
             }
             Err(e) => report.unverified.push(format!("<task failed: {e}>")),
+        }
+    }
+    // Then every sandbox's machine, and every other machine of this
+    // server still running (the start-up probe's), each ended and proven
+    // gone with its disk.
+    let mut ends = Vec::new();
+    let mut roots: Vec<(String, PathBuf)> = state
+        .store
+        .all()
+        .iter()
+        .map(|sb| (format!("sandbox {}", sb.id), sb.root.clone()))
+        .collect();
+    // Only this server's: several servers may share the process.
+    for root in crate::machine::running() {
+        if root.starts_with(&state.data_dir) && !roots.iter().any(|(_, r)| *r == root) {
+            roots.push((format!("the machine of {}", root.display()), root));
+        }
+    }
+    for (what, root) in roots {
+        ends.push(async move {
+            let ended = crate::http::state::prove_gone(state, root, true).await;
+            (what, ended)
+        });
+    }
+    for (what, ended) in futures_util::future::join_all(ends).await {
+        match ended {
+            Ok(machine) => report.machines += usize::from(machine),
+            Err(why) => report.unverified.push(format!("{what}: {why}")),
         }
     }
     report

@@ -186,6 +186,19 @@ pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError
         .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "unconfirmed", why))
 }
 
+/// Ends what is left of the sandbox at `root` once its command trees are
+/// verified gone, and proves it ([`crate::teardown::end_sandbox`]: its
+/// machine and every process of its uid; its disk too when `disk`), off
+/// the runtime's threads. `Ok(true)` when it had a machine; `Err` says
+/// what may still run or exist.
+pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<bool, String> {
+    state
+        .supervision
+        .spawn_blocking(move || crate::teardown::end_sandbox(&root, disk))
+        .await
+        .map_err(|e| format!("the proof that the sandbox is gone could not be made: {e}"))?
+}
+
 /// Removes the root of a deleted sandbox. The root is first renamed to
 /// `.removing-<id>` beside it (one step: the sandbox's files are gone from
 /// their path when the delete answers), then removed on a thread of its
