@@ -690,8 +690,17 @@ pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), Str
         // in case an earlier attempt failed.
         unmount(root);
         if std::time::Instant::now() >= deadline {
+            let holders = holders(root);
+            let held = if holders.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (mounted in the mount namespaces of {})",
+                    holders.join(", ")
+                )
+            };
             return Err(format!(
-                "the disk of {} is still in use: {left}",
+                "the disk of {} is still in use: {left}{held}",
                 root.display()
             ));
         }
@@ -729,6 +738,25 @@ pub fn remains(root: &Path, image: &Path) -> std::io::Result<Vec<String>> {
         }
     }
     Ok(left)
+}
+
+/// The processes whose mount namespace still has a mount on `root` (for
+/// the message of a disk that stays attached).
+fn holders(root: &Path) -> Vec<String> {
+    let escaped = mountinfo_escaped(root);
+    crate::procfs::all_pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| {
+                m.lines()
+                    .any(|l| l.split(' ').nth(4) == Some(escaped.as_str()))
+            })
+        })
+        .map(|pid| {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} {}", name.trim())
+        })
+        .collect()
 }
 
 /// `path` as `/proc/self/mountinfo` writes it (space, tab, newline and
