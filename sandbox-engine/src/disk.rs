@@ -778,35 +778,7 @@ fn mountinfo_escaped(path: &Path) -> String {
 /// Parses a size such as `2G`, `512M`, `65536K` or `1073741824` (binary
 /// units; `0` = no disk of its own).
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => t.split_at(i),
-        None => (t, ""),
-    };
-    let shift = match unit
-        .trim()
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => {
-            return Err(format!(
-                "invalid size {text:?}: expected a number with K, M, G or T, for example 2G"
-            ))
-        }
-    };
-    let n: u64 = digits.parse().map_err(|_| {
-        format!("invalid size {text:?}: expected a number with K, M, G or T, for example 2G")
-    })?;
-    let bytes = n
-        .checked_shl(shift)
-        .filter(|b| b >> shift == n)
-        .ok_or_else(|| format!("size {text:?} is too large"))?;
+    let bytes = crate::util::parse_bytes(text)?;
     if bytes != 0 && bytes < MIN_SANDBOX_DISK {
         return Err(format!(
             "size {text:?} is too small: a sandbox disk needs at least 16M (or 0 for none)"

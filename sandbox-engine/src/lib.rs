@@ -52,6 +52,7 @@ pub mod isolation;
 pub mod join;
 pub mod journal;
 pub mod machine;
+pub mod output_budget;
 pub mod process_limits;
 pub(crate) mod procfs;
 pub mod rate_limit;

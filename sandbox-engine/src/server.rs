@@ -96,6 +96,7 @@ pub struct ServerBuilder {
     allow_unconfined: bool,
     toolbox_addr: Option<SocketAddr>,
     retention: crate::store::Retention,
+    finished_output: usize,
     budgets: crate::budgets::Budgets,
     body_read_timeout: Duration,
     egress: crate::egress::Policy,
@@ -120,6 +121,7 @@ impl Default for ServerBuilder {
             allow_unconfined: false,
             toolbox_addr: None,
             retention: crate::store::Retention::default(),
+            finished_output: crate::output_budget::DEFAULT_FINISHED_OUTPUT,
             budgets: crate::budgets::Budgets::for_host(),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             egress: crate::egress::Policy::default(),
@@ -273,6 +275,16 @@ impl ServerBuilder {
     /// toolbox proxy are different origins).
     pub fn toolbox_port(mut self, port: u16) -> Self {
         self.toolbox_addr = Some(SocketAddr::from(([127, 0, 0, 1], port)));
+        self
+    }
+
+    /// How many bytes of output all finished processes of the server keep
+    /// together (default [`crate::output_budget::DEFAULT_FINISHED_OUTPUT`],
+    /// 64 MiB): past it, the output of the oldest finished processes is
+    /// evicted (their records stay; a replay answers 410
+    /// `output_offset_expired`). See [`crate::output_budget`].
+    pub fn finished_output(mut self, bytes: usize) -> Self {
+        self.finished_output = bytes;
         self
     }
 
@@ -524,6 +536,9 @@ impl ServerBuilder {
             daytona: crate::daytona_registry::Registry::default(),
             toolbox_url,
             retention: self.retention,
+            output_budget: Arc::new(crate::output_budget::OutputBudget::new(
+                self.finished_output,
+            )),
             budgets: self.budgets,
             body_read_timeout: self.body_read_timeout,
             disk,

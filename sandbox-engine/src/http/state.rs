@@ -51,6 +51,8 @@ pub struct AppState {
     pub body_read_timeout: Duration,
     /// How long and how many finished processes are kept.
     pub retention: crate::store::Retention,
+    /// How much output finished processes keep, engine-wide.
+    pub output_budget: Arc<crate::output_budget::OutputBudget>,
     /// Host-wide budgets (sandbox count, live processes).
     pub budgets: Budgets,
     /// Size of each sandbox's own disk, when sandboxes get one (see
