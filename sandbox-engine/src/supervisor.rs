@@ -108,6 +108,13 @@ pub struct Process {
     /// Set when the process could not be started for a reason of the
     /// server's, not the command's (see [`Process::server_failure`]).
     server_failure: Mutex<Option<String>>,
+    /// Itself, for the output budget's list of finished processes.
+    me: std::sync::Weak<Process>,
+    /// The engine-wide budget its output counts against once it finished
+    /// (streamed journals only, see [`crate::output_budget`]).
+    output_budget: Option<Arc<crate::output_budget::OutputBudget>>,
+    /// Counted against the budget already.
+    counted: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -152,6 +159,9 @@ pub struct StartRequest {
     pub root: PathBuf,
     /// What the output journal keeps.
     pub journal: Retention,
+    /// The engine-wide budget of finished output (counted only for a
+    /// [`Retention::Streamed`] journal).
+    pub output_budget: Option<Arc<crate::output_budget::OutputBudget>>,
 }
 
 /// The outcome of a terminate call.
@@ -173,7 +183,11 @@ impl Process {
     ) -> Arc<Process> {
         let marker = format!("{}-{}", id, crate::util::random_hex(4));
         let (changed, _) = watch::channel(0);
-        let proc = Arc::new(Process {
+        let output_budget = req
+            .output_budget
+            .clone()
+            .filter(|_| matches!(req.journal, Retention::Streamed(_)));
+        let proc = Arc::new_cyclic(|me| Process {
             id,
             cmd: req.cmd.clone(),
             args: req.args.clone(),
@@ -198,6 +212,9 @@ impl Process {
             init_exit: AtomicBool::new(false),
             command_seen: AtomicBool::new(false),
             server_failure: Mutex::new(None),
+            me: me.clone(),
+            output_budget,
+            counted: AtomicBool::new(false),
         });
         let spec = SpawnSpec {
             root: req.root.clone(),
@@ -366,6 +383,34 @@ impl Process {
             inner.state = state;
         }
         self.bump();
+        self.count_if_finished();
+    }
+
+    /// Once leader and tree have exited: counts the output it keeps
+    /// against the engine-wide budget (once).
+    fn count_if_finished(&self) {
+        let Some(budget) = &self.output_budget else {
+            return;
+        };
+        let bytes = {
+            let inner = lock(&self.inner);
+            if !(inner.leader_exited && inner.tree_exited) {
+                return;
+            }
+            inner.journal.retained_bytes()
+        };
+        if !self.counted.swap(true, Ordering::SeqCst) {
+            budget.finished(self.me.clone(), bytes);
+        }
+    }
+
+    /// Evicts the output it keeps (the engine-wide budget): a replay is
+    /// then the 410 of an expired offset. `None`, nothing evicted, while a
+    /// reader is attached.
+    pub(crate) fn evict_output(&self) -> Option<usize> {
+        let freed = lock(&self.inner).journal.evict_all();
+        self.bump();
+        freed
     }
 
     fn set_tree_exited(&self) {
@@ -378,6 +423,7 @@ impl Process {
         }
         lock(&self.inner).tree_exited = true;
         self.bump();
+        self.count_if_finished();
     }
 
     /// Sets `tree_exited` once a fresh scan finds the tree gone: right

@@ -87,6 +87,7 @@ async fn start(
         env,
         root: sb.root.clone(),
         journal,
+        output_budget: Some(state.output_budget.clone()),
     };
     Ok(Process::start(id, state.bwrap.clone(), &state.mode, req).await)
 }
