@@ -111,10 +111,11 @@ export interface PluginOptions {
   outputHighWaterChars?: number;
   /**
    * Replaces the declared rate limit: the operator's account limit
-   * (`PAPERCLIP_WASM_RATE_LIMIT` in the worker), or in benchmarks and
-   * tests `null` for no limit (the benchmarks compare per-command cost
-   * without a limit, as the Rust host's do). Undefined: the limit
-   * `describe()` declares.
+   * (`PAPERCLIP_WASM_RATE_LIMIT` in the worker), spent on every origin,
+   * or in benchmarks and tests `null` for no limit (the benchmarks
+   * compare per-command cost without a limit, as the Rust host's do).
+   * Undefined: the limit `describe()` declares, which an origin that
+   * answers as our embedded engine does not spend.
    */
   rateLimit?: WitRateLimit | null;
   /**
@@ -250,6 +251,8 @@ export function createPlugin(options: PluginOptions = {}) {
     const running = activePool().call<T>(witOperation, args, {
       routes: secret,
       rateLimit: options.rateLimit === undefined ? describeOrThrow().rateLimit : (options.rateLimit ?? undefined),
+      // The declared budget protects the real service, not our engine (outgoing-handler.ts).
+      rateLimitDeclared: options.rateLimit === undefined,
       onOutput,
     });
     // Output the live sink did not take: never a clean result.
