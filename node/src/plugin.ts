@@ -43,6 +43,7 @@ import type {
   PluginEnvironmentValidateConfigParams,
 } from "@paperclipai/plugin-sdk";
 import {
+  AGENT_WORKDIR,
   COMPONENT_LEASE_KEY,
   leaseCompany,
   ProviderFailure,
@@ -511,7 +512,9 @@ export function createPlugin(options: PluginOptions = {}) {
             ctx,
             {
               runId: params.runId,
-              requestedCwd: params.requestedCwd ?? undefined,
+              // A directory of its own under the provider's workspace (see
+              // AGENT_WORKDIR): Paperclip wipes it before each workspace sync.
+              requestedCwd: params.requestedCwd ?? AGENT_WORKDIR,
               workspaceMode: params.workspaceMode ?? undefined,
               requestedExpiresAt: params.requestedExpiresAt ?? undefined,
             },
