@@ -1,28 +1,36 @@
 //! A sandbox's processes as the host sees them: the sandbox's own host
-//! uid, every live process of that uid, freezing and thawing them, and
+//! ids, every live process of those ids, freezing and thawing them, and
 //! signals sent only to the very process a `/proc` scan saw.
 
 use std::path::Path;
 
 use rustix::process::{Pid, Signal};
 
+use crate::id_map::IdRange;
 use crate::procfs::{self, ProcInfo};
 
-/// The host uid that is the sandbox at `root` and nothing else: its own
-/// uid when the server runs as root (see [`crate::rootfs`]); `None` when
+/// The host uid that owns the sandbox at `root`: the first of its own ids
+/// when the server runs as root (see [`crate::rootfs`]); `None` when
 /// commands run as the server's own uid (a server that is not root).
 pub fn sandbox_uid(root: &Path) -> Option<u32> {
     crate::rootfs::sandbox_owner(root).map(|(uid, _)| uid)
 }
 
-/// Every live (non-zombie) process whose real host uid is `uid` (a fresh
-/// `/proc` scan). For a sandbox uid that is every process of the sandbox,
-/// nested user and PID namespaces included: a process cannot leave its
-/// uid (the sandbox's user namespace maps nothing else).
-pub fn live_of_uid(uid: u32) -> Vec<ProcInfo> {
+/// The host ids of the sandbox at `root` (see [`crate::id_map`]): the
+/// range its owner starts; `None` as for [`sandbox_uid`].
+pub fn sandbox_ids(root: &Path) -> Option<IdRange> {
+    sandbox_uid(root).map(IdRange::of_owner)
+}
+
+/// Every live (non-zombie) process whose real host uid is in `ids` (a
+/// fresh `/proc` scan). For a sandbox's ids that is every process of the
+/// sandbox, nested user and PID namespaces included: a process cannot
+/// leave them (the sandbox's user namespace maps nothing else, and its
+/// nested namespaces map only what it maps).
+pub fn live_of_ids(ids: IdRange) -> Vec<ProcInfo> {
     procfs::all_pids()
         .into_iter()
-        .filter(|pid| real_uid(*pid) == Some(uid))
+        .filter(|pid| real_uid(*pid).is_some_and(|uid| ids.contains(uid)))
         .filter_map(procfs::stat)
         .filter(|p| !p.is_zombie())
         .collect()
@@ -35,14 +43,14 @@ fn real_uid(pid: i32) -> Option<u32> {
 }
 
 /// Stops (`SIGSTOP`) or continues (`SIGCONT`) every process of the host
-/// uid `uid` (a paused sandbox: issue 24 item 5). A command that entered
+/// ids `ids` (a paused sandbox: issue 24 item 5). A command that entered
 /// a nested PID namespace (`unshare -Upf`) is not in its tree's namespace
-/// but still has the sandbox's uid. Stopping repeats the scan until every
+/// but still has one of the sandbox's ids. Stopping repeats the scan until every
 /// process found is stopped (a stopped process cannot fork; bounded at 100
 /// rounds). Returns how many processes are stopped (or were continued).
-pub fn freeze_uid(uid: u32, stop: bool) -> usize {
+pub fn freeze_ids(ids: IdRange, stop: bool) -> usize {
     if !stop {
-        return live_of_uid(uid)
+        return live_of_ids(ids)
             .iter()
             .filter(|p| signal_verified(p, Signal::CONT))
             .count();
@@ -54,7 +62,7 @@ pub fn freeze_uid(uid: u32, stop: bool) -> usize {
     let host_ns = procfs::pid_namespace(rustix::process::getpid().as_raw_nonzero().get());
     let mut stopped = 0;
     for _ in 0..100 {
-        let all: Vec<ProcInfo> = live_of_uid(uid)
+        let all: Vec<ProcInfo> = live_of_ids(ids)
             .into_iter()
             .filter(|p| host_ns.is_none() || procfs::pid_namespace(p.pid) != host_ns)
             .collect();
@@ -74,12 +82,12 @@ pub fn freeze_uid(uid: u32, stop: bool) -> usize {
 }
 
 /// Stops or continues everything of the sandbox at `root`: every process
-/// of its own uid when it has one ([`sandbox_uid`]), nested namespaces
+/// of its own ids when it has them ([`sandbox_ids`]), nested namespaces
 /// included. Without one (a server that is not root) only the trees the
 /// supervisor knows are stopped, by the caller; this does nothing.
 pub fn freeze_sandbox(root: &Path, stop: bool) {
-    if let Some(uid) = sandbox_uid(root) {
-        freeze_uid(uid, stop);
+    if let Some(ids) = sandbox_ids(root) {
+        freeze_ids(ids, stop);
     }
 }
 

@@ -12,8 +12,10 @@
 //! `/usr`, `/opt` (and the `/bin`, `/lib*`, `/sbin` links) read-only. It is
 //! uid 0 without capabilities inside, an unprivileged uid outside; it has
 //! only its own loopback network. bubblewrap's init is PID 1 of the new
-//! namespace; the command is PID 2. `RLIMIT_NPROC` and `RLIMIT_AS` bound
-//! forks and address space.
+//! namespace; the command is PID 2. `RLIMIT_NPROC` bounds forks; where the
+//! host has a memory controller, the sandbox's memory group bounds the
+//! memory it uses (never the address space it reserves, see
+//! [`crate::process_limits`]).
 //!
 //! The *leader* is the command; bwrap's outer process exits with the
 //! leader's status, which bwrap folds into `128 + N` for a signal (see
@@ -65,7 +67,7 @@ use serde::Serialize;
 use crate::bwrap_args::{bwrap_args, launcher_env};
 use crate::fds::mark_cloexec_from;
 use crate::host_processes::{sandbox_uid, signal_verified};
-use crate::process_limits::{command_cgroup, pids_cgroup_procs, set_limits};
+use crate::process_limits::{command_cgroup, join_groups, set_limits, SandboxGroups};
 use crate::procfs::{self, ProcInfo};
 
 /// Which isolation the server uses for every command.
@@ -101,8 +103,9 @@ impl IsolationMode {
     }
 
     /// How resources are bounded: `prlimit` (bwrap: `RLIMIT_NPROC`
-    /// [`crate::process_limits::MAX_PROCESSES`] for the sandbox uid, `RLIMIT_AS`
-    /// [`crate::process_limits::MAX_ADDRESS_SPACE`] per process) or `none`.
+    /// [`crate::process_limits::MAX_PROCESSES`] for the sandbox uid; memory
+    /// by the sandbox's memory group where the host has one, see
+    /// [`crate::process_limits::memory_cgroup_base`]) or `none`.
     pub fn limits(&self) -> &'static str {
         match self {
             Self::Bwrap => "prlimit",
@@ -221,6 +224,15 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         }
     }
     let mut env_memfd = None;
+    // As root, the sandbox's whole range of ids is mapped by the server
+    // once bwrap has made the user namespace (see [`crate::id_map`]).
+    let gate = match bwrap {
+        Some(_) => crate::host_processes::sandbox_ids(&spec.root)
+            .map(crate::id_map::MapGate::new)
+            .transpose()?,
+        None => None,
+    };
+    let gate_fds = gate.as_ref().map(|g| g.child_fds());
     let (mut cmd, status_pipe, status_raw) = match bwrap {
         Some(bwrap) => {
             let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
@@ -231,7 +243,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
             let envfd = env_args_memfd(spec)?;
             let mut cmd = std::process::Command::new(bwrap);
             cmd.arg("--args").arg(envfd.as_raw_fd().to_string());
-            configure_bwrap(&mut cmd, spec, Some(raw));
+            configure_bwrap(&mut cmd, spec, Some(raw), gate.as_ref());
             cmd.env_clear().envs(launcher_env());
             env_memfd = Some(envfd);
             (cmd, Some((read, write)), Some(raw))
@@ -248,10 +260,8 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     };
     cmd.env(MARKER_VAR, &spec.marker);
     let env_raw = env_memfd.as_ref().map(|fd| fd.as_raw_fd());
-    let cgroup = bwrap
-        .and_then(|_| sandbox_uid(&spec.root))
-        .and_then(pids_cgroup_procs);
-    let cgroup_raw = cgroup.as_ref().map(|f| f.as_raw_fd());
+    let groups = SandboxGroups::of(bwrap.and_then(|_| sandbox_uid(&spec.root)));
+    let groups_raw = groups.raw();
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -266,15 +276,13 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
             mark_cloexec_from(3);
             // Let exactly this child (bwrap) inherit the status pipe and
             // the environment memfd (bwrap closes the latter once read).
-            for raw in [status_raw, env_raw].into_iter().flatten() {
+            let gated = gate_fds.into_iter().flatten();
+            for raw in [status_raw, env_raw].into_iter().flatten().chain(gated) {
                 let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
-            if let Some(raw) = cgroup_raw {
-                // Join the sandbox's pids group (a plain write(2)).
-                let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
-                rustix::io::write(fd, b"0")?;
-            }
+            // Join the sandbox's pids and memory groups.
+            join_groups(groups_raw)?;
             if confined {
                 set_limits()?;
             } else {
@@ -287,11 +295,17 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
             Ok(())
         });
     }
-    let child = tokio::process::Command::from(cmd)
+    let mut child = tokio::process::Command::from(cmd)
         .kill_on_drop(false)
         .spawn()?;
     drop(env_memfd);
-    drop(cgroup);
+    drop(groups);
+    if let Some(gate) = gate {
+        if let Err(e) = gate.open() {
+            let _ = child.start_kill();
+            return Err(e);
+        }
+    }
     // The write end must close in the parent, or the pipe never ends.
     let status_pipe = status_pipe.map(|(read, write)| {
         drop(write);
@@ -328,8 +342,17 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             format!("invalid environment variable name {k:?}"),
         ));
     }
-    let mut cmd = match crate::join::command(&door, &procs, &spec.cwd, &env, &spec.cmd, &spec.args)
-    {
+    let memory = crate::process_limits::memory_cgroup_tasks(uid);
+    let joined = crate::join::command(
+        &door,
+        &procs,
+        memory.as_ref(),
+        &spec.cwd,
+        &env,
+        &spec.cmd,
+        &spec.args,
+    );
+    let mut cmd = match joined {
         Ok(c) => c,
         Err(e) => {
             let _ = std::fs::remove_dir(&dir);
@@ -346,6 +369,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
         .kill_on_drop(false)
         .spawn();
     drop(procs);
+    drop(memory);
     drop(door);
     let child = match spawned {
         Ok(c) => c,
@@ -389,14 +413,20 @@ fn remove_group_soon(dir: PathBuf, lease: crate::machine::Lease) {
 /// `--json-status-fd`.
 fn bwrap_command(bwrap: &Path, spec: &SpawnSpec, status_fd: Option<i32>) -> std::process::Command {
     let mut cmd = std::process::Command::new(bwrap);
-    configure_bwrap(&mut cmd, spec, status_fd);
+    configure_bwrap(&mut cmd, spec, status_fd, None);
     cmd
 }
 
 /// Adds bwrap's arguments, the command, the working directory and the
 /// sandbox's uid and gid to `cmd` (see [`bwrap_command`]).
-fn configure_bwrap(cmd: &mut std::process::Command, spec: &SpawnSpec, status_fd: Option<i32>) {
+fn configure_bwrap(
+    cmd: &mut std::process::Command,
+    spec: &SpawnSpec,
+    status_fd: Option<i32>,
+    gate: Option<&crate::id_map::MapGate>,
+) {
     cmd.args(bwrap_args(&spec.root, &spec.cwd, status_fd));
+    cmd.args(gate.iter().flat_map(|g| g.bwrap_args()));
     cmd.arg("--").arg(&spec.cmd).args(&spec.args);
     cmd.current_dir("/");
     if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {

@@ -14,9 +14,12 @@
 //! (the sandbox uid owns it, which gives the launcher every capability in
 //! it and in the namespaces it owns), then IPC, UTS, network, PID and
 //! mount; its root becomes the machine's root. It sets `no_new_privs`,
-//! empties its capability bounding set, ambient, inheritable, permitted
-//! and effective sets (so the command is uid 0 of the machine without
-//! capabilities, before and after its exec, as under bwrap), changes to
+//! cuts its capability bounding, permitted and effective sets to
+//! [`SANDBOX_CAPABILITIES`] and empties its ambient and inheritable sets,
+//! so the command is uid 0 of the machine holding those few capabilities,
+//! before and after its exec, and a command that changes to another uid
+//! of the machine holds none (see [`SANDBOX_CAPABILITIES`] for why they
+//! reach nothing outside the sandbox), changes to
 //! the working directory and forks: entering a PID namespace only places
 //! the launcher's *children* in it. The launcher then waits for the
 //! command and exits with its status (or dies of the same signal), like
@@ -41,6 +44,66 @@
 use std::ffi::{c_char, c_int, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
+
+/// The capabilities the root of a sandbox machine holds (issue 44 item 1),
+/// as the root of the service's VM (and of a container) would: `chown`,
+/// `tar -x` keeping owners, reading and fixing files of the machine's
+/// other users, switching to them (`su`, package managers' build users),
+/// signalling them, binding ports below 1024, `chroot`:
+/// `CAP_CHOWN`, `CAP_DAC_OVERRIDE`, `CAP_FOWNER`, `CAP_FSETID`,
+/// `CAP_KILL`, `CAP_SETGID`, `CAP_SETUID`, `CAP_NET_BIND_SERVICE`,
+/// `CAP_SYS_CHROOT` (a subset of the set container engines give).
+///
+/// Each counts only in the sandbox's own user namespace: on files whose
+/// owner and group are ids of the sandbox's range (the host's `/usr`,
+/// `/opt` and `/etc` copy belong to ids the namespace does not map, and
+/// are mounted read-only), on the ids of that range (`setuid` to nothing
+/// else), on processes of its own PID namespace, on its own network
+/// namespace. Nothing that administers the machine itself
+/// (`CAP_SYS_ADMIN`: mounts; `CAP_NET_ADMIN`, `CAP_NET_RAW`, `CAP_MKNOD`,
+/// `CAP_SYS_PTRACE`, ...) is given.
+pub const SANDBOX_CAPABILITIES: u64 = {
+    // Their numbers in `linux/capability.h`.
+    const CHOWN: u32 = 0;
+    const DAC_OVERRIDE: u32 = 1;
+    const FOWNER: u32 = 3;
+    const FSETID: u32 = 4;
+    const KILL: u32 = 5;
+    const SETGID: u32 = 6;
+    const SETUID: u32 = 7;
+    const NET_BIND_SERVICE: u32 = 10;
+    const SYS_CHROOT: u32 = 18;
+    let mut set = 0u64;
+    let caps = [
+        CHOWN,
+        DAC_OVERRIDE,
+        FOWNER,
+        FSETID,
+        KILL,
+        SETGID,
+        SETUID,
+        NET_BIND_SERVICE,
+        SYS_CHROOT,
+    ];
+    let mut i = 0;
+    while i < caps.len() {
+        set |= 1 << caps[i];
+        i += 1;
+    }
+    set
+};
+
+/// The capabilities a sandbox's uid-0 command holds on this host:
+/// [`SANDBOX_CAPABILITIES`] where commands join a machine
+/// ([`crate::machine::enabled_here`]), none where each command has
+/// namespaces of its own (bwrap drops them all).
+pub fn capabilities_here() -> u64 {
+    if crate::machine::enabled_here() {
+        SANDBOX_CAPABILITIES
+    } else {
+        0
+    }
+}
 
 /// The name (`comm`) of a launcher on the host.
 pub const LAUNCHER_NAME: &str = "sandbox-join";
@@ -94,6 +157,8 @@ struct Launch {
     namespaces: Vec<(RawFd, c_int)>,
     root: RawFd,
     group: RawFd,
+    /// The `tasks` file of the sandbox's memory group, where it has one.
+    memory: Option<RawFd>,
     cwd: CString,
     /// Paths to try, in `PATH` order (or the one path given).
     candidates: Vec<CString>,
@@ -144,6 +209,7 @@ fn c_string(s: &str) -> std::io::Result<CString> {
 pub fn command(
     door: &Door,
     group: &std::fs::File,
+    memory: Option<&std::fs::File>,
     cwd: &str,
     env: &[(String, String)],
     cmd: &str,
@@ -199,6 +265,7 @@ pub fn command(
             .collect(),
         root: door.root.as_raw_fd(),
         group: group.as_raw_fd(),
+        memory: memory.map(|m| m.as_raw_fd()),
         cwd: c_string(cwd)?,
         candidates,
         _argv: argv_owned,
@@ -309,13 +376,9 @@ impl Launch {
     fn run(&mut self) -> std::io::Result<()> {
         rustix::process::setsid()?;
         crate::fds::mark_cloexec_from(3);
-        // Join the command's own pids group before anything forks.
-        // SAFETY: the descriptor is owned by the server until the spawn
-        // returns; this child has its own copy.
-        rustix::io::write(
-            unsafe { std::os::fd::BorrowedFd::borrow_raw(self.group) },
-            b"0",
-        )?;
+        // Join the command's own pids group and the sandbox's memory
+        // group before anything forks.
+        crate::process_limits::join_groups([Some(self.group), self.memory])?;
         crate::process_limits::set_limits()?;
         // SAFETY: system calls on descriptors and memory this child owns.
         unsafe {
@@ -333,6 +396,9 @@ impl Launch {
             check(libc::chroot(c".".as_ptr()))?;
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
             for cap in 0..=self.last_cap {
+                if SANDBOX_CAPABILITIES & (1 << cap) != 0 {
+                    continue;
+                }
                 if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) < 0 {
                     let e = last_error();
                     if e.raw_os_error() == Some(libc::EINVAL) {
@@ -353,12 +419,18 @@ impl Launch {
                 version: CAP_VERSION_3,
                 pid: 0,
             };
-            let none = [CapData {
-                effective: 0,
-                permitted: 0,
+            // Kept across the exec of a uid-0 command (its bounding set);
+            // `no_new_privs` keeps it from gaining more than these.
+            let caps = [
+                SANDBOX_CAPABILITIES as u32,
+                (SANDBOX_CAPABILITIES >> 32) as u32,
+            ];
+            let kept = caps.map(|set| CapData {
+                effective: set,
+                permitted: set,
                 inheritable: 0,
-            }; 2];
-            check(libc::syscall(libc::SYS_capset, &header, none.as_ptr()) as c_int)?;
+            });
+            check(libc::syscall(libc::SYS_capset, &header, kept.as_ptr()) as c_int)?;
             check(libc::chdir(self.cwd.as_ptr()))?;
             // A plain fork (no `atfork` handlers: this is the child of a
             // threaded process).

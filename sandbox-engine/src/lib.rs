@@ -47,6 +47,7 @@ pub(crate) mod fds;
 pub(crate) mod fstree;
 pub mod host_processes;
 pub(crate) mod http;
+pub mod id_map;
 pub mod isolation;
 pub mod join;
 pub mod journal;

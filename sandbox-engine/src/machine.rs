@@ -5,7 +5,7 @@
 //!
 //! # Where it applies
 //! Only where a command's tree can still be proven without a PID namespace
-//! of its own: bwrap mode, a root server (one host uid per sandbox) and a
+//! of its own: bwrap mode, a root server (a range of host ids per sandbox) and a
 //! writable cgroup v1 `pids` hierarchy ([`crate::process_limits::pids_cgroup_base`]).
 //! Elsewhere every command keeps its own namespaces (the model before
 //! issue 25).
@@ -242,8 +242,15 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
 fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let raw = write.as_raw_fd();
+    // As root, the sandbox's whole range of ids is mapped by the server
+    // once bwrap has made its user namespace (see [`crate::id_map`]).
+    let gate = crate::host_processes::sandbox_ids(root)
+        .map(crate::id_map::MapGate::new)
+        .transpose()?;
+    let gate_fds = gate.as_ref().map(|g| g.child_fds());
     let mut cmd = std::process::Command::new(bwrap);
     cmd.args(crate::bwrap_args::machine_bwrap_args(root, raw))
+        .args(gate.iter().flat_map(|g| g.bwrap_args()))
         .arg("--")
         .args(["/usr/bin/sleep", "infinity"])
         .current_dir("/")
@@ -255,27 +262,35 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
     if let Some((uid, gid)) = crate::rootfs::sandbox_owner(root) {
         cmd.uid(uid).gid(gid);
     }
-    let cgroup =
-        crate::host_processes::sandbox_uid(root).and_then(crate::process_limits::pids_cgroup_procs);
-    let cgroup_raw = cgroup.as_ref().map(|f| f.as_raw_fd());
+    let groups = crate::process_limits::SandboxGroups::of(crate::host_processes::sandbox_uid(root));
+    let groups_raw = groups.raw();
     // SAFETY: only async-signal-safe system calls (setsid, close_range,
     // fcntl, write, setrlimit) on descriptors this process owns.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
             crate::fds::mark_cloexec_from(3);
-            let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
-            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
-            if let Some(c) = cgroup_raw {
-                rustix::io::write(std::os::fd::BorrowedFd::borrow_raw(c), b"0")?;
+            for raw in std::iter::once(raw).chain(gate_fds.into_iter().flatten()) {
+                let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
+                rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
+            crate::process_limits::join_groups(groups_raw)?;
             crate::process_limits::set_limits()?;
             Ok(())
         });
     }
     let mut child = cmd.spawn()?;
     drop(write);
-    drop(cgroup);
+    drop(groups);
+    if let Some(gate) = gate {
+        if let Err(e) = gate.open() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(std::io::Error::other(format!(
+                "the sandbox's machine did not start: {e}"
+            )));
+        }
+    }
     let mut line = String::new();
     let _ = std::io::BufReader::new(std::fs::File::from(read)).read_line(&mut line);
     let status: serde_json::Value = serde_json::from_str(line.trim()).unwrap_or_default();

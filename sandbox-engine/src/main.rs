@@ -61,6 +61,13 @@ struct Cli {
     /// up plus 1 GiB for the host.
     #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::disk::parse_size)]
     sandbox_disk: Option<u64>,
+    /// Most memory each sandbox may use (K, M, G or T), swap included:
+    /// past it the kernel kills a process of that sandbox only. Limits
+    /// what a sandbox uses, never the address space its programs reserve.
+    /// Default: half the host's RAM, at most 8G. Needs a root server with
+    /// a cgroup v1 memory hierarchy (else logged at start: not limited).
+    #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::disk::parse_size)]
+    sandbox_memory: Option<u64>,
     /// A finished process (exited, tree gone) keeps its exit and output
     /// for this many seconds, then answers 404 and its memory is returned.
     #[arg(long, value_name = "SECONDS", default_value_t = sandbox_engine::store_defaults::FINISHED_TTL_SECS)]
@@ -188,6 +195,9 @@ async fn run(cli: Cli) -> ExitCode {
         );
     if let Some(size) = cli.sandbox_disk {
         builder = builder.sandbox_disk(size);
+    }
+    if let Some(bytes) = cli.sandbox_memory {
+        builder = builder.sandbox_memory(bytes);
     }
     if let Some(dir) = cli.state_dir {
         builder = builder.state_dir(dir);

@@ -1,8 +1,16 @@
 //! How many processes and how much memory a sandbox's commands may hold:
-//! `RLIMIT_NPROC` and `RLIMIT_AS` set between fork and exec, and, where
-//! the host lets the server use it, the kernel's cgroup v1 `pids`
-//! controller (a group per sandbox uid, and one per command inside it in
-//! a sandbox machine, see [`crate::machine`]).
+//! `RLIMIT_NPROC` set between fork and exec, and, where the host lets the
+//! server use them, the kernel's cgroup v1 controllers: `pids` (a group
+//! per sandbox, and one per command inside it in a sandbox machine, see
+//! [`crate::machine`]) and `memory` (a group per sandbox, see
+//! [`memory_cgroup_base`]).
+//!
+//! Memory is limited by what a sandbox *uses*, never by what its
+//! processes *reserve*: no `RLIMIT_AS` (issue 44 item 2). V8 reserves
+//! gigabytes of address space for one WebAssembly memory (Node's own
+//! `fetch` makes one), a JVM reserves its whole heap ceiling, Go and
+//! sanitizer runtimes reserve more; an address-space limit broke them all
+//! while bounding nothing they used.
 
 use std::path::{Path, PathBuf};
 
@@ -10,11 +18,8 @@ use std::path::{Path, PathBuf};
 /// set with `RLIMIT_NPROC` on every bwrap tree: a fork bomb stops there.
 pub const MAX_PROCESSES: u64 = 2048;
 
-/// Largest address space of one sandboxed process (`RLIMIT_AS`), 8 GiB.
-pub const MAX_ADDRESS_SPACE: u64 = 8 << 30;
-
-/// `RLIMIT_NPROC` and `RLIMIT_AS` of a confined command (async-signal-safe:
-/// runs between fork and exec).
+/// `RLIMIT_NPROC` of a confined command (async-signal-safe: runs between
+/// fork and exec).
 pub(crate) fn set_limits() -> std::io::Result<()> {
     use rustix::process::{setrlimit, Resource, Rlimit};
     let limit = |n: u64| Rlimit {
@@ -22,8 +27,182 @@ pub(crate) fn set_limits() -> std::io::Result<()> {
         maximum: Some(n),
     };
     setrlimit(Resource::Nproc, limit(MAX_PROCESSES))?;
-    setrlimit(Resource::As, limit(MAX_ADDRESS_SPACE))?;
     Ok(())
+}
+
+/// The memory limit set by [`set_sandbox_memory`] (0: the default).
+static SANDBOX_MEMORY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Sets the memory limit of every sandbox started from now on in this
+/// process (`createos-local --sandbox-memory`,
+/// `ServerBuilder::sandbox_memory`): process-wide, as the groups are.
+pub fn set_sandbox_memory(bytes: u64) {
+    SANDBOX_MEMORY.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Most memory one sandbox may use (its processes' pages, page cache and
+/// kernel memory charged to it, swap included), where the host has a
+/// memory controller the server can use: as set ([`set_sandbox_memory`]),
+/// else [`default_sandbox_memory`]. Past it the kernel reclaims, then
+/// kills a process of that sandbox only (its OOM killer, scoped to the
+/// group).
+pub fn sandbox_memory() -> u64 {
+    match SANDBOX_MEMORY.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => default_sandbox_memory(),
+        set => set,
+    }
+}
+
+/// Half the host's RAM, at most 8 GiB.
+pub fn default_sandbox_memory() -> u64 {
+    let total = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(u64::MAX, |kib| kib * 1024);
+    (total / 2).min(8 << 30)
+}
+
+/// Where the kernel's memory controller bounds sandboxes, when the host
+/// lets the server use it: `createos-local/` under the server's own group
+/// of a cgroup v1 `memory` hierarchy it (root) can write, so that whatever
+/// bounds the server bounds its sandboxes too. Under it,
+/// `sandbox-<uid>/` holds one sandbox at [`sandbox_memory`]. `None`
+/// elsewhere (not root, cgroup v2 only, no memory controller): then
+/// nothing bounds a sandbox's memory, and the startup line says so.
+pub fn memory_cgroup_base() -> Option<&'static Path> {
+    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        if !rustix::process::geteuid().is_root() {
+            return None;
+        }
+        let v1 = Path::new("/sys/fs/cgroup/memory");
+        if !v1.join("cgroup.procs").is_file() {
+            return None;
+        }
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let path = own.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let _id = parts.next()?;
+            let controllers = parts.next()?;
+            let path = parts.next()?;
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.trim_start_matches('/').to_string())
+        })?;
+        let base = v1.join(path).join("createos-local");
+        match std::fs::create_dir_all(&base) {
+            Ok(()) => Some(base),
+            Err(_) => None,
+        }
+    })
+    .as_deref()
+}
+
+/// The `tasks` file of the memory group of the sandbox owned by `uid`
+/// (created with its limit on first use), opened for writing: a launcher
+/// writes `0` to it between fork and exec, so everything it starts is
+/// charged to the sandbox. `None` without a memory hierarchy (see
+/// [`memory_cgroup_base`]).
+pub(crate) fn memory_cgroup_tasks(uid: u32) -> Option<std::fs::File> {
+    let dir = memory_cgroup_base()?.join(format!("sandbox-{uid}"));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    // Written at every join: a group left by an earlier server with the
+    // same range may hold another limit. Swap counts toward the same
+    // limit where the host accounts it (memory + swap), so a sandbox
+    // cannot spill into swap; memsw may never be below the memory limit,
+    // so the order of the two writes follows the direction of the change.
+    let limit = sandbox_memory().to_string();
+    let memory = dir.join("memory.limit_in_bytes");
+    let memsw = dir.join("memory.memsw.limit_in_bytes");
+    if std::fs::write(&memory, &limit).is_ok() {
+        let _ = std::fs::write(&memsw, &limit);
+    } else {
+        let _ = std::fs::write(&memsw, &limit);
+        std::fs::write(&memory, &limit).ok()?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(JOIN_FILE))
+        .ok()
+}
+
+/// The cgroup files a launcher of the sandbox owned by `uid` joins between
+/// fork and exec: its pids group's and its memory group's `tasks` (each
+/// where the host has that controller, see [`pids_cgroup_base`] and
+/// [`memory_cgroup_base`]).
+pub(crate) struct SandboxGroups {
+    pids: Option<std::fs::File>,
+    memory: Option<std::fs::File>,
+}
+
+impl SandboxGroups {
+    /// The groups of the sandbox owned by `uid` (created on first use);
+    /// none for `None` (a sandbox without ids of its own).
+    pub(crate) fn of(uid: Option<u32>) -> SandboxGroups {
+        SandboxGroups {
+            pids: uid.and_then(pids_cgroup_procs),
+            memory: uid.and_then(memory_cgroup_tasks),
+        }
+    }
+
+    /// Their descriptors, for [`join_groups`] in the forked child.
+    pub(crate) fn raw(&self) -> [Option<std::os::fd::RawFd>; 2] {
+        use std::os::fd::AsRawFd;
+        [
+            self.pids.as_ref().map(|f| f.as_raw_fd()),
+            self.memory.as_ref().map(|f| f.as_raw_fd()),
+        ]
+    }
+}
+
+/// Moves the calling (forked, single-threaded) process into the groups
+/// whose `tasks` descriptors are `raw` (a plain write(2) each:
+/// async-signal-safe).
+pub(crate) fn join_groups(raw: [Option<std::os::fd::RawFd>; 2]) -> std::io::Result<()> {
+    for fd in raw.into_iter().flatten() {
+        // SAFETY: the caller owns these descriptors until the spawn returns;
+        // the forked child has its own copies.
+        rustix::io::write(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }, b"0")?;
+    }
+    Ok(())
+}
+
+/// What bounds a sandbox on this host, for the startup line and
+/// `describe`.
+pub fn describe() -> String {
+    let processes = match pids_cgroup_base() {
+        Some(_) => format!("{MAX_PROCESSES} tasks per sandbox (its pids group and RLIMIT_NPROC)"),
+        None => format!("{MAX_PROCESSES} processes per uid (RLIMIT_NPROC; no pids group here)"),
+    };
+    let memory = match memory_cgroup_base() {
+        Some(_) => format!(
+            "memory {} MiB per sandbox, swap included (its memory group)",
+            sandbox_memory() >> 20
+        ),
+        None => "memory NOT limited (no cgroup memory controller this server can use)".to_string(),
+    };
+    format!("{processes}; {memory}")
+}
+
+/// How many times the kernel's OOM killer has killed a process of the
+/// sandbox owned by `uid` (its memory group's `oom_kill` count); `None`
+/// without a memory group.
+pub fn sandbox_oom_kills(uid: u32) -> Option<u64> {
+    let dir = memory_cgroup_base()?.join(format!("sandbox-{uid}"));
+    let control = std::fs::read_to_string(dir.join("memory.oom_control")).ok()?;
+    control
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 /// Where the kernel's pids controller bounds sandboxes, when the host lets

@@ -113,7 +113,9 @@ pub struct Record {
     /// Whether that data directory was the engine's own temporary one
     /// (removed at shutdown).
     pub owned_data_dir: bool,
-    /// Its host uid (a root server).
+    /// Its owner's host uid (a root server): the first of its range of ids
+    /// ([`crate::id_map::IdRange::of_owner`]; a lone uid in records of
+    /// engines before the ranges).
     pub uid: Option<u32>,
     /// Its process trees.
     #[serde(default)]
@@ -595,20 +597,21 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    // Every process of a sandbox has its uid: what still has it may be a
-    // tree started just before the engine died (never recorded), or a
-    // sandbox of another engine that drew the same uid. Waited for, never
-    // killed.
+    // Every process of a sandbox has one of its ids: what still has one
+    // may be a tree started just before the engine died (never recorded),
+    // or a sandbox of another engine that drew the same range. Waited for,
+    // never killed.
     if let Some(uid) = record.uid {
+        let ids = crate::id_map::IdRange::of_owner(uid);
         loop {
-            let left = crate::host_processes::live_of_uid(uid);
+            let left = crate::host_processes::live_of_ids(ids);
             if left.is_empty() {
                 break;
             }
             if Instant::now() >= deadline {
                 let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
                 return Verdict::Unconfirmed(format!(
-                    "host pids {} still run as its uid {uid}",
+                    "host pids {} still run as its {ids}",
                     pids.join(" ")
                 ));
             }

@@ -3,13 +3,12 @@
 //! the host's system directories mounted read-only.
 //!
 //! # Who owns a sandbox's files
-//! When the server runs as root, every sandbox gets its own unprivileged
-//! host uid (and gid) from [`SANDBOX_UIDS`]; commands run as it (uid 0
-//! *inside* the sandbox's user namespace maps to it), and the sandbox's own
-//! directories belong to it. The owner of the sandbox root *is* the record
-//! of that uid. One uid per sandbox keeps the process limit
-//! (`RLIMIT_NPROC`, counted per uid) per sandbox: a fork bomb in one
-//! sandbox cannot starve another. Files the server
+//! When the server runs as root, every sandbox gets its own range of
+//! unprivileged host uids and gids ([`crate::id_map`]); its first id is the
+//! sandbox's owner: commands start as it (uid 0 *inside* the sandbox's user
+//! namespace maps to it, the rest of the range to ids 1-65535), and the
+//! sandbox's own directories belong to it. The owner of the sandbox root
+//! *is* the record of that range. Files the server
 //! writes through the Files API take the owner of the sandbox root (see
 //! the Files API module). A server that is not root runs commands as its own
 //! uid, and nothing is re-owned.
@@ -32,11 +31,6 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-
-/// The host uids (and gids) sandboxes get when the server runs as root.
-/// They belong to no account; they only have to differ from every real
-/// user (and from root).
-pub const SANDBOX_UIDS: std::ops::Range<u32> = 2_000_000..2_065_536;
 
 /// Host system directories mounted read-only into bwrap sandboxes (`etc`
 /// is not one of them: see the module docs). The Files API refuses paths
@@ -119,9 +113,10 @@ const ETC_FILES: &[(&str, &str)] = &[
     ),
 ];
 
-/// A uid (= gid) for a new sandbox when the server runs as root, `None`
-/// otherwise. Taken in turn from a random start, so that two servers on one
-/// host rarely share one.
+/// The owner uid (= gid) of a new sandbox when the server runs as root,
+/// the first id of its range ([`crate::id_map`]); `None` otherwise. Ranges
+/// are taken in turn from a random start, so that two servers on one host
+/// rarely share one.
 fn allocate_owner() -> Option<(u32, u32)> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: OnceLock<AtomicU32> = OnceLock::new();
@@ -132,8 +127,7 @@ fn allocate_owner() -> Option<(u32, u32)> {
         let seed = u32::from_str_radix(&crate::util::random_hex(4), 16).unwrap_or(0);
         AtomicU32::new(seed)
     });
-    let span = SANDBOX_UIDS.end - SANDBOX_UIDS.start;
-    let uid = SANDBOX_UIDS.start + next.fetch_add(1, Ordering::Relaxed) % span;
+    let uid = crate::id_map::range_start(next.fetch_add(1, Ordering::Relaxed));
     Some((uid, uid))
 }
 
@@ -146,9 +140,7 @@ pub fn sandbox_owner(root: &Path) -> Option<(u32, u32)> {
         return None;
     }
     let meta = std::fs::metadata(root).ok()?;
-    SANDBOX_UIDS
-        .contains(&meta.uid())
-        .then_some((meta.uid(), meta.gid()))
+    crate::id_map::is_range_start(meta.uid()).then_some((meta.uid(), meta.gid()))
 }
 
 /// Creates a sandbox root: its own directories and `/etc`, plus mount

@@ -251,6 +251,15 @@ impl ServerBuilder {
         self
     }
 
+    /// The most memory each sandbox may use, in bytes, where the host has
+    /// a memory controller (see [`crate::process_limits::sandbox_memory`];
+    /// default half the host's RAM, at most 8 GiB). Process-wide: it
+    /// applies to every sandbox this process starts from now on.
+    pub fn sandbox_memory(self, bytes: u64) -> Self {
+        crate::process_limits::set_sandbox_memory(bytes);
+        self
+    }
+
     /// Suppresses the start-up and shutdown log lines on stderr.
     pub fn quiet(mut self, quiet: bool) -> Self {
         self.quiet = quiet;
@@ -451,7 +460,7 @@ impl ServerBuilder {
                             self.egress.describe()
                         ),
                     },
-                    mode.limits()
+                    crate::process_limits::describe()
                 ),
                 IsolationMode::ProcessGroup => eprintln!(
                     "createos-local: isolation mode process-group ({why}): NO isolation, commands are NOT confined: \

@@ -208,6 +208,12 @@ impl Process {
             env: req.env.clone(),
             marker: marker.clone(),
         };
+        // The sandbox's OOM kills so far: one more by the time the command
+        // ends by SIGKILL means the sandbox reached its memory limit.
+        let sandbox_owner = bwrap
+            .as_ref()
+            .and_then(|_| crate::host_processes::sandbox_uid(&req.root));
+        let oom_kills_before = sandbox_owner.and_then(crate::process_limits::sandbox_oom_kills);
         let spawned = match isolation::spawn(bwrap.as_deref(), &spec) {
             Ok(s) => s,
             Err(e) => {
@@ -282,10 +288,20 @@ impl Process {
             for d in drained {
                 let _ = d.await;
             }
-            let exit = match status {
+            let mut exit = match status {
                 Ok(st) => p.map_status(st),
                 Err(_) => ExitStatus::Code(-1),
             };
+            if let Some(before) = oom_kills_before {
+                if p.killed_for_memory(&mut exit, before, sandbox_owner) {
+                    let note = format!(
+                        "createos-local: the sandbox reached its memory limit ({} MiB): the \
+                         kernel killed a process of it (SIGKILL)\n",
+                        crate::process_limits::sandbox_memory() >> 20
+                    );
+                    p.push(StreamKind::Stderr, Bytes::from(note));
+                }
+            }
             if confined {
                 if let Some(why) = p.launcher_failure(&exit) {
                     *lock(&p.server_failure) = Some(why);
@@ -319,6 +335,25 @@ impl Process {
             return ExitStatus::Signal(isolation::signal_name(code - 128));
         }
         ExitStatus::Code(code)
+    }
+
+    /// Whether the command ended because its sandbox reached its memory
+    /// limit: the sandbox's OOM kills grew from `before` while it ran, and
+    /// it ended by SIGKILL, or with `128 + 9` (a shell whose child was
+    /// killed, or bwrap's report of its own command, which then becomes
+    /// the signal).
+    fn killed_for_memory(&self, exit: &mut ExitStatus, before: u64, owner: Option<u32>) -> bool {
+        let killed = match exit {
+            ExitStatus::Signal(s) => s == "SIGKILL",
+            ExitStatus::Code(code) => *code == 128 + libc::SIGKILL,
+        };
+        let grew = owner
+            .and_then(crate::process_limits::sandbox_oom_kills)
+            .is_some_and(|now| now > before);
+        if killed && grew && matches!(*lock(&self.tree), Tree::Namespace { .. }) {
+            *exit = ExitStatus::Signal(isolation::signal_name(libc::SIGKILL));
+        }
+        killed && grew
     }
 
     fn finish_leader(&self, exit: ExitStatus, state: ProcState) {

@@ -453,7 +453,8 @@ async fn a_command_cannot_see_or_signal_host_processes() {
 }
 
 /// Issue 10 item 2: the command is root only inside its user namespace; on
-/// the host it is an unprivileged uid without capabilities.
+/// the host it is an unprivileged uid whose few capabilities count only in
+/// that namespace (issue 44 item 1).
 #[tokio::test]
 async fn a_command_is_not_root_on_the_host() {
     let h = confined().await;
@@ -488,31 +489,35 @@ async fn a_command_is_not_root_on_the_host() {
     };
     let is_root_server = rustix::process::geteuid().is_root();
     if is_root_server {
-        let range = sandbox_engine::rootfs::SANDBOX_UIDS;
+        // Every id is the first of the sandbox's own range (uid 0 inside).
         for id in field("Uid:").iter().chain(field("Gid:").iter()) {
             let id: u32 = id.parse().expect("numeric id");
-            assert!(range.contains(&id), "{status}");
+            assert!(sandbox_engine::id_map::is_range_start(id), "{status}");
         }
     }
-    assert_eq!(field("CapEff:"), vec!["0000000000000000"], "{status}");
+    // Only the sandbox root's own capabilities, which count in its user
+    // namespace alone (none without a machine).
+    let expected = format!("{:016x}", sandbox_engine::join::capabilities_here());
+    assert_eq!(field("CapEff:"), vec![expected], "{status}");
     assert!(h.server.shutdown().await.all_exited());
 }
 
-/// Issue 10 item 2: a fork bomb stops at the process limit and a huge
-/// allocation fails, instead of eating the host.
+/// Issue 10 item 2: a fork bomb stops at the process limit instead of
+/// eating the host (memory: tests/memory.rs).
 #[tokio::test]
-async fn fork_bombs_and_huge_allocations_are_bounded() {
+async fn fork_bombs_are_bounded() {
     let h = confined().await;
     let sb = h.sandbox().await;
     let (_, v) = h.get(&format!("/v1/sandboxes/{sb}")).await;
     assert_eq!(v["data"]["local_limits"], "prlimit", "{v}");
+    // Processes are limited; the address space is not (memory is bounded
+    // by what a sandbox uses, tests/memory.rs).
     let r = h.exec(&sb, "ulimit -u; ulimit -v").await;
     assert_eq!(
         r["stdout"],
         format!(
-            "{}\n{}\n",
-            sandbox_engine::process_limits::MAX_PROCESSES,
-            sandbox_engine::process_limits::MAX_ADDRESS_SPACE / 1024
+            "{}\nunlimited\n",
+            sandbox_engine::process_limits::MAX_PROCESSES
         ),
         "{r}"
     );
@@ -531,17 +536,6 @@ async fn fork_bombs_and_huge_allocations_are_bounded() {
     let r = &v["data"]["result"];
     assert_eq!(r["stdout"], "", "{r}");
     assert!(r["stderr"].as_str().unwrap_or("").contains("fork"), "{r}");
-    let r = h
-        .exec(
-            &sb,
-            "python3 -c 'b = bytearray(16 << 30); print(\"allocated\")'",
-        )
-        .await;
-    assert_eq!(r["stdout"], "", "{r}");
-    assert!(
-        r["stderr"].as_str().unwrap_or("").contains("MemoryError"),
-        "{r}"
-    );
     assert!(h.server.shutdown().await.all_exited());
 }
 

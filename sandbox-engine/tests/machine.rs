@@ -255,8 +255,8 @@ async fn pause_stops_processes_in_nested_namespaces() {
     .await;
     // Deleted while paused: nothing of the sandbox's uid is left, the
     // host-side launchers included (they are not stopped by a pause).
-    let uid = sandbox_engine::host_processes::sandbox_uid(&h.server.data_dir().join(&sb))
-        .expect("a root server gives each sandbox a uid");
+    let ids = sandbox_engine::host_processes::sandbox_ids(&h.server.data_dir().join(&sb))
+        .expect("a root server gives each sandbox ids of its own");
     let (st, v) = h
         .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
         .await;
@@ -266,7 +266,7 @@ async fn pause_stops_processes_in_nested_namespaces() {
     assert_eq!(st, StatusCode::OK, "{v}");
     eventually("nothing of the sandbox left after delete", || {
         common::marked_pids(&m).is_empty()
-            && sandbox_engine::host_processes::live_of_uid(uid).is_empty()
+            && sandbox_engine::host_processes::live_of_ids(ids).is_empty()
     })
     .await;
     assert!(h.server.shutdown().await.all_exited());

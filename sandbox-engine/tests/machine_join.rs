@@ -1,8 +1,8 @@
 //! Issue 25 (performance): a command joins its sandbox's machine in one
 //! step, the server's own fork ([`sandbox_engine::join`]), instead of
 //! `nsenter` + `setpriv` + `env`. What those tools guaranteed must still
-//! hold, proven with real processes: no capability and `no_new_privs`
-//! inside, exactly the given environment, the `PATH` search of `execvp`
+//! hold, proven with real processes: only the sandbox root's own
+//! capabilities (issue 44) and `no_new_privs` inside, exactly the given environment, the `PATH` search of `execvp`
 //! (a script without `#!` runs under `/bin/sh`), a shell's 127 for a
 //! missing program, the command's signal as its end, and nothing of the
 //! server's descriptors.
@@ -31,8 +31,11 @@ async fn run(h: &Harness, sb: &str, body: Value) -> Value {
     v["data"]["result"].clone()
 }
 
+/// The root of a machine holds exactly the sandbox's capabilities
+/// (`chown` and the like, issue 44 item 1), nothing to pass on, and no way
+/// to gain more (`no_new_privs`).
 #[tokio::test]
-async fn a_joined_command_has_no_capability_and_no_new_privileges() {
+async fn a_joined_command_has_only_the_sandbox_capabilities_and_no_new_privileges() {
     let Some(h) = machine().await else { return };
     let sb = h.sandbox().await;
     let r = h
@@ -43,13 +46,20 @@ async fn a_joined_command_has_no_capability_and_no_new_privileges() {
         )
         .await;
     let out = r["stdout"].as_str().expect("stdout");
-    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+    let root_set = format!("{:016x}", sandbox_engine::join::SANDBOX_CAPABILITIES);
+    for (cap, expected) in [
+        ("CapInh", "0000000000000000"),
+        ("CapPrm", root_set.as_str()),
+        ("CapEff", root_set.as_str()),
+        ("CapBnd", root_set.as_str()),
+        ("CapAmb", "0000000000000000"),
+    ] {
         let line = out
             .lines()
             .find(|l| l.starts_with(cap))
             .unwrap_or_else(|| panic!("{cap} missing: {r}"));
         assert!(
-            line.split_whitespace().nth(1) == Some("0000000000000000"),
+            line.split_whitespace().nth(1) == Some(expected),
             "{line}: {r}"
         );
     }
@@ -61,6 +71,54 @@ async fn a_joined_command_has_no_capability_and_no_new_privileges() {
     assert_eq!(
         ns[0], ns[1],
         "the command is in the machine's PID namespace: {r}"
+    );
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+/// Issue 44 item 1: the sandbox's root owns a whole range of ids and the
+/// capabilities to use them, and they reach nothing outside the sandbox:
+/// a file it gives to uid 1001 belongs to an id of the sandbox's own
+/// range on the host (never the host's uid 1001); a host file only the
+/// host's root may read stays unreadable (its owner is no id of the
+/// sandbox); no id outside the range can be taken.
+#[tokio::test]
+async fn the_sandbox_root_owns_its_range_and_nothing_else() {
+    let Some(h) = machine().await else { return };
+    let sb = h.sandbox().await;
+    let root = h.server.data_dir().join(&sb);
+    let ids = sandbox_engine::host_processes::sandbox_ids(&root).expect("a range of ids");
+    assert_eq!(ids.count, sandbox_engine::id_map::IDS_PER_SANDBOX);
+    let secret = std::path::PathBuf::from(format!("/opt/{}-secret", common::marker("caps")));
+    std::fs::write(&secret, "host only\n").expect("write a host file");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let r = h
+        .exec(
+            &sb,
+            &format!(
+                "touch /tmp/given && chown 1001:1002 /tmp/given && echo given; \
+                 cat {} 2>&1 || echo unreadable; \
+                 python3 -c 'import os; os.setuid(70000)' 2>/dev/null || echo no-foreign-uid; \
+                 setpriv --reuid 1001 --regid 1001 --clear-groups id -u",
+                secret.display()
+            ),
+        )
+        .await;
+    let _ = std::fs::remove_file(&secret);
+    let out = r["stdout"].as_str().expect("stdout");
+    assert!(out.contains("given\n"), "{r}");
+    assert!(
+        out.contains("unreadable\n") && !out.contains("host only"),
+        "{r}"
+    );
+    assert!(out.contains("no-foreign-uid\n"), "{r}");
+    assert!(out.ends_with("1001\n"), "{r}");
+    use std::os::unix::fs::MetadataExt;
+    let given = std::fs::metadata(root.join("tmp/given")).expect("the file on the host");
+    assert_eq!(
+        (given.uid(), given.gid()),
+        (ids.first + 1001, ids.first + 1002),
+        "{r}"
     );
     assert!(h.server.shutdown().await.all_exited());
 }

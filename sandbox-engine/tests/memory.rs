@@ -1,0 +1,70 @@
+//! Issue 44 item 2: a sandbox is limited by the memory it *uses* (its
+//! memory group), never by the address space its programs *reserve*; a
+//! command that goes past the limit is killed by the kernel inside its own
+//! sandbox, reported as such, and the sandbox and the engine go on.
+//!
+//! Its own test binary: the memory limit is process-wide
+//! (`ServerBuilder::sandbox_memory`), and the small one set here must not
+//! reach the other suites' sandboxes.
+
+mod common;
+
+use common::Harness;
+use sandbox_engine::{IsolationMode, IsolationPreference, Server};
+
+const LIMIT: u64 = 256 << 20;
+
+#[tokio::test]
+async fn a_sandbox_is_limited_by_what_it_uses_not_by_what_it_reserves() {
+    if !rustix::process::geteuid().is_root()
+        || sandbox_engine::process_limits::memory_cgroup_base().is_none()
+    {
+        test_support::skipped("no cgroup v1 memory hierarchy this (root) server can use");
+        return;
+    }
+    let h = Harness::start_builder(
+        Server::builder()
+            .isolation(IsolationPreference::RequireBwrap)
+            .sandbox_memory(LIMIT),
+    )
+    .await;
+    assert_eq!(*h.server.isolation(), IsolationMode::Bwrap);
+    let sb = h.sandbox().await;
+
+    // No address-space limit: 16 GiB reserved (64 times the limit) is fine.
+    let r = h
+        .exec(
+            &sb,
+            "ulimit -v; python3 -c 'import mmap; m = mmap.mmap(-1, 16 << 30, \
+             flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=0); print(\"reserved\", len(m))'",
+        )
+        .await;
+    assert_eq!(r["stdout"], "unlimited\nreserved 17179869184\n", "{r}");
+
+    // Using 1 GiB (every page written) is four times the limit: the kernel
+    // kills the command inside the sandbox, and the engine says why.
+    let r = h
+        .exec(
+            &sb,
+            "python3 -c 'b = b\"x\" * (1 << 30); print(\"used\", len(b))'",
+        )
+        .await;
+    assert_eq!(r["stdout"], "", "{r}");
+    let killed = r["signal"] == "SIGKILL" || r["exit_code"] == 137;
+    assert!(killed, "not killed by SIGKILL: {r}");
+    let stderr = r["stderr"].as_str().unwrap_or_default();
+    assert!(
+        stderr.contains("the sandbox reached its memory limit (256 MiB)"),
+        "{r}"
+    );
+
+    // Within the limit, memory is there to use; the sandbox goes on.
+    let r = h
+        .exec(
+            &sb,
+            "python3 -c 'b = b\"x\" * (64 << 20); print(\"used\", len(b))'",
+        )
+        .await;
+    assert_eq!(r["stdout"], "used 67108864\n", "{r}");
+    assert!(h.server.shutdown().await.all_exited());
+}
