@@ -294,7 +294,7 @@ async function agentRun(apiBase, companyId, label, environmentId) {
   const ms = Math.round(performance.now() - t0);
   const log = await runLog(apiBase, run.id);
   const text = (stream) => log.filter((r) => r.stream === stream).map((r) => r.chunk).join("");
-  return { name, agent, run, ms, stdout: text("stdout"), stderr: text("stderr"), system: text("system"), workspace, input };
+  return { name, agent, run, ms, log, stdout: text("stdout"), stderr: text("stderr"), system: text("system"), workspace, input };
 }
 
 /** The environment's leases once none is active any more (Paperclip releases a run's lease after the run ends). */
@@ -431,7 +431,11 @@ try {
       ]);
       environmentId = environment.id;
     }
+    const admin = (method, route) => fetch(`${backend.url}/_admin/${route}`, { method, headers: { "x-api-key": backend.key } });
+    await admin("DELETE", "requests");
     const result = await agentRun(paperclipServer.apiBase, company.id, driver, environmentId);
+    const recorded = await (await admin("GET", "requests")).json();
+    const engineRequests = (recorded?.data?.requests ?? recorded?.requests ?? recorded?.data ?? []).length;
     const leases = environmentId ? await settledLeases(paperclipServer.apiBase, environmentId) : undefined;
     const checks = agentRunChecks(result, leases);
     if (leases) checks.push(await sandboxGone(backend, driver, leases.find((l) => l.heartbeatRunId === result.run.id) ?? leases.at(-1)));
@@ -443,10 +447,20 @@ try {
     if (checks.some(([ok]) => !ok)) {
       console.error(`--- ${driver} agent run: Paperclip's log of the run ---\n${result.system.slice(-4000)}\n--- stdout ---\n${result.stdout.slice(-2000)}\n--- stderr ---\n${result.stderr.slice(-2000)}`);
     }
-    times[driver] = result.ms;
+    if (process.env.PAPERCLIP_E2E_TIMELINE === "1") {
+      // Where a run's time goes: each log record's time after the wakeup (BENCHMARKS.md).
+      const start = Date.parse(result.run.createdAt ?? result.run.startedAt ?? "") || Date.parse(result.log[0]?.ts ?? "");
+      for (const record of result.log) {
+        const at = Date.parse(record.ts ?? "");
+        const line = String(record.chunk).split("\n")[0].slice(0, 140);
+        console.log(`e2e: ${driver} timeline +${Number.isFinite(at - start) ? at - start : "?"} ms [${record.stream}] ${line}`);
+      }
+    }
+    times[driver] = environmentId ? `${result.ms} ms, ${engineRequests} requests to the engine` : `${result.ms} ms`;
+    times[`${driver}Ms`] = result.ms;
   }
   console.log(
-    `e2e: agent run, wakeup to end: local ${times.local} ms, createos ${times.createos} ms (${(times.createos / times.local).toFixed(1)}x), daytona ${times.daytona} ms (${(times.daytona / times.local).toFixed(1)}x)`,
+    `e2e: agent run, wakeup to end: local ${times.local}; createos ${times.createos} (${(times.createosMs / times.localMs).toFixed(1)}x); daytona ${times.daytona} (${(times.daytonaMs / times.localMs).toFixed(1)}x)`,
   );
 } catch (error) {
   failures++;
