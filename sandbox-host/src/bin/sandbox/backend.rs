@@ -615,10 +615,16 @@ fn configures_a_url(global: &Global, url_fields: &[String]) -> Result<bool> {
 
 /// The provider component, compiled once per machine (the artifact cache).
 fn load_component(global: &Global) -> Result<ProviderComponent> {
-    let path = find_provider(global.provider.as_deref())?;
     let engine = shared_engine()?;
     let cache = ArtifactCache::new(ArtifactCache::default_dir());
-    ProviderComponent::load_cached(&engine, &path, &cache)
+    match find_provider(global.provider.as_deref())? {
+        ProviderSource::File(path) => ProviderComponent::load_cached(&engine, &path, &cache),
+        ProviderSource::Embedded(embedded) => {
+            let what = || format!("loading the {} provider built into sandbox", embedded.name);
+            let component = cache.load(&engine, embedded.bytes).with_context(what)?;
+            ProviderComponent::from_component(&engine, component).with_context(what)
+        }
+    }
 }
 
 fn runtime(global: &Global, store: Arc<dyn LeaseStore>) -> Result<SandboxRuntime> {
@@ -644,51 +650,57 @@ fn runtime_of(
     })
 }
 
-/// `--provider`: a component file, or a provider name (`createos`,
-/// `daytona`, `daytona.wasm`: `<name>_provider.wasm`) looked up beside the
-/// binary, in the `target/wasm32-wasip2/release` next to its target dir,
-/// else under the current directory or one of its parents. Default:
-/// `createos`.
-fn find_provider(explicit: Option<&Path>) -> Result<PathBuf> {
-    let wanted = explicit.unwrap_or(Path::new(DEFAULT_PROVIDER));
-    if wanted.is_file() {
-        return Ok(wanted.to_owned());
-    }
-    // `daytona`, `daytona.wasm` and `daytona_provider.wasm` all name the
-    // component ./build.sh builds.
-    let file = match wanted.to_str() {
-        Some(name) if !name.contains('/') => {
-            let stem = name.strip_suffix(".wasm").unwrap_or(name);
-            let stem = stem.strip_suffix("_provider").unwrap_or(stem);
-            format!("{stem}_provider.wasm")
-        }
-        _ => bail!("the provider component {} does not exist", wanted.display()),
-    };
-    let file = file.as_str();
-    let mut candidates = Vec::new();
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(Path::to_owned))
-    {
-        candidates.push(dir.join(file));
-        for up in dir.ancestors().skip(1).take(2) {
-            candidates.push(up.join("wasm32-wasip2/release").join(file));
-        }
-    }
-    if let Ok(cwd) = std::env::current_dir() {
-        for dir in cwd.ancestors() {
-            candidates.push(dir.join("target/wasm32-wasip2/release").join(file));
-        }
-    }
-    if let Some(found) = candidates.iter().find(|p| p.is_file()) {
-        return Ok(found.clone());
-    }
-    bail!(
-        "no provider component found: run ./build.sh or pass --provider FILE (looked for {file} beside the binary and under target/wasm32-wasip2/release)"
-    )
+/// Where the provider component comes from (`--provider`).
+pub enum ProviderSource {
+    /// A component file.
+    File(PathBuf),
+    /// One built into this binary.
+    Embedded(crate::embedded::Embedded),
 }
 
-fn data_dir(global: &Global) -> PathBuf {
+impl ProviderSource {
+    /// One line for people: which component, its version and digest.
+    pub fn label(&self) -> String {
+        match self {
+            ProviderSource::File(path) => {
+                let digest = std::fs::read(path)
+                    .map(|bytes| crate::embedded::sha256_hex(&bytes))
+                    .unwrap_or_else(|e| format!("unreadable: {e}"));
+                format!("{} (sha256 {digest})", path.display())
+            }
+            ProviderSource::Embedded(e) => format!(
+                "{} provider {}, built into this binary (sha256 {})",
+                e.name, e.version, e.digest
+            ),
+        }
+    }
+}
+
+/// `--provider`: a component file, or the name of a component built into
+/// this binary (`createos`, `daytona`; `daytona.wasm` and
+/// `daytona_provider.wasm` name it too). Default: `createos`.
+pub fn find_provider(explicit: Option<&Path>) -> Result<ProviderSource> {
+    let wanted = explicit.unwrap_or(Path::new(DEFAULT_PROVIDER));
+    if wanted.is_file() {
+        return Ok(ProviderSource::File(wanted.to_owned()));
+    }
+    match wanted.to_str() {
+        Some(name) if !name.contains('/') => match crate::embedded::named(name) {
+            Some(embedded) => Ok(ProviderSource::Embedded(embedded)),
+            None => {
+                let names: Vec<&str> = crate::embedded::all().map(|e| e.name).collect();
+                bail!(
+                    "no provider named {name}: this sandbox carries {}; pass a component file \
+                     with --provider FILE",
+                    names.join(" and ")
+                )
+            }
+        },
+        _ => bail!("the provider component {} does not exist", wanted.display()),
+    }
+}
+
+pub fn data_dir(global: &Global) -> PathBuf {
     if let Some(dir) = &global.data_dir {
         return dir.clone();
     }

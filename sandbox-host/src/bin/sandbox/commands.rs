@@ -1,6 +1,7 @@
 //! One file per `sandbox` subcommand.
 
 pub mod describe;
+pub mod doctor;
 pub mod engine;
 pub mod lease;
 pub mod probe;

@@ -3,6 +3,7 @@
 
 mod backend;
 mod commands;
+mod embedded;
 mod exec;
 mod live;
 mod report;
@@ -35,8 +36,9 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// Run commands in sandboxes through a sandbox-provider WebAssembly component.
 ///
-/// With no options, `sandbox run -- CMD` uses the CreateOS provider built by
-/// ./build.sh and an embedded CreateOS-compatible backend on a loopback port.
+/// With no options, `sandbox run -- CMD` uses the CreateOS provider built
+/// into this binary and an embedded CreateOS-compatible backend on a
+/// loopback port.
 ///
 /// Exit status of `run` and `lease exec`: the command's own; 124 when it
 /// timed out; 120 when cleanup could not be confirmed (lease poisoned, or
@@ -54,8 +56,8 @@ struct Cli {
 /// Options every subcommand takes.
 #[derive(Debug, Args, Clone)]
 pub struct Global {
-    /// The provider component: a .wasm file, or a provider name built by
-    /// ./build.sh (`createos`, the default, or `daytona`).
+    /// The provider component: a .wasm file, or the name of one built into
+    /// this binary (`createos`, the default, or `daytona`).
     #[arg(
         long,
         global = true,
@@ -172,6 +174,19 @@ enum Command {
         #[arg(long)]
         port: Option<u16>,
     },
+    /// Check what this host gives the embedded engine and the hosts, and
+    /// say how to fix what it lacks (exit 0 when `sandbox run` works here).
+    Doctor,
+    /// Print a shell completion script (bash, zsh, fish, elvish or
+    /// powershell), for example
+    /// `sandbox completions bash > ~/.local/share/bash-completion/completions/sandbox`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), for example
+    /// `sandbox man > ~/.local/share/man/man1/sandbox.1`.
+    Man,
 }
 
 /// A command to run and its limits.
@@ -239,8 +254,17 @@ enum LeaseCommand {
     Sweep,
 }
 
+/// The command line, with `--version` naming the contract versions this
+/// host serves and the components it carries.
+fn parse_command_line() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let version: &'static str = Box::leak(embedded::version_text().into_boxed_str());
+    let matches = Cli::command().version(version).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = parse_command_line();
     match dispatch(cli) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
@@ -266,6 +290,29 @@ fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Lease(command) => commands::lease::run(&global, command),
         Command::Engine { port } => commands::engine::run(&global, port),
+        Command::Doctor => commands::doctor::run(&global),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "sandbox", &mut script);
+            print_generated(&script)
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+            print_generated(&page)
+        }
+    }
+}
+
+/// Writes a generated script or page to stdout; a reader that closed
+/// early (`| head`) is not an error.
+fn print_generated(bytes: &[u8]) -> Result<u8> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(0),
     }
 }
 

@@ -9,6 +9,10 @@ use crate::{ready, report, Global};
 pub fn run(global: &Global) -> Result<u8> {
     let setup = ready(Setup::provider_only(global), global)?;
     report::description(setup.runtime.description(), global.json);
+    if !global.json {
+        let source = crate::backend::find_provider(global.provider.as_deref())?;
+        println!("component: {}", source.label());
+    }
     #[cfg(feature = "local-backend")]
     if !global.json {
         // What the embedded engine gives on this host (issue 25).
