@@ -4,7 +4,14 @@
 // (node/packages/<driver>) from its path and runs `environment
 // probe-config` for a `sandbox` environment on each driver against
 // createos-local. Paperclip then acquires a lease through the plugin, runs
-// a command in it and releases it; no LLM is involved.
+// a command in it and releases it; no LLM is involved. Then one whole agent
+// run per driver (issue 44 item 6): an agent with Paperclip's `claude_local`
+// adapter whose `command` is our stand-in (`agent-standin.sh`, which speaks
+// the adapter's stream-json and does real shell work), in a sandbox
+// environment of that plugin, woken once; the run record, its log, the file
+// the stand-in wrote (back on the host) and the lease's release are checked.
+// The same run on Paperclip's local environment (on the host) is the
+// baseline the run times are printed beside.
 //
 //   cd node && npm run build && (cd paperclip-host-test && npm install --no-save)
 //   npm run e2e                      # from node/
@@ -16,7 +23,11 @@
 // directory it owns; otherwise as the calling user. As root the run also
 // gets a mount namespace of its own, where node/ is bind-mounted inside
 // that data directory, so `nobody` reaches the CLI, Node and the packages
-// even when the checkout lives under a directory only root may enter.
+// even when the checkout lives under a directory only root may enter. The
+// stand-in must exist in the sandbox before Paperclip syncs anything (the
+// adapter looks for its command first), so it is put in a tmpfs mounted over
+// /opt in the run's own mount namespace (every sandbox sees the host's /opt
+// read-only); the host's /opt is untouched.
 //
 // Needs: node/packages/{createos,daytona} (`npm run build`), `paperclipai`
 // in node/paperclip-host-test/node_modules, target/debug/createos-local
@@ -24,7 +35,7 @@
 // `unshare` and `setpriv`, and iproute2's `ip`.
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync } from "node:fs";
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
@@ -45,7 +56,7 @@ function fail(message) {
 
 // 1. A network namespace of our own, with only loopback up.
 if (process.env.PAPERCLIP_E2E_IN_NETNS !== "1") {
-  const userns = process.getuid() === 0 ? ["--mount"] : ["--user", "--map-current-user"];
+  const userns = process.getuid() === 0 ? ["--mount"] : ["--user", "--map-current-user", "--mount"];
   const child = spawnSync(
     "unshare",
     [...userns, "--net", "sh", "-c", 'ip link set lo up && exec "$0" "$@"', process.execPath, fileURLToPath(import.meta.url), ...process.argv.slice(2)],
@@ -82,6 +93,15 @@ if (asRoot) {
   mkdirSync(visibleNode);
   const mounted = spawnSync("mount", ["--bind", nodeDir, visibleNode], { encoding: "utf8" });
   if (mounted.status !== 0) fail(`cannot bind-mount node/ for the unprivileged Paperclip: ${mounted.stderr.trim()}`);
+}
+/** Where the stand-in agent lives, in a tmpfs over /opt of this mount namespace only. */
+const STANDIN = "/opt/paperclip-e2e/agent-standin";
+{
+  const mounted = spawnSync("mount", ["-t", "tmpfs", "-o", "mode=755,size=1m", "paperclip-e2e", "/opt"], { encoding: "utf8" });
+  if (mounted.status !== 0) fail(`cannot mount a tmpfs over /opt in the run's mount namespace: ${mounted.stderr.trim()}`);
+  mkdirSync(path.dirname(STANDIN), { mode: 0o755 });
+  copyFileSync(path.join(here, "agent-standin.sh"), STANDIN);
+  chmodSync(STANDIN, 0o755);
 }
 /** Whether `dir` is a mount point in this mount namespace (/proc/self/mountinfo, field 5). */
 function isMountPoint(dir) {
@@ -195,6 +215,143 @@ function cli(apiBase, args) {
   }
 }
 
+/** Paperclip's HTTP API (test-drive is `local_trusted`: loopback calls need no auth); the parsed answer. */
+async function api(apiBase, method, route, body) {
+  const response = await fetch(`${apiBase}${route}`, {
+    method,
+    headers: body ? { "content-type": "application/json" } : {},
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${method} ${route} answered HTTP ${response.status}: ${text.slice(0, 1000)}`);
+  return text ? JSON.parse(text) : null;
+}
+
+/** A run's whole log, as Paperclip stored it: NDJSON records `{stream, chunk}`. */
+async function runLog(apiBase, runId) {
+  const records = [];
+  for (let offset = 0; ; ) {
+    const page = await api(apiBase, "GET", `/api/heartbeat-runs/${runId}/log?offset=${offset}&limitBytes=262144`);
+    const content = page?.content ?? "";
+    for (const line of content.split("\n")) {
+      if (!line.trim()) continue;
+      try {
+        records.push(JSON.parse(line));
+      } catch {
+        // A line Paperclip did not write as JSON is not a stream record.
+      }
+    }
+    const next = typeof page?.nextOffset === "number" ? page.nextOffset : offset + Buffer.byteLength(content);
+    if (!content || next <= offset) return records;
+    offset = next;
+  }
+}
+
+const TERMINAL = new Set(["succeeded", "failed", "cancelled", "timed_out"]);
+/** How long one agent run may take before the e2e gives up on it (a bound on waiting, not a measurement). */
+const RUN_LIMIT_MS = 150_000;
+
+/**
+ * One agent run: a workspace on the host holding `e2e-input.txt`, an agent
+ * with the `claude_local` adapter whose command is the stand-in (in the
+ * environment `environmentId`, else Paperclip's local one), one wakeup,
+ * waited for until it ends. Returns what the checks need and the run's
+ * time from the wakeup to its end.
+ */
+async function agentRun(apiBase, companyId, label, environmentId) {
+  const workspace = path.join(data, `agent-${label}`);
+  mkdirSync(workspace);
+  const input = `input for ${label} ${randomBytes(4).toString("hex")}`;
+  writeFileSync(path.join(workspace, "e2e-input.txt"), `${input}\n`);
+  if (asRoot) {
+    chownSync(workspace, NOBODY, NOBODY);
+    chownSync(path.join(workspace, "e2e-input.txt"), NOBODY, NOBODY);
+  }
+  const name = `e2e-${label}`;
+  const agent = cli(apiBase, [
+    "agent",
+    "create",
+    "-C",
+    companyId,
+    "--payload-json",
+    JSON.stringify({
+      name,
+      adapterType: "claude_local",
+      adapterConfig: { command: STANDIN, cwd: workspace, engine: "cli" },
+      ...(environmentId ? { defaultEnvironmentId: environmentId } : {}),
+    }),
+  ]);
+  const t0 = performance.now();
+  const woken = await api(apiBase, "POST", `/api/agents/${agent.id}/wakeup`, { source: "on_demand", triggerDetail: "manual" });
+  if (!woken?.id) throw new Error(`the wakeup of ${name} started no run: ${JSON.stringify(woken).slice(0, 500)}`);
+  let run = woken;
+  const giveUp = Date.now() + RUN_LIMIT_MS;
+  while (!TERMINAL.has(run.status)) {
+    if (Date.now() > giveUp) throw new Error(`the run of ${name} did not end within ${RUN_LIMIT_MS / 1000} s (status ${run.status})`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    run = await api(apiBase, "GET", `/api/heartbeat-runs/${woken.id}`);
+  }
+  const ms = Math.round(performance.now() - t0);
+  const log = await runLog(apiBase, run.id);
+  const text = (stream) => log.filter((r) => r.stream === stream).map((r) => r.chunk).join("");
+  return { name, agent, run, ms, log, stdout: text("stdout"), stderr: text("stderr"), system: text("system"), workspace, input };
+}
+
+/** The environment's leases once none is active any more (Paperclip releases a run's lease after the run ends). */
+async function settledLeases(apiBase, environmentId) {
+  const giveUp = Date.now() + 60_000;
+  for (;;) {
+    const leases = await api(apiBase, "GET", `/api/environments/${environmentId}/leases`);
+    if (!leases.some((lease) => lease.status === "active") || Date.now() > giveUp) return leases;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+}
+
+/** The checks of one agent run (`leases`: the environment's leases, for a sandbox run). */
+function agentRunChecks(result, leases) {
+  const { name, run, stdout, stderr, workspace, input } = result;
+  const written = path.join(workspace, "e2e-output.txt");
+  const back = existsSync(written) ? readFileSync(written, "utf8") : undefined;
+  const checks = [
+    [run.status === "succeeded", `the run succeeded (status ${run.status}${run.error ? `: ${String(run.error).slice(0, 300)}` : ""})`],
+    [stdout.includes(`stand-in: read the synced file: ${input}\n`), "stdout shows the synced file read in the run's directory"],
+    [stdout.includes("stand-in: the subcommand exited with 7\n"), "stdout shows the failing subcommand's exit code 7"],
+    [stdout.includes(`stand-in: Paperclip says I am ${name}\n`), "the call back into Paperclip answered with the agent's name"],
+    [stdout.includes('"type":"result","subtype":"success"'), "stdout holds the stream-json result line as printed"],
+    [stderr.includes("stand-in: a line on stderr\n") && stderr.includes("stand-in: this subcommand fails on purpose\n"), "stderr holds both lines printed there"],
+    [!stdout.includes("stand-in: a line on stderr"), "no stderr line was logged as stdout"],
+    [back === `written by the stand-in after reading: ${input}\n`, `the file the stand-in wrote is back on the host (${back === undefined ? "missing" : JSON.stringify(back.slice(0, 100))})`],
+  ];
+  if (leases) {
+    const lease = leases.find((l) => l.heartbeatRunId === run.id) ?? leases.at(-1);
+    checks.push([
+      lease?.status === "released" && lease?.cleanupStatus === "success",
+      `the run's lease was released with a confirmed cleanup (status ${lease?.status}, cleanup ${lease?.cleanupStatus})`,
+    ]);
+    const remoteCwd = /"remoteCwd":"([^"]*)"/.exec(JSON.stringify(lease?.metadata ?? {}))?.[1];
+    checks.push([remoteCwd !== undefined && remoteCwd.endsWith("/workspace"), `the agent worked in the lease's own directory (remoteCwd ${remoteCwd})`]);
+  }
+  return checks;
+}
+
+/**
+ * The engine's own word on a released lease's sandbox: gone (404) or
+ * deleted, so nothing of the run can still execute there.
+ */
+async function sandboxGone(backend, driver, lease) {
+  const id = lease?.providerLeaseId;
+  if (!id) return [false, "the lease names no sandbox"];
+  const [url, headers] =
+    driver === "createos"
+      ? [`${backend.url}/v1/sandboxes/${encodeURIComponent(id)}`, { "x-api-key": backend.key }]
+      : [`${backend.url}/daytona/api/sandbox/${encodeURIComponent(id)}`, { authorization: `Bearer ${backend.key}` }];
+  const response = await fetch(url, { headers });
+  const body = await response.text();
+  if (response.status === 404) return [true, `sandbox ${id} is gone at the engine (404)`];
+  const state = /"(?:status|state)":"([^"]+)"/.exec(body)?.[1];
+  return [/destroy|delet/.test(state ?? ""), `sandbox ${id} at the engine: HTTP ${response.status}, state ${state}`];
+}
+
 let paperclipServer;
 let failures = 0;
 try {
@@ -208,8 +365,16 @@ try {
   });
   cleanups.push(async () => {
     // The bind mount goes first (it is node/ itself), then the data directory.
-    if (visibleNode !== nodeDir) spawnSync("umount", [visibleNode]);
-    if (visibleNode !== nodeDir && isMountPoint(visibleNode)) throw new Error(`${visibleNode} is still mounted; not removing the data directory`);
+    // Paperclip's plugin workers and PostgreSQL may still be exiting (they run
+    // from node/), so a busy mount is tried again for a while.
+    let busy = "";
+    for (let attempt = 0; visibleNode !== nodeDir && attempt < 60; attempt++) {
+      const unmounted = spawnSync("umount", [visibleNode], { encoding: "utf8" });
+      if (unmounted.status === 0 || !isMountPoint(visibleNode)) break;
+      busy = unmounted.stderr.trim();
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    if (visibleNode !== nodeDir && isMountPoint(visibleNode)) throw new Error(`${visibleNode} is still mounted (${busy}); not removing the data directory`);
     rmSync(data, { recursive: true, force: true });
   });
   paperclipServer = await startPaperclip();
@@ -249,6 +414,54 @@ try {
     }
     console.log(`e2e: ${driver}: install + two probes in ${ms} ms`);
   }
+
+  // Issue 44 item 6: one whole agent run per driver, and the same run on
+  // Paperclip's local environment as the baseline.
+  const times = {};
+  for (const { driver, config } of [...PACKAGES, { driver: "local" }]) {
+    let environmentId;
+    if (config) {
+      const environment = cli(paperclipServer.apiBase, [
+        "environment",
+        "create",
+        "-C",
+        company.id,
+        "--payload-json",
+        JSON.stringify({ name: `e2e ${driver} sandbox`, driver: "sandbox", config: { provider: driver, ...config(backend), apiKey: backend.key } }),
+      ]);
+      environmentId = environment.id;
+    }
+    const admin = (method, route) => fetch(`${backend.url}/_admin/${route}`, { method, headers: { "x-api-key": backend.key } });
+    await admin("DELETE", "requests");
+    const result = await agentRun(paperclipServer.apiBase, company.id, driver, environmentId);
+    const recorded = await (await admin("GET", "requests")).json();
+    const engineRequests = (recorded?.data?.requests ?? recorded?.requests ?? recorded?.data ?? []).length;
+    const leases = environmentId ? await settledLeases(paperclipServer.apiBase, environmentId) : undefined;
+    const checks = agentRunChecks(result, leases);
+    if (leases) checks.push(await sandboxGone(backend, driver, leases.find((l) => l.heartbeatRunId === result.run.id) ?? leases.at(-1)));
+    checks.push([!JSON.stringify([result.run, result.stdout, result.stderr, result.system, leases]).includes(backend.key), "the key is in no run record, log or lease"]);
+    for (const [ok, what] of checks) {
+      if (!ok) failures++;
+      console.log(`e2e: ${ok ? "ok  " : "FAIL"} ${driver} agent run: ${what}`);
+    }
+    if (checks.some(([ok]) => !ok)) {
+      console.error(`--- ${driver} agent run: Paperclip's log of the run ---\n${result.system.slice(-4000)}\n--- stdout ---\n${result.stdout.slice(-2000)}\n--- stderr ---\n${result.stderr.slice(-2000)}`);
+    }
+    if (process.env.PAPERCLIP_E2E_TIMELINE === "1") {
+      // Where a run's time goes: each log record's time after the wakeup (BENCHMARKS.md).
+      const start = Date.parse(result.run.createdAt ?? result.run.startedAt ?? "") || Date.parse(result.log[0]?.ts ?? "");
+      for (const record of result.log) {
+        const at = Date.parse(record.ts ?? "");
+        const line = String(record.chunk).split("\n")[0].slice(0, 140);
+        console.log(`e2e: ${driver} timeline +${Number.isFinite(at - start) ? at - start : "?"} ms [${record.stream}] ${line}`);
+      }
+    }
+    times[driver] = environmentId ? `${result.ms} ms, ${engineRequests} requests to the engine` : `${result.ms} ms`;
+    times[`${driver}Ms`] = result.ms;
+  }
+  console.log(
+    `e2e: agent run, wakeup to end: local ${times.local}; createos ${times.createos} (${(times.createosMs / times.localMs).toFixed(1)}x); daytona ${times.daytona} (${(times.daytonaMs / times.localMs).toFixed(1)}x)`,
+  );
 } catch (error) {
   failures++;
   console.error(`e2e: FAIL ${error.message}`);

@@ -32,6 +32,21 @@ import type {
 /** Where the component's own lease metadata lives inside Paperclip's lease metadata. */
 export const COMPONENT_LEASE_KEY = "componentLease";
 
+/**
+ * The working directory a lease asks its provider for when Paperclip names
+ * none (it never does today), relative to the provider's workspace root
+ * (CreateOS `/paperclip-workspace/workspace`, Daytona
+ * `~/paperclip-workspace/workspace`), and reported to Paperclip as
+ * `remoteCwd`. Paperclip runs the agent there and, before it syncs the
+ * workspace in, removes every top-level entry of it but its own
+ * (`.paperclip-runtime`, `.paperclip-upload-*`); without `remoteCwd` it
+ * would use `/tmp`, where the providers stage a command's stdin. A
+ * directory of its own holds nothing of the provider's: CreateOS keeps its
+ * lease marker (the proof a resumed lease is the same sandbox) at the
+ * workspace root, one level up.
+ */
+export const AGENT_WORKDIR = "workspace";
+
 /** Paperclip's lease shape (`PluginEnvironmentLease`). */
 export interface PaperclipLease {
   providerLeaseId: string | null;
@@ -117,6 +132,8 @@ export function toPaperclipLease(lease: WitLease, companyId: string): PaperclipL
       environmentId: parsed.environmentId,
       apiOrigin: parsed.apiOrigin,
       cwd: parsed.cwd,
+      // Where Paperclip runs the agent and syncs the workspace (AGENT_WORKDIR).
+      remoteCwd: typeof parsed.cwd === "string" ? parsed.cwd : undefined,
       shape: parsed.shape,
       rootfs: parsed.rootfs ?? null,
       region: parsed.region ?? null,

@@ -12,7 +12,10 @@
  *   {@link Pacer} (one budget per origin per machine): a request starts only
  *   when the budget allows (process and sandbox `DELETE`, which clean up, go
  *   ahead of waiting work), and not after the call's deadline
- *   (`connection-timeout` then, as the Rust host answers);
+ *   (`connection-timeout` then, as the Rust host answers); a declared
+ *   limit is not spent on an origin whose latest answer said it came from
+ *   our embedded engine (the engine's own budget, or none, instead; see
+ *   {@link Pacer.noteAnswer});
  * - 429 is information: it pauses the origin's budget for its `Retry-After`
  *   (whole seconds; else one window; at most 5 minutes), and the same
  *   request is sent again after the pause, at most
@@ -49,6 +52,11 @@ export interface OutgoingPolicy {
   secrets: readonly { header: string; value: string }[];
   /** The request budget per origin (none: no limit). */
   rateLimit: WitRateLimit | undefined;
+  /**
+   * `rateLimit` is the provider's declaration, not the operator's: an
+   * origin that answers as our engine does not spend it.
+   */
+  rateLimitDeclared?: boolean;
   /** Epoch milliseconds: no request starts, and none is repeated, after this (the call's deadline). */
   deadlineMs?: number;
   /** Whether the call was cancelled (a waiting work request then gives up). */
@@ -210,7 +218,12 @@ function methodOf(request: ShimOutgoingRequest): string {
 
 /** A response's `Retry-After` text, if it has one. */
 function retryAfterHeader(response: ShimIncomingResponse): string | undefined {
-  const values = response.headers().get("retry-after") as Uint8Array[];
+  return headerText(response, "retry-after");
+}
+
+/** The first value of a response header, as text. */
+function headerText(response: ShimIncomingResponse, name: string): string | undefined {
+  const values = response.headers().get(name) as Uint8Array[];
   return values.length === 0 ? undefined : new TextDecoder().decode(values[0]);
 }
 
@@ -313,10 +326,10 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
   }
 
   /** Waits for the budget; `connection-timeout` when the call's deadline or cancellation comes first. */
-  function admit(origin: string, current: OutgoingPolicy, priority: Priority): Grant | undefined {
+  function admit(origin: string, limit: WitRateLimit | undefined, current: OutgoingPolicy, priority: Priority): Grant | undefined {
     let grant: Grant | undefined;
     try {
-      grant = pacer.acquire(origin, current.rateLimit, priority, {
+      grant = pacer.acquire(origin, limit, priority, {
         deadlineMs: current.deadlineMs ?? Number.POSITIVE_INFINITY,
         cancelled: current.cancelled,
       });
@@ -406,18 +419,17 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
         throw { tag: "internal-error", val: "request headers were not created through the host" };
       }
       const copy = keptBody(request);
-      const limit = current.rateLimit;
+      const limit = current.rateLimitDeclared ? pacer.budgetFor(target, current.rateLimit) : current.rateLimit;
       if (!copy) {
         // A request whose body did not go through this host: the shim sends it as it is.
-        if (!limit) return send(request, options, current.secrets);
-        const grant = admit(target, current, "work");
+        const grant = limit ? admit(target, limit, current, "work") : NO_LIMIT;
         if (!grant) throw { tag: "connection-timeout" };
         const future = send(request, options, current.secrets);
         grant.settle();
-        return future;
+        return noting(future, target);
       }
       const priority: Priority = methodOf(request) === "DELETE" ? "cleanup" : "work";
-      const grant = limit ? admit(target, current, priority) : NO_LIMIT;
+      const grant = limit ? admit(target, limit, current, priority) : NO_LIMIT;
       if (!grant) throw { tag: "connection-timeout" };
       const timeouts = timeoutsOf(options);
       const deadline = current.deadlineMs ?? Number.POSITIVE_INFINITY;
@@ -440,6 +452,7 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
           answered = true;
           // The API counted the request when it arrived, before this.
           grant.settle();
+          noteAnswer(target, value);
           return limit ? afterThrottling(request, copy, value, target, limit, priority, current, timeouts) : value;
         },
       });
@@ -450,6 +463,31 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
       return future;
     },
   };
+
+  /** Tells the pacer who answered `origin` (our engine says so in a header). */
+  function noteAnswer(origin: string, value: FutureValue) {
+    const response = responseOf(value);
+    if (response) pacer.noteAnswer(origin, (name) => headerText(response, name));
+  }
+
+  /** `real`, with its answer noted once it came (`noteAnswer`). */
+  function noting(real: ShimFuture, origin: string): ShimFuture {
+    let answered = false;
+    const future = Object.create(ShimFutureClass.prototype) as ShimFuture & Record<symbol, () => void>;
+    Object.assign(future, {
+      subscribe: () => real.subscribe(),
+      get: (): FutureValue => {
+        const value = real.get();
+        if (value !== undefined && !answered) {
+          answered = true;
+          noteAnswer(origin, value);
+        }
+        return value;
+      },
+    });
+    future[Symbol.dispose] = () => (real as ShimFuture & Record<symbol, () => void>)[Symbol.dispose]();
+    return future;
+  }
 
   /**
    * Answers a 429 as information: pauses the origin, then sends the request
@@ -481,7 +519,7 @@ export function createOutgoingHandler(policy: (target: string | undefined) => Ou
       if (!throttleRepeatAllowed(repeats, pause, Date.now(), deadline, current.maxThrottleWaitMs)) return value;
       let grant: Grant | undefined;
       try {
-        grant = admit(origin, current, priority);
+        grant = admit(origin, limit, current, priority);
       } catch {
         return value;
       }

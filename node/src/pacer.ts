@@ -25,12 +25,29 @@
  * A 429 from the API ({@link Pacer.throttled}) pauses the origin in the
  * ledger, for every process, until its `Retry-After` (else one window).
  *
+ * A declared budget protects the provider's real service. An origin whose
+ * answers say they come from our embedded engine ({@link ENGINE_HEADER})
+ * is not that service: each thread remembers, per exact origin, what the
+ * origin's latest answer said ({@link Pacer.noteAnswer}), and the outgoing
+ * handler spends the engine's own budget ({@link ENGINE_RATE_LIMIT_HEADER})
+ * or none instead ({@link Pacer.budgetFor}). The first request to an origin
+ * is always paced (nothing is known yet), an answer without the header
+ * takes the claim back, and a claim never touches another origin (the
+ * slots below are shared by hash; the claims are not): a real service
+ * that sent the header would only give up its own pacing. The Rust host's
+ * rule (`sandbox-host/src/network/request_pacer.rs`).
+ *
  * Two origins that hash to the same slot share one queue (never looser).
  * A thread terminated while it is a head would stall its lane; the pool
  * terminates threads only when it closes.
  */
-import { RateLedger } from "./rate-ledger.js";
+import { parseRateLimit, RateLedger } from "./rate-ledger.js";
 import type { WitRateLimit } from "./wit-types.js";
+
+/** The header every answer of the embedded engine (`createos-local`) carries, naming it. */
+export const ENGINE_HEADER = "x-sandbox-engine";
+/** The engine's own budget (`REQUESTS/WINDOW_MS`), on the answers of the paths it limits. */
+export const ENGINE_RATE_LIMIT_HEADER = "x-sandbox-engine-rate-limit";
 
 /** How many origin slots the shared table has. */
 export const PACER_SLOTS = 64;
@@ -116,10 +133,43 @@ export class Pacer {
   readonly #ints: Int32Array;
   readonly #ledgerPath: string;
   #ledger: RateLedger | undefined;
+  /** Origins whose latest answer came from the engine, and the budget it named (`null`: none). */
+  readonly #engines = new Map<string, WitRateLimit | null>();
 
   constructor(buffer: SharedArrayBuffer, ledgerPath: string) {
     this.#ints = new Int32Array(buffer);
     this.#ledgerPath = ledgerPath;
+  }
+
+  /**
+   * Remembers what an answer from `origin` said about who gave it
+   * (`header(name)`: the answer's header value): from the engine, with
+   * the budget it named if that can be read, or not (which takes back an
+   * earlier claim). A claim with a budget that cannot be read counts as no
+   * claim.
+   */
+  noteAnswer(origin: string, header: (name: string) => string | undefined): void {
+    if (header(ENGINE_HEADER) === undefined) {
+      this.#engines.delete(origin);
+      return;
+    }
+    const named = header(ENGINE_RATE_LIMIT_HEADER);
+    if (named === undefined) {
+      this.#engines.set(origin, null);
+      return;
+    }
+    try {
+      this.#engines.set(origin, parseRateLimit(named, ENGINE_RATE_LIMIT_HEADER));
+    } catch {
+      this.#engines.delete(origin);
+    }
+  }
+
+  /** The budget a request to `origin` spends under the `declared` one: the engine's own (or none) once it said it is the engine. */
+  budgetFor(origin: string, declared: WitRateLimit | undefined): WitRateLimit | undefined {
+    const engine = this.#engines.get(origin);
+    if (engine === undefined) return declared;
+    return engine ?? undefined;
   }
 
   /** This thread's connection to the ledger, opened on first use. */

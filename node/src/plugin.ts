@@ -43,6 +43,7 @@ import type {
   PluginEnvironmentValidateConfigParams,
 } from "@paperclipai/plugin-sdk";
 import {
+  AGENT_WORKDIR,
   COMPONENT_LEASE_KEY,
   leaseCompany,
   ProviderFailure,
@@ -111,10 +112,11 @@ export interface PluginOptions {
   outputHighWaterChars?: number;
   /**
    * Replaces the declared rate limit: the operator's account limit
-   * (`PAPERCLIP_WASM_RATE_LIMIT` in the worker), or in benchmarks and
-   * tests `null` for no limit (the benchmarks compare per-command cost
-   * without a limit, as the Rust host's do). Undefined: the limit
-   * `describe()` declares.
+   * (`PAPERCLIP_WASM_RATE_LIMIT` in the worker), spent on every origin,
+   * or in benchmarks and tests `null` for no limit (the benchmarks
+   * compare per-command cost without a limit, as the Rust host's do).
+   * Undefined: the limit `describe()` declares, which an origin that
+   * answers as our embedded engine does not spend.
    */
   rateLimit?: WitRateLimit | null;
   /**
@@ -250,6 +252,8 @@ export function createPlugin(options: PluginOptions = {}) {
     const running = activePool().call<T>(witOperation, args, {
       routes: secret,
       rateLimit: options.rateLimit === undefined ? describeOrThrow().rateLimit : (options.rateLimit ?? undefined),
+      // The declared budget protects the real service, not our engine (outgoing-handler.ts).
+      rateLimitDeclared: options.rateLimit === undefined,
       onOutput,
     });
     // Output the live sink did not take: never a clean result.
@@ -508,7 +512,9 @@ export function createPlugin(options: PluginOptions = {}) {
             ctx,
             {
               runId: params.runId,
-              requestedCwd: params.requestedCwd ?? undefined,
+              // A directory of its own under the provider's workspace (see
+              // AGENT_WORKDIR): Paperclip wipes it before each workspace sync.
+              requestedCwd: params.requestedCwd ?? AGENT_WORKDIR,
               workspaceMode: params.workspaceMode ?? undefined,
               requestedExpiresAt: params.requestedExpiresAt ?? undefined,
             },

@@ -52,6 +52,8 @@ export interface CallOptions {
   routes?: OriginRoute[];
   /** The request budget per origin, shared by all threads (none: no limit). */
   rateLimit?: WitRateLimit;
+  /** `rateLimit` is the provider's declaration: not spent on an origin that answers as our engine. */
+  rateLimitDeclared?: boolean;
 }
 
 /** A running call: its result and a way to cancel it. */
@@ -351,6 +353,7 @@ export class ProviderPool {
           outputCredit,
           routes: options.routes,
           rateLimit: options.rateLimit,
+          rateLimitDeclared: options.rateLimitDeclared,
         },
         onOutput: options.onOutput,
         recorded: [],

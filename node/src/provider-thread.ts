@@ -41,6 +41,8 @@ export interface ThreadCall {
   routes?: OriginRoute[];
   /** The request budget per origin for this call (none: no limit). */
   rateLimit?: WitRateLimit;
+  /** `rateLimit` is the provider's declaration (see `OutgoingPolicy.rateLimitDeclared`). */
+  rateLimitDeclared?: boolean;
 }
 
 /** What a thread posts back. */
@@ -229,6 +231,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     port!.postMessage({ kind: "output-limit", id: call.id, limitMs: currentCall.outputLimitMs } satisfies ThreadMessage);
     const common = {
       rateLimit: call.rateLimit,
+      rateLimitDeclared: call.rateLimitDeclared,
       deadlineMs: Date.now() + callBudgetMs(call.operation, budget, call.args),
       cancelled: () => Atomics.load(cancelFlag, 0) === CANCEL_REQUESTED,
       maxThrottleWaitMs: ctx ? requestBudgetMs(budget) : undefined,

@@ -77,6 +77,7 @@ pub mod store_defaults {
 
 pub use daytona::toolbox::{STDERR_PREFIX, STDOUT_PREFIX};
 pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};
+pub use http::middleware::{ENGINE_HEADER, ENGINE_NAME, ENGINE_RATE_LIMIT_HEADER};
 pub use isolation::{IsolationMode, IsolationPreference};
 pub use rate_limit::{RateLimitStats, RateLimiter};
 pub use server::{

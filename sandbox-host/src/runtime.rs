@@ -61,6 +61,8 @@ pub struct SandboxRuntime {
     transport: Arc<dyn Transport>,
     pacer: RequestPacer,
     rate_limit: Option<RateLimit>,
+    /// `rate_limit` is `describe`'s (not the operator's): not spent on the engine.
+    rate_limit_declared: bool,
     stderr: GuestStderr,
     margin: Duration,
     running: Mutex<HashMap<String, Vec<CancelToken>>>,
@@ -89,6 +91,7 @@ impl SandboxRuntime {
             transport,
             pacer: RequestPacer::global(),
             rate_limit,
+            rate_limit_declared: true,
             stderr: GuestStderr::Discard,
             margin: DEFAULT_MARGIN,
             running: Mutex::new(HashMap::new()),
@@ -109,6 +112,7 @@ impl SandboxRuntime {
     /// operator's account. Never raise it above what the API allows.
     pub fn with_rate_limit(mut self, limit: Option<RateLimit>) -> Self {
         self.rate_limit = limit;
+        self.rate_limit_declared = false;
         self
     }
 

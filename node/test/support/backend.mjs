@@ -96,16 +96,17 @@ export async function startBackend({ rateLimit, toolbox = false, extraArgs = [] 
 /**
  * A second server, in its own process (so a test thread that blocks on a
  * WASI poll cannot stall it), that records each request (method, url,
- * headers) and answers 404. `flush()` waits until every earlier request is
+ * headers) and answers 404 (with `answerHeaders`). `flush()` waits until every earlier request is
  * in `seen`.
  */
-export async function startRecordingServer() {
+export async function startRecordingServer({ answerHeaders = {} } = {}) {
   const source = `
     const http = require("node:http");
+    const extra = ${JSON.stringify(JSON.stringify(answerHeaders))};
     const server = http.createServer((request, response) => {
       process.stdout.write(JSON.stringify({ method: request.method, url: request.url, headers: request.headers }) + "\\n");
       request.resume();
-      response.writeHead(404, { "content-type": "application/json" });
+      response.writeHead(404, { "content-type": "application/json", ...JSON.parse(extra) });
       response.end('{"error":"not here"}');
     });
     server.listen(0, "127.0.0.1", () => process.stdout.write("listening http://127.0.0.1:" + server.address().port + "\\n"));

@@ -1,5 +1,5 @@
-//! The middleware chain both origins share (request recording → fault
-//! injection → API-key check → rate limit → error rendering → panic
+//! The middleware chain both origins share (the engine's name on every
+//! answer → request recording → fault injection → API-key check → rate limit → error rendering → panic
 //! catching → handler). What differs between the faces (which paths are
 //! theirs, how a request presents the key, how an error reads, whether the
 //! rate limit applies) is asked of the [`Face`] that owns the path.
@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
@@ -19,6 +19,19 @@ use crate::faults::{FaultAction, RecordedRequest};
 
 /// Where the admin API lives: never recorded, never faulted.
 pub const ADMIN_PREFIX: &str = "/_admin";
+
+/// The header every answer of the engine carries, on both faces and both
+/// origins, naming it ([`ENGINE_NAME`]): a host stops spending a
+/// provider's declared budget on an origin whose answers carry it (the
+/// budget protects the real service; the engine has none unless it says
+/// so). A real service that sent it would only give up its own pacing.
+pub const ENGINE_HEADER: &str = "x-sandbox-engine";
+/// The value of [`ENGINE_HEADER`].
+pub const ENGINE_NAME: &str = "createos-local";
+/// The engine's own budget (`REQUESTS/WINDOW_MS`, as `--rate-limit`
+/// takes it), on the answers of the paths it limits; absent where it
+/// limits nothing.
+pub const ENGINE_RATE_LIMIT_HEADER: &str = "x-sandbox-engine-rate-limit";
 
 /// What the shared middleware asks of a face.
 pub trait Face: Send + Sync + 'static {
@@ -82,6 +95,28 @@ pub(super) struct Chain {
 /// `tree_exited` overrides).
 #[derive(Debug, Clone)]
 pub struct InjectedFault(pub FaultAction);
+
+/// Names the engine on every answer (see [`ENGINE_HEADER`]), and its own
+/// budget on the answers of the paths that budget applies to.
+pub(super) async fn identify(State(chain): State<Chain>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let budget = chain
+        .state
+        .rate_limit
+        .as_ref()
+        .filter(|_| chain.faces.of(path).rate_limited(path))
+        .map(|limiter| {
+            let stats = limiter.stats();
+            format!("{}/{}", stats.requests, stats.window_ms)
+        });
+    let mut resp = next.run(req).await;
+    let headers = resp.headers_mut();
+    headers.insert(ENGINE_HEADER, HeaderValue::from_static(ENGINE_NAME));
+    if let Some(value) = budget.and_then(|b| HeaderValue::from_str(&b).ok()) {
+        headers.insert(ENGINE_RATE_LIMIT_HEADER, value);
+    }
+    resp
+}
 
 /// Records every request but the admin API's (method, path, status and
 /// the fault applied).

@@ -9,7 +9,9 @@ use axum::middleware;
 use axum::Router;
 
 use super::limits::MAX_JSON_BODY;
-use super::middleware::{auth, catch_panic, faults, rate_limit, record, render_errors, Chain};
+use super::middleware::{
+    auth, catch_panic, faults, identify, rate_limit, record, render_errors, Chain,
+};
 use super::middleware::{Face, Faces};
 use super::state::Shared;
 
@@ -39,6 +41,7 @@ pub fn origin(
         .layer(middleware::from_fn_with_state(chain.clone(), rate_limit))
         .layer(middleware::from_fn_with_state(chain.clone(), auth))
         .layer(middleware::from_fn_with_state(chain.clone(), faults))
-        .layer(middleware::from_fn_with_state(chain, record))
+        .layer(middleware::from_fn_with_state(chain.clone(), record))
+        .layer(middleware::from_fn_with_state(chain, identify))
         .with_state(state)
 }

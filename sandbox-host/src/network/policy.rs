@@ -10,6 +10,8 @@ use anyhow::{bail, Context, Result};
 use http::{HeaderName, HeaderValue, Method, StatusCode, Uri};
 
 use crate::network::request_pacer::{Priority, RateLimit, RequestPacer};
+#[cfg(test)]
+use crate::network::request_pacer::{ENGINE_HEADER, ENGINE_RATE_LIMIT_HEADER};
 use crate::network::transport::{
     ErrorCode, OutgoingRequest, RequestTimeouts, Transport, TransportFuture,
 };
@@ -110,6 +112,9 @@ struct AllowedOrigin {
 pub struct Policy {
     origins: Vec<AllowedOrigin>,
     rate_limit: Option<RateLimit>,
+    /// `rate_limit` is the provider's declaration (not the operator's):
+    /// an origin that answers as the engine does not spend it.
+    rate_limit_declared: bool,
     pacer: RequestPacer,
     max_timeout: Option<Duration>,
     max_throttle_wait: Option<Duration>,
@@ -131,6 +136,7 @@ impl Policy {
                 secrets: Vec::new(),
             }],
             rate_limit: None,
+            rate_limit_declared: false,
             pacer: RequestPacer::global(),
             max_timeout: None,
             max_throttle_wait: None,
@@ -192,7 +198,30 @@ impl Policy {
     /// across everything sharing the budget; `None`: no limit.
     pub fn with_rate_limit(mut self, limit: Option<RateLimit>) -> Self {
         self.rate_limit = limit;
+        self.rate_limit_declared = false;
         self
+    }
+
+    /// Spends `limit`, the provider's declared `rate-limit`, on requests
+    /// to the origin, except on an origin whose answers say they come from
+    /// the embedded engine: there the engine's own budget, or none (see
+    /// [`RequestPacer::note_answer`]). [`Policy::with_rate_limit`] is for
+    /// the operator's limit, spent everywhere.
+    pub fn with_declared_rate_limit(mut self, limit: Option<RateLimit>) -> Self {
+        self.rate_limit = limit;
+        self.rate_limit_declared = true;
+        self
+    }
+
+    /// The budget a request to `origin` spends now.
+    fn limit_for(&self, origin: &str) -> Option<RateLimit> {
+        if !self.rate_limit_declared {
+            return self.rate_limit;
+        }
+        match self.pacer.engine_budget(origin) {
+            Some(own) => own,
+            None => self.rate_limit,
+        }
     }
 
     /// Uses `pacer` instead of [`RequestPacer::global`].
@@ -350,7 +379,8 @@ impl Transport for Guard {
             };
             let mut repeats = 0;
             loop {
-                let grant = match &policy.rate_limit {
+                let limit = policy.limit_for(&key);
+                let grant = match &limit {
                     Some(limit) => {
                         let turn = policy.pacer.acquire(&key, limit, priority);
                         let granted = match deadline {
@@ -382,9 +412,8 @@ impl Transport for Guard {
                 // The API counted the request when it arrived, before this.
                 drop(grant);
                 let mut response = answer?;
-                if let (StatusCode::TOO_MANY_REQUESTS, Some(limit)) =
-                    (response.status, &policy.rate_limit)
-                {
+                policy.pacer.note_answer(&key, &response.headers);
+                if let (StatusCode::TOO_MANY_REQUESTS, Some(limit)) = (response.status, &limit) {
                     let header = response
                         .headers
                         .get(http::header::RETRY_AFTER)
@@ -457,6 +486,7 @@ pub(crate) fn throttle_repeat_allowed(
 #[cfg(test)]
 mod tests {
     use super::{throttle_pause, throttle_repeat_allowed, Origin};
+    use crate::network::transport::Transport as _;
     use std::time::Duration;
 
     fn decisions() -> serde_json::Value {
@@ -575,6 +605,180 @@ mod tests {
             matches!(capped, Err((seen, _)) if seen <= 4 * CHUNK as u64),
             "{capped:?}"
         );
+    }
+
+    /// A transport whose answers carry the engine's name when the origin
+    /// is in `engines` (with that origin's budget header, if any).
+    struct Answers {
+        engines: Vec<(&'static str, Option<&'static str>)>,
+    }
+
+    impl crate::network::transport::Transport for Answers {
+        fn send(
+            &self,
+            request: crate::network::transport::OutgoingRequest,
+        ) -> crate::network::transport::TransportFuture {
+            let mut response = crate::network::transport::TransportResponse::new(
+                http::StatusCode::OK,
+                crate::network::body::ResponseBody::chunks(Vec::new(), None),
+            );
+            let origin = Origin::of_uri(&request.uri).unwrap().to_string();
+            if let Some((_, budget)) = self.engines.iter().find(|(o, _)| **o == origin) {
+                let headers = &mut response.headers;
+                headers.insert(super::ENGINE_HEADER, "createos-local".parse().unwrap());
+                if let Some(budget) = budget {
+                    headers.insert(super::ENGINE_RATE_LIMIT_HEADER, budget.parse().unwrap());
+                }
+            }
+            Box::pin(async move { Ok(response) })
+        }
+    }
+
+    /// Sends `count` GETs to `origin` through `policy` over `transport`;
+    /// how many requests the pacer let start (spent a budget).
+    fn starts(
+        policy: super::Policy,
+        transport: std::sync::Arc<Answers>,
+        origin: &str,
+        count: usize,
+    ) -> u64 {
+        let pacer = crate::network::request_pacer::RequestPacer::in_memory();
+        let guard = policy.with_request_pacer(pacer.clone()).guard(transport);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            for _ in 0..count {
+                let request = crate::network::transport::OutgoingRequest {
+                    method: http::Method::GET,
+                    uri: format!("{origin}/v1/sandboxes").parse().unwrap(),
+                    headers: http::HeaderMap::new(),
+                    body: bytes::Bytes::new(),
+                    timeouts: Default::default(),
+                    // Far beyond what the test needs; a request the budget
+                    // held back for its window (an hour) fails instead of
+                    // hanging the test.
+                    deadline: Some(std::time::Instant::now() + Duration::from_secs(60)),
+                };
+                guard.send(request).await.expect(
+                    "a request the pacer did not hold for the declared budget's hour answered",
+                );
+            }
+        });
+        pacer.stats().started
+    }
+
+    fn an_hour(requests: u32) -> crate::RateLimit {
+        crate::RateLimit::new(requests, Duration::from_secs(3600))
+    }
+
+    /// Issue 44 item 4: an origin that answered as the embedded engine
+    /// stops spending the provider's declared budget: only the first
+    /// request (before it said so) spent it; with a budget of one per
+    /// hour, the later ones would otherwise wait the hour.
+    #[test]
+    fn the_declared_budget_is_not_spent_on_an_origin_that_said_it_is_the_engine() {
+        let engine = std::sync::Arc::new(Answers {
+            engines: vec![("http://127.0.0.1:4000", None)],
+        });
+        let policy = super::Policy::for_origin("http://127.0.0.1:4000")
+            .unwrap()
+            .with_declared_rate_limit(Some(an_hour(1)));
+        assert_eq!(starts(policy, engine, "http://127.0.0.1:4000", 4), 1);
+    }
+
+    /// The engine's own budget (its `--rate-limit`) is spent instead of
+    /// the declared one, on every request after it named it.
+    #[test]
+    fn an_engine_that_names_its_own_budget_gets_that_budget() {
+        let engine = std::sync::Arc::new(Answers {
+            engines: vec![("http://127.0.0.1:4000", Some("50/3600000"))],
+        });
+        let policy = super::Policy::for_origin("http://127.0.0.1:4000")
+            .unwrap()
+            .with_declared_rate_limit(Some(an_hour(1)));
+        assert_eq!(starts(policy, engine, "http://127.0.0.1:4000", 4), 4);
+    }
+
+    /// What the operator set (their account's limit) is theirs to decide:
+    /// it is spent on every origin, the engine's included.
+    #[test]
+    fn an_operator_limit_is_spent_on_the_engine_too() {
+        let engine = std::sync::Arc::new(Answers {
+            engines: vec![("http://127.0.0.1:4000", None)],
+        });
+        let policy = super::Policy::for_origin("http://127.0.0.1:4000")
+            .unwrap()
+            .with_rate_limit(Some(an_hour(10)));
+        assert_eq!(starts(policy, engine, "http://127.0.0.1:4000", 4), 4);
+    }
+
+    /// The attacker's view: an origin that claims to be the engine loses
+    /// pacing for itself only. Another origin, even behind the same pacer
+    /// and policy, still spends the declared budget on every request.
+    #[test]
+    fn a_claim_of_one_origin_never_unpaces_another() {
+        let transport = std::sync::Arc::new(Answers {
+            engines: vec![("http://127.0.0.1:4000", None)],
+        });
+        let pacer = crate::network::request_pacer::RequestPacer::in_memory();
+        let policy = super::Policy::for_origin("http://127.0.0.1:4000")
+            .unwrap()
+            .also_allow(Origin::parse("https://api.test").unwrap())
+            .with_declared_rate_limit(Some(an_hour(100)))
+            .with_request_pacer(pacer.clone());
+        let guard = policy.guard(transport);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            for origin in [
+                "http://127.0.0.1:4000",
+                "https://api.test",
+                "http://127.0.0.1:4000",
+                "https://api.test",
+                "https://api.test",
+            ] {
+                let request = crate::network::transport::OutgoingRequest {
+                    method: http::Method::GET,
+                    uri: format!("{origin}/v1/sandboxes").parse().unwrap(),
+                    headers: http::HeaderMap::new(),
+                    body: bytes::Bytes::new(),
+                    timeouts: Default::default(),
+                    deadline: None,
+                };
+                guard.send(request).await.unwrap();
+            }
+        });
+        // The engine's first request, and all three of the other origin.
+        assert_eq!(pacer.stats().started, 4);
+    }
+
+    /// An answer without the name takes the claim back: the origin is
+    /// paced again from its next request.
+    #[test]
+    fn an_answer_without_the_name_takes_the_claim_back() {
+        let pacer = crate::network::request_pacer::RequestPacer::in_memory();
+        let origin = "http://127.0.0.1:4000";
+        let mut engine_headers = http::HeaderMap::new();
+        engine_headers.insert(super::ENGINE_HEADER, "createos-local".parse().unwrap());
+        pacer.note_answer(origin, &engine_headers);
+        assert_eq!(pacer.engine_budget(origin), Some(None));
+        pacer.note_answer(origin, &http::HeaderMap::new());
+        assert_eq!(pacer.engine_budget(origin), None);
+        let mut budget = engine_headers.clone();
+        budget.insert(super::ENGINE_RATE_LIMIT_HEADER, "7/1000".parse().unwrap());
+        pacer.note_answer(origin, &budget);
+        assert_eq!(
+            pacer.engine_budget(origin),
+            Some(Some(crate::RateLimit::new(7, Duration::from_secs(1))))
+        );
+        // A budget it cannot read is no budget: the declared one applies.
+        budget.insert(super::ENGINE_RATE_LIMIT_HEADER, "lots".parse().unwrap());
+        pacer.note_answer(origin, &budget);
+        assert_eq!(pacer.engine_budget(origin), None);
     }
 
     #[test]

@@ -21,6 +21,16 @@
 //! keeps the host within the limit however the network or a busy machine
 //! delays a request. Time is wall-clock milliseconds, the one clock
 //! processes share; a small [`margin`] covers its granularity.
+//!
+//! A declared budget protects the provider's real service. An origin whose
+//! answers say they come from our embedded engine ([`ENGINE_HEADER`]) is
+//! not that service: the pacer remembers, per exact origin and in this
+//! process only, what its latest answer said ([`RequestPacer::note_answer`]),
+//! and the guard then spends the engine's own budget
+//! ([`ENGINE_RATE_LIMIT_HEADER`]) or none instead of the declared one. The
+//! first request to an origin is always paced (nothing is known yet), and
+//! an answer without the header takes the claim back. A real service that
+//! sent the header would only give up the pacing of its own origin.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::path::Path;
@@ -94,6 +104,13 @@ impl RateLimit {
     }
 }
 
+/// The header every answer of the embedded engine (`createos-local`)
+/// carries; its value names the engine (`sandbox_engine::ENGINE_HEADER`).
+pub const ENGINE_HEADER: &str = "x-sandbox-engine";
+/// The engine's own budget, `REQUESTS/WINDOW_MS`, on the answers of the
+/// paths it limits (`sandbox_engine::ENGINE_RATE_LIMIT_HEADER`).
+pub const ENGINE_RATE_LIMIT_HEADER: &str = "x-sandbox-engine-rate-limit";
+
 /// Who is asking: cleanup goes ahead of new work when the budget is short.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Priority {
@@ -130,6 +147,8 @@ pub struct RequestPacer {
 struct Shared {
     ledger: RateLedger,
     queues: Mutex<HashMap<String, Arc<OriginQueue>>>,
+    /// Origins whose latest answer came from the engine, and the budget it named.
+    engines: Mutex<HashMap<String, Option<RateLimit>>>,
     started: AtomicU64,
     waited: AtomicU64,
     throttled: AtomicU64,
@@ -186,6 +205,7 @@ impl RequestPacer {
             shared: Arc::new(Shared {
                 ledger,
                 queues: Mutex::new(HashMap::new()),
+                engines: Mutex::new(HashMap::new()),
                 started: AtomicU64::new(0),
                 waited: AtomicU64::new(0),
                 throttled: AtomicU64::new(0),
@@ -249,6 +269,39 @@ impl RequestPacer {
                 notified.await;
             }
         }
+    }
+
+    /// Remembers what an answer from `origin` said about who gave it: from
+    /// the engine (with the budget it named, if it could be read), or not
+    /// (which takes back an earlier claim). A claim with a budget that
+    /// cannot be read counts as no claim.
+    pub(crate) fn note_answer(&self, origin: &str, headers: &http::HeaderMap) {
+        let claim =
+            headers
+                .get(ENGINE_HEADER)
+                .and_then(|_| match headers.get(ENGINE_RATE_LIMIT_HEADER) {
+                    None => Some(None),
+                    Some(value) => value
+                        .to_str()
+                        .ok()
+                        .and_then(|text| RateLimit::parse(text).ok())
+                        .map(Some),
+                });
+        let mut engines = lock(&self.shared.engines);
+        match claim {
+            Some(budget) => {
+                engines.insert(origin.to_owned(), budget);
+            }
+            None => {
+                engines.remove(origin);
+            }
+        }
+    }
+
+    /// `Some(budget)` when the latest answer from `origin` came from the
+    /// engine (`budget`: the one it named, or none); `None` otherwise.
+    pub(crate) fn engine_budget(&self, origin: &str) -> Option<Option<RateLimit>> {
+        lock(&self.shared.engines).get(origin).copied()
     }
 
     /// Records a 429 from `origin`: no request starts there before `pause`

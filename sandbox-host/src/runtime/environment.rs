@@ -106,8 +106,14 @@ impl SandboxRuntime {
         secrets: &Secrets,
         asked: &[String],
     ) -> Result<Policy> {
-        Ok(route_policy(&self.description, split, secrets, asked)?
-            .with_request_pacer(self.pacer.clone())
-            .with_rate_limit(self.rate_limit))
+        let policy = route_policy(&self.description, split, secrets, asked)?
+            .with_request_pacer(self.pacer.clone());
+        // The declared budget protects the real service; an origin that
+        // answers as our engine does not spend it (see `RequestPacer`).
+        Ok(if self.rate_limit_declared {
+            policy.with_declared_rate_limit(self.rate_limit)
+        } else {
+            policy.with_rate_limit(self.rate_limit)
+        })
     }
 }
