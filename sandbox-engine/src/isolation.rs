@@ -54,7 +54,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -164,6 +164,8 @@ pub struct SpawnSpec {
     pub env: Vec<(String, String)>,
     /// Value of [`MARKER_VAR`] for this process.
     pub marker: String,
+    /// A terminal of this size instead of pipes (see [`crate::pty`]).
+    pub terminal: Option<crate::pty::Winsize>,
 }
 
 /// A spawned command before its tree identity is known.
@@ -175,6 +177,9 @@ pub struct Spawned {
     /// In a sandbox machine (see [`crate::machine`]): the command's pids
     /// group and its lease on the machine.
     pub machine: Option<(PathBuf, crate::machine::Lease)>,
+    /// The master of the command's terminal (a `terminal` spawn); the
+    /// child's stdio pipes are then absent.
+    pub terminal: Option<OwnedFd>,
 }
 
 /// The minimal environment every command starts from.
@@ -219,6 +224,12 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         if crate::machine::available(&spec.root) {
             return spawn_in_machine(bwrap, spec);
         }
+        if spec.terminal.is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                crate::pty::NO_MACHINE,
+            ));
+        }
     }
     let mut env_memfd = None;
     let (mut cmd, status_pipe, status_raw) = match bwrap {
@@ -252,9 +263,24 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         .and_then(|_| sandbox_uid(&spec.root))
         .and_then(pids_cgroup_procs);
     let cgroup_raw = cgroup.as_ref().map(|f| f.as_raw_fd());
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    // Unconfined (bwrap commands without a machine have none): a terminal
+    // of the host's, which the command makes its controlling terminal.
+    let terminal = match spec.terminal {
+        Some(size) => {
+            let (master, slave) = crate::pty::open_here(size)?;
+            cmd.stdin(slave.try_clone()?)
+                .stdout(slave.try_clone()?)
+                .stderr(slave);
+            Some(master)
+        }
+        None => {
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            None
+        }
+    };
+    let controlling_terminal = terminal.is_some();
     let confined = bwrap.is_some();
     let server_pid = rustix::process::getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes
@@ -263,6 +289,9 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
+            if controlling_terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             mark_cloexec_from(3);
             // Let exactly this child (bwrap) inherit the status pipe and
             // the environment memfd (bwrap closes the latter once read).
@@ -301,6 +330,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         child,
         status_pipe,
         machine: None,
+        terminal,
     })
 }
 
@@ -328,8 +358,27 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             format!("invalid environment variable name {k:?}"),
         ));
     }
-    let mut cmd = match crate::join::command(&door, &procs, &spec.cwd, &env, &spec.cmd, &spec.args)
-    {
+    let sockets = match spec.terminal.map(|_| crate::pty::socket_pair()).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
+        }
+    };
+    let launcher = match (spec.terminal, &sockets) {
+        (Some(size), Some((_, theirs))) => crate::join::command_in_terminal(
+            &door,
+            &procs,
+            &spec.cwd,
+            &env,
+            &spec.cmd,
+            &spec.args,
+            size,
+            theirs.as_raw_fd(),
+        ),
+        _ => crate::join::command(&door, &procs, &spec.cwd, &env, &spec.cmd, &spec.args),
+    };
+    let mut cmd = match launcher {
         Ok(c) => c,
         Err(e) => {
             let _ = std::fs::remove_dir(&dir);
@@ -339,9 +388,16 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    if sockets.is_some() {
+        // The command's stdio is its terminal; the launcher's is nothing.
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    } else {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    }
     let spawned = tokio::process::Command::from(cmd)
         .kill_on_drop(false)
         .spawn();
@@ -354,10 +410,15 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             return Err(e);
         }
     };
+    // The spawn returned once the launcher had forked the command, after
+    // it sent the master: it is queued on the socket. (Should it not
+    // arrive, the supervisor ends the tree: see `Process::start`.)
+    let terminal = sockets.and_then(|(ours, _)| crate::pty::recv_fd(ours.as_fd()).ok());
     Ok(Spawned {
         child,
         status_pipe: None,
         machine: Some((dir, lease)),
+        terminal,
     })
 }
 
@@ -451,6 +512,7 @@ pub fn bare_bwrap_command(
         host_cwd: root.to_path_buf(),
         env: base_env(&IsolationMode::Bwrap, root),
         marker: String::new(),
+        terminal: None,
     };
     let mut command = bwrap_command(bwrap, &spec, None);
     command.env_clear().envs(spec.env);
@@ -470,6 +532,7 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
         host_cwd: probe_root.to_path_buf(),
         env: base_env(&IsolationMode::Bwrap, probe_root),
         marker: "probe".to_string(),
+        terminal: None,
     };
     let mut spawned = spawn(Some(&bwrap), &spec).map_err(|e| format!("cannot run bwrap: {e}"))?;
     // A machine command's group goes once the probe is done (the lease

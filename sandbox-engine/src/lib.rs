@@ -53,6 +53,7 @@ pub mod journal;
 pub mod machine;
 pub mod process_limits;
 pub(crate) mod procfs;
+pub mod pty;
 pub mod rate_limit;
 pub mod records;
 pub mod rootfs;
