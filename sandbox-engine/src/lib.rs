@@ -56,6 +56,7 @@ pub mod machine;
 pub mod output_budget;
 pub mod process_limits;
 pub(crate) mod procfs;
+pub mod pty;
 pub mod rate_limit;
 pub mod records;
 pub mod rootfs;

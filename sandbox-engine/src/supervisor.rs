@@ -40,6 +40,11 @@ use tokio::sync::{oneshot, watch};
 
 use crate::isolation::{self, IsolationMode, SpawnSpec, Tree};
 use crate::journal::{ExitStatus, Journal, ReaderId, Retention, Room, StreamKind};
+use crate::pty::{Terminal, Winsize};
+
+mod interactive;
+
+pub use interactive::{InputError, ResizeError};
 
 /// Process states from the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +120,12 @@ pub struct Process {
     output_budget: Option<Arc<crate::output_budget::OutputBudget>>,
     /// Counted against the budget already.
     counted: AtomicBool,
+    /// A `pty` process: the size its terminal was asked with.
+    terminal_size: Option<Winsize>,
+    /// A `pty` process's terminal, once started.
+    terminal: std::sync::OnceLock<Arc<Terminal>>,
+    /// One input request writes at a time, in the order they came.
+    input_lock: tokio::sync::Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -162,6 +173,8 @@ pub struct StartRequest {
     /// The engine-wide budget of finished output (counted only for a
     /// [`Retention::Streamed`] journal).
     pub output_budget: Option<Arc<crate::output_budget::OutputBudget>>,
+    /// A terminal of this size instead of pipes (a `pty` process).
+    pub terminal: Option<Winsize>,
 }
 
 /// The outcome of a terminate call.
@@ -215,6 +228,9 @@ impl Process {
             me: me.clone(),
             output_budget,
             counted: AtomicBool::new(false),
+            terminal_size: req.terminal,
+            terminal: std::sync::OnceLock::new(),
+            input_lock: tokio::sync::Mutex::new(()),
         });
         let spec = SpawnSpec {
             root: req.root.clone(),
@@ -224,6 +240,7 @@ impl Process {
             host_cwd: req.host_cwd.clone(),
             env: req.env.clone(),
             marker: marker.clone(),
+            terminal: req.terminal,
         };
         // The sandbox's OOM kills so far: one more by the time the command
         // ends by SIGKILL means the sandbox reached its memory limit.
@@ -248,6 +265,7 @@ impl Process {
             }
         };
         let confined = bwrap.is_some();
+        let master = spawned.terminal;
         let mut child = spawned.child;
         let outer_pid = child.id().map_or(0, |p| p as i32);
         let (tree, init_exit) = match (mode, spawned.status_pipe, spawned.machine) {
@@ -283,6 +301,22 @@ impl Process {
         // Both readers learn when the leader has been reaped; each answers
         // once it holds every byte written before that moment.
         let (reaped_tx, reaped_rx) = watch::channel(false);
+        if let Some(size) = req.terminal {
+            let drained = proc.start_terminal(master, size, reaped_rx).await;
+            let p = proc.clone();
+            tokio::spawn(async move {
+                let status = child.wait().await;
+                let _ = reaped_tx.send(true);
+                let _ = drained.await;
+                let exit = match status {
+                    Ok(st) => p.map_status(st),
+                    Err(_) => ExitStatus::Code(-1),
+                };
+                p.finish_leader(exit, ProcState::Exited);
+                p.watch_tree(init_exit).await;
+            });
+            return proc;
+        }
         let drained: Vec<_> = [
             child
                 .stdout
@@ -713,7 +747,7 @@ impl Process {
         let inner = lock(&self.inner);
         let mut v = json!({
             "process_id": self.id,
-            "kind": "process",
+            "kind": if self.terminal_size.is_some() { "pty" } else { "process" },
             "pid": inner.pid,
             "state": inner.state.as_str(),
             "leader_exited": inner.leader_exited,
@@ -738,6 +772,12 @@ impl Process {
                     map.insert("signal".into(), json!(s));
                 }
                 None => {}
+            }
+            if let Some(size) = self.terminal_size() {
+                map.insert(
+                    "terminal".into(),
+                    json!({ "cols": size.cols, "rows": size.rows }),
+                );
             }
         }
         v
