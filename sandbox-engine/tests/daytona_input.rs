@@ -55,7 +55,12 @@ async fn an_async_session_command_reads_input_sent_while_it_runs() {
     let status = finished(&h, &base, &cid).await;
     assert_eq!(status["exitCode"], 0, "{status}");
     let (st, _, logs) = h
-        .daytona_raw(Method::GET, format!("{base}/command/{cid}/logs"), None, false)
+        .daytona_raw(
+            Method::GET,
+            format!("{base}/command/{cid}/logs"),
+            None,
+            false,
+        )
         .await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(String::from_utf8_lossy(&logs).trim(), "got:first:second");
@@ -77,12 +82,20 @@ async fn input_to_a_command_without_open_stdin_or_with_a_bad_body_is_refused() {
     let base = format!("{}/{sb}/process/session/s", h.server.toolbox_url());
     // An asynchronous command that waits on its (open) stdin.
     let (st, v) = h
-        .daytona_session_exec(&sb, "s", json!({"command": "cat >/dev/null", "runAsync": true}))
+        .daytona_session_exec(
+            &sb,
+            "s",
+            json!({"command": "cat >/dev/null", "runAsync": true}),
+        )
         .await;
     assert_eq!(st, StatusCode::ACCEPTED, "{v}");
     let cid = v["cmdId"].as_str().expect("cmdId").to_string();
     let input = format!("{base}/command/{cid}/input");
-    for body in [json!({}), json!({"data": 5}), json!({"data": "x".repeat(1024 * 1024 + 1)})] {
+    for body in [
+        json!({}),
+        json!({"data": 5}),
+        json!({"data": "x".repeat(1024 * 1024 + 1)}),
+    ] {
         let (st, v) = h.daytona(Method::POST, &input, Some(body)).await;
         assert!(
             st == StatusCode::BAD_REQUEST || st == StatusCode::PAYLOAD_TOO_LARGE,
@@ -119,7 +132,11 @@ async fn input_to_a_command_without_open_stdin_or_with_a_bad_body_is_refused() {
     );
 
     let (st, v) = h
-        .daytona(Method::POST, format!("{base}/command/{cid}/terminate"), None)
+        .daytona(
+            Method::POST,
+            format!("{base}/command/{cid}/terminate"),
+            None,
+        )
         .await;
     assert!(st.is_success(), "{v}");
 }
