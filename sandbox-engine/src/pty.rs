@@ -375,6 +375,28 @@ mod tests {
         }
     }
 
+    /// A bwrap sandbox without a machine has nowhere to open a terminal
+    /// before its command starts: refused, never a terminal of the host.
+    #[test]
+    fn a_bwrap_command_without_a_machine_gets_no_terminal() {
+        let root = std::env::temp_dir().join(format!("no-machine-{}", std::process::id()));
+        let spec = crate::isolation::SpawnSpec {
+            root: root.clone(),
+            cmd: "tty".into(),
+            args: vec![],
+            cwd: "/".into(),
+            host_cwd: root,
+            env: vec![],
+            marker: "no-machine".into(),
+            terminal: Some(Winsize::DEFAULT),
+        };
+        let refused = crate::isolation::spawn(Some(std::path::Path::new("/bin/false")), &spec)
+            .err()
+            .expect("refused");
+        assert_eq!(refused.kind(), std::io::ErrorKind::Unsupported);
+        assert!(refused.to_string().contains("machine"), "{refused}");
+    }
+
     #[tokio::test]
     async fn a_terminal_opened_here_carries_bytes_and_its_size() {
         let (master, slave) = open_here(Winsize { cols: 77, rows: 11 }).expect("a terminal");

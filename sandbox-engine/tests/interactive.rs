@@ -515,3 +515,52 @@ async fn bad_interactive_requests_get_a_typed_4xx() {
         .await;
     assert!(st.is_success(), "{v}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_sandbox_refuses_input_and_resizes_until_it_is_resumed() {
+    let e = Engine::launch();
+    let sb = e.sandbox(&marker("pty-pause")).await;
+    let mut pipe = e.start(&sb, json!({"cmd": "cat"})).await;
+    let term = e.start(&sb, pty("cat", &[], 80, 24)).await;
+    let wait_status = |want: &'static str| {
+        let e = &e;
+        let sb = sb.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let (_, v) = e
+                    .req(Method::GET, &format!("/v1/sandboxes/{sb}"), None)
+                    .await;
+                if v["data"]["status"] == want {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "never {want}: {v}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let (st, v) = e
+        .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
+        .await;
+    assert!(st.is_success(), "{v}");
+    wait_status("paused").await;
+    let (st, v) = e.input(&pipe, b"asleep\n").await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    assert_eq!(v["data"]["current_status"], "paused", "{v}");
+    let (st, v) = e.resize(&term, 100, 30).await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    let (st, v) = e
+        .post(&format!("/v1/sandboxes/{sb}/resume"), json!({}))
+        .await;
+    assert!(st.is_success(), "{v}");
+    wait_status("running").await;
+    let (st, v) = e.input(&pipe, b"awake\n").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    pipe.expect("awake\n").await;
+    assert!(
+        !contains(&pipe.out, b"asleep"),
+        "refused input was not written"
+    );
+    let (st, v) = e.resize(&term, 100, 30).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+}

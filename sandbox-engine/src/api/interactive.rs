@@ -19,7 +19,7 @@ use crate::http::error::{parse_json, ApiError};
 use crate::http::state::{detached, Shared};
 use crate::pty::Winsize;
 use crate::store::Status;
-use crate::supervisor::{InputError, Process, ResizeError};
+use crate::supervisor::{InputError, ResizeError};
 
 /// The most input bytes one request carries (decoded): 1 MiB. A longer
 /// paste is split by the client (the public CreateOS plugin sends at most
@@ -44,7 +44,8 @@ pub struct ResizeBody {
     rows: Option<u64>,
 }
 
-fn too_large(len: impl std::fmt::Display) -> ApiError {
+/// 413 for input over [`MAX_INPUT`] (both faces).
+pub(crate) fn too_large(len: impl std::fmt::Display) -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "input_too_large",
@@ -105,11 +106,12 @@ pub async fn input(
     .await?;
     match written {
         Ok(()) => Ok(ok(json!({ "process_id": p.id, "written": len }))),
-        Err(e) => Err(input_error(&p, e)),
+        Err(e) => Err(input_error(e)),
     }
 }
 
-fn input_error(p: &Process, e: InputError) -> ApiError {
+/// The answer to input that was not (wholly) written (both faces).
+pub(crate) fn input_error(e: InputError) -> ApiError {
     match e {
         InputError::Closed => ApiError::new(
             StatusCode::CONFLICT,
@@ -121,7 +123,7 @@ fn input_error(p: &Process, e: InputError) -> ApiError {
             "process_exited",
             "the command has exited or no longer reads its input",
         )
-        .with_extra(json!({ "written": written, "process": p.to_json() })),
+        .with_extra(json!({ "written": written })),
         InputError::Blocked { written } => ApiError::new(
             StatusCode::CONFLICT,
             "input_blocked",

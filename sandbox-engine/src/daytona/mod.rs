@@ -15,6 +15,7 @@
 
 pub mod error;
 pub mod files;
+pub mod interactive;
 pub mod log_socket;
 pub mod sandboxes;
 pub mod toolbox;
@@ -126,6 +127,10 @@ pub fn toolbox_routes() -> Router<Shared> {
         .route(
             "/{id}/process/session/{sid}/command/{cid}/terminate",
             post(toolbox::terminate_command),
+        )
+        .route(
+            "/{id}/process/session/{sid}/command/{cid}/input",
+            post(interactive::command_input),
         )
         .route("/{id}/process/execute", post(toolbox::execute))
         .route(

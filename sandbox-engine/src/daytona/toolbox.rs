@@ -72,19 +72,19 @@ fn shell() -> &'static str {
     })
 }
 
-fn session_of(sb: &DaytonaSandbox, id: &str) -> Result<Arc<Session>, DaytonaError> {
+pub(super) fn session_of(sb: &DaytonaSandbox, id: &str) -> Result<Arc<Session>, DaytonaError> {
     sb.session(id)
         .ok_or_else(|| DaytonaError::not_found("session"))
 }
 
-fn command_of(session: &Session, id: &str) -> Result<Arc<Command>, DaytonaError> {
+pub(super) fn command_of(session: &Session, id: &str) -> Result<Arc<Command>, DaytonaError> {
     session
         .command(id)
         .ok_or_else(|| DaytonaError::not_found("command"))
 }
 
 /// 409 unless the sandbox is `started`.
-fn require_started(sb: &DaytonaSandbox) -> Result<(), DaytonaError> {
+pub(super) fn require_started(sb: &DaytonaSandbox) -> Result<(), DaytonaError> {
     match sb.state() {
         SbState::Started => Ok(()),
         other => Err(DaytonaError::conflict(format!(

@@ -82,6 +82,11 @@ impl Process {
     /// is done.
     pub async fn write_input(&self, data: &[u8], patience: Duration) -> Result<(), InputError> {
         let _order = self.input_lock.lock().await;
+        // Closed first: a command may exit because its stdin was closed,
+        // and the caller's mistake is the input after the close.
+        if !self.is_terminal() && self.stdin_closed.load(Ordering::SeqCst) {
+            return Err(InputError::Closed);
+        }
         if self.exited().0 {
             return Err(InputError::Exited { written: 0 });
         }
