@@ -65,7 +65,7 @@ impl Live {
                 std::thread::sleep(first_delay);
             }
             match stream {
-                OutputStream::Stdout => s.0.extend_from_slice(chunk),
+                OutputStream::Stdout | OutputStream::Terminal => s.0.extend_from_slice(chunk),
                 OutputStream::Stderr => s.1.extend_from_slice(chunk),
             }
         })

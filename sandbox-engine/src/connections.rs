@@ -78,6 +78,13 @@ const BUSY: &str = concat!(
     r#"retry when other connections have closed","code":"too_many_connections"}"#
 );
 
+/// The answer to a connection taken while the server is out of
+/// descriptors (see [`crate::accept::Reserve`]).
+const OUT_OF_DESCRIPTORS: &str = concat!(
+    r#"{"status":"error","message":"the server is out of file descriptors and "#,
+    r#"takes no new work; retry later","code":"out_of_descriptors"}"#
+);
+
 /// Tells whether a request's headers carry the API key.
 pub type KeyCheck = Arc<dyn Fn(&axum::http::HeaderMap) -> bool + Send + Sync>;
 
@@ -161,7 +168,9 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let unauthenticated = Arc::new(std::sync::Mutex::new(Unauthenticated::default()));
     let mut open = JoinSet::new();
+    let mut reserve = crate::accept::Reserve::new();
     loop {
+        reserve.refill();
         let accepted = tokio::select! {
             _ = stopped(&mut stop) => break,
             accepted = listener.accept() => accepted,
@@ -169,10 +178,19 @@ pub async fn serve(
         while open.try_join_next().is_some() {}
         let stream = match accepted {
             Ok((stream, _)) => stream,
-            Err(_) => {
-                // Out of descriptors or a connection reset before accept:
-                // back off briefly instead of spinning.
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            Err(e) => {
+                // Out of descriptors: the reserve lets one waiting client
+                // be told so instead of waiting for nothing.
+                if crate::accept::out_of_descriptors(&e) && reserve.release() {
+                    use futures_util::FutureExt;
+                    if let Some(Ok((stream, _))) = listener.accept().now_or_never() {
+                        open.spawn(refuse(stream, OUT_OF_DESCRIPTORS));
+                    }
+                }
+                tokio::select! {
+                    _ = stopped(&mut stop) => break,
+                    _ = crate::accept::after_failure(&e) => {}
+                }
                 continue;
             }
         };
@@ -183,7 +201,7 @@ pub async fn serve(
             // connection (its slot comes back when its task ends).
             Err(_) if lock(&unauthenticated).evict_oldest() => None,
             Err(_) => {
-                open.spawn(refuse(stream));
+                open.spawn(refuse(stream, BUSY));
                 continue;
             }
         };
@@ -199,7 +217,7 @@ pub async fn serve(
                     .await
                 {
                     Ok(Ok(slot)) => slot,
-                    _ => return refuse(stream).await,
+                    _ => return refuse(stream, BUSY).await,
                 },
             };
             let slot = ConnectionSlot::new(slot);
@@ -267,14 +285,14 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-/// Answers 503 and closes. What the client sent first is read (briefly)
-/// and discarded, so that closing does not reset the connection before the
-/// client has read the answer.
-async fn refuse(mut stream: TcpStream) {
+/// Answers 503 with `body` and closes. What the client sent first is read
+/// (briefly) and discarded, so that closing does not reset the connection
+/// before the client has read the answer.
+async fn refuse(mut stream: TcpStream, body: &'static str) {
     let answer = format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{BUSY}",
-        BUSY.len()
+         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        body.len()
     );
     let mut sink = [0u8; 16 * 1024];
     let _ = tokio::time::timeout(Duration::from_millis(100), stream.read(&mut sink)).await;

@@ -665,38 +665,120 @@ pub fn detach(root: &Path) -> bool {
     true
 }
 
+/// Detaches the disk of `root` ([`detach`]) and proves it detached: no
+/// mount on `root` in the server's mount namespace and no loop device
+/// backed by its image, waiting up to `within` (a lazy unmount completes
+/// once no process, no machine's mount namespace, holds the file system).
+/// `Ok` also for a root without a disk of its own; `Err` says what is
+/// left. The death guard keeps the disk on its list until then.
+pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), String> {
+    let Some(image) = image_of(root) else {
+        return Ok(());
+    };
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let left = match remains(root, &image) {
+            Ok(left) if left.is_empty() => {
+                let _ = std::fs::remove_file(&image);
+                crate::deathguard::forget_unmount(root, &image);
+                return Ok(());
+            }
+            Ok(left) => left.join(", "),
+            Err(e) => format!("its mounts and loop devices could not be read ({e})"),
+        };
+        // Unmounted (lazily) and the image unlinked; again on every round
+        // in case an earlier attempt failed.
+        unmount(root);
+        if std::time::Instant::now() >= deadline {
+            let holders = holders(root);
+            let held = if holders.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (mounted in the mount namespaces of {})",
+                    holders.join(", ")
+                )
+            };
+            return Err(format!(
+                "the disk of {} is still in use: {left}{held}",
+                root.display()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+/// What holds the disk of `root` whose image is `image`: a mount on `root`
+/// in this mount namespace, loop devices backed by the image (removed or
+/// not). Empty when nothing does; `Err` when it could not be read.
+pub fn remains(root: &Path, image: &Path) -> std::io::Result<Vec<String>> {
+    let mut left = Vec::new();
+    let escaped = mountinfo_escaped(root);
+    for line in std::fs::read_to_string("/proc/self/mountinfo")?.lines() {
+        if line.split(' ').nth(4) == Some(escaped.as_str()) {
+            left.push(format!("mounted on {}", root.display()));
+        }
+    }
+    let image_text = image.to_string_lossy();
+    for device in std::fs::read_dir("/sys/block")? {
+        let device = device?;
+        let backing = match std::fs::read_to_string(device.path().join("loop/backing_file")) {
+            Ok(b) => b,
+            // Not a loop device, or one without a file.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => continue,
+            Err(e) => return Err(e),
+        };
+        let backing = backing.trim_end();
+        if backing == image_text || backing.strip_suffix(" (deleted)") == Some(&*image_text) {
+            left.push(format!(
+                "attached to /dev/{}",
+                device.file_name().to_string_lossy()
+            ));
+        }
+    }
+    Ok(left)
+}
+
+/// The processes whose mount namespace still has a mount on `root` (for
+/// the message of a disk that stays attached).
+fn holders(root: &Path) -> Vec<String> {
+    let escaped = mountinfo_escaped(root);
+    crate::procfs::all_pids()
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| {
+                m.lines()
+                    .any(|l| l.split(' ').nth(4) == Some(escaped.as_str()))
+            })
+        })
+        .map(|pid| {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("{pid} {}", name.trim())
+        })
+        .collect()
+}
+
+/// `path` as `/proc/self/mountinfo` writes it (space, tab, newline and
+/// backslash in octal).
+fn mountinfo_escaped(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            ' ' => out.push_str("\\040"),
+            '\t' => out.push_str("\\011"),
+            '\n' => out.push_str("\\012"),
+            '\\' => out.push_str("\\134"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Parses a size such as `2G`, `512M`, `65536K` or `1073741824` (binary
 /// units; `0` = no disk of its own).
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => t.split_at(i),
-        None => (t, ""),
-    };
-    let shift = match unit
-        .trim()
-        .to_ascii_uppercase()
-        .trim_end_matches("IB")
-        .trim_end_matches('B')
-    {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => {
-            return Err(format!(
-                "invalid size {text:?}: expected a number with K, M, G or T, for example 2G"
-            ))
-        }
-    };
-    let n: u64 = digits.parse().map_err(|_| {
-        format!("invalid size {text:?}: expected a number with K, M, G or T, for example 2G")
-    })?;
-    let bytes = n
-        .checked_shl(shift)
-        .filter(|b| b >> shift == n)
-        .ok_or_else(|| format!("size {text:?} is too large"))?;
+    let bytes = crate::util::parse_bytes(text)?;
     if bytes != 0 && bytes < MIN_SANDBOX_DISK {
         return Err(format!(
             "size {text:?} is too small: a sandbox disk needs at least 16M (or 0 for none)"

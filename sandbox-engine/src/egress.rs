@@ -253,8 +253,12 @@ pub fn start_proxy(
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     Ok(handle.spawn(async move {
         loop {
-            let Ok((conn, _)) = listener.accept().await else {
-                continue;
+            let conn = match listener.accept().await {
+                Ok((conn, _)) => conn,
+                Err(e) => {
+                    crate::accept::after_failure(&e).await;
+                    continue;
+                }
             };
             let policy = policy.clone();
             let sandbox = sandbox.clone();

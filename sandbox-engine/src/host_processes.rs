@@ -36,10 +36,46 @@ pub fn live_of_ids(ids: IdRange) -> Vec<ProcInfo> {
         .collect()
 }
 
-fn real_uid(pid: i32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+/// [`live_of_uid`] as a proof: a scan that could not be made (out of
+/// descriptors, `/proc` unreadable) is an error, never an empty list.
+pub fn live_of_uid_checked(uid: u32) -> std::io::Result<Vec<ProcInfo>> {
+    let mut live = Vec::new();
+    for pid in procfs::try_all_pids()? {
+        let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            Ok(s) => s,
+            Err(e) if procfs::gone(&e) => continue,
+            Err(e) => return Err(e),
+        };
+        if uid_in_status(&status) != Some(uid) {
+            continue;
+        }
+        let state = status
+            .lines()
+            .find_map(|l| l.strip_prefix("State:"))
+            .and_then(|v| v.trim_start().chars().next());
+        if matches!(state, Some('Z') | Some('X')) {
+            continue;
+        }
+        if let Some(p) = procfs::stat(pid) {
+            if !p.is_zombie() {
+                live.push(p);
+            }
+        } else if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(std::io::Error::other(format!(
+                "process {pid} of the sandbox could not be read"
+            )));
+        }
+    }
+    Ok(live)
+}
+
+fn uid_in_status(status: &str) -> Option<u32> {
     let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
     line.split_whitespace().next()?.parse().ok()
+}
+
+fn real_uid(pid: i32) -> Option<u32> {
+    uid_in_status(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
 }
 
 /// Stops (`SIGSTOP`) or continues (`SIGCONT`) every process of the host

@@ -56,7 +56,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -167,6 +167,8 @@ pub struct SpawnSpec {
     pub env: Vec<(String, String)>,
     /// Value of [`MARKER_VAR`] for this process.
     pub marker: String,
+    /// A terminal of this size instead of pipes (see [`crate::pty`]).
+    pub terminal: Option<crate::pty::Winsize>,
 }
 
 /// A spawned command before its tree identity is known.
@@ -178,6 +180,9 @@ pub struct Spawned {
     /// In a sandbox machine (see [`crate::machine`]): the command's pids
     /// group and its lease on the machine.
     pub machine: Option<(PathBuf, crate::machine::Lease)>,
+    /// The master of the command's terminal (a `terminal` spawn); the
+    /// child's stdio pipes are then absent.
+    pub terminal: Option<OwnedFd>,
 }
 
 /// The minimal environment every command starts from.
@@ -222,6 +227,12 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         if crate::machine::available(&spec.root) {
             return spawn_in_machine(bwrap, spec);
         }
+        if spec.terminal.is_some() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                crate::pty::NO_MACHINE,
+            ));
+        }
     }
     let mut env_memfd = None;
     // As root, the sandbox's whole range of ids is mapped by the server
@@ -262,9 +273,24 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     let env_raw = env_memfd.as_ref().map(|fd| fd.as_raw_fd());
     let groups = SandboxGroups::of(bwrap.and_then(|_| sandbox_uid(&spec.root)));
     let groups_raw = groups.raw();
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    // Unconfined (bwrap commands without a machine have none): a terminal
+    // of the host's, which the command makes its controlling terminal.
+    let terminal = match spec.terminal {
+        Some(size) => {
+            let (master, slave) = crate::pty::open_here(size)?;
+            cmd.stdin(slave.try_clone()?)
+                .stdout(slave.try_clone()?)
+                .stderr(slave);
+            Some(master)
+        }
+        None => {
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            None
+        }
+    };
+    let controlling_terminal = terminal.is_some();
     let confined = bwrap.is_some();
     let server_pid = rustix::process::getpid();
     // SAFETY: the closure runs in the forked child before exec and only makes
@@ -273,6 +299,9 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
+            if controlling_terminal && libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             mark_cloexec_from(3);
             // Let exactly this child (bwrap) inherit the status pipe and
             // the environment memfd (bwrap closes the latter once read).
@@ -315,6 +344,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         child,
         status_pipe,
         machine: None,
+        terminal,
     })
 }
 
@@ -342,17 +372,37 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             format!("invalid environment variable name {k:?}"),
         ));
     }
+    let sockets = match spec.terminal.map(|_| crate::pty::socket_pair()).transpose() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
+        }
+    };
     let memory = crate::process_limits::memory_cgroup_tasks(uid);
-    let joined = crate::join::command(
-        &door,
-        &procs,
-        memory.as_ref(),
-        &spec.cwd,
-        &env,
-        &spec.cmd,
-        &spec.args,
-    );
-    let mut cmd = match joined {
+    let launcher = match (spec.terminal, &sockets) {
+        (Some(size), Some((_, theirs))) => crate::join::command_in_terminal(
+            &door,
+            &procs,
+            memory.as_ref(),
+            &spec.cwd,
+            &env,
+            &spec.cmd,
+            &spec.args,
+            size,
+            theirs.as_raw_fd(),
+        ),
+        _ => crate::join::command(
+            &door,
+            &procs,
+            memory.as_ref(),
+            &spec.cwd,
+            &env,
+            &spec.cmd,
+            &spec.args,
+        ),
+    };
+    let mut cmd = match launcher {
         Ok(c) => c,
         Err(e) => {
             let _ = std::fs::remove_dir(&dir);
@@ -362,9 +412,16 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    if sockets.is_some() {
+        // The command's stdio is its terminal; the launcher's is nothing.
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+    } else {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+    }
     let spawned = tokio::process::Command::from(cmd)
         .kill_on_drop(false)
         .spawn();
@@ -378,10 +435,15 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             return Err(e);
         }
     };
+    // The spawn returned once the launcher had forked the command, after
+    // it sent the master: it is queued on the socket. (Should it not
+    // arrive, the supervisor ends the tree: see `Process::start`.)
+    let terminal = sockets.and_then(|(ours, _)| crate::pty::recv_fd(ours.as_fd()).ok());
     Ok(Spawned {
         child,
         status_pipe: None,
         machine: Some((dir, lease)),
+        terminal,
     })
 }
 
@@ -481,6 +543,7 @@ pub fn bare_bwrap_command(
         host_cwd: root.to_path_buf(),
         env: base_env(&IsolationMode::Bwrap, root),
         marker: String::new(),
+        terminal: None,
     };
     let mut command = bwrap_command(bwrap, &spec, None);
     command.env_clear().envs(spec.env);
@@ -500,6 +563,7 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
         host_cwd: probe_root.to_path_buf(),
         env: base_env(&IsolationMode::Bwrap, probe_root),
         marker: "probe".to_string(),
+        terminal: None,
     };
     let mut spawned = spawn(Some(&bwrap), &spec).map_err(|e| format!("cannot run bwrap: {e}"))?;
     // A machine command's group goes once the probe is done (the lease

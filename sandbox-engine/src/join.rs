@@ -173,6 +173,8 @@ struct Launch {
     last_cap: c_int,
     /// `createos-local: cannot start CMD: `.
     failure: Vec<u8>,
+    /// A terminal for the command (see [`crate::pty`]).
+    terminal: Option<crate::pty::Setup>,
 }
 
 // SAFETY: the raw pointers point into the CStrings the same value owns;
@@ -214,6 +216,42 @@ pub fn command(
     env: &[(String, String)],
     cmd: &str,
     args: &[String],
+) -> std::io::Result<std::process::Command> {
+    launcher(door, group, memory, cwd, env, cmd, args, None)
+}
+
+/// [`command`] with a terminal: after it entered the machine (its mount
+/// namespace, so the machine's `/dev/pts`) and dropped its capabilities,
+/// the launcher opens a terminal of `size`, sends its master on `socket`
+/// (its end of a [`crate::pty::socket_pair`]) and forks the command with
+/// the terminal as its controlling terminal, stdin, stdout and stderr
+/// (see [`crate::pty`]). A terminal that cannot be opened fails the spawn.
+#[allow(clippy::too_many_arguments)]
+pub fn command_in_terminal(
+    door: &Door,
+    group: &std::fs::File,
+    memory: Option<&std::fs::File>,
+    cwd: &str,
+    env: &[(String, String)],
+    cmd: &str,
+    args: &[String],
+    size: crate::pty::Winsize,
+    socket: RawFd,
+) -> std::io::Result<std::process::Command> {
+    let setup = crate::pty::Setup::new(size, socket);
+    launcher(door, group, memory, cwd, env, cmd, args, Some(setup))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launcher(
+    door: &Door,
+    group: &std::fs::File,
+    memory: Option<&std::fs::File>,
+    cwd: &str,
+    env: &[(String, String)],
+    cmd: &str,
+    args: &[String],
+    terminal: Option<crate::pty::Setup>,
 ) -> std::io::Result<std::process::Command> {
     let mut argv_owned = vec![c_string(cmd)?];
     for a in args {
@@ -276,6 +314,7 @@ pub fn command(
         sh_argv,
         last_cap: last_cap(),
         failure: format!("createos-local: cannot start {cmd}: ").into_bytes(),
+        terminal,
     };
     let mut c = std::process::Command::new(Path::new("/bin/false"));
     c.current_dir("/").env_clear();
@@ -432,6 +471,10 @@ impl Launch {
             });
             check(libc::syscall(libc::SYS_capset, &header, kept.as_ptr()) as c_int)?;
             check(libc::chdir(self.cwd.as_ptr()))?;
+            let terminal = match &self.terminal {
+                Some(setup) => Some(setup.open()?),
+                None => None,
+            };
             // A plain fork (no `atfork` handlers: this is the child of a
             // threaded process).
             let pid = libc::syscall(
@@ -446,6 +489,9 @@ impl Launch {
                 return Err(last_error());
             }
             if pid == 0 {
+                if let Some(slave) = terminal {
+                    crate::pty::attach(slave);
+                }
                 self.exec();
             }
             self.relay(pid as libc::pid_t)

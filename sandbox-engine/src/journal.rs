@@ -314,6 +314,27 @@ impl Journal {
         }
     }
 
+    /// Evicts every retained frame (the engine-wide budget of finished
+    /// output, [`crate::output_budget`]): a replay from before it is then
+    /// [`Replay::Expired`]; the exit stays. `None`, and nothing evicted,
+    /// while a reader is attached; otherwise the bytes freed.
+    pub fn evict_all(&mut self) -> Option<usize> {
+        if self
+            .readers
+            .as_ref()
+            .is_some_and(|r| !r.attached.is_empty())
+        {
+            return None;
+        }
+        let freed = self.retained_bytes();
+        for i in 0..2 {
+            while !self.frames[i].is_empty() {
+                self.evict_front(i);
+            }
+        }
+        Some(freed)
+    }
+
     /// Records the leader's exit; the first call wins.
     pub fn set_exit(&mut self, status: ExitStatus) {
         if self.exit.is_none() {
@@ -425,6 +446,23 @@ mod tests {
         assert!(j.retained_bytes() <= 10);
         assert!(matches!(j.after(2), Replay::Expired));
         assert!(matches!(j.after(3), Replay::Frames(ref f) if f.len() == 2));
+    }
+
+    #[test]
+    fn evicting_everything_expires_every_earlier_cursor_but_spares_a_reader() {
+        let mut j = Journal::with_retention(Retention::Streamed(100));
+        j.push(StreamKind::Stdout, Bytes::from_static(b"12345"));
+        j.push(StreamKind::Stderr, Bytes::from_static(b"678"));
+        j.set_exit(ExitStatus::Code(0));
+        let reader = j.attach(0).expect("a streamed journal takes readers");
+        assert_eq!(j.evict_all(), None, "a reader is attached");
+        assert_eq!(j.retained_bytes(), 8);
+        j.detach(reader);
+        assert_eq!(j.evict_all(), Some(8));
+        assert_eq!(j.retained_bytes(), 0);
+        assert!(matches!(j.after(0), Replay::Expired));
+        assert!(matches!(j.after(2), Replay::Frames(ref f) if f.is_empty()));
+        assert_eq!(j.exit(), Some(&ExitStatus::Code(0)));
     }
 
     #[test]

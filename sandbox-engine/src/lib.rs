@@ -33,6 +33,7 @@
 
 #![deny(missing_docs)]
 
+pub(crate) mod accept;
 pub(crate) mod api;
 pub mod budgets;
 pub mod bwrap_args;
@@ -52,8 +53,10 @@ pub mod isolation;
 pub mod join;
 pub mod journal;
 pub mod machine;
+pub mod output_budget;
 pub mod process_limits;
 pub(crate) mod procfs;
+pub mod pty;
 pub mod rate_limit;
 pub mod records;
 pub mod rootfs;
@@ -61,6 +64,7 @@ pub(crate) mod sandbox_paths;
 pub mod server;
 pub(crate) mod store;
 pub(crate) mod supervisor;
+pub mod teardown;
 pub(crate) mod util;
 
 /// Defaults of the retention of finished processes (see

@@ -19,8 +19,12 @@
 //! after the last command tree of the sandbox is verified gone, unless a
 //! command joined meanwhile: a background process
 //! keeps its command's tree, and so the machine, alive until the process
-//! is deleted, the sandbox is deleted or the server shuts down. The death
-//! guard kills it if the server dies.
+//! is deleted, the sandbox is deleted or the server shuts down. A delete,
+//! a stop or a shutdown ends it at once ([`end_now`]) and proves it gone
+//! before answering ([`crate::teardown`]). The SIGKILL goes through a
+//! pidfd opened when the machine started, so it needs no new descriptor.
+//! The death guard kills it if the server dies (and keeps watching a
+//! machine whose SIGKILL could not be sent).
 //!
 //! # A command
 //! A launcher forked by the server (run as the sandbox uid, which owns the
@@ -60,6 +64,9 @@ struct Machine {
     proxy: Option<tokio::task::JoinHandle<()>>,
     /// Its namespaces and root, for commands to join.
     door: Arc<Door>,
+    /// A pidfd of its init, opened when it started: ending the machine
+    /// needs no new descriptor (the engine may be out of them).
+    pidfd: Option<std::os::fd::OwnedFd>,
 }
 
 impl Machine {
@@ -72,19 +79,37 @@ impl Machine {
         if let Some(p) = &self.proxy {
             p.abort();
         }
-        end(self.init_pid, self.ns);
+        match &self.pidfd {
+            Some(fd) => {
+                let sent = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
+                // ESRCH: the init is gone already.
+                if sent.is_ok() || !self.alive() {
+                    crate::deathguard::release(Guarded::Namespace {
+                        init_pid: self.init_pid,
+                        ns: self.ns,
+                    });
+                }
+            }
+            None => end(self.init_pid, self.ns),
+        }
     }
 }
 
 /// Kills the machine whose init is `init_pid` in PID namespace `ns` (the
-/// kernel ends everything in the namespace with it).
+/// kernel ends everything in the namespace with it). The death guard
+/// keeps watching it unless the SIGKILL went out or the init is gone: a
+/// kill that failed (no descriptor for the pidfd) must not leave a
+/// machine that nothing ends.
 fn end(init_pid: i32, ns: u64) {
+    let mut ended = true;
     if let Some(info) = procfs::stat(init_pid) {
         if procfs::pid_namespace(init_pid) == Some(ns) {
-            crate::host_processes::signal_verified(&info, rustix::process::Signal::KILL);
+            ended = crate::host_processes::signal_verified(&info, rustix::process::Signal::KILL);
         }
     }
-    crate::deathguard::release(Guarded::Namespace { init_pid, ns });
+    if ended {
+        crate::deathguard::release(Guarded::Namespace { init_pid, ns });
+    }
 }
 
 fn registry() -> &'static Mutex<HashMap<PathBuf, Machine>> {
@@ -97,6 +122,10 @@ fn registry() -> &'static Mutex<HashMap<PathBuf, Machine>> {
 #[derive(Debug)]
 pub struct Lease {
     root: PathBuf,
+    /// The PID namespace of the machine leased: a lease of a machine
+    /// that was ended (a stopped or deleted sandbox) never counts against
+    /// a later machine of the same sandbox.
+    ns: u64,
 }
 
 /// How long a machine without commands stays up for the next command
@@ -107,11 +136,11 @@ impl Drop for Lease {
     fn drop(&mut self) {
         let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
         let armed = match machines.get_mut(&self.root) {
-            Some(m) => {
+            Some(m) if m.ns == self.ns => {
                 m.leases = m.leases.saturating_sub(1);
                 (m.leases == 0).then_some(m.generation)
             }
-            None => None,
+            _ => None,
         };
         drop(machines);
         let Some(generation) = armed else { return };
@@ -180,6 +209,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
                 m.door.clone(),
                 Lease {
                     root: root.to_path_buf(),
+                    ns: m.ns,
                 },
             ));
         }
@@ -205,6 +235,11 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
             )));
         }
     };
+    // Pins the init: the pid is checked to be the machine's after the
+    // pidfd is open.
+    let pidfd = rustix::process::Pid::from_raw(init_pid)
+        .and_then(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok())
+        .filter(|_| procfs::pid_namespace(init_pid) == Some(ns));
     let mut machine = Machine {
         init_pid,
         ns,
@@ -212,6 +247,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         generation: 0,
         proxy: None,
         door: door.clone(),
+        pidfd,
     };
     if let Some(policy) = crate::egress::policy_for(root) {
         let name = root
@@ -233,8 +269,33 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         door,
         Lease {
             root: root.to_path_buf(),
+            ns,
         },
     ))
+}
+
+/// Ends the machine of the sandbox at `root` now, whatever its leases:
+/// the sandbox is being deleted or stopped and every command tree of it
+/// was verified gone. SIGKILL to its init (the kernel ends its PID
+/// namespace). Returns the init's pid, for the caller's proof
+/// ([`crate::teardown`]); `None` when no machine was running.
+pub fn end_now(root: &Path) -> Option<i32> {
+    let m = registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(root)?;
+    m.kill();
+    Some(m.init_pid)
+}
+
+/// The roots of the sandboxes whose machine runs.
+pub fn running() -> Vec<PathBuf> {
+    registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .keys()
+        .cloned()
+        .collect()
 }
 
 /// Starts the machine's bwrap and reads its init's host pid and PID

@@ -76,6 +76,12 @@ struct Cli {
     /// recently finished); older ones answer 404.
     #[arg(long, value_name = "N", default_value_t = sandbox_engine::store_defaults::FINISHED_KEEP)]
     finished_keep: usize,
+    /// How much output all finished processes keep together, engine-wide
+    /// (default 64M; K, M, G): past it the output of the oldest finished
+    /// processes is evicted first (their exit stays; a replay of it
+    /// answers 410 output_offset_expired).
+    #[arg(long, value_name = "SIZE", value_parser = parse_output_budget)]
+    finished_output: Option<u64>,
     /// Directory for sandbox roots (default: a temporary directory).
     #[arg(long)]
     data_dir: Option<std::path::PathBuf>,
@@ -114,6 +120,10 @@ struct Cli {
     /// per sandbox).
     #[arg(long, value_name = "HOST[:PORT]")]
     egress: Vec<String>,
+}
+
+fn parse_output_budget(text: &str) -> Result<u64, String> {
+    sandbox_engine::output_budget::parse_budget(text)
 }
 
 fn parse_rate_limit(text: &str) -> Result<(u32, std::time::Duration), String> {
@@ -193,6 +203,9 @@ async fn run(cli: Cli) -> ExitCode {
             std::time::Duration::from_secs(cli.finished_ttl),
             cli.finished_keep,
         );
+    if let Some(bytes) = cli.finished_output {
+        builder = builder.finished_output(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
     if let Some(size) = cli.sandbox_disk {
         builder = builder.sandbox_disk(size);
     }

@@ -53,14 +53,28 @@ pub fn stat(pid: i32) -> Option<ProcInfo> {
     })
 }
 
-/// All pids currently listed in `/proc`.
+/// All pids currently listed in `/proc` (none when `/proc` cannot be
+/// read: a verdict of "nothing is left" needs [`try_all_pids`]).
 pub fn all_pids() -> Vec<i32> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-        .collect()
+    try_all_pids().unwrap_or_default()
+}
+
+/// All pids currently listed in `/proc`, or why the listing could not be
+/// made (out of descriptors): never an empty list for a failed read.
+pub fn try_all_pids() -> std::io::Result<Vec<i32>> {
+    let mut pids = Vec::new();
+    for entry in fs::read_dir("/proc")? {
+        if let Some(pid) = entry?.file_name().to_str().and_then(|s| s.parse().ok()) {
+            pids.push(pid);
+        }
+    }
+    Ok(pids)
+}
+
+/// Whether an error reading `/proc/PID/...` means the process is gone
+/// (rather than that the read could not be made).
+pub fn gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
 }
 
 /// A snapshot of every live process.

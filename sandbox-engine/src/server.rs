@@ -96,6 +96,7 @@ pub struct ServerBuilder {
     allow_unconfined: bool,
     toolbox_addr: Option<SocketAddr>,
     retention: crate::store::Retention,
+    finished_output: usize,
     budgets: crate::budgets::Budgets,
     body_read_timeout: Duration,
     egress: crate::egress::Policy,
@@ -120,6 +121,7 @@ impl Default for ServerBuilder {
             allow_unconfined: false,
             toolbox_addr: None,
             retention: crate::store::Retention::default(),
+            finished_output: crate::output_budget::DEFAULT_FINISHED_OUTPUT,
             budgets: crate::budgets::Budgets::for_host(),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             egress: crate::egress::Policy::default(),
@@ -282,6 +284,16 @@ impl ServerBuilder {
     /// toolbox proxy are different origins).
     pub fn toolbox_port(mut self, port: u16) -> Self {
         self.toolbox_addr = Some(SocketAddr::from(([127, 0, 0, 1], port)));
+        self
+    }
+
+    /// How many bytes of output all finished processes of the server keep
+    /// together (default [`crate::output_budget::DEFAULT_FINISHED_OUTPUT`],
+    /// 64 MiB): past it, the output of the oldest finished processes is
+    /// evicted (their records stay; a replay answers 410
+    /// `output_offset_expired`). See [`crate::output_budget`].
+    pub fn finished_output(mut self, bytes: usize) -> Self {
+        self.finished_output = bytes;
         self
     }
 
@@ -533,6 +545,9 @@ impl ServerBuilder {
             daytona: crate::daytona_registry::Registry::default(),
             toolbox_url,
             retention: self.retention,
+            output_budget: Arc::new(crate::output_budget::OutputBudget::new(
+                self.finished_output,
+            )),
             budgets: self.budgets,
             body_read_timeout: self.body_read_timeout,
             disk,
@@ -640,9 +655,14 @@ impl Drop for SupervisionRuntime {
 pub struct ShutdownReport {
     /// Managed processes (and unfinished execs) that were still known.
     pub processes: usize,
+    /// Sandbox machines that were running, each ended and proven gone (or
+    /// named in `unverified`).
+    pub machines: usize,
     /// Host pids still alive after termination (empty = verified).
     pub survivors: Vec<i32>,
-    /// Ids of processes whose tree could not be verified gone.
+    /// Ids of processes whose tree could not be verified gone, and
+    /// sandboxes whose processes or disk could not be proven gone (with
+    /// what may still run or exist).
     pub unverified: Vec<String>,
 }
 
@@ -764,14 +784,16 @@ impl RunningServer {
         if !self.quiet {
             if report.all_exited() {
                 eprintln!(
-                    "createos-local: shutdown: {} process tree(s) terminated, none survived",
-                    report.processes
+                    "createos-local: shutdown: {} process tree(s) and {} machine(s) terminated, none survived",
+                    report.processes, report.machines
                 );
             } else {
                 eprintln!(
-                    "createos-local: shutdown: {} process tree(s) NOT verified gone (pids still alive: {:?})",
+                    "createos-local: shutdown: {} process tree(s) or sandbox(es) NOT verified gone \
+                     (pids still alive: {:?}): {}",
                     report.unverified.len(),
-                    report.survivors
+                    report.survivors,
+                    report.unverified.join("; ")
                 );
             }
         }
@@ -791,7 +813,13 @@ impl Drop for RunningServer {
             for p in sb.processes() {
                 p.kill_now();
             }
+            crate::machine::end_now(&sb.root);
             let _ = crate::disk::remove_tree(&sb.root);
+        }
+        for root in crate::machine::running() {
+            if root.starts_with(&self.state.data_dir) {
+                crate::machine::end_now(&root);
+            }
         }
         // Removals of deleted sandboxes finish first (they work inside the
         // data directory removed below).
@@ -836,6 +864,34 @@ async fn terminate_all(state: &AppState) -> ShutdownReport {
                 }
             }
             Err(e) => report.unverified.push(format!("<task failed: {e}>")),
+        }
+    }
+    // Then every sandbox's machine, and every other machine of this
+    // server still running (the start-up probe's), each ended and proven
+    // gone with its disk.
+    let mut ends = Vec::new();
+    let mut roots: Vec<(String, PathBuf)> = state
+        .store
+        .all()
+        .iter()
+        .map(|sb| (format!("sandbox {}", sb.id), sb.root.clone()))
+        .collect();
+    // Only this server's: several servers may share the process.
+    for root in crate::machine::running() {
+        if root.starts_with(&state.data_dir) && !roots.iter().any(|(_, r)| *r == root) {
+            roots.push((format!("the machine of {}", root.display()), root));
+        }
+    }
+    for (what, root) in roots {
+        ends.push(async move {
+            let ended = crate::http::state::prove_gone(state, root, true).await;
+            (what, ended)
+        });
+    }
+    for (what, ended) in futures_util::future::join_all(ends).await {
+        match ended {
+            Ok(machine) => report.machines += usize::from(machine),
+            Err(why) => report.unverified.push(format!("{what}: {why}")),
         }
     }
     report

@@ -40,6 +40,11 @@ use tokio::sync::{oneshot, watch};
 
 use crate::isolation::{self, IsolationMode, SpawnSpec, Tree};
 use crate::journal::{ExitStatus, Journal, ReaderId, Retention, Room, StreamKind};
+use crate::pty::{Terminal, Winsize};
+
+mod interactive;
+
+pub use interactive::{InputError, ResizeError};
 
 /// Process states from the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +113,19 @@ pub struct Process {
     /// Set when the process could not be started for a reason of the
     /// server's, not the command's (see [`Process::server_failure`]).
     server_failure: Mutex<Option<String>>,
+    /// Itself, for the output budget's list of finished processes.
+    me: std::sync::Weak<Process>,
+    /// The engine-wide budget its output counts against once it finished
+    /// (streamed journals only, see [`crate::output_budget`]).
+    output_budget: Option<Arc<crate::output_budget::OutputBudget>>,
+    /// Counted against the budget already.
+    counted: AtomicBool,
+    /// A `pty` process: the size its terminal was asked with.
+    terminal_size: Option<Winsize>,
+    /// A `pty` process's terminal, once started.
+    terminal: std::sync::OnceLock<Arc<Terminal>>,
+    /// One input request writes at a time, in the order they came.
+    input_lock: tokio::sync::Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -152,6 +170,11 @@ pub struct StartRequest {
     pub root: PathBuf,
     /// What the output journal keeps.
     pub journal: Retention,
+    /// The engine-wide budget of finished output (counted only for a
+    /// [`Retention::Streamed`] journal).
+    pub output_budget: Option<Arc<crate::output_budget::OutputBudget>>,
+    /// A terminal of this size instead of pipes (a `pty` process).
+    pub terminal: Option<Winsize>,
 }
 
 /// The outcome of a terminate call.
@@ -173,7 +196,11 @@ impl Process {
     ) -> Arc<Process> {
         let marker = format!("{}-{}", id, crate::util::random_hex(4));
         let (changed, _) = watch::channel(0);
-        let proc = Arc::new(Process {
+        let output_budget = req
+            .output_budget
+            .clone()
+            .filter(|_| matches!(req.journal, Retention::Streamed(_)));
+        let proc = Arc::new_cyclic(|me| Process {
             id,
             cmd: req.cmd.clone(),
             args: req.args.clone(),
@@ -198,6 +225,12 @@ impl Process {
             init_exit: AtomicBool::new(false),
             command_seen: AtomicBool::new(false),
             server_failure: Mutex::new(None),
+            me: me.clone(),
+            output_budget,
+            counted: AtomicBool::new(false),
+            terminal_size: req.terminal,
+            terminal: std::sync::OnceLock::new(),
+            input_lock: tokio::sync::Mutex::new(()),
         });
         let spec = SpawnSpec {
             root: req.root.clone(),
@@ -207,6 +240,7 @@ impl Process {
             host_cwd: req.host_cwd.clone(),
             env: req.env.clone(),
             marker: marker.clone(),
+            terminal: req.terminal,
         };
         // The sandbox's OOM kills so far: one more by the time the command
         // ends by SIGKILL means the sandbox reached its memory limit.
@@ -231,6 +265,7 @@ impl Process {
             }
         };
         let confined = bwrap.is_some();
+        let master = spawned.terminal;
         let mut child = spawned.child;
         let outer_pid = child.id().map_or(0, |p| p as i32);
         let (tree, init_exit) = match (mode, spawned.status_pipe, spawned.machine) {
@@ -266,6 +301,22 @@ impl Process {
         // Both readers learn when the leader has been reaped; each answers
         // once it holds every byte written before that moment.
         let (reaped_tx, reaped_rx) = watch::channel(false);
+        if let Some(size) = req.terminal {
+            let drained = proc.start_terminal(master, size, reaped_rx).await;
+            let p = proc.clone();
+            tokio::spawn(async move {
+                let status = child.wait().await;
+                let _ = reaped_tx.send(true);
+                let _ = drained.await;
+                let exit = match status {
+                    Ok(st) => p.map_status(st),
+                    Err(_) => ExitStatus::Code(-1),
+                };
+                p.finish_leader(exit, ProcState::Exited);
+                p.watch_tree(init_exit).await;
+            });
+            return proc;
+        }
         let drained: Vec<_> = [
             child
                 .stdout
@@ -366,6 +417,34 @@ impl Process {
             inner.state = state;
         }
         self.bump();
+        self.count_if_finished();
+    }
+
+    /// Once leader and tree have exited: counts the output it keeps
+    /// against the engine-wide budget (once).
+    fn count_if_finished(&self) {
+        let Some(budget) = &self.output_budget else {
+            return;
+        };
+        let bytes = {
+            let inner = lock(&self.inner);
+            if !(inner.leader_exited && inner.tree_exited) {
+                return;
+            }
+            inner.journal.retained_bytes()
+        };
+        if !self.counted.swap(true, Ordering::SeqCst) {
+            budget.finished(self.me.clone(), bytes);
+        }
+    }
+
+    /// Evicts the output it keeps (the engine-wide budget): a replay is
+    /// then the 410 of an expired offset. `None`, nothing evicted, while a
+    /// reader is attached.
+    pub(crate) fn evict_output(&self) -> Option<usize> {
+        let freed = lock(&self.inner).journal.evict_all();
+        self.bump();
+        freed
     }
 
     fn set_tree_exited(&self) {
@@ -378,6 +457,7 @@ impl Process {
         }
         lock(&self.inner).tree_exited = true;
         self.bump();
+        self.count_if_finished();
     }
 
     /// Sets `tree_exited` once a fresh scan finds the tree gone: right
@@ -667,7 +747,7 @@ impl Process {
         let inner = lock(&self.inner);
         let mut v = json!({
             "process_id": self.id,
-            "kind": "process",
+            "kind": if self.terminal_size.is_some() { "pty" } else { "process" },
             "pid": inner.pid,
             "state": inner.state.as_str(),
             "leader_exited": inner.leader_exited,
@@ -692,6 +772,12 @@ impl Process {
                     map.insert("signal".into(), json!(s));
                 }
                 None => {}
+            }
+            if let Some(size) = self.terminal_size() {
+                map.insert(
+                    "terminal".into(),
+                    json!({ "cols": size.cols, "rows": size.rows }),
+                );
             }
         }
         v

@@ -68,6 +68,35 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Parses a size such as `2G`, `512M`, `65536K` or `1073741824` (binary
+/// units, an optional `B` or `iB`).
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, ""),
+    };
+    let invalid =
+        || format!("invalid size {text:?}: expected a number with K, M, G or T, for example 2G");
+    let shift = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(invalid()),
+    };
+    let n: u64 = digits.parse().map_err(|_| invalid())?;
+    n.checked_shl(shift)
+        .filter(|b| b >> shift == n)
+        .ok_or_else(|| format!("size {text:?} is too large"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -115,6 +115,7 @@ async fn the_key_comes_from_a_file_and_help_states_budgets() {
         "--max-processes",
         "--finished-ttl",
         "--finished-keep",
+        "--finished-output",
     ] {
         assert!(text.contains(needle), "--help lacks {needle}: {text}");
     }

@@ -320,12 +320,14 @@ fn the_real_createos_provider_describes_itself_when_built() {
     );
     let engine = shared_engine().unwrap();
     let component = ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"));
-    // Built for the current contract: its live output is the exact bytes.
-    assert_eq!(component.contract(), sandbox_host::PROVIDER_INTERFACE);
+    // Built for contract 0.5.0 (the provider SDK moves to 0.6.0 with the
+    // providers' interactive processes): its live output is the exact
+    // bytes.
     assert_eq!(component.contract(), "sandbox:provider/provider@0.5.0");
     assert_eq!(
         sandbox_host::SERVED_INTERFACES,
         [
+            sandbox_host::PROVIDER_INTERFACE,
             "sandbox:provider/provider@0.5.0",
             "sandbox:provider/provider@0.4.0",
             "sandbox:provider/provider@0.3.0",
@@ -472,10 +474,11 @@ fn a_component_built_for_another_contract_version_is_refused_by_name() {
     let wasm = common::build_fixture("contract-v0-1");
     let engine = sandbox_host::shared_engine().unwrap();
     let error = match sandbox_host::ProviderComponent::load(&engine, &wasm) {
-        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.5.0 host"),
+        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.6.0 host"),
         Err(error) => format!("{error:#}"),
     };
     assert!(error.contains("sandbox:provider/provider@0.1.0"), "{error}");
+    assert!(error.contains("sandbox:provider/provider@0.6.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.5.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.4.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.3.0"), "{error}");

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod envelope;
 pub mod files;
+pub mod interactive;
 pub mod processes;
 pub mod sandboxes;
 
@@ -87,6 +88,14 @@ pub fn routes() -> Router<Shared> {
         .route(
             "/sandboxes/{id}/processes/{pid}/signal",
             post(processes::signal),
+        )
+        .route(
+            "/sandboxes/{id}/processes/{pid}/input",
+            post(interactive::input),
+        )
+        .route(
+            "/sandboxes/{id}/processes/{pid}/resize",
+            post(interactive::resize),
         )
         .fallback(|| async { ApiError::not_found("route") })
 }

@@ -21,7 +21,9 @@ use crate::http::error::{cwd_error, over_budget, parse_json, start_failed, ApiEr
 use crate::http::limits;
 use crate::http::middleware::InjectedFault;
 use crate::http::state::{blocking, detached, AppState, Shared};
+use crate::isolation::IsolationMode;
 use crate::journal::{ExitStatus, Frame, Replay, Retention, StreamKind};
+use crate::pty::Winsize;
 use crate::store::{Sandbox, Status};
 use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 
@@ -41,6 +43,42 @@ pub struct CreateBody {
     env: BTreeMap<String, String>,
     /// `exec` only: give up (and kill the tree) after this long.
     timeout_ms: Option<u64>,
+    /// `process` (pipes, the default) or `pty` (a terminal).
+    kind: Option<String>,
+    /// A terminal's columns at start (an engine extension; default 80).
+    cols: Option<u64>,
+    /// A terminal's rows at start (an engine extension; default 24).
+    rows: Option<u64>,
+}
+
+impl CreateBody {
+    /// The terminal asked for (`kind: "pty"`), or none; a 400 for an
+    /// unknown kind, a size out of bounds or a size for pipes.
+    fn terminal(&self) -> Result<Option<Winsize>, ApiError> {
+        match self.kind.as_deref() {
+            None | Some("process") => {
+                if self.cols.is_some() || self.rows.is_some() {
+                    return Err(ApiError::bad_request(
+                        "cols and rows are the size of a terminal; a process of kind \"process\" has pipes",
+                    ));
+                }
+                Ok(None)
+            }
+            Some("pty") => {
+                let d = Winsize::DEFAULT;
+                Winsize::new(
+                    self.cols.unwrap_or(d.cols.into()),
+                    self.rows.unwrap_or(d.rows.into()),
+                )
+                .map(Some)
+                .map_err(ApiError::bad_request)
+            }
+            Some(other) => Err(ApiError::bad_request(format!(
+                "kind {:?} is not known; it is \"process\" (pipes) or \"pty\" (a terminal)",
+                other.chars().take(64).collect::<String>()
+            ))),
+        }
+    }
 }
 
 async fn start(
@@ -50,6 +88,17 @@ async fn start(
     journal: Retention,
 ) -> Result<Arc<Process>, ApiError> {
     require_running(sb)?;
+    let terminal = body.terminal()?;
+    if terminal.is_some()
+        && state.mode == IsolationMode::Bwrap
+        && !crate::machine::available(&sb.root)
+    {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_supported",
+            crate::pty::NO_MACHINE,
+        ));
+    }
     let cmd = body
         .cmd
         .filter(|c| !c.is_empty())
@@ -76,8 +125,13 @@ async fn start(
     let host_cwd = blocking(state, move || crate::sandbox_paths::resolve_dir(&root, &c))
         .await?
         .map_err(|e| cwd_error(&cwd, e))?;
-    let env =
+    let mut env =
         build_env(&state.mode, &sb.root, &sb.spec.env, &body.env).map_err(ApiError::bad_request)?;
+    if terminal.is_some() && !env.iter().any(|(k, _)| k == "TERM") {
+        // What a terminal program needs to know; the sandbox's env may say
+        // otherwise.
+        env.push(("TERM".to_string(), "xterm-256color".to_string()));
+    }
     let id = format!("proc-{}", crate::util::random_hex(8));
     let req = StartRequest {
         cmd,
@@ -87,6 +141,8 @@ async fn start(
         env,
         root: sb.root.clone(),
         journal,
+        output_budget: Some(state.output_budget.clone()),
+        terminal,
     };
     Ok(Process::start(id, state.bwrap.clone(), &state.mode, req).await)
 }
@@ -169,6 +225,11 @@ pub async fn exec(
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
     let body: CreateBody = parse_json(&body)?;
+    if body.kind.as_deref().is_some_and(|k| k != "process") {
+        return Err(ApiError::bad_request(
+            "exec runs commands with pipes; start a terminal as a managed process (kind \"pty\")",
+        ));
+    }
     let timeout = Duration::from_millis(body.timeout_ms.unwrap_or(600_000));
     let started = Instant::now();
     let supervision = state.supervision.clone();
@@ -278,6 +339,14 @@ pub async fn close_stdin(
     Path((id, pid)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let (_, p) = process(&state, &id, &pid)?;
+    if p.is_terminal() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_a_pipe",
+            "a terminal has no input pipe to close; send ^D (\\x04) as input to end a line \
+             discipline's input, or signal or delete the process",
+        ));
+    }
     if p.close_stdin() {
         Ok(ok(json!({ "process_id": p.id, "stdin": "closed" })))
     } else {
@@ -366,8 +435,10 @@ const HEARTBEAT: Duration = Duration::from_secs(5);
 /// Appends the NDJSON line of a data frame to `out`, the base64 written in
 /// place: the same object `serde_json` would give (the payload needs no
 /// escaping), without building a JSON value and re-scanning the payload.
-fn data_line(out: &mut Vec<u8>, f: &Frame) {
+fn data_line(out: &mut Vec<u8>, f: &Frame, terminal: bool) {
     let stream = match f.stream {
+        // A terminal's output is one stream (kept as stdout).
+        _ if terminal => "pty",
         StreamKind::Stdout => "stdout",
         StreamKind::Stderr => "stderr",
     };
@@ -471,11 +542,12 @@ impl Follow {
             _ => None,
         };
         let mut out = Vec::new();
+        let terminal = self.proc.is_terminal();
         for f in frames {
             if limit.is_some_and(|l| self.sent >= l) {
                 break;
             }
-            data_line(&mut out, &f);
+            data_line(&mut out, &f, terminal);
             self.cursor = f.seq;
             self.sent += 1;
         }

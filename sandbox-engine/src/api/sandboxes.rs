@@ -14,7 +14,8 @@ use super::sandbox;
 use crate::http::error::{over_budget, parse_json, ApiError};
 use crate::http::limits;
 use crate::http::state::{
-    detached, make_root, record_created, record_deleted, remove_root, retry_unproven, Shared,
+    detached, make_root, prove_gone, record_created, record_deleted, remove_root, retry_unproven,
+    Shared,
 };
 use crate::store::{finish_later, Sandbox, SandboxSpec, Status, SHAPES};
 
@@ -151,6 +152,14 @@ pub async fn delete(
         return Err(ApiError::internal(format!(
             "{} process(es) survived termination",
             survivors.len()
+        )));
+    }
+    // Its machine and disk are proven gone before "destroyed"; otherwise
+    // the sandbox and its record stay (a retry tries again).
+    if let Err(why) = prove_gone(&state, sb.root.clone(), true).await {
+        sb.force(Status::Error);
+        return Err(ApiError::internal(format!(
+            "sandbox {id} could not be proven gone: {why}"
         )));
     }
     record_deleted(&state, &id);

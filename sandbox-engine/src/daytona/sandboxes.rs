@@ -396,6 +396,11 @@ pub async fn stop(
     if !survivors.is_empty() {
         return Err(survived(&sb, "stop", &survivors));
     }
+    // "stopped" only once its machine is proven gone too (files and disk
+    // stay for a start).
+    if let Err(why) = crate::http::state::prove_gone(&state, sb.core.root.clone(), false).await {
+        return Err(unproven(&sb, "stop", &why));
+    }
     sb.clear_sessions();
     sb.set_state(SbState::Stopped, None);
     Ok(answer(&state, &sb))
@@ -426,6 +431,11 @@ pub async fn delete(
     let survivors = terminate_everything(&state, &sb).await?;
     if !survivors.is_empty() {
         return Err(survived(&sb, "delete", &survivors));
+    }
+    // Its machine and disk are proven gone before "destroyed"; otherwise
+    // the sandbox and its record stay (a retry tries again).
+    if let Err(why) = crate::http::state::prove_gone(&state, sb.core.root.clone(), true).await {
+        return Err(unproven(&sb, "delete", &why));
     }
     sb.clear_sessions();
     crate::http::state::record_deleted(&state, sb.id());
@@ -479,6 +489,14 @@ fn survived(sb: &DaytonaSandbox, op: &str, survivors: &[i32]) -> DaytonaError {
         "{op}: {} process(es) survived termination (host pids {survivors:?}); they may still run",
         survivors.len()
     );
+    sb.set_state(SbState::Error, Some(reason.clone()));
+    DaytonaError::internal(reason)
+}
+
+/// A sandbox whose end could not be proven (see [`crate::teardown`]): it
+/// stays, in `error`, with the reason.
+fn unproven(sb: &DaytonaSandbox, op: &str, why: &str) -> DaytonaError {
+    let reason = format!("{op}: the sandbox could not be proven gone: {why}");
     sb.set_state(SbState::Error, Some(reason.clone()));
     DaytonaError::internal(reason)
 }

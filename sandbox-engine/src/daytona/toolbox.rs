@@ -133,6 +133,8 @@ async fn start_process(
         env,
         root: sb.core.root.clone(),
         journal,
+        output_budget: Some(state.output_budget.clone()),
+        terminal: None,
     };
     let id = format!("proc-{}", crate::util::random_hex(8));
     let p = Process::start(id, state.bwrap.clone(), &state.mode, req).await;

@@ -51,6 +51,8 @@ pub struct AppState {
     pub body_read_timeout: Duration,
     /// How long and how many finished processes are kept.
     pub retention: crate::store::Retention,
+    /// How much output finished processes keep, engine-wide.
+    pub output_budget: Arc<crate::output_budget::OutputBudget>,
     /// Host-wide budgets (sandbox count, live processes).
     pub budgets: Budgets,
     /// Size of each sandbox's own disk, when sandboxes get one (see
@@ -184,6 +186,19 @@ pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError
     blocking(state, move || records.retry(&id))
         .await?
         .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "unconfirmed", why))
+}
+
+/// Ends what is left of the sandbox at `root` once its command trees are
+/// verified gone, and proves it ([`crate::teardown::end_sandbox`]: its
+/// machine and every process of its uid; its disk too when `disk`), off
+/// the runtime's threads. `Ok(true)` when it had a machine; `Err` says
+/// what may still run or exist.
+pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<bool, String> {
+    state
+        .supervision
+        .spawn_blocking(move || crate::teardown::end_sandbox(&root, disk))
+        .await
+        .map_err(|e| format!("the proof that the sandbox is gone could not be made: {e}"))?
 }
 
 /// Removes the root of a deleted sandbox. The root is first renamed to

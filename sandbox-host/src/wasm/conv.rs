@@ -1,7 +1,7 @@
 //! Conversions between the types of two contract versions whose records,
 //! variants and enums have the same shape ([`v0_2`](super::v0_2),
-//! [`v0_3`](super::v0_3) and [`v0_4`](super::v0_4) against the current
-//! contract). A module using the
+//! [`v0_3`](super::v0_3), [`v0_4`](super::v0_4) and [`v0_5`](super::v0_5)
+//! against the current contract). A module using the
 //! macros here names the older contract's types `old` and the current
 //! ones `new`.
 
@@ -83,27 +83,6 @@ macro_rules! cases {
 }
 pub(crate) use cases;
 
-/// Flags with the same names in both contracts: both directions.
-macro_rules! flags {
-    ($name:ident { $($flag:ident),* $(,)? }) => {
-        impl Conv<new::$name> for old::$name {
-            fn conv(self) -> new::$name {
-                let mut out = new::$name::empty();
-                $(if self.contains(old::$name::$flag) { out |= new::$name::$flag; })*
-                out
-            }
-        }
-        impl Conv<old::$name> for new::$name {
-            fn conv(self) -> old::$name {
-                let mut out = old::$name::empty();
-                $(if self.contains(new::$name::$flag) { out |= old::$name::$flag; })*
-                out
-            }
-        }
-    };
-}
-pub(crate) use flags;
-
 /// The types every served contract shares, field by field and case by
 /// case (all but `output-loss` and `provider-error`, which 0.2.0 lacks or
 /// has without `output-lost`, and `execute-request`, which has
@@ -146,17 +125,101 @@ macro_rules! shared_types {
             CleanupCause { Deadline, TreeStillRunning ; HttpStatus, Transport, InvalidResponse }
             TransportKind { Denied, Unreachable, Connection, Deadline, Other ; }
         }
-
-        $crate::wasm::conv::flags!(Capabilities {
-            REUSABLE_LEASES,
-            INCREMENTAL_OUTPUT,
-            NATIVE_SYNC,
-            LOGIN_PTY,
-            DUPLEX_CHANNELS,
-        });
     };
 }
 pub(crate) use shared_types;
+
+/// `capabilities` of a contract before 0.6.0. Its `login-pty` and
+/// `duplex-channels` had no operation behind them (`interact` came with
+/// 0.6.0), so such a component claims neither here, whatever it declares;
+/// and it has no `terminal-resize`.
+macro_rules! capabilities_before_0_6 {
+    () => {
+        impl Conv<new::Capabilities> for old::Capabilities {
+            fn conv(self) -> new::Capabilities {
+                let mut out = new::Capabilities::empty();
+                for (theirs, ours) in [
+                    (
+                        old::Capabilities::REUSABLE_LEASES,
+                        new::Capabilities::REUSABLE_LEASES,
+                    ),
+                    (
+                        old::Capabilities::INCREMENTAL_OUTPUT,
+                        new::Capabilities::INCREMENTAL_OUTPUT,
+                    ),
+                    (
+                        old::Capabilities::NATIVE_SYNC,
+                        new::Capabilities::NATIVE_SYNC,
+                    ),
+                ] {
+                    if self.contains(theirs) {
+                        out |= ours;
+                    }
+                }
+                out
+            }
+        }
+        impl Conv<old::Capabilities> for new::Capabilities {
+            fn conv(self) -> old::Capabilities {
+                let mut out = old::Capabilities::empty();
+                for (ours, theirs) in [
+                    (
+                        new::Capabilities::REUSABLE_LEASES,
+                        old::Capabilities::REUSABLE_LEASES,
+                    ),
+                    (
+                        new::Capabilities::INCREMENTAL_OUTPUT,
+                        old::Capabilities::INCREMENTAL_OUTPUT,
+                    ),
+                    (
+                        new::Capabilities::NATIVE_SYNC,
+                        old::Capabilities::NATIVE_SYNC,
+                    ),
+                ] {
+                    if self.contains(ours) {
+                        out |= theirs;
+                    }
+                }
+                out
+            }
+        }
+    };
+}
+pub(crate) use capabilities_before_0_6;
+
+/// The `host` imports of a contract whose `emit-output` carries bytes but
+/// that has no interactive processes (0.4.0, 0.5.0): the current ones.
+/// Expanded in a module that names that contract's `host` interface `host`
+/// and the current types `new`.
+macro_rules! bytes_output_host {
+    () => {
+        impl host::Host for $crate::wasm::state::HostState {
+            fn emit_output(
+                &mut self,
+                stream: host::OutputStream,
+                chunk: Vec<u8>,
+            ) -> wasmtime::Result<()> {
+                let stream = match stream {
+                    host::OutputStream::Stdout => new::OutputStream::Stdout,
+                    host::OutputStream::Stderr => new::OutputStream::Stderr,
+                };
+                $crate::wasm::bindings::host::Host::emit_output(self, stream, chunk)
+            }
+
+            fn record_sandbox(&mut self, sandbox_id: String) -> wasmtime::Result<()> {
+                $crate::wasm::bindings::host::Host::record_sandbox(self, sandbox_id)
+            }
+
+            fn cancellation(
+                &mut self,
+            ) -> wasmtime::Result<wasmtime::component::Resource<wasmtime_wasi::p2::DynPollable>>
+            {
+                $crate::wasm::bindings::host::Host::cancellation(self)
+            }
+        }
+    };
+}
+pub(crate) use bytes_output_host;
 
 /// `output-loss` and every `provider-error` case, both directions: the
 /// same in every contract from 0.3.0 on (0.2.0 has neither).

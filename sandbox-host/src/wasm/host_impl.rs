@@ -1,11 +1,12 @@
-//! The `sandbox:provider/host` interface: live output, cancellation, and
-//! the record of sandboxes an operation creates.
+//! The `sandbox:provider/host` interface: live output, cancellation, the
+//! record of sandboxes an operation creates, and the input of an
+//! interactive process.
 
 use wasmtime::component::Resource;
 use wasmtime_wasi::p2::{subscribe, DynPollable};
 
 use crate::wasm::bindings::host;
-use crate::wasm::bindings::types::OutputStream;
+use crate::wasm::bindings::types::{InteractionEvent, OutputStream};
 use crate::wasm::state::HostState;
 
 impl host::Host for HostState {
@@ -30,5 +31,19 @@ impl host::Host for HostState {
     fn cancellation(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
         let pollable = self.table.push(self.cancel.pollable())?;
         subscribe(&mut self.table, pollable)
+    }
+
+    fn interaction_events(&mut self) -> wasmtime::Result<Resource<DynPollable>> {
+        let pollable = self.table.push(self.interaction.pollable())?;
+        subscribe(&mut self.table, pollable)
+    }
+
+    fn next_interaction_event(&mut self) -> wasmtime::Result<Option<InteractionEvent>> {
+        Ok(self.interaction.next())
+    }
+
+    fn interaction_started(&mut self) -> wasmtime::Result<()> {
+        self.interaction.mark_started();
+        Ok(())
     }
 }

@@ -6,11 +6,11 @@ use wasmtime::Store;
 use crate::wasm::bindings::exports_provider::Guest;
 use crate::wasm::bindings::types::{
     AcquireRequest, ConfigValidation, EnvironmentContext, ExecuteRequest, ExecuteResult,
-    FileDownload, FileUpload, Lease, ProbeReport, ProviderDescription, ProviderError,
-    ResumeOutcome, SyncReport, TerminationReceipt, WorkspaceRequest,
+    FileDownload, FileUpload, InteractionRequest, Lease, ProbeReport, ProviderDescription,
+    ProviderError, ResumeOutcome, SyncReport, TerminationReceipt, WorkspaceRequest,
 };
 use crate::wasm::bindings::SandboxProvider;
-use crate::wasm::bindings::{v0_2, v0_3, v0_4};
+use crate::wasm::bindings::{v0_2, v0_3, v0_4, v0_5};
 use crate::wasm::cancel::CancelToken;
 use crate::wasm::conv::Conv;
 use crate::wasm::options::HostOptions;
@@ -19,8 +19,8 @@ use crate::wasm::state::HostState;
 
 /// Calls one operation on the contract the component was built for: the
 /// first closure on a current component, the second (the same code for
-/// each, converting the inputs and the answer) on a 0.4.0, 0.3.0 or 0.2.0
-/// one.
+/// each, converting the inputs and the answer) on a 0.5.0, 0.4.0, 0.3.0 or
+/// 0.2.0 one.
 macro_rules! dispatch {
     (
         $self:ident, $operation:literal,
@@ -30,6 +30,7 @@ macro_rules! dispatch {
         $self.call(
             $operation,
             |$g, $s| $current,
+            |$og, $os| $older,
             |$og, $os| $older,
             |$og, $os| $older,
             |$og, $os| $older,
@@ -61,12 +62,13 @@ impl ProviderInstance {
         }
     }
 
-    /// Calls the current contract's export (`current`), a 0.4.0, 0.3.0 or
-    /// 0.2.0 one (whose inputs and answer the closures convert).
+    /// Calls the current contract's export (`current`), a 0.5.0, 0.4.0,
+    /// 0.3.0 or 0.2.0 one (whose inputs and answer the closures convert).
     fn call<R>(
         &mut self,
         operation: &str,
         current: impl FnOnce(&Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
+        v0_5: impl FnOnce(&v0_5::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
         v0_4: impl FnOnce(&v0_4::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
         v0_3: impl FnOnce(&v0_3::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
         v0_2: impl FnOnce(&v0_2::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
@@ -76,6 +78,7 @@ impl ProviderInstance {
         }
         let answer = match &self.bindings {
             Bindings::Current(b) => current(b.sandbox_provider_provider(), &mut self.store),
+            Bindings::V0_5(b) => v0_5(b.sandbox_provider_provider(), &mut self.store),
             Bindings::V0_4(b) => v0_4(b.sandbox_provider_provider(), &mut self.store),
             Bindings::V0_3(b) => v0_3(b.sandbox_provider_provider(), &mut self.store),
             Bindings::V0_2(b) => v0_2(b.sandbox_provider_provider(), &mut self.store),
@@ -256,7 +259,7 @@ impl ProviderInstance {
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<Result<ExecuteResult, ProviderError>> {
-        let older = !matches!(self.bindings, Bindings::Current(_));
+        let older = !matches!(self.bindings, Bindings::Current(_) | Bindings::V0_5(_));
         let mut answer = dispatch!(
             self,
             "execute",
@@ -280,6 +283,51 @@ impl ProviderInstance {
         Ok(answer)
     }
 
+    /// `interact` (contract 0.6.0): runs one interactive process until it
+    /// ends, taking the events of the options' [`Interaction`](crate::Interaction)
+    /// while it runs; live output goes to the options' sink (a terminal's
+    /// as [`OutputStream::Terminal`](crate::types::OutputStream::Terminal)).
+    /// A component built for an earlier contract has no such operation:
+    /// its answer is `unsupported`, and nothing was started.
+    pub fn interact(
+        &mut self,
+        ctx: &EnvironmentContext,
+        lease: &Lease,
+        request: &InteractionRequest,
+    ) -> Result<Result<ExecuteResult, ProviderError>> {
+        if self.trapped {
+            bail!("the provider instance trapped earlier and cannot be entered again; instantiate a new one");
+        }
+        let Bindings::Current(b) = &self.bindings else {
+            return Ok(Err(ProviderError::Unsupported(format!(
+                "the provider component was built for contract {}, before interactive \
+                 processes (0.6.0): rebuild it with this release's provider SDK",
+                self.contract_version()
+            ))));
+        };
+        match b
+            .sandbox_provider_provider()
+            .call_interact(&mut self.store, ctx, lease, request)
+        {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                self.trapped = true;
+                Err(anyhow::Error::from(error).context("provider interact failed"))
+            }
+        }
+    }
+
+    /// The contract version of the component (for messages).
+    fn contract_version(&self) -> &'static str {
+        match &self.bindings {
+            Bindings::Current(_) => "0.6.0",
+            Bindings::V0_5(_) => "0.5.0",
+            Bindings::V0_4(_) => "0.4.0",
+            Bindings::V0_3(_) => "0.3.0",
+            Bindings::V0_2(_) => "0.2.0",
+        }
+    }
+
     /// The cancel token of this instance; cancelling it (from any thread)
     /// makes the guest's `host.cancellation()` pollable ready.
     pub fn cancel_token(&self) -> CancelToken {
@@ -300,6 +348,7 @@ impl ProviderInstance {
 /// The instantiated world of the contract version the component was built for.
 pub(crate) enum Bindings {
     Current(SandboxProvider),
+    V0_5(v0_5::SandboxProvider),
     V0_4(v0_4::SandboxProvider),
     V0_3(v0_3::SandboxProvider),
     V0_2(v0_2::SandboxProvider),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::network::transport::{DenyAll, Transport};
 use crate::wasm::bindings::types::OutputStream;
 use crate::wasm::cancel::CancelToken;
+use crate::wasm::interaction::Interaction;
 
 /// Receives the live output a guest forwards with `host.emit-output`: the
 /// bytes the command printed on the stream, as they are (a chunk may end
@@ -48,6 +49,7 @@ pub struct HostOptions {
     pub(crate) deadline: Duration,
     pub(crate) stderr: GuestStderr,
     pub(crate) sandbox_recorder: SandboxRecorder,
+    pub(crate) interaction: Interaction,
 }
 
 /// Receives the sandbox ids a provider reports through
@@ -72,7 +74,16 @@ impl HostOptions {
             deadline: Self::DEFAULT_DEADLINE,
             stderr: GuestStderr::Discard,
             sandbox_recorder: Arc::new(|_| Ok(())),
+            interaction: Interaction::new(),
         }
+    }
+
+    /// The events of the interactive process an `interact` call on this
+    /// instance runs (see [`Interaction`]); without one, the guest finds
+    /// no event.
+    pub fn with_interaction(mut self, interaction: Interaction) -> Self {
+        self.interaction = interaction;
+        self
     }
 
     /// Where the guest's `wasi:http` requests go (usually a [`Guard`](crate::Guard)).

@@ -28,6 +28,7 @@ pub(crate) struct HostState {
     pub(crate) cancel: CancelToken,
     pub(crate) stderr: Option<CapturedStderr>,
     pub(crate) sandbox_recorder: crate::wasm::options::SandboxRecorder,
+    pub(crate) interaction: crate::wasm::interaction::Interaction,
 }
 
 impl HostState {
@@ -64,6 +65,7 @@ impl HostState {
             cancel: options.cancel.clone(),
             stderr,
             sandbox_recorder: options.sandbox_recorder.clone(),
+            interaction: options.interaction.clone(),
         }
     }
 }

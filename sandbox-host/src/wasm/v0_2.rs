@@ -1,5 +1,5 @@
 //! Components built for contract 0.2.0: their `host` imports, and the
-//! conversions between their types and the current (0.5.0) ones.
+//! conversions between their types and the current (0.6.0) ones.
 //!
 //! 0.3.0 added the `provider-error.output-lost` case, 0.4.0 made live
 //! output bytes (`host.emit-output`), and 0.5.0 added
@@ -11,9 +11,12 @@
 
 use crate::wasm::bindings::types as new;
 use crate::wasm::bindings::v0_2::{host, types as old};
-use crate::wasm::conv::{execute_request_before_0_5, shared_types, text_output_host, Conv};
+use crate::wasm::conv::{
+    capabilities_before_0_6, execute_request_before_0_5, shared_types, text_output_host, Conv,
+};
 
 shared_types!();
+capabilities_before_0_6!();
 execute_request_before_0_5!();
 
 /// Only this direction: a 0.2.0 provider never reports `output-lost`.

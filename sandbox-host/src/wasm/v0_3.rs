@@ -1,5 +1,5 @@
 //! Components built for contract 0.3.0: their `host` imports, and the
-//! conversions between their types and the current (0.5.0) ones.
+//! conversions between their types and the current (0.6.0) ones.
 //!
 //! 0.4.0 only changed `host.emit-output` to carry bytes (`list<u8>`)
 //! instead of text, and 0.5.0 added `execute-request.result-chars` (which
@@ -14,10 +14,12 @@
 use crate::wasm::bindings::types as new;
 use crate::wasm::bindings::v0_3::{host, types as old};
 use crate::wasm::conv::{
-    execute_request_before_0_5, output_lost_types, shared_types, text_output_host, Conv,
+    capabilities_before_0_6, execute_request_before_0_5, output_lost_types, shared_types,
+    text_output_host, Conv,
 };
 
 shared_types!();
+capabilities_before_0_6!();
 execute_request_before_0_5!();
 
 output_lost_types!();

@@ -61,6 +61,7 @@ impl Undelivered {
         match self.stream {
             OutputStream::Stdout => "stdout",
             OutputStream::Stderr => "stderr",
+            OutputStream::Terminal => "terminal output",
         }
     }
 }
@@ -101,7 +102,8 @@ impl Live {
                     return;
                 }
                 let written = match stream {
-                    OutputStream::Stdout => match &direct {
+                    // A terminal's output is shown where a terminal is.
+                    OutputStream::Stdout | OutputStream::Terminal => match &direct {
                         Some(file) => (&*file).write_all(chunk),
                         None => write(&mut std::io::stdout().lock(), chunk),
                     },

@@ -1,0 +1,72 @@
+//! Proving a sandbox gone (issue 40 item 1): what a sandbox delete (both
+//! faces), a Daytona stop and a shutdown wait for before they say
+//! "destroyed", "stopped" or "none survived".
+//!
+//! Every command tree of the sandbox was verified gone first (its pids
+//! group or PID namespace empty, see [`crate::supervisor`]). What is left
+//! is the sandbox's machine ([`crate::machine`]): its two `bwrap`
+//! processes and the holder, which used to end on the idle timer about
+//! 3 s after the answer. Here it is ended at once and proven gone the way
+//! a tree is: a fresh `/proc` scan finds no live process of the sandbox's
+//! own uid (the machine's init and `bwrap` included: every process of the
+//! sandbox, nested namespaces too, has that uid and nothing else has).
+//! A scan that cannot be made (out of descriptors) proves nothing and
+//! counts as a failure, never as "nothing left". Then the disk: unmounted
+//! and no loop device attached to its image ([`crate::disk::detach_proven`]).
+//!
+//! The proof is waited for up to [`PROOF_WAIT`]; without it the caller
+//! answers 500 with what may still run, keeps the sandbox (status `error`)
+//! and its record, and a retry tries again.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+
+/// How long a delete, a stop or a shutdown waits for the proof that a
+/// sandbox's processes are gone, and again for its disk.
+pub const PROOF_WAIT: Duration = Duration::from_secs(5);
+
+/// Ends what still runs of the sandbox at `root` (its machine, anything
+/// else of its uid) and proves it gone, waiting up to `within`. `Ok(true)`
+/// when it had a machine; `Err` says what may still run.
+pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
+    let machine = crate::machine::end_now(root).is_some();
+    // Without a uid of its own (a server that is not root) a sandbox has
+    // no machine, and its trees were proven one by one.
+    let Some(uid) = crate::host_processes::sandbox_uid(root) else {
+        return Ok(machine);
+    };
+    let deadline = Instant::now() + within;
+    loop {
+        let why = match crate::host_processes::live_of_uid_checked(uid) {
+            Ok(left) if left.is_empty() => return Ok(machine),
+            Ok(left) => {
+                for p in &left {
+                    crate::host_processes::signal_verified(p, Signal::KILL);
+                }
+                let pids: Vec<i32> = left.iter().map(|p| p.pid).collect();
+                format!(
+                    "{} process(es) of the sandbox still run after SIGKILL (host pids {pids:?}, uid {uid})",
+                    left.len()
+                )
+            }
+            Err(e) => format!("the sandbox's processes could not be listed ({e})"),
+        };
+        if Instant::now() >= deadline {
+            return Err(format!("{why}; they may still run"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// [`end_processes`], then, when `disk` is set, the sandbox's disk
+/// detached and proven so ([`crate::disk::detach_proven`]); each waits
+/// up to [`PROOF_WAIT`]. `Ok(true)` when the sandbox had a machine.
+pub fn end_sandbox(root: &Path, disk: bool) -> Result<bool, String> {
+    let machine = end_processes(root, PROOF_WAIT)?;
+    if disk {
+        crate::disk::detach_proven(root, PROOF_WAIT)?;
+    }
+    Ok(machine)
+}

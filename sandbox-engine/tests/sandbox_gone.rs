@@ -1,0 +1,200 @@
+//! Issue 40 item 1: "destroyed", "stopped" and "none survived" only with
+//! proof. A sandbox delete (both faces) and a Daytona stop answered 200
+//! while the sandbox's machine (its `bwrap` processes and the holder)
+//! still ran, about 3 s more; an engine stop said "none survived" with
+//! the machines of live sandboxes still running. Through the real binary:
+//! right after each 200, and right after the engine exits, nothing of the
+//! sandbox's uid runs, and nothing of its disk is mounted or attached.
+
+#[path = "common/binary.rs"]
+mod binary;
+
+use binary::{disk_remains, live_of_uid, owner, Engine, KEY};
+use serde_json::{json, Value};
+
+/// Whether sandboxes are machines here (root, a pids cgroup); says so
+/// when not, and the test is skipped.
+fn machines_here() -> bool {
+    let here = sandbox_engine::machine::enabled_here();
+    if !here {
+        test_support::skipped("no sandbox machines on this host (needs root and a pids cgroup)");
+    }
+    here
+}
+
+impl Engine {
+    async fn daytona(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}/daytona/{path}", self.base))
+            .bearer_auth(KEY);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("the engine answers");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    /// A CreateOS sandbox whose machine runs (a command ran in it), and
+    /// its uid.
+    async fn createos_machine(&self) -> (String, u32) {
+        let sb = self.sandbox().await;
+        let (st, v) = self
+            .call(
+                reqwest::Method::POST,
+                &format!("/v1/sandboxes/{sb}/exec"),
+                Some(json!({"cmd": "/bin/true"})),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        let uid = owner(&self.root(&sb)).expect("the sandbox root");
+        assert!(
+            !live_of_uid(uid).is_empty(),
+            "the machine runs after a command"
+        );
+        (sb, uid)
+    }
+
+    /// A Daytona sandbox whose machine runs, and its uid.
+    async fn daytona_machine(&self) -> (String, u32) {
+        let (st, v) = self
+            .daytona(reqwest::Method::POST, "api/sandbox", Some(json!({})))
+            .await;
+        assert_eq!(st, 200, "{v}");
+        let sb = v["id"].as_str().expect("id").to_string();
+        let (st, v) = self
+            .daytona(
+                reqwest::Method::POST,
+                &format!("toolbox/{sb}/process/execute"),
+                Some(json!({"command": "true"})),
+            )
+            .await;
+        assert_eq!(st, 200, "{v}");
+        let uid = owner(&self.root(&format!("daytona-{sb}"))).expect("the sandbox root");
+        assert!(
+            !live_of_uid(uid).is_empty(),
+            "the machine runs after a command"
+        );
+        (sb, uid)
+    }
+}
+
+/// `root` is the name of the sandbox's root in the data directory (a
+/// Daytona sandbox's is `daytona-<id>`).
+fn assert_nothing_left(what: &str, engine_data: &std::path::Path, root: &str, uid: u32) {
+    let procs = live_of_uid(uid);
+    assert!(
+        procs.is_empty(),
+        "{what}, yet the sandbox's processes run: {procs:?}"
+    );
+    let disk = disk_remains(engine_data, root);
+    assert!(disk.is_empty(), "{what}, yet its disk is left: {disk:?}");
+}
+
+#[tokio::test]
+async fn a_createos_delete_answers_only_once_the_machine_is_gone() {
+    if !machines_here() {
+        return;
+    }
+    let engine = Engine::start("gone-createos", &[], None);
+    let (sb, uid) = engine.createos_machine().await;
+    let (st, v) = engine
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/v1/sandboxes/{sb}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["data"]["status"], "destroyed", "{v}");
+    assert_nothing_left("answered destroyed", &engine.data, &sb, uid);
+    let data = engine.data.clone();
+    let (ok, err) = engine.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(data);
+}
+
+#[tokio::test]
+async fn a_daytona_delete_and_stop_answer_only_once_the_machine_is_gone() {
+    if !machines_here() {
+        return;
+    }
+    let engine = Engine::start("gone-daytona", &[], None);
+    let (sb, uid) = engine.daytona_machine().await;
+    let (st, v) = engine
+        .daytona(reqwest::Method::DELETE, &format!("api/sandbox/{sb}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["state"], "destroyed", "{v}");
+    assert_nothing_left(
+        "answered destroyed",
+        &engine.data,
+        &format!("daytona-{sb}"),
+        uid,
+    );
+
+    let (sb, uid) = engine.daytona_machine().await;
+    let (st, v) = engine
+        .daytona(
+            reqwest::Method::POST,
+            &format!("api/sandbox/{sb}/stop"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["state"], "stopped", "{v}");
+    let procs = live_of_uid(uid);
+    assert!(
+        procs.is_empty(),
+        "answered stopped, yet the sandbox's processes run: {procs:?}"
+    );
+    let data = engine.data.clone();
+    let (ok, err) = engine.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(data);
+}
+
+#[tokio::test]
+async fn none_survived_means_no_machine_of_any_live_sandbox_runs() {
+    if !machines_here() {
+        return;
+    }
+    let engine = Engine::start("gone-shutdown", &[], None);
+    let (a, uid_a) = engine.createos_machine().await;
+    let (b, uid_b) = engine.daytona_machine().await;
+    // A command still running in one of them, too.
+    engine.spawn(&a, "sleep 600").await;
+    let data = engine.data.clone();
+    let (ok, err) = engine.stop();
+    assert!(ok, "{err}");
+    assert!(err.contains("none survived"), "{err}");
+    assert_nothing_left("the engine said none survived", &data, &a, uid_a);
+    assert_nothing_left(
+        "the engine said none survived",
+        &data,
+        &format!("daytona-{b}"),
+        uid_b,
+    );
+    // Both sandboxes' machines (and the start-up probe's, if it still ran).
+    let machines: usize = err
+        .split(" machine(s)")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        machines >= 2,
+        "the shutdown line counts both machines: {err}"
+    );
+    let _ = std::fs::remove_dir_all(data);
+}
