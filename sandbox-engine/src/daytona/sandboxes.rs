@@ -191,6 +191,7 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
     }
     crate::budgets::admit_sandbox(&state.budgets, state.store.len())
         .map_err(crate::http::error::over_budget)?;
+    crate::budgets::admit_by_descriptors("sandbox").map_err(crate::http::error::over_budget)?;
     let id = uuid();
     let root = state.data_dir.join(format!("daytona-{id}"));
     crate::http::state::make_root(&state, root.clone()).await?;
