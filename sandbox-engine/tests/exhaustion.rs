@@ -99,7 +99,9 @@ time.sleep(600)
         .await;
     let waited = asked.elapsed();
     drop(held);
+    let data = engine.data.clone();
     let (_, stderr) = engine.stop();
+    let _ = std::fs::remove_dir_all(data);
     eprintln!(
         "engine CPU at exhaustion: {:.2} s in {:.2} s; answer after {:.2} s",
         used.as_secs_f64(),
