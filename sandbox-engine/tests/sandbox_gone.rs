@@ -198,3 +198,55 @@ async fn none_survived_means_no_machine_of_any_live_sandbox_runs() {
     );
     let _ = std::fs::remove_dir_all(data);
 }
+
+/// Issue 40 item 1, the other side: when the proof cannot be had, the
+/// delete is a 500 saying what is left, the sandbox stays (`error`), and
+/// a retry proves it. Here the sandbox's disk is kept busy by a file the
+/// host holds open in it (a lazy unmount leaves the loop device attached
+/// until that file is closed); the delete used to answer 200 regardless.
+#[tokio::test]
+async fn a_delete_whose_disk_stays_attached_is_a_500_and_a_retry_proves_it() {
+    if !machines_here() {
+        return;
+    }
+    let engine = Engine::start("gone-busy-disk", &[], None);
+    let (sb, uid) = engine.createos_machine().await;
+    if disk_remains(&engine.data, &sb).is_empty() {
+        test_support::skipped("sandboxes have no disk of their own on this host");
+        return;
+    }
+    let held =
+        std::fs::File::create(engine.root(&sb).join("tmp/held")).expect("a file in the sandbox");
+    let (st, v) = engine
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/v1/sandboxes/{sb}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 500, "{v}");
+    let message = v["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("disk") && message.contains("/dev/loop"),
+        "{v}"
+    );
+    let (st, v) = engine
+        .call(reqwest::Method::GET, &format!("/v1/sandboxes/{sb}"), None)
+        .await;
+    assert_eq!(st, 200, "the sandbox stays: {v}");
+    assert_eq!(v["data"]["status"], "error", "{v}");
+    drop(held);
+    let (st, v) = engine
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/v1/sandboxes/{sb}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_nothing_left("answered destroyed on the retry", &engine.data, &sb, uid);
+    let data = engine.data.clone();
+    let (ok, err) = engine.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(data);
+}
