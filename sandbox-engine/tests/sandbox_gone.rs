@@ -250,3 +250,48 @@ async fn a_delete_whose_disk_stays_attached_is_a_500_and_a_retry_proves_it() {
     assert!(ok, "{err}");
     let _ = std::fs::remove_dir_all(data);
 }
+
+/// A Daytona sandbox whose delete could not be proven (its disk kept
+/// busy, then lazily unmounted) cannot be started again: its root is no
+/// longer its disk. Only a delete may follow, which proves it once the
+/// disk is free. `start` used to answer 200 `started` for it.
+#[tokio::test]
+async fn a_daytona_sandbox_whose_delete_failed_can_only_be_deleted() {
+    if !machines_here() {
+        return;
+    }
+    let engine = Engine::start("gone-busy-daytona", &[], None);
+    let (sb, uid) = engine.daytona_machine().await;
+    let root = format!("daytona-{sb}");
+    if disk_remains(&engine.data, &root).is_empty() {
+        test_support::skipped("sandboxes have no disk of their own on this host");
+        return;
+    }
+    let held =
+        std::fs::File::create(engine.root(&root).join("tmp/held")).expect("a file in the sandbox");
+    let (st, v) = engine
+        .daytona(reqwest::Method::DELETE, &format!("api/sandbox/{sb}"), None)
+        .await;
+    assert_eq!(st, 500, "{v}");
+    let (st, v) = engine
+        .daytona(
+            reqwest::Method::POST,
+            &format!("api/sandbox/{sb}/start"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        st, 409,
+        "a sandbox whose delete failed was started again: {v}"
+    );
+    drop(held);
+    let (st, v) = engine
+        .daytona(reqwest::Method::DELETE, &format!("api/sandbox/{sb}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_nothing_left("answered destroyed on the retry", &engine.data, &root, uid);
+    let data = engine.data.clone();
+    let (ok, err) = engine.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(data);
+}

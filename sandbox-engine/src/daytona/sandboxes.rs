@@ -351,6 +351,13 @@ pub async fn start(
             sb.core.reopen();
             sb.set_state(SbState::Started, None);
         }
+        SbState::Error if sb.core.status() == Status::Destroying => {
+            return Err(DaytonaError::conflict(
+                "the sandbox's delete could not be proven (see its errorReason); only a delete \
+                 may follow, which tries again",
+            )
+            .with_state(SbState::Error));
+        }
         SbState::Error => {
             // A failed stop left processes behind: try again before starting.
             let survivors = terminate_everything(&state, &sb).await?;
@@ -429,6 +436,9 @@ pub async fn delete(
         return Err(DaytonaError::not_found("sandbox"));
     }
     sb.set_state(SbState::Destroying, None);
+    // Marks the core for good: a delete that fails from here on leaves a
+    // sandbox that only a delete may follow (its disk may be unmounted).
+    sb.core.force(Status::Destroying);
     let survivors = terminate_everything(&state, &sb).await?;
     if !survivors.is_empty() {
         return Err(survived(&sb, "delete", &survivors));
