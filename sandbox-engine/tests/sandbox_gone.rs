@@ -295,3 +295,49 @@ async fn a_daytona_sandbox_whose_delete_failed_can_only_be_deleted() {
     assert!(ok, "{err}");
     let _ = std::fs::remove_dir_all(data);
 }
+
+/// Issue 40 item 6, in part (no workload generator yet): an engine killed
+/// with SIGKILL while both faces' sandboxes have machines, disks and a
+/// running command; the next engine on its state directory answers for
+/// them only once nothing of them is left: no process of their uids, no
+/// mount or loop device of their disks, and 404 on both faces.
+#[tokio::test]
+async fn after_a_sigkill_the_successor_finds_nothing_of_the_sandboxes_left() {
+    if !machines_here() {
+        return;
+    }
+    let state = std::env::temp_dir().join(format!("cl-gone-crash-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let state_arg = state.display().to_string();
+    let mut first = Engine::start("gone-crash", &["--state-dir", &state_arg], None);
+    let (a, uid_a) = first.createos_machine().await;
+    first.spawn(&a, "sleep 600").await;
+    let (b, uid_b) = first.daytona_machine().await;
+    let data = first.data.clone();
+    let _ = first.child.kill();
+    let _ = first.child.wait();
+    let second = Engine::start("gone-crash-next", &["--state-dir", &state_arg], None);
+    // The successor answers once the predecessor's sandboxes are proven
+    // gone (or unconfirmed): nothing of them may be left by then.
+    let (st, v) = second
+        .call(reqwest::Method::GET, &format!("/v1/sandboxes/{a}"), None)
+        .await;
+    assert_nothing_left("the successor serves", &data, &a, uid_a);
+    assert_nothing_left(
+        "the successor serves",
+        &data,
+        &format!("daytona-{b}"),
+        uid_b,
+    );
+    assert_eq!(st, 404, "{v}");
+    let (st, v) = second
+        .daytona(reqwest::Method::GET, &format!("api/sandbox/{b}"), None)
+        .await;
+    assert_eq!(st, 404, "{v}");
+    let data2 = second.data.clone();
+    let (ok, err) = second.stop();
+    assert!(ok, "{err}");
+    for dir in [data, data2, state] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
