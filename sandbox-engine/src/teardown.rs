@@ -21,8 +21,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rustix::process::Signal;
-
 /// Descriptors kept free for proving sandboxes gone (issue 40 item 2):
 /// a process start or a sandbox creation is refused (503
 /// `out_of_descriptors`) while fewer are free. A proof needs a handful at
@@ -46,9 +44,17 @@ pub const PROOF_WAIT: Duration = Duration::from_secs(5);
 /// sandboxes doing the same (`tests/hostile_sandbox.rs`).
 pub const DISK_PROOF_WAIT: Duration = Duration::from_secs(20);
 
-/// Ends what still runs of the sandbox at `root` (its machine, anything
-/// else of its uid) and proves it gone, waiting up to `within`. `Ok(true)`
-/// when it had a machine; `Err` says what may still run.
+/// Ends the machine of the sandbox at `root` and proves everything of the
+/// sandbox gone, waiting up to `within`. `Ok(true)` when it had a
+/// machine; `Err` says what may still run.
+///
+/// Only the machine is killed (through its own pidfd: provably the
+/// sandbox's); what else still has the sandbox's uid is waited for, never
+/// killed. After the machine's init the kernel ends its whole PID
+/// namespace, and the host-side launchers end with their children; a
+/// process of that uid that stays may belong to a sandbox of another
+/// engine that drew the same uid (as [`crate::records::verify`] reasons),
+/// so it makes the proof fail rather than being killed.
 pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
     let machine = crate::machine::end_now(root).is_some();
     // Without a uid of its own (a server that is not root) a sandbox has
@@ -61,12 +67,10 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
         let why = match crate::host_processes::live_of_uid_checked(uid) {
             Ok(left) if left.is_empty() => return Ok(machine),
             Ok(left) => {
-                for p in &left {
-                    crate::host_processes::signal_verified(p, Signal::KILL);
-                }
                 let pids: Vec<i32> = left.iter().map(|p| p.pid).collect();
                 format!(
-                    "{} process(es) of the sandbox still run after SIGKILL (host pids {pids:?}, uid {uid})",
+                    "{} process(es) with the sandbox's uid {uid} still run after its machine \
+                     was killed (host pids {pids:?})",
                     left.len()
                 )
             }
