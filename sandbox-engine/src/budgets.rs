@@ -98,8 +98,42 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    /// The HTTP status of every refusal.
+    /// The HTTP status of a refusal over a budget.
     pub const STATUS: StatusCode = StatusCode::TOO_MANY_REQUESTS;
+
+    /// The HTTP status of this refusal: [`Refusal::STATUS`], but 503 for
+    /// an engine short of descriptors (the engine's state, not a budget
+    /// the client can count on).
+    pub fn status(&self) -> StatusCode {
+        if self.code == OUT_OF_DESCRIPTORS {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            Self::STATUS
+        }
+    }
+}
+
+/// The code of a creation refused because the engine is short of
+/// descriptors.
+pub const OUT_OF_DESCRIPTORS: &str = "out_of_descriptors";
+
+/// `Err` (503 `out_of_descriptors`) while the engine has fewer than
+/// [`crate::teardown::NEW_WORK_RESERVE`] descriptors free: what is left
+/// stays for proving sandboxes gone (issue 40 item 2).
+pub fn admit_by_descriptors(what: &str) -> Result<(), Refusal> {
+    let free = crate::fds::headroom_fast();
+    if free < crate::teardown::NEW_WORK_RESERVE {
+        return Err(Refusal {
+            code: OUT_OF_DESCRIPTORS,
+            message: format!(
+                "the server has {free} file descriptors left, fewer than the {} it keeps \
+                 for ending sandboxes with proof; no {what} was started: end processes or \
+                 close connections, then retry",
+                crate::teardown::NEW_WORK_RESERVE
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// `Err` when one more sandbox would exceed the budget.

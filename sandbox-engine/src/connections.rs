@@ -169,6 +169,9 @@ pub async fn serve(
     let unauthenticated = Arc::new(std::sync::Mutex::new(Unauthenticated::default()));
     let mut open = JoinSet::new();
     let mut reserve = crate::accept::Reserve::new();
+    // One 503 for lack of descriptors at a time: each holds a descriptor
+    // until the client has read it.
+    let refusing = Arc::new(Semaphore::new(1));
     loop {
         reserve.refill();
         let accepted = tokio::select! {
@@ -184,7 +187,7 @@ pub async fn serve(
                 if crate::accept::out_of_descriptors(&e) && reserve.release() {
                     use futures_util::FutureExt;
                     if let Some(Ok((stream, _))) = listener.accept().now_or_never() {
-                        open.spawn(refuse(stream, OUT_OF_DESCRIPTORS));
+                        refuse_for_descriptors(&mut open, &refusing, stream);
                     }
                 }
                 tokio::select! {
@@ -194,6 +197,22 @@ pub async fn serve(
                 continue;
             }
         };
+        // Short of descriptors: what is left is kept for proving sandboxes
+        // gone (issue 40 item 2). The oldest connection that never sent
+        // the key makes room, as when every slot is taken (a flood of
+        // half-open connections cannot keep a client out); without one,
+        // the connection is told so and closed, and the loop waits before
+        // it takes the next one.
+        if crate::fds::headroom_fast() < crate::teardown::CONNECTION_RESERVE
+            && !lock(&unauthenticated).evict_oldest()
+        {
+            refuse_for_descriptors(&mut open, &refusing, stream);
+            tokio::select! {
+                _ = stopped(&mut stop) => break,
+                _ = tokio::time::sleep(crate::accept::BACKOFF) => {}
+            }
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let slot = match slots.clone().try_acquire_owned() {
             Ok(slot) => Some(slot),
@@ -277,6 +296,18 @@ async fn serve_one(
             conn.as_mut().graceful_shutdown();
             let _ = conn.await;
         }
+    }
+}
+
+/// Answers `stream` 503 `out_of_descriptors` unless such an answer is
+/// already on its way (then it is closed at once: each answer holds a
+/// descriptor until the client has read it).
+fn refuse_for_descriptors(open: &mut JoinSet<()>, refusing: &Arc<Semaphore>, stream: TcpStream) {
+    if let Ok(permit) = refusing.clone().try_acquire_owned() {
+        open.spawn(async move {
+            refuse(stream, OUT_OF_DESCRIPTORS).await;
+            drop(permit);
+        });
     }
 }
 

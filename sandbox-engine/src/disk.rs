@@ -145,7 +145,7 @@ pub fn probe(data_dir: &Path, size: u64) -> Result<(), String> {
         std::fs::create_dir_all(&trial)?;
         let mounted = mount_image(&template, &trial, true);
         if mounted.is_ok() {
-            unmount(&trial);
+            let _ = unmount(&trial);
         }
         let _ = std::fs::remove_dir(&trial);
         mounted
@@ -494,12 +494,14 @@ fn mount_image(image: &Path, at: &Path, read_only: bool) -> std::io::Result<()> 
 
 /// Unmounts what is mounted on `at` (lazily: a descriptor still open keeps
 /// it until closed).
-fn unmount(at: &Path) {
-    if let Ok(path) = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()) {
-        // SAFETY: a plain system call on a NUL-terminated path we own.
-        unsafe {
-            libc::umount2(path.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW);
-        }
+fn unmount(at: &Path) -> std::io::Result<()> {
+    let path = std::ffi::CString::new(at.as_os_str().as_encoded_bytes())?;
+    // SAFETY: a plain system call on a NUL-terminated path we own.
+    let done = unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -659,7 +661,7 @@ pub fn detach(root: &Path) -> bool {
     if !image.exists() {
         return false;
     }
-    unmount(root);
+    let _ = unmount(root);
     let _ = std::fs::remove_file(&image);
     crate::deathguard::forget_unmount(root, &image);
     true
@@ -686,9 +688,9 @@ pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), Str
             Ok(left) => left.join(", "),
             Err(e) => format!("its mounts and loop devices could not be read ({e})"),
         };
-        // Unmounted (lazily) and the image unlinked; again on every round
-        // in case an earlier attempt failed.
-        unmount(root);
+        // Unmounted (lazily); again on every round in case an earlier
+        // attempt failed.
+        let unmounted = unmount(root);
         if std::time::Instant::now() >= deadline {
             let holders = holders(root);
             let held = if holders.is_empty() {
@@ -699,8 +701,12 @@ pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), Str
                     holders.join(", ")
                 )
             };
+            let why = match unmounted {
+                Err(e) if left.contains("mounted") => format!(" (unmount: {e})"),
+                _ => String::new(),
+            };
             return Err(format!(
-                "the disk of {} is still in use: {left}{held}",
+                "the disk of {} is still in use: {left}{held}{why}",
                 root.display()
             ));
         }

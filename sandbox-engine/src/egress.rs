@@ -253,6 +253,13 @@ pub fn start_proxy(
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     Ok(handle.spawn(async move {
         loop {
+            // Short of descriptors, the engine takes no more of the
+            // sandbox's connections (they wait in the queue): what is left
+            // is kept for proving sandboxes gone (issue 40 item 2).
+            if crate::fds::headroom_fast() < crate::teardown::NEW_WORK_RESERVE {
+                tokio::time::sleep(crate::accept::BACKOFF).await;
+                continue;
+            }
             let conn = match listener.accept().await {
                 Ok((conn, _)) => conn,
                 Err(e) => {

@@ -36,9 +36,9 @@ pub fn live_of_ids(ids: IdRange) -> Vec<ProcInfo> {
         .collect()
 }
 
-/// [`live_of_uid`] as a proof: a scan that could not be made (out of
+/// [`live_of_ids`] as a proof: a scan that could not be made (out of
 /// descriptors, `/proc` unreadable) is an error, never an empty list.
-pub fn live_of_uid_checked(uid: u32) -> std::io::Result<Vec<ProcInfo>> {
+pub fn live_of_ids_checked(ids: IdRange) -> std::io::Result<Vec<ProcInfo>> {
     let mut live = Vec::new();
     for pid in procfs::try_all_pids()? {
         let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
@@ -46,7 +46,7 @@ pub fn live_of_uid_checked(uid: u32) -> std::io::Result<Vec<ProcInfo>> {
             Err(e) if procfs::gone(&e) => continue,
             Err(e) => return Err(e),
         };
-        if uid_in_status(&status) != Some(uid) {
+        if !uid_in_status(&status).is_some_and(|uid| ids.contains(uid)) {
             continue;
         }
         let state = status

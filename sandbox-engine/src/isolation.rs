@@ -784,16 +784,28 @@ impl Tree {
         }
     }
 
-    /// Whether the tree is gone according to a fresh scan.
+    /// Whether the tree is gone according to a fresh scan. A scan that
+    /// cannot be made (out of descriptors) says not gone: it proves
+    /// nothing (issue 40).
     pub fn is_gone(&mut self) -> bool {
         match self {
             // Cheap check first: init exits only when its namespace is empty.
             Tree::Namespace { init_pid, ns } => {
                 let init_alive = procfs::stat(*init_pid).is_some_and(|p| !p.is_zombie())
                     && procfs::pid_namespace(*init_pid) == Some(*ns);
-                !init_alive && procfs::live_in_namespace(*ns).is_empty()
+                !init_alive && procfs::try_live_in_namespace(*ns).is_ok_and(|l| l.is_empty())
             }
-            _ => self.members().is_empty(),
+            // A group cannot be removed while it has members: no directory,
+            // no member.
+            Tree::Cgroup { dir, .. } => match std::fs::read_to_string(dir.join("cgroup.procs")) {
+                Ok(list) => list
+                    .split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok())
+                    .all(procfs::is_dead),
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            },
+            Tree::Group { .. } => procfs::try_all_pids().is_ok() && self.members().is_empty(),
+            Tree::Empty => true,
         }
     }
 
@@ -933,6 +945,35 @@ pub fn signal_name(raw: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 40: with the engine out of descriptors, a process DELETE
+    /// answered `tree_exited: true` while the command ran: the pids
+    /// group's member list could not be read, and a failed read counted
+    /// as an empty group. A list that cannot be read proves nothing (here
+    /// `cgroup.procs` is a directory, so reading it fails as it does
+    /// without a descriptor); a group whose directory is gone is empty.
+    #[test]
+    fn a_tree_whose_members_cannot_be_read_is_not_gone() {
+        let dir = std::env::temp_dir().join(format!(
+            "cl-unreadable-group-{}-{}",
+            std::process::id(),
+            crate::util::random_hex(4)
+        ));
+        std::fs::create_dir_all(dir.join("cgroup.procs")).expect("a group that cannot be read");
+        let mut unreadable = Tree::Cgroup {
+            dir: dir.clone(),
+            lease: None,
+            launcher: None,
+        };
+        assert!(!unreadable.is_gone(), "an unread group was called empty");
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut removed = Tree::Cgroup {
+            dir,
+            lease: None,
+            launcher: None,
+        };
+        assert!(removed.is_gone(), "a removed group holds nothing");
+    }
 
     /// Issue 10 item 4: a kill must never reach a process that merely
     /// reused the pid a scan saw. A stale start time stands for the reuse.

@@ -111,6 +111,38 @@ pub fn live_in_namespace(ns: u64) -> Vec<ProcInfo> {
         .collect()
 }
 
+/// [`live_in_namespace`] as a proof: `Err` when a process could not be
+/// looked at (out of descriptors), never a shorter list.
+pub fn try_live_in_namespace(ns: u64) -> std::io::Result<Vec<ProcInfo>> {
+    let mut live = Vec::new();
+    for pid in try_all_pids()? {
+        if pid_namespace(pid) != Some(ns) {
+            continue;
+        }
+        if !is_dead(pid) {
+            match stat(pid) {
+                Some(p) => live.push(p),
+                None => {
+                    return Err(std::io::Error::other(format!(
+                        "process {pid} could not be read"
+                    )))
+                }
+            }
+        }
+    }
+    Ok(live)
+}
+
+/// Whether `pid` runs no more: a zombie, or gone from `/proc`. A process
+/// whose `stat` cannot be read while `/proc/PID` is still there (out of
+/// descriptors) counts as alive.
+pub fn is_dead(pid: i32) -> bool {
+    match stat(pid) {
+        Some(p) => p.is_zombie(),
+        None => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+    }
+}
+
 /// The children of every thread of `pid` (`/proc/PID/task/*/children`).
 /// `None` when the process is gone or the list cannot be read.
 pub fn children(pid: i32) -> Option<Vec<i32>> {

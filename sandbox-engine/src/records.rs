@@ -525,12 +525,14 @@ fn init_alive(
     .then_some(info)
 }
 
-/// Live processes in the namespace `(dev, ino)` (`dev` unknown: by inode).
-fn in_namespace(dev: Option<u64>, ino: u64) -> Vec<ProcInfo> {
-    procfs::live_in_namespace(ino)
+/// Live processes in the namespace `(dev, ino)` (`dev` unknown: by
+/// inode); `Err` when the scan could not be made (out of descriptors).
+fn in_namespace(dev: Option<u64>, ino: u64) -> Result<Vec<ProcInfo>, String> {
+    Ok(procfs::try_live_in_namespace(ino)
+        .map_err(|e| format!("its processes could not be listed ({e})"))?
         .into_iter()
         .filter(|p| dev.is_none() || namespace_identity(p.pid).is_none_or(|(d, _)| Some(d) == dev))
-        .collect()
+        .collect())
 }
 
 /// Proves every process of `record` gone, killing what is provably its own,
@@ -540,7 +542,8 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
     let deadline = Instant::now() + wait;
     for tree in &record.trees {
         loop {
-            let left: Vec<ProcInfo> = match tree {
+            // `Err`: no scan could be made; that proves nothing.
+            let left: Result<Vec<ProcInfo>, String> = match tree {
                 TreeId::Namespace {
                     init_pid,
                     init_start,
@@ -550,11 +553,17 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                     if let Some(init) = init_alive(*init_pid, *init_start, *dev, *ino) {
                         // While its init lives the namespace is that very
                         // one: every process in it is the sandbox's.
-                        for p in in_namespace(*dev, *ino) {
+                        for p in in_namespace(*dev, *ino).unwrap_or_default() {
                             crate::host_processes::signal_verified(&p, Signal::KILL);
                         }
                         crate::host_processes::signal_verified(&init, Signal::KILL);
-                        vec![init]
+                        Ok(vec![init])
+                    } else if !procfs::is_dead(*init_pid)
+                        && namespace_identity(*init_pid) == dev.map(|d| (d, *ino))
+                    {
+                        // Its init could not be read (out of descriptors)
+                        // but is there: not proven gone.
+                        Err(format!("its init, host pid {init_pid}, could not be read"))
                     } else {
                         // Its init is gone: the kernel ends the rest and
                         // lets nothing new in. What is still seen under
@@ -570,29 +579,40 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                 } => {
                     let leader_alive =
                         procfs::stat(*leader).filter(|p| p.starttime == *start && !p.is_zombie());
-                    let members: Vec<ProcInfo> = procfs::snapshot()
-                        .into_iter()
-                        .filter(|p| !p.is_zombie())
-                        .filter(|p| {
-                            (leader_alive.is_some() && (p.pgid == *leader || p.sid == *leader))
-                                || procfs::environ_contains(p.pid, marker.as_bytes())
-                        })
-                        .collect();
-                    for p in &members {
-                        crate::host_processes::signal_verified(p, Signal::KILL);
+                    match procfs::try_all_pids() {
+                        Err(e) => Err(format!("its processes could not be listed ({e})")),
+                        Ok(_) => {
+                            let members: Vec<ProcInfo> = procfs::snapshot()
+                                .into_iter()
+                                .filter(|p| !p.is_zombie())
+                                .filter(|p| {
+                                    (leader_alive.is_some()
+                                        && (p.pgid == *leader || p.sid == *leader))
+                                        || procfs::environ_contains(p.pid, marker.as_bytes())
+                                })
+                                .collect();
+                            for p in &members {
+                                crate::host_processes::signal_verified(p, Signal::KILL);
+                            }
+                            Ok(members)
+                        }
                     }
-                    members
                 }
             };
-            if left.is_empty() {
+            if left.as_ref().is_ok_and(|l| l.is_empty()) {
                 break;
             }
             if Instant::now() >= deadline {
-                let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
-                return Verdict::Unconfirmed(format!(
-                    "host pids {} still run in one of its process trees",
-                    pids.join(" ")
-                ));
+                return Verdict::Unconfirmed(match left {
+                    Ok(left) => {
+                        let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
+                        format!(
+                            "host pids {} still run in one of its process trees",
+                            pids.join(" ")
+                        )
+                    }
+                    Err(why) => why,
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -604,16 +624,18 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
     if let Some(uid) = record.uid {
         let ids = crate::id_map::IdRange::of_owner(uid);
         loop {
-            let left = crate::host_processes::live_of_ids(ids);
-            if left.is_empty() {
+            let left = crate::host_processes::live_of_ids_checked(ids);
+            if left.as_ref().is_ok_and(|l| l.is_empty()) {
                 break;
             }
             if Instant::now() >= deadline {
-                let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
-                return Verdict::Unconfirmed(format!(
-                    "host pids {} still run as its {ids}",
-                    pids.join(" ")
-                ));
+                return Verdict::Unconfirmed(match left {
+                    Ok(left) => {
+                        let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
+                        format!("host pids {} still run as its {ids}", pids.join(" "))
+                    }
+                    Err(e) => format!("the processes of its {ids} could not be listed ({e})"),
+                });
             }
             std::thread::sleep(Duration::from_millis(20));
         }

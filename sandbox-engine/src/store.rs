@@ -371,6 +371,7 @@ impl Store {
         sb: &Arc<Sandbox>,
         budgets: &crate::budgets::Budgets,
     ) -> Result<Option<Admission>, crate::budgets::Refusal> {
+        crate::budgets::admit_by_descriptors("process")?;
         let _one_at_a_time = lock(&self.admitting);
         crate::budgets::admit_process(budgets, self.live_processes())?;
         Ok(sb.admit())

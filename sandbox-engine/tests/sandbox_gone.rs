@@ -198,3 +198,146 @@ async fn none_survived_means_no_machine_of_any_live_sandbox_runs() {
     );
     let _ = std::fs::remove_dir_all(data);
 }
+
+/// Issue 40 item 1, the other side: when the proof cannot be had, the
+/// delete is a 500 saying what is left, the sandbox stays (`error`), and
+/// a retry proves it. Here the sandbox's disk is kept busy by a file the
+/// host holds open in it (a lazy unmount leaves the loop device attached
+/// until that file is closed); the delete used to answer 200 regardless.
+#[tokio::test]
+async fn a_delete_whose_disk_stays_attached_is_a_500_and_a_retry_proves_it() {
+    if !machines_here() {
+        return;
+    }
+    let engine = Engine::start("gone-busy-disk", &[], None);
+    let (sb, uid) = engine.createos_machine().await;
+    if disk_remains(&engine.data, &sb).is_empty() {
+        test_support::skipped("sandboxes have no disk of their own on this host");
+        return;
+    }
+    let held =
+        std::fs::File::create(engine.root(&sb).join("tmp/held")).expect("a file in the sandbox");
+    let (st, v) = engine
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/v1/sandboxes/{sb}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 500, "{v}");
+    let message = v["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("disk") && message.contains("/dev/loop"),
+        "{v}"
+    );
+    let (st, v) = engine
+        .call(reqwest::Method::GET, &format!("/v1/sandboxes/{sb}"), None)
+        .await;
+    assert_eq!(st, 200, "the sandbox stays: {v}");
+    assert_eq!(v["data"]["status"], "error", "{v}");
+    drop(held);
+    let (st, v) = engine
+        .call(
+            reqwest::Method::DELETE,
+            &format!("/v1/sandboxes/{sb}"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_nothing_left("answered destroyed on the retry", &engine.data, &sb, uid);
+    let data = engine.data.clone();
+    let (ok, err) = engine.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(data);
+}
+
+/// A Daytona sandbox whose delete could not be proven (its disk kept
+/// busy, then lazily unmounted) cannot be started again: its root is no
+/// longer its disk. Only a delete may follow, which proves it once the
+/// disk is free. `start` used to answer 200 `started` for it.
+#[tokio::test]
+async fn a_daytona_sandbox_whose_delete_failed_can_only_be_deleted() {
+    if !machines_here() {
+        return;
+    }
+    let engine = Engine::start("gone-busy-daytona", &[], None);
+    let (sb, uid) = engine.daytona_machine().await;
+    let root = format!("daytona-{sb}");
+    if disk_remains(&engine.data, &root).is_empty() {
+        test_support::skipped("sandboxes have no disk of their own on this host");
+        return;
+    }
+    let held =
+        std::fs::File::create(engine.root(&root).join("tmp/held")).expect("a file in the sandbox");
+    let (st, v) = engine
+        .daytona(reqwest::Method::DELETE, &format!("api/sandbox/{sb}"), None)
+        .await;
+    assert_eq!(st, 500, "{v}");
+    let (st, v) = engine
+        .daytona(
+            reqwest::Method::POST,
+            &format!("api/sandbox/{sb}/start"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        st, 409,
+        "a sandbox whose delete failed was started again: {v}"
+    );
+    drop(held);
+    let (st, v) = engine
+        .daytona(reqwest::Method::DELETE, &format!("api/sandbox/{sb}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_nothing_left("answered destroyed on the retry", &engine.data, &root, uid);
+    let data = engine.data.clone();
+    let (ok, err) = engine.stop();
+    assert!(ok, "{err}");
+    let _ = std::fs::remove_dir_all(data);
+}
+
+/// Issue 40 item 6, in part (no workload generator yet): an engine killed
+/// with SIGKILL while both faces' sandboxes have machines, disks and a
+/// running command; the next engine on its state directory answers for
+/// them only once nothing of them is left: no process of their uids, no
+/// mount or loop device of their disks, and 404 on both faces.
+#[tokio::test]
+async fn after_a_sigkill_the_successor_finds_nothing_of_the_sandboxes_left() {
+    if !machines_here() {
+        return;
+    }
+    let state = std::env::temp_dir().join(format!("cl-gone-crash-state-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&state);
+    let state_arg = state.display().to_string();
+    let mut first = Engine::start("gone-crash", &["--state-dir", &state_arg], None);
+    let (a, uid_a) = first.createos_machine().await;
+    first.spawn(&a, "sleep 600").await;
+    let (b, uid_b) = first.daytona_machine().await;
+    let data = first.data.clone();
+    let _ = first.child.kill();
+    let _ = first.child.wait();
+    let second = Engine::start("gone-crash-next", &["--state-dir", &state_arg], None);
+    // The successor answers once the predecessor's sandboxes are proven
+    // gone (or unconfirmed): nothing of them may be left by then.
+    let (st, v) = second
+        .call(reqwest::Method::GET, &format!("/v1/sandboxes/{a}"), None)
+        .await;
+    assert_nothing_left("the successor serves", &data, &a, uid_a);
+    assert_nothing_left(
+        "the successor serves",
+        &data,
+        &format!("daytona-{b}"),
+        uid_b,
+    );
+    assert_eq!(st, 404, "{v}");
+    let (st, v) = second
+        .daytona(reqwest::Method::GET, &format!("api/sandbox/{b}"), None)
+        .await;
+    assert_eq!(st, 404, "{v}");
+    let data2 = second.data.clone();
+    let (ok, err) = second.stop();
+    assert!(ok, "{err}");
+    for dir in [data, data2, state] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

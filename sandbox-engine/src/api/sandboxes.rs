@@ -65,6 +65,7 @@ pub async fn create(
         )));
     }
     crate::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
+    crate::budgets::admit_by_descriptors("sandbox").map_err(over_budget)?;
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
     make_root(&state, root.clone()).await?;

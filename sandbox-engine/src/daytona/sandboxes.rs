@@ -191,6 +191,7 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
     }
     crate::budgets::admit_sandbox(&state.budgets, state.store.len())
         .map_err(crate::http::error::over_budget)?;
+    crate::budgets::admit_by_descriptors("sandbox").map_err(crate::http::error::over_budget)?;
     let id = uuid();
     let root = state.data_dir.join(format!("daytona-{id}"));
     crate::http::state::make_root(&state, root.clone()).await?;
@@ -350,6 +351,13 @@ pub async fn start(
             sb.core.reopen();
             sb.set_state(SbState::Started, None);
         }
+        SbState::Error if sb.core.status() == Status::Destroying => {
+            return Err(DaytonaError::conflict(
+                "the sandbox's delete could not be proven (see its errorReason); only a delete \
+                 may follow, which tries again",
+            )
+            .with_state(SbState::Error));
+        }
         SbState::Error => {
             // A failed stop left processes behind: try again before starting.
             let survivors = terminate_everything(&state, &sb).await?;
@@ -428,6 +436,9 @@ pub async fn delete(
         return Err(DaytonaError::not_found("sandbox"));
     }
     sb.set_state(SbState::Destroying, None);
+    // Marks the core for good: a delete that fails from here on leaves a
+    // sandbox that only a delete may follow (its disk may be unmounted).
+    sb.core.force(Status::Destroying);
     let survivors = terminate_everything(&state, &sb).await?;
     if !survivors.is_empty() {
         return Err(survived(&sb, "delete", &survivors));

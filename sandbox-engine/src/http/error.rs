@@ -85,7 +85,7 @@ pub fn cwd_error(cwd: &str, e: PathError) -> ApiError {
 
 /// A budget refusal (429), in either face.
 pub fn over_budget(r: crate::budgets::Refusal) -> ApiError {
-    ApiError::new(crate::budgets::Refusal::STATUS, r.code, r.message)
+    ApiError::new(r.status(), r.code, r.message)
 }
 
 /// The answer to a refused or failed path.

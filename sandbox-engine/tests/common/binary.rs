@@ -220,9 +220,11 @@ pub fn owner(root: &Path) -> Option<u32> {
     std::fs::metadata(root).ok().map(|m| m.uid())
 }
 
-/// Live (not zombie) processes of the host whose real uid is `uid`, each
-/// as `pid: command line`: a fresh scan of `/proc`.
+/// Live (not zombie) processes of the host whose real uid is one of the
+/// sandbox ids `uid` owns (its whole range, see `sandbox_engine::id_map`),
+/// each as `pid: command line`: a fresh scan of `/proc`.
 pub fn live_of_uid(uid: u32) -> Vec<String> {
+    let ids = sandbox_engine::id_map::IdRange::of_owner(uid);
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Some(pid) = entry
@@ -242,7 +244,10 @@ pub fn live_of_uid(uid: u32) -> Vec<String> {
                 .map(|v| v.split_whitespace().next().unwrap_or("").to_string())
         };
         let zombie = matches!(field("State:").as_deref(), Some("Z") | Some("X"));
-        if zombie || field("Uid:").and_then(|u| u.parse::<u32>().ok()) != Some(uid) {
+        let ours = field("Uid:")
+            .and_then(|u| u.parse::<u32>().ok())
+            .is_some_and(|u| ids.contains(u));
+        if zombie || !ours {
             continue;
         }
         let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
