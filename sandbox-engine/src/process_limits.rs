@@ -103,6 +103,16 @@ pub fn memory_cgroup_base() -> Option<&'static Path> {
     .as_deref()
 }
 
+/// Whether a server started here would limit each sandbox's memory, as
+/// far as can be told without touching the host (no group is created):
+/// root and a cgroup v1 memory hierarchy. For descriptions (`sandbox
+/// describe`, `sandbox doctor`); the server decides with
+/// [`memory_cgroup_base`].
+pub fn memory_limit_offered_here() -> bool {
+    rustix::process::geteuid().is_root()
+        && Path::new("/sys/fs/cgroup/memory/cgroup.procs").is_file()
+}
+
 /// The `tasks` file of the memory group of the sandbox owned by `uid`
 /// (created with its limit on first use), opened for writing: a launcher
 /// writes `0` to it between fork and exec, so everything it starts is

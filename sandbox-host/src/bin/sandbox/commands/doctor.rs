@@ -184,8 +184,7 @@ fn engine_checks(checks: &mut Vec<Check>) {
             if pids_v1 { " and its pids group" } else { "" }
         ),
     ));
-    let memory_v1 = root && Path::new("/sys/fs/cgroup/memory/cgroup.procs").is_file();
-    checks.push(if memory_v1 {
+    checks.push(if sandbox_engine::process_limits::memory_limit_offered_here() {
         check(
             "memory limit",
             Verdict::Ok,
