@@ -225,6 +225,7 @@ function hostFiles() {
  * the tests run). Returns `{out, manifest, description, contract}`.
  */
 export async function pack({ component, out, version, devCopy = false, log = () => {} }) {
+  if (version !== undefined && !EXACT_VERSION.test(version)) throw new PackError(`--version ${version} is not a version (MAJOR.MINOR.PATCH).`);
   const wasm = path.resolve(component);
   const name = path.basename(wasm);
   if (!existsSync(wasm) || !statSync(wasm).isFile()) throw new PackError(`The component ${wasm} does not exist. Build it first (./build.sh at the repository root builds the bundled providers).`);
@@ -243,7 +244,6 @@ export async function pack({ component, out, version, devCopy = false, log = () 
     const pkg = JSON.parse(readFileSync(path.join(nodeDir, "package.json"), "utf8"));
     // The plugin's version is the component's: named, else its crate's, else (a component from elsewhere) the host's.
     const pluginVersion = version ?? crateVersionOf(wasm) ?? pkg.version;
-    if (!EXACT_VERSION.test(pluginVersion)) throw new PackError(`--version ${pluginVersion} is not a version (MAJOR.MINOR.PATCH).`);
     const versionSource = version ? "as named" : crateVersionOf(wasm) ? "its crate's" : "the host's: pass --version to name the component's";
     const manifest = await manifestFor(description, { version: pluginVersion, author: pkg.author }, name);
     // The worker answers `initialize` from this instead of instantiating the component first.
