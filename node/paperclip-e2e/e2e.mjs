@@ -88,7 +88,9 @@ const PACKAGES = [
 /** Where the plugins are: --plugins DIR, else PAPERCLIP_E2E_PLUGINS, else node/packages. */
 const pluginsArg = process.argv.indexOf("--plugins");
 if (pluginsArg >= 0 && !process.argv[pluginsArg + 1]) fail("--plugins needs a directory holding createos/ and daytona/");
-const pluginsDir = realpathSync(path.resolve(pluginsArg >= 0 ? process.argv[pluginsArg + 1] : process.env.PAPERCLIP_E2E_PLUGINS || path.join(nodeDir, "packages")));
+const pluginsGiven = path.resolve(pluginsArg >= 0 ? process.argv[pluginsArg + 1] : process.env.PAPERCLIP_E2E_PLUGINS || path.join(nodeDir, "packages"));
+if (!existsSync(pluginsGiven)) fail(`the plugins' directory ${pluginsGiven} does not exist: it holds createos/ and daytona/ (\`npm run build\` makes node/packages)`);
+const pluginsDir = realpathSync(pluginsGiven);
 const pluginsInNode = pluginsDir === nodeDir || pluginsDir.startsWith(nodeDir + path.sep);
 for (const { driver } of PACKAGES) {
   const dir = path.join(pluginsDir, driver);
