@@ -15,6 +15,15 @@
 //
 //   cd node && npm run build && (cd paperclip-host-test && npm install --no-save)
 //   npm run e2e                      # from node/
+//   npm run e2e -- --plugins DIR     # or PAPERCLIP_E2E_PLUGINS=DIR: the plugins
+//                                    # in DIR/createos and DIR/daytona instead
+//
+// DIR is how CI's release check runs it (issue 39 item 6): each package
+// `npm pack`ed, unpacked outside the checkout and installed there with
+// `npm ci --omit=dev`, so Paperclip runs the tarball's plugin, with only
+// the packages its npm-shrinkwrap.json pins. As root, DIR is bind-mounted
+// into the data directory like node/ (its own contents must be readable
+// by others).
 //
 // Only loopback traffic: the whole run happens in a network namespace of its
 // own with nothing but `lo` (`unshare --net`), so neither Paperclip nor the
@@ -29,13 +38,13 @@
 // /opt in the run's own mount namespace (every sandbox sees the host's /opt
 // read-only); the host's /opt is untouched.
 //
-// Needs: node/packages/{createos,daytona} (`npm run build`), `paperclipai`
+// Needs: node/packages/{createos,daytona} (`npm run build`) or DIR, `paperclipai`
 // in node/paperclip-host-test/node_modules, target/debug/createos-local
 // (`cargo build --workspace`; CREATEOS_LOCAL_BIN overrides), util-linux's
 // `unshare` and `setpriv`, and iproute2's `ip`.
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createInterface } from "node:readline";
@@ -76,8 +85,21 @@ const PACKAGES = [
     config: (b) => ({ apiUrl: `${b.url}/daytona/api`, toolboxUrl: b.toolboxUrl }),
   },
 ];
+/** Where the plugins are: --plugins DIR, else PAPERCLIP_E2E_PLUGINS, else node/packages. */
+const pluginsArg = process.argv.indexOf("--plugins");
+if (pluginsArg >= 0 && !process.argv[pluginsArg + 1]) fail("--plugins needs a directory holding createos/ and daytona/");
+const pluginsGiven = path.resolve(pluginsArg >= 0 ? process.argv[pluginsArg + 1] : process.env.PAPERCLIP_E2E_PLUGINS || path.join(nodeDir, "packages"));
+if (!existsSync(pluginsGiven)) fail(`the plugins' directory ${pluginsGiven} does not exist: it holds createos/ and daytona/ (\`npm run build\` makes node/packages)`);
+const pluginsDir = realpathSync(pluginsGiven);
+const pluginsInNode = pluginsDir === nodeDir || pluginsDir.startsWith(nodeDir + path.sep);
 for (const { driver } of PACKAGES) {
-  if (!existsSync(path.join(nodeDir, "packages", driver, "dist", "manifest.js"))) fail(`node/packages/${driver} is missing: run \`npm run build\` in node/ (after ./build.sh)`);
+  const dir = path.join(pluginsDir, driver);
+  if (!existsSync(path.join(dir, "dist", "manifest.js"))) {
+    fail(pluginsInNode ? `${dir} holds no packed plugin: run \`npm run build\` in node/ (after ./build.sh)` : `${dir} holds no packed plugin (no dist/manifest.js): unpack the plugin's npm pack tarball there`);
+  }
+  if (!pluginsInNode && !existsSync(path.join(dir, "node_modules", "@paperclipai", "plugin-sdk"))) {
+    fail(`${dir} has no dependencies installed: run \`npm ci --omit=dev\` in it first (Paperclip runs a local plugin in place)`);
+  }
 }
 if (!existsSync(paperclipCli)) fail("paperclipai is not installed: run `npm install --no-save` in node/paperclip-host-test");
 if (!existsSync(backendBinary)) fail(`createos-local is missing at ${backendBinary}: run \`cargo build --workspace\` at the repository root`);
@@ -93,6 +115,19 @@ if (asRoot) {
   mkdirSync(visibleNode);
   const mounted = spawnSync("mount", ["--bind", nodeDir, visibleNode], { encoding: "utf8" });
   if (mounted.status !== 0) fail(`cannot bind-mount node/ for the unprivileged Paperclip: ${mounted.stderr.trim()}`);
+}
+/** The plugins' directory as Paperclip sees it: bind-mounted too when it lies outside node/ and Paperclip runs as nobody. */
+let visiblePlugins = pluginsDir;
+if (asRoot && !pluginsInNode) {
+  for (const { driver } of PACKAGES) {
+    for (const dir of [pluginsDir, path.join(pluginsDir, driver)]) {
+      if ((statSync(dir).mode & 0o005) !== 0o005) fail(`${dir} is not readable by others, so Paperclip (running as nobody) cannot load the plugin: chmod a+rX it`);
+    }
+  }
+  visiblePlugins = path.join(data, "plugins");
+  mkdirSync(visiblePlugins);
+  const mounted = spawnSync("mount", ["--bind", pluginsDir, visiblePlugins], { encoding: "utf8" });
+  if (mounted.status !== 0) fail(`cannot bind-mount ${pluginsDir} for the unprivileged Paperclip: ${mounted.stderr.trim()}`);
 }
 /** Where the stand-in agent lives, in a tmpfs over /opt of this mount namespace only. */
 const STANDIN = "/opt/paperclip-e2e/agent-standin";
@@ -110,7 +145,12 @@ function isMountPoint(dir) {
     .some((line) => line.split(" ")[4] === dir);
 }
 /** A path under node/ as Paperclip sees it. */
-const visible = (file) => (file.startsWith(nodeDir + path.sep) ? path.join(visibleNode, path.relative(nodeDir, file)) : file);
+const visible = (file) =>
+  file.startsWith(nodeDir + path.sep)
+    ? path.join(visibleNode, path.relative(nodeDir, file))
+    : file.startsWith(pluginsDir + path.sep)
+      ? path.join(visiblePlugins, path.relative(pluginsDir, file))
+      : file;
 /** Paperclip's own environment: nothing of ours but what it needs; no telemetry. */
 const paperclipEnv = {
   PATH: process.env.PATH ?? "/usr/bin:/bin",
@@ -367,23 +407,29 @@ try {
     // The bind mount goes first (it is node/ itself), then the data directory.
     // Paperclip's plugin workers and PostgreSQL may still be exiting (they run
     // from node/), so a busy mount is tried again for a while.
-    let busy = "";
-    for (let attempt = 0; visibleNode !== nodeDir && attempt < 60; attempt++) {
-      const unmounted = spawnSync("umount", [visibleNode], { encoding: "utf8" });
-      if (unmounted.status === 0 || !isMountPoint(visibleNode)) break;
-      busy = unmounted.stderr.trim();
-      await new Promise((resolve) => setTimeout(resolve, 500));
+    for (const [mounted, source] of [
+      [visiblePlugins, pluginsDir],
+      [visibleNode, nodeDir],
+    ]) {
+      let busy = "";
+      for (let attempt = 0; mounted !== source && attempt < 60; attempt++) {
+        const unmounted = spawnSync("umount", [mounted], { encoding: "utf8" });
+        if (unmounted.status === 0 || !isMountPoint(mounted)) break;
+        busy = unmounted.stderr.trim();
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+      if (mounted !== source && isMountPoint(mounted)) throw new Error(`${mounted} is still mounted (${busy}); not removing the data directory`);
     }
-    if (visibleNode !== nodeDir && isMountPoint(visibleNode)) throw new Error(`${visibleNode} is still mounted (${busy}); not removing the data directory`);
     rmSync(data, { recursive: true, force: true });
   });
   paperclipServer = await startPaperclip();
-  console.log(`e2e: Paperclip ready at ${paperclipServer.apiBase} (${elapsed()}), createos-local at ${backend.url}, running as ${asRoot ? "nobody" : "this user"} in a loopback-only network namespace`);
+  console.log(`e2e: Paperclip ready at ${paperclipServer.apiBase} (${elapsed()}), createos-local at ${backend.url}, running as ${asRoot ? "nobody" : "this user"} in a loopback-only network namespace; plugins from ${pluginsDir}`);
   const [company] = cli(paperclipServer.apiBase, ["company", "list"]);
   if (!company?.id) throw new Error("test-drive created no company");
 
   for (const { driver, config } of PACKAGES) {
-    const packageDir = visible(path.join(nodeDir, "packages", driver));
+    const packageDir = visible(path.join(pluginsDir, driver));
+    const packageVersion = JSON.parse(readFileSync(path.join(pluginsDir, driver, "package.json"), "utf8")).version;
     const t0 = performance.now();
     cli(paperclipServer.apiBase, ["plugin", "install", "--local", packageDir]);
     const installed = cli(paperclipServer.apiBase, ["plugin", "list"]).find((p) => p.manifestJson?.environmentDrivers?.some((d) => d.driverKey === driver));
@@ -405,6 +451,7 @@ try {
       [good.ok === true, `probe-config ok (${good.summary})`],
       [/created, ran and deleted a sandbox/.test(good.summary ?? ""), "the probe created, ran and deleted a sandbox"],
       [good.details?.pluginKey === `sandbox-provider.${driver}-wasm`, `served by plugin ${good.details?.pluginKey}`],
+      [installed.manifestJson?.version === packageVersion, `installed version ${installed.manifestJson?.version} is the package's (${packageVersion})`],
       [bad.ok === false && /HTTP 401/.test(bad.summary ?? ""), `a wrong key is refused (${bad.summary})`],
       [!text.includes(backend.key), "the key is in no answer and not in the installed manifest"],
     ];

@@ -35,7 +35,10 @@ for (const key of PACKAGES) {
     assert.equal(description.driverKey, key);
     const packed = JSON.parse(await readFile(new URL("dist/component/description.json", packageDir(key)), "utf8"));
     assert.deepEqual(packed, JSON.parse(JSON.stringify(description)), "the description the worker answers initialize from is the component's own (absent options as absent keys)");
-    assert.deepEqual(manifest, buildManifest(description, { version: hostPackage.version, author: hostPackage.author }));
+    // The plugin's version is its component's: the provider crate's (issue 39 item 5).
+    const crate = await readFile(new URL(`../../providers/${key}/Cargo.toml`, import.meta.url), "utf8");
+    const crateVersion = /^version\s*=\s*"([^"]+)"/m.exec(crate)[1];
+    assert.deepEqual(manifest, buildManifest(description, { version: crateVersion, author: hostPackage.author }));
     const [driver] = manifest.environmentDrivers;
     assert.equal(manifest.id, `sandbox-provider.${key}-wasm`);
     assert.equal(driver.driverKey, description.driverKey);

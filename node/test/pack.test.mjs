@@ -162,3 +162,31 @@ test("no secret in a packed package: a schema default on a secret field is dropp
     assert.equal(/test-key-[0-9a-f]{8}|Bearer [A-Za-z0-9]{8}/.test(text), false, key);
   }
 });
+
+test("the package's version is the component's: its crate's, --version, or (a component from elsewhere) the host's, said so", async () => {
+  const crate = readFileSync(fileURLToPath(new URL("../../providers/daytona/Cargo.toml", import.meta.url)), "utf8");
+  const crateVersion = /^version\s*=\s*"([^"]+)"/m.exec(crate)[1];
+  const versionOf = (out) => [JSON.parse(readFileSync(path.join(out, "package.json"), "utf8")).version, JSON.parse(readFileSync(path.join(out, "npm-shrinkwrap.json"), "utf8")).version];
+  const built = await packer("--component", path.join(release, "daytona_provider.wasm"), "--out", path.join(work, "v-crate"));
+  assert.equal(built.code, 0, built.stderr);
+  assert.deepEqual(versionOf(path.join(work, "v-crate")), [crateVersion, crateVersion]);
+  assert.match(built.stdout, new RegExp(`@${crateVersion.replaceAll(".", "\\.")} \\(version its crate's\\)`));
+
+  const elsewhere = await file("acme.wasm", readFileSync(path.join(release, "daytona_provider.wasm")));
+  const named = await packer("--component", elsewhere, "--out", path.join(work, "v-named"), "--version", "3.1.4");
+  assert.equal(named.code, 0, named.stderr);
+  assert.deepEqual(versionOf(path.join(work, "v-named")), ["3.1.4", "3.1.4"]);
+  const { default: manifest } = await import(path.join(work, "v-named", "dist", "manifest.js"));
+  assert.equal(manifest.version, "3.1.4");
+
+  const hostVersion = JSON.parse(readFileSync(fileURLToPath(new URL("../package.json", import.meta.url)), "utf8")).version;
+  const unnamed = await packer("--component", elsewhere, "--out", path.join(work, "v-host"));
+  assert.equal(unnamed.code, 0, unnamed.stderr);
+  assert.deepEqual(versionOf(path.join(work, "v-host")), [hostVersion, hostVersion]);
+  assert.match(unnamed.stdout, /the host's: pass --version to name the component's/);
+
+  const bad = await packer("--component", elsewhere, "--out", path.join(work, "v-bad"), "--version", "latest");
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /^pack: --version latest is not a version \(MAJOR\.MINOR\.PATCH\)\.$/m);
+  assert.equal(existsSync(path.join(work, "v-bad")), false);
+});
