@@ -203,6 +203,28 @@ pub fn describe() -> String {
     format!("{processes}; {memory}")
 }
 
+/// Removes the pids and memory groups of the sandbox owned by `uid` (and
+/// any command group left in it), once every process of the sandbox is
+/// proven gone: a group per sandbox ever made would otherwise stay on the
+/// host (thousands after a day of short sandboxes, each a kernel object
+/// the memory controller keeps statistics for). A group that still has a
+/// member cannot be removed (the kernel refuses) and stays.
+pub(crate) fn remove_sandbox_groups(uid: u32) {
+    let name = format!("sandbox-{uid}");
+    if let Some(base) = pids_cgroup_base() {
+        let dir = base.join(&name);
+        if let Ok(commands) = std::fs::read_dir(&dir) {
+            for command in commands.flatten().filter(|e| e.path().is_dir()) {
+                let _ = std::fs::remove_dir(command.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+    if let Some(base) = memory_cgroup_base() {
+        let _ = std::fs::remove_dir(base.join(&name));
+    }
+}
+
 /// How many times the kernel's OOM killer has killed a process of the
 /// sandbox owned by `uid` (its memory group's `oom_kill` count); `None`
 /// without a memory group.

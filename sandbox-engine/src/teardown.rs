@@ -65,7 +65,10 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
     let deadline = Instant::now() + within;
     loop {
         let why = match crate::host_processes::live_of_ids_checked(ids) {
-            Ok(left) if left.is_empty() => return Ok(machine),
+            Ok(left) if left.is_empty() => {
+                crate::process_limits::remove_sandbox_groups(ids.first);
+                return Ok(machine);
+            }
             Ok(left) => {
                 let pids: Vec<i32> = left.iter().map(|p| p.pid).collect();
                 format!(

@@ -68,3 +68,33 @@ async fn a_sandbox_is_limited_by_what_it_uses_not_by_what_it_reserves() {
     assert_eq!(r["stdout"], "used 67108864\n", "{r}");
     assert!(h.server.shutdown().await.all_exited());
 }
+
+/// A sandbox proven gone leaves no group behind: its pids group (with its
+/// command groups) and its memory group are removed with it. Before, one
+/// of each stayed per sandbox ever made (thousands after a soak).
+#[tokio::test]
+async fn a_deleted_sandbox_leaves_no_cgroup_behind() {
+    let (Some(pids), Some(memory)) = (
+        sandbox_engine::process_limits::pids_cgroup_base(),
+        sandbox_engine::process_limits::memory_cgroup_base(),
+    ) else {
+        test_support::skipped(
+            "no cgroup v1 pids and memory hierarchies this (root) server can use",
+        );
+        return;
+    };
+    let h = Harness::start_builder(Server::builder().isolation(IsolationPreference::RequireBwrap))
+        .await;
+    let sb = h.sandbox().await;
+    let r = h.exec(&sb, "sleep 0.1 & echo started").await;
+    assert_eq!(r["stdout"], "started\n", "{r}");
+    let owner = sandbox_engine::host_processes::sandbox_uid(&h.server.data_dir().join(&sb))
+        .expect("a sandbox of its own ids");
+    let name = format!("sandbox-{owner}");
+    assert!(pids.join(&name).is_dir() && memory.join(&name).is_dir());
+    let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
+    assert_eq!(st, reqwest::StatusCode::OK, "{v}");
+    assert!(!pids.join(&name).exists(), "its pids group stays");
+    assert!(!memory.join(&name).exists(), "its memory group stays");
+    assert!(h.server.shutdown().await.all_exited());
+}
