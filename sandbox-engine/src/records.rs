@@ -301,6 +301,10 @@ impl Records {
         let mut done = record.clone();
         done.deleted = true;
         let _ = self.forget_or_write(&done);
+        // Proven gone: its groups are empty and go too.
+        if let Some(uid) = record.uid {
+            crate::process_limits::remove_sandbox_groups(uid);
+        }
         // Only a sandbox root (named after its id) is ever removed.
         let name = record.root.file_name().and_then(|n| n.to_str());
         let is_root = name == Some(record.id.as_str())

@@ -398,6 +398,21 @@ async fn an_engine_killed_under_load_leaves_nothing_its_successor_does_not_prove
         records(&state).is_empty(),
         "records of proven sandboxes stay"
     );
+    // Nor their groups: a proven sandbox's pids and memory groups go too.
+    for base in [
+        sandbox_engine::process_limits::pids_cgroup_base(),
+        sandbox_engine::process_limits::memory_cgroup_base(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let left: Vec<_> = owners
+            .iter()
+            .map(|o| base.join(format!("sandbox-{o}")))
+            .filter(|g| g.exists())
+            .collect();
+        assert!(left.is_empty(), "groups of proven sandboxes stay: {left:?}");
+    }
     let _ = Command::new("kill")
         .args(["-TERM", &second.id().to_string()])
         .status();
