@@ -6,7 +6,7 @@
 
 use crate::config::MAX_TIMEOUT_MS;
 use crate::http::is_valid_id;
-use crate::types::{ExecuteRequest, ProviderError};
+use crate::types::{ExecuteRequest, InteractionRequest, ProviderError};
 
 /// Why a request was refused before any network request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +68,37 @@ pub fn validate(request: &ExecuteRequest) -> Result<(), InvalidRequest> {
         if value.contains('\0') {
             return Err(InvalidRequest(format!(
                 "environment variable `{name}` contains a NUL character"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks an interactive process's request as [`validate`] checks a
+/// command's, and that a terminal has at least one column and one row and
+/// a timeout, when given, is from 1 to [`MAX_TIMEOUT_MS`].
+pub fn validate_interaction(request: &InteractionRequest) -> Result<(), InvalidRequest> {
+    validate(&ExecuteRequest {
+        command: request.command.clone(),
+        args: request.args.clone(),
+        cwd: request.cwd.clone(),
+        env: request.env.clone(),
+        stdin: None,
+        timeout_ms: None,
+        result_chars: request.result_chars,
+    })?;
+    if let Some(size) = request.terminal {
+        if size.columns == 0 || size.rows == 0 {
+            return Err(InvalidRequest(format!(
+                "a terminal needs at least one column and one row (asked {}x{})",
+                size.columns, size.rows
+            )));
+        }
+    }
+    if let Some(timeout_ms) = request.timeout_ms {
+        if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
+            return Err(InvalidRequest(format!(
+                "timeout must be from 1 to {MAX_TIMEOUT_MS} ms"
             )));
         }
     }

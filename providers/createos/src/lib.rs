@@ -1,7 +1,7 @@
 //! The CreateOS sandbox provider: its API knowledge only, over the
 //! provider SDK (`crates/provider-sdk`), compiled to a `wasm32-wasip2`
 //! component that implements the `sandbox-provider` WIT world
-//! (`wit/since_v0.5.0`).
+//! (`wit/since_v0.6.0`).
 //!
 //! The protocol is plain Rust over the SDK's [`provider_sdk::Platform`]
 //! trait, so its logic runs natively in unit tests; [`lifecycle::CreateOs`]
