@@ -19,9 +19,14 @@ pub fn description() -> ProviderDescription {
         driver_key: "createos".into(),
         display_name: "CreateOS".into(),
         config_schema: config_schema(),
+        // Terminals and pipes kept open, over managed processes; not
+        // `terminal-resize`: the service has no resize (the local engine's
+        // is an extension), so a terminal keeps the size it opened with.
         capabilities: Capabilities::REUSABLE_LEASES
             | Capabilities::INCREMENTAL_OUTPUT
-            | Capabilities::NATIVE_SYNC,
+            | Capabilities::NATIVE_SYNC
+            | Capabilities::LOGIN_PTY
+            | Capabilities::DUPLEX_CHANNELS,
         secrets: vec![SecretField {
             config_field: SECRET_FIELD.into(),
             header: SECRET_HEADER.into(),
@@ -46,11 +51,15 @@ pub fn description() -> ProviderDescription {
 /// component, which is held to 400 KiB (`build.sh`); a unit test checks
 /// the text against that object.
 pub fn config_schema() -> String {
-    let shapes = SHAPES
-        .iter()
-        .map(|shape| format!("\"{shape}\""))
-        .collect::<Vec<_>>()
-        .join(",");
+    let mut shapes = String::new();
+    for shape in SHAPES {
+        if !shapes.is_empty() {
+            shapes.push(',');
+        }
+        shapes.push('"');
+        shapes.push_str(shape);
+        shapes.push('"');
+    }
     format!(
         concat!(
             r#"{{"$schema":"https://json-schema.org/draft/2020-12/schema","#,

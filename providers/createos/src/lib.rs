@@ -12,8 +12,10 @@
 //! - [`api`]: CreateOS requests, the JSend envelope and error mapping;
 //! - [`frames`]: the NDJSON `/connect` frame parser;
 //! - [`execute`]: running one command, with cleanup;
+//! - [`interact`]: running one interactive process (a terminal or pipes),
+//!   the host's events carried out while its output is followed;
 //! - [`lifecycle`]: the provider's operations (acquire, resume, release,
-//!   destroy, probe, realize, sync, execute);
+//!   destroy, probe, realize, sync, execute, interact);
 //! - [`lease`]: the lease metadata the provider writes and checks;
 //! - [`describe`]: the provider description.
 //!
@@ -30,6 +32,7 @@ pub mod config;
 pub mod describe;
 pub mod execute;
 pub mod frames;
+pub mod interact;
 pub mod lease;
 pub mod lifecycle;
 
