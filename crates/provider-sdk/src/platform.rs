@@ -187,13 +187,27 @@ pub trait BodyReader {
     /// [`BodyStep::Event`], as soon as the host has an interaction event
     /// for the running `interact` call: a provider follows an interactive
     /// process's output with it and carries out each event when it comes.
-    /// An event already waiting is reported before the next chunk. The
+    /// Output that has already arrived comes first (a process's output is
+    /// read before more input is written to it); otherwise an event
+    /// waiting is reported at once. The
     /// default waits for the body only (a platform without events).
     fn next_chunk_or_event(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
         Ok(match self.next_chunk(wait)? {
             Some(chunk) => BodyStep::Chunk(chunk),
             None => BodyStep::End,
         })
+    }
+
+    /// The body's next chunk if one has arrived, or its end; without
+    /// waiting: [`BodyStep::Event`] when nothing is there now. A provider
+    /// that has more input to write reads what the process printed in
+    /// between, so that a process echoing its input (whose server stops
+    /// reading it while its output is not taken) never stalls the writes.
+    /// The deadline and cancellation are checked first. The default has
+    /// nothing now.
+    fn chunk_now(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
+        let _ = wait;
+        Ok(BodyStep::Event)
     }
 }
 

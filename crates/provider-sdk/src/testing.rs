@@ -154,14 +154,24 @@ impl BodyReader for FakeBody {
         }
     }
 
+    fn chunk_now(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
+        if self.chunks.is_empty() {
+            return Ok(BodyStep::Event);
+        }
+        Ok(match self.next_chunk(wait)? {
+            Some(chunk) => BodyStep::Chunk(chunk),
+            None => BodyStep::End,
+        })
+    }
+
     fn next_chunk_or_event(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
         let next_event = self.events.borrow().front().map(|(at, _)| *at);
-        if let Some(at) = next_event {
+        if let (Some(at), true) = (next_event, self.chunks.is_empty()) {
             if at <= self.clock.get() {
                 return Ok(BodyStep::Event);
             }
             let cancel = self.cancel_at.filter(|_| wait.cancellable);
-            if self.chunks.is_empty() && at < wait.deadline && cancel.is_none_or(|c| at < c) {
+            if at < wait.deadline && cancel.is_none_or(|c| at < c) {
                 self.clock.set(at);
                 return Ok(BodyStep::Event);
             }
@@ -274,7 +284,7 @@ mod tests {
     }
 
     /// A queued event is reported by a body wait once the clock reaches
-    /// it: the chunks before it first, then the clock jumps to it; taken
+    /// it: the chunks there are first, then the clock jumps to it; taken
     /// once, in order; an event past the deadline is not reported.
     #[wasm_bindgen_test(unsupported = test)]
     fn events_interrupt_a_body_wait_when_due() {

@@ -195,6 +195,9 @@ pub(crate) struct Run {
     /// An interactive process: the host's events are carried out while its
     /// output is followed (`crate::interact`).
     pub(crate) interactive: bool,
+    /// Input taken from the host and not yet written, written a piece at a
+    /// time with the output read in between.
+    pub(crate) pending_input: Vec<u8>,
 }
 
 impl Run {
@@ -213,6 +216,7 @@ impl Run {
             cursor: 0,
             output: CommandOutput::with_result_chars(result_chars),
             interactive: false,
+            pending_input: Vec::new(),
         }
     }
 
@@ -268,10 +272,14 @@ impl Run {
         let mut lines = LineSplitter::default();
         loop {
             let next = if self.interactive {
-                if let Some(stop) = crate::interact::take_events(self, platform) {
+                if let Some(stop) = crate::interact::take_event(self, platform) {
                     return StreamEnd::Stop(stop);
                 }
-                body.next_chunk_or_event(self.command_wait())
+                if self.pending_input.is_empty() {
+                    body.next_chunk_or_event(self.command_wait())
+                } else {
+                    body.chunk_now(self.command_wait())
+                }
             } else {
                 body.next_chunk(self.command_wait())
                     .map(|chunk| match chunk {

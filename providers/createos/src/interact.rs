@@ -21,9 +21,7 @@
 
 use crate::api;
 use crate::config::Config;
-use crate::execute::{create, rejected, request_wait, Run, Stop};
-use provider_sdk::errors::ApiError;
-use provider_sdk::http::is_valid_id;
+use crate::execute::{create, request_wait, Run, Stop};
 use provider_sdk::platform::{Method, Platform, Request, MS};
 use provider_sdk::script;
 use provider_sdk::types::{
@@ -35,19 +33,15 @@ use serde_json::{json, Value};
 /// CreateOS plugin sends at most).
 pub const MAX_INPUT_BYTES: usize = 256 * 1024;
 
-/// Runs `request` in sandbox `sandbox_id` until it exits, the host ends it,
-/// or its timeout (the config's `timeoutMs` when it sets none).
+/// Runs `request` in sandbox `sandbox_id` (an id `lease::check` found
+/// valid) until it exits, the host ends it, or its timeout (the config's
+/// `timeoutMs` when it sets none).
 pub fn interact(
     platform: &mut dyn Platform,
     config: &Config,
     sandbox_id: &str,
     request: &InteractionRequest,
 ) -> Result<ExecuteResult, ProviderError> {
-    if !is_valid_id(sandbox_id) {
-        return Err(ProviderError::ForeignLease(
-            "the lease has an invalid sandbox id".into(),
-        ));
-    }
     let budget = config.budget.request_timeout_ms.saturating_mul(MS);
     let timeout_ms = request.timeout_ms.unwrap_or(config.budget.timeout_ms);
     if platform.cancelled() {
@@ -92,14 +86,24 @@ fn create_process(
     create(platform, budget, sandbox_id, body)
 }
 
-/// Carries out every event the host has queued now, in order; a stop when
-/// one ends the process (`end`) or failed (the process is then ended).
-pub(crate) fn take_events(run: &Run, platform: &mut dyn Platform) -> Option<Stop> {
-    while let Some(event) = platform.next_interaction_event() {
-        let outcome = match event {
-            InteractionEvent::Input(bytes) => bytes
-                .chunks(MAX_INPUT_BYTES)
-                .try_for_each(|piece| input(run, platform, piece)),
+/// Writes the next piece of input taken earlier, or carries out the
+/// host's next event; a stop when one ends the process (`end`) or failed
+/// (the process is then ended). One step at a time, so that the output is
+/// read in between.
+pub(crate) fn take_event(run: &mut Run, platform: &mut dyn Platform) -> Option<Stop> {
+    let outcome = if !run.pending_input.is_empty() {
+        let rest = run
+            .pending_input
+            .split_off(run.pending_input.len().min(MAX_INPUT_BYTES));
+        let piece = std::mem::replace(&mut run.pending_input, rest);
+        input(run, platform, &piece)
+    } else {
+        match platform.next_interaction_event()? {
+            // Written a piece at a time from the next step on.
+            InteractionEvent::Input(bytes) => {
+                run.pending_input = bytes;
+                Ok(())
+            }
             InteractionEvent::Resize(size) => post(
                 run,
                 platform,
@@ -112,12 +116,9 @@ pub(crate) fn take_events(run: &Run, platform: &mut dyn Platform) -> Option<Stop
             },
             InteractionEvent::Signal(signal) => signal_request(run, platform, name(signal)),
             InteractionEvent::End => return Some(Stop::Ended),
-        };
-        if let Err(error) = outcome {
-            return Some(Stop::Failed(error));
         }
-    }
-    None
+    };
+    outcome.err().map(Stop::Failed)
 }
 
 fn input(run: &Run, platform: &mut dyn Platform, bytes: &[u8]) -> Result<(), ProviderError> {
@@ -155,11 +156,9 @@ fn post(
     let request = Request::new(Method::Post, format!("{}/{action}", run.process_path()))
         .with_body("application/json", body.into_bytes());
     let wait = request_wait(platform, run.budget, false);
-    match api::call(platform, &request, wait) {
-        Ok(_) => Ok(()),
-        Err(ApiError::Status(status)) => Err(rejected(action, status)),
-        Err(error) => Err(error.into_provider_error(action)),
-    }
+    api::call(platform, &request, wait)
+        .map(|_| ())
+        .map_err(|error| error.into_provider_error(action))
 }
 
 /// Best effort: a signal before the tree `DELETE`, whose answer alone proves
