@@ -266,7 +266,7 @@ fn a_terminal_takes_the_size_asked_and_a_resize_on_the_engine() {
         result_chars: None,
     };
     let text = || String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
-    let outcome = std::thread::scope(|scope| {
+    let result = std::thread::scope(|scope| {
         let typist = scope.spawn(|| {
             assert!(test_support::eventually(Duration::from_secs(60), || text().contains("24 80")));
             interaction.send(InteractionEvent::Resize(TerminalSize {
@@ -277,9 +277,8 @@ fn a_terminal_takes_the_size_asked_and_a_resize_on_the_engine() {
         });
         let outcome = instance.interact(&local.ctx, &lease, &request).unwrap();
         typist.join().unwrap();
-        outcome
+        outcome.expect("the terminal's result")
     });
-    let result = outcome.expect("the terminal's result");
     assert_eq!(result.exit_code, Some(0), "{}", text());
     let after = text();
     let resized = after.split("24 80").nth(1).unwrap_or("");
