@@ -197,18 +197,6 @@ pub trait BodyReader {
             None => BodyStep::End,
         })
     }
-
-    /// The body's next chunk if one has arrived, or its end; without
-    /// waiting: [`BodyStep::Event`] when nothing is there now. A provider
-    /// that has more input to write reads what the process printed in
-    /// between, so that a process echoing its input (whose server stops
-    /// reading it while its output is not taken) never stalls the writes.
-    /// The deadline and cancellation are checked first. The default has
-    /// nothing now.
-    fn chunk_now(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
-        let _ = wait;
-        Ok(BodyStep::Event)
-    }
 }
 
 /// What [`Platform::open_with_header`] gives: the status, the header's

@@ -154,16 +154,6 @@ impl BodyReader for FakeBody {
         }
     }
 
-    fn chunk_now(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
-        if self.chunks.is_empty() {
-            return Ok(BodyStep::Event);
-        }
-        Ok(match self.next_chunk(wait)? {
-            Some(chunk) => BodyStep::Chunk(chunk),
-            None => BodyStep::End,
-        })
-    }
-
     fn next_chunk_or_event(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
         let next_event = self.events.borrow().front().map(|(at, _)| *at);
         if let (Some(at), true) = (next_event, self.chunks.is_empty()) {

@@ -350,40 +350,24 @@ impl WasiBody {
 
 impl BodyReader for WasiBody {
     fn next_chunk(&mut self, wait: Wait) -> Result<Option<Vec<u8>>, TransportError> {
-        self.read(wait, Until::Chunk).map(|step| match step {
+        self.read(wait, false).map(|step| match step {
             BodyStep::Chunk(bytes) => Some(bytes),
             _ => None,
         })
     }
 
     fn next_chunk_or_event(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
-        self.read(wait, Until::Event)
+        self.read(wait, true)
     }
-
-    fn chunk_now(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
-        self.read(wait, Until::Now)
-    }
-}
-
-/// What ends a wait for a body's next chunk besides the chunk itself.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Until {
-    /// Nothing: the body's end, the deadline or cancellation only.
-    Chunk,
-    /// The host's interaction event too.
-    Event,
-    /// Nothing arrived yet: no wait.
-    Now,
 }
 
 impl WasiBody {
-    /// The next chunk, the end, or ([`Until::Event`]) an event of the
-    /// host, or ([`Until::Now`]) that nothing arrived yet.
-    fn read(&mut self, wait: Wait, until: Until) -> Result<BodyStep, TransportError> {
-        if until == Until::Event && self.events.is_none() {
+    /// The next chunk, the end, or (with `events`) an event of the host.
+    fn read(&mut self, wait: Wait, events: bool) -> Result<BodyStep, TransportError> {
+        if events && self.events.is_none() {
             self.events = Some(host::interaction_events());
         }
-        let events = self.events.as_ref().filter(|_| until == Until::Event);
+        let events = self.events.as_ref().filter(|_| events);
         loop {
             // Checked before every chunk, not only when the stream is idle:
             // a server that streams without pause must still stop on time.
@@ -397,7 +381,7 @@ impl WasiBody {
             // before more input is written to it.
             match self.stream.read(READ_CHUNK) {
                 Ok(bytes) if bytes.is_empty() => {
-                    if until == Until::Now || events.is_some_and(|events| events.ready()) {
+                    if events.is_some_and(|events| events.ready()) {
                         return Ok(BodyStep::Event);
                     }
                     let subscription = self.stream.subscribe();

@@ -198,6 +198,8 @@ pub(crate) struct Run {
     /// Input taken from the host and not yet written, written a piece at a
     /// time with the output read in between.
     pub(crate) pending_input: Vec<u8>,
+    /// The output paused since the last piece of input was written.
+    quiet: bool,
 }
 
 impl Run {
@@ -217,6 +219,7 @@ impl Run {
             output: CommandOutput::with_result_chars(result_chars),
             interactive: false,
             pending_input: Vec::new(),
+            quiet: false,
         }
     }
 
@@ -272,13 +275,34 @@ impl Run {
         let mut lines = LineSplitter::default();
         loop {
             let next = if self.interactive {
-                if let Some(stop) = crate::interact::take_event(self, platform) {
-                    return StreamEnd::Stop(stop);
+                if self.pending_input.is_empty() || self.quiet {
+                    self.quiet = false;
+                    if let Some(stop) = crate::interact::take_event(self, platform) {
+                        return StreamEnd::Stop(stop);
+                    }
                 }
                 if self.pending_input.is_empty() {
                     body.next_chunk_or_event(self.command_wait())
                 } else {
-                    body.chunk_now(self.command_wait())
+                    // More input to write: first the output the last piece
+                    // caused, until it pauses, so that a process echoing
+                    // its input (which the server stops reading while its
+                    // output is not taken) never stalls the next write.
+                    let pause = platform
+                        .now()
+                        .saturating_add(crate::interact::QUIET_MS * MS);
+                    let wait = Wait {
+                        deadline: pause.min(self.deadline),
+                        cancellable: true,
+                    };
+                    match body.next_chunk(wait) {
+                        // The pause, not the command's deadline.
+                        Err(TransportError::Deadline) if pause < self.deadline => {
+                            self.quiet = true;
+                            Ok(BodyStep::Event)
+                        }
+                        other => other.map(|chunk| chunk.map_or(BodyStep::End, BodyStep::Chunk)),
+                    }
                 }
             } else {
                 body.next_chunk(self.command_wait())

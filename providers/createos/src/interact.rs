@@ -33,6 +33,10 @@ use serde_json::{json, Value};
 /// CreateOS plugin sends at most).
 pub const MAX_INPUT_BYTES: usize = 256 * 1024;
 
+/// How long the output must pause, after a piece of input was written,
+/// before the next piece is written (see [`take_event`]).
+pub const QUIET_MS: u64 = 50;
+
 /// Runs `request` in sandbox `sandbox_id` (an id `lease::check` found
 /// valid) until it exits, the host ends it, or its timeout (the config's
 /// `timeoutMs` when it sets none).
@@ -44,9 +48,6 @@ pub fn interact(
 ) -> Result<ExecuteResult, ProviderError> {
     let budget = config.budget.request_timeout_ms.saturating_mul(MS);
     let timeout_ms = request.timeout_ms.unwrap_or(config.budget.timeout_ms);
-    if platform.cancelled() {
-        return Err(ProviderError::Cancelled(None));
-    }
     let process_id = create_process(platform, budget, sandbox_id, request)?;
     platform.interaction_started();
     let deadline = platform.now().saturating_add(timeout_ms.saturating_mul(MS));
@@ -88,8 +89,9 @@ fn create_process(
 
 /// Writes the next piece of input taken earlier, or carries out the
 /// host's next event; a stop when one ends the process (`end`) or failed
-/// (the process is then ended). One step at a time, so that the output is
-/// read in between.
+/// (the process is then ended). One step at a time: the caller reads the
+/// output a piece caused until it pauses for [`QUIET_MS`] before the next,
+/// so the output a process's server holds back never stalls a write.
 pub(crate) fn take_event(run: &mut Run, platform: &mut dyn Platform) -> Option<Stop> {
     let outcome = if !run.pending_input.is_empty() {
         let rest = run
