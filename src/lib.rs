@@ -145,6 +145,18 @@ macro_rules! conformance_suite {
                 check(Scenario::SecretNeverVisible);
             }
             #[test]
+            fn interactive_terminal() {
+                check(Scenario::InteractiveTerminal);
+            }
+            #[test]
+            fn interactive_pipes() {
+                check(Scenario::InteractivePipes);
+            }
+            #[test]
+            fn interactive_end() {
+                check(Scenario::InteractiveEnd);
+            }
+            #[test]
             fn cleanup_failed_command_creation_unanswered() {
                 check(Scenario::CleanupFailed(FaultPoint::CommandCreationUnanswered));
             }

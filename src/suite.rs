@@ -56,11 +56,21 @@ pub enum Scenario {
     /// nothing survives; with it unconfirmed too, the lease is poisoned and
     /// sweep destroys it with no survivor.
     OutputLost,
+    /// A terminal (contract 0.6.0, `login-pty`): `stty size` answers the
+    /// size asked (and the resized size, with `terminal-resize`), `tty`
+    /// names a `/dev/pts/N`, a Python REPL answers two lines typed a while
+    /// apart, `^C` ends a `sleep`.
+    InteractiveTerminal,
+    /// Pipes kept open (`duplex-channels`): `cat` gives back 10 MB of
+    /// arbitrary bytes exactly.
+    InteractivePipes,
+    /// `end` of an interactive process leaves nothing of its tree running.
+    InteractiveEnd,
 }
 
 impl Scenario {
     /// The scenarios that need no fault injection.
-    pub const FAULT_FREE: [Scenario; 11] = [
+    pub const FAULT_FREE: [Scenario; 14] = [
         Scenario::ExitCodes,
         Scenario::EnvCwdStdin,
         Scenario::HostileQuoting,
@@ -72,6 +82,9 @@ impl Scenario {
         Scenario::Lifecycle,
         Scenario::LifecycleReuse,
         Scenario::SecretNeverVisible,
+        Scenario::InteractiveTerminal,
+        Scenario::InteractivePipes,
+        Scenario::InteractiveEnd,
     ];
 
     /// Every scenario: the fault-free ones, one per cleanup fault point,
@@ -99,6 +112,9 @@ impl Scenario {
             Scenario::SecretNeverVisible => "secret_never_visible".into(),
             Scenario::CleanupFailed(point) => format!("cleanup_failed_{}", point.name()),
             Scenario::OutputLost => "output_lost".into(),
+            Scenario::InteractiveTerminal => "interactive_terminal".into(),
+            Scenario::InteractivePipes => "interactive_pipes".into(),
+            Scenario::InteractiveEnd => "interactive_end".into(),
         }
     }
 
@@ -124,6 +140,9 @@ impl Scenario {
             Scenario::SecretNeverVisible => scenarios::secret::never_visible(target),
             Scenario::CleanupFailed(point) => scenarios::cleanup::cleanup_failed(target, point),
             Scenario::OutputLost => scenarios::output::output_lost(target),
+            Scenario::InteractiveTerminal => scenarios::interactive::terminal_session(target),
+            Scenario::InteractivePipes => scenarios::interactive::pipes_round_trip(target),
+            Scenario::InteractiveEnd => scenarios::interactive::end_leaves_no_process(target),
         }
     }
 }

@@ -14,8 +14,9 @@ use serde_json::json;
 #[test]
 fn conformance_kit_scenario_names_are_unique_and_round_trip() {
     let all = Scenario::all();
-    // The fault-free ones, one per cleanup fault point, and `output_lost`.
-    assert_eq!(all.len(), 11 + FaultPoint::ALL.len() + 1);
+    // The fault-free ones (three of them interactive), one per cleanup fault
+    // point, and `output_lost`.
+    assert_eq!(all.len(), 14 + FaultPoint::ALL.len() + 1);
     for scenario in &all {
         assert_eq!(Scenario::from_name(&scenario.name()), Some(*scenario));
     }

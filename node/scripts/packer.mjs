@@ -1,5 +1,5 @@
-// The packer: turns any `sandbox-provider` component (contract 0.5.0, or
-// 0.4.0 without `execute-request.result-chars`, or 0.3.0 whose live output
+// The packer: turns any `sandbox-provider` component (contract 0.6.0, or
+// 0.5.0 without `provider.interact`, or 0.4.0 without `execute-request.result-chars`, or 0.3.0 whose live output
 // is text, or 0.2.0 which also lacks `provider-error.output-lost`) into
 // a Paperclip plugin package. Everything provider-specific comes from the
 // component's describe(); the host code (../dist/*.js, built by tsc) is the
@@ -14,18 +14,23 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 const nodeDir = fileURLToPath(new URL("..", import.meta.url));
 const hostDist = path.join(nodeDir, "dist");
 /** The current contract version this host speaks. */
-export const CONTRACT_VERSION = "0.5.0";
+export const CONTRACT_VERSION = "0.6.0";
 /**
  * Every contract version this host loads, newest first (jco keys imports
- * without their version, so one set of imports serves them all). 0.5.0
- * only added `execute-request.result-chars`, which this host leaves unset
+ * without their version, so one set of imports serves them all). 0.6.0
+ * only added `provider.interact` and three host imports for it, which this
+ * host provides without ever calling `interact` yet (Paperclip's login PTY
+ * and duplex channel hooks come later): `interaction-events` is a pollable
+ * that never becomes ready, `next-interaction-event` has none, and
+ * `interaction-started` does nothing; so a 0.5.0 component is served by
+ * the same imports. 0.5.0 only added `execute-request.result-chars`, which this host leaves unset
  * (Paperclip's result carries the output's text), so a 0.4.0 component
  * gets the same request without it. 0.4.0 only changed `host.emit-output` to carry bytes (`list<u8>`, a
  * `Uint8Array`) where 0.3.0 carries text (a string), which the provider
  * thread takes both ways; 0.3.0 only added the `provider-error.output-lost`
  * case, so a 0.2.0 component's values are 0.3.0 values as they are.
  */
-export const SERVED_VERSIONS = [CONTRACT_VERSION, "0.4.0", "0.3.0", "0.2.0"];
+export const SERVED_VERSIONS = [CONTRACT_VERSION, "0.5.0", "0.4.0", "0.3.0", "0.2.0"];
 /** The interface every provider exports. */
 const PROVIDER_EXPORT = "sandbox:provider/provider";
 /** How long describe() may take before the packer gives up. */

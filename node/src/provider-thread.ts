@@ -74,7 +74,7 @@ const trapMarker: string | undefined = workerData.testTrapMarker;
 const NOTHING: OutgoingPolicy = { allowedOrigin: undefined, secrets: [], rateLimit: undefined };
 /** The rules of the call in progress, for a request's target origin. */
 let policy: (target: string | undefined) => OutgoingPolicy = () => NOTHING;
-let currentCall: { id: number; cancelFlag: SharedArrayBuffer; outputCredit: Int32Array; futures: number[]; outputLimitMs: number; progressMs: number; lastBacklog: number } | undefined;
+let currentCall: { id: number; cancelFlag: SharedArrayBuffer; interactionFlag: SharedArrayBuffer; outputCredit: Int32Array; futures: number[]; outputLimitMs: number; progressMs: number; lastBacklog: number } | undefined;
 /** Beyond this many undelivered output bytes, `emit-output` waits for the sink. */
 const outputHighWater: number = workerData.outputHighWaterChars;
 /** How often a thread waiting for the sink looks at its call's cancellation and deadline. */
@@ -106,8 +106,10 @@ const hostInterface = {
    * `Uint8Array`), or a 0.3.0 / 0.2.0 component's text (a string, posted as
    * its UTF-8 bytes). Counted in bytes for backpressure.
    */
-  emitOutput(stream: "stdout" | "stderr", output: Uint8Array | string) {
+  emitOutput(stream: "stdout" | "stderr" | "terminal", output: Uint8Array | string) {
     if (!currentCall) return;
+    // A terminal's output (0.6.0) comes only from `interact`, which this host does not call yet.
+    if (stream === "terminal") stream = "stdout";
     const chunk = typeof output === "string" ? new Uint8Array(Buffer.from(output, "utf8")) : output;
     if (trapMarker && Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).includes(trapMarker)) {
       // Test-only fault (see README): a host import failing mid-call is a trap.
@@ -154,6 +156,24 @@ const hostInterface = {
     currentCall.futures.push(future);
     return futureSubscribe(future, hostInterface);
   },
+  /**
+   * `host.interaction-events` (contract 0.6.0): this host never calls
+   * `interact` yet (Paperclip's login PTY and duplex channel hooks come
+   * later), so it never queues an event: a pollable over a flag of the
+   * call's own that nothing raises (released when the call ends).
+   */
+  interactionEvents() {
+    if (!currentCall) throw new Error("interaction-events called outside a provider call");
+    const future = callExtension(cancelExtension, "watch", [currentCall.interactionFlag]) as number;
+    currentCall.futures.push(future);
+    return futureSubscribe(future, hostInterface);
+  },
+  /** `host.next-interaction-event`: there is never one (see `interactionEvents`). */
+  nextInteractionEvent() {
+    return undefined;
+  },
+  /** `host.interaction-started`: nothing waits for it yet. */
+  interactionStarted() {},
 };
 
 function importObject() {
@@ -212,7 +232,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     provider = fresh();
     throw error;
   });
-  currentCall = { id: call.id, cancelFlag: call.cancelFlag, outputCredit: new Int32Array(call.outputCredit), futures: [], outputLimitMs: Number.POSITIVE_INFINITY, progressMs: Date.now(), lastBacklog: 0 };
+  currentCall = { id: call.id, cancelFlag: call.cancelFlag, interactionFlag: new SharedArrayBuffer(4), outputCredit: new Int32Array(call.outputCredit), futures: [], outputLimitMs: Number.POSITIVE_INFINITY, progressMs: Date.now(), lastBacklog: 0 };
   try {
     const ctx = contextOf(call.operation, call.args);
     const routes = call.routes ?? [];
@@ -254,9 +274,11 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     return { kind: "done", id: call.id, ok: false, error: { kind: "trap", message } };
   } finally {
     policy = () => NOTHING;
-    const flag = new Int32Array(call.cancelFlag);
-    Atomics.compareExchange(flag, 0, 0, CALL_FINISHED);
-    Atomics.notify(flag, 0);
+    for (const buffer of [call.cancelFlag, currentCall.interactionFlag]) {
+      const flag = new Int32Array(buffer);
+      Atomics.compareExchange(flag, 0, 0, CALL_FINISHED);
+      Atomics.notify(flag, 0);
+    }
     for (const future of currentCall.futures) {
       try {
         futureDispose(future);

@@ -16,7 +16,7 @@ import path from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { ProviderPool } from "../dist/pool.js";
 import { LiveText } from "../dist/plugin.js";
-import { transpile, contractVersionOf } from "../scripts/packer.mjs";
+import { transpile, contractVersionOf, CONTRACT_VERSION, SERVED_VERSIONS } from "../scripts/packer.mjs";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const work = mkdtempSync(path.join(tmpdir(), "contract-versions-"));
@@ -79,6 +79,41 @@ for (const [name, version, driver, live] of [
     }
   });
 }
+
+// Contract 0.6.0 (the current one) added `provider.interact` and three host
+// imports. This host does not call `interact` yet (Paperclip's hooks come
+// later) but must load such a component: it provides the imports, and an
+// `interact` call sees no event (its pollable never becomes ready, so the
+// fixture waits until the call is cancelled) and its terminal's output
+// reaches the sink.
+test("a component built for contract 0.6.0 runs: the interaction imports exist and carry no event", async () => {
+  const wasm = fixture("contract-v0-6");
+  const version = await contractVersionOf(readFileSync(wasm), "contract-v0-6");
+  assert.equal(version, "0.6.0");
+  assert.equal(CONTRACT_VERSION, "0.6.0");
+  assert.ok(SERVED_VERSIONS.includes("0.5.0"), "0.5.0 components are still served");
+  const dir = path.join(work, "contract-v0-6");
+  await transpile(wasm, dir);
+  const pool = new ProviderPool({ size: 1, componentDir: pathToFileURL(dir + path.sep).href, ledgerPath: path.join(work, "contract-v0-6.sqlite") });
+  try {
+    const description = await pool.call("describe", []).result;
+    assert.equal(description.driverKey, "interactive-0-6");
+    const chunks = [];
+    const interaction = { command: "sh", args: [], cwd: undefined, env: [], terminal: { columns: 80, rows: 24 }, timeoutMs: undefined, resultChars: undefined };
+    // The fixture names no API origin (it sends no request).
+    const call = pool.call("interact", [ctx, lease, interaction], { routes: [], onOutput: (stream, chunk) => chunks.push([stream, Buffer.from(chunk).toString()]) });
+    // The fixture says its size before it waits for events; then nothing comes until the cancel.
+    for (let i = 0; i < 500 && chunks.length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+    call.cancel();
+    await assert.rejects(call.result, (error) => {
+      assert.equal(error.failure?.payload?.tag, "cancelled");
+      return true;
+    });
+    assert.deepEqual(chunks, [["stdout", "size 80x24\n"]]);
+  } finally {
+    await pool.close();
+  }
+});
 
 /** The decoder the plugin logs with: any cut of any bytes gives what decoding them whole gives. */
 test("LiveText decodes each stream across chunks like a decoding of the whole stream", () => {

@@ -5,6 +5,7 @@
 
 pub mod cleanup;
 pub mod exec;
+pub mod interactive;
 pub mod lifecycle;
 pub mod output;
 pub mod secret;

@@ -1,4 +1,4 @@
-//! The guest side of the `sandbox-provider` WIT world (`wit/since_v0.5.0`),
+//! The guest side of the `sandbox-provider` WIT world (`wit/since_v0.6.0`),
 //! shared by every provider component.
 //!
 //! A provider holds only its API knowledge: it implements [`Provider`] in
@@ -6,8 +6,8 @@
 //! [`export_provider!`]. The SDK owns everything else:
 //! - [`bindings`]: the world's bindings, generated once;
 //! - [`types`]: the contract's data types, used as the provider's own;
-//! - [`platform`]: HTTP, clocks, randomness, live output and cancellation as
-//!   a trait, so a provider's protocol runs natively in unit tests
+//! - [`platform`]: HTTP, clocks, randomness, live output, cancellation and
+//!   the host's interaction events as a trait, so a provider's protocol runs natively in unit tests
 //!   ([`testing::FakePlatform`] with the `testing` feature);
 //! - `wasi_platform`: that trait over the WASI imports (in the component);
 //! - [`config`]: config objects, budgets and what `validate-config` says;
@@ -39,7 +39,7 @@
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/since_v0.5.0",
+        path: "../../wit/since_v0.6.0",
         world: "sandbox-provider",
         generate_all,
         pub_export_macro: true,
@@ -55,10 +55,11 @@ pub mod types {
     pub use crate::bindings::sandbox::provider::types::{
         AcquireRequest, ApiRejection, Capabilities, CleanupCause, CleanupFailure, CleanupPhase,
         ConfigValidation, EnvironmentContext, ExecuteRequest, ExecuteResult, FileDownload,
-        FileUpload, InvalidResponse, Lease, OperationBudget, OriginField, OutputLoss,
-        PartialOutput, ProbeReport, ProviderDescription, ProviderError, RateLimit, ResumeOutcome,
-        SecretField, SyncReport, TerminationAction, TerminationReceipt, TransportFailure,
-        TransportKind, WorkspaceRequest,
+        FileUpload, InteractionEvent, InteractionRequest, InteractionSignal, InvalidResponse,
+        Lease, OperationBudget, OriginField, OutputLoss, PartialOutput, ProbeReport,
+        ProviderDescription, ProviderError, RateLimit, ResumeOutcome, SecretField, SyncReport,
+        TerminalSize, TerminationAction, TerminationReceipt, TransportFailure, TransportKind,
+        WorkspaceRequest,
     };
 }
 
@@ -85,7 +86,7 @@ use config::ProviderConfig;
 use types::*;
 
 /// A sandbox provider in plain Rust: the operations of the WIT `provider`
-/// interface (see `wit/since_v0.5.0/provider.wit` for what each must
+/// interface (see `wit/since_v0.6.0/provider.wit` for what each must
 /// prove), as methods of one operation's state.
 ///
 /// The export ([`export_provider!`]) sets every operation up once before
@@ -94,8 +95,9 @@ use types::*;
 /// request), points a fresh platform at the config's first API origin,
 /// starts the operation's deadline ([`Operation::start`]) and makes the
 /// provider's state of it with [`Provider::new`]. Before `execute` it also
-/// checks the command ([`script::validate`]), so bad input never causes a
-/// request.
+/// checks the command ([`script::validate`], and
+/// [`script::validate_interaction`] before `interact`), so bad input never
+/// causes a request.
 ///
 /// The state lives for one operation: a provider keeps nothing between
 /// calls. Everything it knows comes from the operation (config, context)
@@ -185,6 +187,24 @@ pub trait Provider<'a>: Sized {
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<ExecuteResult, ProviderError>;
+
+    /// Runs one interactive process (already checked with
+    /// [`script::validate_interaction`]) until it ends: it calls
+    /// [`Platform::interaction_started`] once the process exists, carries
+    /// out the host's events ([`Platform::next_interaction_event`], waited
+    /// for with [`platform::BodyReader::next_chunk_or_event`]) and forwards
+    /// the output live (a terminal's as [`platform::StreamId::Terminal`]).
+    /// Default (a provider without `login-pty` or `duplex-channels`):
+    /// `unsupported`, before any request.
+    fn interact(
+        &mut self,
+        _lease: &Lease,
+        _request: &InteractionRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        Err(ProviderError::Unsupported(
+            "this provider cannot run interactive processes".into(),
+        ))
+    }
 }
 
 /// What [`export_provider!`] expands to: each WIT call as one operation of
@@ -212,6 +232,20 @@ pub mod export {
         run(platform, ctx, |provider: &mut P| {
             script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
             provider.execute(lease, request)
+        })
+    }
+
+    /// `interact`: the request is checked before the provider sees it.
+    pub fn interact<'a, P: Provider<'a>>(
+        platform: &'a mut dyn Platform,
+        ctx: &'a EnvironmentContext,
+        lease: &Lease,
+        request: &InteractionRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        run(platform, ctx, |provider: &mut P| {
+            script::validate_interaction(request)
+                .map_err(|e| ProviderError::InvalidRequest(e.0))?;
+            provider.interact(lease, request)
         })
     }
 }
@@ -319,6 +353,18 @@ macro_rules! export_provider {
                         &request,
                     )
                 }
+                fn interact(
+                    ctx: EnvironmentContext,
+                    lease: Lease,
+                    request: InteractionRequest,
+                ) -> Result<ExecuteResult, ProviderError> {
+                    $crate::export::interact::<$provider>(
+                        &mut WasiPlatform::new(),
+                        &ctx,
+                        &lease,
+                        &request,
+                    )
+                }
             }
 
     $crate::bindings::export_world!(Export with_types_in $crate::bindings);
@@ -389,5 +435,61 @@ mod tests {
         let result = export::execute::<Unreached>(&mut platform, &ctx, &lease, &request);
         assert!(matches!(result, Err(ProviderError::InvalidRequest(_))));
         assert!(platform.requests.is_empty());
+    }
+
+    fn interaction(command: &str, terminal: Option<TerminalSize>) -> InteractionRequest {
+        InteractionRequest {
+            command: command.into(),
+            args: vec![],
+            cwd: None,
+            env: vec![],
+            terminal,
+            timeout_ms: None,
+            result_chars: None,
+        }
+    }
+
+    /// `interact` is checked like `execute` before the provider sees it
+    /// (an empty command, a terminal without columns or rows, a zero
+    /// timeout), and a provider that does not override it says
+    /// `unsupported`, all without a request.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn interact_is_checked_and_unsupported_by_default() {
+        let mut platform = FakePlatform::new(|_| -> Answer { panic!("no request expected") });
+        let lease = Lease {
+            provider_lease_id: "sb".into(),
+            metadata: "{}".into(),
+            expires_at: None,
+        };
+        let ctx = context(r#"{"apiUrl":"http://127.0.0.1:9"}"#);
+        let size = |columns, rows| Some(TerminalSize { columns, rows });
+        for bad in [
+            interaction("", None),
+            interaction("sh", size(0, 24)),
+            interaction("sh", size(80, 0)),
+            InteractionRequest {
+                timeout_ms: Some(0),
+                ..interaction("sh", None)
+            },
+        ] {
+            let result = export::interact::<Unreached>(&mut platform, &ctx, &lease, &bad);
+            assert!(
+                matches!(result, Err(ProviderError::InvalidRequest(_))),
+                "{:?}",
+                bad.command
+            );
+        }
+        let result = export::interact::<Unreached>(
+            &mut platform,
+            &ctx,
+            &lease,
+            &interaction("sh", size(80, 24)),
+        );
+        match result {
+            Err(ProviderError::Unsupported(message)) => assert!(message.contains("interactive")),
+            other => panic!("expected unsupported, got {:?}", other.is_ok()),
+        }
+        assert!(platform.requests.is_empty());
+        assert!(platform.started.is_empty());
     }
 }

@@ -358,7 +358,8 @@ impl CommandOutput {
             return;
         }
         match id {
-            StreamId::Stdout => self.stdout.push(bytes),
+            // A terminal's output is one stream, kept as the result's stdout.
+            StreamId::Stdout | StreamId::Terminal => self.stdout.push(bytes),
             StreamId::Stderr => self.stderr.push(bytes),
         }
         if self.unsent_id != id || self.unsent.len() + bytes.len() > MAX_UNSENT_BYTES {
@@ -684,6 +685,23 @@ mod tests {
             self.0.push((stream, chunk.to_vec()));
         }
         fn record_sandbox(&mut self, _: &str) {}
+    }
+
+    /// A terminal's output goes to the host as the terminal stream and is
+    /// kept as the result's stdout.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn terminal_output_is_one_stream_kept_as_stdout() {
+        let mut host = Recorder(Vec::new());
+        let mut output = CommandOutput::default();
+        output.push(&mut host, StreamId::Terminal, b"$ ls\r\n");
+        output.push(&mut host, StreamId::Terminal, b"a b\r\n");
+        output.finish(&mut host);
+        assert_eq!(
+            host.0,
+            vec![(StreamId::Terminal, b"$ ls\r\na b\r\n".to_vec())]
+        );
+        assert_eq!(output.stdout(), "$ ls\r\na b\r\n");
+        assert_eq!(output.stderr(), "");
     }
 
     /// The host gets exactly the bytes pushed, in order per stream, binary

@@ -1,10 +1,12 @@
 //! The capabilities the protocol needs, as a trait: HTTP through the host,
-//! a monotonic clock, randomness, live output and cancellation.
+//! a monotonic clock, randomness, live output, cancellation, and the host's
+//! events for an interactive process.
 //!
 //! The component implements it over WASI (`wasi_platform`); native unit
 //! tests implement it with scripted answers.
 
 use crate::origin::Origin;
+use crate::types::InteractionEvent;
 
 /// Which output stream a chunk of a command's output belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +15,10 @@ pub enum StreamId {
     Stdout,
     /// Standard error.
     Stderr,
+    /// An interactive process's terminal: one stream, what the command
+    /// wrote to it and the terminal's echo of its input
+    /// (`output-stream.terminal`).
+    Terminal,
 }
 
 /// A point on the monotonic clock, in nanoseconds.
@@ -158,12 +164,39 @@ impl std::fmt::Display for TransportError {
     }
 }
 
+/// What [`BodyReader::next_chunk_or_event`] stopped waiting for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyStep {
+    /// The next chunk of the body.
+    Chunk(Vec<u8>),
+    /// The body ended.
+    End,
+    /// The host has an interaction event to take
+    /// ([`Platform::next_interaction_event`]); the body is where it was.
+    Event,
+}
+
 /// A response whose body is read as it arrives (`/connect`).
 pub trait BodyReader {
     /// The next chunk of the body, `None` at its end. The wait's deadline
     /// and (when cancellable) the host's cancellation are checked before
     /// every chunk, so a body that never pauses still ends on time.
     fn next_chunk(&mut self, wait: Wait) -> Result<Option<Vec<u8>>, TransportError>;
+
+    /// Like [`next_chunk`](Self::next_chunk), and also returns early, with
+    /// [`BodyStep::Event`], as soon as the host has an interaction event
+    /// for the running `interact` call: a provider follows an interactive
+    /// process's output with it and carries out each event when it comes.
+    /// Output that has already arrived comes first (a process's output is
+    /// read before more input is written to it); otherwise an event
+    /// waiting is reported at once. The
+    /// default waits for the body only (a platform without events).
+    fn next_chunk_or_event(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
+        Ok(match self.next_chunk(wait)? {
+            Some(chunk) => BodyStep::Chunk(chunk),
+            None => BodyStep::End,
+        })
+    }
 }
 
 /// What [`Platform::open_with_header`] gives: the status, the header's
@@ -215,6 +248,18 @@ pub trait Platform {
     /// Tells the host the id of a sandbox this operation just created,
     /// before anything else is done with it (`host.record-sandbox`).
     fn record_sandbox(&mut self, sandbox_id: &str);
+    /// Tells the host that the running `interact` call's process exists
+    /// and takes events (`host.interaction-started`); called once, before
+    /// the first [`next_interaction_event`](Self::next_interaction_event).
+    /// The default does nothing (a platform without interactions).
+    fn interaction_started(&mut self) {}
+    /// Takes the host's next event for the running interactive process,
+    /// `None` when there is none now (`host.next-interaction-event`); it
+    /// never waits. [`BodyReader::next_chunk_or_event`] is how to wait for
+    /// one. The default has none.
+    fn next_interaction_event(&mut self) -> Option<InteractionEvent> {
+        None
+    }
 }
 
 /// A random lowercase hex string of `bytes` bytes.

@@ -6,7 +6,7 @@
 
 use crate::config::MAX_TIMEOUT_MS;
 use crate::http::is_valid_id;
-use crate::types::{ExecuteRequest, ProviderError};
+use crate::types::{ExecuteRequest, InteractionRequest, ProviderError};
 
 /// Why a request was refused before any network request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,18 +39,27 @@ pub fn check(
 /// Checks a request the way the spec's step 1 requires: a command, env
 /// names matching `^[A-Za-z_][A-Za-z0-9_]*$`, and no NUL in any value.
 pub fn validate(request: &ExecuteRequest) -> Result<(), InvalidRequest> {
-    if request.command.is_empty() {
+    validate_command(&request.command, &request.args, &request.cwd, &request.env)
+}
+
+fn validate_command(
+    command: &str,
+    args: &[String],
+    cwd: &Option<String>,
+    env: &[(String, String)],
+) -> Result<(), InvalidRequest> {
+    if command.is_empty() {
         return Err(InvalidRequest("command must not be empty".into()));
     }
-    if request.command.contains('\0') {
+    if command.contains('\0') {
         return Err(InvalidRequest("command contains a NUL character".into()));
     }
-    if let Some(i) = request.args.iter().position(|a| a.contains('\0')) {
+    if let Some(i) = args.iter().position(|a| a.contains('\0')) {
         return Err(InvalidRequest(format!(
             "argument {i} contains a NUL character"
         )));
     }
-    if let Some(cwd) = &request.cwd {
+    if let Some(cwd) = cwd {
         if cwd.is_empty() {
             return Err(InvalidRequest("cwd must not be empty".into()));
         }
@@ -58,16 +67,40 @@ pub fn validate(request: &ExecuteRequest) -> Result<(), InvalidRequest> {
             return Err(InvalidRequest("cwd contains a NUL character".into()));
         }
     }
-    for (name, value) in &request.env {
+    for (name, value) in env {
         if !is_env_name(name) {
+            // Quoted and escaped as Rust writes a string (control
+            // characters visible); the same code the component already
+            // carries, where `escape_default` cost another 1.3 KiB.
             return Err(InvalidRequest(format!(
-                "environment variable name `{}` is invalid (must match ^[A-Za-z_][A-Za-z0-9_]*$)",
-                name.escape_default()
+                "environment variable name {name:?} is invalid (must match ^[A-Za-z_][A-Za-z0-9_]*$)"
             )));
         }
         if value.contains('\0') {
             return Err(InvalidRequest(format!(
                 "environment variable `{name}` contains a NUL character"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks an interactive process's request as [`validate`] checks a
+/// command's, and that a terminal has at least one column and one row and
+/// a timeout, when given, is from 1 to [`MAX_TIMEOUT_MS`].
+pub fn validate_interaction(request: &InteractionRequest) -> Result<(), InvalidRequest> {
+    validate_command(&request.command, &request.args, &request.cwd, &request.env)?;
+    if let Some(size) = request.terminal {
+        if size.columns == 0 || size.rows == 0 {
+            return Err(InvalidRequest(
+                "a terminal needs at least one column and one row".into(),
+            ));
+        }
+    }
+    if let Some(timeout_ms) = request.timeout_ms {
+        if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
+            return Err(InvalidRequest(format!(
+                "timeout must be from 1 to {MAX_TIMEOUT_MS} ms"
             )));
         }
     }
@@ -107,32 +140,50 @@ pub fn quote(value: &str) -> String {
 /// assignment, so a command whose name contains `=` is started through
 /// `/bin/bash -c 'exec -- "$@"' bash` instead, which takes it literally.
 pub fn build(request: &ExecuteRequest, stdin_path: Option<&str>) -> String {
+    let mut script = command_script(&request.cwd, &request.env, &request.command, &request.args);
+    script.push_str(" < ");
+    match stdin_path {
+        Some(path) => script.push_str(&quote(path)),
+        None => script.push_str("/dev/null"),
+    }
+    script
+}
+
+/// The script of a validated interactive process
+/// ([`validate_interaction`]): as [`build`]'s, with the process's own
+/// stdin (its terminal, or the pipe the host writes to) left to the
+/// command.
+pub fn build_interactive(request: &InteractionRequest) -> String {
+    command_script(&request.cwd, &request.env, &request.command, &request.args)
+}
+
+fn command_script(
+    cwd: &Option<String>,
+    env: &[(String, String)],
+    command: &str,
+    args: &[String],
+) -> String {
     let mut script = String::new();
-    if let Some(cwd) = &request.cwd {
+    if let Some(cwd) = cwd {
         script.push_str("cd -- ");
         script.push_str(&quote(cwd));
         script.push_str(" || exit\n");
     }
     script.push_str("exec env --");
-    for (name, value) in &request.env {
+    for (name, value) in env {
         script.push(' ');
         script.push_str(name);
         script.push('=');
         script.push_str(&quote(value));
     }
-    if request.command.contains('=') {
+    if command.contains('=') {
         script.push_str(" /bin/bash -c 'exec -- \"$@\"' bash");
     }
     script.push(' ');
-    script.push_str(&quote(&request.command));
-    for arg in &request.args {
+    script.push_str(&quote(command));
+    for arg in args {
         script.push(' ');
         script.push_str(&quote(arg));
-    }
-    script.push_str(" < ");
-    match stdin_path {
-        Some(path) => script.push_str(&quote(path)),
-        None => script.push_str("/dev/null"),
     }
     script
 }

@@ -1,11 +1,17 @@
 //! A scripted [`Platform`] for providers' unit tests (native and wasm): a
 //! virtual clock (a hang jumps to the wait's deadline), recorded requests
-//! and output. Enabled by the `testing` feature.
+//! and output, and interaction events the host queues at given instants.
+//! Enabled by the `testing` feature.
 
 use crate::origin::Origin;
 use crate::platform::*;
-use std::cell::Cell;
+use crate::types::InteractionEvent;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
+
+/// Interaction events and the instants the host queues them at, in order.
+type EventQueue = Rc<RefCell<VecDeque<(Instant, InteractionEvent)>>>;
 
 /// What the fake answers to one request.
 pub enum Answer {
@@ -19,6 +25,9 @@ pub enum Answer {
     /// No answer until the wait's deadline.
     Hang,
 }
+
+/// Where the fake clock starts.
+const START: Instant = 1_000 * MS;
 
 /// The fake platform.
 pub struct FakePlatform {
@@ -34,20 +43,42 @@ pub struct FakePlatform {
     pub default_origin: Option<Origin>,
     /// The sandbox ids recorded with the host, in order.
     pub recorded_sandboxes: Vec<String>,
+    /// The instants at which the provider said its interactive process had
+    /// started (`host.interaction-started`).
+    pub started: Vec<Instant>,
+    /// The events queued with [`FakePlatform::queue_event`] not yet taken.
+    events: EventQueue,
+    /// The events the provider took, with the instant it took each.
+    pub taken_events: Vec<(Instant, InteractionEvent)>,
 }
 
 impl FakePlatform {
     /// A platform answering with `script`.
     pub fn new(script: impl FnMut(&Request) -> Answer + 'static) -> FakePlatform {
         FakePlatform {
-            clock: Rc::new(Cell::new(1_000 * MS)),
+            clock: Rc::new(Cell::new(START)),
             script: Box::new(script),
             requests: Vec::new(),
             output: Vec::new(),
             cancel_at: None,
             default_origin: None,
             recorded_sandboxes: Vec::new(),
+            started: Vec::new(),
+            events: Rc::default(),
+            taken_events: Vec::new(),
         }
+    }
+
+    /// Queues `event` for the interactive process at `after_ms`
+    /// milliseconds after the clock's start, after the events queued
+    /// before it: a body waited for with
+    /// [`BodyReader::next_chunk_or_event`] reports it once the clock gets
+    /// there (a body with nothing more to give jumps the clock to it).
+    pub fn queue_event(&mut self, after_ms: u64, event: InteractionEvent) {
+        let at = START + after_ms * MS;
+        let mut events = self.events.borrow_mut();
+        let at = events.back().map_or(at, |(last, _)| at.max(*last));
+        events.push_back((at, event));
     }
 
     /// The bytes forwarded on `stream`, concatenated.
@@ -73,6 +104,7 @@ impl FakePlatform {
             clock: self.clock.clone(),
             chunks,
             cancel_at: self.cancel_at,
+            events: self.events.clone(),
         };
         match (self.script)(request) {
             Answer::Full(status, bytes) => Ok((status, body(vec![Ok(bytes)]).ending())),
@@ -91,6 +123,7 @@ pub struct FakeBody {
     clock: Rc<Cell<Instant>>,
     chunks: Vec<Result<Vec<u8>, TransportError>>,
     cancel_at: Option<Instant>,
+    events: EventQueue,
 }
 
 impl FakeBody {
@@ -119,6 +152,24 @@ impl BodyReader for FakeBody {
             Err(TransportError::Other(end)) if end == "end" => Ok(None),
             other => other.map(Some),
         }
+    }
+
+    fn next_chunk_or_event(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
+        let next_event = self.events.borrow().front().map(|(at, _)| *at);
+        if let (Some(at), true) = (next_event, self.chunks.is_empty()) {
+            if at <= self.clock.get() {
+                return Ok(BodyStep::Event);
+            }
+            let cancel = self.cancel_at.filter(|_| wait.cancellable);
+            if at < wait.deadline && cancel.is_none_or(|c| at < c) {
+                self.clock.set(at);
+                return Ok(BodyStep::Event);
+            }
+        }
+        Ok(match self.next_chunk(wait)? {
+            Some(chunk) => BodyStep::Chunk(chunk),
+            None => BodyStep::End,
+        })
     }
 }
 
@@ -181,6 +232,23 @@ impl Platform for FakePlatform {
     fn emit_output(&mut self, stream: StreamId, chunk: &[u8]) {
         self.output.push((stream, chunk.to_vec()));
     }
+
+    fn interaction_started(&mut self) {
+        self.started.push(self.clock.get());
+    }
+
+    fn next_interaction_event(&mut self) -> Option<InteractionEvent> {
+        let mut events = self.events.borrow_mut();
+        if events
+            .front()
+            .is_some_and(|(at, _)| *at <= self.clock.get())
+        {
+            let (_, event) = events.pop_front()?;
+            self.taken_events.push((self.clock.get(), event.clone()));
+            return Some(event);
+        }
+        None
+    }
 }
 
 /// An environment context (company `co`, environment `env`) whose config
@@ -192,5 +260,69 @@ pub fn context(config: &str) -> crate::types::EnvironmentContext {
         environment_id: "env".into(),
         issue_id: None,
         config: config.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{InteractionSignal, TerminalSize};
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    fn wait(platform: &FakePlatform, ms: u64) -> Wait {
+        Wait::from_now(platform, ms, true)
+    }
+
+    /// A queued event is reported by a body wait once the clock reaches
+    /// it: the chunks there are first, then the clock jumps to it; taken
+    /// once, in order; an event past the deadline is not reported.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn events_interrupt_a_body_wait_when_due() {
+        let mut platform =
+            FakePlatform::new(|_| Answer::Stream(200, vec![Ok(b"a".to_vec()), Ok(b"b".to_vec())]));
+        platform.queue_event(5, InteractionEvent::Input(b"x".to_vec()));
+        platform.queue_event(
+            5,
+            InteractionEvent::Resize(TerminalSize {
+                columns: 100,
+                rows: 30,
+            }),
+        );
+        platform.queue_event(
+            60_000,
+            InteractionEvent::Signal(InteractionSignal::Interrupt),
+        );
+        let request = Request::new(Method::Get, "/connect");
+        let (_, mut body) = platform.open(&request, wait(&platform, 1_000)).unwrap();
+        let w = wait(&platform, 1_000);
+        assert!(platform.next_interaction_event().is_none(), "not due yet");
+        assert_eq!(
+            body.next_chunk_or_event(w).unwrap(),
+            BodyStep::Chunk(b"a".to_vec())
+        );
+        assert_eq!(
+            body.next_chunk_or_event(w).unwrap(),
+            BodyStep::Chunk(b"b".to_vec())
+        );
+        assert_eq!(body.next_chunk_or_event(w).unwrap(), BodyStep::Event);
+        assert_eq!(platform.now(), START + 5 * MS);
+        assert!(matches!(
+            platform.next_interaction_event(),
+            Some(InteractionEvent::Input(bytes)) if bytes == b"x"
+        ));
+        assert_eq!(body.next_chunk_or_event(w).unwrap(), BodyStep::Event);
+        assert!(matches!(
+            platform.next_interaction_event(),
+            Some(InteractionEvent::Resize(TerminalSize {
+                columns: 100,
+                rows: 30
+            }))
+        ));
+        assert!(platform.next_interaction_event().is_none());
+        // The interrupt comes after the deadline: the wait ends at it.
+        assert_eq!(body.next_chunk_or_event(w), Err(TransportError::Deadline));
+        assert_eq!(platform.taken_events.len(), 2);
+        platform.interaction_started();
+        assert_eq!(platform.started, vec![platform.now()]);
     }
 }

@@ -1,11 +1,12 @@
 //! [`Platform`] over the component's WASI imports: `wasi:http` for
 //! requests, `wasi:clocks` for deadlines, `wasi:random`, and the host
-//! interface for live output and cancellation.
+//! interface for live output, cancellation and interaction events.
 //!
 //! Every wait polls the operation's pollable together with a deadline
 //! pollable and, when cancellable, the host's cancellation pollable: no
 //! busy-waiting, and a stuck server can never hold the component past its
-//! deadline.
+//! deadline. A wait for an interactive process's output also polls the
+//! host's `interaction-events`, so an event is carried out at once.
 
 use crate::bindings::sandbox::provider::host;
 use crate::bindings::wasi::clocks::monotonic_clock;
@@ -18,7 +19,7 @@ use crate::bindings::wasi::io::poll::{poll, Pollable};
 use crate::bindings::wasi::io::streams::{InputStream, OutputStream, StreamError};
 use crate::origin::Origin;
 use crate::platform::{
-    BodyReader, Instant, Method, OpenedWithHeader, Platform, Request, Response, StreamId,
+    BodyReader, BodyStep, Instant, Method, OpenedWithHeader, Platform, Request, Response, StreamId,
     TransportError, Wait,
 };
 
@@ -173,19 +174,38 @@ fn block_on(
     cancellation: &Pollable,
     wait: Wait,
 ) -> Result<(), TransportError> {
+    block_on_or_event(pollable, cancellation, None, wait).map(|_| ())
+}
+
+/// Blocks until `pollable` is ready (`Ok(false)`), or `events` is
+/// (`Ok(true)`), or the deadline passes, or (when cancellable) the host
+/// cancels.
+fn block_on_or_event(
+    pollable: &Pollable,
+    cancellation: &Pollable,
+    events: Option<&Pollable>,
+    wait: Wait,
+) -> Result<bool, TransportError> {
     if wait.cancellable && cancellation.ready() {
         return Err(TransportError::Cancelled);
     }
     let deadline = monotonic_clock::subscribe_instant(wait.deadline);
     let mut set = vec![pollable, &deadline];
-    if wait.cancellable {
+    let cancel_index = wait.cancellable.then(|| {
         set.push(cancellation);
-    }
+        set.len() as u32 - 1
+    });
+    let events_index = events.map(|events| {
+        set.push(events);
+        set.len() as u32 - 1
+    });
     let ready = poll(&set);
-    if ready.contains(&0) {
-        Ok(())
-    } else if ready.contains(&2) {
+    if cancel_index.is_some_and(|i| ready.contains(&i)) {
         Err(TransportError::Cancelled)
+    } else if ready.contains(&0) {
+        Ok(false)
+    } else if events_index.is_some_and(|i| ready.contains(&i)) {
+        Ok(true)
     } else {
         Err(TransportError::Deadline)
     }
@@ -277,8 +297,17 @@ impl Platform for WasiPlatform {
         let stream = match stream {
             StreamId::Stdout => host::OutputStream::Stdout,
             StreamId::Stderr => host::OutputStream::Stderr,
+            StreamId::Terminal => host::OutputStream::Terminal,
         };
         host::emit_output(stream, chunk);
+    }
+
+    fn interaction_started(&mut self) {
+        host::interaction_started();
+    }
+
+    fn next_interaction_event(&mut self) -> Option<crate::types::InteractionEvent> {
+        host::next_interaction_event()
     }
 }
 
@@ -297,6 +326,8 @@ struct WasiBody {
     _body: IncomingBody,
     _response: IncomingResponse,
     cancellation: Pollable,
+    /// `host.interaction-events`, taken at the first wait that asks for it.
+    events: Option<Pollable>,
 }
 
 impl WasiBody {
@@ -312,12 +343,31 @@ impl WasiBody {
             _body: body,
             _response: response,
             cancellation,
+            events: None,
         })
     }
 }
 
 impl BodyReader for WasiBody {
     fn next_chunk(&mut self, wait: Wait) -> Result<Option<Vec<u8>>, TransportError> {
+        self.read(wait, false).map(|step| match step {
+            BodyStep::Chunk(bytes) => Some(bytes),
+            _ => None,
+        })
+    }
+
+    fn next_chunk_or_event(&mut self, wait: Wait) -> Result<BodyStep, TransportError> {
+        self.read(wait, true)
+    }
+}
+
+impl WasiBody {
+    /// The next chunk, the end, or (with `events`) an event of the host.
+    fn read(&mut self, wait: Wait, events: bool) -> Result<BodyStep, TransportError> {
+        if events && self.events.is_none() {
+            self.events = Some(host::interaction_events());
+        }
+        let events = self.events.as_ref().filter(|_| events);
         loop {
             // Checked before every chunk, not only when the stream is idle:
             // a server that streams without pause must still stop on time.
@@ -327,12 +377,20 @@ impl BodyReader for WasiBody {
             if monotonic_clock::now() >= wait.deadline {
                 return Err(TransportError::Deadline);
             }
+            // Output that has arrived first: a process's output is read
+            // before more input is written to it.
             match self.stream.read(READ_CHUNK) {
                 Ok(bytes) if bytes.is_empty() => {
-                    block_on(&self.stream.subscribe(), &self.cancellation, wait)?
+                    if events.is_some_and(|events| events.ready()) {
+                        return Ok(BodyStep::Event);
+                    }
+                    let subscription = self.stream.subscribe();
+                    if block_on_or_event(&subscription, &self.cancellation, events, wait)? {
+                        return Ok(BodyStep::Event);
+                    }
                 }
-                Ok(bytes) => return Ok(Some(bytes)),
-                Err(StreamError::Closed) => return Ok(None),
+                Ok(bytes) => return Ok(BodyStep::Chunk(bytes)),
+                Err(StreamError::Closed) => return Ok(BodyStep::End),
                 Err(StreamError::LastOperationFailed(error)) => return Err(body_error(&error)),
             }
         }

@@ -23,7 +23,7 @@ use provider_sdk::errors::{
 use provider_sdk::http::id_field;
 use provider_sdk::output::CommandOutput;
 use provider_sdk::platform::{
-    random_hex, BodyReader, Method, Platform, Request, TransportError, Wait, MS,
+    random_hex, BodyReader, BodyStep, Method, Platform, Request, TransportError, Wait, MS,
 };
 use provider_sdk::script;
 use provider_sdk::types::{
@@ -125,6 +125,17 @@ fn create_process(
     if let Some(cwd) = &request.cwd {
         body["cwd"] = Value::String(cwd.clone());
     }
+    create(platform, budget, sandbox_id, body)
+}
+
+/// `POST /processes` with `body` (a command's or an interactive
+/// process's): the id of the process, or why there is none for certain.
+pub(crate) fn create(
+    platform: &mut dyn Platform,
+    budget: u64,
+    sandbox_id: &str,
+    body: Value,
+) -> Result<String, ProviderError> {
     let create = api::json_request(
         Method::Post,
         format!("{}/processes", api::sandbox_path(sandbox_id)),
@@ -148,7 +159,7 @@ fn create_process(
 }
 
 /// Why following the output stopped.
-enum Stop {
+pub(crate) enum Stop {
     /// A valid exit frame arrived: the command is done.
     Exited(ExitStatus),
     /// The command deadline passed.
@@ -161,6 +172,9 @@ enum Stop {
     /// `output_offset_expired`): `output-lost` after cleanup, with the
     /// number of lost frames when the server said.
     Lost(Option<u64>),
+    /// The host asked an interactive process to end (`interaction-event.end`):
+    /// its result once its tree is proven gone, ended by SIGTERM.
+    Ended,
 }
 
 /// How one `/connect` response ended.
@@ -171,17 +185,25 @@ enum StreamEnd {
 }
 
 /// One running command: its ids, deadline, and the output read so far.
-struct Run {
-    sandbox_id: String,
-    process_id: String,
+pub(crate) struct Run {
+    pub(crate) sandbox_id: String,
+    pub(crate) process_id: String,
     deadline: u64,
-    budget: u64,
+    pub(crate) budget: u64,
     cursor: u64,
     output: CommandOutput,
+    /// An interactive process: the host's events are carried out while its
+    /// output is followed (`crate::interact`).
+    pub(crate) interactive: bool,
+    /// Input taken from the host and not yet written, written a piece at a
+    /// time with the output read in between.
+    pub(crate) pending_input: Vec<u8>,
+    /// The output paused since the last piece of input was written.
+    quiet: bool,
 }
 
 impl Run {
-    fn new(
+    pub(crate) fn new(
         sandbox_id: &str,
         process_id: &str,
         deadline: u64,
@@ -195,10 +217,13 @@ impl Run {
             budget,
             cursor: 0,
             output: CommandOutput::with_result_chars(result_chars),
+            interactive: false,
+            pending_input: Vec::new(),
+            quiet: false,
         }
     }
 
-    fn process_path(&self) -> String {
+    pub(crate) fn process_path(&self) -> String {
         api::process_path(&self.sandbox_id, &self.process_id)
     }
 
@@ -211,7 +236,7 @@ impl Run {
 
     /// Follows `/connect` until the exit frame, the deadline, cancellation
     /// or a fatal error, reconnecting from the cursor a bounded number of times.
-    fn follow(&mut self, platform: &mut dyn Platform) -> Stop {
+    pub(crate) fn follow(&mut self, platform: &mut dyn Platform) -> Stop {
         let mut reconnects = 0;
         loop {
             let connect = Request {
@@ -249,12 +274,50 @@ impl Run {
     fn read_stream(&mut self, platform: &mut dyn Platform, body: &mut dyn BodyReader) -> StreamEnd {
         let mut lines = LineSplitter::default();
         loop {
-            let chunk = match body.next_chunk(self.command_wait()) {
+            let next = if self.interactive {
+                if self.pending_input.is_empty() || self.quiet {
+                    self.quiet = false;
+                    if let Some(stop) = crate::interact::take_event(self, platform) {
+                        return StreamEnd::Stop(stop);
+                    }
+                }
+                if self.pending_input.is_empty() {
+                    body.next_chunk_or_event(self.command_wait())
+                } else {
+                    // More input to write: first the output the last piece
+                    // caused, until it pauses, so that a process echoing
+                    // its input (which the server stops reading while its
+                    // output is not taken) never stalls the next write.
+                    let pause = platform
+                        .now()
+                        .saturating_add(crate::interact::QUIET_MS * MS);
+                    let wait = Wait {
+                        deadline: pause.min(self.deadline),
+                        cancellable: true,
+                    };
+                    match body.next_chunk(wait) {
+                        // The pause, not the command's deadline.
+                        Err(TransportError::Deadline) if pause < self.deadline => {
+                            self.quiet = true;
+                            Ok(BodyStep::Event)
+                        }
+                        other => other.map(|chunk| chunk.map_or(BodyStep::End, BodyStep::Chunk)),
+                    }
+                }
+            } else {
+                body.next_chunk(self.command_wait())
+                    .map(|chunk| match chunk {
+                        Some(chunk) => BodyStep::Chunk(chunk),
+                        None => BodyStep::End,
+                    })
+            };
+            let chunk = match next {
                 Err(TransportError::Deadline) => return StreamEnd::Stop(Stop::TimedOut),
                 Err(TransportError::Cancelled) => return StreamEnd::Stop(Stop::Cancelled),
                 Err(error) => return StreamEnd::Retry(transport_error("connect", &error)),
-                Ok(Some(chunk)) => chunk,
-                Ok(None) => {
+                Ok(BodyStep::Event) => continue,
+                Ok(BodyStep::Chunk(chunk)) => chunk,
+                Ok(BodyStep::End) => {
                     if let Some(line) = lines.finish() {
                         let stop = self.handle_line(platform, &line);
                         self.output.flush(platform);
@@ -335,13 +398,14 @@ impl Run {
 
     /// Turns a stop into the outcome, deleting the process tree first on
     /// every path but a clean exit.
-    fn finish(
+    pub(crate) fn finish(
         mut self,
         platform: &mut dyn Platform,
         stop: Stop,
     ) -> Result<ExecuteResult, ProviderError> {
         self.output.finish(platform);
         let timed_out = matches!(stop, Stop::TimedOut);
+        let ended = matches!(stop, Stop::Ended);
         let after_cleanup = match stop {
             Stop::Exited(ExitStatus::Code(code)) => {
                 return Ok(self.result(Some(code), None, false))
@@ -350,6 +414,10 @@ impl Run {
                 return Ok(self.result(None, Some(signal), false))
             }
             Stop::TimedOut => Ok(()),
+            Stop::Ended => {
+                crate::interact::signal(&self, platform, "SIGTERM");
+                Ok(())
+            }
             Stop::Cancelled => Err(ProviderError::Cancelled(None)),
             Stop::Failed(error) => Err(error),
             Stop::Lost(lost_chunks) => {
@@ -374,8 +442,12 @@ impl Run {
             ));
         }
         // Termination is confirmed: an error keeps what the command printed.
+        // An ended interactive process was ended by its SIGTERM.
         after_cleanup
-            .map(|()| self.result(None, None, true))
+            .map(|()| match ended {
+                true => self.result(None, Some("SIGTERM".into()), false),
+                false => self.result(None, None, true),
+            })
             .map_err(|error| with_partial(error, self.output.partial(false)))
     }
 
@@ -441,14 +513,14 @@ fn remove_staged_stdin(platform: &mut dyn Platform, budget: u64, sandbox_id: &st
     let _ = api::call(platform, &remove, wait);
 }
 
-fn request_wait(platform: &dyn Platform, budget: u64, cancellable: bool) -> Wait {
+pub(crate) fn request_wait(platform: &dyn Platform, budget: u64, cancellable: bool) -> Wait {
     Wait {
         deadline: platform.now().saturating_add(budget),
         cancellable,
     }
 }
 
-fn rejected(operation: &str, status: u16) -> ProviderError {
+pub(crate) fn rejected(operation: &str, status: u16) -> ProviderError {
     ApiError::Status(status).into_provider_error(operation)
 }
 

@@ -205,6 +205,8 @@ fn parse_general(line: &[u8]) -> Result<Option<Frame>, FrameError> {
             let stream = match wire.stream.as_ref().and_then(Loose::as_str) {
                 Some("stdout") => StreamId::Stdout,
                 Some("stderr") => StreamId::Stderr,
+                // A terminal's one stream (a `kind: "pty"` process).
+                Some("pty") => StreamId::Terminal,
                 _ => return Err(FrameError::InvalidStream),
             };
             let encoded = wire
@@ -286,6 +288,7 @@ fn plain_data_frame(line: &[u8]) -> Option<Frame> {
                 stream = Some(match plain_string(line, &mut at)? {
                     b"stdout" => StreamId::Stdout,
                     b"stderr" => StreamId::Stderr,
+                    b"pty" => StreamId::Terminal,
                     _ => return None,
                 })
             }

@@ -1,7 +1,7 @@
 //! The CreateOS sandbox provider: its API knowledge only, over the
 //! provider SDK (`crates/provider-sdk`), compiled to a `wasm32-wasip2`
 //! component that implements the `sandbox-provider` WIT world
-//! (`wit/since_v0.5.0`).
+//! (`wit/since_v0.6.0`).
 //!
 //! The protocol is plain Rust over the SDK's [`provider_sdk::Platform`]
 //! trait, so its logic runs natively in unit tests; [`lifecycle::CreateOs`]
@@ -12,8 +12,10 @@
 //! - [`api`]: CreateOS requests, the JSend envelope and error mapping;
 //! - [`frames`]: the NDJSON `/connect` frame parser;
 //! - [`execute`]: running one command, with cleanup;
+//! - [`interact`]: running one interactive process (a terminal or pipes),
+//!   the host's events carried out while its output is followed;
 //! - [`lifecycle`]: the provider's operations (acquire, resume, release,
-//!   destroy, probe, realize, sync, execute);
+//!   destroy, probe, realize, sync, execute, interact);
 //! - [`lease`]: the lease metadata the provider writes and checks;
 //! - [`describe`]: the provider description.
 //!
@@ -30,6 +32,7 @@ pub mod config;
 pub mod describe;
 pub mod execute;
 pub mod frames;
+pub mod interact;
 pub mod lease;
 pub mod lifecycle;
 

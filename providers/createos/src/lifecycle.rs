@@ -16,8 +16,8 @@ use provider_sdk::http::{self, call_bytes, created_id};
 use provider_sdk::platform::{random_hex, Method, Request};
 use provider_sdk::types::{
     AcquireRequest, CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, FileDownload,
-    FileUpload, Lease, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome, SyncReport,
-    TerminationAction, TerminationReceipt, WorkspaceRequest,
+    FileUpload, InteractionRequest, Lease, ProbeReport, ProviderDescription, ProviderError,
+    ResumeOutcome, SyncReport, TerminationAction, TerminationReceipt, WorkspaceRequest,
 };
 use provider_sdk::{Operation, Provider};
 use serde_json::{json, Map, Value};
@@ -328,6 +328,16 @@ impl<'a> Provider<'a> for CreateOs<'a> {
         let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
         let op = &mut self.op;
         execute::execute(op.platform, &op.config, &metadata.sandbox_id, request)
+    }
+
+    fn interact(
+        &mut self,
+        lease: &Lease,
+        request: &InteractionRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
+        let op = &mut self.op;
+        crate::interact::interact(op.platform, &op.config, &metadata.sandbox_id, request)
     }
 }
 

@@ -218,3 +218,69 @@ fn realizing_the_workspace_root_runs_no_process() {
     let report = local.server.shutdown();
     assert!(report.all_exited(), "{report:?}");
 }
+
+/// A terminal on the engine: `stty size` says the size asked, then, after
+/// a resize (the engine's `/resize` extension, which the provider carries
+/// out though it does not claim `terminal-resize` for the real service),
+/// the new size.
+#[test]
+fn a_terminal_takes_the_size_asked_and_a_resize_on_the_engine() {
+    let local = Local::start();
+    let description = local.instance().describe().unwrap();
+    assert!(
+        !description
+            .capabilities
+            .contains(Capabilities::TERMINAL_RESIZE),
+        "the real service has no resize: describe must not claim it"
+    );
+    let lease = local.acquire();
+    let interaction = sandbox_host::Interaction::new();
+    let output = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let sink: sandbox_host::OutputSink = {
+        let output = output.clone();
+        Arc::new(move |_, chunk: &[u8]| output.lock().unwrap().extend_from_slice(chunk))
+    };
+    let policy = Policy::for_origin(&local.server.base_url())
+        .unwrap()
+        .with_secret_header("X-Api-Key", KEY)
+        .unwrap();
+    let guard = Guard::new(policy, Arc::new(NetworkTransport::new()));
+    let mut instance = component()
+        .instantiate(
+            HostOptions::new()
+                .with_transport(Arc::new(guard))
+                .with_interaction(interaction.clone())
+                .with_output_sink(sink),
+        )
+        .unwrap();
+    let request = InteractionRequest {
+        command: "sh".into(),
+        args: vec!["-c".into(), "stty size; read line; stty size".into()],
+        cwd: None,
+        env: vec![],
+        terminal: Some(TerminalSize {
+            columns: 80,
+            rows: 24,
+        }),
+        timeout_ms: Some(60_000),
+        result_chars: None,
+    };
+    let text = || String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+    let result = std::thread::scope(|scope| {
+        let typist = scope.spawn(|| {
+            assert!(test_support::eventually(Duration::from_secs(60), || text().contains("24 80")));
+            interaction.send(InteractionEvent::Resize(TerminalSize {
+                columns: 132,
+                rows: 43,
+            }));
+            interaction.send(InteractionEvent::Input(b"\r".to_vec()));
+        });
+        let outcome = instance.interact(&local.ctx, &lease, &request).unwrap();
+        typist.join().unwrap();
+        outcome.expect("the terminal's result")
+    });
+    assert_eq!(result.exit_code, Some(0), "{}", text());
+    let after = text();
+    let resized = after.split("24 80").nth(1).unwrap_or("");
+    assert!(resized.contains("43 132"), "after the resize: {after:?}");
+}

@@ -1,7 +1,7 @@
 //! The Daytona sandbox provider: Daytona API knowledge only, over the
 //! provider SDK (`crates/provider-sdk`), compiled to a `wasm32-wasip2`
 //! component implementing the `sandbox-provider` WIT world
-//! (`wit/since_v0.5.0`). The API subset it uses is recorded in
+//! (`wit/since_v0.6.0`). The API subset it uses is recorded in
 //! `docs/daytona-api.md`.
 //!
 //! It talks to two origins: the API (`apiUrl`: sandboxes) and the toolbox

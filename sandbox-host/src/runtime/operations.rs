@@ -13,10 +13,11 @@ use crate::leases::backend::LeaseRecord;
 use crate::leases::rules::{LeaseState, Operation};
 use crate::messages::{cleanup_text, error_text, loss_text};
 use crate::wasm::bindings::types::{
-    AcquireRequest, CleanupFailure, ExecuteRequest, ExecuteResult, Lease, ProbeReport,
-    ProviderError, ResumeOutcome, TerminationReceipt, WorkspaceRequest,
+    AcquireRequest, CleanupFailure, ExecuteRequest, ExecuteResult, InteractionRequest, Lease,
+    ProbeReport, ProviderError, ResumeOutcome, TerminationReceipt, WorkspaceRequest,
 };
 use crate::wasm::cancel::CancelToken;
+use crate::wasm::interaction::Interaction;
 use crate::wasm::options::{chunk_sink, OutputSink};
 
 impl SandboxRuntime {
@@ -195,6 +196,49 @@ impl SandboxRuntime {
             None => outcome,
         };
         self.poison_on_failure(lease_id, "execute", &outcome)?;
+        outcome
+    }
+
+    /// `interact` (contract 0.6.0) on an active lease: runs one
+    /// interactive process until it ends, taking `interaction`'s events
+    /// (the caller sends them from any thread; it decides what may be
+    /// sent, see [`Interaction`](crate::Interaction)). Live output, the
+    /// timeout, cancellation and poisoning are `execute`'s: a trap,
+    /// `cleanup-failed`, or `output-lost` without a confirmed deletion of
+    /// the process's tree poisons the lease.
+    pub fn interact(
+        &self,
+        env: &Environment,
+        lease_id: &str,
+        request: &InteractionRequest,
+        interaction: Interaction,
+        output: Option<OutputSink>,
+        cancel: CancelToken,
+    ) -> Result<Result<ExecuteResult, ProviderError>> {
+        let (_, lease, _using) =
+            self.begin_use(env, lease_id, Operation::Execute, cancel.clone())?;
+        let deadline = env
+            .deadlines
+            .execute_deadline(request.timeout_ms.map(Duration::from_millis));
+        let timeout = request
+            .timeout_ms
+            .map(Duration::from_millis)
+            .unwrap_or(env.deadlines.timeout);
+        let (output, relay) = output
+            .map(|sink| Relay::start(sink, timeout, cancel.clone()))
+            .unzip();
+        let options = self
+            .options(env, deadline, cancel, output)
+            .with_interaction(interaction);
+        let outcome = self
+            .component
+            .instantiate(options)
+            .and_then(|mut instance| instance.interact(&env.ctx, &lease, request));
+        let outcome = match relay {
+            Some(relay) => with_unconsumed(outcome, relay.finish()),
+            None => outcome,
+        };
+        self.poison_on_failure(lease_id, "interact", &outcome)?;
         outcome
     }
 

@@ -70,7 +70,7 @@ impl Decoder {
             Some(Frame::Data { seq, stream, bytes }) => {
                 self.cursor = seq;
                 let tail = match stream {
-                    StreamId::Stdout => &mut self.stdout,
+                    StreamId::Stdout | StreamId::Terminal => &mut self.stdout,
                     StreamId::Stderr => &mut self.stderr,
                 };
                 self.emitted += bytes.len() as u64;

@@ -28,7 +28,15 @@ fn describe_declares_the_secret_header_and_rate_limit() {
         .capabilities
         .contains(Capabilities::REUSABLE_LEASES));
     assert!(description.capabilities.contains(Capabilities::NATIVE_SYNC));
-    assert!(!description.capabilities.contains(Capabilities::LOGIN_PTY));
+    // Terminals and pipes over managed processes (contract 0.6.0); no
+    // resize, which the service lacks.
+    assert!(description.capabilities.contains(Capabilities::LOGIN_PTY));
+    assert!(description
+        .capabilities
+        .contains(Capabilities::DUPLEX_CHANNELS));
+    assert!(!description
+        .capabilities
+        .contains(Capabilities::TERMINAL_RESIZE));
     let schema: serde_json::Value = serde_json::from_str(&description.config_schema).unwrap();
     assert_eq!(schema["type"], "object");
     assert!(schema["properties"]["apiUrl"].is_object());
