@@ -88,6 +88,66 @@ impl std::fmt::Display for IdRange {
     }
 }
 
+/// Where engines on one host claim ranges: a lock file per range, held
+/// (`flock`) by the engine whose sandbox uses the range, so two engines
+/// never hand out the same ids (a soak makes thousands of sandboxes,
+/// cycling through most of the ranges). The kernel drops a dead engine's
+/// locks with it.
+pub const CLAIMS_DIR: &str = "/run/createos-local/id-ranges";
+
+/// The ranges this process holds, by first id.
+fn claims() -> &'static std::sync::Mutex<std::collections::HashMap<u32, std::fs::File>> {
+    static CLAIMS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<u32, std::fs::File>>,
+    > = std::sync::OnceLock::new();
+    CLAIMS.get_or_init(Default::default)
+}
+
+/// Claims a range no other sandbox on this host holds, trying range
+/// `start`, then the next ones: returns its first id, held until
+/// [`release`]. A range another engine (or this one) holds is skipped.
+/// `None` when every range is held, or the claims directory cannot be
+/// made (then no range is handed out: a sandbox without ids of its own is
+/// refused by its caller rather than sharing ids).
+pub fn claim(start: u32) -> Option<u32> {
+    std::fs::create_dir_all(CLAIMS_DIR).ok()?;
+    claim_in(std::path::Path::new(CLAIMS_DIR), start)
+}
+
+fn claim_in(dir: &std::path::Path, start: u32) -> Option<u32> {
+    use rustix::fs::{flock, FlockOperation};
+    for i in 0..RANGES {
+        let n = (start.wrapping_add(i)) % RANGES;
+        let first = range_start(n);
+        let mut held = claims().lock().unwrap_or_else(|p| p.into_inner());
+        if held.contains_key(&first) {
+            continue;
+        }
+        let Ok(file) = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(first.to_string()))
+        else {
+            continue;
+        };
+        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok() {
+            held.insert(first, file);
+            return Some(first);
+        }
+    }
+    None
+}
+
+/// Gives up the range whose first id is `first` (its sandbox is proven
+/// gone and its files removed with its disk).
+pub fn release(first: u32) {
+    claims()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&first);
+}
+
 /// The handshake that lets the server write a bwrap sandbox's id map (see
 /// the module docs). Made before bwrap is spawned; its [`MapGate::bwrap_args`]
 /// go on bwrap's command line and its [`MapGate::child_fds`] must survive
@@ -204,5 +264,33 @@ mod tests {
         let old = IdRange::of_owner(2_000_123);
         assert_eq!(old.count, 1);
         assert!(old.contains(2_000_123) && !old.contains(2_000_124));
+    }
+
+    /// A range held by another engine (another open file's lock) is never
+    /// handed out; released, it is.
+    #[test]
+    fn a_range_another_engine_holds_is_skipped() {
+        use rustix::fs::{flock, FlockOperation};
+        let dir = std::env::temp_dir().join(format!("id-claims-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let start = 4000;
+        let theirs = std::fs::File::create(dir.join(range_start(start).to_string())).unwrap();
+        flock(&theirs, FlockOperation::NonBlockingLockExclusive).unwrap();
+        let mine = claim_in(&dir, start).expect("a free range");
+        assert_eq!(
+            mine,
+            range_start(start + 1),
+            "the held range was handed out"
+        );
+        // Ours is not handed out twice either.
+        let next = claim_in(&dir, start).expect("a free range");
+        assert_eq!(next, range_start(start + 2));
+        drop(theirs);
+        release(mine);
+        release(next);
+        let again = claim_in(&dir, start).expect("a free range");
+        assert_eq!(again, range_start(start));
+        release(again);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

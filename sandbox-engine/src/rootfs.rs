@@ -114,21 +114,28 @@ const ETC_FILES: &[(&str, &str)] = &[
 ];
 
 /// The owner uid (= gid) of a new sandbox when the server runs as root,
-/// the first id of its range ([`crate::id_map`]); `None` otherwise. Ranges
-/// are taken in turn from a random start, so that two servers on one host
-/// rarely share one.
-fn allocate_owner() -> Option<(u32, u32)> {
+/// the first id of a range no other sandbox on the host holds
+/// ([`crate::id_map::claim`]); `None` otherwise. Ranges are tried in turn
+/// from a random start. As root, no free range is an error: the sandbox
+/// is refused rather than run as the server's own uid.
+fn allocate_owner() -> std::io::Result<Option<(u32, u32)>> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: OnceLock<AtomicU32> = OnceLock::new();
     if !rustix::process::geteuid().is_root() {
-        return None;
+        return Ok(None);
     }
     let next = NEXT.get_or_init(|| {
         let seed = u32::from_str_radix(&crate::util::random_hex(4), 16).unwrap_or(0);
         AtomicU32::new(seed)
     });
-    let uid = crate::id_map::range_start(next.fetch_add(1, Ordering::Relaxed));
-    Some((uid, uid))
+    let uid = crate::id_map::claim(next.fetch_add(1, Ordering::Relaxed)).ok_or_else(|| {
+        std::io::Error::other(format!(
+            "no range of ids is free for a new sandbox (each is claimed in {}; every one is \
+             held, or that directory cannot be made)",
+            crate::id_map::CLAIMS_DIR
+        ))
+    })?;
+    Ok(Some((uid, uid)))
 }
 
 /// The uid and gid commands of the sandbox at `root` run as: its owner,
@@ -148,7 +155,7 @@ pub fn sandbox_owner(root: &Path) -> Option<(u32, u32)> {
 /// directories, all owned by the sandbox's own uid (see the module docs).
 pub fn prepare_root(root: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(root)?;
-    let owner = allocate_owner();
+    let owner = allocate_owner()?;
     let give = |path: &Path| -> std::io::Result<()> {
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;

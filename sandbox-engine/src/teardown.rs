@@ -94,6 +94,11 @@ pub fn end_sandbox(root: &Path, disk: bool) -> Result<bool, String> {
     let machine = end_processes(root, PROOF_WAIT)?;
     if disk {
         crate::disk::detach_proven(root, DISK_PROOF_WAIT)?;
+        // The sandbox ends here (a delete or a shutdown, not a stop): its
+        // range of ids may go to another sandbox.
+        if let Some(owner) = crate::host_processes::sandbox_uid(root) {
+            crate::id_map::release(owner);
+        }
     }
     Ok(machine)
 }

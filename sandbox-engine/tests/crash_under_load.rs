@@ -334,7 +334,18 @@ async fn an_engine_killed_under_load_leaves_nothing_its_successor_does_not_prove
     assert_eq!(base2, base);
     let mut gone: BTreeSet<String> = BTreeSet::new();
     let mut unconfirmed: BTreeSet<String> = BTreeSet::new();
-    let known = known.lock().unwrap().clone();
+    // Every sandbox a client learned of, and every one recorded at the
+    // kill (a creation in flight is recorded before it is answered).
+    let mut known = known.lock().unwrap().clone();
+    for record in &left {
+        if !known.iter().any(|k| k.id == record.id) {
+            let daytona = record.face == sandbox_engine::records::Face::Daytona;
+            known.push(Known {
+                daytona,
+                id: record.id.clone(),
+            });
+        }
+    }
     for sb in &known {
         let path = Client::sandbox_path(sb);
         let deadline = Instant::now() + Duration::from_secs(60);
