@@ -91,12 +91,15 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
 /// ([`crate::disk::detach_proven`], up to [`DISK_PROOF_WAIT`]).
 /// `Ok(true)` when the sandbox had a machine.
 pub fn end_sandbox(root: &Path, disk: bool) -> Result<bool, String> {
+    // Read while its disk is mounted: the mount point under it belongs to
+    // the server.
+    let owner = crate::host_processes::sandbox_uid(root);
     let machine = end_processes(root, PROOF_WAIT)?;
     if disk {
         crate::disk::detach_proven(root, DISK_PROOF_WAIT)?;
         // The sandbox ends here (a delete or a shutdown, not a stop): its
         // range of ids may go to another sandbox.
-        if let Some(owner) = crate::host_processes::sandbox_uid(root) {
+        if let Some(owner) = owner {
             crate::id_map::release(owner);
         }
     }

@@ -70,7 +70,8 @@ async fn a_sandbox_is_limited_by_what_it_uses_not_by_what_it_reserves() {
 }
 
 /// A sandbox proven gone leaves no group behind: its pids group (with its
-/// command groups) and its memory group are removed with it. Before, one
+/// command groups) and its memory group are removed with it, and its
+/// range of ids is given up. Before, one
 /// of each stayed per sandbox ever made (thousands after a soak).
 #[tokio::test]
 async fn a_deleted_sandbox_leaves_no_cgroup_behind() {
@@ -96,5 +97,14 @@ async fn a_deleted_sandbox_leaves_no_cgroup_behind() {
     assert_eq!(st, reqwest::StatusCode::OK, "{v}");
     assert!(!pids.join(&name).exists(), "its pids group stays");
     assert!(!memory.join(&name).exists(), "its memory group stays");
+    // Its range of ids is given up (no engine holds its claim any more).
+    let claim = std::fs::File::open(
+        std::path::Path::new(sandbox_engine::id_map::CLAIMS_DIR).join(owner.to_string()),
+    )
+    .expect("the range was claimed");
+    assert!(
+        rustix::fs::flock(&claim, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok(),
+        "the range of a deleted sandbox stays claimed"
+    );
     assert!(h.server.shutdown().await.all_exited());
 }
