@@ -320,10 +320,9 @@ fn the_real_createos_provider_describes_itself_when_built() {
     );
     let engine = shared_engine().unwrap();
     let component = ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"));
-    // Built for contract 0.5.0 (the provider SDK moves to 0.6.0 with the
-    // providers' interactive processes): its live output is the exact
-    // bytes.
-    assert_eq!(component.contract(), "sandbox:provider/provider@0.5.0");
+    // Built for the current contract (0.6.0: the provider SDK moved with
+    // the providers' interactive processes).
+    assert_eq!(component.contract(), sandbox_host::PROVIDER_INTERFACE);
     assert_eq!(
         sandbox_host::SERVED_INTERFACES,
         [
