@@ -116,7 +116,8 @@ fuzz_target!(|data: &[u8]| {
             Ok(Some(Frame::Data { seq, stream, bytes })) => {
                 assert!(seq >= 1);
                 match stream {
-                    StreamId::Stdout => stdout.push(&bytes),
+                    // A terminal is one stream, kept as stdout (as the SDK keeps it).
+                    StreamId::Stdout | StreamId::Terminal => stdout.push(&bytes),
                     StreamId::Stderr => stderr.push(&bytes),
                 }
             }
