@@ -173,13 +173,9 @@ impl Dialect for PostgresLeases {
     }
 }
 
-// The `transaction` above and this impl have the shape of the other
-// dialect's (`sqlite.rs`/`postgres.rs`): each wraps its own driver's types.
 impl fmt::Debug for PostgresLeases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresLeases")
-            .field("place", &self.place)
-            .finish_non_exhaustive()
+        sql::debug_store(f, "PostgresLeases", &self.place)
     }
 }
 

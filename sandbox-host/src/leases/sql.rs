@@ -122,6 +122,18 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// How a store shows itself in `{:?}`: its type and where it is (the
+/// place never holds a password), nothing of its connection.
+pub(super) fn debug_store(
+    f: &mut std::fmt::Formatter<'_>,
+    store: &str,
+    place: &str,
+) -> std::fmt::Result {
+    f.debug_struct(store)
+        .field("place", &place)
+        .finish_non_exhaustive()
+}
+
 /// The schema version a store is at (`None`: a store without one yet).
 pub(crate) fn schema_version(session: &mut dyn Session) -> Result<Option<usize>> {
     let mut found = None;

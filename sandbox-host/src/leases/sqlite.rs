@@ -216,13 +216,9 @@ impl Dialect for SqliteLeases {
     }
 }
 
-// The `transaction` above and this impl have the shape of the other
-// dialect's (`sqlite.rs`/`postgres.rs`): each wraps its own driver's types.
 impl fmt::Debug for SqliteLeases {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteLeases")
-            .field("place", &self.place)
-            .finish_non_exhaustive()
+        sql::debug_store(f, "SqliteLeases", &self.place)
     }
 }
 

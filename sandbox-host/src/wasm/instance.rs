@@ -38,6 +38,36 @@ macro_rules! dispatch {
     };
 }
 
+/// The methods of the operations every contract version exports, each one
+/// line: its arguments, its answer, its WIT name and the bindings' call.
+/// On an older component each argument is converted to that contract's
+/// copy of its type ([`older`]) and the answer back.
+macro_rules! operations {
+    ($(
+        $(#[$doc:meta])*
+        $wit:literal via $call:ident:
+        fn $method:ident($($arg:ident: &$ty:ty),*) -> $answer:ty;
+    )*) => {$(
+        $(#[$doc])*
+        pub fn $method(&mut self, $($arg: &$ty),*) -> Result<$answer> {
+            dispatch!(
+                self,
+                $wit,
+                |g, s| g.$call(s, $($arg),*),
+                |g, s| g.$call(s, $(&older($arg)),*).map(Conv::conv),
+            )
+        }
+    )*};
+}
+
+/// An argument in an older contract's copy of its type.
+fn older<T: ToOwned + ?Sized, O>(value: &T) -> O
+where
+    T::Owned: Conv<O>,
+{
+    value.to_owned().conv()
+}
+
 /// A live instance of a provider component, made by
 /// [`ProviderComponent::instantiate`](crate::ProviderComponent::instantiate).
 ///
@@ -92,163 +122,47 @@ impl ProviderInstance {
         }
     }
 
-    /// `describe`: who the provider is. Cannot fail except by trapping.
-    pub fn describe(&mut self) -> Result<ProviderDescription> {
-        dispatch!(self, "describe", |g, s| g.call_describe(s), |g, s| g
-            .call_describe(s)
-            .map(Conv::conv),)
-    }
-
-    /// `validate-config`: checks and normalises a config JSON object.
-    pub fn validate_config(&mut self, config: &str) -> Result<ConfigValidation> {
-        dispatch!(
-            self,
-            "validate-config",
-            |g, s| g.call_validate_config(s, config),
-            |g, s| g.call_validate_config(s, config).map(Conv::conv),
-        )
-    }
-
-    /// `probe`: creates, exercises and deletes a sandbox.
-    pub fn probe(
-        &mut self,
-        ctx: &EnvironmentContext,
-    ) -> Result<Result<ProbeReport, ProviderError>> {
-        dispatch!(self, "probe", |g, s| g.call_probe(s, ctx), |g, s| g
-            .call_probe(s, &ctx.clone().conv())
-            .map(Conv::conv),)
-    }
-
-    /// `acquire-lease`.
-    pub fn acquire_lease(
-        &mut self,
-        ctx: &EnvironmentContext,
-        request: &AcquireRequest,
-    ) -> Result<Result<Lease, ProviderError>> {
-        dispatch!(
-            self,
-            "acquire-lease",
-            |g, s| g.call_acquire_lease(s, ctx, request),
-            |g, s| {
-                g.call_acquire_lease(s, &ctx.clone().conv(), &request.clone().conv())
-                    .map(Conv::conv)
-            },
-        )
-    }
-
-    /// `resume-lease`.
-    pub fn resume_lease(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<Result<ResumeOutcome, ProviderError>> {
-        dispatch!(
-            self,
-            "resume-lease",
-            |g, s| g.call_resume_lease(s, ctx, lease),
-            |g, s| {
-                g.call_resume_lease(s, &ctx.clone().conv(), &lease.clone().conv())
-                    .map(Conv::conv)
-            },
-        )
-    }
-
-    /// `release-lease`.
-    pub fn release_lease(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<Result<TerminationReceipt, ProviderError>> {
-        dispatch!(
-            self,
-            "release-lease",
-            |g, s| g.call_release_lease(s, ctx, lease),
-            |g, s| {
-                g.call_release_lease(s, &ctx.clone().conv(), &lease.clone().conv())
-                    .map(Conv::conv)
-            },
-        )
-    }
-
-    /// `destroy-lease`.
-    pub fn destroy_lease(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-    ) -> Result<Result<TerminationReceipt, ProviderError>> {
-        dispatch!(
-            self,
-            "destroy-lease",
-            |g, s| g.call_destroy_lease(s, ctx, lease),
-            |g, s| {
-                g.call_destroy_lease(s, &ctx.clone().conv(), &lease.clone().conv())
-                    .map(Conv::conv)
-            },
-        )
-    }
-
-    /// `realize-workspace`: returns the remote working directory.
-    pub fn realize_workspace(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-        request: &WorkspaceRequest,
-    ) -> Result<Result<String, ProviderError>> {
-        dispatch!(
-            self,
-            "realize-workspace",
-            |g, s| g.call_realize_workspace(s, ctx, lease, request),
-            |g, s| {
-                g.call_realize_workspace(
-                    s,
-                    &ctx.clone().conv(),
-                    &lease.clone().conv(),
-                    &request.clone().conv(),
-                )
-                .map(Conv::conv)
-            },
-        )
-    }
-
-    /// `sync-in`: copies files into the sandbox.
-    pub fn sync_in(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-        files: &[FileUpload],
-    ) -> Result<Result<SyncReport, ProviderError>> {
-        dispatch!(
-            self,
-            "sync-in",
-            |g, s| g.call_sync_in(s, ctx, lease, files),
-            |g, s| {
-                g.call_sync_in(
-                    s,
-                    &ctx.clone().conv(),
-                    &lease.clone().conv(),
-                    &files.iter().cloned().map(Conv::conv).collect::<Vec<_>>(),
-                )
-                .map(Conv::conv)
-            },
-        )
-    }
-
-    /// `sync-out`: reads files out of the sandbox.
-    pub fn sync_out(
-        &mut self,
-        ctx: &EnvironmentContext,
-        lease: &Lease,
-        remote_paths: &[String],
-    ) -> Result<Result<Vec<FileDownload>, ProviderError>> {
-        dispatch!(
-            self,
-            "sync-out",
-            |g, s| g.call_sync_out(s, ctx, lease, remote_paths),
-            |g, s| {
-                g.call_sync_out(s, &ctx.clone().conv(), &lease.clone().conv(), remote_paths)
-                    .map(Conv::conv)
-            },
-        )
+    operations! {
+        /// `describe`: who the provider is. Cannot fail except by trapping.
+        "describe" via call_describe:
+        fn describe()
+            -> ProviderDescription;
+        /// `validate-config`: checks and normalises a config JSON object.
+        "validate-config" via call_validate_config:
+        fn validate_config(config: &str)
+            -> ConfigValidation;
+        /// `probe`: creates, exercises and deletes a sandbox.
+        "probe" via call_probe:
+        fn probe(ctx: &EnvironmentContext)
+            -> Result<ProbeReport, ProviderError>;
+        /// `acquire-lease`.
+        "acquire-lease" via call_acquire_lease:
+        fn acquire_lease(ctx: &EnvironmentContext, request: &AcquireRequest)
+            -> Result<Lease, ProviderError>;
+        /// `resume-lease`.
+        "resume-lease" via call_resume_lease:
+        fn resume_lease(ctx: &EnvironmentContext, lease: &Lease)
+            -> Result<ResumeOutcome, ProviderError>;
+        /// `release-lease`.
+        "release-lease" via call_release_lease:
+        fn release_lease(ctx: &EnvironmentContext, lease: &Lease)
+            -> Result<TerminationReceipt, ProviderError>;
+        /// `destroy-lease`.
+        "destroy-lease" via call_destroy_lease:
+        fn destroy_lease(ctx: &EnvironmentContext, lease: &Lease)
+            -> Result<TerminationReceipt, ProviderError>;
+        /// `realize-workspace`: returns the remote working directory.
+        "realize-workspace" via call_realize_workspace:
+        fn realize_workspace(ctx: &EnvironmentContext, lease: &Lease, request: &WorkspaceRequest)
+            -> Result<String, ProviderError>;
+        /// `sync-in`: copies files into the sandbox.
+        "sync-in" via call_sync_in:
+        fn sync_in(ctx: &EnvironmentContext, lease: &Lease, files: &[FileUpload])
+            -> Result<SyncReport, ProviderError>;
+        /// `sync-out`: reads files out of the sandbox.
+        "sync-out" via call_sync_out:
+        fn sync_out(ctx: &EnvironmentContext, lease: &Lease, remote_paths: &[String])
+            -> Result<Vec<FileDownload>, ProviderError>;
     }
 
     /// `execute`: runs one command. Live output goes to the options' sink;
@@ -259,25 +173,19 @@ impl ProviderInstance {
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<Result<ExecuteResult, ProviderError>> {
-        let older = !matches!(self.bindings, Bindings::Current(_) | Bindings::V0_5(_));
+        let before_0_5 = !matches!(self.bindings, Bindings::Current(_) | Bindings::V0_5(_));
         let mut answer = dispatch!(
             self,
             "execute",
             |g, s| g.call_execute(s, ctx, lease, request),
-            |g, s| {
-                g.call_execute(
-                    s,
-                    &ctx.clone().conv(),
-                    &lease.clone().conv(),
-                    &request.clone().conv(),
-                )
-                .map(Conv::conv)
-            },
+            |g, s| g
+                .call_execute(s, &older(ctx), &older(lease), &older(request))
+                .map(Conv::conv),
         )?;
         // A component before 0.5.0 cannot be asked for less text: its
         // answer is cut here, so every component's result follows the
         // request's `result-chars`.
-        if let (true, Some(chars)) = (older, request.result_chars) {
+        if let (true, Some(chars)) = (before_0_5, request.result_chars) {
             result_text::keep_last_chars(&mut answer, chars);
         }
         Ok(answer)
