@@ -6,9 +6,12 @@
 //! nested `cargo build` of the sibling crates, in a target directory of
 //! its own (the outer build holds the locks of its own).
 //!
-//! Outside this workspace (a packaged crate without the providers'
-//! sources), `SANDBOX_EMBED_DIR` may name a directory holding
-//! `createos_provider.wasm` and `daytona_provider.wasm` to embed instead.
+//! Outside this workspace (the packaged crate, `sandbox-host/package.sh`),
+//! the components come from the package's own `embedded/` directory,
+//! where that script put the workspace's release builds with their crate
+//! versions (`versions.txt`). `SANDBOX_EMBED_DIR` may name another
+//! directory holding `createos_provider.wasm` and `daytona_provider.wasm`
+//! (and optionally `versions.txt`) to embed instead.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,9 +28,19 @@ fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets it"));
     println!("cargo:rerun-if-env-changed=SANDBOX_EMBED_DIR");
+    let packaged = manifest.join("embedded");
     let built = match std::env::var_os("SANDBOX_EMBED_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => build_in_workspace(&manifest, &out),
+        None if in_workspace(&manifest) => build_in_workspace(&manifest, &out),
+        None if packaged.join("versions.txt").is_file() => {
+            println!("cargo:rerun-if-changed={}", packaged.display());
+            packaged
+        }
+        None => fail(
+            "the providers' sources are not beside this crate and the package has no \
+             embedded/ components: build from the sandbox workspace, or set SANDBOX_EMBED_DIR \
+             to a directory holding createos_provider.wasm and daytona_provider.wasm",
+        ),
     };
     let mut table = String::from(
         "/// The provider components built into this binary: (name, crate version,\n\
@@ -44,7 +57,7 @@ fn main() {
                 from.display()
             ));
         }
-        let version = crate_version(&manifest, name);
+        let version = crate_version(&manifest, &built, name);
         let bytes = std::fs::read(&to).expect("just copied");
         let digest: String = sha2::Sha256::digest(&bytes)
             .iter()
@@ -65,13 +78,6 @@ fn build_in_workspace(manifest: &Path, out: &Path) -> PathBuf {
     let workspace = manifest
         .parent()
         .expect("sandbox-host lives in the workspace");
-    if !workspace.join("providers/createos/Cargo.toml").is_file() {
-        fail(
-            "the providers' sources are not beside this crate: build from the sandbox workspace, \
-             or set SANDBOX_EMBED_DIR to a directory holding createos_provider.wasm and \
-             daytona_provider.wasm",
-        );
-    }
     for watched in [
         "providers/createos/src",
         "providers/createos/Cargo.toml",
@@ -153,18 +159,35 @@ fn ensure_target() {
     }
 }
 
-/// The `version` of `providers/<name>/Cargo.toml`'s package.
-fn crate_version(manifest: &Path, name: &str) -> String {
-    let path = manifest.join("../providers").join(name).join("Cargo.toml");
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| {
-            text.lines()
-                .map(str::trim)
-                .find_map(|l| l.strip_prefix("version = \""))
-                .and_then(|v| v.strip_suffix('"'))
-                .map(str::to_owned)
-        })
+/// Whether this crate sits in the sandbox workspace, beside the providers'
+/// sources.
+fn in_workspace(manifest: &Path) -> bool {
+    manifest.join("../providers/createos/Cargo.toml").is_file()
+}
+
+/// The crate version of provider `name`: the `version` of
+/// `providers/<name>/Cargo.toml`'s package in the workspace, else the line
+/// `<name> <version>` of `versions.txt` beside the components in `built`.
+fn crate_version(manifest: &Path, built: &Path, name: &str) -> String {
+    let from_manifest = std::fs::read_to_string(
+        manifest.join("../providers").join(name).join("Cargo.toml"),
+    )
+    .ok()
+    .and_then(|text| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix("version = \""))
+            .and_then(|v| v.strip_suffix('"'))
+            .map(str::to_owned)
+    });
+    let from_list = || {
+        std::fs::read_to_string(built.join("versions.txt"))
+            .ok()?
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ').map(str::to_owned))
+    };
+    from_manifest
+        .or_else(from_list)
         .unwrap_or_else(|| "unknown".to_owned())
 }
 

@@ -30,14 +30,14 @@ macro_rules! contract_world {
 
 #[allow(missing_docs, clippy::all)]
 mod generated {
-    contract_world!("../wit/since_v0.6.0");
+    contract_world!("wit/since_v0.6.0");
 }
 
 /// The world of contract 0.5.0, for components built before 0.6.0 (no
 /// interactive processes).
 #[allow(missing_docs, clippy::all)]
 pub(crate) mod v0_5 {
-    contract_world!("../wit/since_v0.5.0");
+    contract_world!("wit/since_v0.5.0");
 
     pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
@@ -53,7 +53,7 @@ pub(crate) mod v0_5 {
 /// `execute-request.result-chars`).
 #[allow(missing_docs, clippy::all)]
 pub(crate) mod v0_4 {
-    contract_world!("../wit/since_v0.4.0");
+    contract_world!("wit/since_v0.4.0");
 
     pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
@@ -69,7 +69,7 @@ pub(crate) mod v0_4 {
 /// output as text).
 #[allow(missing_docs, clippy::all)]
 pub(crate) mod v0_3 {
-    contract_world!("../wit/since_v0.3.0");
+    contract_world!("wit/since_v0.3.0");
 
     pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
@@ -84,7 +84,7 @@ pub(crate) mod v0_3 {
 /// The world of contract 0.2.0, for components built before 0.3.0.
 #[allow(missing_docs, clippy::all)]
 pub(crate) mod v0_2 {
-    contract_world!("../wit/since_v0.2.0");
+    contract_world!("wit/since_v0.2.0");
 
     pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
