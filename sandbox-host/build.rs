@@ -169,22 +169,25 @@ fn in_workspace(manifest: &Path) -> bool {
 /// `providers/<name>/Cargo.toml`'s package in the workspace, else the line
 /// `<name> <version>` of `versions.txt` beside the components in `built`.
 fn crate_version(manifest: &Path, built: &Path, name: &str) -> String {
-    let from_manifest = std::fs::read_to_string(
-        manifest.join("../providers").join(name).join("Cargo.toml"),
-    )
-    .ok()
-    .and_then(|text| {
-        text.lines()
-            .map(str::trim)
-            .find_map(|l| l.strip_prefix("version = \""))
-            .and_then(|v| v.strip_suffix('"'))
-            .map(str::to_owned)
-    });
+    let from_manifest =
+        std::fs::read_to_string(manifest.join("../providers").join(name).join("Cargo.toml"))
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .map(str::trim)
+                    .find_map(|l| l.strip_prefix("version = \""))
+                    .and_then(|v| v.strip_suffix('"'))
+                    .map(str::to_owned)
+            });
     let from_list = || {
         std::fs::read_to_string(built.join("versions.txt"))
             .ok()?
             .lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ').map(str::to_owned))
+            .find_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix(' ')
+                    .map(str::to_owned)
+            })
     };
     from_manifest
         .or_else(from_list)
