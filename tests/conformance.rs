@@ -10,13 +10,6 @@ sandbox_conformance::conformance_suite!(
     conformance_daytona,
     sandbox_conformance::workspace_targets::daytona(),
     // The Daytona face cannot be made to drop output a follower has not
-    // read (see workspace_targets::daytona_faults). The Daytona provider
-    // carries no interactive process yet (issue 38): it claims neither
-    // login-pty nor duplex-channels.
-    not_applicable = [
-        "output_lost",
-        "interactive_terminal",
-        "interactive_pipes",
-        "interactive_end"
-    ]
+    // read (see workspace_targets::daytona_faults).
+    not_applicable = ["output_lost"]
 );

@@ -17,7 +17,8 @@
 //! - [`origin`]: API URL rules (https, or http on loopback) and origins;
 //! - [`output`]: live output as the bytes the command printed, and the
 //!   bounded output tail (text, lossy UTF-8);
-//! - [`script`]: command validation and the single-quoted bash script.
+//! - [`script`]: command validation and the single-quoted bash script;
+//! - [`interaction`]: signal names and base64 input for `interact`.
 //!
 //! ```ignore
 //! struct Echo<'a>(provider_sdk::Operation<'a, EchoConfig>);
@@ -66,6 +67,7 @@ pub mod types {
 pub mod config;
 pub mod errors;
 pub mod http;
+pub mod interaction;
 mod operation;
 pub mod origin;
 pub mod output;

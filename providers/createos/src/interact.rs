@@ -22,11 +22,10 @@
 use crate::api;
 use crate::config::Config;
 use crate::execute::{create, request_wait, Run, Stop};
+use provider_sdk::interaction::{base64_into, signal_name};
 use provider_sdk::platform::{Method, Platform, Request, MS};
 use provider_sdk::script;
-use provider_sdk::types::{
-    ExecuteResult, InteractionEvent, InteractionRequest, InteractionSignal, ProviderError,
-};
+use provider_sdk::types::{ExecuteResult, InteractionEvent, InteractionRequest, ProviderError};
 use serde_json::{json, Value};
 
 /// The most input bytes one `/input` request carries (what the public
@@ -116,7 +115,7 @@ pub(crate) fn take_event(run: &mut Run, platform: &mut dyn Platform) -> Option<S
                 Err(ProviderError::ApiRejected(rejection)) if rejection.status == 409 => Ok(()),
                 other => other,
             },
-            InteractionEvent::Signal(signal) => signal_request(run, platform, name(signal)),
+            InteractionEvent::Signal(signal) => signal_request(run, platform, signal_name(signal)),
             InteractionEvent::End => return Some(Stop::Ended),
         }
     };
@@ -129,22 +128,6 @@ fn input(run: &Run, platform: &mut dyn Platform, bytes: &[u8]) -> Result<(), Pro
     base64_into(&mut body, bytes);
     body.push_str(r#""}"#);
     post(run, platform, "input", body)
-}
-
-/// Standard base64 with padding, appended to `out`. (The base64 crate's
-/// encoder is generic and cost about 2 KiB of the component, held to
-/// 400 KiB; this is the one place that encodes.)
-fn base64_into(out: &mut String, bytes: &[u8]) {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let letter = |index: u32| ALPHABET[(index & 63) as usize] as char;
-    for group in bytes.chunks(3) {
-        let b = |i: usize| group.get(i).copied().unwrap_or(0) as u32;
-        let n = (b(0) << 16) | (b(1) << 8) | b(2);
-        out.push(letter(n >> 18));
-        out.push(letter(n >> 12));
-        out.push(if group.len() > 1 { letter(n >> 6) } else { '=' });
-        out.push(if group.len() > 2 { letter(n) } else { '=' });
-    }
 }
 
 /// `POST .../processes/{pid}/{action}` with the request budget; not
@@ -182,16 +165,6 @@ fn signal_request(
     )
 }
 
-fn name(signal: InteractionSignal) -> &'static str {
-    match signal {
-        InteractionSignal::Interrupt => "SIGINT",
-        InteractionSignal::Terminate => "SIGTERM",
-        InteractionSignal::Hangup => "SIGHUP",
-        InteractionSignal::Quit => "SIGQUIT",
-        InteractionSignal::Kill => "SIGKILL",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,7 +173,7 @@ mod tests {
     use provider_sdk::config::ProviderConfig;
     use provider_sdk::platform::{StreamId, TransportError};
     use provider_sdk::testing::{Answer, FakePlatform};
-    use provider_sdk::types::TerminalSize;
+    use provider_sdk::types::{InteractionSignal, TerminalSize};
     use wasm_bindgen_test::wasm_bindgen_test;
 
     const PROCESS: &str = "/v1/sandboxes/sb/processes/p1";
@@ -335,18 +308,6 @@ mod tests {
         assert!(platform
             .calls()
             .contains(&format!("POST {PROCESS}/STDIN/CLOSE").to_uppercase()));
-    }
-
-    /// The encoder gives what the base64 crate gives, padding included.
-    #[wasm_bindgen_test(unsupported = test)]
-    fn base64_is_standard_with_padding() {
-        let bytes: Vec<u8> = (0..=255u8).chain(0..=255u8).collect();
-        for len in [0, 1, 2, 3, 4, 5, 300, 512] {
-            let mut ours = String::new();
-            base64_into(&mut ours, &bytes[..len]);
-            let theirs = base64::engine::general_purpose::STANDARD.encode(&bytes[..len]);
-            assert_eq!(ours, theirs, "{len} bytes");
-        }
     }
 
     /// An input request that failed midway may have written part of its

@@ -18,7 +18,16 @@ pub fn description() -> ProviderDescription {
         driver_key: "daytona".into(),
         display_name: "Daytona".into(),
         config_schema: config_schema(),
-        capabilities: Capabilities::REUSABLE_LEASES | Capabilities::INCREMENTAL_OUTPUT,
+        // Terminals (allocated in the sandbox by script(1), resized with
+        // stty) and pipes kept open, over a session command's text input
+        // and a controller in the sandbox (`crate::interact`): the image
+        // needs bash, coreutils and util-linux, as Daytona's default ones
+        // have.
+        capabilities: Capabilities::REUSABLE_LEASES
+            | Capabilities::INCREMENTAL_OUTPUT
+            | Capabilities::LOGIN_PTY
+            | Capabilities::DUPLEX_CHANNELS
+            | Capabilities::TERMINAL_RESIZE,
         secrets: vec![SecretField {
             config_field: SECRET_FIELD.into(),
             header: SECRET_HEADER.into(),

@@ -24,7 +24,9 @@ use crate::logs::Demux;
 use provider_sdk::errors::{cleanup_cause, encode_query_value, with_partial, ApiError};
 use provider_sdk::http::id_field;
 use provider_sdk::output::CommandOutput;
-use provider_sdk::platform::{random_hex, BodyReader, Method, Platform, TransportError, Wait, MS};
+use provider_sdk::platform::{
+    random_hex, BodyReader, BodyStep, Method, Platform, StreamId, TransportError, Wait, MS,
+};
 use provider_sdk::script;
 use provider_sdk::types::{
     CleanupCause, CleanupFailure, CleanupPhase, ExecuteRequest, ExecuteResult, OutputLoss,
@@ -64,31 +66,31 @@ pub fn execute(
         None => None,
     };
     session.create(platform)?;
-    let command_id = session.start(platform, request, stdin_path.as_deref())?;
+    let command = format!(
+        "/bin/bash -lc {}",
+        script::quote(&command_script(request, stdin_path.as_deref()))
+    );
+    let command_id = session.start(platform, &command)?;
     let deadline = platform.now().saturating_add(timeout_ms.saturating_mul(MS));
-    let mut run = Run {
-        command_id,
-        deadline,
-        output: CommandOutput::with_result_chars(request.result_chars),
-    };
+    let mut run = Run::new(command_id, deadline, request.result_chars);
     let stop = run.follow(platform, &session);
     run.finish(platform, &session, stop)
 }
 
 /// One command's session: where its requests go and its cleanup budget.
-struct Session<'a> {
-    config: &'a Config,
-    sandbox_id: String,
-    session_id: String,
-    budget: u64,
+pub(crate) struct Session<'a> {
+    pub(crate) config: &'a Config,
+    pub(crate) sandbox_id: String,
+    pub(crate) session_id: String,
+    pub(crate) budget: u64,
 }
 
 impl Session<'_> {
-    fn path(&self) -> String {
+    pub(crate) fn path(&self) -> String {
         api::session_path(&self.sandbox_id, &self.session_id)
     }
 
-    fn wait(&self, platform: &dyn Platform, cancellable: bool) -> Wait {
+    pub(crate) fn wait(&self, platform: &dyn Platform, cancellable: bool) -> Wait {
         Wait {
             deadline: platform.now().saturating_add(self.budget),
             cancellable,
@@ -126,7 +128,7 @@ impl Session<'_> {
     /// `POST process/session`. Nothing runs in a session yet, so a failure
     /// here leaves nothing running; a session that may exist is deleted
     /// best effort.
-    fn create(&self, platform: &mut dyn Platform) -> Result<(), ProviderError> {
+    pub(crate) fn create(&self, platform: &mut dyn Platform) -> Result<(), ProviderError> {
         let create = api::request(
             self.config,
             Face::Toolbox,
@@ -151,11 +153,10 @@ impl Session<'_> {
     /// may have started: the session is deleted (which terminates it)
     /// before the error is raised, and `cleanup-failed` when that delete
     /// is not confirmed.
-    fn start(
+    pub(crate) fn start(
         &self,
         platform: &mut dyn Platform,
-        request: &ExecuteRequest,
-        stdin_path: Option<&str>,
+        command: &str,
     ) -> Result<String, ProviderError> {
         let exec = api::request(
             self.config,
@@ -163,7 +164,7 @@ impl Session<'_> {
             Method::Post,
             &format!("{}/exec", self.path()),
             Some(json!({
-                "command": format!("/bin/bash -lc {}", script::quote(&command_script(request, stdin_path))),
+                "command": command,
                 "runAsync": true,
             })),
         );
@@ -201,7 +202,7 @@ impl Session<'_> {
     /// `DELETE session/{sid}` with a fresh deadline, not cancellable: `Ok`
     /// only on 2xx (the service terminated what the session started) or
     /// 404 (the session is gone).
-    fn delete(&self, platform: &mut dyn Platform) -> Result<(), CleanupCause> {
+    pub(crate) fn delete(&self, platform: &mut dyn Platform) -> Result<(), CleanupCause> {
         let delete = api::request(
             self.config,
             Face::Toolbox,
@@ -234,7 +235,7 @@ fn command_script(request: &ExecuteRequest, stdin_path: Option<&str>) -> String 
 
 /// Why following the logs stopped.
 #[derive(Debug)]
-enum Stop {
+pub(crate) enum Stop {
     /// The command exited with this code.
     Exited(i32),
     /// The command deadline passed.
@@ -246,24 +247,40 @@ enum Stop {
     /// The service dropped this many bytes of the log before they were
     /// read: `output-lost` after cleanup.
     Lost(u64),
+    /// The host asked an interactive process to end
+    /// (`interaction-event.end`): its result once the session's delete
+    /// proved its tree gone, ended by SIGTERM.
+    Ended,
 }
 
 /// One running command and the output read so far.
-struct Run {
-    command_id: String,
+pub(crate) struct Run {
+    pub(crate) command_id: String,
     deadline: u64,
     output: CommandOutput,
+    /// An interactive process: the host's events are carried out while
+    /// its output is followed ([`crate::interact`]).
+    pub(crate) interactive: Option<crate::interact::Interactive>,
 }
 
 impl Run {
-    fn command_wait(&self) -> Wait {
+    pub(crate) fn new(command_id: String, deadline: u64, result_chars: Option<u32>) -> Run {
+        Run {
+            command_id,
+            deadline,
+            output: CommandOutput::with_result_chars(result_chars),
+            interactive: None,
+        }
+    }
+
+    pub(crate) fn command_wait(&self) -> Wait {
         Wait {
             deadline: self.deadline,
             cancellable: true,
         }
     }
 
-    fn command_path(&self, session: &Session) -> String {
+    pub(crate) fn command_path(&self, session: &Session) -> String {
         format!("{}/command/{}", session.path(), self.command_id)
     }
 
@@ -280,7 +297,7 @@ impl Run {
     /// once the command exited and every byte of its output was sent, so
     /// the exit code read right after it ends the command without another
     /// logs read (a round trip saved per command).
-    fn follow(&mut self, platform: &mut dyn Platform, session: &Session) -> Stop {
+    pub(crate) fn follow(&mut self, platform: &mut dyn Platform, session: &Session) -> Stop {
         let mut consumed: u64 = 0;
         let mut demux = Demux::default();
         let mut failures = 0;
@@ -308,7 +325,15 @@ impl Run {
                         Ok(skip) => skip,
                         Err(stop) => return stop,
                     };
-                    match self.read(platform, body.as_mut(), &mut demux, &mut consumed, skip) {
+                    let read = self.read(
+                        platform,
+                        session,
+                        body.as_mut(),
+                        &mut demux,
+                        &mut consumed,
+                        skip,
+                    );
+                    match read {
                         Ok(()) => {
                             followed_to_end = exit.is_none() && offset.is_some();
                             None
@@ -340,7 +365,7 @@ impl Run {
                 }
             }
             if exit.is_none() {
-                if let Some(stop) = self.pause(platform) {
+                if let Some(stop) = self.pause(platform, session) {
                     return stop;
                 }
             }
@@ -350,7 +375,12 @@ impl Run {
     /// The command exited with `code` and all of its output was read.
     fn exited(&mut self, platform: &mut dyn Platform, demux: &mut Demux, code: i32) -> Stop {
         if let Some((stream, bytes)) = demux.finish() {
-            self.output.push(platform, stream, &bytes);
+            self.push(platform, stream, &bytes);
+        }
+        if let Some(interactive) = self.interactive.as_mut() {
+            for (stream, bytes) in interactive.finish() {
+                self.output.push(platform, stream, &bytes);
+            }
         }
         self.output.flush(platform);
         Stop::Exited(code)
@@ -358,21 +388,30 @@ impl Run {
 
     /// Reads one log body to its end, skipping its first `skip` bytes
     /// (already taken). `Err(None)`: the body broke (retry).
+    #[allow(clippy::too_many_arguments)]
     fn read(
         &mut self,
         platform: &mut dyn Platform,
+        session: &Session,
         body: &mut dyn BodyReader,
         demux: &mut Demux,
         consumed: &mut u64,
         mut skip: u64,
     ) -> Result<(), Option<Stop>> {
         loop {
-            let chunk = match body.next_chunk(self.command_wait()) {
+            let next = match self.interactive.is_some() {
+                true => crate::interact::next_step(self, platform, session, body)?,
+                false => body
+                    .next_chunk(self.command_wait())
+                    .map(|chunk| chunk.map_or(BodyStep::End, BodyStep::Chunk)),
+            };
+            let chunk = match next {
                 Err(TransportError::Deadline) => return Err(Some(Stop::TimedOut)),
                 Err(TransportError::Cancelled) => return Err(Some(Stop::Cancelled)),
                 Err(_) => return Err(None),
-                Ok(None) => return Ok(()),
-                Ok(Some(chunk)) => chunk,
+                Ok(BodyStep::Event) => continue,
+                Ok(BodyStep::End) => return Ok(()),
+                Ok(BodyStep::Chunk(chunk)) => chunk,
             };
             let fresh = if skip >= chunk.len() as u64 {
                 skip -= chunk.len() as u64;
@@ -384,16 +423,33 @@ impl Run {
             };
             *consumed += fresh.len() as u64;
             for (stream, bytes) in demux.push(fresh) {
-                self.output.push(platform, stream, &bytes);
+                self.push(platform, stream, &bytes);
             }
             // The chunk's output goes to the host in one call per stream run.
             self.output.flush(platform);
         }
     }
 
+    /// An interactive process's controller writes its output as lines of
+    /// base64 ([`crate::interact::Interactive::decode`]).
+    fn push(&mut self, platform: &mut dyn Platform, stream: StreamId, bytes: &[u8]) {
+        match self.interactive.as_mut() {
+            Some(interactive) => {
+                for (stream, bytes) in interactive.decode(stream, bytes) {
+                    self.output.push(platform, stream, &bytes);
+                }
+            }
+            None => self.output.push(platform, stream, bytes),
+        }
+    }
+
     /// Waits before a retry; a stop when the deadline or cancellation came.
-    fn pause(&self, platform: &mut dyn Platform) -> Option<Stop> {
+    /// An interactive process's events are carried out meanwhile.
+    fn pause(&mut self, platform: &mut dyn Platform, session: &Session) -> Option<Stop> {
         let until = platform.now().saturating_add(RETRY_DELAY_MS * MS);
+        if self.interactive.is_some() {
+            return crate::interact::pause(self, platform, session, until);
+        }
         match platform.sleep_until(until, self.command_wait()) {
             Err(TransportError::Cancelled) => Some(Stop::Cancelled),
             Err(_) => Some(Stop::TimedOut),
@@ -443,7 +499,7 @@ impl Run {
                     }
                 }
             }
-            if let Some(stop) = self.pause(platform) {
+            if let Some(stop) = self.pause(platform, session) {
                 return Err(stop);
             }
         }
@@ -454,7 +510,7 @@ impl Run {
     /// tree), and the outcome is `cleanup-failed` while that is not
     /// confirmed. After an exit the session is kept: what the command
     /// left in the background keeps running, as on the service.
-    fn finish(
+    pub(crate) fn finish(
         mut self,
         platform: &mut dyn Platform,
         session: &Session,
@@ -472,8 +528,10 @@ impl Run {
                 partial: output.partial(false),
             })
         };
+        // An interactive process's session is deleted after its exit too:
+        // the helpers that carried its input end with it, proven.
         let cleanup = match stop {
-            Stop::Exited(_) => Ok(()),
+            Stop::Exited(_) if self.interactive.is_none() => Ok(()),
             _ => session.delete(platform),
         };
         if let Err(cause) = cleanup {
@@ -489,9 +547,10 @@ impl Run {
                 partial: Some(self.output.partial(timed_out)),
             }));
         }
-        let result = |exit_code, timed_out| ExecuteResult {
+        let result = |exit_code: Option<i32>, timed_out: bool| ExecuteResult {
             exit_code,
-            signal: None,
+            // Only `end` leaves no exit code and no timeout: ended by SIGTERM.
+            signal: (exit_code.is_none() && !timed_out).then(|| "SIGTERM".to_string()),
             timed_out,
             stdout: self.output.stdout(),
             stderr: self.output.stderr(),
@@ -504,6 +563,7 @@ impl Run {
             Stop::Cancelled => Err(ProviderError::Cancelled(Some(self.output.partial(false)))),
             Stop::Failed(error) => Err(with_partial(error, self.output.partial(false))),
             Stop::Lost(lost_bytes) => Err(lost(&self.output, &self.command_id, lost_bytes, true)),
+            Stop::Ended => Ok(result(None, false)),
         }
     }
 }
@@ -546,11 +606,11 @@ fn with_empty_partial(error: ProviderError) -> ProviderError {
     with_partial(error, empty_partial())
 }
 
-fn rejected(operation: &str, status: u16) -> ProviderError {
+pub(crate) fn rejected(operation: &str, status: u16) -> ProviderError {
     ApiError::Status(status).into_provider_error(operation)
 }
 
-fn invalid(operation: &str, reason: &str) -> ProviderError {
+pub(crate) fn invalid(operation: &str, reason: &str) -> ProviderError {
     ApiError::Invalid(reason.into()).into_provider_error(operation)
 }
 

@@ -17,6 +17,8 @@
 //!   execute;
 //! - [`logs`]: the labelled stdout/stderr log stream;
 //! - [`execute`]: one command in its own session, with cleanup;
+//! - [`interact`]: an interactive process (a terminal or pipes) in its own
+//!   session, driven by a controller in the sandbox;
 //! - [`describe`]: the provider description.
 
 #![deny(missing_docs)]
@@ -27,6 +29,7 @@ pub mod api;
 pub mod config;
 pub mod describe;
 pub mod execute;
+pub mod interact;
 pub mod lease;
 pub mod lifecycle;
 pub mod logs;

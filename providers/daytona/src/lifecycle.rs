@@ -18,9 +18,9 @@ use provider_sdk::errors::{
 use provider_sdk::http;
 use provider_sdk::platform::{random_hex, Method, Wait, MS};
 use provider_sdk::types::{
-    AcquireRequest, CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, Lease, ProbeReport,
-    ProviderDescription, ProviderError, ResumeOutcome, TerminationAction, TerminationReceipt,
-    WorkspaceRequest,
+    AcquireRequest, CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, InteractionRequest,
+    Lease, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome, TerminationAction,
+    TerminationReceipt, WorkspaceRequest,
 };
 use provider_sdk::{Operation, Provider};
 use serde_json::{json, Map, Value};
@@ -252,6 +252,21 @@ impl<'a> Provider<'a> for Daytona<'a> {
         });
         let op = &mut self.op;
         execute::execute(op.platform, &op.config, &metadata.sandbox_id, &request)
+    }
+
+    fn interact(
+        &mut self,
+        lease: &Lease,
+        request: &InteractionRequest,
+    ) -> Result<ExecuteResult, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let mut request = request.clone();
+        request.cwd = Some(match &request.cwd {
+            None => metadata.cwd.clone(),
+            Some(cwd) => resolve_path(&metadata.workspace_root(), cwd)?,
+        });
+        let op = &mut self.op;
+        crate::interact::interact(op.platform, &op.config, &metadata.sandbox_id, &request)
     }
 }
 
