@@ -248,9 +248,13 @@ fn execute(
     let timeout = args.timeout.unwrap_or(env.deadlines().timeout);
     let component = setup.runtime.component();
     let (sink, live) = Live::start(cancel.clone(), component.live_output_is_text());
-    let outcome = setup
-        .runtime
-        .execute(env, lease_id, &request, Some(sink), cancel);
+    let outcome = if args.tty || args.interactive {
+        crate::interactive::run(setup, env, lease_id, &request, args, sink, cancel)?
+    } else {
+        setup
+            .runtime
+            .execute(env, lease_id, &request, Some(sink), cancel)
+    };
     let streamed = live.streamed();
     let replaced = live.replacement_characters();
     if replaced > 0 {
@@ -618,6 +622,7 @@ fn interrupt_token(doing: &'static str, abandoned: &'static str) -> CancelToken 
                     eprintln!(
                         "sandbox: {second} again: cleanup abandoned; the command may still be running in its sandbox ({abandoned})"
                     );
+                    crate::terminal::restore();
                     std::process::exit(i32::from(EXIT_CLEANUP_FAILED));
                 });
             })

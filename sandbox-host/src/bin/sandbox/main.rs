@@ -5,9 +5,11 @@ mod backend;
 mod commands;
 mod embedded;
 mod exec;
+mod interactive;
 mod live;
 mod report;
 mod stdin;
+mod terminal;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,6 +46,9 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 /// timed out; 120 when cleanup could not be confirmed (lease poisoned, or
 /// a second Ctrl-C abandoned the cleanup); 125 for a sandbox failure; 130
 /// after Ctrl-C, SIGTERM or SIGHUP (cancelled and cleaned up).
+///
+/// `-t` gives the command a terminal (`sandbox lease exec -t LEASE -- bash`
+/// is a shell), `-i` passes stdin on while it runs (as `docker exec -it`).
 #[derive(Debug, Parser)]
 #[command(name = "sandbox", version)]
 struct Cli {
@@ -201,13 +206,25 @@ pub struct RunArgs {
     /// Extra environment variables, NAME=VALUE.
     #[arg(long = "env", short = 'e', value_name = "NAME=VALUE")]
     pub env: Vec<String>,
-    /// Give the command this process's standard input even when it is a
-    /// terminal (read to its end first; Ctrl-D ends it). A piped or
-    /// redirected stdin is always given to the command.
+    /// Keep standard input open and pass it on to the command as it comes
+    /// (as `docker exec -i`): the command reads each line while it runs;
+    /// the input's end closes its stdin. Needs a provider that claims
+    /// `duplex-channels`. (Before, `-i` read this terminal to its end
+    /// before the command started: that is `--stdin -` now.)
     #[arg(short = 'i', long, conflicts_with_all = ["stdin_file", "no_stdin"])]
     pub interactive: bool,
+    /// Give the command a terminal (as `docker exec -it` or `ssh -t`): a
+    /// pseudo-terminal in the sandbox of this terminal's size, resized
+    /// with it, and this terminal in raw mode, so every key (Ctrl-C
+    /// included) goes to the command; restored when it ends. Implies
+    /// `-i`. Needs a provider that claims `login-pty` (`terminal-resize`
+    /// to follow a resize). Without --timeout an interactive command may
+    /// run 24 h.
+    #[arg(short = 't', long, conflicts_with_all = ["stdin_file", "no_stdin"])]
+    pub tty: bool,
     /// Give the command this file as its standard input (`-`: this
-    /// process's stdin), at most 32 MiB.
+    /// process's stdin, even a terminal, read to its end first), at most
+    /// 32 MiB.
     #[arg(long = "stdin", value_name = "FILE", conflicts_with = "no_stdin")]
     pub stdin_file: Option<PathBuf>,
     /// Give the command an empty standard input (do not read this

@@ -2,10 +2,12 @@
 //! `docker run -i` or `ssh host cmd < file` would.
 //!
 //! When this process's stdin is not a terminal (a pipe or a file), or with
-//! `-i`, it is read to its end before any sandbox is created and given to
-//! the command; `--stdin FILE` reads a file instead, and `--no-stdin`
-//! gives the command an empty input. The input is buffered (providers stage
-//! it as one file), so it is limited to [`MAX_STDIN`].
+//! `--stdin -`, it is read to its end before any sandbox is created and
+//! given to the command; `--stdin FILE` reads a file instead, and
+//! `--no-stdin` gives the command an empty input. The input is buffered
+//! (providers stage it as one file), so it is limited to [`MAX_STDIN`].
+//! With `-i` or `-t` nothing is read here: stdin is passed on while the
+//! command runs (`crate::interactive`).
 
 use std::io::{IsTerminal, Read};
 
@@ -19,7 +21,7 @@ pub const MAX_STDIN: u64 = 32 * 1024 * 1024;
 
 /// The command's input for `args`: `None` when it gets an empty one.
 pub fn read(args: &RunArgs) -> Result<Option<Vec<u8>>> {
-    if args.no_stdin {
+    if args.no_stdin || args.interactive || args.tty {
         return Ok(None);
     }
     let (what, source): (String, Box<dyn Read>) = match &args.stdin_file {
@@ -31,7 +33,7 @@ pub fn read(args: &RunArgs) -> Result<Option<Vec<u8>>> {
             ),
         ),
         Some(_) => ("standard input".to_owned(), Box::new(std::io::stdin())),
-        None if args.interactive || !std::io::stdin().is_terminal() => {
+        None if !std::io::stdin().is_terminal() => {
             ("standard input".to_owned(), Box::new(std::io::stdin()))
         }
         None => return Ok(None),

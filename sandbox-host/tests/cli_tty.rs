@@ -1,0 +1,362 @@
+//! `sandbox run -t` and `-i` (issue 38 item 4) through the real binary on
+//! both providers against the embedded engine. For `-t` the test is the
+//! user's terminal: it opens a pseudo-terminal, makes it the CLI's
+//! controlling terminal (so the kernel sends the CLI `SIGWINCH` when the
+//! test resizes it), types keys on its master side and reads what the CLI
+//! shows there. Needs `./build.sh`.
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustix::termios::{self, Winsize};
+
+mod common;
+
+/// A bound against a hang, not a measure of speed.
+const PATIENCE: Duration = Duration::from_secs(90);
+
+const CREATEOS: &str = "createos_provider.wasm";
+const DAYTONA: &str = "daytona_provider.wasm";
+
+fn built(file: &str) -> PathBuf {
+    let wasm = common::workspace_dir()
+        .join("target/wasm32-wasip2/release")
+        .join(file);
+    assert!(
+        wasm.is_file(),
+        "{} is not built: run ./build.sh first",
+        wasm.display()
+    );
+    wasm
+}
+
+/// The user's terminal: a pseudo-terminal whose slave side is the CLI's
+/// stdin, stdout and stderr and its controlling terminal.
+struct Terminal {
+    master: std::fs::File,
+    /// Kept open by the test, so the terminal's mode can be read after
+    /// the CLI exited.
+    slave: std::fs::File,
+    shown: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Terminal {
+    fn open(columns: u16, rows: u16) -> Terminal {
+        use rustix::pty::{grantpt, openpt, ptsname, unlockpt, OpenptFlags};
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let name = ptsname(&master, Vec::new()).unwrap();
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(name.to_str().unwrap())
+            .unwrap();
+        let terminal = Terminal {
+            master: std::fs::File::from(master),
+            slave,
+            shown: Arc::default(),
+        };
+        terminal.resize(columns, rows);
+        let mut reader = terminal.master.try_clone().unwrap();
+        let shown = terminal.shown.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            // Ends when the test's slave side closes with the terminal.
+            while let Ok(read @ 1..) = reader.read(&mut buffer) {
+                shown.lock().unwrap().extend_from_slice(&buffer[..read]);
+            }
+        });
+        terminal
+    }
+
+    fn resize(&self, columns: u16, rows: u16) {
+        let size = Winsize {
+            ws_row: rows,
+            ws_col: columns,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        termios::tcsetwinsize(self.master.as_fd(), size).unwrap();
+    }
+
+    /// Starts `sandbox run` with `args` on this terminal, as a shell would
+    /// start it in the foreground.
+    fn run(&self, provider: &str, tag: &str, args: &[&str]) -> Child {
+        let mut command = common::sandbox_cli(&built(provider), tag);
+        command
+            .arg("run")
+            .args(args)
+            .stdin(Stdio::from(self.slave.try_clone().unwrap()))
+            .stdout(Stdio::from(self.slave.try_clone().unwrap()))
+            .stderr(Stdio::from(self.slave.try_clone().unwrap()));
+        // SAFETY: only async-signal-safe system calls between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                rustix::process::setsid()?;
+                rustix::process::ioctl_tiocsctty(rustix::stdio::stdin())?;
+                Ok(())
+            });
+        }
+        command.spawn().expect("starting sandbox")
+    }
+
+    fn type_keys(&self, keys: &[u8]) {
+        (&self.master).write_all(keys).unwrap();
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.shown.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until the terminal shows `needle` after its first `from`
+    /// bytes; the length shown then.
+    fn wait_for(&self, from: usize, needle: &str) -> usize {
+        let start = Instant::now();
+        loop {
+            let shown = self.shown.lock().unwrap().clone();
+            let after = String::from_utf8_lossy(&shown[from.min(shown.len())..]).into_owned();
+            if after.contains(needle) {
+                return shown.len();
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "expected {needle:?} on the terminal, it shows {:?}",
+                self.text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The terminal's modes, as a shell would find them.
+    fn modes(
+        &self,
+    ) -> (
+        termios::InputModes,
+        termios::OutputModes,
+        termios::LocalModes,
+    ) {
+        let mode = termios::tcgetattr(self.slave.as_fd()).unwrap();
+        (mode.input_modes, mode.output_modes, mode.local_modes)
+    }
+}
+
+fn wait(child: &mut Child, terminal: &Terminal) -> ExitStatus {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > PATIENCE {
+            let _ = child.kill();
+            panic!(
+                "sandbox did not end; the terminal shows {:?}",
+                terminal.text()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `stty size` answers this terminal's size, `tty` names a `/dev/pts/N`;
+/// after the test resizes this terminal, `stty size` answers the new size
+/// where the provider claims `terminal-resize` (Daytona); CreateOS's
+/// service has no resize, so the CLI says the size stays, and it does.
+/// The terminal's mode is the same after the CLI as before it.
+fn size_tty_and_resize(provider: &str, tag: &str, resizes: bool) {
+    let terminal = Terminal::open(100, 30);
+    let before = terminal.modes();
+    let mut cli = terminal.run(
+        provider,
+        tag,
+        &[
+            "-t",
+            "--",
+            "sh",
+            "-c",
+            "tty; stty size; read line; stty size",
+        ],
+    );
+    let seen = terminal.wait_for(0, "30 100");
+    assert!(terminal.text().contains("/dev/pts/"), "{}", terminal.text());
+    // Raw mode while the command runs: no echo here, no line editing.
+    let raw = terminal.modes();
+    assert!(!raw
+        .2
+        .contains(termios::LocalModes::ICANON | termios::LocalModes::ECHO));
+    terminal.resize(120, 40);
+    std::thread::sleep(Duration::from_millis(500));
+    terminal.type_keys(b"\r");
+    let status = wait(&mut cli, &terminal);
+    let text = terminal.text();
+    assert_eq!(status.code(), Some(0), "{text}");
+    let after = String::from_utf8_lossy(&terminal.shown.lock().unwrap()[seen..]).into_owned();
+    if resizes {
+        assert!(after.contains("40 120"), "{text}");
+    } else {
+        assert!(after.contains("30 100"), "{text}");
+        assert!(text.contains("cannot resize a terminal"), "{text}");
+    }
+    assert!(text.contains("/dev/pts/"), "{text}");
+    assert!(
+        terminal.modes() == before,
+        "the terminal's mode was not restored"
+    );
+}
+
+#[test]
+fn createos_terminal_has_the_size_asked_and_a_pts() {
+    size_tty_and_resize(CREATEOS, "cli-tty-size-createos", false);
+}
+
+#[test]
+fn daytona_terminal_has_the_size_asked_and_follows_a_resize() {
+    size_tty_and_resize(DAYTONA, "cli-tty-size-daytona", true);
+}
+
+/// A Python REPL reads two lines typed half a second apart and answers
+/// both; `exit()` ends it with status 0.
+fn python_repl(provider: &str, tag: &str) {
+    let terminal = Terminal::open(80, 24);
+    let mut cli = terminal.run(
+        provider,
+        tag,
+        &[
+            "-t",
+            "-e",
+            "PYTHON_BASIC_REPL=1",
+            "--",
+            "python3",
+            "-q",
+            "-i",
+        ],
+    );
+    let seen = terminal.wait_for(0, ">>> ");
+    terminal.type_keys(b"print(6 * 7)\r");
+    let seen = terminal.wait_for(seen, "42");
+    std::thread::sleep(Duration::from_millis(500));
+    terminal.type_keys(b"print('a' + 'b')\r");
+    terminal.wait_for(seen, "ab");
+    terminal.type_keys(b"exit()\r");
+    let status = wait(&mut cli, &terminal);
+    assert_eq!(status.code(), Some(0), "{}", terminal.text());
+}
+
+#[test]
+fn createos_python_repl_answers_two_lines_typed_apart() {
+    python_repl(CREATEOS, "cli-tty-repl-createos");
+}
+
+#[test]
+fn daytona_python_repl_answers_two_lines_typed_apart() {
+    python_repl(DAYTONA, "cli-tty-repl-daytona");
+}
+
+/// `^C` typed here is the byte 3 in raw mode: the sandbox's terminal
+/// turns it into SIGINT for `sleep`, which ends (130, as a shell says);
+/// the terminal's mode is restored.
+fn ctrl_c(provider: &str, tag: &str) {
+    let terminal = Terminal::open(80, 24);
+    let before = terminal.modes();
+    let mut cli = terminal.run(
+        provider,
+        tag,
+        &["-t", "--", "sh", "-c", "echo ready; exec sleep 600"],
+    );
+    terminal.wait_for(0, "ready");
+    std::thread::sleep(Duration::from_millis(300));
+    terminal.type_keys(b"\x03");
+    let status = wait(&mut cli, &terminal);
+    assert_eq!(status.code(), Some(130), "{}", terminal.text());
+    // The command ended by itself: no cleanup after a cancel.
+    assert!(
+        !terminal.text().contains("cancelled"),
+        "{}",
+        terminal.text()
+    );
+    assert!(
+        terminal.modes() == before,
+        "the terminal's mode was not restored"
+    );
+}
+
+#[test]
+fn createos_ctrl_c_ends_a_sleep_in_the_terminal() {
+    ctrl_c(CREATEOS, "cli-tty-ctrl-c-createos");
+}
+
+#[test]
+fn daytona_ctrl_c_ends_a_sleep_in_the_terminal() {
+    ctrl_c(DAYTONA, "cli-tty-ctrl-c-daytona");
+}
+
+/// `-i` passes stdin on as it comes (as `docker exec -i`): the command
+/// answers a line before stdin is closed, then the next, and ends at the
+/// input's end.
+fn live_stdin(provider: &str, tag: &str) {
+    let mut cli = common::sandbox_cli(&built(provider), tag)
+        .args([
+            "run",
+            "-i",
+            "--",
+            "sh",
+            "-c",
+            "read a; echo \"got $a\"; read b; echo \"got $b\"; cat",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = cli.stdin.take().unwrap();
+    let mut stdout = cli.stdout.take().unwrap();
+    let shown: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let reader = {
+        let shown = shown.clone();
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            while let Ok(read @ 1..) = stdout.read(&mut buffer) {
+                shown.lock().unwrap().extend_from_slice(&buffer[..read]);
+            }
+        })
+    };
+    let text = || String::from_utf8_lossy(&shown.lock().unwrap()).into_owned();
+    let until = |needle: &str| {
+        let start = Instant::now();
+        while !text().contains(needle) {
+            assert!(start.elapsed() < PATIENCE, "no {needle:?} in {:?}", text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    stdin.write_all(b"hello\n").unwrap();
+    // Seen while stdin is still open.
+    until("got hello");
+    stdin.write_all(b"world\nlast line\n").unwrap();
+    until("got world");
+    drop(stdin);
+    let status = cli.wait().unwrap();
+    reader.join().unwrap();
+    let mut stderr = String::new();
+    cli.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(text(), "got hello\ngot world\nlast line\n", "{stderr}");
+}
+
+#[test]
+fn createos_dash_i_streams_stdin_live() {
+    live_stdin(CREATEOS, "cli-tty-live-createos");
+}
+
+#[test]
+fn daytona_dash_i_streams_stdin_live() {
+    live_stdin(DAYTONA, "cli-tty-live-daytona");
+}
