@@ -190,6 +190,9 @@ fn size_tty_and_resize(provider: &str, tag: &str, resizes: bool) {
         .2
         .contains(termios::LocalModes::ICANON | termios::LocalModes::ECHO));
     terminal.resize(120, 40);
+    // The window change and the key below reach the CLI by two paths (a
+    // signal, stdin), as in any terminal: the key comes a while later so
+    // that the command reads its size after the resize.
     std::thread::sleep(Duration::from_millis(500));
     terminal.type_keys(b"\r");
     let status = wait(&mut cli, &terminal);
@@ -359,4 +362,57 @@ fn createos_dash_i_streams_stdin_live() {
 #[test]
 fn daytona_dash_i_streams_stdin_live() {
     live_stdin(DAYTONA, "cli-tty-live-daytona");
+}
+
+/// Keys cross as bytes: a UTF-8 character typed in two writes half a
+/// second apart reaches the command whole, and a 1 MB paste (into a
+/// terminal the command put in raw mode) arrives byte for byte.
+fn split_character_and_huge_paste(provider: &str, tag: &str) {
+    let terminal = Terminal::open(80, 24);
+    let script = "stty raw -echo; echo raw-now; head -c 3 | od -An -tx1; \
+                  head -c 1000000 | cksum; stty sane";
+    let mut cli = terminal.run(provider, tag, &["-t", "--", "sh", "-c", script]);
+    terminal.wait_for(0, "raw-now");
+    let euro = "€".as_bytes();
+    terminal.type_keys(&euro[..1]);
+    std::thread::sleep(Duration::from_millis(500));
+    terminal.type_keys(&euro[1..]);
+    let seen = terminal.wait_for(0, "e2 82 ac");
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let paste: Vec<u8> = (0..1_000_000)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 32) as u8
+        })
+        .collect();
+    let expected = {
+        let mut cksum = std::process::Command::new("cksum")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        cksum.stdin.take().unwrap().write_all(&paste).unwrap();
+        let out = cksum.wait_with_output().unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let writer = {
+        let master = terminal.master.try_clone().unwrap();
+        std::thread::spawn(move || (&master).write_all(&paste).unwrap())
+    };
+    terminal.wait_for(seen, &expected);
+    writer.join().unwrap();
+    let status = wait(&mut cli, &terminal);
+    assert_eq!(status.code(), Some(0), "{}", terminal.text());
+}
+
+#[test]
+fn createos_keys_cross_as_bytes_split_or_huge() {
+    split_character_and_huge_paste(CREATEOS, "cli-tty-bytes-createos");
+}
+
+#[test]
+fn daytona_keys_cross_as_bytes_split_or_huge() {
+    split_character_and_huge_paste(DAYTONA, "cli-tty-bytes-daytona");
 }
