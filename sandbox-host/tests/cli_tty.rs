@@ -89,9 +89,13 @@ impl Terminal {
     /// start it in the foreground.
     fn run(&self, provider: &str, tag: &str, args: &[&str]) -> Child {
         let mut command = common::sandbox_cli(&built(provider), tag);
+        command.arg("run").args(args);
+        self.start(command)
+    }
+
+    /// Starts `command` on this terminal in the foreground.
+    fn start(&self, mut command: std::process::Command) -> Child {
         command
-            .arg("run")
-            .args(args)
             .stdin(Stdio::from(self.slave.try_clone().unwrap()))
             .stdout(Stdio::from(self.slave.try_clone().unwrap()))
             .stderr(Stdio::from(self.slave.try_clone().unwrap()));
@@ -415,4 +419,68 @@ fn createos_keys_cross_as_bytes_split_or_huge() {
 #[test]
 fn daytona_keys_cross_as_bytes_split_or_huge() {
     split_character_and_huge_paste(DAYTONA, "cli-tty-bytes-daytona");
+}
+
+/// `sandbox lease exec -t LEASE -- bash` is a usable shell: a prompt, a
+/// command typed and answered, `tty`, `exit`; the lease stays usable.
+fn lease_shell(name: &str) {
+    let data = std::env::temp_dir().join(format!("cli-tty-lease-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data);
+    let (mut engine, exports) = test_support::sandbox_cli!("cli-tty-lease")
+        .data_dir(&data)
+        .engine(name, Stdio::null());
+    let cli = test_support::sandbox_cli!("cli-tty-lease")
+        .data_dir(&data)
+        .envs(&exports);
+    let lease = cli.acquire();
+    let terminal = Terminal::open(90, 20);
+    let mut shell = terminal.start(cli.command(&[
+        "lease",
+        "exec",
+        "-t",
+        "-e",
+        "PS1=shell> ",
+        &lease,
+        "--",
+        "bash",
+        "--norc",
+        "-i",
+    ]));
+    let seen = terminal.wait_for(0, "shell> ");
+    terminal.type_keys(b"echo $((6 * 7)); tty; stty size\r");
+    let seen = terminal.wait_for(seen, "20 90");
+    terminal.type_keys(b"exit 3\r");
+    let status = wait(&mut shell, &terminal);
+    let text = terminal.text();
+    assert_eq!(status.code(), Some(3), "{name}: {text}");
+    let after = String::from_utf8_lossy(&terminal.shown.lock().unwrap()[..seen]).into_owned();
+    assert!(
+        after.contains("42") && after.contains("/dev/pts/"),
+        "{name}: {text}"
+    );
+    let again = cli.output(&["lease", "exec", &lease, "--", "echo", "again"]);
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "again\n",
+        "{again:?}"
+    );
+    let released = cli.output(&["lease", "release", &lease]);
+    assert!(released.status.success(), "{released:?}");
+    // SIGTERM: the engine ends its sandboxes before it exits.
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&engine),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    engine.wait().unwrap();
+}
+
+#[test]
+fn createos_lease_exec_t_is_a_shell() {
+    lease_shell("createos");
+}
+
+#[test]
+fn daytona_lease_exec_t_is_a_shell() {
+    lease_shell("daytona");
 }
