@@ -273,9 +273,9 @@ fn ctrl_c(provider: &str, tag: &str) {
     let mut cli = terminal.run(
         provider,
         tag,
-        &["-t", "--", "sh", "-c", "echo ready; exec sleep 600"],
+        &["-t", "--", "sh", "-c", "echo sleeping-now; exec sleep 600"],
     );
-    terminal.wait_for(0, "ready");
+    terminal.wait_for(0, "sleeping-now");
     std::thread::sleep(Duration::from_millis(300));
     terminal.type_keys(b"\x03");
     let status = wait(&mut cli, &terminal);
@@ -483,4 +483,40 @@ fn createos_lease_exec_t_is_a_shell() {
 #[test]
 fn daytona_lease_exec_t_is_a_shell() {
     lease_shell("daytona");
+}
+
+/// SIGTERM to `sandbox` while a terminal command runs stops it and cleans
+/// up (130, as without `-t`), and the terminal's mode is restored.
+fn sigterm(provider: &str, tag: &str) {
+    let terminal = Terminal::open(80, 24);
+    let before = terminal.modes();
+    let mut cli = terminal.run(
+        provider,
+        tag,
+        &["-t", "--", "sh", "-c", "echo sleeping-now; exec sleep 600"],
+    );
+    terminal.wait_for(0, "sleeping-now");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&cli),
+        rustix::process::Signal::TERM,
+    )
+    .unwrap();
+    let status = wait(&mut cli, &terminal);
+    let text = terminal.text();
+    assert_eq!(status.code(), Some(130), "{text}");
+    assert!(text.contains("cancelled"), "{text}");
+    assert!(
+        terminal.modes() == before,
+        "the terminal's mode was not restored"
+    );
+}
+
+#[test]
+fn createos_sigterm_stops_a_terminal_command_and_restores_the_mode() {
+    sigterm(CREATEOS, "cli-tty-term-createos");
+}
+
+#[test]
+fn daytona_sigterm_stops_a_terminal_command_and_restores_the_mode() {
+    sigterm(DAYTONA, "cli-tty-term-daytona");
 }

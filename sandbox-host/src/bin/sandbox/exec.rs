@@ -614,6 +614,10 @@ fn interrupt_token(doing: &'static str, abandoned: &'static str) -> CancelToken 
                         };
                     }
                     let first = next!();
+                    // A terminal in raw mode (`-t`) is given back first:
+                    // the command is being stopped, and the messages
+                    // below are for a terminal in its usual mode.
+                    crate::terminal::restore();
                     eprintln!(
                         "\nsandbox: {first}; {doing} (signal again to abandon the cleanup)"
                     );
