@@ -520,3 +520,26 @@ fn createos_sigterm_stops_a_terminal_command_and_restores_the_mode() {
 fn daytona_sigterm_stops_a_terminal_command_and_restores_the_mode() {
     sigterm(DAYTONA, "cli-tty-term-daytona");
 }
+
+/// `sandbox describe` says what each provider's interactive processes can
+/// do: both give terminals and pipes; only Daytona resizes a terminal.
+#[test]
+fn describe_names_each_providers_interactive_capabilities() {
+    for (provider, resize) in [(CREATEOS, false), (DAYTONA, true)] {
+        let output = common::sandbox_cli(&built(provider), "cli-tty-describe")
+            .args(["describe", "--json"])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let value: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        let named = |name: &str| {
+            value["capabilities"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c == name)
+        };
+        assert!(named("login-pty") && named("duplex-channels"), "{value}");
+        assert_eq!(named("terminal-resize"), resize, "{provider}: {value}");
+    }
+}

@@ -28,6 +28,7 @@ pub fn description(d: &ProviderDescription, as_json: bool) {
         (Capabilities::NATIVE_SYNC, "native-sync"),
         (Capabilities::LOGIN_PTY, "login-pty"),
         (Capabilities::DUPLEX_CHANNELS, "duplex-channels"),
+        (Capabilities::TERMINAL_RESIZE, "terminal-resize"),
     ]
     .into_iter()
     .filter(|(flag, _)| d.capabilities.contains(*flag))
