@@ -81,7 +81,7 @@ pub use wasm::cancel::CancelToken;
 pub use wasm::component::ProviderComponent;
 pub use wasm::engine::{new_engine, shared_engine};
 pub use wasm::instance::{trap_of, ProviderInstance};
-pub use wasm::interaction::Interaction;
+pub use wasm::interaction::{EventRefused, Interaction};
 pub use wasm::options::{GuestStderr, HostOptions, OutputCapture, OutputSink};
 /// The wasmtime trap codes, for matching [`trap_of`].
 pub use wasmtime::Trap;

@@ -12,9 +12,10 @@
 //! - `-i` alone: pipes; stdin is passed on as it comes, and its end closes
 //!   the command's stdin. `^C` here stops the command (as without `-i`).
 //!
-//! The host sends only what the process can take: no resize to pipes or
-//! to a provider without `terminal-resize`, no `close-input` to a
-//! terminal, nothing after the input's end.
+//! The host sends only what the process can take
+//! ([`Interaction::try_send`]): no resize to pipes or to a provider
+//! without `terminal-resize`, no `close-input` to a terminal, nothing
+//! after the input's end.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -86,13 +87,13 @@ pub fn run(
         timeout_ms: Some(request.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS)),
         result_chars: request.result_chars,
     };
-    let interaction = Interaction::new();
+    let interaction = Interaction::for_process(args.tty, resizable);
     let ended = Arc::new(AtomicBool::new(false));
     let raw = if args.tty { RawMode::enter()? } else { None };
     let input = spawn_input(&interaction, &ended, args.tty);
     let window = args
         .tty
-        .then(|| spawn_window(&interaction, &ended, resizable))
+        .then(|| spawn_window(&interaction, &ended))
         .flatten();
     let outcome = setup.runtime.interact(
         env,
@@ -143,14 +144,19 @@ fn spawn_input(
                 Err(rustix::io::Errno::INTR | rustix::io::Errno::AGAIN) => continue,
                 Ok(0) | Err(_) => {
                     // The end of input: `^D` to a terminal, closed pipes.
-                    interaction.send(if tty {
+                    let _ = interaction.try_send(if tty {
                         InteractionEvent::Input(vec![0x04])
                     } else {
                         InteractionEvent::CloseInput
                     });
                     break;
                 }
-                Ok(read) => interaction.send(InteractionEvent::Input(buffer[..read].to_vec())),
+                Ok(read) => {
+                    let input = InteractionEvent::Input(buffer[..read].to_vec());
+                    if interaction.try_send(input).is_err() {
+                        break;
+                    }
+                }
             }
         }
     })
@@ -158,11 +164,10 @@ fn spawn_input(
 
 /// Follows this terminal's window size (`SIGWINCH`): each new size goes
 /// to the command's terminal where the provider can resize it; otherwise
-/// the first change says once that the terminal keeps its size.
+/// the first change says once why the terminal keeps its size.
 fn spawn_window(
     interaction: &Interaction,
     ended: &Arc<AtomicBool>,
-    resizable: bool,
 ) -> Option<std::thread::JoinHandle<()>> {
     let interaction = interaction.clone();
     let ended = ended.clone();
@@ -187,15 +192,12 @@ fn spawn_window(
                 let Some(size) = terminal::window_size() else {
                     continue;
                 };
-                if resizable {
-                    interaction.send(InteractionEvent::Resize(size));
-                } else if !said {
-                    said = true;
-                    eprint!(
-                        "\r\nsandbox: note: the provider cannot resize a terminal (it does not \
-                         claim terminal-resize); the command's terminal keeps the size it \
-                         opened with\r\n"
-                    );
+                match interaction.try_send(InteractionEvent::Resize(size)) {
+                    Err(refused) if !said => {
+                        said = true;
+                        eprint!("\r\nsandbox: note: {refused}\r\n");
+                    }
+                    _ => {}
                 }
             }
         })
