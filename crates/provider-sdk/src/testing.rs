@@ -263,6 +263,22 @@ pub fn context(config: &str) -> crate::types::EnvironmentContext {
     }
 }
 
+/// An interactive `bash` (no arguments, directory or environment) with a
+/// terminal of `terminal` (pipes for none) and a 60 s limit.
+pub fn bash_interaction(
+    terminal: Option<crate::types::TerminalSize>,
+) -> crate::types::InteractionRequest {
+    crate::types::InteractionRequest {
+        command: "bash".into(),
+        args: vec![],
+        cwd: None,
+        env: vec![],
+        terminal,
+        timeout_ms: Some(60_000),
+        result_chars: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

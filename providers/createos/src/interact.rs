@@ -172,7 +172,7 @@ mod tests {
     use base64::Engine as _;
     use provider_sdk::config::ProviderConfig;
     use provider_sdk::platform::{StreamId, TransportError};
-    use provider_sdk::testing::{Answer, FakePlatform};
+    use provider_sdk::testing::{bash_interaction, Answer, FakePlatform};
     use provider_sdk::types::{InteractionSignal, TerminalSize};
     use wasm_bindgen_test::wasm_bindgen_test;
 
@@ -180,18 +180,6 @@ mod tests {
 
     fn config() -> Config {
         Config::parse(r#"{"requestTimeoutMs": 2000}"#).unwrap()
-    }
-
-    fn request(terminal: Option<TerminalSize>) -> InteractionRequest {
-        InteractionRequest {
-            command: "bash".into(),
-            args: vec![],
-            cwd: None,
-            env: vec![],
-            terminal,
-            timeout_ms: Some(60_000),
-            result_chars: None,
-        }
     }
 
     fn pty_frame(seq: u64, text: &[u8]) -> Vec<u8> {
@@ -242,7 +230,13 @@ mod tests {
             columns: 80,
             rows: 24,
         };
-        let result = interact(&mut platform, &config(), "sb", &request(Some(size))).unwrap();
+        let result = interact(
+            &mut platform,
+            &config(),
+            "sb",
+            &bash_interaction(Some(size)),
+        )
+        .unwrap();
         assert_eq!(
             (result.exit_code, result.signal.as_deref(), result.timed_out),
             (None, Some("SIGTERM"), false)
@@ -291,7 +285,7 @@ mod tests {
         platform.queue_event(1, InteractionEvent::Input(big.clone()));
         platform.queue_event(2, InteractionEvent::CloseInput);
         platform.queue_event(3, InteractionEvent::End);
-        let result = interact(&mut platform, &config(), "sb", &request(None)).unwrap();
+        let result = interact(&mut platform, &config(), "sb", &bash_interaction(None)).unwrap();
         assert_eq!(result.signal.as_deref(), Some("SIGTERM"));
         assert!(body_json(&platform, 0).get("kind").is_none());
         let mut sent = Vec::new();
@@ -323,7 +317,13 @@ mod tests {
             columns: 80,
             rows: 24,
         };
-        let error = interact(&mut platform, &config(), "sb", &request(Some(size))).unwrap_err();
+        let error = interact(
+            &mut platform,
+            &config(),
+            "sb",
+            &bash_interaction(Some(size)),
+        )
+        .unwrap_err();
         match error {
             ProviderError::TransportFailed(failure) => {
                 assert_eq!(failure.partial.unwrap().stdout, "ok")

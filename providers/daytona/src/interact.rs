@@ -396,7 +396,7 @@ mod tests {
     use super::*;
     use base64::Engine as _;
     use provider_sdk::config::ProviderConfig;
-    use provider_sdk::testing::{Answer, FakePlatform};
+    use provider_sdk::testing::{bash_interaction, Answer, FakePlatform};
     use provider_sdk::types::{InteractionSignal, TerminalSize};
     use wasm_bindgen_test::wasm_bindgen_test;
 
@@ -407,18 +407,6 @@ mod tests {
             r#"{"apiUrl":"http://127.0.0.1:1/api","toolboxUrl":"http://127.0.0.1:2/toolbox"}"#,
         )
         .unwrap()
-    }
-
-    fn request(terminal: Option<TerminalSize>) -> InteractionRequest {
-        InteractionRequest {
-            command: "bash".into(),
-            args: vec![],
-            cwd: None,
-            env: vec![],
-            terminal,
-            timeout_ms: Some(60_000),
-            result_chars: None,
-        }
     }
 
     fn size(columns: u16, rows: u16) -> Option<TerminalSize> {
@@ -485,7 +473,13 @@ mod tests {
         platform.queue_event(10, InteractionEvent::Resize(size(100, 40).unwrap()));
         platform.queue_event(20, InteractionEvent::Signal(InteractionSignal::Interrupt));
         platform.queue_event(30, InteractionEvent::End);
-        let result = interact(&mut platform, &config(), "sb", &request(size(80, 24))).unwrap();
+        let result = interact(
+            &mut platform,
+            &config(),
+            "sb",
+            &bash_interaction(size(80, 24)),
+        )
+        .unwrap();
         assert_eq!(
             (result.exit_code, result.signal.as_deref()),
             (None, Some("SIGTERM"))
@@ -542,7 +536,7 @@ mod tests {
             for event in events {
                 platform.queue_event(10, event);
             }
-            match interact(&mut platform, &config(), "sb", &request(terminal)) {
+            match interact(&mut platform, &config(), "sb", &bash_interaction(terminal)) {
                 Err(ProviderError::InvalidRequest(message)) => {
                     assert!(message.contains(words), "{message}");
                     assert!(message.contains("ended"), "{message}");
@@ -565,7 +559,7 @@ mod tests {
         platform.queue_event(10, InteractionEvent::Input(paste.clone()));
         platform.queue_event(10, InteractionEvent::CloseInput);
         platform.queue_event(10_000, InteractionEvent::End);
-        let result = interact(&mut platform, &config(), "sb", &request(None)).unwrap();
+        let result = interact(&mut platform, &config(), "sb", &bash_interaction(None)).unwrap();
         assert_eq!(result.signal.as_deref(), Some("SIGTERM"));
         let sent = frames(&platform);
         let (close, pieces) = sent.split_last().unwrap();
