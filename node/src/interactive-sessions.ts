@@ -200,6 +200,8 @@ export class SessionRegistry {
   readonly #byRoute = new Map<string, Session>();
   readonly #byId = new Map<string, Session>();
   readonly #closed = new Map<string, SessionKind>();
+  /** Closed sessions by route: a later close of the same route is acknowledged with the same pair. */
+  readonly #closedRoutes = new Map<string, Session>();
 
   get size(): number {
     return this.#byRoute.size;
@@ -229,11 +231,18 @@ export class SessionRegistry {
     if (this.#byRoute.get(session.hostRouteId) === session) this.#byRoute.delete(session.hostRouteId);
     this.#byId.delete(session.workerSessionId);
     this.#closed.set(session.workerSessionId, session.kind);
+    this.#closedRoutes.set(session.hostRouteId, session);
     while (this.#closed.size > REMEMBERED_CLOSED) this.#closed.delete(this.#closed.keys().next().value!);
+    while (this.#closedRoutes.size > REMEMBERED_CLOSED) this.#closedRoutes.delete(this.#closedRoutes.keys().next().value!);
   }
 
   byRoute(hostRouteId: unknown): Session | undefined {
     return typeof hostRouteId === "string" ? this.#byRoute.get(hostRouteId) : undefined;
+  }
+
+  /** The session a route had, once it was closed (or forgotten with its lease). */
+  closedByRoute(hostRouteId: unknown): Session | undefined {
+    return typeof hostRouteId === "string" ? this.#closedRoutes.get(hostRouteId) : undefined;
   }
 
   /**

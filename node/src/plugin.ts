@@ -628,7 +628,11 @@ export function createPlugin(options: PluginOptions = {}) {
   /** Ends a session by its route (Paperclip's close): its end proven, its exit reported, then forgotten. */
   async function closeSession(kind: SessionKind, hostRouteId: unknown): Promise<Session | undefined> {
     const session = sessions.byRoute(hostRouteId);
-    if (!session || session.kind !== kind) return undefined;
+    if (!session || session.kind !== kind) {
+      // Closed before (or ended with its lease): acknowledged again, with the same pair.
+      const closed = sessions.closedByRoute(hostRouteId);
+      return closed?.kind === kind ? closed : undefined;
+    }
     await session.end();
     await session.ended;
     sessions.remove(session);
@@ -677,6 +681,7 @@ export function createPlugin(options: PluginOptions = {}) {
     },
     async onDuplexChannelClose(params: PluginDuplexChannelCloseParams) {
       const session = await closeSession("duplex-channel", params.hostRouteId);
+      // Paperclip's host closes by the route alone and checks the echoed session id of a bound route; a session whose open reply never went out was never bound.
       return session?.bound ? { hostRouteId: params.hostRouteId, workerSessionId: session.workerSessionId } : { hostRouteId: params.hostRouteId };
     },
   };
