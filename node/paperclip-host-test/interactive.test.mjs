@@ -9,11 +9,12 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { createHash, randomBytes, randomUUID } from "node:crypto";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createPluginWorkerHandle } from "./node_modules/@paperclipai/server/dist/services/plugin-worker-manager.js";
+import { createHostClientHandlers } from "@paperclipai/plugin-sdk";
 import manifest from "../packages/createos/dist/manifest.js";
 import daytonaManifest from "../packages/daytona/dist/manifest.js";
 import { startBackend } from "../test/support/backend.mjs";
@@ -25,11 +26,20 @@ const ENVIRONMENT = "environment-interactive";
 
 const store = new Map();
 const stateKey = (p) => `${p.scopeKind}|${p.scopeId ?? ""}|${p.namespace ?? "default"}|${p.stateKey}`;
-const hostHandlers = {
-  "state.get": async (params) => (store.has(stateKey(params)) ? store.get(stateKey(params)) : null),
-  "state.set": async (params) => void store.set(stateKey(params), params.value),
-  "state.delete": async (params) => void store.delete(stateKey(params)),
-};
+// Paperclip's own gate in front of the store: a `ctx.state` call is served
+// only within a call the host made for that company (a session's process
+// ends outside any such call).
+const hostHandlers = createHostClientHandlers({
+  pluginId: manifest.id,
+  capabilities: manifest.capabilities,
+  services: {
+    state: {
+      get: async (params) => (store.has(stateKey(params)) ? store.get(stateKey(params)) : null),
+      set: async (params) => void store.set(stateKey(params), params.value),
+      delete: async (params) => void store.delete(stateKey(params)),
+    },
+  },
+});
 
 let backend;
 const handles = [];
@@ -132,6 +142,20 @@ async function processesMatching(handle, lease, pattern) {
 async function channelEnd(channel) {
   const end = await channel.wait();
   return { exitCode: end.exitCode, transportClosed: end.transportClosed === true };
+}
+
+/** The processes of this host whose command line matches `pattern` (the engine's sandboxes run here). */
+function hostProcessesMatching(pattern) {
+  const found = [];
+  for (const pid of readdirSync("/proc").filter((name) => /^\d+$/.test(name))) {
+    try {
+      const line = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ");
+      if (line.includes(pattern)) found.push(line);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return found;
 }
 
 async function destroy(handle, lease) {
@@ -303,14 +327,20 @@ test("release and shutdown end the sessions they find, with proof; a worker kill
   await handle.stop();
 
   handle = await startWorker();
-  const second = await handle.call("environmentAcquireLease", { ...params(), runId: `run-${randomUUID()}` });
-  await handle.openDuplexChannel({ ...scope(second), command: ["sleep", "305"] });
-  assert.equal((await processesMatching(handle, second, "sleep 305")).length, 1);
+  const stopped = await handle.call("environmentAcquireLease", { ...params(), runId: `run-${randomUUID()}` });
+  await handle.openDuplexChannel({ ...scope(stopped), command: ["sleep", "305"] });
+  assert.equal((await processesMatching(handle, stopped, "sleep 305")).length, 1);
   await handle.stop();
+  // Shutdown ended it with proof (the sandbox's processes are this host's: none is left) ...
+  assert.deepEqual(hostProcessesMatching("sleep 305"), []);
   handle = await startWorker();
-  // Shutdown ended it with proof: the lease is clean and the process gone.
-  assert.deepEqual(await processesMatching(handle, second, "sleep 305"), []);
+  // ... but Paperclip lets no shutdown write the plugin's state, so the record of the open
+  // session stays and the lease is destroyed at its next use, never reused unproven.
+  const afterShutdown = await settle(handle.call("environmentExecute", { ...params(), lease: stopped, command: "true" }, 60_000));
+  assert.match(afterShutdown.error?.message ?? "", /poisoned/);
+  await destroy(handle, stopped);
 
+  const second = await handle.call("environmentAcquireLease", { ...params(), runId: `run-${randomUUID()}` });
   await handle.openDuplexChannel({ ...scope(second), command: ["sleep", "306"] });
   process.kill(handle.diagnostics().pid, "SIGKILL");
   for (let i = 0; handle.diagnostics().status === "running"; i++) {

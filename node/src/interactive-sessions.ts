@@ -108,8 +108,14 @@ export class Session {
   ending = false;
   /** Its exit was reported to Paperclip (at most once). */
   exitReported = false;
-  /** Settles once the process's end is known, the exit reported and any poison recorded. */
+  /** Settles once the process's end is known and its exit reported. */
   ended: Promise<void> = Promise.resolve();
+  /** Its process has ended (its outcome is known). */
+  done = false;
+  /** Why the session failed (its end may be unproven), once it ended so; undefined for a proven end. */
+  failure: unknown = undefined;
+  /** Its end was written to `ctx.state` (poison when unproven, its record removed). */
+  settled = false;
   #running: RunningInteraction<WitExecuteResult> | undefined;
   #markBound: () => void = () => {};
   readonly whenBound = new Promise<void>((resolve) => (this.#markBound = resolve));
@@ -202,6 +208,8 @@ export class SessionRegistry {
   readonly #closed = new Map<string, SessionKind>();
   /** Closed sessions by route: a later close of the same route is acknowledged with the same pair. */
   readonly #closedRoutes = new Map<string, Session>();
+  /** Closed sessions by session id: their outcome, for the records a later call reconciles. */
+  readonly #closedSessions = new Map<string, Session>();
 
   get size(): number {
     return this.#byRoute.size;
@@ -232,12 +240,19 @@ export class SessionRegistry {
     this.#byId.delete(session.workerSessionId);
     this.#closed.set(session.workerSessionId, session.kind);
     this.#closedRoutes.set(session.hostRouteId, session);
+    this.#closedSessions.set(session.workerSessionId, session);
+    while (this.#closedSessions.size > REMEMBERED_CLOSED) this.#closedSessions.delete(this.#closedSessions.keys().next().value!);
     while (this.#closed.size > REMEMBERED_CLOSED) this.#closed.delete(this.#closed.keys().next().value!);
     while (this.#closedRoutes.size > REMEMBERED_CLOSED) this.#closedRoutes.delete(this.#closedRoutes.keys().next().value!);
   }
 
   byRoute(hostRouteId: unknown): Session | undefined {
     return typeof hostRouteId === "string" ? this.#byRoute.get(hostRouteId) : undefined;
+  }
+
+  /** A session of this worker by its id, open or closed (remembered for a while). */
+  known(workerSessionId: string): Session | undefined {
+    return this.#byId.get(workerSessionId) ?? this.#closedSessions.get(workerSessionId);
   }
 
   /** The session a route had, once it was closed (or forgotten with its lease). */

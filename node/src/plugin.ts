@@ -371,17 +371,47 @@ export function createPlugin(options: PluginOptions = {}) {
    */
   async function poisonStrandedSessions(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string) {
     const recorded = await sessionRecords.list(params.companyId, providerLeaseId);
-    const live = new Set<string>(sessions.onLease(providerLeaseId).map((session) => session.workerSessionId));
-    const stranded = recorded.filter((record) => record.workerInstance !== workerInstance || !live.has(record.workerSessionId));
-    if (stranded.length === 0) return;
-    const what = stranded.map((record) => (record.kind === "login-pty" ? "a login terminal" : "a duplex channel")).join(" and ");
+    if (recorded.length === 0) return;
+    // Paperclip's host takes `ctx.state` calls only within a call it made,
+    // so a session's end is written here, by the next call on its lease (or
+    // by its close, release or destroy), not when the process ended.
+    const stranded: string[] = [];
+    for (const record of recorded) {
+      const session = record.workerInstance === workerInstance ? sessions.known(record.workerSessionId) : undefined;
+      if (!session) {
+        stranded.push(record.kind === "login-pty" ? "a login terminal" : "a duplex channel");
+        continue;
+      }
+      if (session.done) await settleSession(session, params);
+    }
+    const unknown = recorded.filter((record) => record.workerInstance !== workerInstance || !sessions.known(record.workerSessionId));
+    if (unknown.length === 0) return;
     await poison.record(params.companyId, {
       providerLeaseId,
       environmentId: params.environmentId,
-      reason: `${what} opened on it by a worker that stopped before ending it may still run`,
+      reason: `${stranded.join(" and ")} opened on it by a worker that stopped before ending it may still run`,
       recordedAt: new Date().toISOString(),
     });
-    await sessionRecords.remove(params.companyId, providerLeaseId, stranded.map((record) => record.workerSessionId));
+    await sessionRecords.remove(params.companyId, providerLeaseId, unknown.map((record) => record.workerSessionId));
+  }
+
+  /**
+   * Writes an ended session's outcome to `ctx.state`, once: its lease
+   * poisoned when its end is not proven, its record removed. Called from
+   * within a call of Paperclip (close, release, destroy, the next call on
+   * the lease).
+   */
+  async function settleSession(session: Session, params: PluginEnvironmentDriverBaseParams) {
+    if (session.settled) return;
+    session.settled = true;
+    try {
+      if (session.failure !== undefined) await poisonOnFailure(params, session.providerLeaseId, session.failure);
+      await sessionRecords.remove(session.companyId, session.providerLeaseId, [session.workerSessionId]);
+    } catch (error) {
+      // Tried again by the next call on the lease.
+      session.settled = false;
+      throw error;
+    }
   }
 
   async function refuseIfPoisoned(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string, what: string) {
@@ -421,7 +451,10 @@ export function createPlugin(options: PluginOptions = {}) {
 
   /** The lease's sandbox is gone or paused: its sessions are over, and so are their records. */
   async function forgetSessions(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string) {
-    for (const session of sessions.onLease(providerLeaseId)) sessions.remove(session);
+    for (const session of sessions.onLease(providerLeaseId)) {
+      await session.ended;
+      sessions.remove(session);
+    }
     const recorded = await sessionRecords.list(params.companyId, providerLeaseId);
     if (recorded.length > 0) await sessionRecords.remove(params.companyId, providerLeaseId, recorded.map((record) => record.workerSessionId));
     leases.delete(providerLeaseId);
@@ -595,21 +628,21 @@ export function createPlugin(options: PluginOptions = {}) {
       if (rest && session.kind === "login-pty" && session.bound) context?.loginPty.output(session.hostRouteId, session.workerSessionId, rest);
       if (stderrBytes > 0) context?.logger.warn(`The duplex channel ${session.workerSessionId} wrote ${stderrBytes} bytes to stderr, beginning: ${stderrHead}`);
     };
+    // The outcome is written to `ctx.state` later, within a call of Paperclip (settleSession).
     session.ended = running.result.then(
-      async (result) => {
+      (result) => {
+        session.done = true;
         finishOutput();
         reportExit(session, result.exitCode ?? null, false);
-        await sessionRecords.remove(params.companyId, params.providerLeaseId, [session.workerSessionId]).catch(() => {});
       },
-      async (error: unknown) => {
+      (error: unknown) => {
+        session.done = true;
         finishOutput();
-        await poisonOnFailure(known.base, params.providerLeaseId, error);
         // Ended by this worker with proof (stop, close, release, shutdown): not a transport loss.
         const cancelled = error instanceof ProviderFailure && error.kind === "cancelled";
+        if (!cancelled) session.failure = error;
         reportExit(session, null, !cancelled);
         if (!cancelled) context?.logger.warn(`The ${what} ${session.workerSessionId} on lease ${params.providerLeaseId} failed: ${error instanceof Error ? error.message : String(error)}`);
-        // A poisoned lease is its own durable record; otherwise the end is proven.
-        await sessionRecords.remove(params.companyId, params.providerLeaseId, [session.workerSessionId]).catch(() => {});
       },
     );
     track(params.providerLeaseId, { cancel: () => session.cancel(), settled: session.ended });
@@ -618,6 +651,7 @@ export function createPlugin(options: PluginOptions = {}) {
     } catch (error) {
       await session.ended;
       sessions.remove(session);
+      await settleSession(session, known.base);
       throw error;
     }
     // The reply is written when this hook's promise settles; output follows it.
@@ -636,6 +670,9 @@ export function createPlugin(options: PluginOptions = {}) {
     await session.end();
     await session.ended;
     sessions.remove(session);
+    const known = leases.get(session.providerLeaseId);
+    // Written now if Paperclip lets this call write its state, else by the next call on the lease.
+    if (known) await settleSession(session, known.base).catch(() => {});
     return session;
   }
 
@@ -730,6 +767,14 @@ export function createPlugin(options: PluginOptions = {}) {
         Promise.allSettled(entries.map((entry) => entry.settled)),
         new Promise((resolve) => setTimeout(resolve, SHUTDOWN_WAIT_MS).unref()),
       ]);
+      // Sessions ended with proof leave no record; where the host refuses the
+      // write (or the end is not proven), the record poisons the lease at its next use.
+      await Promise.allSettled(
+        sessions.all().filter((session) => session.done).map((session) => {
+          const known = leases.get(session.providerLeaseId);
+          return known ? settleSession(session, known.base) : Promise.resolve();
+        }),
+      );
       await pool?.close();
     },
 
