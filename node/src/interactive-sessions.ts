@@ -142,6 +142,11 @@ export class Session {
     this.#markBound();
   }
 
+  /** The open failed: nothing of the session goes to Paperclip (no reply named it). */
+  abandon() {
+    this.#markBound();
+  }
+
   /** Stops the process at once with proof (the call's cancellation; works before it started too). */
   cancel() {
     this.ending = true;

@@ -607,6 +607,7 @@ export function createPlugin(options: PluginOptions = {}) {
     const onOutput = async (stream: OutputStream, chunk: Uint8Array) => {
       // Paperclip binds output to the session id its open reply carries: none goes out before it.
       await session.whenBound;
+      if (!session.bound) return;
       if (session.kind === "login-pty") {
         // Pieces the host accepts (it drops a chunk above 1,000,000 characters).
         for (const piece of logPieces(terminalText.decode(chunk, { stream: true }))) context?.loginPty.output(session.hostRouteId, session.workerSessionId, piece);
@@ -629,14 +630,17 @@ export function createPlugin(options: PluginOptions = {}) {
       if (stderrBytes > 0) context?.logger.warn(`The duplex channel ${session.workerSessionId} wrote ${stderrBytes} bytes to stderr, beginning: ${stderrHead}`);
     };
     // The outcome is written to `ctx.state` later, within a call of Paperclip (settleSession).
+    // The exit waits for the open reply too (a process may end, silent, before it went out).
     session.ended = running.result.then(
-      (result) => {
+      async (result) => {
         session.done = true;
+        await session.whenBound;
         finishOutput();
         reportExit(session, result.exitCode ?? null, false);
       },
-      (error: unknown) => {
+      async (error: unknown) => {
         session.done = true;
+        await session.whenBound;
         finishOutput();
         // Ended by this worker with proof (stop, close, release, shutdown): not a transport loss.
         const cancelled = error instanceof ProviderFailure && error.kind === "cancelled";
@@ -649,6 +653,7 @@ export function createPlugin(options: PluginOptions = {}) {
     try {
       await Promise.race([running.started, running.result]);
     } catch (error) {
+      session.abandon();
       await session.ended;
       sessions.remove(session);
       await settleSession(session, known.base);

@@ -117,6 +117,22 @@ test("a duplex channel's frames are bound to its route; malformed base64 and inp
   await stop();
 });
 
+test("a process that exits at once, silent, still reports its exit once, after the open reply", async () => {
+  const { hooks, notes, scope, stop } = await startPlugin();
+  for (let round = 0; round < 5; round++) {
+    const route = `route-${randomUUID()}`;
+    const opened = await hooks.onDuplexChannelOpen({ hostRouteId: route, ...scope, command: ["sh", "-c", "exit 7"] });
+    for (let i = 0; !notes.some((n) => n.kind === "exit" && n.workerSessionId === opened.workerSessionId); i++) {
+      assert.ok(i < 400, "the exit was reported");
+      await sleep(25);
+    }
+    const exits = notes.filter((n) => n.kind === "exit" && n.workerSessionId === opened.workerSessionId);
+    assert.deepEqual(exits.map((n) => [n.hostRouteId, n.exitCode, n.transportClosed]), [[route, 7, undefined]]);
+    await hooks.onDuplexChannelClose({ hostRouteId: route });
+  }
+  await stop();
+});
+
 test("a lost open reply: the route alone closes the session and nothing is left running", async () => {
   const { hooks, scope, processes, stop } = await startPlugin();
   const route = `route-${randomUUID()}`;
