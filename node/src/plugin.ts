@@ -761,6 +761,8 @@ export function createPlugin(options: PluginOptions = {}) {
           rateLimitThrottled: pool?.rateLimitThrottled ?? 0,
           outputBacklogMaxChars: pool?.stats.outputBacklogMax ?? 0,
           runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0),
+          interactiveSessions: sessions.size,
+          interactionChecks: pool?.interactionChecks ?? 0,
         },
       };
     },

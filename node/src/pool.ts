@@ -162,6 +162,7 @@ export class ProviderPool {
   #nextId = 1;
   #closed = false;
   readonly #outputHighWater: number;
+  readonly #interactionChecks = new Int32Array(new SharedArrayBuffer(4));
   readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0, outputBacklogMax: 0 };
 
   /** How many API requests of this process had to wait for the rate-limit budget so far. */
@@ -175,6 +176,16 @@ export class ProviderPool {
   }
 
   /** How many API requests of this process the rate-limit budget let start. */
+  /**
+   * How many times components of this pool looked for an interaction
+   * event (`host.next-interaction-event`): an idle interactive process
+   * barely adds to it; a component spinning on a pollable that stays
+   * ready would add thousands a second.
+   */
+  get interactionChecks(): number {
+    return Atomics.load(this.#interactionChecks, 0);
+  }
+
   get rateLimitStarts(): number {
     return pacerStarted(this.#pacerBuffer);
   }
@@ -222,6 +233,7 @@ export class ProviderPool {
     const worker = new Worker(new URL("./provider-thread.js", import.meta.url), {
       workerData: {
         pacerBuffer: this.#pacerBuffer,
+        interactionChecks: this.#interactionChecks.buffer,
         ledgerPath: this.#ledgerPath,
         testTrapMarker: this.#testTrapMarker,
         componentDir: this.#componentDir,

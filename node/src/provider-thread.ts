@@ -86,7 +86,19 @@ let policy: (target: string | undefined) => OutgoingPolicy = () => NOTHING;
 /** The input of the current `interact` call: its events and their doorbell stream (whose pollable the component waits on). */
 interface CurrentInteraction {
   receiver: InteractionReceiver;
-  doorbell: { read(len: bigint): Uint8Array; subscribe(): unknown; [Symbol.dispose]?(): void };
+  doorbell: { read(len: bigint): Uint8Array; subscribe(): Disposable; [Symbol.dispose]?(): void };
+  /**
+   * A pollable of the doorbell of the host's own and one that is always
+   * ready: polled together after a drain, they make the shim look at the
+   * doorbell again without waiting (a stream's pollable is marked not
+   * ready only when polled), so the component's pollable, which shares
+   * that state, stops being ready once the doorbell is empty.
+   */
+  recheck: [Disposable, Disposable];
+}
+
+interface Disposable {
+  [Symbol.dispose]?(): void;
 }
 let currentCall:
   | {
@@ -103,6 +115,8 @@ let currentCall:
   | undefined;
 /** Beyond this many undelivered output bytes, `emit-output` waits for the sink. */
 const outputHighWater: number = workerData.outputHighWaterChars;
+/** Shared with the pool: every `next-interaction-event` of this pool's threads (`ProviderPool.interactionChecks`). */
+const interactionChecks = new Int32Array(workerData.interactionChecks as SharedArrayBuffer);
 /** How often a thread waiting for the sink looks at its call's cancellation and deadline. */
 const OUTPUT_WAIT_SLICE_MS = 50;
 
@@ -202,8 +216,10 @@ const hostInterface = {
   nextInteractionEvent() {
     const interaction = currentCall?.interaction;
     if (!interaction) return undefined;
+    Atomics.add(interactionChecks, 0, 1);
     try {
       while (interaction.doorbell.read(4096n).byteLength > 0);
+      io.poll.poll(interaction.recheck as never);
     } catch {
       // Closed: the call is over.
     }
@@ -343,12 +359,15 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
 
 function openInteraction(wire: InteractionWire): CurrentInteraction {
   const streamId = callExtension(doorbellExtension, "doorbell", [wire.doorbell]) as number;
-  return { receiver: new InteractionReceiver(wire), doorbell: inputStreamCreate(streamId) as unknown as CurrentInteraction["doorbell"] };
+  const doorbell = inputStreamCreate(streamId) as unknown as CurrentInteraction["doorbell"];
+  const alwaysReady = clocks.monotonicClock.subscribeDuration(0n) as Disposable;
+  return { receiver: new InteractionReceiver(wire), doorbell, recheck: [doorbell.subscribe(), alwaysReady] };
 }
 
 /** Events not taken are dropped (the process ended); senders learn the call is over. */
 function closeInteraction(interaction: CurrentInteraction) {
   interaction.receiver.finish();
+  for (const pollable of interaction.recheck) pollable[Symbol.dispose]?.();
   try {
     interaction.doorbell[Symbol.dispose]?.();
   } catch {

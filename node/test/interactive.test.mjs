@@ -117,6 +117,25 @@ test("a duplex channel's frames are bound to its route; malformed base64 and inp
   await stop();
 });
 
+test("an idle session costs nothing: the component waits on the events pollable instead of spinning on it", async () => {
+  const { hooks, notes, scope, stop } = await startPlugin();
+  const route = `route-${randomUUID()}`;
+  const opened = await hooks.onDuplexChannelOpen({ hostRouteId: route, ...scope, command: ["cat"] });
+  await hooks.onDuplexChannelWrite({ hostRouteId: route, workerSessionId: opened.workerSessionId, data: Buffer.from("ping\n").toString("base64") });
+  for (let i = 0; !notes.some((n) => n.kind === "data" && n.chunk.toString() === "ping\n"); i++) {
+    assert.ok(i < 400, "cat echoed");
+    await sleep(25);
+  }
+  const before = (await hooks.onHealth()).details.interactionChecks;
+  await sleep(1000);
+  const after = (await hooks.onHealth()).details.interactionChecks;
+  // A pollable left ready with nothing to take made the CreateOS component look for an event
+  // tens of thousands of times a second (a core spent on an idle channel).
+  assert.ok(after - before < 50, `${after - before} looks for an event in an idle second`);
+  await hooks.onDuplexChannelClose({ hostRouteId: route });
+  await stop();
+});
+
 test("a process that exits at once, silent, still reports its exit once, after the open reply", async () => {
   const { hooks, notes, scope, stop } = await startPlugin();
   for (let round = 0; round < 5; round++) {
