@@ -425,6 +425,8 @@ try {
   paperclipServer = await startPaperclip();
   console.log(`e2e: Paperclip ready at ${paperclipServer.apiBase} (${elapsed()}), createos-local at ${backend.url}, running as ${asRoot ? "nobody" : "this user"} in a loopback-only network namespace; plugins from ${pluginsDir}`);
   const [company] = cli(paperclipServer.apiBase, ["company", "list"]);
+  /** Each driver's declared `duplexCommandStream` (its installed manifest). */
+  const declaredDuplex = {};
   if (!company?.id) throw new Error("test-drive created no company");
 
   for (const { driver, config } of PACKAGES) {
@@ -455,12 +457,27 @@ try {
       [bad.ok === false && /HTTP 401/.test(bad.summary ?? ""), `a wrong key is refused (${bad.summary})`],
       [!text.includes(backend.key), "the key is in no answer and not in the installed manifest"],
     ];
+    // Issue 38 item 5: Paperclip lists the login terminal for the driver exactly as its package declares it (from its component's capabilities).
+    const declared = installed.manifestJson?.environmentDrivers?.find((d) => d.driverKey === driver) ?? {};
+    declaredDuplex[driver] = declared.sandboxCapabilities?.duplexCommandStream === true;
+    const capabilities = await api(paperclipServer.apiBase, "GET", `/api/companies/${company.id}/environments/capabilities`);
+    const listed = capabilities?.sandboxProviders?.[driver]?.supportsLoginPty;
+    checks.push([listed === (declared.supportsLoginPty === true), `Paperclip lists supportsLoginPty ${listed} for the driver, as its package declares (${declared.supportsLoginPty === true})`]);
+    if (driver === "createos") {
+      checks.push([listed === true && declaredDuplex[driver], "the CreateOS package offers the login terminal and the duplex command stream"]);
+    }
     for (const [ok, what] of checks) {
       if (!ok) failures++;
       console.log(`e2e: ${ok ? "ok  " : "FAIL"} ${driver}: ${what}`);
     }
     console.log(`e2e: ${driver}: install + two probes in ${ms} ms`);
   }
+
+  // Issue 38 item 5: with the instance's duplex bridge on, a run in an
+  // environment whose driver has the duplex command stream effective
+  // carries the agent's calls back to Paperclip as HTTP/2 over one duplex
+  // channel of the plugin (instead of polling a request directory).
+  await api(paperclipServer.apiBase, "PATCH", "/api/instance/settings/experimental", { enableSandboxDuplexBridge: true });
 
   // Issue 44 item 6: one whole agent run per driver, and the same run on
   // Paperclip's local environment as the baseline.
@@ -485,6 +502,15 @@ try {
     const engineRequests = (recorded?.data?.requests ?? recorded?.requests ?? recorded?.data ?? []).length;
     const leases = environmentId ? await settledLeases(paperclipServer.apiBase, environmentId) : undefined;
     const checks = agentRunChecks(result, leases);
+    if (config) {
+      const log = `${result.system}${result.stdout}${result.stderr}`;
+      const overDuplex = /Sandbox HTTP\/2 transport ready/.test(log);
+      checks.push(
+        declaredDuplex[driver]
+          ? [overDuplex && !/Using the file bridge/.test(log), "the agent's calls back to Paperclip went over the plugin's duplex channel (HTTP/2 transport ready, no file bridge)"]
+          : [!overDuplex, "no duplex channel without the capability (the file bridge)"],
+      );
+    }
     if (leases) checks.push(await sandboxGone(backend, driver, leases.find((l) => l.heartbeatRunId === result.run.id) ?? leases.at(-1)));
     checks.push([!JSON.stringify([result.run, result.stdout, result.stderr, result.system, leases]).includes(backend.key), "the key is in no run record, log or lease"]);
     for (const [ok, what] of checks) {
@@ -492,6 +518,8 @@ try {
       console.log(`e2e: ${ok ? "ok  " : "FAIL"} ${driver} agent run: ${what}`);
     }
     if (checks.some(([ok]) => !ok)) {
+      const workerLines = paperclipServer.log().split("\n").filter((line) => /duplex|retir|worker (process|status)|loginPty|plugin-worker/i.test(line));
+      console.error(`--- ${driver} agent run: Paperclip's plugin worker lines ---\n${workerLines.slice(-30).join("\n")}`);
       console.error(`--- ${driver} agent run: Paperclip's log of the run ---\n${result.system.slice(-4000)}\n--- stdout ---\n${result.stdout.slice(-2000)}\n--- stderr ---\n${result.stderr.slice(-2000)}`);
     }
     if (process.env.PAPERCLIP_E2E_TIMELINE === "1") {

@@ -44,7 +44,8 @@ export function callBudgetMs(operation: ProviderOperation, budget: WitOperationB
   const timeout = capped(budget?.operationMs, DEFAULT_TIMEOUT_MS);
   const request = capped(budget?.requestMs, DEFAULT_REQUEST_TIMEOUT_MS);
   const reserve = request * CLEANUP_REQUESTS;
-  if (operation === "execute") {
+  if (operation === "execute" || operation === "interact") {
+    // An interactive process (`interact`) is bounded like a command: its own timeout, or `operation-ms`.
     const asked = (args[2] as WitExecuteRequest | undefined)?.timeoutMs;
     const command = asked === undefined ? timeout : Math.min(Number(asked), MAX_BUDGET_MS);
     return command + request * SETUP_REQUESTS + reserve + DEADLINE_MARGIN_MS;
@@ -53,12 +54,12 @@ export function callBudgetMs(operation: ProviderOperation, budget: WitOperationB
 }
 
 /**
- * The command's own timeout of an `execute` call, in milliseconds (the
+ * The command's own timeout of an `execute` (or `interact`) call, in milliseconds (the
  * one its provider ends it at); for any other operation its whole budget.
  * A live-output sink that stops taking output is waited for until then.
  */
 export function outputWaitMs(operation: ProviderOperation, budget: WitOperationBudget | undefined, args: unknown[]): number {
-  if (operation !== "execute") return callBudgetMs(operation, budget, args);
+  if (operation !== "execute" && operation !== "interact") return callBudgetMs(operation, budget, args);
   const asked = (args[2] as WitExecuteRequest | undefined)?.timeoutMs;
   return asked === undefined ? capped(budget?.operationMs, DEFAULT_TIMEOUT_MS) : Math.min(Number(asked), MAX_BUDGET_MS);
 }

@@ -98,6 +98,9 @@ export function paperclipConfigSchema(description: WitProviderDescription): Reco
 export function buildManifest(description: WitProviderDescription, facts: PackageFacts): PaperclipPluginManifestV1 {
   const reusable = description.capabilities.reusableLeases ?? false;
   const sync = description.capabilities.nativeSync ?? false;
+  // The login terminal and duplex channel hooks exist only where the component runs them (plugin.ts).
+  const loginPty = description.capabilities.loginPty ?? false;
+  const duplex = description.capabilities.duplexChannels ?? false;
   return {
     id: pluginIdFor(description.driverKey),
     apiVersion: 1,
@@ -117,11 +120,13 @@ export function buildManifest(description: WitProviderDescription, facts: Packag
         description: `${description.displayName} sandboxes through a WebAssembly provider component that never sees a secret.`,
         configSchema: paperclipConfigSchema(description),
         supportsReusableLeases: reusable,
+        supportsLoginPty: loginPty,
         sandboxCapabilities: {
           reusableLeases: reusable,
           nativeSyncIn: sync,
           nativeSyncOut: sync,
           incrementalSessionOutput: description.capabilities.incrementalOutput ?? false,
+          duplexCommandStream: duplex,
         },
       },
     ],

@@ -320,7 +320,9 @@ export type Operation =
   | "realize"
   | "execute"
   | "sync-in"
-  | "sync-out";
+  | "sync-out"
+  | "login-pty"
+  | "duplex-channel";
 
 /** One `provider-error` -> the error Paperclip's host receives. */
 export function toFailure(

@@ -24,10 +24,18 @@
  *   and wait for their cleanup before going on;
  * - live output goes to `ctx.execution.log` in order, each stream's bytes
  *   decoded as UTF-8 with a streaming decoder (`LiveText`), so a character
- *   split between chunks arrives whole.
+ *   split between chunks arrives whole;
+ * - where the component's capabilities say so (`login-pty`,
+ *   `duplex-channels`), the login terminal and duplex channel hooks run one
+ *   `interact` call per session (`interactive-sessions.ts`): output through
+ *   `ctx.loginPty` / `ctx.duplexChannel` once the open reply went out, the
+ *   exit reported once, an unproven end poisoning the lease as `execute`'s
+ *   does, and a session a stopped worker left open (`session-records.ts`)
+ *   poisoning its lease too.
  */
 import { AsyncResource } from "node:async_hooks";
-import { definePlugin, type PluginContext } from "@paperclipai/plugin-sdk";
+import { randomUUID } from "node:crypto";
+import { decodeChannelBytes, definePlugin, type PluginContext } from "@paperclipai/plugin-sdk";
 import type {
   PluginEnvironmentAcquireLeaseParams,
   PluginEnvironmentDestroyLeaseParams,
@@ -42,6 +50,18 @@ import type {
   PluginEnvironmentSyncOutParams,
   PluginEnvironmentValidateConfigParams,
 } from "@paperclipai/plugin-sdk";
+import type {
+  PluginDuplexChannelCloseParams,
+  PluginDuplexChannelOpenParams,
+  PluginDuplexChannelStopParams,
+  PluginDuplexChannelWriteParams,
+  PluginLoginPtyCloseParams,
+  PluginLoginPtyInputParams,
+  PluginLoginPtyOpenParams,
+  PluginLoginPtyStopParams,
+} from "@paperclipai/plugin-sdk/protocol";
+import { channelRequest, loginRequest, Session, SessionRegistry, type SessionKind } from "./interactive-sessions.js";
+import { SessionRecords } from "./session-records.js";
 import {
   AGENT_WORKDIR,
   COMPONENT_LEASE_KEY,
@@ -63,7 +83,8 @@ import {
 import { OrphanStore } from "./orphans.js";
 import { PoisonStore } from "./poison.js";
 import { defaultLedgerPath } from "./rate-ledger.js";
-import { packedDescription, ProviderCallError, ProviderPool, type RunningCall } from "./pool.js";
+import { packedDescription, packedDescriptionSync, ProviderCallError, ProviderPool, type RunningCall, type RunningInteraction } from "./pool.js";
+import type { OutputStream } from "./provider-thread.js";
 import { checkAskedOrigins, splitConfig, type OriginRoute, type SecretOperator } from "./secrets.js";
 import { syncIn, syncOut, type SyncBackend } from "./sync.js";
 import type {
@@ -71,6 +92,7 @@ import type {
   WitConfigValidation,
   WitExecuteResult,
   WitFileDownload,
+  WitInteractionRequest,
   WitLease,
   WitProbeReport,
   WitProviderDescription,
@@ -139,6 +161,18 @@ interface InFlight {
   settled: Promise<unknown>;
 }
 
+/** What the worker keeps of a lease it saw, in memory only (the config holds the resolved secret): the open hooks of sessions name only the lease. */
+interface KnownLease {
+  base: PluginEnvironmentDriverBaseParams;
+  metadata: Record<string, unknown> | null | undefined;
+}
+
+/** The most bytes of one `duplexChannel.data` notification (its base64 well under Paperclip's 262,144 characters). */
+const CHANNEL_FRAME_BYTES = 96 * 1024;
+
+/** How much of a duplex channel command's stderr is logged (its stdout is the channel). */
+const CHANNEL_STDERR_LOG_BYTES = 2048;
+
 /** How long shutdown waits for cancelled commands (Paperclip drains for 10 s). */
 const SHUTDOWN_WAIT_MS = 8_000;
 
@@ -203,6 +237,23 @@ export function createPlugin(options: PluginOptions = {}) {
     return context.state;
   });
   const inFlight = new Map<string, Set<InFlight>>();
+  /** The leases this worker saw (acquire, resume, execute, ...), so that a session's open, which names only the lease, can reach its sandbox. */
+  const leases = new Map<string, KnownLease>();
+  const sessions = new SessionRegistry();
+  const sessionRecords = new SessionRecords(() => {
+    if (!context) throw new Error("the plugin is not set up");
+    return context.state;
+  });
+  /** This worker process, in session records (a record of another one was left by a worker that stopped). */
+  const workerInstance = randomUUID();
+  /** What the packed component can do, known before `setup` (it decides which hooks exist). */
+  const packedCapabilities = ((packedDescriptionSync(options.componentDir) as WitProviderDescription | undefined)?.capabilities ?? {}) as WitProviderDescription["capabilities"];
+
+  function remember(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string | null | undefined, metadata: Record<string, unknown> | null | undefined) {
+    if (typeof providerLeaseId !== "string") return;
+    const { driverKey, companyId, environmentId, config } = params;
+    leases.set(providerLeaseId, { base: { driverKey, companyId, environmentId, config }, metadata });
+  }
 
   function activePool(): ProviderPool {
     if (!pool) throw new ProviderFailure("The provider worker is not set up yet.", "trap", "none");
@@ -247,19 +298,23 @@ export function createPlugin(options: PluginOptions = {}) {
     witOperation: ProviderOperation,
     args: unknown[],
     secret: OriginRoute[] | undefined,
-    onOutput?: (stream: "stdout" | "stderr", chunk: Uint8Array) => void | Promise<void>,
-  ): RunningCall<T> {
-    const running = activePool().call<T>(witOperation, args, {
+    onOutput?: (stream: OutputStream, chunk: Uint8Array) => void | Promise<void>,
+  ): RunningCall<T> & Partial<Pick<RunningInteraction<T>, "started" | "send">> {
+    const callOptions = {
       routes: secret,
       rateLimit: options.rateLimit === undefined ? describeOrThrow().rateLimit : (options.rateLimit ?? undefined),
       // The declared budget protects the real service, not our engine (outgoing-handler.ts).
       rateLimitDeclared: options.rateLimit === undefined,
       onOutput,
-    });
+    };
+    const interactive = witOperation === "interact" ? activePool().interact<T>(args, callOptions) : undefined;
+    const running = interactive ?? activePool().call<T>(witOperation, args, callOptions);
+    // Whatever may still run in the sandbox after a trap poisons the lease.
+    const mayLeaveRunning = operation === "execute" || interactive !== undefined;
     // Output the live sink did not take: never a clean result.
     const checked = running.result.then((value) => {
       const unconsumed = running.unconsumedBytes();
-      if (witOperation !== "execute" || unconsumed === 0) return value;
+      if ((witOperation !== "execute" && witOperation !== "interact") || unconsumed === 0) return value;
       throw toFailure(unconsumedOutput(value as WitExecuteResult, unconsumed), operation, secretsOf(secret), providerName(), running.sinkFailure());
     });
     const result = checked.catch((error: unknown) => {
@@ -277,18 +332,19 @@ export function createPlugin(options: PluginOptions = {}) {
         throw new ProviderFailure(
           redact(
             `The provider component failed during ${operation} (${error.failure.message}); its instance was replaced.` +
-              (operation === "execute" ? " The command may still run: the lease is poisoned until it is destroyed." : ""),
+              (mayLeaveRunning ? " The command may still run: the lease is poisoned until it is destroyed." : ""),
             secretsOf(secret),
           ),
           "trap",
-          operation === "execute" ? "poison-lease" : "none",
+          mayLeaveRunning ? "poison-lease" : "none",
           // A sandbox the failed acquire (or probe) had created: where it is.
           error.recordedSandboxes.length > 0 ? { providerLeaseId: error.recordedSandboxes[0] } : undefined,
         );
       }
       throw error;
     });
-    return { result, cancel: running.cancel, unconsumedBytes: running.unconsumedBytes, sinkFailure: running.sinkFailure };
+    result.catch(() => {});
+    return { result, cancel: running.cancel, unconsumedBytes: running.unconsumedBytes, sinkFailure: running.sinkFailure, started: interactive?.started, send: interactive?.send };
   }
 
   function call<T>(operation: Operation, witOperation: ProviderOperation, args: unknown[], secret: OriginRoute[] | undefined) {
@@ -308,7 +364,58 @@ export function createPlugin(options: PluginOptions = {}) {
     }
   }
 
+  /**
+   * Sessions recorded on the lease that no live session of this worker
+   * holds were left open by a worker that stopped: their processes may
+   * still run, so the lease is poisoned (destroy clears it).
+   */
+  async function poisonStrandedSessions(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string) {
+    const recorded = await sessionRecords.list(params.companyId, providerLeaseId);
+    if (recorded.length === 0) return;
+    // Paperclip's host takes `ctx.state` calls only within a call it made,
+    // so a session's end is written here, by the next call on its lease (or
+    // by its close, release or destroy), not when the process ended.
+    const stranded: string[] = [];
+    for (const record of recorded) {
+      const session = record.workerInstance === workerInstance ? sessions.known(record.workerSessionId) : undefined;
+      if (!session) {
+        stranded.push(record.kind === "login-pty" ? "a login terminal" : "a duplex channel");
+        continue;
+      }
+      if (session.done) await settleSession(session, params);
+    }
+    const unknown = recorded.filter((record) => record.workerInstance !== workerInstance || !sessions.known(record.workerSessionId));
+    if (unknown.length === 0) return;
+    await poison.record(params.companyId, {
+      providerLeaseId,
+      environmentId: params.environmentId,
+      reason: `${stranded.join(" and ")} opened on it by a worker that stopped before ending it may still run`,
+      recordedAt: new Date().toISOString(),
+    });
+    await sessionRecords.remove(params.companyId, providerLeaseId, unknown.map((record) => record.workerSessionId));
+  }
+
+  /**
+   * Writes an ended session's outcome to `ctx.state`, once: its lease
+   * poisoned when its end is not proven, its record removed. Called from
+   * within a call of Paperclip (close, release, destroy, the next call on
+   * the lease).
+   */
+  async function settleSession(session: Session, params: PluginEnvironmentDriverBaseParams) {
+    if (session.settled) return;
+    session.settled = true;
+    try {
+      if (session.failure !== undefined) await poisonOnFailure(params, session.providerLeaseId, session.failure);
+      await sessionRecords.remove(session.companyId, session.providerLeaseId, [session.workerSessionId]);
+    } catch (error) {
+      // Tried again by the next call on the lease.
+      session.settled = false;
+      throw error;
+    }
+  }
+
   async function refuseIfPoisoned(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string, what: string) {
+    await poisonStrandedSessions(params, providerLeaseId);
     const record = await poison.get(params.companyId, providerLeaseId);
     if (record) {
       throw new ProviderFailure(
@@ -342,6 +449,17 @@ export function createPlugin(options: PluginOptions = {}) {
     entry.settled.then(forget, forget);
   }
 
+  /** The lease's sandbox is gone or paused: its sessions are over, and so are their records. */
+  async function forgetSessions(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string) {
+    for (const session of sessions.onLease(providerLeaseId)) {
+      await session.ended;
+      sessions.remove(session);
+    }
+    const recorded = await sessionRecords.list(params.companyId, providerLeaseId);
+    if (recorded.length > 0) await sessionRecords.remove(params.companyId, providerLeaseId, recorded.map((record) => record.workerSessionId));
+    leases.delete(providerLeaseId);
+  }
+
   /** Cancels what runs on a lease and waits until each finished its cleanup. */
   async function stopInFlight(providerLeaseId: string) {
     const entries = [...(inFlight.get(providerLeaseId) ?? [])];
@@ -363,6 +481,7 @@ export function createPlugin(options: PluginOptions = {}) {
       const receipt = await call<WitTerminationReceipt>("destroy", "destroyLease", [ctx, toWitLease(providerLeaseId, metadata)], secret);
       // Proof: the component confirmed the sandbox deleted or already gone.
       await poison.clear(params.companyId, providerLeaseId);
+      await forgetSessions(params, providerLeaseId);
       if ((await orphans.list(params.companyId, params.environmentId)).some((o) => o.providerLeaseId === providerLeaseId)) {
         await orphans.remove(params.companyId, params.environmentId, providerLeaseId);
       }
@@ -421,7 +540,198 @@ export function createPlugin(options: PluginOptions = {}) {
     };
   }
 
+  /** The lease a session's open names, as this worker saw it; a typed refusal when it never did. */
+  function knownLease(params: { providerLeaseId: string; companyId: string; environmentId: string }, what: string): KnownLease {
+    const known = typeof params.providerLeaseId === "string" ? leases.get(params.providerLeaseId) : undefined;
+    if (!known) {
+      throw new ProviderFailure(
+        `The lease ${JSON.stringify(params.providerLeaseId)} is not known to this worker (it was not acquired or resumed here since the worker started); acquire or resume it, then open the ${what} again. Nothing was opened.`,
+        "invalid-request",
+        "none",
+      );
+    }
+    if (known.base.companyId !== params.companyId || known.base.environmentId !== params.environmentId) {
+      throw new ProviderFailure(
+        `The lease does not belong to this environment (it was acquired for another company or environment); nothing was sent to ${providerName()}.`,
+        "foreign-company",
+        "none",
+      );
+    }
+    return known;
+  }
+
+  /** Reports a session's exit to Paperclip, once. */
+  function reportExit(session: Session, exitCode: number | null, transportClosed: boolean) {
+    if (session.exitReported || !session.bound) return;
+    session.exitReported = true;
+    if (session.kind === "login-pty") context?.loginPty.exit(session.hostRouteId, session.workerSessionId, exitCode);
+    else context?.duplexChannel.exit(session.hostRouteId, session.workerSessionId, exitCode, transportClosed || undefined);
+  }
+
+  /**
+   * Opens one session: refusals before anything is created (capability,
+   * lease, poison, route), a durable record, then the `interact` call; it
+   * resolves once the process exists in the sandbox (or rejects with the
+   * call's failure, its end proven or the lease poisoned).
+   */
+  async function openSession(
+    kind: SessionKind,
+    params: { hostRouteId: string; providerLeaseId: string; companyId: string; environmentId: string },
+    request: WitInteractionRequest,
+  ): Promise<Session> {
+    const info = describeOrThrow();
+    const what = kind === "login-pty" ? "login terminal" : "duplex channel";
+    if (kind === "login-pty" ? !info.capabilities.loginPty : !info.capabilities.duplexChannels) {
+      throw new ProviderFailure(`${providerName()} cannot run a ${what} (its component does not declare ${kind === "login-pty" ? "login-pty" : "duplex-channels"}); nothing was opened.`, "unsupported", "none");
+    }
+    const known = knownLease(params, what);
+    await refuseIfPoisoned(known.base, params.providerLeaseId, `opening a ${what}`);
+    const session = new Session(kind, params.hostRouteId, params.providerLeaseId, params.companyId, params.environmentId, request.terminal, info.capabilities.terminalResize ?? false);
+    sessions.add(session);
+    try {
+      await sessionRecords.add(params.companyId, params.providerLeaseId, {
+        hostRouteId: session.hostRouteId,
+        workerSessionId: session.workerSessionId,
+        kind,
+        workerInstance,
+        openedAt: new Date().toISOString(),
+      });
+    } catch (error) {
+      sessions.remove(session);
+      throw error;
+    }
+    const { ctx, secret } = prepare(known.base);
+    const terminalText = new TextDecoder("utf-8");
+    let stderrBytes = 0;
+    let stderrHead = "";
+    const onOutput = async (stream: OutputStream, chunk: Uint8Array) => {
+      // Paperclip binds output to the session id its open reply carries: none goes out before it.
+      await session.whenBound;
+      if (!session.bound) return;
+      if (session.kind === "login-pty") {
+        // Pieces the host accepts (it drops a chunk above 1,000,000 characters).
+        for (const piece of logPieces(terminalText.decode(chunk, { stream: true }))) context?.loginPty.output(session.hostRouteId, session.workerSessionId, piece);
+      } else if (stream === "stderr") {
+        // The channel is the command's stdout; its stderr is only logged (a little of it).
+        if (stderrBytes < CHANNEL_STDERR_LOG_BYTES) stderrHead += Buffer.from(chunk.subarray(0, CHANNEL_STDERR_LOG_BYTES - stderrBytes)).toString("utf8");
+        stderrBytes += chunk.byteLength;
+      } else {
+        // Frames the host accepts (it ends a route on a data notification above 262,144 base64 characters).
+        for (let at = 0; at < chunk.byteLength; at += CHANNEL_FRAME_BYTES) {
+          context?.duplexChannel.data(session.hostRouteId, session.workerSessionId, chunk.subarray(at, at + CHANNEL_FRAME_BYTES));
+        }
+      }
+    };
+    const running = start<WitExecuteResult>(kind, "interact", [ctx, toWitLease(params.providerLeaseId, known.metadata), request], secret, onOutput);
+    session.attach(running as RunningInteraction<WitExecuteResult>);
+    const finishOutput = () => {
+      const rest = terminalText.decode();
+      if (rest && session.kind === "login-pty" && session.bound) context?.loginPty.output(session.hostRouteId, session.workerSessionId, rest);
+      if (stderrBytes > 0) context?.logger.warn(`The duplex channel ${session.workerSessionId} wrote ${stderrBytes} bytes to stderr, beginning: ${stderrHead}`);
+    };
+    // The outcome is written to `ctx.state` later, within a call of Paperclip (settleSession).
+    // The exit waits for the open reply too (a process may end, silent, before it went out).
+    session.ended = running.result.then(
+      async (result) => {
+        session.done = true;
+        await session.whenBound;
+        finishOutput();
+        reportExit(session, result.exitCode ?? null, false);
+      },
+      async (error: unknown) => {
+        session.done = true;
+        await session.whenBound;
+        finishOutput();
+        // Ended by this worker with proof (stop, close, release, shutdown): not a transport loss.
+        const cancelled = error instanceof ProviderFailure && error.kind === "cancelled";
+        if (!cancelled) session.failure = error;
+        reportExit(session, null, !cancelled);
+        if (!cancelled) context?.logger.warn(`The ${what} ${session.workerSessionId} on lease ${params.providerLeaseId} failed: ${error instanceof Error ? error.message : String(error)}`);
+      },
+    );
+    track(params.providerLeaseId, { cancel: () => session.cancel(), settled: session.ended });
+    try {
+      await Promise.race([running.started, running.result]);
+    } catch (error) {
+      session.abandon();
+      await session.ended;
+      sessions.remove(session);
+      await settleSession(session, known.base);
+      throw error;
+    }
+    // The reply is written when this hook's promise settles; output follows it.
+    setImmediate(() => session.bind());
+    return session;
+  }
+
+  /** Ends a session by its route (Paperclip's close): its end proven, its exit reported, then forgotten. */
+  async function closeSession(kind: SessionKind, hostRouteId: unknown): Promise<Session | undefined> {
+    const session = sessions.byRoute(hostRouteId);
+    if (!session || session.kind !== kind) {
+      // Closed before (or ended with its lease): acknowledged again, with the same pair.
+      const closed = sessions.closedByRoute(hostRouteId);
+      return closed?.kind === kind ? closed : undefined;
+    }
+    await session.end();
+    await session.ended;
+    sessions.remove(session);
+    const known = leases.get(session.providerLeaseId);
+    // Written now if Paperclip lets this call write its state, else by the next call on the lease.
+    if (known) await settleSession(session, known.base).catch(() => {});
+    return session;
+  }
+
+  /** Text input of a login terminal, as its UTF-8 bytes. */
+  function textBytes(data: unknown): Uint8Array {
+    if (typeof data !== "string") throw new ProviderFailure("Login terminal input must be a string; nothing was written.", "invalid-request", "none");
+    return new TextEncoder().encode(data);
+  }
+
+  const loginPtyHooks = {
+    async onLoginPtyOpen(params: PluginLoginPtyOpenParams) {
+      const request = loginRequest(params.loginCommandKey, params.sessionHome);
+      const session = await openSession("login-pty", params, request);
+      return { workerSessionId: session.workerSessionId };
+    },
+    async onLoginPtyInput(params: PluginLoginPtyInputParams) {
+      const bytes = textBytes(params.data);
+      await sessions.find("login-pty", params.workerSessionId).write(bytes);
+    },
+    async onLoginPtyStop(params: PluginLoginPtyStopParams) {
+      await sessions.find("login-pty", params.workerSessionId).end();
+    },
+    async onLoginPtyClose(params: PluginLoginPtyCloseParams) {
+      await closeSession("login-pty", params.hostRouteId);
+      return { hostRouteId: params.hostRouteId };
+    },
+  };
+
+  const duplexChannelHooks = {
+    async onDuplexChannelOpen(params: PluginDuplexChannelOpenParams) {
+      const request = channelRequest(params.command);
+      const session = await openSession("duplex-channel", params, request);
+      return { hostRouteId: session.hostRouteId, workerSessionId: session.workerSessionId };
+    },
+    async onDuplexChannelWrite(params: PluginDuplexChannelWriteParams) {
+      const session = sessions.find("duplex-channel", params.workerSessionId, params.hostRouteId);
+      const bytes = decodeChannelBytes(params.data);
+      if (bytes === null) throw new ProviderFailure("The duplex channel frame is not well-formed base64; nothing was written.", "invalid-request", "none");
+      if (bytes.byteLength > 0) await session.write(bytes);
+    },
+    async onDuplexChannelStop(params: PluginDuplexChannelStopParams) {
+      await sessions.find("duplex-channel", params.workerSessionId, params.hostRouteId).end();
+    },
+    async onDuplexChannelClose(params: PluginDuplexChannelCloseParams) {
+      const session = await closeSession("duplex-channel", params.hostRouteId);
+      // Paperclip's host closes by the route alone and checks the echoed session id of a bound route; a session whose open reply never went out was never bound.
+      return session?.bound ? { hostRouteId: params.hostRouteId, workerSessionId: session.workerSessionId } : { hostRouteId: params.hostRouteId };
+    },
+  };
+
   return definePlugin({
+    // Only what the component can do: Paperclip lists a hook's method as supported when it is defined.
+    ...(packedCapabilities.loginPty ? loginPtyHooks : {}),
+    ...(packedCapabilities.duplexChannels ? duplexChannelHooks : {}),
     async setup(ctx) {
       context = ctx;
       pool = new ProviderPool({
@@ -451,6 +761,8 @@ export function createPlugin(options: PluginOptions = {}) {
           rateLimitThrottled: pool?.rateLimitThrottled ?? 0,
           outputBacklogMaxChars: pool?.stats.outputBacklogMax ?? 0,
           runningCommands: [...inFlight.values()].reduce((n, set) => n + set.size, 0),
+          interactiveSessions: sessions.size,
+          interactionChecks: pool?.interactionChecks ?? 0,
         },
       };
     },
@@ -462,6 +774,14 @@ export function createPlugin(options: PluginOptions = {}) {
         Promise.allSettled(entries.map((entry) => entry.settled)),
         new Promise((resolve) => setTimeout(resolve, SHUTDOWN_WAIT_MS).unref()),
       ]);
+      // Sessions ended with proof leave no record; where the host refuses the
+      // write (or the end is not proven), the record poisons the lease at its next use.
+      await Promise.allSettled(
+        sessions.all().filter((session) => session.done).map((session) => {
+          const known = leases.get(session.providerLeaseId);
+          return known ? settleSession(session, known.base) : Promise.resolve();
+        }),
+      );
       await pool?.close();
     },
 
@@ -521,7 +841,9 @@ export function createPlugin(options: PluginOptions = {}) {
           ],
           secret,
         );
-        return toPaperclipLease(lease, params.companyId);
+        const answer = toPaperclipLease(lease, params.companyId);
+        remember(params, answer.providerLeaseId, answer.metadata);
+        return answer;
       } catch (error) {
         if (
           error instanceof ProviderFailure &&
@@ -558,7 +880,9 @@ export function createPlugin(options: PluginOptions = {}) {
       const { ctx, secret } = prepare(params);
       // A config that changed since the acquire is the component's to judge (its resume answers `expired`).
       const outcome = await call<WitResumeOutcome>("resume", "resumeLease", [ctx, toWitLease(params.providerLeaseId, params.leaseMetadata)], secret);
-      return toResumeResult(outcome, params.companyId);
+      const answer = toResumeResult(outcome, params.companyId);
+      remember(params, answer.providerLeaseId, answer.metadata);
+      return answer;
     },
 
     async onEnvironmentReleaseLease(params: PluginEnvironmentReleaseLeaseParams) {
@@ -566,8 +890,9 @@ export function createPlugin(options: PluginOptions = {}) {
       if (params.providerLeaseId === null || params.providerLeaseId === undefined) return sweepOrphans(params);
       const providerLeaseId = params.providerLeaseId;
       checkCompany(params, params.leaseMetadata);
-      // Commands still running on the lease are cancelled and their trees confirmed gone first.
+      // Commands and sessions still running on the lease are cancelled and their trees confirmed gone first.
       await stopInFlight(providerLeaseId);
+      await poisonStrandedSessions(params, providerLeaseId);
       if (await poison.get(params.companyId, providerLeaseId)) {
         // Never pause a poisoned lease: delete it, which is also what clears it.
         return destroy(params, providerLeaseId, params.leaseMetadata);
@@ -575,6 +900,7 @@ export function createPlugin(options: PluginOptions = {}) {
       const { ctx, secret } = prepare(params);
       try {
         const receipt = await call<WitTerminationReceipt>("release", "releaseLease", [ctx, toWitLease(providerLeaseId, params.leaseMetadata)], secret);
+        await forgetSessions(params, providerLeaseId);
         return toReceipt(receipt);
       } catch (error) {
         await poisonOnFailure(params, providerLeaseId, error);
@@ -592,6 +918,7 @@ export function createPlugin(options: PluginOptions = {}) {
       checkCompany(params, params.lease?.metadata);
       const lease = leaseOf(params.lease);
       await refuseIfPoisoned(params, lease.providerLeaseId, "realizing a workspace");
+      remember(params, lease.providerLeaseId, params.lease.metadata);
       const { ctx, secret } = prepare(params);
       const cwd = await call<string>("realize", "realizeWorkspace", [ctx, lease, { remotePath: params.workspace?.remotePath ?? undefined }], secret);
       return { cwd, metadata: {} };
@@ -601,14 +928,17 @@ export function createPlugin(options: PluginOptions = {}) {
       checkCompany(params, params.lease?.metadata);
       const lease = leaseOf(params.lease);
       await refuseIfPoisoned(params, lease.providerLeaseId, "execute");
+      remember(params, lease.providerLeaseId, params.lease.metadata);
       const { ctx, secret } = prepare(params);
       const log = context?.execution;
       // Output arrives on worker-thread message events; bind the callback to this
       // call's async context so the SDK stamps the chunk with this invocation's id.
       // A sink that returns a promise is awaited piece by piece (the pool holds the component meanwhile).
       const text = new LiveText();
-      const emit = AsyncResource.bind(async (stream: "stdout" | "stderr", chunk: Uint8Array) => {
-        for (const piece of logPieces(text.push(stream, chunk))) await (log?.log(stream, piece) as unknown);
+      const emit = AsyncResource.bind(async (stream: OutputStream, chunk: Uint8Array) => {
+        // `execute` has no terminal: its output is stdout and stderr only.
+        const name = stream === "stderr" ? "stderr" : "stdout";
+        for (const piece of logPieces(text.push(name, chunk))) await (log?.log(name, piece) as unknown);
       });
       // After the last chunk was delivered (the result waits for it): an
       // incomplete character left at the end, unless the log stopped

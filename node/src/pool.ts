@@ -14,13 +14,15 @@
  * replaced by the pool.
  */
 import { Worker } from "node:worker_threads";
+import { readFileSync } from "node:fs";
 import { readdir, readFile } from "node:fs/promises";
 import { cpus } from "node:os";
 import { OUTPUT_GRACE_MS } from "./call-deadline.js";
 import { CANCEL_REQUESTED } from "./cancel-extension.js";
 import { createPacerBuffer, pacerStarted, pacerThrottled, pacerWaits } from "./pacer.js";
 import { defaultLedgerPath } from "./rate-ledger.js";
-import type { ThreadCall, ThreadCallError, ThreadMessage } from "./provider-thread.js";
+import { InteractionSender } from "./interaction-channel.js";
+import type { OutputStream, ThreadCall, ThreadCallError, ThreadMessage } from "./provider-thread.js";
 import type { OriginRoute } from "./secrets.js";
 import type { ProviderOperation, WitRateLimit } from "./wit-types.js";
 
@@ -47,13 +49,28 @@ export interface CallOptions {
    * thread waits in `emit-output`, so the component stops reading the
    * stream: a slow sink slows the command's output, it never drops it.
    */
-  onOutput?: (stream: "stdout" | "stderr", chunk: Uint8Array) => void | Promise<void>;
+  onOutput?: (stream: OutputStream, chunk: Uint8Array) => void | Promise<void>;
   /** The API origins the call may reach, each with its secret header (`splitConfig`). */
   routes?: OriginRoute[];
   /** The request budget per origin, shared by all threads (none: no limit). */
   rateLimit?: WitRateLimit;
   /** `rateLimit` is the provider's declaration: not spent on an origin that answers as our engine. */
   rateLimitDeclared?: boolean;
+}
+
+/**
+ * A running `interact` call: besides the call, the process's start and
+ * the way to send it events (`interaction-channel.ts`).
+ */
+export interface RunningInteraction<T> extends RunningCall<T> {
+  /**
+   * Resolves when the component reported the process exists and takes
+   * events (`host.interaction-started`); rejects with the call's failure
+   * when the call ended before that.
+   */
+  started: Promise<void>;
+  /** Queues an event (input waits while too much is queued); false once the call ended. */
+  send: InteractionSender["send"];
 }
 
 /** A running call: its result and a way to cancel it. */
@@ -81,6 +98,8 @@ interface PendingCall {
   id: number;
   message: ThreadCall;
   onOutput?: CallOptions["onOutput"];
+  /** An `interact` call: its input path, and the opener waiting for the process to start. */
+  interaction?: { sender: InteractionSender; started(): void };
   /** The sandbox ids the component reported during the call. */
   recorded: string[];
   /** Int32: output bytes posted by the thread and not yet delivered to `onOutput`. */
@@ -143,6 +162,7 @@ export class ProviderPool {
   #nextId = 1;
   #closed = false;
   readonly #outputHighWater: number;
+  readonly #interactionChecks = new Int32Array(new SharedArrayBuffer(4));
   readonly stats: PoolStats = { threads: 0, calls: 0, traps: 0, threadRestarts: 0, outputBacklogMax: 0 };
 
   /** How many API requests of this process had to wait for the rate-limit budget so far. */
@@ -156,6 +176,16 @@ export class ProviderPool {
   }
 
   /** How many API requests of this process the rate-limit budget let start. */
+  /**
+   * How many times components of this pool looked for an interaction
+   * event (`host.next-interaction-event`): an idle interactive process
+   * barely adds to it; a component spinning on a pollable that stays
+   * ready would add thousands a second.
+   */
+  get interactionChecks(): number {
+    return Atomics.load(this.#interactionChecks, 0);
+  }
+
   get rateLimitStarts(): number {
     return pacerStarted(this.#pacerBuffer);
   }
@@ -203,6 +233,7 @@ export class ProviderPool {
     const worker = new Worker(new URL("./provider-thread.js", import.meta.url), {
       workerData: {
         pacerBuffer: this.#pacerBuffer,
+        interactionChecks: this.#interactionChecks.buffer,
         ledgerPath: this.#ledgerPath,
         testTrapMarker: this.#testTrapMarker,
         componentDir: this.#componentDir,
@@ -270,7 +301,13 @@ export class ProviderPool {
         call.recorded.push(message.sandboxId);
         return;
       }
+      if (message.kind === "interaction-started") {
+        call.interaction?.started();
+        return;
+      }
       thread.busy = undefined;
+      // Nothing sent from now on reaches the process.
+      call.interaction?.sender.close();
       if (!message.ok && message.error.kind === "trap") this.stats.traps++;
       // The result follows the last output chunk's delivery (or the sink is given up on).
       void settleAfterOutput(call).then(() => {
@@ -285,6 +322,7 @@ export class ProviderPool {
       const call = thread.busy;
       thread.busy = undefined;
       if (call) {
+        call.interaction?.sender.close();
         // Nothing waits for output any more.
         Atomics.store(call.outputCredit, 0, -(2 ** 30));
         Atomics.notify(call.outputCredit, 0);
@@ -317,14 +355,36 @@ export class ProviderPool {
       if (!call) return;
       thread.busy = call;
       thread.worker.ref();
-      thread.worker.postMessage(call.message);
+      thread.worker.postMessage(call.message, call.message.interaction ? [call.message.interaction.port] : []);
     }
     for (const thread of this.#threads) if (!thread.busy) thread.worker.unref();
   }
 
+  /**
+   * Starts one `interact` call (contract 0.6.0): the process opens in the
+   * sandbox (`started`), takes the events sent to it while it runs, and
+   * its output reaches `onOutput` (a terminal's as `terminal`).
+   */
+  interact<T>(args: unknown[], options: CallOptions = {}): RunningInteraction<T> {
+    const sender = new InteractionSender();
+    let markStarted: () => void = () => {};
+    const started = new Promise<void>((resolve) => (markStarted = resolve));
+    const running = this.call<T>("interact", args, options, { sender, started: () => markStarted() });
+    // A call that ends before the process started rejects the opener with its failure.
+    const startedOrFailed = Promise.race([started, running.result.then(() => undefined)]);
+    startedOrFailed.catch(() => {});
+    return { ...running, started: startedOrFailed, send: (event) => sender.send(event) };
+  }
+
   /** Starts one call of a provider operation. */
-  call<T>(operation: ProviderOperation, args: unknown[], options: CallOptions = {}): RunningCall<T> {
+  call<T>(
+    operation: ProviderOperation,
+    args: unknown[],
+    options: CallOptions = {},
+    interaction?: { sender: InteractionSender; started(): void },
+  ): RunningCall<T> {
     if (this.#closed) {
+      interaction?.sender.close();
       return {
         result: Promise.reject(new Error("the provider pool is shut down")),
         cancel() {},
@@ -354,8 +414,10 @@ export class ProviderPool {
           routes: options.routes,
           rateLimit: options.rateLimit,
           rateLimitDeclared: options.rateLimitDeclared,
+          interaction: interaction?.sender.wire,
         },
         onOutput: options.onOutput,
+        interaction,
         recorded: [],
         outputCredit: new Int32Array(outputCredit),
         delivered: Promise.resolve(),
@@ -438,6 +500,15 @@ export const PACKED_DESCRIPTION = "description.json";
 export async function packedDescription(option?: string): Promise<unknown> {
   try {
     return JSON.parse(await readFile(new URL(PACKED_DESCRIPTION, componentDirOf(option)), "utf8"));
+  } catch {
+    return undefined;
+  }
+}
+
+/** {@link packedDescription}, read at once (a worker decides which hooks it defines before it starts). */
+export function packedDescriptionSync(option?: string): unknown {
+  try {
+    return JSON.parse(readFileSync(new URL(PACKED_DESCRIPTION, componentDirOf(option)), "utf8"));
   } catch {
     return undefined;
   }

@@ -13,7 +13,7 @@
  */
 import { parentPort, workerData } from "node:worker_threads";
 import { cli, clocks, http, io, random } from "@bytecodealliance/preview2-shim";
-import { callExtension, futureDispose, futureSubscribe } from "@bytecodealliance/preview2-shim/io-worker";
+import { callExtension, futureDispose, futureSubscribe, inputStreamCreate } from "@bytecodealliance/preview2-shim/io-worker";
 import { callBudgetMs, OUTPUT_GRACE_MS, outputWaitMs, requestBudgetMs } from "./call-deadline.js";
 import { CALL_FINISHED, CANCEL_REQUESTED } from "./cancel-extension.js";
 import { createOutgoingHandler, HostFields, httpErrorCode, type OutgoingPolicy } from "./outgoing-handler.js";
@@ -21,6 +21,7 @@ import { checkAskedOrigins, type OriginRoute } from "./secrets.js";
 import { HostOutgoingBody, HostOutgoingRequest } from "./request-body.js";
 import { Pacer } from "./pacer.js";
 import { COMPONENT_NAME } from "./component-name.js";
+import { InteractionReceiver, type InteractionWire } from "./interaction-channel.js";
 import type { ProviderOperation, WitConfigValidation, WitEnvironmentContext, WitRateLimit } from "./wit-types.js";
 
 /** A call the pool sends to a thread. */
@@ -43,18 +44,25 @@ export interface ThreadCall {
   rateLimit?: WitRateLimit;
   /** `rateLimit` is the provider's declaration (see `OutgoingPolicy.rateLimitDeclared`). */
   rateLimitDeclared?: boolean;
+  /** An `interact` call's input path (`interaction-channel.ts`). */
+  interaction?: InteractionWire;
 }
 
 /** What a thread posts back. */
 export type ThreadMessage =
   | { kind: "ready"; instantiateMs: number }
-  /** Live output: the bytes the command printed (a 0.3.0 component's text as UTF-8). */
-  | { kind: "output"; id: number; stream: "stdout" | "stderr"; chunk: Uint8Array }
+  /** Live output: the bytes the command printed (a 0.3.0 component's text as UTF-8); `terminal` only from `interact`. */
+  | { kind: "output"; id: number; stream: OutputStream; chunk: Uint8Array }
+  /** `host.interaction-started`: the interactive process exists and takes events. */
+  | { kind: "interaction-started"; id: number }
   /** When a sink that stopped taking output stops being waited for (epoch ms; the command's timeout). */
   | { kind: "output-limit"; id: number; limitMs: number }
   | { kind: "sandbox"; id: number; sandboxId: string }
   | { kind: "done"; id: number; ok: true; value: unknown }
   | { kind: "done"; id: number; ok: false; error: ThreadCallError };
+
+/** Which stream a chunk of live output belongs to. */
+export type OutputStream = "stdout" | "stderr" | "terminal";
 
 /** Why a call failed. */
 export type ThreadCallError =
@@ -67,6 +75,7 @@ if (!port) throw new Error("provider-thread.js must run as a worker thread");
 /** The transpiled component: `./component/` beside the host code (a packed package), or the pool's choice. */
 const componentDir = workerData.componentDir ? new URL(workerData.componentDir as string) : new URL("./component/", import.meta.url);
 const cancelExtension = new URL("./cancel-extension.js", import.meta.url);
+const doorbellExtension = new URL("./interaction-doorbell.js", import.meta.url);
 const pacer = new Pacer(workerData.pacerBuffer as SharedArrayBuffer, workerData.ledgerPath as string);
 const trapMarker: string | undefined = workerData.testTrapMarker;
 
@@ -74,9 +83,40 @@ const trapMarker: string | undefined = workerData.testTrapMarker;
 const NOTHING: OutgoingPolicy = { allowedOrigin: undefined, secrets: [], rateLimit: undefined };
 /** The rules of the call in progress, for a request's target origin. */
 let policy: (target: string | undefined) => OutgoingPolicy = () => NOTHING;
-let currentCall: { id: number; cancelFlag: SharedArrayBuffer; interactionFlag: SharedArrayBuffer; outputCredit: Int32Array; futures: number[]; outputLimitMs: number; progressMs: number; lastBacklog: number } | undefined;
+/** The input of the current `interact` call: its events and their doorbell stream (whose pollable the component waits on). */
+interface CurrentInteraction {
+  receiver: InteractionReceiver;
+  doorbell: { read(len: bigint): Uint8Array; subscribe(): Disposable; [Symbol.dispose]?(): void };
+  /**
+   * A pollable of the doorbell of the host's own and one that is always
+   * ready: polled together after a drain, they make the shim look at the
+   * doorbell again without waiting (a stream's pollable is marked not
+   * ready only when polled), so the component's pollable, which shares
+   * that state, stops being ready once the doorbell is empty.
+   */
+  recheck: [Disposable, Disposable];
+}
+
+interface Disposable {
+  [Symbol.dispose]?(): void;
+}
+let currentCall:
+  | {
+      id: number;
+      cancelFlag: SharedArrayBuffer;
+      interactionFlag: SharedArrayBuffer;
+      interaction: CurrentInteraction | undefined;
+      outputCredit: Int32Array;
+      futures: number[];
+      outputLimitMs: number;
+      progressMs: number;
+      lastBacklog: number;
+    }
+  | undefined;
 /** Beyond this many undelivered output bytes, `emit-output` waits for the sink. */
 const outputHighWater: number = workerData.outputHighWaterChars;
+/** Shared with the pool: every `next-interaction-event` of this pool's threads (`ProviderPool.interactionChecks`). */
+const interactionChecks = new Int32Array(workerData.interactionChecks as SharedArrayBuffer);
 /** How often a thread waiting for the sink looks at its call's cancellation and deadline. */
 const OUTPUT_WAIT_SLICE_MS = 50;
 
@@ -106,10 +146,8 @@ const hostInterface = {
    * `Uint8Array`), or a 0.3.0 / 0.2.0 component's text (a string, posted as
    * its UTF-8 bytes). Counted in bytes for backpressure.
    */
-  emitOutput(stream: "stdout" | "stderr" | "terminal", output: Uint8Array | string) {
+  emitOutput(stream: OutputStream, output: Uint8Array | string) {
     if (!currentCall) return;
-    // A terminal's output (0.6.0) comes only from `interact`, which this host does not call yet.
-    if (stream === "terminal") stream = "stdout";
     const chunk = typeof output === "string" ? new Uint8Array(Buffer.from(output, "utf8")) : output;
     if (trapMarker && Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).includes(trapMarker)) {
       // Test-only fault (see README): a host import failing mid-call is a trap.
@@ -157,23 +195,41 @@ const hostInterface = {
     return futureSubscribe(future, hostInterface);
   },
   /**
-   * `host.interaction-events` (contract 0.6.0): this host never calls
-   * `interact` yet (Paperclip's login PTY and duplex channel hooks come
-   * later), so it never queues an event: a pollable over a flag of the
-   * call's own that nothing raises (released when the call ends).
+   * `host.interaction-events` (contract 0.6.0): the pollable of the
+   * current `interact` call's doorbell stream, ready while an event may
+   * wait (`interaction-channel.ts`). Any other call gets a pollable over a
+   * flag of its own that nothing raises: it has no events.
    */
   interactionEvents() {
     if (!currentCall) throw new Error("interaction-events called outside a provider call");
+    if (currentCall.interaction) return currentCall.interaction.doorbell.subscribe();
     const future = callExtension(cancelExtension, "watch", [currentCall.interactionFlag]) as number;
     currentCall.futures.push(future);
     return futureSubscribe(future, hostInterface);
   },
-  /** `host.next-interaction-event`: there is never one (see `interactionEvents`). */
+  /**
+   * `host.next-interaction-event`: the doorbell's bytes are drained first,
+   * then the next queued event is taken; an event queued after the drain
+   * rings again, so none is missed and an empty queue leaves the pollable
+   * not ready.
+   */
   nextInteractionEvent() {
-    return undefined;
+    const interaction = currentCall?.interaction;
+    if (!interaction) return undefined;
+    Atomics.add(interactionChecks, 0, 1);
+    try {
+      while (interaction.doorbell.read(4096n).byteLength > 0);
+      io.poll.poll(interaction.recheck as never);
+    } catch {
+      // Closed: the call is over.
+    }
+    return interaction.receiver.take();
   },
-  /** `host.interaction-started`: nothing waits for it yet. */
-  interactionStarted() {},
+  /** `host.interaction-started`: the pool answers the opener. */
+  interactionStarted() {
+    if (!currentCall?.interaction) return;
+    port!.postMessage({ kind: "interaction-started", id: currentCall.id } satisfies ThreadMessage);
+  },
 };
 
 function importObject() {
@@ -232,7 +288,17 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
     provider = fresh();
     throw error;
   });
-  currentCall = { id: call.id, cancelFlag: call.cancelFlag, interactionFlag: new SharedArrayBuffer(4), outputCredit: new Int32Array(call.outputCredit), futures: [], outputLimitMs: Number.POSITIVE_INFINITY, progressMs: Date.now(), lastBacklog: 0 };
+  currentCall = {
+    id: call.id,
+    cancelFlag: call.cancelFlag,
+    interactionFlag: new SharedArrayBuffer(4),
+    interaction: call.interaction ? openInteraction(call.interaction) : undefined,
+    outputCredit: new Int32Array(call.outputCredit),
+    futures: [],
+    outputLimitMs: Number.POSITIVE_INFINITY,
+    progressMs: Date.now(),
+    lastBacklog: 0,
+  };
   try {
     const ctx = contextOf(call.operation, call.args);
     const routes = call.routes ?? [];
@@ -279,6 +345,7 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
       Atomics.compareExchange(flag, 0, 0, CALL_FINISHED);
       Atomics.notify(flag, 0);
     }
+    if (currentCall.interaction) closeInteraction(currentCall.interaction);
     for (const future of currentCall.futures) {
       try {
         futureDispose(future);
@@ -287,6 +354,24 @@ async function run(call: ThreadCall): Promise<ThreadMessage> {
       }
     }
     currentCall = undefined;
+  }
+}
+
+function openInteraction(wire: InteractionWire): CurrentInteraction {
+  const streamId = callExtension(doorbellExtension, "doorbell", [wire.doorbell]) as number;
+  const doorbell = inputStreamCreate(streamId) as unknown as CurrentInteraction["doorbell"];
+  const alwaysReady = clocks.monotonicClock.subscribeDuration(0n) as Disposable;
+  return { receiver: new InteractionReceiver(wire), doorbell, recheck: [doorbell.subscribe(), alwaysReady] };
+}
+
+/** Events not taken are dropped (the process ended); senders learn the call is over. */
+function closeInteraction(interaction: CurrentInteraction) {
+  interaction.receiver.finish();
+  for (const pollable of interaction.recheck) pollable[Symbol.dispose]?.();
+  try {
+    interaction.doorbell[Symbol.dispose]?.();
+  } catch {
+    // The component still holds a pollable of it; the shim frees the stream with it.
   }
 }
 

@@ -86,7 +86,7 @@ for (const [name, version, driver, live] of [
 // `interact` call sees no event (its pollable never becomes ready, so the
 // fixture waits until the call is cancelled) and its terminal's output
 // reaches the sink.
-test("a component built for contract 0.6.0 runs: the interaction imports exist and carry no event", async () => {
+test("a component built for contract 0.6.0 runs: interact takes the host's events in order, each once, then its end", async () => {
   const wasm = fixture("contract-v0-6");
   const version = await contractVersionOf(readFileSync(wasm), "contract-v0-6");
   assert.equal(version, "0.6.0");
@@ -99,17 +99,46 @@ test("a component built for contract 0.6.0 runs: the interaction imports exist a
     const description = await pool.call("describe", []).result;
     assert.equal(description.driverKey, "interactive-0-6");
     const chunks = [];
-    const interaction = { command: "sh", args: [], cwd: undefined, env: [], terminal: { columns: 80, rows: 24 }, timeoutMs: undefined, resultChars: undefined };
-    // The fixture names no API origin (it sends no request).
-    const call = pool.call("interact", [ctx, lease, interaction], { routes: [], onOutput: (stream, chunk) => chunks.push([stream, Buffer.from(chunk).toString()]) });
-    // The fixture says its size before it waits for events; then nothing comes until the cancel.
-    for (let i = 0; i < 500 && chunks.length === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
-    call.cancel();
-    await assert.rejects(call.result, (error) => {
+    const text = () => chunks.map(([, chunk]) => chunk).join("");
+    const until = async (wanted) => {
+      for (let i = 0; i < 1000 && !text().includes(wanted); i++) await new Promise((resolve) => setTimeout(resolve, 10));
+      assert.ok(text().includes(wanted), `${JSON.stringify(wanted)} in ${JSON.stringify(text())}`);
+    };
+    const interaction = (terminal) => ({ command: "sh", args: [], cwd: undefined, env: [], terminal, timeoutMs: undefined, resultChars: undefined });
+    // The fixture names no API origin (it sends no request); it echoes what it takes.
+    const onOutput = (stream, chunk) => chunks.push([stream, Buffer.from(chunk).toString()]);
+    const terminal = pool.interact([ctx, lease, interaction({ columns: 80, rows: 24 })], { routes: [], onOutput });
+    await terminal.started;
+    await until("size 80x24\n");
+    // Events sent one by one with pauses: between them the fixture waits on `host.interaction-events`.
+    assert.equal(await terminal.send({ tag: "input", val: new TextEncoder().encode("hé") }), true);
+    await until("hé");
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await terminal.send({ tag: "resize", val: { columns: 100, rows: 20 } });
+    await until("resize 100x20\n");
+    await terminal.send({ tag: "end" });
+    const ended = await terminal.result;
+    assert.equal(ended.signal, "SIGTERM");
+    assert.ok(chunks.every(([stream]) => stream === "terminal"), "a terminal's output is its own stream");
+    assert.equal(await terminal.send({ tag: "input", val: new Uint8Array([1]) }), false, "nothing reaches an ended call");
+
+    chunks.length = 0;
+    const pipes = pool.interact([ctx, lease, interaction(undefined)], { routes: [], onOutput });
+    await pipes.started;
+    await pipes.send({ tag: "input", val: new TextEncoder().encode("piped") });
+    await pipes.send({ tag: "close-input" });
+    const closed = await pipes.result;
+    assert.equal(closed.exitCode, 0);
+    assert.deepEqual(chunks, [["stdout", "piped"]]);
+
+    // Cancellation still reaches an interactive call.
+    const cancelled = pool.interact([ctx, lease, interaction({ columns: 80, rows: 24 })], { routes: [], onOutput });
+    await cancelled.started;
+    cancelled.cancel();
+    await assert.rejects(cancelled.result, (error) => {
       assert.equal(error.failure?.payload?.tag, "cancelled");
       return true;
     });
-    assert.deepEqual(chunks, [["stdout", "size 80x24\n"]]);
   } finally {
     await pool.close();
   }

@@ -55,6 +55,9 @@ for (const key of PACKAGES) {
     }
     assert.equal(driver.supportsReusableLeases, description.capabilities.reusableLeases ?? false);
     assert.equal(driver.sandboxCapabilities.nativeSyncIn, description.capabilities.nativeSync ?? false);
+    // Issue 38 item 5: the login terminal and duplex channel only where the component runs them.
+    assert.equal(driver.supportsLoginPty, description.capabilities.loginPty ?? false);
+    assert.equal(driver.sandboxCapabilities.duplexCommandStream, description.capabilities.duplexChannels ?? false);
     assert.deepEqual([...manifest.capabilities].sort(), ["environment.drivers.register", "plugin.state.read", "plugin.state.write"]);
   });
 
@@ -79,6 +82,35 @@ for (const key of PACKAGES) {
     }
   });
 }
+
+test("the login terminal and duplex channel are declared, and their hooks defined, only as the component's capabilities say", async () => {
+  const { createPlugin } = await import("../dist/plugin.js");
+  const { mkdtemp, writeFile, rm } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const path = await import("node:path");
+  const { pathToFileURL } = await import("node:url");
+  const packed = JSON.parse(await readFile(new URL("dist/component/description.json", packageDir("createos")), "utf8"));
+  const hooks = ["onLoginPtyOpen", "onLoginPtyInput", "onLoginPtyStop", "onLoginPtyClose"];
+  const channelHooks = ["onDuplexChannelOpen", "onDuplexChannelWrite", "onDuplexChannelStop", "onDuplexChannelClose"];
+  for (const [loginPty, duplexChannels] of [[false, false], [true, false], [false, true], [true, true]]) {
+    const description = { ...packed, capabilities: { ...packed.capabilities, loginPty, duplexChannels } };
+    const manifest = buildManifest(description, { version: "1.0.0", author: "test" });
+    const [driver] = manifest.environmentDrivers;
+    assert.equal(driver.supportsLoginPty, loginPty);
+    assert.equal(driver.sandboxCapabilities.duplexCommandStream, duplexChannels);
+    assert.equal(pluginManifestV1Schema.safeParse(manifest).success, true);
+    // The worker reads the same packed description before Paperclip's initialize.
+    const dir = await mkdtemp(path.join(tmpdir(), "caps-"));
+    try {
+      await writeFile(path.join(dir, "description.json"), JSON.stringify(description));
+      const plugin = createPlugin({ componentDir: `${pathToFileURL(dir).href}/` });
+      for (const hook of hooks) assert.equal(typeof plugin.definition[hook], loginPty ? "function" : "undefined", `${hook} with login-pty ${loginPty}`);
+      for (const hook of channelHooks) assert.equal(typeof plugin.definition[hook], duplexChannels ? "function" : "undefined", `${hook} with duplex-channels ${duplexChannels}`);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+});
 
 test("the host code names no provider, config field or header", async () => {
   const files = (await readdir(new URL("../dist/", import.meta.url))).filter((f) => f.endsWith(".js") && f !== "manifest.js");

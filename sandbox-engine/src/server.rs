@@ -573,6 +573,22 @@ impl ServerBuilder {
             }
         };
         tokio::spawn(sweeper);
+        // Deletes, with proof, the sandboxes whose hard expiry has come.
+        let reaper = {
+            let state = Arc::downgrade(&state);
+            let mut stop = stop_rx.clone();
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                    let Some(state) = state.upgrade() else { return };
+                    crate::api::sandboxes::reap_expired(&state).await;
+                }
+            }
+        };
+        tokio::spawn(reaper);
         let app = main_origin(state.clone(), toolbox_listener.is_some());
         let limits = self.connections;
         let toolbox = toolbox_listener.map(|l| (l, toolbox_origin(state.clone()), stop_rx.clone()));

@@ -99,6 +99,10 @@ pub struct Sandbox {
     /// When each finished process (leader and tree gone) was first seen
     /// finished, for [`Sandbox::prune_finished`].
     finished_seen: Mutex<HashMap<String, Instant>>,
+    /// The hard expiry asked at creation (seconds since the epoch): the
+    /// engine deletes the sandbox, with proof, by then
+    /// ([`crate::api::sandboxes::reap_expired`]).
+    expires_at: std::sync::OnceLock<u64>,
 }
 
 /// How long and how many finished processes a sandbox keeps (their exit,
@@ -154,6 +158,7 @@ impl Sandbox {
             spec,
             root,
             created_at: crate::util::now_rfc3339(),
+            expires_at: std::sync::OnceLock::new(),
             status: Mutex::new((Status::Creating, 0)),
             processes: Mutex::new(HashMap::new()),
             closed: Mutex::new(false),
@@ -288,9 +293,20 @@ impl Sandbox {
     }
 
     /// The `data` object of GET/POST answers.
+    /// Gives the sandbox its hard expiry (once, at creation).
+    pub fn set_expiry(&self, secs: u64) {
+        let _ = self.expires_at.set(secs);
+    }
+
+    /// The hard expiry, if it has one (seconds since the epoch).
+    pub fn expiry(&self) -> Option<u64> {
+        self.expires_at.get().copied()
+    }
+
     pub fn to_json(&self, mode: &IsolationMode) -> Value {
         json!({
             "id": self.id,
+            "expires_at": self.expiry().map(|secs| crate::util::rfc3339(secs as i64)),
             "status": self.status(),
             "shape": self.spec.shape,
             "rootfs": self.spec.rootfs,

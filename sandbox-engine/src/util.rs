@@ -68,6 +68,69 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Parses an RFC 3339 time (`2026-12-07T00:48:06.123Z`, a fraction of any
+/// length, `Z` or a numeric offset) into seconds since the epoch, the
+/// fraction dropped (an earlier instant, never a later one). `None` for
+/// anything else, or a time before 1970.
+pub fn parse_rfc3339(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    let num = |from: usize, len: usize| -> Option<i64> {
+        let part = b.get(from..from + len)?;
+        part.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| part.iter().fold(0i64, |n, d| n * 10 + i64::from(d - b'0')))
+    };
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (y, m, d) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
+    let (hh, mm, ss) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || hh > 23 || mm > 59 || ss > 60 {
+        return None;
+    }
+    let mut at = 19;
+    if b.get(at) == Some(&b'.') {
+        at += 1;
+        let digits = b[at..].iter().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 {
+            return None;
+        }
+        at += digits;
+    }
+    let offset = match b.get(at..)? {
+        [b'Z' | b'z'] => 0,
+        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
+            let (oh, om) = (num(at + 1, 2)?, num(at + 4, 2)?);
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            let minutes = oh * 60 + om;
+            if *sign == b'+' {
+                minutes * 60
+            } else {
+                -minutes * 60
+            }
+        }
+        _ => return None,
+    };
+    let secs = days_from_civil(y, m as u32, d as u32) * 86_400 + hh * 3600 + mm * 60 + ss - offset;
+    u64::try_from(secs).ok()
+}
+
+/// Howard Hinnant's civil-to-days algorithm (the inverse of `civil_from_days`).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = i64::from(if m > 2 { m - 3 } else { m + 9 });
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Parses a size such as `2G`, `512M`, `65536K` or `1073741824` (binary
 /// units, an optional `B` or `iB`).
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
@@ -100,6 +163,32 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_parses_what_it_formats_and_refuses_the_rest() {
+        for secs in [0u64, 1, 951_782_400, 1_796_603_286, 4_102_444_800] {
+            assert_eq!(parse_rfc3339(&rfc3339(secs as i64)), Some(secs));
+        }
+        assert_eq!(
+            parse_rfc3339("2026-12-07T00:48:06.999Z"),
+            parse_rfc3339("2026-12-07T00:48:06Z")
+        );
+        assert_eq!(
+            parse_rfc3339("2026-12-07T02:48:06+02:00"),
+            parse_rfc3339("2026-12-07T00:48:06Z")
+        );
+        for bad in [
+            "",
+            "2026-12-07",
+            "2026-12-07T00:48:06",
+            "2026-13-07T00:48:06Z",
+            "2026-12-07T00:48:06.Z",
+            "2026-12-07T00:48:06Zjunk",
+            "1969-12-31T23:59:59Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn formats_known_dates() {

@@ -29,7 +29,15 @@ pub struct CreateBody {
     ingress_enabled: bool,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// A hard expiry (RFC 3339, in the future): the sandbox is deleted, with
+    /// proof, by then ([`reap_expired`]); the answer's `expires_at` is the
+    /// expiry kept (whole seconds, never later than asked).
+    expires_at: Option<String>,
 }
+
+/// How long before its expiry a sandbox's delete starts, so that it is
+/// gone by the time the answer's `expires_at` names.
+pub const EXPIRY_LEAD: std::time::Duration = std::time::Duration::from_secs(3);
 
 fn valid_env_name(k: &str) -> bool {
     let mut chars = k.chars();
@@ -64,6 +72,24 @@ pub async fn create(
             bad.0
         )));
     }
+    let expiry = match body.expires_at.as_deref() {
+        None => None,
+        Some(text) => {
+            let secs = crate::util::parse_rfc3339(text).ok_or_else(|| {
+                ApiError::bad_request(format!("expires_at {text:?} is not an RFC 3339 time"))
+            })?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            if secs <= (now + EXPIRY_LEAD).as_secs() {
+                return Err(ApiError::bad_request(format!(
+                    "expires_at {text:?} is not far enough in the future (at least {} s)",
+                    EXPIRY_LEAD.as_secs() + 1
+                )));
+            }
+            Some(secs)
+        }
+    };
     crate::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
     crate::budgets::admit_by_descriptors("sandbox").map_err(over_budget)?;
     let id = format!("sb-{}", crate::util::random_hex(8));
@@ -94,6 +120,9 @@ pub async fn create(
             &state.budgets,
             existing,
         )));
+    }
+    if let Some(secs) = expiry {
+        sb.set_expiry(secs);
     }
     // `creating` → `running` after the transition delay; without one, at
     // once (the answer already says `running`).
@@ -127,7 +156,15 @@ pub async fn delete(
         // A sandbox of an engine before this one, proven gone just now.
         return Ok(ok(json!({ "id": id, "status": Status::Destroyed })));
     }
-    let sb = sandbox(&state, &id)?;
+    destroy(&state, &id).await?;
+    Ok(ok(json!({ "id": id, "status": Status::Destroyed })))
+}
+
+/// Deletes sandbox `id` with proof: every process tree terminated, its
+/// machine and disk proven gone; otherwise it stays (status `error`) for
+/// a retry.
+async fn destroy(state: &Shared, id: &str) -> Result<(), ApiError> {
+    let sb = sandbox(state, id)?;
     sb.force(Status::Destroying);
     let sbc = sb.clone();
     let survivors = detached(&state.supervision, async move {
@@ -157,18 +194,40 @@ pub async fn delete(
     }
     // Its machine and disk are proven gone before "destroyed"; otherwise
     // the sandbox and its record stay (a retry tries again).
-    if let Err(why) = prove_gone(&state, sb.root.clone(), true).await {
+    if let Err(why) = prove_gone(state, sb.root.clone(), true).await {
         sb.force(Status::Error);
         return Err(ApiError::internal(format!(
             "sandbox {id} could not be proven gone: {why}"
         )));
     }
-    record_deleted(&state, &id);
-    state.store.remove(&id);
-    remove_root(&state, &id, sb.root.clone())
+    record_deleted(state, id);
+    state.store.remove(id);
+    remove_root(state, id, sb.root.clone())
         .await
         .map_err(ApiError::internal)?;
-    Ok(ok(json!({ "id": id, "status": Status::Destroyed })))
+    Ok(())
+}
+
+/// Deletes, with proof, every sandbox whose hard expiry is at most
+/// [`EXPIRY_LEAD`] away (the server's reaper calls it every second). A
+/// delete that cannot prove the end is tried again at the next call.
+pub async fn reap_expired(state: &Shared) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let due = (now + EXPIRY_LEAD).as_secs();
+    for sb in state.store.all() {
+        let expired = sb.expiry().is_some_and(|secs| secs <= due);
+        if expired && sb.status() != Status::Destroying {
+            if let Err(why) = destroy(state, &sb.id).await {
+                eprintln!(
+                    "createos-local: sandbox {} reached its expiry but could not be deleted yet ({}); trying again",
+                    sb.id,
+                    why.message
+                );
+            }
+        }
+    }
 }
 
 /// `POST /sandboxes/{id}/pause`.
