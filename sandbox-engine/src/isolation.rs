@@ -15,7 +15,7 @@
 //! namespace; the command is PID 2. `RLIMIT_NPROC` bounds forks; where the
 //! host has a memory controller, the sandbox's memory group bounds the
 //! memory it uses (never the address space it reserves, see
-//! [`crate::process_limits`]).
+//! [`crate::trees::process_limits`]).
 //!
 //! The *leader* is the command; bwrap's outer process exits with the
 //! leader's status, which bwrap folds into `128 + N` for a signal (see
@@ -65,10 +65,10 @@ use rustix::process::Signal;
 use serde::Serialize;
 
 use crate::bwrap_args::{bwrap_args, launcher_env};
-use crate::fds::mark_cloexec_from;
-use crate::host_processes::{sandbox_uid, signal_verified};
-use crate::process_limits::{command_cgroup, join_groups, set_limits, SandboxGroups};
-use crate::procfs::{self, ProcInfo};
+use crate::trees::fds::mark_cloexec_from;
+use crate::trees::host_processes::{sandbox_uid, signal_verified};
+use crate::trees::process_limits::{command_cgroup, join_groups, set_limits, SandboxGroups};
+use crate::trees::procfs::{self, ProcInfo};
 
 /// Which isolation the server uses for every command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -103,9 +103,9 @@ impl IsolationMode {
     }
 
     /// How resources are bounded: `prlimit` (bwrap: `RLIMIT_NPROC`
-    /// [`crate::process_limits::MAX_PROCESSES`] for the sandbox uid; memory
+    /// [`crate::trees::process_limits::MAX_PROCESSES`] for the sandbox uid; memory
     /// by the sandbox's memory group where the host has one, see
-    /// [`crate::process_limits::memory_cgroup_base`]) or `none`.
+    /// [`crate::trees::process_limits::memory_cgroup_base`]) or `none`.
     pub fn limits(&self) -> &'static str {
         match self {
             Self::Bwrap => "prlimit",
@@ -220,7 +220,7 @@ pub fn base_env(mode: &IsolationMode, root: &Path) -> Vec<(String, String)> {
 /// not hand it to the command.
 ///
 /// Nothing outlives the server: the supervisor announces every tree to the
-/// [`crate::deathguard`], and in fallback mode the leader also gets
+/// [`crate::trees::deathguard`], and in fallback mode the leader also gets
 /// `PR_SET_PDEATHSIG(SIGKILL)`.
 pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned> {
     if let Some(bwrap) = bwrap {
@@ -236,10 +236,10 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     }
     let mut env_memfd = None;
     // As root, the sandbox's whole range of ids is mapped by the server
-    // once bwrap has made the user namespace (see [`crate::id_map`]).
+    // once bwrap has made the user namespace (see [`crate::trees::id_map`]).
     let gate = match bwrap {
-        Some(_) => crate::host_processes::sandbox_ids(&spec.root)
-            .map(crate::id_map::MapGate::new)
+        Some(_) => crate::trees::host_processes::sandbox_ids(&spec.root)
+            .map(crate::trees::id_map::MapGate::new)
             .transpose()?,
         None => None,
     };
@@ -379,7 +379,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             return Err(e);
         }
     };
-    let memory = crate::process_limits::memory_cgroup_tasks(uid);
+    let memory = crate::trees::process_limits::memory_cgroup_tasks(uid);
     let launcher = match (spec.terminal, &sockets) {
         (Some(size), Some((_, theirs))) => crate::join::command_in_terminal(
             &door,
@@ -485,7 +485,7 @@ fn configure_bwrap(
     cmd: &mut std::process::Command,
     spec: &SpawnSpec,
     status_fd: Option<i32>,
-    gate: Option<&crate::id_map::MapGate>,
+    gate: Option<&crate::trees::id_map::MapGate>,
 ) {
     cmd.args(bwrap_args(&spec.root, &spec.cwd, status_fd));
     cmd.args(gate.iter().flat_map(|g| g.bwrap_args()));
@@ -663,9 +663,9 @@ pub enum Tree {
 }
 
 impl Tree {
-    /// How the [`crate::deathguard`] names this tree.
-    pub fn guarded(&self) -> Option<crate::deathguard::Guarded> {
-        use crate::deathguard::Guarded;
+    /// How the [`crate::trees::deathguard`] names this tree.
+    pub fn guarded(&self) -> Option<crate::trees::deathguard::Guarded> {
+        use crate::trees::deathguard::Guarded;
         match self {
             Tree::Namespace { init_pid, ns } => Some(Guarded::Namespace {
                 init_pid: *init_pid,

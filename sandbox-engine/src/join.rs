@@ -414,11 +414,11 @@ impl Launch {
     /// the command was forked); otherwise it exits with the command.
     fn run(&mut self) -> std::io::Result<()> {
         rustix::process::setsid()?;
-        crate::fds::mark_cloexec_from(3);
+        crate::trees::fds::mark_cloexec_from(3);
         // Join the command's own pids group and the sandbox's memory
         // group before anything forks.
-        crate::process_limits::join_groups([Some(self.group), self.memory])?;
-        crate::process_limits::set_limits()?;
+        crate::trees::process_limits::join_groups([Some(self.group), self.memory])?;
+        crate::trees::process_limits::set_limits()?;
         // SAFETY: system calls on descriptors and memory this child owns.
         unsafe {
             check(libc::prctl(

@@ -35,27 +35,20 @@
 
 pub(crate) mod accept;
 pub(crate) mod api;
-pub mod budgets;
 pub mod bwrap_args;
 pub(crate) mod connections;
 pub(crate) mod daytona;
 pub(crate) mod daytona_registry;
-pub mod deathguard;
 pub mod disk;
 pub mod egress;
 pub mod faults;
-pub(crate) mod fds;
 pub(crate) mod fstree;
-pub mod host_processes;
 pub(crate) mod http;
-pub mod id_map;
 pub mod isolation;
 pub mod join;
 pub mod journal;
 pub mod machine;
 pub mod output_budget;
-pub mod process_limits;
-pub(crate) mod procfs;
 pub mod pty;
 pub mod rate_limit;
 pub mod records;
@@ -65,6 +58,7 @@ pub mod server;
 pub(crate) mod store;
 pub(crate) mod supervisor;
 pub mod teardown;
+pub mod trees;
 pub(crate) mod util;
 
 /// Defaults of the retention of finished processes (see

@@ -6,7 +6,7 @@
 //! # Where it applies
 //! Only where a command's tree can still be proven without a PID namespace
 //! of its own: bwrap mode, a root server (a range of host ids per sandbox) and a
-//! writable cgroup v1 `pids` hierarchy ([`crate::process_limits::pids_cgroup_base`]).
+//! writable cgroup v1 `pids` hierarchy ([`crate::trees::process_limits::pids_cgroup_base`]).
 //! Elsewhere every command keeps its own namespaces (the model before
 //! issue 25).
 //!
@@ -48,9 +48,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 
-use crate::deathguard::Guarded;
 use crate::join::Door;
-use crate::procfs;
+use crate::trees::deathguard::Guarded;
+use crate::trees::procfs;
 use std::sync::Arc;
 
 struct Machine {
@@ -84,7 +84,7 @@ impl Machine {
                 let sent = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
                 // ESRCH: the init is gone already.
                 if sent.is_ok() || !self.alive() {
-                    crate::deathguard::release(Guarded::Namespace {
+                    crate::trees::deathguard::release(Guarded::Namespace {
                         init_pid: self.init_pid,
                         ns: self.ns,
                     });
@@ -104,11 +104,12 @@ fn end(init_pid: i32, ns: u64) {
     let mut ended = true;
     if let Some(info) = procfs::stat(init_pid) {
         if procfs::pid_namespace(init_pid) == Some(ns) {
-            ended = crate::host_processes::signal_verified(&info, rustix::process::Signal::KILL);
+            ended =
+                crate::trees::host_processes::signal_verified(&info, rustix::process::Signal::KILL);
         }
     }
     if ended {
-        crate::deathguard::release(Guarded::Namespace { init_pid, ns });
+        crate::trees::deathguard::release(Guarded::Namespace { init_pid, ns });
     }
 }
 
@@ -180,13 +181,14 @@ impl Drop for Lease {
 /// Whether commands of the sandbox at `root` share a machine here (see the
 /// module docs).
 pub fn available(root: &Path) -> bool {
-    enabled_here() && crate::host_processes::sandbox_uid(root).is_some()
+    enabled_here() && crate::trees::host_processes::sandbox_uid(root).is_some()
 }
 
 /// Whether bwrap sandboxes get one machine each on this host: a root
 /// server and a writable pids cgroup hierarchy.
 pub fn enabled_here() -> bool {
-    rustix::process::geteuid().is_root() && crate::process_limits::pids_cgroup_base().is_some()
+    rustix::process::geteuid().is_root()
+        && crate::trees::process_limits::pids_cgroup_base().is_some()
 }
 
 /// Whether a server started here would give each sandbox a machine, as
@@ -218,7 +220,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         }
     }
     let (init_pid, ns) = start(bwrap, root)?;
-    crate::deathguard::watch(Guarded::Namespace { init_pid, ns });
+    crate::trees::deathguard::watch(Guarded::Namespace { init_pid, ns });
     crate::records::note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
     let door = Door::open(init_pid);
     let door = match door {
@@ -304,9 +306,9 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let raw = write.as_raw_fd();
     // As root, the sandbox's whole range of ids is mapped by the server
-    // once bwrap has made its user namespace (see [`crate::id_map`]).
-    let gate = crate::host_processes::sandbox_ids(root)
-        .map(crate::id_map::MapGate::new)
+    // once bwrap has made its user namespace (see [`crate::trees::id_map`]).
+    let gate = crate::trees::host_processes::sandbox_ids(root)
+        .map(crate::trees::id_map::MapGate::new)
         .transpose()?;
     let gate_fds = gate.as_ref().map(|g| g.child_fds());
     let mut cmd = std::process::Command::new(bwrap);
@@ -323,20 +325,22 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
     if let Some((uid, gid)) = crate::rootfs::sandbox_owner(root) {
         cmd.uid(uid).gid(gid);
     }
-    let groups = crate::process_limits::SandboxGroups::of(crate::host_processes::sandbox_uid(root));
+    let groups = crate::trees::process_limits::SandboxGroups::of(
+        crate::trees::host_processes::sandbox_uid(root),
+    );
     let groups_raw = groups.raw();
     // SAFETY: only async-signal-safe system calls (setsid, close_range,
     // fcntl, write, setrlimit) on descriptors this process owns.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
-            crate::fds::mark_cloexec_from(3);
+            crate::trees::fds::mark_cloexec_from(3);
             for raw in std::iter::once(raw).chain(gate_fds.into_iter().flatten()) {
                 let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
-            crate::process_limits::join_groups(groups_raw)?;
-            crate::process_limits::set_limits()?;
+            crate::trees::process_limits::join_groups(groups_raw)?;
+            crate::trees::process_limits::set_limits()?;
             Ok(())
         });
     }

@@ -42,13 +42,13 @@ struct Cli {
     /// Most sandboxes at once (both faces); one more is answered 429
     /// `sandbox_limit`. The default follows this host: a quarter of the
     /// kernel's pid_max in sandboxes of 2048 tasks each, 16 to 256.
-    #[arg(long, value_name = "N", default_value_t = sandbox_engine::budgets::Budgets::for_host().max_sandboxes)]
+    #[arg(long, value_name = "N", default_value_t = sandbox_engine::trees::budgets::Budgets::for_host().max_sandboxes)]
     max_sandboxes: usize,
     /// Most live processes started through the API across every sandbox,
     /// counting every task they started where each command has a pids
     /// group of its own (root with cgroup v1 pids); one more is answered
     /// 429 `process_limit`. Default: 64 per sandbox allowed, 256 to 1024.
-    #[arg(long, value_name = "N", default_value_t = sandbox_engine::budgets::Budgets::for_host().max_processes)]
+    #[arg(long, value_name = "N", default_value_t = sandbox_engine::trees::budgets::Budgets::for_host().max_processes)]
     max_processes: usize,
     /// Each sandbox's own disk: its root, /tmp included, is a file system
     /// of this size (K, M, G or T; 0 = none), so a sandbox that fills it

@@ -4,7 +4,7 @@
 //!
 //! # Who owns a sandbox's files
 //! When the server runs as root, every sandbox gets its own range of
-//! unprivileged host uids and gids ([`crate::id_map`]); its first id is the
+//! unprivileged host uids and gids ([`crate::trees::id_map`]); its first id is the
 //! sandbox's owner: commands start as it (uid 0 *inside* the sandbox's user
 //! namespace maps to it, the rest of the range to ids 1-65535), and the
 //! sandbox's own directories belong to it. The owner of the sandbox root
@@ -115,7 +115,7 @@ const ETC_FILES: &[(&str, &str)] = &[
 
 /// The owner uid (= gid) of a new sandbox when the server runs as root,
 /// the first id of a range no other sandbox on the host holds
-/// ([`crate::id_map::claim`]); `None` otherwise. Ranges are tried in turn
+/// ([`crate::trees::id_map::claim`]); `None` otherwise. Ranges are tried in turn
 /// from a random start. As root, no free range is an error: the sandbox
 /// is refused rather than run as the server's own uid.
 fn allocate_owner() -> std::io::Result<Option<(u32, u32)>> {
@@ -128,13 +128,14 @@ fn allocate_owner() -> std::io::Result<Option<(u32, u32)>> {
         let seed = u32::from_str_radix(&crate::util::random_hex(4), 16).unwrap_or(0);
         AtomicU32::new(seed)
     });
-    let uid = crate::id_map::claim(next.fetch_add(1, Ordering::Relaxed)).ok_or_else(|| {
-        std::io::Error::other(format!(
-            "no range of ids is free for a new sandbox (each is claimed in {}; every one is \
+    let uid =
+        crate::trees::id_map::claim(next.fetch_add(1, Ordering::Relaxed)).ok_or_else(|| {
+            std::io::Error::other(format!(
+                "no range of ids is free for a new sandbox (each is claimed in {}; every one is \
              held, or that directory cannot be made)",
-            crate::id_map::CLAIMS_DIR
-        ))
-    })?;
+                crate::trees::id_map::CLAIMS_DIR
+            ))
+        })?;
     Ok(Some((uid, uid)))
 }
 
@@ -147,7 +148,7 @@ pub fn sandbox_owner(root: &Path) -> Option<(u32, u32)> {
         return None;
     }
     let meta = std::fs::metadata(root).ok()?;
-    crate::id_map::is_range_start(meta.uid()).then_some((meta.uid(), meta.gid()))
+    crate::trees::id_map::is_range_start(meta.uid()).then_some((meta.uid(), meta.gid()))
 }
 
 /// Creates a sandbox root: its own directories and `/etc`, plus mount
@@ -217,7 +218,7 @@ pub(crate) fn is_tmpfs(dir: &Path) -> bool {
 /// `alternatives` and `ssl/certs`) took 0.3 to 1.5 s of every server start
 /// on the test machine, against about 30 ms in memory. Otherwise
 /// `.sandbox-etc` is the directory itself. [`remove_etc`] removes either;
-/// if the server is killed before it can, its [`crate::deathguard`]
+/// if the server is killed before it can, its [`crate::trees::deathguard`]
 /// removes the in-memory copy.
 pub fn prepare_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
     let etc = begin_etc(data_dir)?;
@@ -241,7 +242,7 @@ pub fn begin_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
         ));
         std::fs::create_dir(&dir)?;
         // Removed even if this process is killed (see the deathguard).
-        crate::deathguard::remove_on_death(&dir);
+        crate::trees::deathguard::remove_on_death(&dir);
         std::os::unix::fs::symlink(&dir, &link)?;
         dir
     } else {
@@ -305,7 +306,7 @@ pub fn remove_etc(data_dir: &Path) {
                     .is_some_and(|n| n.starts_with(MEMORY_ETC_PREFIX));
             if ours {
                 let _ = crate::fstree::remove_tree(&target);
-                crate::deathguard::forget_removal(&target);
+                crate::trees::deathguard::forget_removal(&target);
             }
             let _ = std::fs::remove_file(&link);
         }

@@ -97,7 +97,7 @@ pub struct ServerBuilder {
     toolbox_addr: Option<SocketAddr>,
     retention: crate::store::Retention,
     finished_output: usize,
-    budgets: crate::budgets::Budgets,
+    budgets: crate::trees::budgets::Budgets,
     body_read_timeout: Duration,
     egress: crate::egress::Policy,
     sandbox_disk: Option<u64>,
@@ -122,7 +122,7 @@ impl Default for ServerBuilder {
             toolbox_addr: None,
             retention: crate::store::Retention::default(),
             finished_output: crate::output_budget::DEFAULT_FINISHED_OUTPUT,
-            budgets: crate::budgets::Budgets::for_host(),
+            budgets: crate::trees::budgets::Budgets::for_host(),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             egress: crate::egress::Policy::default(),
             sandbox_disk: None,
@@ -254,11 +254,11 @@ impl ServerBuilder {
     }
 
     /// The most memory each sandbox may use, in bytes, where the host has
-    /// a memory controller (see [`crate::process_limits::sandbox_memory`];
+    /// a memory controller (see [`crate::trees::process_limits::sandbox_memory`];
     /// default half the host's RAM, at most 8 GiB). Process-wide: it
     /// applies to every sandbox this process starts from now on.
     pub fn sandbox_memory(self, bytes: u64) -> Self {
-        crate::process_limits::set_sandbox_memory(bytes);
+        crate::trees::process_limits::set_sandbox_memory(bytes);
         self
     }
 
@@ -315,7 +315,7 @@ impl ServerBuilder {
     }
 
     /// Most sandboxes at once, both faces together (default: see
-    /// [`crate::budgets::Budgets::for_host`]); one more is a 429
+    /// [`crate::trees::budgets::Budgets::for_host`]); one more is a 429
     /// `sandbox_limit`.
     pub fn max_sandboxes(mut self, n: usize) -> Self {
         self.budgets.max_sandboxes = n;
@@ -323,7 +323,7 @@ impl ServerBuilder {
     }
 
     /// Most live managed processes across every sandbox (default: see
-    /// [`crate::budgets::Budgets::for_host`]); one more is a 429
+    /// [`crate::trees::budgets::Budgets::for_host`]); one more is a 429
     /// `process_limit`.
     pub fn max_processes(mut self, n: usize) -> Self {
         self.budgets.max_processes = n;
@@ -472,7 +472,7 @@ impl ServerBuilder {
                             self.egress.describe()
                         ),
                     },
-                    crate::process_limits::describe()
+                    crate::trees::process_limits::describe()
                 ),
                 IsolationMode::ProcessGroup => eprintln!(
                     "createos-local: isolation mode process-group ({why}): NO isolation, commands are NOT confined: \

@@ -345,7 +345,7 @@ impl Store {
     /// What the process budget counts, across every sandbox: managed
     /// processes whose tree is not yet verified gone (processes being
     /// started included) or, where the kernel counts them (see
-    /// [`crate::budgets::sandbox_tasks`]), every task those processes
+    /// [`crate::trees::budgets::sandbox_tasks`]), every task those processes
     /// started, whichever is more.
     pub fn live_processes(&self) -> usize {
         self.all()
@@ -356,7 +356,7 @@ impl Store {
                     .values()
                     .filter(|p| !p.exited().1)
                     .count();
-                let tasks = crate::budgets::sandbox_tasks(&sb.root).unwrap_or(0);
+                let tasks = crate::trees::budgets::sandbox_tasks(&sb.root).unwrap_or(0);
                 live.max(tasks) + starting
             })
             .sum()
@@ -369,11 +369,11 @@ impl Store {
     pub fn admit_process(
         &self,
         sb: &Arc<Sandbox>,
-        budgets: &crate::budgets::Budgets,
-    ) -> Result<Option<Admission>, crate::budgets::Refusal> {
-        crate::budgets::admit_by_descriptors("process")?;
+        budgets: &crate::trees::budgets::Budgets,
+    ) -> Result<Option<Admission>, crate::trees::budgets::Refusal> {
+        crate::trees::budgets::admit_by_descriptors("process")?;
         let _one_at_a_time = lock(&self.admitting);
-        crate::budgets::admit_process(budgets, self.live_processes())?;
+        crate::trees::budgets::admit_process(budgets, self.live_processes())?;
         Ok(sb.admit())
     }
 

@@ -147,7 +147,7 @@ fn start_failure(e: &std::io::Error) -> String {
         return format!(
             "the server could not start the command ({e}); nothing ran. A sandbox at its \
              limit of {} tasks cannot start more: end some of its processes, then retry",
-            crate::process_limits::MAX_PROCESSES
+            crate::trees::process_limits::MAX_PROCESSES
         );
     }
     format!("the server could not start the command ({e}); nothing ran, retry later")
@@ -246,8 +246,9 @@ impl Process {
         // ends by SIGKILL means the sandbox reached its memory limit.
         let sandbox_owner = bwrap
             .as_ref()
-            .and_then(|_| crate::host_processes::sandbox_uid(&req.root));
-        let oom_kills_before = sandbox_owner.and_then(crate::process_limits::sandbox_oom_kills);
+            .and_then(|_| crate::trees::host_processes::sandbox_uid(&req.root));
+        let oom_kills_before =
+            sandbox_owner.and_then(crate::trees::process_limits::sandbox_oom_kills);
         let spawned = match isolation::spawn(bwrap.as_deref(), &spec) {
             Ok(s) => s,
             Err(e) => {
@@ -273,7 +274,8 @@ impl Process {
                 Tree::Cgroup {
                     dir,
                     lease: Some(lease),
-                    launcher: crate::procfs::stat(outer_pid).map(|p| (outer_pid, p.starttime)),
+                    launcher: crate::trees::procfs::stat(outer_pid)
+                        .map(|p| (outer_pid, p.starttime)),
                 },
                 None,
             ),
@@ -288,7 +290,7 @@ impl Process {
         };
         proc.init_exit.store(init_exit.is_some(), Ordering::SeqCst);
         if let Some(guarded) = tree.guarded() {
-            crate::deathguard::watch(guarded);
+            crate::trees::deathguard::watch(guarded);
             crate::records::note_tree(&req.root, &guarded, Some(&marker));
         }
         *lock(&proc.tree) = tree;
@@ -348,7 +350,7 @@ impl Process {
                     let note = format!(
                         "createos-local: the sandbox reached its memory limit ({} MiB): the \
                          kernel killed a process of it (SIGKILL)\n",
-                        crate::process_limits::sandbox_memory() >> 20
+                        crate::trees::process_limits::sandbox_memory() >> 20
                     );
                     p.push(StreamKind::Stderr, Bytes::from(note));
                 }
@@ -399,7 +401,7 @@ impl Process {
             ExitStatus::Code(code) => *code == 128 + libc::SIGKILL,
         };
         let grew = owner
-            .and_then(crate::process_limits::sandbox_oom_kills)
+            .and_then(crate::trees::process_limits::sandbox_oom_kills)
             .is_some_and(|now| now > before);
         if killed && grew && matches!(*lock(&self.tree), Tree::Namespace { .. }) {
             *exit = ExitStatus::Signal(isolation::signal_name(libc::SIGKILL));
@@ -451,7 +453,7 @@ impl Process {
         {
             let mut tree = lock(&self.tree);
             if let Some(guarded) = tree.guarded() {
-                crate::deathguard::release(guarded);
+                crate::trees::deathguard::release(guarded);
             }
             tree.release();
         }
@@ -564,7 +566,7 @@ impl Process {
                      A sandbox at its limit of {} tasks cannot start more: end some of its \
                      processes, then retry",
                     text.lines().next().unwrap_or("").trim(),
-                    crate::process_limits::MAX_PROCESSES
+                    crate::trees::process_limits::MAX_PROCESSES
                 )
             })
     }
@@ -637,10 +639,10 @@ impl Process {
         };
         while !self.command_seen.load(Ordering::SeqCst) {
             // Unreadable: the init is gone (checked below either way).
-            let forked = crate::procfs::children(init_pid).is_none_or(|c| !c.is_empty());
-            let init_cannot_fork = crate::procfs::stat(init_pid)
+            let forked = crate::trees::procfs::children(init_pid).is_none_or(|c| !c.is_empty());
+            let init_cannot_fork = crate::trees::procfs::stat(init_pid)
                 .is_none_or(|p| p.is_zombie() || matches!(p.state, 'T' | 't'))
-                || crate::procfs::pid_namespace(init_pid) != Some(ns);
+                || crate::trees::procfs::pid_namespace(init_pid) != Some(ns);
             if forked || init_cannot_fork || self.exited().0 || Instant::now() > deadline {
                 self.command_seen.store(true, Ordering::SeqCst);
                 return;
@@ -986,7 +988,7 @@ async fn namespace_tree(
 fn init_pidfd(init_pid: i32, ns: u64) -> Option<OwnedFd> {
     let pid = rustix::process::Pid::from_raw(init_pid)?;
     let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK).ok()?;
-    (crate::procfs::pid_namespace(init_pid) == Some(ns)).then_some(fd)
+    (crate::trees::procfs::pid_namespace(init_pid) == Some(ns)).then_some(fd)
 }
 
 /// Builds the environment of a process: base, then the sandbox's declared

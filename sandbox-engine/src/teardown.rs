@@ -59,14 +59,14 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
     let machine = crate::machine::end_now(root).is_some();
     // Without a uid of its own (a server that is not root) a sandbox has
     // no machine, and its trees were proven one by one.
-    let Some(ids) = crate::host_processes::sandbox_ids(root) else {
+    let Some(ids) = crate::trees::host_processes::sandbox_ids(root) else {
         return Ok(machine);
     };
     let deadline = Instant::now() + within;
     loop {
-        let why = match crate::host_processes::live_of_ids_checked(ids) {
+        let why = match crate::trees::host_processes::live_of_ids_checked(ids) {
             Ok(left) if left.is_empty() => {
-                crate::process_limits::remove_sandbox_groups(ids.first);
+                crate::trees::process_limits::remove_sandbox_groups(ids.first);
                 return Ok(machine);
             }
             Ok(left) => {
@@ -93,14 +93,14 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
 pub fn end_sandbox(root: &Path, disk: bool) -> Result<bool, String> {
     // Read while its disk is mounted: the mount point under it belongs to
     // the server.
-    let owner = crate::host_processes::sandbox_uid(root);
+    let owner = crate::trees::host_processes::sandbox_uid(root);
     let machine = end_processes(root, PROOF_WAIT)?;
     if disk {
         crate::disk::detach_proven(root, DISK_PROOF_WAIT)?;
         // The sandbox ends here (a delete or a shutdown, not a stop): its
         // range of ids may go to another sandbox.
         if let Some(owner) = owner {
-            crate::id_map::release(owner);
+            crate::trees::id_map::release(owner);
         }
     }
     Ok(machine)

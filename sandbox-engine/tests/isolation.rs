@@ -492,7 +492,10 @@ async fn a_command_is_not_root_on_the_host() {
         // Every id is the first of the sandbox's own range (uid 0 inside).
         for id in field("Uid:").iter().chain(field("Gid:").iter()) {
             let id: u32 = id.parse().expect("numeric id");
-            assert!(sandbox_engine::id_map::is_range_start(id), "{status}");
+            assert!(
+                sandbox_engine::trees::id_map::is_range_start(id),
+                "{status}"
+            );
         }
     }
     // Only the sandbox root's own capabilities, which count in its user
@@ -517,14 +520,14 @@ async fn fork_bombs_are_bounded() {
         r["stdout"],
         format!(
             "{}\nunlimited\n",
-            sandbox_engine::process_limits::MAX_PROCESSES
+            sandbox_engine::trees::process_limits::MAX_PROCESSES
         ),
         "{r}"
     );
     // dash gives up at the first failed fork (bash would retry).
     let bomb = format!(
         "i=0; while [ $i -lt {} ]; do sleep 1000 & i=$((i+1)); done; echo all started",
-        sandbox_engine::process_limits::MAX_PROCESSES + 100
+        sandbox_engine::trees::process_limits::MAX_PROCESSES + 100
     );
     let (st, v) = h
         .post(

@@ -86,8 +86,8 @@ async fn the_sandbox_root_owns_its_range_and_nothing_else() {
     let Some(h) = machine().await else { return };
     let sb = h.sandbox().await;
     let root = h.server.data_dir().join(&sb);
-    let ids = sandbox_engine::host_processes::sandbox_ids(&root).expect("a range of ids");
-    assert_eq!(ids.count, sandbox_engine::id_map::IDS_PER_SANDBOX);
+    let ids = sandbox_engine::trees::host_processes::sandbox_ids(&root).expect("a range of ids");
+    assert_eq!(ids.count, sandbox_engine::trees::id_map::IDS_PER_SANDBOX);
     let secret = std::path::PathBuf::from(format!("/opt/{}-secret", common::marker("caps")));
     std::fs::write(&secret, "host only\n").expect("write a host file");
     use std::os::unix::fs::PermissionsExt;

@@ -231,7 +231,7 @@ async fn a_sandbox_not_proven_gone_answers_500_until_a_delete_proves_it() {
     }
     let dir = fresh("unproven");
     let (data, state) = (dir.join("data"), dir.join("state"));
-    // A uid no engine gives a sandbox (no range starts there, see sandbox_engine::id_map).
+    // A uid no engine gives a sandbox (no range starts there, see sandbox_engine::trees::id_map).
     let uid = 2_070_000 + std::process::id() % 1000;
     let mut straggler = {
         use std::os::unix::process::CommandExt;

@@ -64,8 +64,8 @@ pub async fn create(
             bad.0
         )));
     }
-    crate::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
-    crate::budgets::admit_by_descriptors("sandbox").map_err(over_budget)?;
+    crate::trees::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
+    crate::trees::budgets::admit_by_descriptors("sandbox").map_err(over_budget)?;
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
     make_root(&state, root.clone()).await?;
@@ -90,7 +90,7 @@ pub async fn create(
     {
         record_deleted(&state, &sb.id);
         let _ = remove_root(&state, &sb.id, sb.root.clone()).await;
-        return Err(over_budget(crate::budgets::sandbox_refusal(
+        return Err(over_budget(crate::trees::budgets::sandbox_refusal(
             &state.budgets,
             existing,
         )));
@@ -189,7 +189,7 @@ pub async fn pause(
             for p in sb.processes() {
                 p.freeze(true);
             }
-            crate::host_processes::freeze_sandbox(&sb.root, true);
+            crate::trees::host_processes::freeze_sandbox(&sb.root, true);
         },
     );
     Ok(ok(json!({ "id": id, "status": Status::Pausing })))
@@ -210,7 +210,7 @@ pub async fn resume(
         state.transition_delay,
         Status::Running,
         |sb| {
-            crate::host_processes::freeze_sandbox(&sb.root, false);
+            crate::trees::host_processes::freeze_sandbox(&sb.root, false);
             for p in sb.processes() {
                 p.freeze(false);
             }

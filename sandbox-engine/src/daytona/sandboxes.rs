@@ -189,9 +189,10 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
             )));
         }
     }
-    crate::budgets::admit_sandbox(&state.budgets, state.store.len())
+    crate::trees::budgets::admit_sandbox(&state.budgets, state.store.len())
         .map_err(crate::http::error::over_budget)?;
-    crate::budgets::admit_by_descriptors("sandbox").map_err(crate::http::error::over_budget)?;
+    crate::trees::budgets::admit_by_descriptors("sandbox")
+        .map_err(crate::http::error::over_budget)?;
     let id = uuid();
     let root = state.data_dir.join(format!("daytona-{id}"));
     crate::http::state::make_root(&state, root.clone()).await?;
@@ -243,7 +244,7 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         crate::http::state::record_deleted(&state, &core.id);
         let _ = crate::http::state::remove_root(&state, &core.id, core.root.clone()).await;
         return Err(
-            crate::http::error::over_budget(crate::budgets::sandbox_refusal(
+            crate::http::error::over_budget(crate::trees::budgets::sandbox_refusal(
                 &state.budgets,
                 existing,
             ))

@@ -84,7 +84,7 @@ pub fn cwd_error(cwd: &str, e: PathError) -> ApiError {
 }
 
 /// A budget refusal (429), in either face.
-pub fn over_budget(r: crate::budgets::Refusal) -> ApiError {
+pub fn over_budget(r: crate::trees::budgets::Refusal) -> ApiError {
     ApiError::new(r.status(), r.code, r.message)
 }
 

@@ -10,10 +10,10 @@ use std::time::Duration;
 use axum::http::StatusCode;
 
 use super::error::{over_budget, ApiError};
-use crate::budgets::Budgets;
 use crate::faults::Faults;
 use crate::isolation::IsolationMode;
 use crate::store::Store;
+use crate::trees::budgets::Budgets;
 
 /// Everything handlers share.
 #[derive(Debug)]

@@ -180,17 +180,17 @@ fn engine_checks(checks: &mut Vec<Check>) {
         Verdict::Ok,
         format!(
             "{} per sandbox (RLIMIT_NPROC{})",
-            sandbox_engine::process_limits::MAX_PROCESSES,
+            sandbox_engine::trees::process_limits::MAX_PROCESSES,
             if pids_v1 { " and its pids group" } else { "" }
         ),
     ));
-    checks.push(if sandbox_engine::process_limits::memory_limit_offered_here() {
+    checks.push(if sandbox_engine::trees::process_limits::memory_limit_offered_here() {
         check(
             "memory limit",
             Verdict::Ok,
             format!(
                 "{} MiB per sandbox by default, swap included (cgroup v1 memory group; createos-local --sandbox-memory)",
-                sandbox_engine::process_limits::default_sandbox_memory() >> 20
+                sandbox_engine::trees::process_limits::default_sandbox_memory() >> 20
             ),
         )
     } else {

@@ -6,8 +6,8 @@ use std::path::Path;
 
 use rustix::process::{Pid, Signal};
 
-use crate::id_map::IdRange;
-use crate::procfs::{self, ProcInfo};
+use crate::trees::id_map::IdRange;
+use crate::trees::procfs::{self, ProcInfo};
 
 /// The host uid that owns the sandbox at `root`: the first of its own ids
 /// when the server runs as root (see [`crate::rootfs`]); `None` when
@@ -16,7 +16,7 @@ pub fn sandbox_uid(root: &Path) -> Option<u32> {
     crate::rootfs::sandbox_owner(root).map(|(uid, _)| uid)
 }
 
-/// The host ids of the sandbox at `root` (see [`crate::id_map`]): the
+/// The host ids of the sandbox at `root` (see [`crate::trees::id_map`]): the
 /// range its owner starts; `None` as for [`sandbox_uid`].
 pub fn sandbox_ids(root: &Path) -> Option<IdRange> {
     sandbox_uid(root).map(IdRange::of_owner)

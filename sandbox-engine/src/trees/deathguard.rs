@@ -113,7 +113,7 @@ fn start_guard() -> std::io::Result<std::fs::File> {
     unsafe {
         cmd.pre_exec(|| {
             rustix::process::setsid()?;
-            crate::fds::mark_cloexec_from(3);
+            crate::trees::fds::mark_cloexec_from(3);
             Ok(())
         });
     }

@@ -72,8 +72,8 @@ impl Budgets {
 /// pids group of their own (no machine per sandbox here): then the budget
 /// counts API-started processes only.
 pub fn sandbox_tasks(root: &std::path::Path) -> Option<usize> {
-    let uid = crate::host_processes::sandbox_uid(root)?;
-    let dir = crate::process_limits::pids_cgroup_base()?.join(format!("sandbox-{uid}"));
+    let uid = crate::trees::host_processes::sandbox_uid(root)?;
+    let dir = crate::trees::process_limits::pids_cgroup_base()?.join(format!("sandbox-{uid}"));
     let mut tasks = 0;
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         if !entry.file_name().to_string_lossy().starts_with("cmd-") {
@@ -121,7 +121,7 @@ pub const OUT_OF_DESCRIPTORS: &str = "out_of_descriptors";
 /// [`crate::teardown::NEW_WORK_RESERVE`] descriptors free: what is left
 /// stays for proving sandboxes gone (issue 40 item 2).
 pub fn admit_by_descriptors(what: &str) -> Result<(), Refusal> {
-    let free = crate::fds::headroom_fast();
+    let free = crate::trees::fds::headroom_fast();
     if free < crate::teardown::NEW_WORK_RESERVE {
         return Err(Refusal {
             code: OUT_OF_DESCRIPTORS,

@@ -1,7 +1,7 @@
 //! Descriptor hygiene for a child between fork and exec: nothing the
 //! server holds open leaks into a command, a launcher or the death guard.
 //! It depends on nothing else in the crate, so every module that starts a
-//! process (even [`crate::deathguard`], at the bottom) can use it.
+//! process (even [`crate::trees::deathguard`], at the bottom) can use it.
 
 /// How many more descriptors this process may open now: its soft
 /// `RLIMIT_NOFILE` less the descriptors open (counted in `/proc/self/fd`).
