@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::journal::ExitStatus;
+use crate::storage::journal::ExitStatus;
 use crate::store::Sandbox;
 use crate::supervisor::Process;
 

@@ -6,7 +6,7 @@
 //! Each managed process (and each one-shot exec) runs as
 //! `bwrap --unshare-user --uid 0 --unshare-pid --unshare-net ... --bind
 //! <sandbox root> / --ro-bind /usr /usr ...`, started as the sandbox's own
-//! unprivileged host uid when the server is root (see [`crate::rootfs`]).
+//! unprivileged host uid when the server is root (see [`crate::storage::rootfs`]).
 //! The command sees the sandbox root as `/`: its own `/tmp`,
 //! `/paperclip-workspace`, `/root` and minimal `/etc`, with the host's
 //! `/usr`, `/opt` (and the `/bin`, `/lib*`, `/sbin` links) read-only. It is
@@ -148,7 +148,7 @@ pub const SYSTEM_DIRS: &[&str] = &[
 /// The environment variable that marks every process the server starts.
 pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
 
-pub use crate::rootfs::prepare_root;
+pub use crate::storage::rootfs::prepare_root;
 
 /// Everything needed to start one command.
 #[derive(Debug, Clone)]
@@ -409,7 +409,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             return Err(e);
         }
     };
-    if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
+    if let Some((uid, gid)) = crate::storage::rootfs::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
     if sockets.is_some() {
@@ -491,7 +491,7 @@ fn configure_bwrap(
     cmd.args(gate.iter().flat_map(|g| g.bwrap_args()));
     cmd.arg("--").arg(&spec.cmd).args(&spec.args);
     cmd.current_dir("/");
-    if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
+    if let Some((uid, gid)) = crate::storage::rootfs::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
 }

@@ -221,7 +221,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
     }
     let (init_pid, ns) = start(bwrap, root)?;
     crate::trees::deathguard::watch(Guarded::Namespace { init_pid, ns });
-    crate::records::note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
+    crate::storage::records::note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
     let door = Door::open(init_pid);
     let door = match door {
         // Opened by pid: only valid if that pid is still the machine's init.
@@ -322,7 +322,7 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    if let Some((uid, gid)) = crate::rootfs::sandbox_owner(root) {
+    if let Some((uid, gid)) = crate::storage::rootfs::sandbox_owner(root) {
         cmd.uid(uid).gid(gid);
     }
     let groups = crate::trees::process_limits::SandboxGroups::of(

@@ -59,14 +59,14 @@ struct Cli {
     /// limit). A creation is refused 429 `disk_limit` unless the data
     /// directory's file system could still hold every sandbox disk filled
     /// up plus 1 GiB for the host.
-    #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::disk::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::storage::disk::parse_size)]
     sandbox_disk: Option<u64>,
     /// Most memory each sandbox may use (K, M, G or T), swap included:
     /// past it the kernel kills a process of that sandbox only. Limits
     /// what a sandbox uses, never the address space its programs reserve.
     /// Default: half the host's RAM, at most 8G. Needs a root server with
     /// a cgroup v1 memory hierarchy (else logged at start: not limited).
-    #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::disk::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::storage::disk::parse_size)]
     sandbox_memory: Option<u64>,
     /// A finished process (exited, tree gone) keeps its exit and output
     /// for this many seconds, then answers 404 and its memory is returned.

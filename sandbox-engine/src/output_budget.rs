@@ -13,7 +13,7 @@
 //! times) stay. A replay of evicted output is the 410
 //! `output_offset_expired` of any evicted offset. Never evicted: the
 //! output of the process that just finished (so the budget is passed by
-//! at most one journal, [`crate::journal::DEFAULT_CAPACITY`] by
+//! at most one journal, [`crate::storage::journal::DEFAULT_CAPACITY`] by
 //! default), and output a reader is attached to (it is counted again at
 //! the next finish). One-shot `exec` and synchronous commands answer
 //! their output themselves and are not counted.

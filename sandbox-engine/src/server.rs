@@ -113,7 +113,7 @@ impl Default for ServerBuilder {
             data_dir: None,
             isolation: IsolationPreference::Auto,
             transition_delay: Duration::from_millis(300),
-            journal_capacity: crate::journal::DEFAULT_CAPACITY,
+            journal_capacity: crate::storage::journal::DEFAULT_CAPACITY,
             faults: Faults::default(),
             quiet: false,
             rate_limit: None,
@@ -169,7 +169,7 @@ impl ServerBuilder {
     /// processes gone later, and an engine started on the directory of one
     /// that died proves that engine's sandboxes gone (killing what is left
     /// of them) before it answers anything, answering 404 for them only
-    /// once proven, 500 otherwise (see [`crate::records`]). Two engines
+    /// once proven, 500 otherwise (see [`crate::storage::records`]). Two engines
     /// cannot share one.
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
@@ -331,9 +331,9 @@ impl ServerBuilder {
     }
 
     /// The size in bytes of each sandbox's own disk (its root, `/tmp`
-    /// included; see [`crate::disk`]); 0 = none (the sandbox writes to the
+    /// included; see [`crate::storage::disk`]); 0 = none (the sandbox writes to the
     /// data directory's file system without a limit). Default: see
-    /// [`crate::disk::default_size`].
+    /// [`crate::storage::disk::default_size`].
     pub fn sandbox_disk(mut self, bytes: u64) -> Self {
         self.sandbox_disk = Some(bytes);
         self
@@ -371,19 +371,19 @@ impl ServerBuilder {
         // A predecessor's sandboxes are proven gone (or held unconfirmed)
         // before anything is answered.
         let records = match &self.state_dir {
-            Some(dir) => Some(crate::records::Records::open(dir)?),
+            Some(dir) => Some(crate::storage::records::Records::open(dir)?),
             None => None,
         };
         // Whether sandboxes get a disk of their own (the template's mkfs
         // and a trial mount of it, a few milliseconds) is found out while
         // bubblewrap is probed: both are on the start path of every
         // `sandbox run`.
-        let size = self
-            .sandbox_disk
-            .unwrap_or_else(|| crate::disk::default_size(&data_dir, self.budgets.max_sandboxes));
+        let size = self.sandbox_disk.unwrap_or_else(|| {
+            crate::storage::disk::default_size(&data_dir, self.budgets.max_sandboxes)
+        });
         let mut disk_probe = (size != 0).then(|| {
             let dir = data_dir.clone();
-            std::thread::spawn(move || crate::disk::probe(&dir, size))
+            std::thread::spawn(move || crate::storage::disk::probe(&dir, size))
         });
         let mut disk_probed = move || match disk_probe.take().map(|h| h.join()) {
             Some(Ok(result)) => result,
@@ -398,19 +398,19 @@ impl ServerBuilder {
                 let probe = data_dir.join(".bwrap-probe");
                 // The host's /etc is copied while bubblewrap is probed
                 // (the probe needs the loader's files alone).
-                let result = match crate::rootfs::begin_etc(&data_dir) {
+                let result = match crate::storage::rootfs::begin_etc(&data_dir) {
                     Ok(etc) => {
                         let into = etc.clone();
                         let filling = std::thread::Builder::new()
                             .name("createos-local-etc".into())
-                            .spawn(move || crate::rootfs::fill_etc(&into));
+                            .spawn(move || crate::storage::rootfs::fill_etc(&into));
                         let probed = isolation::probe_bwrap(&probe).await;
                         let filled = match filling {
                             Ok(thread) => thread.join().unwrap_or_else(|_| {
                                 Err(std::io::Error::other("the copying thread failed"))
                             }),
                             // No thread to spare: copied here, after the probe.
-                            Err(_) => crate::rootfs::fill_etc(&etc),
+                            Err(_) => crate::storage::rootfs::fill_etc(&etc),
                         };
                         match filled {
                             Ok(()) => probed,
@@ -419,20 +419,20 @@ impl ServerBuilder {
                     }
                     Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
                 };
-                let _ = crate::disk::remove_tree(&probe);
+                let _ = crate::storage::disk::remove_tree(&probe);
                 match result {
                     Ok(path) => (IsolationMode::Bwrap, Some(path), "bwrap works".to_string()),
                     Err(e) if pref == IsolationPreference::Auto && self.allow_unconfined => {
-                        crate::rootfs::remove_etc(&data_dir);
+                        crate::storage::rootfs::remove_etc(&data_dir);
                         (IsolationMode::ProcessGroup, None, e)
                     }
                     Err(e) => {
                         // Nothing is removed while the probe's disk may be mounted.
                         let _ = disk_probed();
-                        crate::disk::remove_template(&data_dir);
-                        crate::rootfs::remove_etc(&data_dir);
+                        crate::storage::disk::remove_template(&data_dir);
+                        crate::storage::rootfs::remove_etc(&data_dir);
                         if owned {
-                            let _ = crate::disk::remove_tree(&data_dir);
+                            let _ = crate::storage::disk::remove_tree(&data_dir);
                         }
                         return Err(Error::other(format!(
                             "commands cannot be confined here: {e}; {}",
@@ -485,7 +485,7 @@ impl ServerBuilder {
             None
         } else {
             match disk_probed() {
-                Ok(()) => Some(size.max(crate::disk::MIN_SANDBOX_DISK)),
+                Ok(()) => Some(size.max(crate::storage::disk::MIN_SANDBOX_DISK)),
                 Err(why) => {
                     if !self.quiet {
                         eprintln!(
@@ -726,7 +726,7 @@ impl RunningServer {
     }
 
     /// The size of each sandbox's own disk when the server gives them one
-    /// (see [`crate::disk`]); `None` when sandboxes write to the data
+    /// (see [`crate::storage::disk`]); `None` when sandboxes write to the data
     /// directory's file system without a per-sandbox limit.
     pub fn sandbox_disk(&self) -> Option<u64> {
         self.state.disk
@@ -762,19 +762,19 @@ impl RunningServer {
                 state.store.all().iter().map(|sb| sb.root.clone()).collect();
             roots.extend(state.store.take_leftovers());
             for root in roots {
-                let _ = crate::disk::remove_tree(&root);
+                let _ = crate::storage::disk::remove_tree(&root);
             }
             // The template and the /etc copy go side by side.
             let template_of = etc_of.clone();
             let template = std::thread::Builder::new()
                 .name("createos-local-remove".into())
-                .spawn(move || crate::disk::remove_template(&template_of));
-            crate::rootfs::remove_etc(&etc_of);
+                .spawn(move || crate::storage::disk::remove_template(&template_of));
+            crate::storage::rootfs::remove_etc(&etc_of);
             if !template.is_ok_and(|t| t.join().is_ok()) {
-                crate::disk::remove_template(&etc_of);
+                crate::storage::disk::remove_template(&etc_of);
             }
             if let Some(dir) = data_dir {
-                let _ = crate::disk::remove_tree(&dir);
+                let _ = crate::storage::disk::remove_tree(&dir);
             }
         })
         .await;
@@ -814,7 +814,7 @@ impl Drop for RunningServer {
                 p.kill_now();
             }
             crate::machine::end_now(&sb.root);
-            let _ = crate::disk::remove_tree(&sb.root);
+            let _ = crate::storage::disk::remove_tree(&sb.root);
         }
         for root in crate::machine::running() {
             if root.starts_with(&self.state.data_dir) {
@@ -825,12 +825,12 @@ impl Drop for RunningServer {
         // data directory removed below).
         self.state.store.finish_removals();
         for root in self.state.store.take_leftovers() {
-            let _ = crate::disk::remove_tree(&root);
+            let _ = crate::storage::disk::remove_tree(&root);
         }
-        crate::disk::remove_template(&self.state.data_dir);
-        crate::rootfs::remove_etc(&self.state.data_dir);
+        crate::storage::disk::remove_template(&self.state.data_dir);
+        crate::storage::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
-            let _ = crate::disk::remove_tree(&self.state.data_dir);
+            let _ = crate::storage::disk::remove_tree(&self.state.data_dir);
         }
         if let Some(records) = &self.state.records {
             records.release();

@@ -39,8 +39,8 @@ use tokio::io::Interest;
 use tokio::sync::{oneshot, watch};
 
 use crate::isolation::{self, IsolationMode, SpawnSpec, Tree};
-use crate::journal::{ExitStatus, Journal, ReaderId, Retention, Room, StreamKind};
 use crate::pty::{Terminal, Winsize};
+use crate::storage::journal::{ExitStatus, Journal, ReaderId, Retention, Room, StreamKind};
 
 mod interactive;
 
@@ -291,7 +291,7 @@ impl Process {
         proc.init_exit.store(init_exit.is_some(), Ordering::SeqCst);
         if let Some(guarded) = tree.guarded() {
             crate::trees::deathguard::watch(guarded);
-            crate::records::note_tree(&req.root, &guarded, Some(&marker));
+            crate::storage::records::note_tree(&req.root, &guarded, Some(&marker));
         }
         *lock(&proc.tree) = tree;
         *lock(&proc.stdin) = child.stdin.take();
@@ -503,7 +503,7 @@ impl Process {
     /// starts) accepts; `check` also names the seq the reader has received
     /// up to. Atomic, so nothing is evicted in between. The guard is `None` for other journals.
     /// While attached, nothing the reader has not received is evicted and
-    /// the pipes wait for it (see [`crate::journal`]); it detaches when the
+    /// the pipes wait for it (see [`crate::storage::journal`]); it detaches when the
     /// guard drops.
     pub fn attach_reader<R, E>(
         self: &Arc<Self>,
@@ -821,7 +821,7 @@ impl Drop for ReaderGuard {
 }
 
 /// Waits until the journal has room for more output (see
-/// [`crate::journal::Room`]), or the leader has been reaped. Returns
+/// [`crate::storage::journal::Room`]), or the leader has been reaped. Returns
 /// `false` when the leader was reaped.
 async fn room(proc: &Process, reaped: &mut watch::Receiver<bool>) -> bool {
     if lock(&proc.inner).journal.room() == Room::Open {

@@ -12,7 +12,7 @@
 //! sandbox, nested namespaces too, has one of them and nothing else has).
 //! A scan that cannot be made (out of descriptors) proves nothing and
 //! counts as a failure, never as "nothing left". Then the disk: unmounted
-//! and no loop device attached to its image ([`crate::disk::detach_proven`]).
+//! and no loop device attached to its image ([`crate::storage::disk::detach_proven`]).
 //!
 //! The proof is waited for up to [`PROOF_WAIT`]; without it the caller
 //! answers 500 with what may still run, keeps the sandbox (status `error`)
@@ -53,7 +53,7 @@ pub const DISK_PROOF_WAIT: Duration = Duration::from_secs(20);
 /// killed. After the machine's init the kernel ends its whole PID
 /// namespace, and the host-side launchers end with their children; a
 /// process of those ids that stays may belong to a sandbox of another
-/// engine that drew the same range (as [`crate::records::verify`] reasons),
+/// engine that drew the same range (as [`crate::storage::records::verify`] reasons),
 /// so it makes the proof fail rather than being killed.
 pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
     let machine = crate::machine::end_now(root).is_some();
@@ -88,7 +88,7 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
 
 /// [`end_processes`] (waiting up to [`PROOF_WAIT`]), then, when `disk`
 /// is set, the sandbox's disk detached and proven so
-/// ([`crate::disk::detach_proven`], up to [`DISK_PROOF_WAIT`]).
+/// ([`crate::storage::disk::detach_proven`], up to [`DISK_PROOF_WAIT`]).
 /// `Ok(true)` when the sandbox had a machine.
 pub fn end_sandbox(root: &Path, disk: bool) -> Result<bool, String> {
     // Read while its disk is mounted: the mount point under it belongs to
@@ -96,7 +96,7 @@ pub fn end_sandbox(root: &Path, disk: bool) -> Result<bool, String> {
     let owner = crate::trees::host_processes::sandbox_uid(root);
     let machine = end_processes(root, PROOF_WAIT)?;
     if disk {
-        crate::disk::detach_proven(root, DISK_PROOF_WAIT)?;
+        crate::storage::disk::detach_proven(root, DISK_PROOF_WAIT)?;
         // The sandbox ends here (a delete or a shutdown, not a stop): its
         // range of ids may go to another sandbox.
         if let Some(owner) = owner {

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
-use sandbox_engine::records::Record;
+use sandbox_engine::storage::records::Record;
 use sandbox_engine::trees::id_map::IdRange;
 use serde_json::{json, Value};
 
@@ -343,7 +343,7 @@ async fn an_engine_killed_under_load_leaves_nothing_its_successor_does_not_prove
     let mut known = known.lock().unwrap().clone();
     for record in &left {
         if !known.iter().any(|k| k.id == record.id) {
-            let daytona = record.face == sandbox_engine::records::Face::Daytona;
+            let daytona = record.face == sandbox_engine::storage::records::Face::Daytona;
             known.push(Known {
                 daytona,
                 id: record.id.clone(),

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::Harness;
 use reqwest::StatusCode;
-use sandbox_engine::records::{namespace_identity, Face, Record, TreeId, HISTORY};
+use sandbox_engine::storage::records::{namespace_identity, Face, Record, TreeId, HISTORY};
 use sandbox_engine::Server;
 
 /// A fresh directory for one test.

@@ -22,8 +22,8 @@ use crate::http::limits;
 use crate::http::middleware::InjectedFault;
 use crate::http::state::{blocking, detached, AppState, Shared};
 use crate::isolation::IsolationMode;
-use crate::journal::{ExitStatus, Frame, Replay, Retention, StreamKind};
 use crate::pty::Winsize;
+use crate::storage::journal::{ExitStatus, Frame, Replay, Retention, StreamKind};
 use crate::store::{Sandbox, Status};
 use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 
@@ -122,9 +122,11 @@ async fn start(
     let cwd = body.cwd.unwrap_or_else(|| DEFAULT_CWD.to_string());
     let root = sb.root.clone();
     let c = cwd.clone();
-    let host_cwd = blocking(state, move || crate::sandbox_paths::resolve_dir(&root, &c))
-        .await?
-        .map_err(|e| cwd_error(&cwd, e))?;
+    let host_cwd = blocking(state, move || {
+        crate::storage::sandbox_paths::resolve_dir(&root, &c)
+    })
+    .await?
+    .map_err(|e| cwd_error(&cwd, e))?;
     let mut env =
         build_env(&state.mode, &sb.root, &sb.spec.env, &body.env).map_err(ApiError::bad_request)?;
     if terminal.is_some() && !env.iter().any(|(k, _)| k == "TERM") {

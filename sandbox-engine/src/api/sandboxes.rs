@@ -69,7 +69,9 @@ pub async fn create(
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
     make_root(&state, root.clone()).await?;
-    if let Err(e) = record_created(&state, &id, crate::records::Face::CreateOs, &root).await {
+    if let Err(e) =
+        record_created(&state, &id, crate::storage::records::Face::CreateOs, &root).await
+    {
         let _ = remove_root(&state, &id, root).await;
         return Err(e);
     }

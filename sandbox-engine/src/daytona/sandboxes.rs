@@ -196,8 +196,13 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
     let id = uuid();
     let root = state.data_dir.join(format!("daytona-{id}"));
     crate::http::state::make_root(&state, root.clone()).await?;
-    if let Err(e) =
-        crate::http::state::record_created(&state, &id, crate::records::Face::Daytona, &root).await
+    if let Err(e) = crate::http::state::record_created(
+        &state,
+        &id,
+        crate::storage::records::Face::Daytona,
+        &root,
+    )
+    .await
     {
         let _ = crate::http::state::remove_root(&state, &id, root).await;
         return Err(e.into());

@@ -37,7 +37,7 @@ use crate::http::limits;
 use crate::http::middleware::InjectedFault;
 use crate::http::state::detached;
 use crate::http::state::{AppState, Shared};
-use crate::journal::{Frame, Journal, Replay, Retention, StreamKind};
+use crate::storage::journal::{Frame, Journal, Replay, Retention, StreamKind};
 use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 
 /// Marker before each stdout chunk in a command's logs (as the real
@@ -112,10 +112,11 @@ async fn start_process(
         .ok_or_else(|| DaytonaError::conflict("sandbox is stopping or being deleted"))?;
     let root = sb.core.root.clone();
     let c = cwd.clone();
-    let host_cwd =
-        crate::http::state::blocking(state, move || crate::sandbox_paths::resolve_dir(&root, &c))
-            .await?
-            .map_err(|e| crate::http::error::cwd_error(&cwd, e))?;
+    let host_cwd = crate::http::state::blocking(state, move || {
+        crate::storage::sandbox_paths::resolve_dir(&root, &c)
+    })
+    .await?
+    .map_err(|e| crate::http::error::cwd_error(&cwd, e))?;
     let mut env = build_env(&state.mode, &sb.core.root, &sb.spec.env, &BTreeMap::new())
         .map_err(DaytonaError::internal)?;
     // Variables of this command alone (`process/execute`'s `envs`).

@@ -5,7 +5,7 @@
 use axum::http::StatusCode;
 use serde_json::Value;
 
-use crate::sandbox_paths::PathError;
+use crate::storage::sandbox_paths::PathError;
 
 /// An error answer of either face, before a face renders it: the CreateOS
 /// face as a JSend envelope (4xx `fail`, 5xx `error`, see

@@ -13,7 +13,7 @@ use tokio::io::AsyncReadExt;
 use super::error::{path_error, ApiError};
 use super::limits::MAX_BODY;
 use super::state::{blocking, slot, AppState};
-use crate::sandbox_paths;
+use crate::storage::sandbox_paths;
 
 /// Upload chunks in flight between the request body and the writing thread.
 const UPLOAD_QUEUE: usize = 4;

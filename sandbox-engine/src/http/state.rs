@@ -56,14 +56,14 @@ pub struct AppState {
     /// Host-wide budgets (sandbox count, live processes).
     pub budgets: Budgets,
     /// Size of each sandbox's own disk, when sandboxes get one (see
-    /// [`crate::disk`]).
+    /// [`crate::storage::disk`]).
     pub disk: Option<u64>,
     /// The Daytona `toolboxProxyUrl`: the toolbox listener's
     /// `http://127.0.0.1:<port>/toolbox`, or `<base>/daytona/toolbox`.
     pub toolbox_url: String,
     /// The durable records of this engine's sandboxes, when it keeps them
     /// (see [`crate::ServerBuilder::state_dir`]).
-    pub records: Option<Arc<crate::records::Records>>,
+    pub records: Option<Arc<crate::storage::records::Records>>,
     /// Whether the data directory is the server's own temporary one.
     pub owned_data_dir: bool,
 }
@@ -112,27 +112,27 @@ pub async fn blocking<T: Send + 'static>(
     Ok(out)
 }
 
-/// Makes a new sandbox's root (with its own disk, see [`crate::disk`]):
+/// Makes a new sandbox's root (with its own disk, see [`crate::storage::disk`]):
 /// 429 `disk_limit` over the host-wide disk budget, 500 when the server
 /// failed.
 pub async fn make_root(state: &AppState, root: PathBuf) -> Result<(), ApiError> {
     let disk = state.disk;
-    match blocking(state, move || crate::disk::prepare(&root, disk)).await? {
+    match blocking(state, move || crate::storage::disk::prepare(&root, disk)).await? {
         Ok(()) => Ok(()),
-        Err(crate::disk::PrepareError::Refused(r)) => Err(over_budget(r)),
-        Err(crate::disk::PrepareError::Io(e)) => Err(ApiError::internal(format!(
+        Err(crate::storage::disk::PrepareError::Refused(r)) => Err(over_budget(r)),
+        Err(crate::storage::disk::PrepareError::Io(e)) => Err(ApiError::internal(format!(
             "cannot create sandbox root: {e}"
         ))),
     }
 }
 
 /// Records a new sandbox durably before its create is answered (see
-/// [`crate::records`]); 500 when the record could not be written (the
+/// [`crate::storage::records`]); 500 when the record could not be written (the
 /// engine could not prove it gone later).
 pub async fn record_created(
     state: &AppState,
     id: &str,
-    face: crate::records::Face,
+    face: crate::storage::records::Face,
     root: &std::path::Path,
 ) -> Result<(), ApiError> {
     let Some(records) = state.records.clone() else {
@@ -164,7 +164,7 @@ pub fn record_deleted(state: &AppState, id: &str) {
 }
 
 /// The 500 answered for a sandbox id this engine cannot call gone (see
-/// [`crate::records::Records::unproven`]), `None` for a 404.
+/// [`crate::storage::records::Records::unproven`]), `None` for a 404.
 pub fn unproven(state: &AppState, id: &str) -> Option<ApiError> {
     let why = state.records.as_ref()?.unproven(id)?;
     Some(ApiError::new(
@@ -176,7 +176,7 @@ pub fn unproven(state: &AppState, id: &str) -> Option<ApiError> {
 
 /// A DELETE of a sandbox id no live sandbox of this engine has: a
 /// predecessor's sandbox not yet proven gone is verified again (see
-/// [`crate::records::Records::retry`]). `Ok(true)`: proven gone now;
+/// [`crate::storage::records::Records::retry`]). `Ok(true)`: proven gone now;
 /// `Ok(false)`: answer as for any unknown id.
 pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError> {
     let Some(records) = state.records.clone() else {
@@ -204,7 +204,7 @@ pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<b
 /// Removes the root of a deleted sandbox. The root is first renamed to
 /// `.removing-<id>` beside it (one step: the sandbox's files are gone from
 /// their path when the delete answers), then removed on a thread of its
-/// own, iteratively whatever the depth of the tree (see [`crate::fstree`]):
+/// own, iteratively whatever the depth of the tree (see [`crate::storage::fstree`]):
 /// a tree of 100 000 levels takes a minute on a slow disk, longer than a
 /// client waits for a DELETE. Shutdown waits for these removals. A
 /// failure is logged and the path is removed again at shutdown; `Err` only
@@ -213,7 +213,7 @@ pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<()
     let trash = state.data_dir.join(format!(".removing-{id}"));
     // Its own disk goes first (a mount point cannot be renamed).
     let r = root.clone();
-    let _ = tokio::task::spawn_blocking(move || crate::disk::detach(&r)).await;
+    let _ = tokio::task::spawn_blocking(move || crate::storage::disk::detach(&r)).await;
     let target = match std::fs::rename(&root, &trash) {
         Ok(()) => trash,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -224,7 +224,7 @@ pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<()
     let label = id.to_string();
     let spawned = std::thread::Builder::new()
         .name("createos-local-remove".into())
-        .spawn(move || match crate::disk::remove_tree(&path) {
+        .spawn(move || match crate::storage::disk::remove_tree(&path) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
             Err(e) => {

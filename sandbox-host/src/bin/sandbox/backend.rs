@@ -253,7 +253,7 @@ impl Engine {
         if !state.exists() && config_file.exists() {
             // An engine that kept no records served here: the state
             // directory made now cannot vouch for ids it issued (see
-            // sandbox_engine::records).
+            // sandbox_engine::storage::records).
             std::fs::create_dir_all(&state)
                 .with_context(|| format!("creating {}", state.display()))?;
         }

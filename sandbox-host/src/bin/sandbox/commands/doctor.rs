@@ -237,7 +237,7 @@ fn user_namespaces() -> Check {
     // The probe's sandbox sees the `/etc` copy every sandbox of a data
     // directory shares, as in the engine.
     let probed = std::fs::create_dir_all(&dir)
-        .and_then(|()| sandbox_engine::rootfs::prepare_etc(&dir))
+        .and_then(|()| sandbox_engine::storage::rootfs::prepare_etc(&dir))
         .map_err(|e| format!("cannot prepare a trial sandbox in {}: {e}", dir.display()))
         .and_then(|_| {
             tokio::runtime::Builder::new_current_thread()
@@ -246,7 +246,7 @@ fn user_namespaces() -> Check {
                 .map_err(|e| e.to_string())
         })
         .and_then(|rt| rt.block_on(sandbox_engine::isolation::probe_bwrap(&dir.join("probe"))));
-    sandbox_engine::rootfs::remove_etc(&dir);
+    sandbox_engine::storage::rootfs::remove_etc(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     match probed {
         Ok(_) => check(
@@ -279,7 +279,12 @@ fn disk() -> Check {
     let dir = std::env::temp_dir().join(format!("sandbox-doctor-disk-{}", std::process::id()));
     let trial = std::fs::create_dir_all(&dir)
         .map_err(|e| e.to_string())
-        .and_then(|()| sandbox_engine::disk::probe(&dir, sandbox_engine::disk::MIN_SANDBOX_DISK));
+        .and_then(|()| {
+            sandbox_engine::storage::disk::probe(
+                &dir,
+                sandbox_engine::storage::disk::MIN_SANDBOX_DISK,
+            )
+        });
     let _ = std::fs::remove_dir_all(&dir);
     match trial {
         Ok(()) => check(

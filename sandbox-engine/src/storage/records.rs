@@ -312,8 +312,10 @@ impl Records {
         if !is_root || record.root.parent() != Some(record.data_dir.as_path()) {
             return;
         }
-        let _ = crate::disk::remove_tree(&record.root);
-        let _ = crate::disk::remove_tree(&record.data_dir.join(format!(".removing-{}", record.id)));
+        let _ = crate::storage::disk::remove_tree(&record.root);
+        let _ = crate::storage::disk::remove_tree(
+            &record.data_dir.join(format!(".removing-{}", record.id)),
+        );
         if record.owned_data_dir {
             // The dead engine's own temporary directory goes once nothing
             // of it is left unproven.
@@ -329,9 +331,9 @@ impl Records {
                 })
                 .unwrap_or(false);
             if !others && !sandboxes {
-                crate::disk::remove_template(&record.data_dir);
-                crate::rootfs::remove_etc(&record.data_dir);
-                let _ = crate::disk::remove_tree(&record.data_dir);
+                crate::storage::disk::remove_template(&record.data_dir);
+                crate::storage::rootfs::remove_etc(&record.data_dir);
+                let _ = crate::storage::disk::remove_tree(&record.data_dir);
             }
         }
     }

@@ -139,7 +139,7 @@ pub fn open_file(root: &Path, path: &str) -> Result<(File, u64), PathError> {
 
 /// Gives a file or directory the server created to the owner of the
 /// sandbox root (the unprivileged uid commands run as, see
-/// [`crate::rootfs`]), so that commands can change what the Files API
+/// [`crate::storage::rootfs`]), so that commands can change what the Files API
 /// wrote. Best effort: a failure leaves it owned by the server.
 fn give_to_root_owner(rootfd: &OwnedFd, fd: &OwnedFd) {
     if let Ok(st) = rustix::fs::fstat(rootfd) {

@@ -305,13 +305,13 @@ pub fn remove_etc(data_dir: &Path) {
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| n.starts_with(MEMORY_ETC_PREFIX));
             if ours {
-                let _ = crate::fstree::remove_tree(&target);
+                let _ = crate::storage::fstree::remove_tree(&target);
                 crate::trees::deathguard::forget_removal(&target);
             }
             let _ = std::fs::remove_file(&link);
         }
         Err(_) => {
-            let _ = crate::fstree::remove_tree(&link);
+            let _ = crate::storage::fstree::remove_tree(&link);
         }
     }
 }

@@ -162,8 +162,8 @@ fn make_template(template: &Path, size: u64) -> std::io::Result<()> {
     if let Some(dir) = template.parent() {
         disks_dir(dir)?;
     }
-    let memory = Path::new(crate::rootfs::MEMORY_DIR);
-    let file = if crate::rootfs::is_tmpfs(memory) {
+    let memory = Path::new(crate::storage::rootfs::MEMORY_DIR);
+    let file = if crate::storage::rootfs::is_tmpfs(memory) {
         let file = memory.join(format!(
             "{MEMORY_TEMPLATE_PREFIX}{}-{}.ext4",
             std::process::id(),
@@ -191,7 +191,7 @@ fn make_template(template: &Path, size: u64) -> std::io::Result<()> {
 pub fn remove_template(data_dir: &Path) {
     let template = template_of(data_dir);
     if let Ok(target) = std::fs::read_link(&template) {
-        let ours = target.parent() == Some(Path::new(crate::rootfs::MEMORY_DIR))
+        let ours = target.parent() == Some(Path::new(crate::storage::rootfs::MEMORY_DIR))
             && target
                 .file_name()
                 .and_then(|n| n.to_str())
@@ -285,7 +285,7 @@ pub enum PrepareError {
 
 /// Makes the sandbox root `root`: with a disk of `disk` bytes of its own
 /// when given (admitted first, see [`admit`]), then its directories
-/// ([`crate::rootfs::prepare_root`]). Nothing is left behind on failure.
+/// ([`crate::storage::rootfs::prepare_root`]). Nothing is left behind on failure.
 pub fn prepare(root: &Path, disk: Option<u64>) -> Result<(), PrepareError> {
     if let Some(size) = disk {
         let data_dir = root.parent().unwrap_or(Path::new("/"));
@@ -298,7 +298,7 @@ pub fn prepare(root: &Path, disk: Option<u64>) -> Result<(), PrepareError> {
         };
         mount_disk(root, &image).map_err(PrepareError::Io)?;
     }
-    crate::rootfs::prepare_root(root).map_err(|e| {
+    crate::storage::rootfs::prepare_root(root).map_err(|e| {
         if detach(root) {
             let _ = std::fs::remove_dir(root);
         }
@@ -644,12 +644,12 @@ mod loop_device {
     }
 }
 
-/// Removes `path` and everything under it ([`crate::fstree::remove_tree`]),
+/// Removes `path` and everything under it ([`crate::storage::fstree::remove_tree`]),
 /// a sandbox root with a disk of its own detached first: the disk goes
 /// whole.
 pub fn remove_tree(path: &Path) -> std::io::Result<()> {
     detach(path);
-    crate::fstree::remove_tree(path)
+    crate::storage::fstree::remove_tree(path)
 }
 
 /// Unmounts the disk of `root` (lazily) and removes its image; `true` when
