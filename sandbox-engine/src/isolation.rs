@@ -356,8 +356,8 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     let (door, lease) = crate::machine::join(bwrap, &spec.root)?;
     let (dir, procs) = command_cgroup(uid, &spec.marker)?;
     // Egress proxy variables first: the sandbox's own env may override.
-    let mut env = match crate::egress::policy_for(&spec.root) {
-        Some(_) => crate::egress::proxy_env(),
+    let mut env = match crate::network::egress::policy_for(&spec.root) {
+        Some(_) => crate::network::egress::proxy_env(),
         None => Vec::new(),
     };
     env.extend(spec.env.iter().cloned());

@@ -33,21 +33,18 @@
 
 #![deny(missing_docs)]
 
-pub(crate) mod accept;
 pub(crate) mod api;
 pub mod bwrap_args;
-pub(crate) mod connections;
 pub(crate) mod daytona;
 pub(crate) mod daytona_registry;
-pub mod egress;
 pub mod faults;
 pub(crate) mod http;
 pub mod isolation;
 pub mod join;
 pub mod machine;
+pub mod network;
 pub mod output_budget;
 pub mod pty;
-pub mod rate_limit;
 pub mod server;
 pub mod storage;
 pub(crate) mod store;
@@ -69,7 +66,7 @@ pub use daytona::toolbox::{STDERR_PREFIX, STDOUT_PREFIX};
 pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};
 pub use http::middleware::{ENGINE_HEADER, ENGINE_NAME, ENGINE_RATE_LIMIT_HEADER};
 pub use isolation::{IsolationMode, IsolationPreference};
-pub use rate_limit::{RateLimitStats, RateLimiter};
+pub use network::rate_limit::{RateLimitStats, RateLimiter};
 pub use server::{
     BackgroundServer, RunningServer, Server, ServerBuilder, ShutdownReport, StartingServer,
 };

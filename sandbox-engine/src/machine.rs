@@ -60,7 +60,7 @@ struct Machine {
     /// Bumped by every join: an idle timer only ends the machine if no
     /// command joined since it was armed.
     generation: u64,
-    /// The egress proxy serving this machine (see [`crate::egress`]).
+    /// The egress proxy serving this machine (see [`crate::network::egress`]).
     proxy: Option<tokio::task::JoinHandle<()>>,
     /// Its namespaces and root, for commands to join.
     door: Arc<Door>,
@@ -251,12 +251,12 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         door: door.clone(),
         pidfd,
     };
-    if let Some(policy) = crate::egress::policy_for(root) {
+    if let Some(policy) = crate::network::egress::policy_for(root) {
         let name = root
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
-        match crate::egress::start_proxy(init_pid, name, policy) {
+        match crate::network::egress::start_proxy(init_pid, name, policy) {
             Ok(task) => machine.proxy = Some(task),
             Err(e) => {
                 machine.kill();

@@ -180,7 +180,7 @@ fn api_key(cli: &Cli) -> Result<String, String> {
 }
 
 async fn run(cli: Cli) -> ExitCode {
-    let egress = match sandbox_engine::egress::Policy::parse(&cli.egress) {
+    let egress = match sandbox_engine::network::egress::Policy::parse(&cli.egress) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("createos-local: cannot start: {e}");

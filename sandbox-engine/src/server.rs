@@ -11,11 +11,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::connections::ConnectionLimits;
 use crate::faults::Faults;
 use crate::http::middleware::{Face, Faces, ADMIN_PREFIX};
 use crate::http::state::{AppState, Shared};
 use crate::isolation::{self, IsolationMode, IsolationPreference};
+use crate::network::connections::ConnectionLimits;
 use crate::store::Store;
 
 /// The soft descriptor limit the server asks for at start (bounded by the
@@ -99,7 +99,7 @@ pub struct ServerBuilder {
     finished_output: usize,
     budgets: crate::trees::budgets::Budgets,
     body_read_timeout: Duration,
-    egress: crate::egress::Policy,
+    egress: crate::network::egress::Policy,
     sandbox_disk: Option<u64>,
     state_dir: Option<PathBuf>,
     worker_threads: usize,
@@ -124,7 +124,7 @@ impl Default for ServerBuilder {
             finished_output: crate::output_budget::DEFAULT_FINISHED_OUTPUT,
             budgets: crate::trees::budgets::Budgets::for_host(),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
-            egress: crate::egress::Policy::default(),
+            egress: crate::network::egress::Policy::default(),
             sandbox_disk: None,
             state_dir: None,
             worker_threads: DEFAULT_WORKER_THREADS,
@@ -176,11 +176,11 @@ impl ServerBuilder {
         self
     }
 
-    /// The sandboxes' outbound network (see [`crate::egress`]): off by
+    /// The sandboxes' outbound network (see [`crate::network::egress`]): off by
     /// default; an allow-list enables the proxy on each sandbox machine's
     /// loopback (only where sandboxes are machines, see
     /// [`crate::machine::enabled_here`]).
-    pub fn egress(mut self, policy: crate::egress::Policy) -> Self {
+    pub fn egress(mut self, policy: crate::network::egress::Policy) -> Self {
         self.egress = policy;
         self
     }
@@ -445,7 +445,7 @@ impl ServerBuilder {
         let machines = mode == IsolationMode::Bwrap && crate::machine::enabled_here();
         // The policy applies where sandboxes are machines; elsewhere there
         // is no proxy, and none is registered.
-        crate::egress::set_policy(
+        crate::network::egress::set_policy(
             &data_dir,
             (machines && self.egress.enabled()).then(|| self.egress.clone()),
         );
@@ -464,7 +464,7 @@ impl ServerBuilder {
                         (_, false) => "off (each sandbox has its own loopback only)".to_string(),
                         (true, true) => format!(
                             "through the proxy on each sandbox's 127.0.0.1:{}, {}",
-                            crate::egress::PROXY_PORT,
+                            crate::network::egress::PROXY_PORT,
                             self.egress.describe()
                         ),
                         (false, true) => format!(
@@ -507,7 +507,7 @@ impl ServerBuilder {
             }
         }
         // Room for the connection cap and the pipes of many processes.
-        crate::connections::raise_descriptor_limit(DESCRIPTOR_LIMIT);
+        crate::network::connections::raise_descriptor_limit(DESCRIPTOR_LIMIT);
         let listener = TcpListener::bind(self.addr).await?;
         let addr = listener.local_addr()?;
         let toolbox_listener = match self.toolbox_addr {
@@ -533,9 +533,9 @@ impl ServerBuilder {
             data_dir: data_dir.clone(),
             transition_delay: self.transition_delay,
             journal_capacity: self.journal_capacity,
-            rate_limit: self
-                .rate_limit
-                .map(|(requests, window)| crate::rate_limit::RateLimiter::new(requests, window)),
+            rate_limit: self.rate_limit.map(|(requests, window)| {
+                crate::network::rate_limit::RateLimiter::new(requests, window)
+            }),
             blocking: Arc::new(tokio::sync::Semaphore::new(
                 crate::http::state::BLOCKING_SLOTS,
             )),
@@ -577,13 +577,15 @@ impl ServerBuilder {
         let limits = self.connections;
         let toolbox = toolbox_listener.map(|l| (l, toolbox_origin(state.clone()), stop_rx.clone()));
         let key = state.api_key.clone();
-        let check: crate::connections::KeyCheck =
+        let check: crate::network::connections::KeyCheck =
             Arc::new(move |headers| crate::http::middleware::carries_key(headers, &key, FACES));
         let task = tokio::spawn(async move {
-            let main = crate::connections::serve(listener, app, limits, check.clone(), stop_rx);
+            let main =
+                crate::network::connections::serve(listener, app, limits, check.clone(), stop_rx);
             match toolbox {
                 Some((l, toolbox_app, stop)) => {
-                    let second = crate::connections::serve(l, toolbox_app, limits, check, stop);
+                    let second =
+                        crate::network::connections::serve(l, toolbox_app, limits, check, stop);
                     tokio::join!(main, second);
                 }
                 None => main.await,
@@ -711,7 +713,7 @@ impl RunningServer {
     }
 
     /// The rate limit's counters, when a limit is set.
-    pub fn rate_limit_stats(&self) -> Option<crate::rate_limit::RateLimitStats> {
+    pub fn rate_limit_stats(&self) -> Option<crate::network::rate_limit::RateLimitStats> {
         self.state.rate_limit.as_ref().map(|l| l.stats())
     }
 

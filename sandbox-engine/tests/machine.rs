@@ -475,9 +475,12 @@ async fn egress_follows_the_operators_allow_list() {
     // An allow-list naming the test server.
     let dir = std::env::temp_dir().join(marker("egress"));
     std::fs::create_dir_all(&dir).expect("data dir");
-    let h = confined(Server::builder().data_dir(&dir).egress(
-        sandbox_engine::egress::Policy::parse(&[format!("127.0.0.1:{allowed}")]).expect("policy"),
-    ))
+    let h = confined(
+        Server::builder().data_dir(&dir).egress(
+            sandbox_engine::network::egress::Policy::parse(&[format!("127.0.0.1:{allowed}")])
+                .expect("policy"),
+        ),
+    )
     .await;
     let sb = h.sandbox().await;
     let r = h
@@ -508,7 +511,7 @@ async fn egress_follows_the_operators_allow_list() {
     let h = confined(
         Server::builder()
             .data_dir(&dir)
-            .egress(sandbox_engine::egress::Policy::parse(&["any"]).expect("policy")),
+            .egress(sandbox_engine::network::egress::Policy::parse(&["any"]).expect("policy")),
     )
     .await;
     let sb = h.sandbox().await;

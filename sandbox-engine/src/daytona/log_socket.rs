@@ -18,7 +18,7 @@
 //!   the previous one was written to the socket, so a client that stops
 //!   reading slows the command (backpressure) instead of losing output.
 //! - The socket keeps its connection's place under the connection cap
-//!   ([`crate::connections::ConnectionSlot`]) until it closes.
+//!   ([`crate::network::connections::ConnectionSlot`]) until it closes.
 
 use std::io;
 

@@ -27,7 +27,6 @@ use serde_json::{json, Value};
 
 use super::error::DaytonaError;
 use super::sandboxes::{daytona_sandbox, uuid};
-use crate::connections::ConnectionSlot;
 use crate::daytona_registry::{
     exit_code, terminate_verified, Command, DaytonaSandbox, Session, State as SbState,
 };
@@ -37,6 +36,7 @@ use crate::http::limits;
 use crate::http::middleware::InjectedFault;
 use crate::http::state::detached;
 use crate::http::state::{AppState, Shared};
+use crate::network::connections::ConnectionSlot;
 use crate::storage::journal::{Frame, Journal, Replay, Retention, StreamKind};
 use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 

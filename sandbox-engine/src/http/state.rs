@@ -35,7 +35,7 @@ pub struct AppState {
     /// Journal capacity per process.
     pub journal_capacity: usize,
     /// The request rate limit, when one is set.
-    pub rate_limit: Option<crate::rate_limit::RateLimiter>,
+    pub rate_limit: Option<crate::network::rate_limit::RateLimiter>,
     /// The runtime that starts, watches and terminates processes (its own
     /// threads: spawning and `/proc` scans are synchronous work that must
     /// not hold up the threads answering requests).

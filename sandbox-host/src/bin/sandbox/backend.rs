@@ -508,8 +508,8 @@ impl EmbeddedEngine {
         state: Option<&Path>,
     ) -> Result<StartingEngine> {
         use sandbox_engine::IsolationPreference;
-        let policy =
-            sandbox_engine::egress::Policy::parse(egress).map_err(|e| anyhow::anyhow!(e))?;
+        let policy = sandbox_engine::network::egress::Policy::parse(egress)
+            .map_err(|e| anyhow::anyhow!(e))?;
         if policy.enabled() && !sandbox_engine::machine::enabled_here() {
             eprintln!(
                 "sandbox: warning: --egress needs one machine per sandbox (root with a \
