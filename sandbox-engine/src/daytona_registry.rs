@@ -271,7 +271,7 @@ pub fn exit_code(e: &ExitStatus) -> i32 {
     match e {
         ExitStatus::Code(c) => *c,
         ExitStatus::Signal(s) => {
-            128 + crate::isolation::signal_from_name(s).map_or(0, |s| s.as_raw())
+            128 + crate::machine::isolation::signal_from_name(s).map_or(0, |s| s.as_raw())
         }
     }
 }

@@ -5,7 +5,7 @@
 //! under `/v1`, with the JSend envelope and `X-Api-Key` auth. Each sandbox is
 //! a directory; commands run in it under bubblewrap with a PID namespace per
 //! process, or — where bubblewrap cannot run — as plain process groups (see
-//! [`isolation`] for exactly what each mode guarantees).
+//! [`machine::isolation`] for exactly what each mode guarantees).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -34,17 +34,13 @@
 #![deny(missing_docs)]
 
 pub(crate) mod api;
-pub mod bwrap_args;
 pub(crate) mod daytona;
 pub(crate) mod daytona_registry;
 pub mod faults;
 pub(crate) mod http;
-pub mod isolation;
-pub mod join;
 pub mod machine;
 pub mod network;
 pub mod output_budget;
-pub mod pty;
 pub mod server;
 pub mod storage;
 pub(crate) mod store;
@@ -65,7 +61,7 @@ pub mod store_defaults {
 pub use daytona::toolbox::{STDERR_PREFIX, STDOUT_PREFIX};
 pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};
 pub use http::middleware::{ENGINE_HEADER, ENGINE_NAME, ENGINE_RATE_LIMIT_HEADER};
-pub use isolation::{IsolationMode, IsolationPreference};
+pub use machine::isolation::{IsolationMode, IsolationPreference};
 pub use network::rate_limit::{RateLimitStats, RateLimiter};
 pub use server::{
     BackgroundServer, RunningServer, Server, ServerBuilder, ShutdownReport, StartingServer,

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use crate::faults::Faults;
 use crate::http::middleware::{Face, Faces, ADMIN_PREFIX};
 use crate::http::state::{AppState, Shared};
-use crate::isolation::{self, IsolationMode, IsolationPreference};
+use crate::machine::isolation::{self, IsolationMode, IsolationPreference};
 use crate::network::connections::ConnectionLimits;
 use crate::store::Store;
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::isolation::IsolationMode;
+use crate::machine::isolation::IsolationMode;
 use crate::supervisor::Process;
 
 /// Sandbox status values from the spec.

@@ -2,7 +2,7 @@
 //! tracks leader and tree exit, and terminates trees with verification.
 //!
 //! Lifecycle of one process:
-//! 1. spawn (see [`crate::isolation`]); in bwrap mode the create request is
+//! 1. spawn (see [`crate::machine::isolation`]); in bwrap mode the create request is
 //!    answered as soon as bwrap's status pipe tells the host pid of the
 //!    namespace's init and the namespace inode (no timer, no `/proc` scan:
 //!    the command itself may not have been forked yet). The process's `pid`
@@ -38,8 +38,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{oneshot, watch};
 
-use crate::isolation::{self, IsolationMode, SpawnSpec, Tree};
-use crate::pty::{Terminal, Winsize};
+use crate::machine::isolation::{self, IsolationMode, SpawnSpec, Tree};
+use crate::machine::pty::{Terminal, Winsize};
 use crate::storage::journal::{ExitStatus, Journal, ReaderId, Retention, Room, StreamKind};
 
 mod interactive;
@@ -538,7 +538,7 @@ impl Process {
     /// message for the 5xx answer. A command that prints such a line
     /// itself and exits the same way is taken for one; that can only
     /// misreport its own result. In a sandbox machine the launcher is the
-    /// server's own fork ([`crate::join`]): its failures before the
+    /// server's own fork ([`crate::machine::join`]): its failures before the
     /// command was forked fail the spawn itself, and an exit is always the
     /// command's.
     fn launcher_failure(&self, exit: &ExitStatus) -> Option<String> {

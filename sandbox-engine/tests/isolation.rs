@@ -500,7 +500,10 @@ async fn a_command_is_not_root_on_the_host() {
     }
     // Only the sandbox root's own capabilities, which count in its user
     // namespace alone (none without a machine).
-    let expected = format!("{:016x}", sandbox_engine::join::capabilities_here());
+    let expected = format!(
+        "{:016x}",
+        sandbox_engine::machine::join::capabilities_here()
+    );
     assert_eq!(field("CapEff:"), vec![expected], "{status}");
     assert!(h.server.shutdown().await.all_exited());
 }
@@ -657,7 +660,10 @@ async fn the_pid_of_a_process_is_its_namespace_init() {
         // In a sandbox machine (issue 25) the pid is the command's
         // launcher on the host; its tree is its pids group (tests/machine.rs).
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
-        assert_eq!(comm.trim_end(), sandbox_engine::join::LAUNCHER_NAME);
+        assert_eq!(
+            comm.trim_end(),
+            sandbox_engine::machine::join::LAUNCHER_NAME
+        );
         let (st, v) = h.delete_process(&sb, &id, 100).await;
         assert_eq!(st, StatusCode::OK, "{v}");
         assert_eq!(v["data"]["tree_exited"], true, "{v}");

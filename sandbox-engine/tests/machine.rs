@@ -169,7 +169,7 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 async fn dev_and_dev_shm_cannot_hold_host_memory() {
     let h = confined(Server::builder()).await;
     let sb = h.sandbox().await;
-    let limit_kib = sandbox_engine::bwrap_args::DEV_SHM_SIZE / 1024;
+    let limit_kib = sandbox_engine::machine::bwrap_args::DEV_SHM_SIZE / 1024;
     let r = h
         .exec(
             &sb,

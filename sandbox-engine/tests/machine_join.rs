@@ -1,5 +1,5 @@
 //! Issue 25 (performance): a command joins its sandbox's machine in one
-//! step, the server's own fork ([`sandbox_engine::join`]), instead of
+//! step, the server's own fork ([`sandbox_engine::machine::join`]), instead of
 //! `nsenter` + `setpriv` + `env`. What those tools guaranteed must still
 //! hold, proven with real processes: only the sandbox root's own
 //! capabilities (issue 44) and `no_new_privs` inside, exactly the given environment, the `PATH` search of `execvp`
@@ -46,7 +46,10 @@ async fn a_joined_command_has_only_the_sandbox_capabilities_and_no_new_privilege
         )
         .await;
     let out = r["stdout"].as_str().expect("stdout");
-    let root_set = format!("{:016x}", sandbox_engine::join::SANDBOX_CAPABILITIES);
+    let root_set = format!(
+        "{:016x}",
+        sandbox_engine::machine::join::SANDBOX_CAPABILITIES
+    );
     for (cap, expected) in [
         ("CapInh", "0000000000000000"),
         ("CapPrm", root_set.as_str()),

@@ -17,7 +17,7 @@ use super::envelope::ok;
 use super::process;
 use crate::http::error::{parse_json, ApiError};
 use crate::http::state::{detached, Shared};
-use crate::pty::Winsize;
+use crate::machine::pty::Winsize;
 use crate::store::Status;
 use crate::supervisor::{InputError, ResizeError};
 

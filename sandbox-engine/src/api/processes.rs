@@ -21,8 +21,8 @@ use crate::http::error::{cwd_error, over_budget, parse_json, start_failed, ApiEr
 use crate::http::limits;
 use crate::http::middleware::InjectedFault;
 use crate::http::state::{blocking, detached, AppState, Shared};
-use crate::isolation::IsolationMode;
-use crate::pty::Winsize;
+use crate::machine::isolation::IsolationMode;
+use crate::machine::pty::Winsize;
 use crate::storage::journal::{ExitStatus, Frame, Replay, Retention, StreamKind};
 use crate::store::{Sandbox, Status};
 use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
@@ -96,7 +96,7 @@ async fn start(
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
             "not_supported",
-            crate::pty::NO_MACHINE,
+            crate::machine::pty::NO_MACHINE,
         ));
     }
     let cmd = body
@@ -283,7 +283,7 @@ pub async fn exec(
 }
 
 fn signal_number(name: &str) -> i32 {
-    crate::isolation::signal_from_name(name).map_or(0, |s| s.as_raw())
+    crate::machine::isolation::signal_from_name(name).map_or(0, |s| s.as_raw())
 }
 
 /// `GET .../processes/{pid}`.
@@ -373,7 +373,7 @@ pub async fn signal(
     let body: SignalBody = parse_json(&body)?;
     limits::name("signal", body.signal.as_deref())?;
     let name = body.signal.unwrap_or_else(|| "SIGTERM".to_string());
-    let sig = crate::isolation::signal_from_name(&name)
+    let sig = crate::machine::isolation::signal_from_name(&name)
         .ok_or_else(|| ApiError::bad_request(format!("unknown signal {name:?}")))?;
     // A command bwrap has not forked yet would miss the signal.
     p.command_forked().await;

@@ -11,7 +11,7 @@ use axum::http::StatusCode;
 
 use super::error::{over_budget, ApiError};
 use crate::faults::Faults;
-use crate::isolation::IsolationMode;
+use crate::machine::isolation::IsolationMode;
 use crate::store::Store;
 use crate::trees::budgets::Budgets;
 

@@ -124,7 +124,7 @@ fn component(global: &Global) -> Check {
 
 #[cfg(feature = "local-backend")]
 fn engine_checks(checks: &mut Vec<Check>) {
-    use sandbox_engine::isolation::find_in_path;
+    use sandbox_engine::machine::isolation::find_in_path;
     let root = effective_uid() == Some(0);
     // bubblewrap and user namespaces: the engine's own probe.
     match find_in_path("bwrap") {
@@ -245,7 +245,11 @@ fn user_namespaces() -> Check {
                 .build()
                 .map_err(|e| e.to_string())
         })
-        .and_then(|rt| rt.block_on(sandbox_engine::isolation::probe_bwrap(&dir.join("probe"))));
+        .and_then(|rt| {
+            rt.block_on(sandbox_engine::machine::isolation::probe_bwrap(
+                &dir.join("probe"),
+            ))
+        });
     sandbox_engine::storage::rootfs::remove_etc(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     match probed {

@@ -64,7 +64,7 @@ use std::process::Stdio;
 use rustix::process::Signal;
 use serde::Serialize;
 
-use crate::bwrap_args::{bwrap_args, launcher_env};
+use crate::machine::bwrap_args::{bwrap_args, launcher_env};
 use crate::trees::fds::mark_cloexec_from;
 use crate::trees::host_processes::{sandbox_uid, signal_verified};
 use crate::trees::process_limits::{command_cgroup, join_groups, set_limits, SandboxGroups};
@@ -167,8 +167,8 @@ pub struct SpawnSpec {
     pub env: Vec<(String, String)>,
     /// Value of [`MARKER_VAR`] for this process.
     pub marker: String,
-    /// A terminal of this size instead of pipes (see [`crate::pty`]).
-    pub terminal: Option<crate::pty::Winsize>,
+    /// A terminal of this size instead of pipes (see [`crate::machine::pty`]).
+    pub terminal: Option<crate::machine::pty::Winsize>,
 }
 
 /// A spawned command before its tree identity is known.
@@ -230,7 +230,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         if spec.terminal.is_some() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::Unsupported,
-                crate::pty::NO_MACHINE,
+                crate::machine::pty::NO_MACHINE,
             ));
         }
     }
@@ -277,7 +277,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     // of the host's, which the command makes its controlling terminal.
     let terminal = match spec.terminal {
         Some(size) => {
-            let (master, slave) = crate::pty::open_here(size)?;
+            let (master, slave) = crate::machine::pty::open_here(size)?;
             cmd.stdin(slave.try_clone()?)
                 .stdout(slave.try_clone()?)
                 .stderr(slave);
@@ -372,7 +372,11 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             format!("invalid environment variable name {k:?}"),
         ));
     }
-    let sockets = match spec.terminal.map(|_| crate::pty::socket_pair()).transpose() {
+    let sockets = match spec
+        .terminal
+        .map(|_| crate::machine::pty::socket_pair())
+        .transpose()
+    {
         Ok(s) => s,
         Err(e) => {
             let _ = std::fs::remove_dir(&dir);
@@ -381,7 +385,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     };
     let memory = crate::trees::process_limits::memory_cgroup_tasks(uid);
     let launcher = match (spec.terminal, &sockets) {
-        (Some(size), Some((_, theirs))) => crate::join::command_in_terminal(
+        (Some(size), Some((_, theirs))) => crate::machine::join::command_in_terminal(
             &door,
             &procs,
             memory.as_ref(),
@@ -392,7 +396,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             size,
             theirs.as_raw_fd(),
         ),
-        _ => crate::join::command(
+        _ => crate::machine::join::command(
             &door,
             &procs,
             memory.as_ref(),
@@ -438,7 +442,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     // The spawn returned once the launcher had forked the command, after
     // it sent the master: it is queued on the socket. (Should it not
     // arrive, the supervisor ends the tree: see `Process::start`.)
-    let terminal = sockets.and_then(|(ours, _)| crate::pty::recv_fd(ours.as_fd()).ok());
+    let terminal = sockets.and_then(|(ours, _)| crate::machine::pty::recv_fd(ours.as_fd()).ok());
     Ok(Spawned {
         child,
         status_pipe: None,
@@ -652,7 +656,7 @@ pub enum Tree {
         /// verified gone.
         lease: Option<crate::machine::Lease>,
         /// The launcher (on the host, the leader the server waits for, see
-        /// [`crate::join`]) as (pid, start time): it only relays its child's
+        /// [`crate::machine::join`]) as (pid, start time): it only relays its child's
         /// exit, so signals other than SIGKILL and SIGSTOP go to the
         /// command's processes only, as bwrap's processes are spared in a
         /// namespace tree.

@@ -1,5 +1,5 @@
 //! bubblewrap's command line for a sandbox (its namespaces, mounts and
-//! working directory), shared by one-shot commands ([`crate::isolation`])
+//! working directory), shared by one-shot commands ([`crate::machine::isolation`])
 //! and a sandbox's long-lived machine ([`crate::machine`]), and the fixed
 //! environment of the host-side launcher.
 

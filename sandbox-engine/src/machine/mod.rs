@@ -30,7 +30,7 @@
 //! A launcher forked by the server (run as the sandbox uid, which owns the
 //! machine's user namespace) joins the machine's namespaces and root,
 //! drops every capability and forks the command, exec'd there with its
-//! own environment and nothing of the server's (see [`crate::join`]: one
+//! own environment and nothing of the server's (see [`crate::machine::join`]: one
 //! step, no helper executable). Before that the launcher joins a
 //! pids group of its own, `sandbox-<uid>/cmd-<marker>`: the command's tree
 //! is exactly the members of that group. The sandbox uid cannot write
@@ -39,6 +39,24 @@
 //! terminating writes
 //! `pids.max` 0 (no more forks) and sends SIGKILL to every member until
 //! the kernel lists none, and `tree_exited: true` is that empty list.
+//!
+//! # This folder
+//! The machine and everything that confines a command: how commands are
+//! confined ([`isolation`]: bubblewrap, or unconfined process groups only
+//! when asked), bubblewrap's command line ([`bwrap_args`]), joining a
+//! sandbox's machine in one step ([`join`]) and the terminals of
+//! interactive processes ([`pty`]).
+//!
+//! Uses [`crate::network`] (a machine's egress proxy), [`crate::storage`]
+//! (the root it mounts, the record of each tree it starts),
+//! [`crate::trees`] (the ids, limits and proof of its trees) and
+//! [`crate::util`]; never the sandbox core, the HTTP layer, the faces or
+//! the server.
+
+pub mod bwrap_args;
+pub mod isolation;
+pub mod join;
+pub mod pty;
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -48,7 +66,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 
-use crate::join::Door;
+use crate::machine::join::Door;
 use crate::trees::deathguard::Guarded;
 use crate::trees::procfs;
 use std::sync::Arc;
@@ -312,13 +330,13 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
         .transpose()?;
     let gate_fds = gate.as_ref().map(|g| g.child_fds());
     let mut cmd = std::process::Command::new(bwrap);
-    cmd.args(crate::bwrap_args::machine_bwrap_args(root, raw))
+    cmd.args(crate::machine::bwrap_args::machine_bwrap_args(root, raw))
         .args(gate.iter().flat_map(|g| g.bwrap_args()))
         .arg("--")
         .args(["/usr/bin/sleep", "infinity"])
         .current_dir("/")
         .env_clear()
-        .envs(crate::bwrap_args::launcher_env())
+        .envs(crate::machine::bwrap_args::launcher_env())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
