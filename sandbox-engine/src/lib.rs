@@ -35,17 +35,13 @@
 
 pub(crate) mod api;
 pub(crate) mod daytona;
-pub(crate) mod daytona_registry;
 pub mod faults;
 pub(crate) mod http;
 pub mod machine;
 pub mod network;
-pub mod output_budget;
+pub mod sandboxes;
 pub mod server;
 pub mod storage;
-pub(crate) mod store;
-pub(crate) mod supervisor;
-pub mod teardown;
 pub mod trees;
 pub(crate) mod util;
 
@@ -53,9 +49,9 @@ pub(crate) mod util;
 /// [`ServerBuilder::finished_retention`]).
 pub mod store_defaults {
     /// Seconds a finished process is kept.
-    pub const FINISHED_TTL_SECS: u64 = crate::store::DEFAULT_FINISHED_TTL.as_secs();
+    pub const FINISHED_TTL_SECS: u64 = crate::sandboxes::store::DEFAULT_FINISHED_TTL.as_secs();
     /// Finished processes kept per sandbox.
-    pub const FINISHED_KEEP: usize = crate::store::DEFAULT_FINISHED_KEEP;
+    pub const FINISHED_KEEP: usize = crate::sandboxes::store::DEFAULT_FINISHED_KEEP;
 }
 
 pub use daytona::toolbox::{STDERR_PREFIX, STDOUT_PREFIX};

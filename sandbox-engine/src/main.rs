@@ -123,7 +123,7 @@ struct Cli {
 }
 
 fn parse_output_budget(text: &str) -> Result<u64, String> {
-    sandbox_engine::output_budget::parse_budget(text)
+    sandbox_engine::sandboxes::output_budget::parse_budget(text)
 }
 
 fn parse_rate_limit(text: &str) -> Result<(u32, std::time::Duration), String> {

@@ -16,7 +16,7 @@ use crate::http::middleware::{Face, Faces, ADMIN_PREFIX};
 use crate::http::state::{AppState, Shared};
 use crate::machine::isolation::{self, IsolationMode, IsolationPreference};
 use crate::network::connections::ConnectionLimits;
-use crate::store::Store;
+use crate::sandboxes::store::Store;
 
 /// The soft descriptor limit the server asks for at start (bounded by the
 /// hard limit).
@@ -95,7 +95,7 @@ pub struct ServerBuilder {
     connections: ConnectionLimits,
     allow_unconfined: bool,
     toolbox_addr: Option<SocketAddr>,
-    retention: crate::store::Retention,
+    retention: crate::sandboxes::store::Retention,
     finished_output: usize,
     budgets: crate::trees::budgets::Budgets,
     body_read_timeout: Duration,
@@ -120,8 +120,8 @@ impl Default for ServerBuilder {
             connections: ConnectionLimits::default(),
             allow_unconfined: false,
             toolbox_addr: None,
-            retention: crate::store::Retention::default(),
-            finished_output: crate::output_budget::DEFAULT_FINISHED_OUTPUT,
+            retention: crate::sandboxes::store::Retention::default(),
+            finished_output: crate::sandboxes::output_budget::DEFAULT_FINISHED_OUTPUT,
             budgets: crate::trees::budgets::Budgets::for_host(),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             egress: crate::network::egress::Policy::default(),
@@ -288,10 +288,10 @@ impl ServerBuilder {
     }
 
     /// How many bytes of output all finished processes of the server keep
-    /// together (default [`crate::output_budget::DEFAULT_FINISHED_OUTPUT`],
+    /// together (default [`crate::sandboxes::output_budget::DEFAULT_FINISHED_OUTPUT`],
     /// 64 MiB): past it, the output of the oldest finished processes is
     /// evicted (their records stay; a replay answers 410
-    /// `output_offset_expired`). See [`crate::output_budget`].
+    /// `output_offset_expired`). See [`crate::sandboxes::output_budget`].
     pub fn finished_output(mut self, bytes: usize) -> Self {
         self.finished_output = bytes;
         self
@@ -302,7 +302,7 @@ impl ServerBuilder {
     /// most recently finished). After that a process answers 404 on both
     /// faces, and its memory is returned.
     pub fn finished_retention(mut self, ttl: Duration, keep: usize) -> Self {
-        self.retention = crate::store::Retention { ttl, keep };
+        self.retention = crate::sandboxes::store::Retention { ttl, keep };
         self
     }
 
@@ -542,10 +542,10 @@ impl ServerBuilder {
             uploads: Arc::new(tokio::sync::Semaphore::new(
                 crate::http::state::UPLOAD_SLOTS,
             )),
-            daytona: crate::daytona_registry::Registry::default(),
+            daytona: crate::sandboxes::daytona_registry::Registry::default(),
             toolbox_url,
             retention: self.retention,
-            output_budget: Arc::new(crate::output_budget::OutputBudget::new(
+            output_budget: Arc::new(crate::sandboxes::output_budget::OutputBudget::new(
                 self.finished_output,
             )),
             budgets: self.budgets,
@@ -847,7 +847,7 @@ async fn terminate_all(state: &AppState) -> ShutdownReport {
     let mut report = ShutdownReport::default();
     let mut tasks = Vec::new();
     for sb in state.store.all() {
-        sb.force(crate::store::Status::Destroying);
+        sb.force(crate::sandboxes::store::Status::Destroying);
         sb.close().await;
         for p in sb.processes() {
             report.processes += 1;

@@ -18,8 +18,8 @@ use super::process;
 use crate::http::error::{parse_json, ApiError};
 use crate::http::state::{detached, Shared};
 use crate::machine::pty::Winsize;
-use crate::store::Status;
-use crate::supervisor::{InputError, ResizeError};
+use crate::sandboxes::store::Status;
+use crate::sandboxes::supervisor::{InputError, ResizeError};
 
 /// The most input bytes one request carries (decoded): 1 MiB. A longer
 /// paste is split by the client (the public CreateOS plugin sends at most
@@ -59,7 +59,7 @@ pub(crate) fn too_large(len: impl std::fmt::Display) -> ApiError {
 
 /// 409 while the sandbox is pausing, paused or resuming: the command
 /// cannot read, and its stopped tree must not be woken behind the pause.
-fn require_awake(sb: &crate::store::Sandbox, what: &str) -> Result<(), ApiError> {
+fn require_awake(sb: &crate::sandboxes::store::Sandbox, what: &str) -> Result<(), ApiError> {
     let status = sb.status();
     if matches!(status, Status::Pausing | Status::Paused | Status::Resuming) {
         return Err(ApiError::conflict(format!(

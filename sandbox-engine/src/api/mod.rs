@@ -118,7 +118,10 @@ pub fn admin_routes() -> Router<Shared> {
 }
 
 /// Looks up a sandbox or answers 404.
-pub fn sandbox(state: &AppState, id: &str) -> Result<Arc<crate::store::Sandbox>, ApiError> {
+pub fn sandbox(
+    state: &AppState,
+    id: &str,
+) -> Result<Arc<crate::sandboxes::store::Sandbox>, ApiError> {
     // A Daytona sandbox is not part of the CreateOS face.
     if state.daytona.contains(id) {
         return Err(ApiError::not_found("sandbox"));
@@ -133,7 +136,13 @@ pub fn process(
     state: &AppState,
     id: &str,
     pid: &str,
-) -> Result<(Arc<crate::store::Sandbox>, Arc<crate::supervisor::Process>), ApiError> {
+) -> Result<
+    (
+        Arc<crate::sandboxes::store::Sandbox>,
+        Arc<crate::sandboxes::supervisor::Process>,
+    ),
+    ApiError,
+> {
     let sb = sandbox(state, id)?;
     let p = sb
         .process(pid)

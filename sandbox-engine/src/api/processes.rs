@@ -23,9 +23,9 @@ use crate::http::middleware::InjectedFault;
 use crate::http::state::{blocking, detached, AppState, Shared};
 use crate::machine::isolation::IsolationMode;
 use crate::machine::pty::Winsize;
+use crate::sandboxes::store::{Sandbox, Status};
+use crate::sandboxes::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 use crate::storage::journal::{ExitStatus, Frame, Replay, Retention, StreamKind};
-use crate::store::{Sandbox, Status};
-use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 
 /// Default cwd when the request has none. The spec is silent; `/` is what a
 /// process started by a VM agent most plausibly gets.
@@ -180,7 +180,7 @@ async fn start_registered(
     // the sandbox before it was registered.
     if matches!(
         sb.status(),
-        crate::store::Status::Pausing | crate::store::Status::Paused
+        crate::sandboxes::store::Status::Pausing | crate::sandboxes::store::Status::Paused
     ) {
         p.freeze(true);
     }

@@ -17,7 +17,7 @@ use crate::http::state::{
     detached, make_root, prove_gone, record_created, record_deleted, remove_root, retry_unproven,
     Shared,
 };
-use crate::store::{finish_later, Sandbox, SandboxSpec, Status, SHAPES};
+use crate::sandboxes::store::{finish_later, Sandbox, SandboxSpec, Status, SHAPES};
 
 /// Body of `POST /sandboxes`.
 #[derive(Debug, Deserialize)]

@@ -19,11 +19,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::DaytonaError;
-use crate::daytona_registry::{terminate_verified, CreateSpec, DaytonaSandbox, State as SbState};
 use crate::http::error::parse_json;
 use crate::http::limits;
 use crate::http::state::{AppState, Shared};
-use crate::store::{Sandbox, SandboxSpec, Status};
+use crate::sandboxes::daytona_registry::{
+    terminate_verified, CreateSpec, DaytonaSandbox, State as SbState,
+};
+use crate::sandboxes::store::{Sandbox, SandboxSpec, Status};
 
 /// Body of `POST /sandbox` (camelCase, as the real API).
 #[derive(Debug, Deserialize)]
@@ -510,7 +512,7 @@ fn survived(sb: &DaytonaSandbox, op: &str, survivors: &[i32]) -> DaytonaError {
     DaytonaError::internal(reason)
 }
 
-/// A sandbox whose end could not be proven (see [`crate::teardown`]): it
+/// A sandbox whose end could not be proven (see [`crate::sandboxes::teardown`]): it
 /// stays, in `error`, with the reason.
 fn unproven(sb: &DaytonaSandbox, op: &str, why: &str) -> DaytonaError {
     let reason = format!("{op}: the sandbox could not be proven gone: {why}");

@@ -10,7 +10,7 @@
 //! Also unlike the service, a spent session (every command it started
 //! finished and was dropped by the finished-process retention) is dropped
 //! and answers 404 like a deleted one (see
-//! [`crate::daytona_registry::DaytonaSandbox::retire_commands`]).
+//! [`crate::sandboxes::daytona_registry::DaytonaSandbox::retire_commands`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,9 +27,6 @@ use serde_json::{json, Value};
 
 use super::error::DaytonaError;
 use super::sandboxes::{daytona_sandbox, uuid};
-use crate::daytona_registry::{
-    exit_code, terminate_verified, Command, DaytonaSandbox, Session, State as SbState,
-};
 use crate::faults::FaultAction;
 use crate::http::error::parse_json;
 use crate::http::limits;
@@ -37,8 +34,11 @@ use crate::http::middleware::InjectedFault;
 use crate::http::state::detached;
 use crate::http::state::{AppState, Shared};
 use crate::network::connections::ConnectionSlot;
+use crate::sandboxes::daytona_registry::{
+    exit_code, terminate_verified, Command, DaytonaSandbox, Session, State as SbState,
+};
+use crate::sandboxes::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 use crate::storage::journal::{Frame, Journal, Replay, Retention, StreamKind};
-use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
 
 /// Marker before each stdout chunk in a command's logs (as the real
 /// service's log format).

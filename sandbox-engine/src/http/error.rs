@@ -66,7 +66,7 @@ impl ApiError {
 }
 
 /// 503 for a process the server could not start (see
-/// [`crate::supervisor::Process::server_failure`]).
+/// [`crate::sandboxes::supervisor::Process::server_failure`]).
 pub fn start_failed(message: String) -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "start_failed", message)
 }

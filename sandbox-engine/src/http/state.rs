@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use super::error::{over_budget, ApiError};
 use crate::faults::Faults;
 use crate::machine::isolation::IsolationMode;
-use crate::store::Store;
+use crate::sandboxes::store::Store;
 use crate::trees::budgets::Budgets;
 
 /// Everything handlers share.
@@ -45,14 +45,14 @@ pub struct AppState {
     /// Slots for uploads in progress (each holds a writing thread).
     pub uploads: Arc<tokio::sync::Semaphore>,
     /// The Daytona face's sandboxes and sessions.
-    pub daytona: crate::daytona_registry::Registry,
+    pub daytona: crate::sandboxes::daytona_registry::Registry,
     /// How long a request body may send nothing before the request is
     /// answered 408 and its slot is released.
     pub body_read_timeout: Duration,
     /// How long and how many finished processes are kept.
-    pub retention: crate::store::Retention,
+    pub retention: crate::sandboxes::store::Retention,
     /// How much output finished processes keep, engine-wide.
-    pub output_budget: Arc<crate::output_budget::OutputBudget>,
+    pub output_budget: Arc<crate::sandboxes::output_budget::OutputBudget>,
     /// Host-wide budgets (sandbox count, live processes).
     pub budgets: Budgets,
     /// Size of each sandbox's own disk, when sandboxes get one (see
@@ -189,14 +189,14 @@ pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError
 }
 
 /// Ends what is left of the sandbox at `root` once its command trees are
-/// verified gone, and proves it ([`crate::teardown::end_sandbox`]: its
+/// verified gone, and proves it ([`crate::sandboxes::teardown::end_sandbox`]: its
 /// machine and every process of its uid; its disk too when `disk`), off
 /// the runtime's threads. `Ok(true)` when it had a machine; `Err` says
 /// what may still run or exist.
 pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<bool, String> {
     state
         .supervision
-        .spawn_blocking(move || crate::teardown::end_sandbox(&root, disk))
+        .spawn_blocking(move || crate::sandboxes::teardown::end_sandbox(&root, disk))
         .await
         .map_err(|e| format!("the proof that the sandbox is gone could not be made: {e}"))?
 }

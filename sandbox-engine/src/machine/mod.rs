@@ -21,7 +21,7 @@
 //! keeps its command's tree, and so the machine, alive until the process
 //! is deleted, the sandbox is deleted or the server shuts down. A delete,
 //! a stop or a shutdown ends it at once ([`end_now`]) and proves it gone
-//! before answering ([`crate::teardown`]). The SIGKILL goes through a
+//! before answering ([`crate::sandboxes::teardown`]). The SIGKILL goes through a
 //! pidfd opened when the machine started, so it needs no new descriptor.
 //! The death guard kills it if the server dies (and keeps watching a
 //! machine whose SIGKILL could not be sent).
@@ -298,7 +298,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
 /// the sandbox is being deleted or stopped and every command tree of it
 /// was verified gone. SIGKILL to its init (the kernel ends its PID
 /// namespace). Returns the init's pid, for the caller's proof
-/// ([`crate::teardown`]); `None` when no machine was running.
+/// ([`crate::sandboxes::teardown`]); `None` when no machine was running.
 pub fn end_now(root: &Path) -> Option<i32> {
     let m = registry()
         .lock()

@@ -15,7 +15,7 @@
 //! processes started through the API and, where each command has a pids
 //! group of its own (one machine per sandbox), every task they started
 //! ([`sandbox_tasks`]), whichever is more; counting and admitting a start
-//! are one step ([`crate::store::Store::admit_process`]). On a host with a small `pid_max` (32 768) the minimum of 16
+//! are one step ([`crate::sandboxes::store::Store::admit_process`]). On a host with a small `pid_max` (32 768) the minimum of 16
 //! sandboxes times 2048 tasks reaches `pid_max`: there the per-sandbox task
 //! limit of the launch path, or a lower `--max-sandboxes`, bounds the rest.
 
@@ -118,18 +118,18 @@ impl Refusal {
 pub const OUT_OF_DESCRIPTORS: &str = "out_of_descriptors";
 
 /// `Err` (503 `out_of_descriptors`) while the engine has fewer than
-/// [`crate::teardown::NEW_WORK_RESERVE`] descriptors free: what is left
+/// [`crate::sandboxes::teardown::NEW_WORK_RESERVE`] descriptors free: what is left
 /// stays for proving sandboxes gone (issue 40 item 2).
 pub fn admit_by_descriptors(what: &str) -> Result<(), Refusal> {
     let free = crate::trees::fds::headroom_fast();
-    if free < crate::teardown::NEW_WORK_RESERVE {
+    if free < crate::sandboxes::teardown::NEW_WORK_RESERVE {
         return Err(Refusal {
             code: OUT_OF_DESCRIPTORS,
             message: format!(
                 "the server has {free} file descriptors left, fewer than the {} it keeps \
                  for ending sandboxes with proof; no {what} was started: end processes or \
                  close connections, then retry",
-                crate::teardown::NEW_WORK_RESERVE
+                crate::sandboxes::teardown::NEW_WORK_RESERVE
             ),
         });
     }

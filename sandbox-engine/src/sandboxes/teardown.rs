@@ -3,7 +3,7 @@
 //! "destroyed", "stopped" or "none survived".
 //!
 //! Every command tree of the sandbox was verified gone first (its pids
-//! group or PID namespace empty, see [`crate::supervisor`]). What is left
+//! group or PID namespace empty, see [`crate::sandboxes::supervisor`]). What is left
 //! is the sandbox's machine ([`crate::machine`]): its two `bwrap`
 //! processes and the holder, which used to end on the idle timer about
 //! 3 s after the answer. Here it is ended at once and proven gone the way

@@ -116,8 +116,8 @@ pub struct Process {
     /// Itself, for the output budget's list of finished processes.
     me: std::sync::Weak<Process>,
     /// The engine-wide budget its output counts against once it finished
-    /// (streamed journals only, see [`crate::output_budget`]).
-    output_budget: Option<Arc<crate::output_budget::OutputBudget>>,
+    /// (streamed journals only, see [`crate::sandboxes::output_budget`]).
+    output_budget: Option<Arc<crate::sandboxes::output_budget::OutputBudget>>,
     /// Counted against the budget already.
     counted: AtomicBool,
     /// A `pty` process: the size its terminal was asked with.
@@ -172,7 +172,7 @@ pub struct StartRequest {
     pub journal: Retention,
     /// The engine-wide budget of finished output (counted only for a
     /// [`Retention::Streamed`] journal).
-    pub output_budget: Option<Arc<crate::output_budget::OutputBudget>>,
+    pub output_budget: Option<Arc<crate::sandboxes::output_budget::OutputBudget>>,
     /// A terminal of this size instead of pipes (a `pty` process).
     pub terminal: Option<Winsize>,
 }

@@ -3,7 +3,7 @@
 //!
 //! A finished process (leader exited, tree gone) keeps its output journal
 //! for a replay (`/connect?after=N`, Daytona logs) until the per-sandbox
-//! retention drops it ([`crate::store::Retention`]: by count and age). That
+//! retention drops it ([`crate::sandboxes::store::Retention`]: by count and age). That
 //! alone let the engine grow from 7 to 301 MB of RSS with 300 finished
 //! commands of 1 MB each before it pruned. Here every managed process
 //! (and Daytona session command run in the background, the journals a
@@ -21,7 +21,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::supervisor::Process;
+use crate::sandboxes::supervisor::Process;
 
 /// Default budget: 64 MiB of finished processes' output, engine-wide.
 pub const DEFAULT_FINISHED_OUTPUT: usize = 64 << 20;

@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::machine::isolation::IsolationMode;
-use crate::supervisor::Process;
+use crate::sandboxes::supervisor::Process;
 
 /// Sandbox status values from the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
