@@ -203,7 +203,7 @@ pub async fn serve(
         // half-open connections cannot keep a client out); without one,
         // the connection is told so and closed, and the loop waits before
         // it takes the next one.
-        if crate::trees::fds::headroom_fast() < crate::sandboxes::teardown::CONNECTION_RESERVE
+        if crate::trees::fds::headroom_fast() < crate::trees::fds::CONNECTION_RESERVE
             && !lock(&unauthenticated).evict_oldest()
         {
             refuse_for_descriptors(&mut open, &refusing, stream);

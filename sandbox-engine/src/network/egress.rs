@@ -256,7 +256,7 @@ pub fn start_proxy(
             // Short of descriptors, the engine takes no more of the
             // sandbox's connections (they wait in the queue): what is left
             // is kept for proving sandboxes gone (issue 40 item 2).
-            if crate::trees::fds::headroom_fast() < crate::sandboxes::teardown::NEW_WORK_RESERVE {
+            if crate::trees::fds::headroom_fast() < crate::trees::fds::NEW_WORK_RESERVE {
                 tokio::time::sleep(crate::network::accept::BACKOFF).await;
                 continue;
             }

@@ -21,18 +21,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// Descriptors kept free for proving sandboxes gone (issue 40 item 2):
-/// a process start or a sandbox creation is refused (503
-/// `out_of_descriptors`) while fewer are free. A proof needs a handful at
-/// a time (the `/proc` listing, one `status` file, `mountinfo`, the loop
-/// devices' listing, a pidfd per SIGKILL).
-pub const NEW_WORK_RESERVE: u64 = 64;
-
-/// Below this many free descriptors the API and toolbox listeners take
-/// no connection to serve: waiting connections are answered 503 one at a
-/// time and closed, and the sandboxes' egress proxies take none.
-pub const CONNECTION_RESERVE: u64 = 32;
-
 /// How long a delete, a stop or a shutdown waits for the proof that a
 /// sandbox's processes are gone.
 pub const PROOF_WAIT: Duration = Duration::from_secs(5);

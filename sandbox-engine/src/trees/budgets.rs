@@ -118,18 +118,18 @@ impl Refusal {
 pub const OUT_OF_DESCRIPTORS: &str = "out_of_descriptors";
 
 /// `Err` (503 `out_of_descriptors`) while the engine has fewer than
-/// [`crate::sandboxes::teardown::NEW_WORK_RESERVE`] descriptors free: what is left
+/// [`crate::trees::fds::NEW_WORK_RESERVE`] descriptors free: what is left
 /// stays for proving sandboxes gone (issue 40 item 2).
 pub fn admit_by_descriptors(what: &str) -> Result<(), Refusal> {
     let free = crate::trees::fds::headroom_fast();
-    if free < crate::sandboxes::teardown::NEW_WORK_RESERVE {
+    if free < crate::trees::fds::NEW_WORK_RESERVE {
         return Err(Refusal {
             code: OUT_OF_DESCRIPTORS,
             message: format!(
                 "the server has {free} file descriptors left, fewer than the {} it keeps \
                  for ending sandboxes with proof; no {what} was started: end processes or \
                  close connections, then retry",
-                crate::sandboxes::teardown::NEW_WORK_RESERVE
+                crate::trees::fds::NEW_WORK_RESERVE
             ),
         });
     }

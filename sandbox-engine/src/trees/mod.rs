@@ -11,7 +11,7 @@
 
 pub mod budgets;
 pub mod deathguard;
-pub(crate) mod fds;
+pub mod fds;
 pub mod host_processes;
 pub mod id_map;
 pub mod process_limits;
