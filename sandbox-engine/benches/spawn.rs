@@ -320,7 +320,7 @@ async fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(40);
-    let bwrap = sandbox_engine::machine::isolation::find_in_path("bwrap").expect("bwrap in PATH");
+    let bwrap = sandbox_engine::util::find_in_path("bwrap").expect("bwrap in PATH");
     let data_dir =
         std::env::temp_dir().join(format!("createos-local-spawn-bench-{}", std::process::id()));
     std::fs::create_dir_all(&data_dir).expect("data dir");

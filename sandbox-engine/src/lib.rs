@@ -43,7 +43,7 @@ pub mod sandboxes;
 pub mod server;
 pub mod storage;
 pub mod trees;
-pub(crate) mod util;
+pub mod util;
 
 /// Defaults of the retention of finished processes (see
 /// [`ServerBuilder::finished_retention`]).

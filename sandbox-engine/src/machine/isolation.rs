@@ -66,9 +66,10 @@ use serde::Serialize;
 
 use crate::machine::bwrap_args::{bwrap_args, launcher_env};
 use crate::trees::fds::mark_cloexec_from;
-use crate::trees::host_processes::{sandbox_uid, signal_verified};
+use crate::trees::host_processes::{sandbox_uid, signal_verified, MARKER_VAR};
 use crate::trees::process_limits::{command_cgroup, join_groups, set_limits, SandboxGroups};
 use crate::trees::procfs::{self, ProcInfo};
+use crate::util::find_in_path;
 
 /// Which isolation the server uses for every command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -138,15 +139,6 @@ pub enum IsolationPreference {
 /// What to do when commands cannot be confined here.
 pub const INSTALL_HINT: &str = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), \
      or opt in to running commands with NO isolation (--isolation process-group)";
-
-/// Host system directories a sandbox sees read-only (and `etc`, its own
-/// minimal one). The Files API refuses paths under them.
-pub const SYSTEM_DIRS: &[&str] = &[
-    "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
-];
-
-/// The environment variable that marks every process the server starts.
-pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
 
 pub use crate::storage::rootfs::prepare_root;
 
@@ -616,14 +608,6 @@ pub fn drain_pipe(pipe: OwnedFd) {
         let mut sink = tokio::io::sink();
         let _ = tokio::io::copy(&mut rx, &mut sink).await;
     });
-}
-
-/// The first `name` in the server's `PATH` (how the server finds bwrap).
-pub fn find_in_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
 }
 
 /// Identity of a process tree, used to signal it and to verify it is gone.

@@ -82,7 +82,7 @@ pub fn image_of(root: &Path) -> Option<PathBuf> {
 }
 
 fn find_tool(name: &str) -> Option<PathBuf> {
-    crate::machine::isolation::find_in_path(name).or_else(|| {
+    crate::util::find_in_path(name).or_else(|| {
         ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
             .iter()
             .map(|d| Path::new(d).join(name))

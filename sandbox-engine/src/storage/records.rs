@@ -477,7 +477,7 @@ pub fn note_tree(root: &Path, tree: &Guarded, marker: Option<&str>) {
             start: starttime,
             marker: format!(
                 "{}={}",
-                crate::machine::isolation::MARKER_VAR,
+                crate::trees::host_processes::MARKER_VAR,
                 marker.unwrap_or_default()
             ),
         },
@@ -735,7 +735,7 @@ mod tests {
         let mut child = std::process::Command::new("sleep");
         child
             .arg("1000")
-            .env(crate::machine::isolation::MARKER_VAR, &marker)
+            .env(crate::trees::host_processes::MARKER_VAR, &marker)
             .process_group(0);
         let mut child = child.spawn().expect("sleep");
         let leader = child.id() as i32;
@@ -743,7 +743,7 @@ mod tests {
         let tree = TreeId::Group {
             leader,
             start,
-            marker: format!("{}={marker}", crate::machine::isolation::MARKER_VAR),
+            marker: format!("{}={marker}", crate::trees::host_processes::MARKER_VAR),
         };
         assert_eq!(
             verify(&record(vec![tree]), Duration::from_secs(10)),

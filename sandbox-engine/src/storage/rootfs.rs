@@ -39,6 +39,12 @@ pub const HOST_DIRS: &[&str] = &[
     "usr", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
 ];
 
+/// Host system directories a sandbox sees read-only (and `etc`, its own
+/// minimal one). The Files API refuses paths under them.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+];
+
 /// Entries of the host's `/etc` mounted read-only into every sandbox (when
 /// they exist). A trailing `*` matches a name prefix.
 pub const ETC_FROM_HOST: &[&str] = &[

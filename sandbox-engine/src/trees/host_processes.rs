@@ -9,6 +9,9 @@ use rustix::process::{Pid, Signal};
 use crate::trees::id_map::IdRange;
 use crate::trees::procfs::{self, ProcInfo};
 
+/// The environment variable that marks every process the server starts.
+pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
+
 /// The host uid that owns the sandbox at `root`: the first of its own ids
 /// when the server runs as root (see [`crate::storage::rootfs`]); `None` when
 /// commands run as the server's own uid (a server that is not root).

@@ -124,7 +124,7 @@ fn component(global: &Global) -> Check {
 
 #[cfg(feature = "local-backend")]
 fn engine_checks(checks: &mut Vec<Check>) {
-    use sandbox_engine::machine::isolation::find_in_path;
+    use sandbox_engine::util::find_in_path;
     let root = effective_uid() == Some(0);
     // bubblewrap and user namespaces: the engine's own probe.
     match find_in_path("bwrap") {
