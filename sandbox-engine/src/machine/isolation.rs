@@ -405,7 +405,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             return Err(e);
         }
     };
-    if let Some((uid, gid)) = crate::storage::rootfs::sandbox_owner(&spec.root) {
+    if let Some((uid, gid)) = crate::trees::id_map::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
     if sockets.is_some() {
@@ -487,7 +487,7 @@ fn configure_bwrap(
     cmd.args(gate.iter().flat_map(|g| g.bwrap_args()));
     cmd.arg("--").arg(&spec.cmd).args(&spec.args);
     cmd.current_dir("/");
-    if let Some((uid, gid)) = crate::storage::rootfs::sandbox_owner(&spec.root) {
+    if let Some((uid, gid)) = crate::trees::id_map::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
 }

@@ -340,7 +340,7 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    if let Some((uid, gid)) = crate::storage::rootfs::sandbox_owner(root) {
+    if let Some((uid, gid)) = crate::trees::id_map::sandbox_owner(root) {
         cmd.uid(uid).gid(gid);
     }
     let groups = crate::trees::process_limits::SandboxGroups::of(

@@ -145,18 +145,6 @@ fn allocate_owner() -> std::io::Result<Option<(u32, u32)>> {
     Ok(Some((uid, uid)))
 }
 
-/// The uid and gid commands of the sandbox at `root` run as: its owner,
-/// when the server runs as root and the root was prepared by
-/// [`prepare_root`]; `None` (run as the server's own uid) otherwise.
-pub fn sandbox_owner(root: &Path) -> Option<(u32, u32)> {
-    use std::os::unix::fs::MetadataExt;
-    if !rustix::process::geteuid().is_root() {
-        return None;
-    }
-    let meta = std::fs::metadata(root).ok()?;
-    crate::trees::id_map::is_range_start(meta.uid()).then_some((meta.uid(), meta.gid()))
-}
-
 /// Creates a sandbox root: its own directories and `/etc`, plus mount
 /// points (or copies of the host's symlinks) for the read-only host
 /// directories, all owned by the sandbox's own uid (see the module docs).

@@ -13,10 +13,10 @@ use crate::trees::procfs::{self, ProcInfo};
 pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
 
 /// The host uid that owns the sandbox at `root`: the first of its own ids
-/// when the server runs as root (see [`crate::storage::rootfs`]); `None` when
+/// when the server runs as root (see [`crate::trees::id_map::sandbox_owner`]); `None` when
 /// commands run as the server's own uid (a server that is not root).
 pub fn sandbox_uid(root: &Path) -> Option<u32> {
-    crate::storage::rootfs::sandbox_owner(root).map(|(uid, _)| uid)
+    crate::trees::id_map::sandbox_owner(root).map(|(uid, _)| uid)
 }
 
 /// The host ids of the sandbox at `root` (see [`crate::trees::id_map`]): the

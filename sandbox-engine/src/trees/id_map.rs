@@ -48,6 +48,18 @@ pub fn is_range_start(uid: u32) -> bool {
     (FIRST_ID..0x7000_0000).contains(&uid) && (uid - FIRST_ID).is_multiple_of(IDS_PER_SANDBOX)
 }
 
+/// The uid and gid commands of the sandbox at `root` run as: its owner,
+/// when the server runs as root and the root was prepared by
+/// [`crate::storage::rootfs::prepare_root`]; `None` (run as the server's own uid) otherwise.
+pub fn sandbox_owner(root: &std::path::Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    let meta = std::fs::metadata(root).ok()?;
+    is_range_start(meta.uid()).then_some((meta.uid(), meta.gid()))
+}
+
 /// The host ids of one sandbox: `first..first + count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdRange {
