@@ -26,6 +26,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::DaytonaError;
+use super::log_socket::SDK_VERSION_HEADER;
 use super::sandboxes::{daytona_sandbox, uuid};
 use crate::faults::FaultAction;
 use crate::http::error::parse_json;
@@ -458,9 +459,6 @@ pub async fn terminate_command(
 
 /// The header that asks for the logs with their stream markers.
 pub const SPLIT_OUTPUT_HEADER: &str = "x-daytona-split-output";
-
-/// The header the official SDKs send with their version.
-pub const SDK_VERSION_HEADER: &str = "x-daytona-sdk-version";
 
 /// Whether a logs request gets the labelled log (see [`labelled`]) or the
 /// combined text with the markers removed, as the real daemon decides:
