@@ -440,15 +440,6 @@ impl Process {
         }
     }
 
-    /// Evicts the output it keeps (the engine-wide budget): a replay is
-    /// then the 410 of an expired offset. `None`, nothing evicted, while a
-    /// reader is attached.
-    pub(crate) fn evict_output(&self) -> Option<usize> {
-        let freed = lock(&self.inner).journal.evict_all();
-        self.bump();
-        freed
-    }
-
     fn set_tree_exited(&self) {
         {
             let mut tree = lock(&self.tree);
@@ -793,6 +784,17 @@ impl Process {
             inner.journal.stream_tail(stream),
             inner.journal.dropped_bytes(stream),
         )
+    }
+}
+
+impl crate::sandboxes::output_budget::KeepsOutput for Process {
+    /// Evicts the output it keeps (the engine-wide budget): a replay is
+    /// then the 410 of an expired offset. `None`, nothing evicted, while a
+    /// reader is attached.
+    fn evict_output(&self) -> Option<usize> {
+        let freed = lock(&self.inner).journal.evict_all();
+        self.bump();
+        freed
     }
 }
 
