@@ -500,10 +500,7 @@ async fn a_command_is_not_root_on_the_host() {
     }
     // Only the sandbox root's own capabilities, which count in its user
     // namespace alone (none without a machine).
-    let expected = format!(
-        "{:016x}",
-        sandbox_engine::machine::join::capabilities_here()
-    );
+    let expected = format!("{:016x}", sandbox_engine::machine::capabilities_here());
     assert_eq!(field("CapEff:"), vec![expected], "{status}");
     assert!(h.server.shutdown().await.all_exited());
 }

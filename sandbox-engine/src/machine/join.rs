@@ -93,18 +93,6 @@ pub const SANDBOX_CAPABILITIES: u64 = {
     set
 };
 
-/// The capabilities a sandbox's uid-0 command holds on this host:
-/// [`SANDBOX_CAPABILITIES`] where commands join a machine
-/// ([`crate::machine::enabled_here`]), none where each command has
-/// namespaces of its own (bwrap drops them all).
-pub fn capabilities_here() -> u64 {
-    if crate::machine::enabled_here() {
-        SANDBOX_CAPABILITIES
-    } else {
-        0
-    }
-}
-
 /// The name (`comm`) of a launcher on the host.
 pub const LAUNCHER_NAME: &str = "sandbox-join";
 const LAUNCHER_CNAME: &std::ffi::CStr = c"sandbox-join";

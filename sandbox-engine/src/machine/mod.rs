@@ -209,6 +209,18 @@ pub fn enabled_here() -> bool {
         && crate::trees::process_limits::pids_cgroup_base().is_some()
 }
 
+/// The capabilities a sandbox's uid-0 command holds on this host:
+/// [`join::SANDBOX_CAPABILITIES`] where commands join a machine
+/// ([`enabled_here`]), none where each command has
+/// namespaces of its own (bwrap drops them all).
+pub fn capabilities_here() -> u64 {
+    if enabled_here() {
+        join::SANDBOX_CAPABILITIES
+    } else {
+        0
+    }
+}
+
 /// Whether a server started here would give each sandbox a machine, as
 /// far as can be told without touching the host (no cgroup is created):
 /// root and a cgroup v1 `pids` hierarchy. For descriptions
