@@ -9,6 +9,7 @@
 pub mod early_answer;
 pub mod error;
 pub mod files;
+pub mod input;
 pub mod limits;
 pub mod middleware;
 pub mod router;
