@@ -1,6 +1,13 @@
 //! The CreateOS face: the API under `/v1` (JSend envelope, `X-Api-Key`)
 //! and the admin API under `/_admin`, on the shared HTTP layer
 //! ([`crate::http`]).
+//!
+//! Uses the sandbox core ([`crate::sandboxes`]), the machine
+//! ([`crate::machine`]: isolation modes, terminals), storage
+//! ([`crate::storage`]: paths inside a root, journals, records), the
+//! trees ([`crate::trees`]: budgets, freezing a sandbox), the fault rules
+//! ([`crate::faults`]) and [`crate::util`]. Never the Daytona face (what
+//! both answer alike is in the HTTP layer) or the server.
 
 pub mod admin;
 pub mod envelope;

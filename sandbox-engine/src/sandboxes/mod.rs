@@ -5,9 +5,9 @@
 //! sandbox gone ([`teardown`]) and what the Daytona face knows beyond the
 //! core ([`daytona_registry`]).
 //!
-//! Uses [`crate::machine`], [`crate::network`], [`crate::storage`],
-//! [`crate::trees`] and [`crate::util`]; never the HTTP layer, the faces
-//! or the server, which use it.
+//! Uses [`crate::machine`], [`crate::storage`], [`crate::trees`] and
+//! [`crate::util`]; never the HTTP layer, the faces or the server, which
+//! use it.
 
 pub(crate) mod daytona_registry;
 pub mod output_budget;
