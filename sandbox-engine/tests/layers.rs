@@ -9,7 +9,9 @@
 //!   core, never the reverse, and the server composes everything;
 //! - that no two folders, and no two files, use each other round a
 //!   circle (the circle is named step by step);
-//! - that each folder's module doc names every folder it uses.
+//! - that each folder's module doc names every folder it uses;
+//! - that the host's cgroup layout and the server's uid are read only in
+//!   the files that decide those capabilities (issue 42 item 2).
 //!
 //! Seen failing: a `use crate::server::Server;` added to
 //! `trees/procfs.rs` fails the layer order and the folder circle, a
@@ -98,6 +100,12 @@ fn module_path(relative: &Path) -> Vec<String> {
 /// the contents of string and character literals, so that only code is
 /// searched.
 fn code_only(source: &str) -> String {
+    strip(source, false)
+}
+
+/// The source without comments; string and character literals kept when
+/// `keep_strings`, else emptied.
+fn strip(source: &str, keep_strings: bool) -> String {
     let bytes = source.as_bytes();
     let mut out = String::with_capacity(source.len());
     let mut i = 0;
@@ -123,17 +131,22 @@ fn code_only(source: &str) -> String {
                 }
             }
         } else if let Some(end) = raw_string_end(rest) {
-            out.push_str("\"\"");
+            out.push_str(if keep_strings { &rest[..end] } else { "\"\"" });
             i += end;
         } else if bytes[i] == b'"' {
+            let start = i;
             i += 1;
             while i < bytes.len() && bytes[i] != b'"' {
                 i += if bytes[i] == b'\\' { 2 } else { 1 };
             }
             i += 1;
-            out.push_str("\"\"");
+            out.push_str(if keep_strings {
+                &source[start..i.min(bytes.len())]
+            } else {
+                "\"\""
+            });
         } else if let Some(end) = char_literal_end(rest) {
-            out.push_str("' '");
+            out.push_str(if keep_strings { &rest[..end] } else { "' '" });
             i += end;
         } else {
             let c = rest.chars().next().expect("not at the end");
@@ -531,6 +544,79 @@ fn each_folder_says_what_it_uses() {
         unsaid.is_empty(),
         "a folder's module doc does not say what it uses:\n{}",
         unsaid.join("\n")
+    );
+}
+
+/// The files outside `seams` whose code (tests and comments aside, string
+/// literals kept) names any of `names`.
+fn named_outside(seams: &[&str], names: &[&str]) -> Vec<String> {
+    let src = src_dir();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut outside = Vec::new();
+    for path in &files {
+        let file = path
+            .strip_prefix(&src)
+            .expect("under src")
+            .to_string_lossy()
+            .into_owned();
+        if seams.contains(&file.as_str()) {
+            continue;
+        }
+        let source = std::fs::read_to_string(path).expect("a source file");
+        let mut code = strip(&source, true);
+        if let Some(tests) = code.find("#[cfg(test)]") {
+            code.truncate(tests);
+        }
+        for name in names.iter().filter(|name| code.contains(**name)) {
+            outside.push(format!("{file} names {name}"));
+        }
+    }
+    outside
+}
+
+/// The host's cgroup v1 layout (its mount points, `/proc/self/cgroup`,
+/// the control files) is known to one file, the seam the rest of the
+/// engine asks (issue 42 item 2): cgroup v2 or no cgroup at all is then
+/// a change there, not a hunt through the engine.
+#[test]
+fn only_one_file_knows_the_cgroup_layout() {
+    const SEAM: &str = "trees/process_limits.rs";
+    let outside = named_outside(
+        &[SEAM],
+        &[
+            "/sys/fs/cgroup",
+            "/proc/self/cgroup",
+            "cgroup.procs",
+            "pids.max",
+            "pids.current",
+            "memory.limit_in_bytes",
+            "memory.oom_control",
+        ],
+    );
+    assert!(
+        outside.is_empty(),
+        "only {SEAM} may know where and how the host's cgroups are; ask it instead:\n{}",
+        outside.join("\n")
+    );
+}
+
+/// Who the server runs as is asked only where a host capability is
+/// decided: the ids a sandbox gets (`trees/id_map.rs`, `ranges_here`),
+/// the cgroups it may write (`trees/process_limits.rs`) and the disks it
+/// may mount (`storage/disk.rs`). The rest of the engine asks them.
+#[test]
+fn only_the_seams_ask_who_the_server_is() {
+    let seams = [
+        "trees/id_map.rs",
+        "trees/process_limits.rs",
+        "storage/disk.rs",
+    ];
+    let outside = named_outside(&seams, &["geteuid", "getuid"]);
+    assert!(
+        outside.is_empty(),
+        "only {seams:?} may ask who the server runs as; ask them instead:\n{}",
+        outside.join("\n")
     );
 }
 

@@ -67,7 +67,10 @@ use serde::Serialize;
 use crate::machine::bwrap_args::{bwrap_args, launcher_env};
 use crate::trees::fds::mark_cloexec_from;
 use crate::trees::host_processes::{sandbox_uid, signal_verified, MARKER_VAR};
-use crate::trees::process_limits::{command_cgroup, join_groups, set_limits, SandboxGroups};
+use crate::trees::process_limits::{
+    command_cgroup, command_group_pids, join_groups, remove_command_group_soon, set_limits,
+    stop_forks, SandboxGroups,
+};
 use crate::trees::procfs::{self, ProcInfo};
 use crate::util::find_in_path;
 
@@ -443,27 +446,6 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     })
 }
 
-/// Removes a command's emptied pids group: at once, or (while its last
-/// processes are still being reaped, which keeps the group busy) retried
-/// from a short-lived thread for up to 2 s. The lease on the machine goes
-/// after the group.
-fn remove_group_soon(dir: PathBuf, lease: crate::machine::Lease) {
-    if std::fs::remove_dir(&dir).is_ok() {
-        return;
-    }
-    let _ = std::thread::Builder::new()
-        .name("createos-local-cgroup-rm".into())
-        .spawn(move || {
-            for _ in 0..100 {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
-                    break;
-                }
-            }
-            drop(lease);
-        });
-}
-
 /// The bwrap invocation of `spec`: bwrap's arguments, the command, `/` as
 /// the working directory and, when the server is root, the sandbox's own
 /// uid and gid (bwrap itself runs unprivileged: the sandbox's uid 0 maps to
@@ -691,7 +673,7 @@ impl Tree {
     pub fn release(&mut self) {
         if let Tree::Cgroup { dir, lease, .. } = self {
             if let Some(lease) = lease.take() {
-                remove_group_soon(dir.clone(), lease);
+                remove_command_group_soon(dir.clone(), lease);
             }
         }
     }
@@ -711,10 +693,9 @@ impl Tree {
     pub fn members(&mut self) -> Vec<ProcInfo> {
         match self {
             Tree::Empty => Vec::new(),
-            Tree::Cgroup { dir, .. } => std::fs::read_to_string(dir.join("cgroup.procs"))
+            Tree::Cgroup { dir, .. } => command_group_pids(dir)
                 .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok())
+                .into_iter()
                 .filter_map(procfs::stat)
                 .filter(|p| !p.is_zombie())
                 .collect(),
@@ -785,11 +766,8 @@ impl Tree {
             }
             // A group cannot be removed while it has members: no directory,
             // no member.
-            Tree::Cgroup { dir, .. } => match std::fs::read_to_string(dir.join("cgroup.procs")) {
-                Ok(list) => list
-                    .split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok())
-                    .all(procfs::is_dead),
+            Tree::Cgroup { dir, .. } => match command_group_pids(dir) {
+                Ok(pids) => pids.into_iter().all(procfs::is_dead),
                 Err(e) => e.kind() == std::io::ErrorKind::NotFound,
             },
             Tree::Group { .. } => procfs::try_all_pids().is_ok() && self.members().is_empty(),
@@ -814,7 +792,7 @@ impl Tree {
         }
         if let (Tree::Cgroup { dir, .. }, Signal::KILL) = (&*self, sig) {
             // No more forks in a tree being killed.
-            let _ = std::fs::write(dir.join("pids.max"), "0");
+            stop_forks(dir);
         }
         let mut hit = 0;
         for p in self.members() {

@@ -205,7 +205,7 @@ pub fn available(root: &Path) -> bool {
 /// Whether bwrap sandboxes get one machine each on this host: a root
 /// server and a writable pids cgroup hierarchy.
 pub fn enabled_here() -> bool {
-    rustix::process::geteuid().is_root()
+    crate::trees::id_map::ranges_here()
         && crate::trees::process_limits::pids_cgroup_base().is_some()
 }
 
@@ -226,7 +226,7 @@ pub fn capabilities_here() -> u64 {
 /// root and a cgroup v1 `pids` hierarchy. For descriptions
 /// (`sandbox describe`); the server itself decides with [`enabled_here`].
 pub fn offered_here() -> bool {
-    rustix::process::geteuid().is_root() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
+    crate::trees::process_limits::pids_offered_here()
 }
 
 /// The way into the machine of the sandbox at `root` (started now if it

@@ -127,7 +127,7 @@ const ETC_FILES: &[(&str, &str)] = &[
 fn allocate_owner() -> std::io::Result<Option<(u32, u32)>> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: OnceLock<AtomicU32> = OnceLock::new();
-    if !rustix::process::geteuid().is_root() {
+    if !crate::trees::id_map::ranges_here() {
         return Ok(None);
     }
     let next = NEXT.get_or_init(|| {

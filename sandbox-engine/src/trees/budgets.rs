@@ -73,19 +73,7 @@ impl Budgets {
 /// counts API-started processes only.
 pub fn sandbox_tasks(root: &std::path::Path) -> Option<usize> {
     let uid = crate::trees::host_processes::sandbox_uid(root)?;
-    let dir = crate::trees::process_limits::pids_cgroup_base()?.join(format!("sandbox-{uid}"));
-    let mut tasks = 0;
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        if !entry.file_name().to_string_lossy().starts_with("cmd-") {
-            continue;
-        }
-        let current: usize = std::fs::read_to_string(entry.path().join("pids.current"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        tasks += current.saturating_sub(1);
-    }
-    Some(tasks)
+    crate::trees::process_limits::command_tasks(uid)
 }
 
 /// Why a creation was refused.

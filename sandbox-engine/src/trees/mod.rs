@@ -6,6 +6,12 @@
 //! ([`deathguard`]) and the descriptors a child must not inherit
 //! ([`fds`]).
 //!
+//! Two of its files are the seams through which the engine asks what
+//! this host allows: [`id_map`] whether sandboxes get ids of their own
+//! ([`id_map::ranges_here`]), [`process_limits`] everything about the
+//! host's cgroups (cgroup v1 today). No other file reads the server's uid
+//! or the cgroup layout (`tests/layers.rs` checks it).
+//!
 //! The lowest folder of the engine: it uses only [`crate::util`]. Every
 //! other folder may use it.
 
