@@ -1,5 +1,5 @@
 //! `PUT/GET /v1/sandboxes/{id}/files?path=...`, confined to the sandbox root
-//! (see [`crate::confine`]).
+//! (see [`crate::storage::sandbox_paths`]).
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};

@@ -1,6 +1,6 @@
 //! The toolbox face's file API: upload (multipart, field `file`),
 //! download, create folder. Paths are confined to the sandbox root exactly
-//! as in the CreateOS face's Files API (see [`crate::confine`]).
+//! as in the CreateOS face's Files API (see [`crate::storage::sandbox_paths`]).
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,5 @@
 //! File uploads and downloads as both faces stream them, confined to the
-//! sandbox root (see [`crate::confine`]): a body streamed through a
+//! sandbox root (see [`crate::storage::sandbox_paths`]): a body streamed through a
 //! bounded pool to a temporary file, a file streamed back in chunks.
 
 use std::io::Read;

@@ -622,7 +622,7 @@ pub enum Tree {
         /// verified gone.
         lease: Option<crate::machine::Lease>,
         /// The launcher (on the host, the leader the server waits for, see
-        /// [`crate::machine::join`]) as (pid, start time): it only relays its child's
+        /// [`mod@crate::machine::join`]) as (pid, start time): it only relays its child's
         /// exit, so signals other than SIGKILL and SIGSTOP go to the
         /// command's processes only, as bwrap's processes are spared in a
         /// namespace tree.

@@ -30,7 +30,7 @@
 //! A launcher forked by the server (run as the sandbox uid, which owns the
 //! machine's user namespace) joins the machine's namespaces and root,
 //! drops every capability and forks the command, exec'd there with its
-//! own environment and nothing of the server's (see [`crate::machine::join`]: one
+//! own environment and nothing of the server's (see [`mod@crate::machine::join`]: one
 //! step, no helper executable). Before that the launcher joins a
 //! pids group of its own, `sandbox-<uid>/cmd-<marker>`: the command's tree
 //! is exactly the members of that group. The sandbox uid cannot write
@@ -44,7 +44,7 @@
 //! The machine and everything that confines a command: how commands are
 //! confined ([`isolation`]: bubblewrap, or unconfined process groups only
 //! when asked), bubblewrap's command line ([`bwrap_args`]), joining a
-//! sandbox's machine in one step ([`join`]) and the terminals of
+//! sandbox's machine in one step ([`mod@join`]) and the terminals of
 //! interactive processes ([`pty`]).
 //!
 //! Uses [`crate::network`] (a machine's egress proxy), [`crate::storage`]

@@ -2,7 +2,7 @@
 //! pseudo-terminal for a process created with `kind: "pty"`.
 //!
 //! # Where the terminal is allocated
-//! In a sandbox machine ([`crate::machine`]) the launcher ([`crate::machine::join`])
+//! In a sandbox machine ([`crate::machine`]) the launcher ([`mod@crate::machine::join`])
 //! opens `/dev/ptmx` *after* it entered the machine's mount namespace and
 //! root and dropped every capability: the terminal belongs to the
 //! machine's own `devpts` instance (the one bubblewrap's `--dev` mounts at

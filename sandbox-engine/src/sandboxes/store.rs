@@ -313,7 +313,7 @@ pub struct Store {
     /// shutdown.
     leftovers: Mutex<Vec<PathBuf>>,
     /// Removals of deleted sandboxes' roots under way (see
-    /// [`crate::api::remove_root`]): `true` from a thread that succeeded.
+    /// [`crate::http::state::remove_root`]): `true` from a thread that succeeded.
     removals: Mutex<Vec<(PathBuf, std::thread::JoinHandle<bool>)>>,
     /// Held while a process start is counted against the budget and
     /// admitted, so that two starts cannot both take the last slot.

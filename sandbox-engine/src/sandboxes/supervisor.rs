@@ -529,7 +529,7 @@ impl Process {
     /// message for the 5xx answer. A command that prints such a line
     /// itself and exits the same way is taken for one; that can only
     /// misreport its own result. In a sandbox machine the launcher is the
-    /// server's own fork ([`crate::machine::join`]): its failures before the
+    /// server's own fork ([`mod@crate::machine::join`]): its failures before the
     /// command was forked fail the spawn itself, and an exit is always the
     /// command's.
     fn launcher_failure(&self, exit: &ExitStatus) -> Option<String> {
