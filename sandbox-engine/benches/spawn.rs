@@ -10,7 +10,7 @@
 //! The server is the `createos-local` binary in its own process (as in
 //! the `load` bench) with a data directory the bench chooses, so that the
 //! baseline can run the very same bwrap command line
-//! ([`sandbox_engine::isolation::bare_bwrap_command`]) on the same sandbox
+//! ([`sandbox_engine::machine::isolation::bare_bwrap_command`]) on the same sandbox
 //! root, as the same sandbox uid.
 //!
 //! `cargo bench -p sandbox-engine --bench spawn [-- ROUNDS]` (default 40)
@@ -200,7 +200,7 @@ fn millis(d: Duration) -> f64 {
 
 /// The bare bwrap run: spawn to exit of `bwrap <server's arguments> -- true`.
 fn bare_bwrap(bwrap: &std::path::Path, root: &std::path::Path) -> Duration {
-    let mut cmd = sandbox_engine::isolation::bare_bwrap_command(bwrap, root, "true", &[]);
+    let mut cmd = sandbox_engine::machine::isolation::bare_bwrap_command(bwrap, root, "true", &[]);
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -320,7 +320,7 @@ async fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(40);
-    let bwrap = sandbox_engine::isolation::find_in_path("bwrap").expect("bwrap in PATH");
+    let bwrap = sandbox_engine::util::find_in_path("bwrap").expect("bwrap in PATH");
     let data_dir =
         std::env::temp_dir().join(format!("createos-local-spawn-bench-{}", std::process::id()));
     std::fs::create_dir_all(&data_dir).expect("data dir");

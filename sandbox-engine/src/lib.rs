@@ -5,7 +5,7 @@
 //! under `/v1`, with the JSend envelope and `X-Api-Key` auth. Each sandbox is
 //! a directory; commands run in it under bubblewrap with a PID namespace per
 //! process, or — where bubblewrap cannot run — as plain process groups (see
-//! [`isolation`] for exactly what each mode guarantees).
+//! [`machine::isolation`] for exactly what each mode guarantees).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -33,54 +33,32 @@
 
 #![deny(missing_docs)]
 
-pub(crate) mod accept;
 pub(crate) mod api;
-pub mod budgets;
-pub mod bwrap_args;
-pub(crate) mod connections;
 pub(crate) mod daytona;
-pub(crate) mod daytona_registry;
-pub mod deathguard;
-pub mod disk;
-pub mod egress;
 pub mod faults;
-pub(crate) mod fds;
-pub(crate) mod fstree;
-pub mod host_processes;
 pub(crate) mod http;
-pub mod id_map;
-pub mod isolation;
-pub mod join;
-pub mod journal;
 pub mod machine;
-pub mod output_budget;
-pub mod process_limits;
-pub(crate) mod procfs;
-pub mod pty;
-pub mod rate_limit;
-pub mod records;
-pub mod rootfs;
-pub(crate) mod sandbox_paths;
+pub mod network;
+pub mod sandboxes;
 pub mod server;
-pub(crate) mod store;
-pub(crate) mod supervisor;
-pub mod teardown;
-pub(crate) mod util;
+pub mod storage;
+pub mod trees;
+pub mod util;
 
 /// Defaults of the retention of finished processes (see
 /// [`ServerBuilder::finished_retention`]).
 pub mod store_defaults {
     /// Seconds a finished process is kept.
-    pub const FINISHED_TTL_SECS: u64 = crate::store::DEFAULT_FINISHED_TTL.as_secs();
+    pub const FINISHED_TTL_SECS: u64 = crate::sandboxes::store::DEFAULT_FINISHED_TTL.as_secs();
     /// Finished processes kept per sandbox.
-    pub const FINISHED_KEEP: usize = crate::store::DEFAULT_FINISHED_KEEP;
+    pub const FINISHED_KEEP: usize = crate::sandboxes::store::DEFAULT_FINISHED_KEEP;
 }
 
 pub use daytona::toolbox::{STDERR_PREFIX, STDOUT_PREFIX};
 pub use faults::{FaultAction, FaultRule, Faults, RecordedRequest, Times};
 pub use http::middleware::{ENGINE_HEADER, ENGINE_NAME, ENGINE_RATE_LIMIT_HEADER};
-pub use isolation::{IsolationMode, IsolationPreference};
-pub use rate_limit::{RateLimitStats, RateLimiter};
+pub use machine::isolation::{IsolationMode, IsolationPreference};
+pub use network::rate_limit::{RateLimitStats, RateLimiter};
 pub use server::{
     BackgroundServer, RunningServer, Server, ServerBuilder, ShutdownReport, StartingServer,
 };

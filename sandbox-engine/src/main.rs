@@ -42,13 +42,13 @@ struct Cli {
     /// Most sandboxes at once (both faces); one more is answered 429
     /// `sandbox_limit`. The default follows this host: a quarter of the
     /// kernel's pid_max in sandboxes of 2048 tasks each, 16 to 256.
-    #[arg(long, value_name = "N", default_value_t = sandbox_engine::budgets::Budgets::for_host().max_sandboxes)]
+    #[arg(long, value_name = "N", default_value_t = sandbox_engine::trees::budgets::Budgets::for_host().max_sandboxes)]
     max_sandboxes: usize,
     /// Most live processes started through the API across every sandbox,
     /// counting every task they started where each command has a pids
     /// group of its own (root with cgroup v1 pids); one more is answered
     /// 429 `process_limit`. Default: 64 per sandbox allowed, 256 to 1024.
-    #[arg(long, value_name = "N", default_value_t = sandbox_engine::budgets::Budgets::for_host().max_processes)]
+    #[arg(long, value_name = "N", default_value_t = sandbox_engine::trees::budgets::Budgets::for_host().max_processes)]
     max_processes: usize,
     /// Each sandbox's own disk: its root, /tmp included, is a file system
     /// of this size (K, M, G or T; 0 = none), so a sandbox that fills it
@@ -59,14 +59,14 @@ struct Cli {
     /// limit). A creation is refused 429 `disk_limit` unless the data
     /// directory's file system could still hold every sandbox disk filled
     /// up plus 1 GiB for the host.
-    #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::disk::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::storage::disk::parse_size)]
     sandbox_disk: Option<u64>,
     /// Most memory each sandbox may use (K, M, G or T), swap included:
     /// past it the kernel kills a process of that sandbox only. Limits
     /// what a sandbox uses, never the address space its programs reserve.
     /// Default: half the host's RAM, at most 8G. Needs a root server with
     /// a cgroup v1 memory hierarchy (else logged at start: not limited).
-    #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::disk::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::storage::disk::parse_size)]
     sandbox_memory: Option<u64>,
     /// A finished process (exited, tree gone) keeps its exit and output
     /// for this many seconds, then answers 404 and its memory is returned.
@@ -123,7 +123,7 @@ struct Cli {
 }
 
 fn parse_output_budget(text: &str) -> Result<u64, String> {
-    sandbox_engine::output_budget::parse_budget(text)
+    sandbox_engine::sandboxes::output_budget::parse_budget(text)
 }
 
 fn parse_rate_limit(text: &str) -> Result<(u32, std::time::Duration), String> {
@@ -180,7 +180,7 @@ fn api_key(cli: &Cli) -> Result<String, String> {
 }
 
 async fn run(cli: Cli) -> ExitCode {
-    let egress = match sandbox_engine::egress::Policy::parse(&cli.egress) {
+    let egress = match sandbox_engine::network::egress::Policy::parse(&cli.egress) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("createos-local: cannot start: {e}");

@@ -11,12 +11,12 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::connections::ConnectionLimits;
 use crate::faults::Faults;
 use crate::http::middleware::{Face, Faces, ADMIN_PREFIX};
 use crate::http::state::{AppState, Shared};
-use crate::isolation::{self, IsolationMode, IsolationPreference};
-use crate::store::Store;
+use crate::machine::isolation::{self, IsolationMode, IsolationPreference};
+use crate::network::connections::ConnectionLimits;
+use crate::sandboxes::store::Store;
 
 /// The soft descriptor limit the server asks for at start (bounded by the
 /// hard limit).
@@ -95,11 +95,11 @@ pub struct ServerBuilder {
     connections: ConnectionLimits,
     allow_unconfined: bool,
     toolbox_addr: Option<SocketAddr>,
-    retention: crate::store::Retention,
+    retention: crate::sandboxes::store::Retention,
     finished_output: usize,
-    budgets: crate::budgets::Budgets,
+    budgets: crate::trees::budgets::Budgets,
     body_read_timeout: Duration,
-    egress: crate::egress::Policy,
+    egress: crate::network::egress::Policy,
     sandbox_disk: Option<u64>,
     state_dir: Option<PathBuf>,
     worker_threads: usize,
@@ -113,18 +113,18 @@ impl Default for ServerBuilder {
             data_dir: None,
             isolation: IsolationPreference::Auto,
             transition_delay: Duration::from_millis(300),
-            journal_capacity: crate::journal::DEFAULT_CAPACITY,
+            journal_capacity: crate::storage::journal::DEFAULT_CAPACITY,
             faults: Faults::default(),
             quiet: false,
             rate_limit: None,
             connections: ConnectionLimits::default(),
             allow_unconfined: false,
             toolbox_addr: None,
-            retention: crate::store::Retention::default(),
-            finished_output: crate::output_budget::DEFAULT_FINISHED_OUTPUT,
-            budgets: crate::budgets::Budgets::for_host(),
+            retention: crate::sandboxes::store::Retention::default(),
+            finished_output: crate::sandboxes::output_budget::DEFAULT_FINISHED_OUTPUT,
+            budgets: crate::trees::budgets::Budgets::for_host(),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
-            egress: crate::egress::Policy::default(),
+            egress: crate::network::egress::Policy::default(),
             sandbox_disk: None,
             state_dir: None,
             worker_threads: DEFAULT_WORKER_THREADS,
@@ -169,18 +169,18 @@ impl ServerBuilder {
     /// processes gone later, and an engine started on the directory of one
     /// that died proves that engine's sandboxes gone (killing what is left
     /// of them) before it answers anything, answering 404 for them only
-    /// once proven, 500 otherwise (see [`crate::records`]). Two engines
+    /// once proven, 500 otherwise (see [`crate::storage::records`]). Two engines
     /// cannot share one.
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
         self
     }
 
-    /// The sandboxes' outbound network (see [`crate::egress`]): off by
+    /// The sandboxes' outbound network (see [`crate::network::egress`]): off by
     /// default; an allow-list enables the proxy on each sandbox machine's
     /// loopback (only where sandboxes are machines, see
     /// [`crate::machine::enabled_here`]).
-    pub fn egress(mut self, policy: crate::egress::Policy) -> Self {
+    pub fn egress(mut self, policy: crate::network::egress::Policy) -> Self {
         self.egress = policy;
         self
     }
@@ -254,11 +254,11 @@ impl ServerBuilder {
     }
 
     /// The most memory each sandbox may use, in bytes, where the host has
-    /// a memory controller (see [`crate::process_limits::sandbox_memory`];
+    /// a memory controller (see [`crate::trees::process_limits::sandbox_memory`];
     /// default half the host's RAM, at most 8 GiB). Process-wide: it
     /// applies to every sandbox this process starts from now on.
     pub fn sandbox_memory(self, bytes: u64) -> Self {
-        crate::process_limits::set_sandbox_memory(bytes);
+        crate::trees::process_limits::set_sandbox_memory(bytes);
         self
     }
 
@@ -288,10 +288,10 @@ impl ServerBuilder {
     }
 
     /// How many bytes of output all finished processes of the server keep
-    /// together (default [`crate::output_budget::DEFAULT_FINISHED_OUTPUT`],
+    /// together (default [`crate::sandboxes::output_budget::DEFAULT_FINISHED_OUTPUT`],
     /// 64 MiB): past it, the output of the oldest finished processes is
     /// evicted (their records stay; a replay answers 410
-    /// `output_offset_expired`). See [`crate::output_budget`].
+    /// `output_offset_expired`). See [`crate::sandboxes::output_budget`].
     pub fn finished_output(mut self, bytes: usize) -> Self {
         self.finished_output = bytes;
         self
@@ -302,7 +302,7 @@ impl ServerBuilder {
     /// most recently finished). After that a process answers 404 on both
     /// faces, and its memory is returned.
     pub fn finished_retention(mut self, ttl: Duration, keep: usize) -> Self {
-        self.retention = crate::store::Retention { ttl, keep };
+        self.retention = crate::sandboxes::store::Retention { ttl, keep };
         self
     }
 
@@ -315,7 +315,7 @@ impl ServerBuilder {
     }
 
     /// Most sandboxes at once, both faces together (default: see
-    /// [`crate::budgets::Budgets::for_host`]); one more is a 429
+    /// [`crate::trees::budgets::Budgets::for_host`]); one more is a 429
     /// `sandbox_limit`.
     pub fn max_sandboxes(mut self, n: usize) -> Self {
         self.budgets.max_sandboxes = n;
@@ -323,7 +323,7 @@ impl ServerBuilder {
     }
 
     /// Most live managed processes across every sandbox (default: see
-    /// [`crate::budgets::Budgets::for_host`]); one more is a 429
+    /// [`crate::trees::budgets::Budgets::for_host`]); one more is a 429
     /// `process_limit`.
     pub fn max_processes(mut self, n: usize) -> Self {
         self.budgets.max_processes = n;
@@ -331,9 +331,9 @@ impl ServerBuilder {
     }
 
     /// The size in bytes of each sandbox's own disk (its root, `/tmp`
-    /// included; see [`crate::disk`]); 0 = none (the sandbox writes to the
+    /// included; see [`crate::storage::disk`]); 0 = none (the sandbox writes to the
     /// data directory's file system without a limit). Default: see
-    /// [`crate::disk::default_size`].
+    /// [`crate::storage::disk::default_size`].
     pub fn sandbox_disk(mut self, bytes: u64) -> Self {
         self.sandbox_disk = Some(bytes);
         self
@@ -371,19 +371,19 @@ impl ServerBuilder {
         // A predecessor's sandboxes are proven gone (or held unconfirmed)
         // before anything is answered.
         let records = match &self.state_dir {
-            Some(dir) => Some(crate::records::Records::open(dir)?),
+            Some(dir) => Some(crate::storage::records::Records::open(dir)?),
             None => None,
         };
         // Whether sandboxes get a disk of their own (the template's mkfs
         // and a trial mount of it, a few milliseconds) is found out while
         // bubblewrap is probed: both are on the start path of every
         // `sandbox run`.
-        let size = self
-            .sandbox_disk
-            .unwrap_or_else(|| crate::disk::default_size(&data_dir, self.budgets.max_sandboxes));
+        let size = self.sandbox_disk.unwrap_or_else(|| {
+            crate::storage::disk::default_size(&data_dir, self.budgets.max_sandboxes)
+        });
         let mut disk_probe = (size != 0).then(|| {
             let dir = data_dir.clone();
-            std::thread::spawn(move || crate::disk::probe(&dir, size))
+            std::thread::spawn(move || crate::storage::disk::probe(&dir, size))
         });
         let mut disk_probed = move || match disk_probe.take().map(|h| h.join()) {
             Some(Ok(result)) => result,
@@ -398,19 +398,19 @@ impl ServerBuilder {
                 let probe = data_dir.join(".bwrap-probe");
                 // The host's /etc is copied while bubblewrap is probed
                 // (the probe needs the loader's files alone).
-                let result = match crate::rootfs::begin_etc(&data_dir) {
+                let result = match crate::storage::rootfs::begin_etc(&data_dir) {
                     Ok(etc) => {
                         let into = etc.clone();
                         let filling = std::thread::Builder::new()
                             .name("createos-local-etc".into())
-                            .spawn(move || crate::rootfs::fill_etc(&into));
+                            .spawn(move || crate::storage::rootfs::fill_etc(&into));
                         let probed = isolation::probe_bwrap(&probe).await;
                         let filled = match filling {
                             Ok(thread) => thread.join().unwrap_or_else(|_| {
                                 Err(std::io::Error::other("the copying thread failed"))
                             }),
                             // No thread to spare: copied here, after the probe.
-                            Err(_) => crate::rootfs::fill_etc(&etc),
+                            Err(_) => crate::storage::rootfs::fill_etc(&etc),
                         };
                         match filled {
                             Ok(()) => probed,
@@ -419,20 +419,20 @@ impl ServerBuilder {
                     }
                     Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
                 };
-                let _ = crate::disk::remove_tree(&probe);
+                let _ = crate::storage::disk::remove_tree(&probe);
                 match result {
                     Ok(path) => (IsolationMode::Bwrap, Some(path), "bwrap works".to_string()),
                     Err(e) if pref == IsolationPreference::Auto && self.allow_unconfined => {
-                        crate::rootfs::remove_etc(&data_dir);
+                        crate::storage::rootfs::remove_etc(&data_dir);
                         (IsolationMode::ProcessGroup, None, e)
                     }
                     Err(e) => {
                         // Nothing is removed while the probe's disk may be mounted.
                         let _ = disk_probed();
-                        crate::disk::remove_template(&data_dir);
-                        crate::rootfs::remove_etc(&data_dir);
+                        crate::storage::disk::remove_template(&data_dir);
+                        crate::storage::rootfs::remove_etc(&data_dir);
                         if owned {
-                            let _ = crate::disk::remove_tree(&data_dir);
+                            let _ = crate::storage::disk::remove_tree(&data_dir);
                         }
                         return Err(Error::other(format!(
                             "commands cannot be confined here: {e}; {}",
@@ -445,7 +445,7 @@ impl ServerBuilder {
         let machines = mode == IsolationMode::Bwrap && crate::machine::enabled_here();
         // The policy applies where sandboxes are machines; elsewhere there
         // is no proxy, and none is registered.
-        crate::egress::set_policy(
+        crate::network::egress::set_policy(
             &data_dir,
             (machines && self.egress.enabled()).then(|| self.egress.clone()),
         );
@@ -464,7 +464,7 @@ impl ServerBuilder {
                         (_, false) => "off (each sandbox has its own loopback only)".to_string(),
                         (true, true) => format!(
                             "through the proxy on each sandbox's 127.0.0.1:{}, {}",
-                            crate::egress::PROXY_PORT,
+                            crate::network::egress::PROXY_PORT,
                             self.egress.describe()
                         ),
                         (false, true) => format!(
@@ -472,7 +472,7 @@ impl ServerBuilder {
                             self.egress.describe()
                         ),
                     },
-                    crate::process_limits::describe()
+                    crate::trees::process_limits::describe()
                 ),
                 IsolationMode::ProcessGroup => eprintln!(
                     "createos-local: isolation mode process-group ({why}): NO isolation, commands are NOT confined: \
@@ -485,7 +485,7 @@ impl ServerBuilder {
             None
         } else {
             match disk_probed() {
-                Ok(()) => Some(size.max(crate::disk::MIN_SANDBOX_DISK)),
+                Ok(()) => Some(size.max(crate::storage::disk::MIN_SANDBOX_DISK)),
                 Err(why) => {
                     if !self.quiet {
                         eprintln!(
@@ -507,7 +507,7 @@ impl ServerBuilder {
             }
         }
         // Room for the connection cap and the pipes of many processes.
-        crate::connections::raise_descriptor_limit(DESCRIPTOR_LIMIT);
+        crate::network::connections::raise_descriptor_limit(DESCRIPTOR_LIMIT);
         let listener = TcpListener::bind(self.addr).await?;
         let addr = listener.local_addr()?;
         let toolbox_listener = match self.toolbox_addr {
@@ -533,19 +533,19 @@ impl ServerBuilder {
             data_dir: data_dir.clone(),
             transition_delay: self.transition_delay,
             journal_capacity: self.journal_capacity,
-            rate_limit: self
-                .rate_limit
-                .map(|(requests, window)| crate::rate_limit::RateLimiter::new(requests, window)),
+            rate_limit: self.rate_limit.map(|(requests, window)| {
+                crate::network::rate_limit::RateLimiter::new(requests, window)
+            }),
             blocking: Arc::new(tokio::sync::Semaphore::new(
                 crate::http::state::BLOCKING_SLOTS,
             )),
             uploads: Arc::new(tokio::sync::Semaphore::new(
                 crate::http::state::UPLOAD_SLOTS,
             )),
-            daytona: crate::daytona_registry::Registry::default(),
+            daytona: crate::sandboxes::daytona_registry::Registry::default(),
             toolbox_url,
             retention: self.retention,
-            output_budget: Arc::new(crate::output_budget::OutputBudget::new(
+            output_budget: Arc::new(crate::sandboxes::output_budget::OutputBudget::new(
                 self.finished_output,
             )),
             budgets: self.budgets,
@@ -593,13 +593,15 @@ impl ServerBuilder {
         let limits = self.connections;
         let toolbox = toolbox_listener.map(|l| (l, toolbox_origin(state.clone()), stop_rx.clone()));
         let key = state.api_key.clone();
-        let check: crate::connections::KeyCheck =
+        let check: crate::network::connections::KeyCheck =
             Arc::new(move |headers| crate::http::middleware::carries_key(headers, &key, FACES));
         let task = tokio::spawn(async move {
-            let main = crate::connections::serve(listener, app, limits, check.clone(), stop_rx);
+            let main =
+                crate::network::connections::serve(listener, app, limits, check.clone(), stop_rx);
             match toolbox {
                 Some((l, toolbox_app, stop)) => {
-                    let second = crate::connections::serve(l, toolbox_app, limits, check, stop);
+                    let second =
+                        crate::network::connections::serve(l, toolbox_app, limits, check, stop);
                     tokio::join!(main, second);
                 }
                 None => main.await,
@@ -727,7 +729,7 @@ impl RunningServer {
     }
 
     /// The rate limit's counters, when a limit is set.
-    pub fn rate_limit_stats(&self) -> Option<crate::rate_limit::RateLimitStats> {
+    pub fn rate_limit_stats(&self) -> Option<crate::network::rate_limit::RateLimitStats> {
         self.state.rate_limit.as_ref().map(|l| l.stats())
     }
 
@@ -742,7 +744,7 @@ impl RunningServer {
     }
 
     /// The size of each sandbox's own disk when the server gives them one
-    /// (see [`crate::disk`]); `None` when sandboxes write to the data
+    /// (see [`crate::storage::disk`]); `None` when sandboxes write to the data
     /// directory's file system without a per-sandbox limit.
     pub fn sandbox_disk(&self) -> Option<u64> {
         self.state.disk
@@ -778,19 +780,19 @@ impl RunningServer {
                 state.store.all().iter().map(|sb| sb.root.clone()).collect();
             roots.extend(state.store.take_leftovers());
             for root in roots {
-                let _ = crate::disk::remove_tree(&root);
+                let _ = crate::storage::disk::remove_tree(&root);
             }
             // The template and the /etc copy go side by side.
             let template_of = etc_of.clone();
             let template = std::thread::Builder::new()
                 .name("createos-local-remove".into())
-                .spawn(move || crate::disk::remove_template(&template_of));
-            crate::rootfs::remove_etc(&etc_of);
+                .spawn(move || crate::storage::disk::remove_template(&template_of));
+            crate::storage::rootfs::remove_etc(&etc_of);
             if !template.is_ok_and(|t| t.join().is_ok()) {
-                crate::disk::remove_template(&etc_of);
+                crate::storage::disk::remove_template(&etc_of);
             }
             if let Some(dir) = data_dir {
-                let _ = crate::disk::remove_tree(&dir);
+                let _ = crate::storage::disk::remove_tree(&dir);
             }
         })
         .await;
@@ -830,7 +832,7 @@ impl Drop for RunningServer {
                 p.kill_now();
             }
             crate::machine::end_now(&sb.root);
-            let _ = crate::disk::remove_tree(&sb.root);
+            let _ = crate::storage::disk::remove_tree(&sb.root);
         }
         for root in crate::machine::running() {
             if root.starts_with(&self.state.data_dir) {
@@ -841,12 +843,12 @@ impl Drop for RunningServer {
         // data directory removed below).
         self.state.store.finish_removals();
         for root in self.state.store.take_leftovers() {
-            let _ = crate::disk::remove_tree(&root);
+            let _ = crate::storage::disk::remove_tree(&root);
         }
-        crate::disk::remove_template(&self.state.data_dir);
-        crate::rootfs::remove_etc(&self.state.data_dir);
+        crate::storage::disk::remove_template(&self.state.data_dir);
+        crate::storage::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
-            let _ = crate::disk::remove_tree(&self.state.data_dir);
+            let _ = crate::storage::disk::remove_tree(&self.state.data_dir);
         }
         if let Some(records) = &self.state.records {
             records.release();
@@ -861,7 +863,7 @@ async fn terminate_all(state: &AppState) -> ShutdownReport {
     let mut report = ShutdownReport::default();
     let mut tasks = Vec::new();
     for sb in state.store.all() {
-        sb.force(crate::store::Status::Destroying);
+        sb.force(crate::sandboxes::store::Status::Destroying);
         sb.close().await;
         for p in sb.processes() {
             report.processes += 1;

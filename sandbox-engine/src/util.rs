@@ -1,4 +1,5 @@
-//! Small helpers: random ids and RFC 3339 timestamps (no extra crates).
+//! Small helpers: random ids, RFC 3339 timestamps, byte sizes and finding
+//! a program in `PATH` (no extra crates). Uses nothing else in the crate.
 
 use std::io::Read;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -158,6 +159,14 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     n.checked_shl(shift)
         .filter(|b| b >> shift == n)
         .ok_or_else(|| format!("size {text:?} is too large"))
+}
+
+/// The first `name` in the server's `PATH` (how the server finds bwrap).
+pub fn find_in_path(name: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }
 
 #[cfg(test)]

@@ -307,7 +307,7 @@ async fn exec_cwd_and_env() {
             .await;
         assert_eq!(r["stdout"], "ro\n");
         let r = h.exec(&sb, "grep CapEff /proc/self/status").await;
-        let expected = format!("{:016x}", sandbox_engine::join::capabilities_here());
+        let expected = format!("{:016x}", sandbox_engine::machine::capabilities_here());
         assert!(
             r["stdout"]
                 .as_str()

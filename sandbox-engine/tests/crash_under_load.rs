@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
-use sandbox_engine::id_map::IdRange;
-use sandbox_engine::records::Record;
+use sandbox_engine::storage::records::Record;
+use sandbox_engine::trees::id_map::IdRange;
 use serde_json::{json, Value};
 
 /// Starts the `createos-local` binary with `args`: it and its base URL.
@@ -191,7 +191,7 @@ fn mounts_under(dir: &Path) -> Vec<String> {
 /// Command pids groups of the sandboxes owned by `owners` that still have
 /// a member.
 fn populated_command_groups(owners: &[u32]) -> Vec<String> {
-    let Some(base) = sandbox_engine::process_limits::pids_cgroup_base() else {
+    let Some(base) = sandbox_engine::trees::process_limits::pids_cgroup_base() else {
         return Vec::new();
     };
     let mut found = Vec::new();
@@ -343,7 +343,7 @@ async fn an_engine_killed_under_load_leaves_nothing_its_successor_does_not_prove
     let mut known = known.lock().unwrap().clone();
     for record in &left {
         if !known.iter().any(|k| k.id == record.id) {
-            let daytona = record.face == sandbox_engine::records::Face::Daytona;
+            let daytona = record.face == sandbox_engine::storage::records::Face::Daytona;
             known.push(Known {
                 daytona,
                 id: record.id.clone(),
@@ -447,8 +447,8 @@ async fn an_engine_killed_under_load_leaves_nothing_its_successor_does_not_prove
     );
     // Nor their groups: a proven sandbox's pids and memory groups go too.
     for base in [
-        sandbox_engine::process_limits::pids_cgroup_base(),
-        sandbox_engine::process_limits::memory_cgroup_base(),
+        sandbox_engine::trees::process_limits::pids_cgroup_base(),
+        sandbox_engine::trees::process_limits::memory_cgroup_base(),
     ]
     .into_iter()
     .flatten()

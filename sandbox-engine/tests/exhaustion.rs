@@ -62,7 +62,7 @@ time.sleep(600)
         .and_then(|p| p.parse().ok())
         .expect("port");
     let mut held = Vec::new();
-    let full = NOFILE - sandbox_engine::teardown::CONNECTION_RESERVE - 4;
+    let full = NOFILE - sandbox_engine::trees::fds::CONNECTION_RESERVE - 4;
     while (engine.descriptors() as u64) < full {
         assert!(
             held.len() < 4 * NOFILE as usize,

@@ -492,12 +492,15 @@ async fn a_command_is_not_root_on_the_host() {
         // Every id is the first of the sandbox's own range (uid 0 inside).
         for id in field("Uid:").iter().chain(field("Gid:").iter()) {
             let id: u32 = id.parse().expect("numeric id");
-            assert!(sandbox_engine::id_map::is_range_start(id), "{status}");
+            assert!(
+                sandbox_engine::trees::id_map::is_range_start(id),
+                "{status}"
+            );
         }
     }
     // Only the sandbox root's own capabilities, which count in its user
     // namespace alone (none without a machine).
-    let expected = format!("{:016x}", sandbox_engine::join::capabilities_here());
+    let expected = format!("{:016x}", sandbox_engine::machine::capabilities_here());
     assert_eq!(field("CapEff:"), vec![expected], "{status}");
     assert!(h.server.shutdown().await.all_exited());
 }
@@ -517,14 +520,14 @@ async fn fork_bombs_are_bounded() {
         r["stdout"],
         format!(
             "{}\nunlimited\n",
-            sandbox_engine::process_limits::MAX_PROCESSES
+            sandbox_engine::trees::process_limits::MAX_PROCESSES
         ),
         "{r}"
     );
     // dash gives up at the first failed fork (bash would retry).
     let bomb = format!(
         "i=0; while [ $i -lt {} ]; do sleep 1000 & i=$((i+1)); done; echo all started",
-        sandbox_engine::process_limits::MAX_PROCESSES + 100
+        sandbox_engine::trees::process_limits::MAX_PROCESSES + 100
     );
     let (st, v) = h
         .post(
@@ -654,7 +657,10 @@ async fn the_pid_of_a_process_is_its_namespace_init() {
         // In a sandbox machine (issue 25) the pid is the command's
         // launcher on the host; its tree is its pids group (tests/machine.rs).
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).expect("comm");
-        assert_eq!(comm.trim_end(), sandbox_engine::join::LAUNCHER_NAME);
+        assert_eq!(
+            comm.trim_end(),
+            sandbox_engine::machine::join::LAUNCHER_NAME
+        );
         let (st, v) = h.delete_process(&sb, &id, 100).await;
         assert_eq!(st, StatusCode::OK, "{v}");
         assert_eq!(v["data"]["tree_exited"], true, "{v}");

@@ -169,7 +169,7 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 async fn dev_and_dev_shm_cannot_hold_host_memory() {
     let h = confined(Server::builder()).await;
     let sb = h.sandbox().await;
-    let limit_kib = sandbox_engine::bwrap_args::DEV_SHM_SIZE / 1024;
+    let limit_kib = sandbox_engine::machine::bwrap_args::DEV_SHM_SIZE / 1024;
     let r = h
         .exec(
             &sb,
@@ -255,7 +255,7 @@ async fn pause_stops_processes_in_nested_namespaces() {
     .await;
     // Deleted while paused: nothing of the sandbox's uid is left, the
     // host-side launchers included (they are not stopped by a pause).
-    let ids = sandbox_engine::host_processes::sandbox_ids(&h.server.data_dir().join(&sb))
+    let ids = sandbox_engine::trees::host_processes::sandbox_ids(&h.server.data_dir().join(&sb))
         .expect("a root server gives each sandbox ids of its own");
     let (st, v) = h
         .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
@@ -266,7 +266,7 @@ async fn pause_stops_processes_in_nested_namespaces() {
     assert_eq!(st, StatusCode::OK, "{v}");
     eventually("nothing of the sandbox left after delete", || {
         common::marked_pids(&m).is_empty()
-            && sandbox_engine::host_processes::live_of_ids(ids).is_empty()
+            && sandbox_engine::trees::host_processes::live_of_ids(ids).is_empty()
     })
     .await;
     assert!(h.server.shutdown().await.all_exited());
@@ -279,7 +279,7 @@ async fn pause_stops_processes_in_nested_namespaces() {
 /// one group for all sandboxes capped at half the host's `pid_max`.
 #[tokio::test]
 async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
-    let Some(base) = sandbox_engine::process_limits::pids_cgroup_base() else {
+    let Some(base) = sandbox_engine::trees::process_limits::pids_cgroup_base() else {
         test_support::skipped("no writable pids cgroup hierarchy here: RLIMIT_NPROC only; skipped");
         return;
     };
@@ -310,11 +310,11 @@ async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
     let read = |p: std::path::PathBuf| std::fs::read_to_string(p).expect("read").trim().to_string();
     assert_eq!(
         read(dir.join("pids.max")),
-        sandbox_engine::process_limits::MAX_PROCESSES.to_string()
+        sandbox_engine::trees::process_limits::MAX_PROCESSES.to_string()
     );
     assert_eq!(
         read(base.join("pids.max")),
-        sandbox_engine::process_limits::total_tasks().to_string()
+        sandbox_engine::trees::process_limits::total_tasks().to_string()
     );
     assert!(h.server.shutdown().await.all_exited());
 }
@@ -475,9 +475,12 @@ async fn egress_follows_the_operators_allow_list() {
     // An allow-list naming the test server.
     let dir = std::env::temp_dir().join(marker("egress"));
     std::fs::create_dir_all(&dir).expect("data dir");
-    let h = confined(Server::builder().data_dir(&dir).egress(
-        sandbox_engine::egress::Policy::parse(&[format!("127.0.0.1:{allowed}")]).expect("policy"),
-    ))
+    let h = confined(
+        Server::builder().data_dir(&dir).egress(
+            sandbox_engine::network::egress::Policy::parse(&[format!("127.0.0.1:{allowed}")])
+                .expect("policy"),
+        ),
+    )
     .await;
     let sb = h.sandbox().await;
     let r = h
@@ -508,7 +511,7 @@ async fn egress_follows_the_operators_allow_list() {
     let h = confined(
         Server::builder()
             .data_dir(&dir)
-            .egress(sandbox_engine::egress::Policy::parse(&["any"]).expect("policy")),
+            .egress(sandbox_engine::network::egress::Policy::parse(&["any"]).expect("policy")),
     )
     .await;
     let sb = h.sandbox().await;

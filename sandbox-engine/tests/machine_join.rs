@@ -1,5 +1,5 @@
 //! Issue 25 (performance): a command joins its sandbox's machine in one
-//! step, the server's own fork ([`sandbox_engine::join`]), instead of
+//! step, the server's own fork ([`sandbox_engine::machine::join`]), instead of
 //! `nsenter` + `setpriv` + `env`. What those tools guaranteed must still
 //! hold, proven with real processes: only the sandbox root's own
 //! capabilities (issue 44) and `no_new_privs` inside, exactly the given environment, the `PATH` search of `execvp`
@@ -46,7 +46,10 @@ async fn a_joined_command_has_only_the_sandbox_capabilities_and_no_new_privilege
         )
         .await;
     let out = r["stdout"].as_str().expect("stdout");
-    let root_set = format!("{:016x}", sandbox_engine::join::SANDBOX_CAPABILITIES);
+    let root_set = format!(
+        "{:016x}",
+        sandbox_engine::machine::join::SANDBOX_CAPABILITIES
+    );
     for (cap, expected) in [
         ("CapInh", "0000000000000000"),
         ("CapPrm", root_set.as_str()),
@@ -86,8 +89,8 @@ async fn the_sandbox_root_owns_its_range_and_nothing_else() {
     let Some(h) = machine().await else { return };
     let sb = h.sandbox().await;
     let root = h.server.data_dir().join(&sb);
-    let ids = sandbox_engine::host_processes::sandbox_ids(&root).expect("a range of ids");
-    assert_eq!(ids.count, sandbox_engine::id_map::IDS_PER_SANDBOX);
+    let ids = sandbox_engine::trees::host_processes::sandbox_ids(&root).expect("a range of ids");
+    assert_eq!(ids.count, sandbox_engine::trees::id_map::IDS_PER_SANDBOX);
     let secret = std::path::PathBuf::from(format!("/opt/{}-secret", common::marker("caps")));
     std::fs::write(&secret, "host only\n").expect("write a host file");
     use std::os::unix::fs::PermissionsExt;

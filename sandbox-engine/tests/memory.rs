@@ -17,7 +17,7 @@ const LIMIT: u64 = 256 << 20;
 #[tokio::test]
 async fn a_sandbox_is_limited_by_what_it_uses_not_by_what_it_reserves() {
     if !rustix::process::geteuid().is_root()
-        || sandbox_engine::process_limits::memory_cgroup_base().is_none()
+        || sandbox_engine::trees::process_limits::memory_cgroup_base().is_none()
     {
         test_support::skipped("no cgroup v1 memory hierarchy this (root) server can use");
         return;
@@ -76,8 +76,8 @@ async fn a_sandbox_is_limited_by_what_it_uses_not_by_what_it_reserves() {
 #[tokio::test]
 async fn a_deleted_sandbox_leaves_no_cgroup_behind() {
     let (Some(pids), Some(memory)) = (
-        sandbox_engine::process_limits::pids_cgroup_base(),
-        sandbox_engine::process_limits::memory_cgroup_base(),
+        sandbox_engine::trees::process_limits::pids_cgroup_base(),
+        sandbox_engine::trees::process_limits::memory_cgroup_base(),
     ) else {
         test_support::skipped(
             "no cgroup v1 pids and memory hierarchies this (root) server can use",
@@ -89,7 +89,7 @@ async fn a_deleted_sandbox_leaves_no_cgroup_behind() {
     let sb = h.sandbox().await;
     let r = h.exec(&sb, "sleep 0.1 & echo started").await;
     assert_eq!(r["stdout"], "started\n", "{r}");
-    let owner = sandbox_engine::host_processes::sandbox_uid(&h.server.data_dir().join(&sb))
+    let owner = sandbox_engine::trees::host_processes::sandbox_uid(&h.server.data_dir().join(&sb))
         .expect("a sandbox of its own ids");
     let name = format!("sandbox-{owner}");
     assert!(pids.join(&name).is_dir() && memory.join(&name).is_dir());
@@ -99,7 +99,7 @@ async fn a_deleted_sandbox_leaves_no_cgroup_behind() {
     assert!(!memory.join(&name).exists(), "its memory group stays");
     // Its range of ids is given up (no engine holds its claim any more).
     let claim = std::fs::File::open(
-        std::path::Path::new(sandbox_engine::id_map::CLAIMS_DIR).join(owner.to_string()),
+        std::path::Path::new(sandbox_engine::trees::id_map::CLAIMS_DIR).join(owner.to_string()),
     )
     .expect("the range was claimed");
     assert!(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::Harness;
 use reqwest::StatusCode;
-use sandbox_engine::records::{namespace_identity, Face, Record, TreeId, HISTORY};
+use sandbox_engine::storage::records::{namespace_identity, Face, Record, TreeId, HISTORY};
 use sandbox_engine::Server;
 
 /// A fresh directory for one test.
@@ -231,7 +231,7 @@ async fn a_sandbox_not_proven_gone_answers_500_until_a_delete_proves_it() {
     }
     let dir = fresh("unproven");
     let (data, state) = (dir.join("data"), dir.join("state"));
-    // A uid no engine gives a sandbox (no range starts there, see sandbox_engine::id_map).
+    // A uid no engine gives a sandbox (no range starts there, see sandbox_engine::trees::id_map).
     let uid = 2_070_000 + std::process::id() % 1000;
     let mut straggler = {
         use std::os::unix::process::CommandExt;

@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use sandbox_engine::records::{namespace_identity, Face, Record, TreeId, Verdict};
+use sandbox_engine::storage::records::{namespace_identity, Face, Record, TreeId, Verdict};
 
 #[test]
 fn a_record_is_never_proven_gone_by_a_scan_that_cannot_be_made() {
@@ -61,7 +61,7 @@ fn a_record_is_never_proven_gone_by_a_scan_that_cannot_be_made() {
             break;
         }
     }
-    let verdict = sandbox_engine::records::verify(&record, Duration::from_millis(500));
+    let verdict = sandbox_engine::storage::records::verify(&record, Duration::from_millis(500));
     drop(held);
     let still_runs = namespace_identity(init) == Some((dev, ino));
     let _ = outer.kill();

@@ -1,5 +1,5 @@
 //! `PUT/GET /v1/sandboxes/{id}/files?path=...`, confined to the sandbox root
-//! (see [`crate::confine`]).
+//! (see [`crate::storage::sandbox_paths`]).
 
 use axum::body::Body;
 use axum::extract::{Path, Query, State};
@@ -60,7 +60,7 @@ pub async fn put_file(
 /// `GET .../files?path=`: the raw bytes (not an envelope), streamed in
 /// chunks with the size as `Content-Length`. Only regular files are served;
 /// a directory, FIFO, socket or device is a 400, decided without opening it
-/// for reading (see [`crate::sandbox_paths::open_file`]).
+/// for reading (see [`crate::storage::sandbox_paths::open_file`]).
 pub async fn get_file(
     State(state): State<Shared>,
     Path(id): Path<String>,

@@ -3,8 +3,6 @@
 //! window size (`POST …/resize`, an engine extension: the service has no
 //! resize its clients rely on).
 
-use std::time::Duration;
-
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -16,20 +14,11 @@ use serde_json::json;
 use super::envelope::ok;
 use super::process;
 use crate::http::error::{parse_json, ApiError};
+use crate::http::input::{input_error, too_large, INPUT_PATIENCE, MAX_INPUT};
 use crate::http::state::{detached, Shared};
-use crate::pty::Winsize;
-use crate::store::Status;
-use crate::supervisor::{InputError, ResizeError};
-
-/// The most input bytes one request carries (decoded): 1 MiB. A longer
-/// paste is split by the client (the public CreateOS plugin sends at most
-/// 256 KiB a request); one over the limit is refused whole (413).
-pub const MAX_INPUT: usize = 1024 * 1024;
-
-/// How long an input request waits for the command to take its bytes (a
-/// command that does not read its input fills the pipe or the terminal's
-/// queue): then 409 `input_blocked`, with how many bytes were written.
-pub const INPUT_PATIENCE: Duration = Duration::from_secs(30);
+use crate::machine::pty::Winsize;
+use crate::sandboxes::store::Status;
+use crate::sandboxes::supervisor::ResizeError;
 
 /// Body of `POST …/input`.
 #[derive(Debug, Deserialize)]
@@ -44,22 +33,9 @@ pub struct ResizeBody {
     rows: Option<u64>,
 }
 
-/// 413 for input over [`MAX_INPUT`] (both faces).
-pub(crate) fn too_large(len: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        StatusCode::PAYLOAD_TOO_LARGE,
-        "input_too_large",
-        format!(
-            "the input is {len} bytes; at most {MAX_INPUT} are accepted in one request: \
-             send it in parts, in order"
-        ),
-    )
-    .with_extra(json!({ "max_bytes": MAX_INPUT }))
-}
-
 /// 409 while the sandbox is pausing, paused or resuming: the command
 /// cannot read, and its stopped tree must not be woken behind the pause.
-fn require_awake(sb: &crate::store::Sandbox, what: &str) -> Result<(), ApiError> {
+fn require_awake(sb: &crate::sandboxes::store::Sandbox, what: &str) -> Result<(), ApiError> {
     let status = sb.status();
     if matches!(status, Status::Pausing | Status::Paused | Status::Resuming) {
         return Err(ApiError::conflict(format!(
@@ -107,37 +83,6 @@ pub async fn input(
     match written {
         Ok(()) => Ok(ok(json!({ "process_id": p.id, "written": len }))),
         Err(e) => Err(input_error(e)),
-    }
-}
-
-/// The answer to input that was not (wholly) written (both faces).
-pub(crate) fn input_error(e: InputError) -> ApiError {
-    match e {
-        InputError::Closed => ApiError::new(
-            StatusCode::CONFLICT,
-            "stdin_closed",
-            "the process's stdin was closed; it takes no more input",
-        ),
-        InputError::Exited { written } => ApiError::new(
-            StatusCode::CONFLICT,
-            "process_exited",
-            "the command has exited or no longer reads its input",
-        )
-        .with_extra(json!({ "written": written })),
-        InputError::Blocked { written } => ApiError::new(
-            StatusCode::CONFLICT,
-            "input_blocked",
-            format!(
-                "the command did not take its input within {} s; the first {written} bytes \
-                 were written",
-                INPUT_PATIENCE.as_secs()
-            ),
-        )
-        .with_extra(json!({ "written": written })),
-        InputError::Failed { written, reason } => ApiError::internal(format!(
-            "the server could not write the input ({reason}); the first {written} bytes were \
-             written"
-        )),
     }
 }
 

@@ -1,6 +1,13 @@
 //! The CreateOS face: the API under `/v1` (JSend envelope, `X-Api-Key`)
 //! and the admin API under `/_admin`, on the shared HTTP layer
 //! ([`crate::http`]).
+//!
+//! Uses the sandbox core ([`crate::sandboxes`]), the machine
+//! ([`crate::machine`]: isolation modes, terminals), storage
+//! ([`crate::storage`]: paths inside a root, journals, records), the
+//! trees ([`crate::trees`]: budgets, freezing a sandbox), the fault rules
+//! ([`crate::faults`]) and [`crate::util`]. Never the Daytona face (what
+//! both answer alike is in the HTTP layer) or the server.
 
 pub mod admin;
 pub mod envelope;
@@ -118,7 +125,10 @@ pub fn admin_routes() -> Router<Shared> {
 }
 
 /// Looks up a sandbox or answers 404.
-pub fn sandbox(state: &AppState, id: &str) -> Result<Arc<crate::store::Sandbox>, ApiError> {
+pub fn sandbox(
+    state: &AppState,
+    id: &str,
+) -> Result<Arc<crate::sandboxes::store::Sandbox>, ApiError> {
     // A Daytona sandbox is not part of the CreateOS face.
     if state.daytona.contains(id) {
         return Err(ApiError::not_found("sandbox"));
@@ -133,7 +143,13 @@ pub fn process(
     state: &AppState,
     id: &str,
     pid: &str,
-) -> Result<(Arc<crate::store::Sandbox>, Arc<crate::supervisor::Process>), ApiError> {
+) -> Result<
+    (
+        Arc<crate::sandboxes::store::Sandbox>,
+        Arc<crate::sandboxes::supervisor::Process>,
+    ),
+    ApiError,
+> {
     let sb = sandbox(state, id)?;
     let p = sb
         .process(pid)

@@ -21,11 +21,11 @@ use crate::http::error::{cwd_error, over_budget, parse_json, start_failed, ApiEr
 use crate::http::limits;
 use crate::http::middleware::InjectedFault;
 use crate::http::state::{blocking, detached, AppState, Shared};
-use crate::isolation::IsolationMode;
-use crate::journal::{ExitStatus, Frame, Replay, Retention, StreamKind};
-use crate::pty::Winsize;
-use crate::store::{Sandbox, Status};
-use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
+use crate::machine::isolation::IsolationMode;
+use crate::machine::pty::Winsize;
+use crate::sandboxes::store::{Sandbox, Status};
+use crate::sandboxes::supervisor::{build_env, Process, ReaderGuard, StartRequest};
+use crate::storage::journal::{ExitStatus, Frame, Replay, Retention, StreamKind};
 
 /// Default cwd when the request has none. The spec is silent; `/` is what a
 /// process started by a VM agent most plausibly gets.
@@ -96,7 +96,7 @@ async fn start(
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
             "not_supported",
-            crate::pty::NO_MACHINE,
+            crate::machine::pty::NO_MACHINE,
         ));
     }
     let cmd = body
@@ -122,9 +122,11 @@ async fn start(
     let cwd = body.cwd.unwrap_or_else(|| DEFAULT_CWD.to_string());
     let root = sb.root.clone();
     let c = cwd.clone();
-    let host_cwd = blocking(state, move || crate::sandbox_paths::resolve_dir(&root, &c))
-        .await?
-        .map_err(|e| cwd_error(&cwd, e))?;
+    let host_cwd = blocking(state, move || {
+        crate::storage::sandbox_paths::resolve_dir(&root, &c)
+    })
+    .await?
+    .map_err(|e| cwd_error(&cwd, e))?;
     let mut env =
         build_env(&state.mode, &sb.root, &sb.spec.env, &body.env).map_err(ApiError::bad_request)?;
     if terminal.is_some() && !env.iter().any(|(k, _)| k == "TERM") {
@@ -178,7 +180,7 @@ async fn start_registered(
     // the sandbox before it was registered.
     if matches!(
         sb.status(),
-        crate::store::Status::Pausing | crate::store::Status::Paused
+        crate::sandboxes::store::Status::Pausing | crate::sandboxes::store::Status::Paused
     ) {
         p.freeze(true);
     }
@@ -281,7 +283,7 @@ pub async fn exec(
 }
 
 fn signal_number(name: &str) -> i32 {
-    crate::isolation::signal_from_name(name).map_or(0, |s| s.as_raw())
+    crate::machine::isolation::signal_from_name(name).map_or(0, |s| s.as_raw())
 }
 
 /// `GET .../processes/{pid}`.
@@ -371,7 +373,7 @@ pub async fn signal(
     let body: SignalBody = parse_json(&body)?;
     limits::name("signal", body.signal.as_deref())?;
     let name = body.signal.unwrap_or_else(|| "SIGTERM".to_string());
-    let sig = crate::isolation::signal_from_name(&name)
+    let sig = crate::machine::isolation::signal_from_name(&name)
         .ok_or_else(|| ApiError::bad_request(format!("unknown signal {name:?}")))?;
     // A command bwrap has not forked yet would miss the signal.
     p.command_forked().await;

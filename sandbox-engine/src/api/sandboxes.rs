@@ -17,7 +17,7 @@ use crate::http::state::{
     detached, make_root, prove_gone, record_created, record_deleted, remove_root, retry_unproven,
     Shared,
 };
-use crate::store::{finish_later, Sandbox, SandboxSpec, Status, SHAPES};
+use crate::sandboxes::store::{finish_later, Sandbox, SandboxSpec, Status, SHAPES};
 
 /// Body of `POST /sandboxes`.
 #[derive(Debug, Deserialize)]
@@ -90,12 +90,14 @@ pub async fn create(
             Some(secs)
         }
     };
-    crate::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
-    crate::budgets::admit_by_descriptors("sandbox").map_err(over_budget)?;
+    crate::trees::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
+    crate::trees::budgets::admit_by_descriptors("sandbox").map_err(over_budget)?;
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
     make_root(&state, root.clone()).await?;
-    if let Err(e) = record_created(&state, &id, crate::records::Face::CreateOs, &root).await {
+    if let Err(e) =
+        record_created(&state, &id, crate::storage::records::Face::CreateOs, &root).await
+    {
         let _ = remove_root(&state, &id, root).await;
         return Err(e);
     }
@@ -116,7 +118,7 @@ pub async fn create(
     {
         record_deleted(&state, &sb.id);
         let _ = remove_root(&state, &sb.id, sb.root.clone()).await;
-        return Err(over_budget(crate::budgets::sandbox_refusal(
+        return Err(over_budget(crate::trees::budgets::sandbox_refusal(
             &state.budgets,
             existing,
         )));
@@ -248,7 +250,7 @@ pub async fn pause(
             for p in sb.processes() {
                 p.freeze(true);
             }
-            crate::host_processes::freeze_sandbox(&sb.root, true);
+            crate::trees::host_processes::freeze_sandbox(&sb.root, true);
         },
     );
     Ok(ok(json!({ "id": id, "status": Status::Pausing })))
@@ -269,7 +271,7 @@ pub async fn resume(
         state.transition_delay,
         Status::Running,
         |sb| {
-            crate::host_processes::freeze_sandbox(&sb.root, false);
+            crate::trees::host_processes::freeze_sandbox(&sb.root, false);
             for p in sb.processes() {
                 p.freeze(false);
             }

@@ -1,6 +1,6 @@
 //! The toolbox face's file API: upload (multipart, field `file`),
 //! download, create folder. Paths are confined to the sandbox root exactly
-//! as in the CreateOS face's Files API (see [`crate::confine`]).
+//! as in the CreateOS face's Files API (see [`crate::storage::sandbox_paths`]).
 
 use std::collections::BTreeMap;
 
@@ -108,7 +108,7 @@ pub async fn create_folder(
     };
     let root = sb.core.root.clone();
     crate::http::state::blocking(&state, move || {
-        crate::sandbox_paths::create_dir(&root, &path, mode)
+        crate::storage::sandbox_paths::create_dir(&root, &path, mode)
     })
     .await?
     .map_err(path_error)?;
@@ -210,11 +210,11 @@ pub async fn bulk_download(
         paths
             .into_iter()
             .map(|path| {
-                let read =
-                    crate::sandbox_paths::open_file(&root, &path).and_then(|(file, size)| {
+                let read = crate::storage::sandbox_paths::open_file(&root, &path).and_then(
+                    |(file, size)| {
                         total += size;
                         if total > MAX_BULK_DOWNLOAD {
-                            return Err(crate::sandbox_paths::PathError::Io(
+                            return Err(crate::storage::sandbox_paths::PathError::Io(
                                 "more than 256 MiB asked for in one bulk download".into(),
                             ));
                         }
@@ -223,9 +223,10 @@ pub async fn bulk_download(
                             &mut std::io::Read::take(file, size),
                             &mut bytes,
                         )
-                        .map_err(|e| crate::sandbox_paths::PathError::Io(e.to_string()))?;
+                        .map_err(|e| crate::storage::sandbox_paths::PathError::Io(e.to_string()))?;
                         Ok(bytes)
-                    });
+                    },
+                );
                 (path, read)
             })
             .collect::<Vec<_>>()
@@ -281,10 +282,11 @@ pub async fn list(
     let sb = daytona_sandbox(&state, &id)?;
     let path = required(&q)?;
     let root = sb.core.root.clone();
-    let entries =
-        crate::http::state::blocking(&state, move || crate::sandbox_paths::list_dir(&root, &path))
-            .await?
-            .map_err(path_error)?;
+    let entries = crate::http::state::blocking(&state, move || {
+        crate::storage::sandbox_paths::list_dir(&root, &path)
+    })
+    .await?
+    .map_err(path_error)?;
     let files: Vec<_> = entries
         .iter()
         .map(|e| {

@@ -15,8 +15,8 @@ use serde::Deserialize;
 use super::error::DaytonaError;
 use super::sandboxes::daytona_sandbox;
 use super::toolbox::{command_of, require_started, session_of};
-use crate::api::interactive::{input_error, too_large, INPUT_PATIENCE, MAX_INPUT};
 use crate::http::error::parse_json;
+use crate::http::input::{input_error, too_large, INPUT_PATIENCE, MAX_INPUT};
 use crate::http::state::{detached, Shared};
 
 /// Body of `…/command/{cmdId}/input`.

@@ -18,7 +18,7 @@
 //!   the previous one was written to the socket, so a client that stops
 //!   reading slows the command (backpressure) instead of losing output.
 //! - The socket keeps its connection's place under the connection cap
-//!   ([`crate::connections::ConnectionSlot`]) until it closes.
+//!   ([`crate::network::connections::ConnectionSlot`]) until it closes.
 
 use std::io;
 
@@ -29,7 +29,8 @@ use axum::response::Response;
 use futures_util::{Stream, StreamExt};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::toolbox::SDK_VERSION_HEADER;
+/// The header the official SDKs send with their version.
+pub const SDK_VERSION_HEADER: &str = "x-daytona-sdk-version";
 
 /// Close code of a follow that ended with all output sent.
 const NORMAL_CLOSURE: u16 = 1000;

@@ -12,6 +12,14 @@
 //!   `{base}/daytona/toolbox`.
 //!
 //! Auth on both: `Authorization: Bearer <api key>` (401 otherwise).
+//!
+//! Uses the shared HTTP layer ([`crate::http`]), the sandbox core
+//! ([`crate::sandboxes`], its Daytona registry included), storage
+//! ([`crate::storage`]: paths inside a root, journals, records), the
+//! trees ([`crate::trees`]: budgets), the connection cap a log socket
+//! holds its place under ([`crate::network`]), the fault rules
+//! ([`crate::faults`]) and [`crate::util`]. Never the CreateOS face or
+//! the server.
 
 pub mod error;
 pub mod files;

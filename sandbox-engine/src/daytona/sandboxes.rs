@@ -19,11 +19,13 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::DaytonaError;
-use crate::daytona_registry::{terminate_verified, CreateSpec, DaytonaSandbox, State as SbState};
 use crate::http::error::parse_json;
 use crate::http::limits;
 use crate::http::state::{AppState, Shared};
-use crate::store::{Sandbox, SandboxSpec, Status};
+use crate::sandboxes::daytona_registry::{
+    terminate_verified, CreateSpec, DaytonaSandbox, State as SbState,
+};
+use crate::sandboxes::store::{Sandbox, SandboxSpec, Status};
 
 /// Body of `POST /sandbox` (camelCase, as the real API).
 #[derive(Debug, Deserialize)]
@@ -189,14 +191,20 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
             )));
         }
     }
-    crate::budgets::admit_sandbox(&state.budgets, state.store.len())
+    crate::trees::budgets::admit_sandbox(&state.budgets, state.store.len())
         .map_err(crate::http::error::over_budget)?;
-    crate::budgets::admit_by_descriptors("sandbox").map_err(crate::http::error::over_budget)?;
+    crate::trees::budgets::admit_by_descriptors("sandbox")
+        .map_err(crate::http::error::over_budget)?;
     let id = uuid();
     let root = state.data_dir.join(format!("daytona-{id}"));
     crate::http::state::make_root(&state, root.clone()).await?;
-    if let Err(e) =
-        crate::http::state::record_created(&state, &id, crate::records::Face::Daytona, &root).await
+    if let Err(e) = crate::http::state::record_created(
+        &state,
+        &id,
+        crate::storage::records::Face::Daytona,
+        &root,
+    )
+    .await
     {
         let _ = crate::http::state::remove_root(&state, &id, root).await;
         return Err(e.into());
@@ -243,7 +251,7 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         crate::http::state::record_deleted(&state, &core.id);
         let _ = crate::http::state::remove_root(&state, &core.id, core.root.clone()).await;
         return Err(
-            crate::http::error::over_budget(crate::budgets::sandbox_refusal(
+            crate::http::error::over_budget(crate::trees::budgets::sandbox_refusal(
                 &state.budgets,
                 existing,
             ))
@@ -504,7 +512,7 @@ fn survived(sb: &DaytonaSandbox, op: &str, survivors: &[i32]) -> DaytonaError {
     DaytonaError::internal(reason)
 }
 
-/// A sandbox whose end could not be proven (see [`crate::teardown`]): it
+/// A sandbox whose end could not be proven (see [`crate::sandboxes::teardown`]): it
 /// stays, in `error`, with the reason.
 fn unproven(sb: &DaytonaSandbox, op: &str, why: &str) -> DaytonaError {
     let reason = format!("{op}: the sandbox could not be proven gone: {why}");

@@ -10,7 +10,7 @@
 //! Also unlike the service, a spent session (every command it started
 //! finished and was dropped by the finished-process retention) is dropped
 //! and answers 404 like a deleted one (see
-//! [`crate::daytona_registry::DaytonaSandbox::retire_commands`]).
+//! [`crate::sandboxes::daytona_registry::DaytonaSandbox::retire_commands`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,19 +26,20 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::error::DaytonaError;
+use super::log_socket::SDK_VERSION_HEADER;
 use super::sandboxes::{daytona_sandbox, uuid};
-use crate::connections::ConnectionSlot;
-use crate::daytona_registry::{
-    exit_code, terminate_verified, Command, DaytonaSandbox, Session, State as SbState,
-};
 use crate::faults::FaultAction;
 use crate::http::error::parse_json;
 use crate::http::limits;
 use crate::http::middleware::InjectedFault;
 use crate::http::state::detached;
 use crate::http::state::{AppState, Shared};
-use crate::journal::{Frame, Journal, Replay, Retention, StreamKind};
-use crate::supervisor::{build_env, Process, ReaderGuard, StartRequest};
+use crate::network::connections::ConnectionSlot;
+use crate::sandboxes::daytona_registry::{
+    exit_code, terminate_verified, Command, DaytonaSandbox, Session, State as SbState,
+};
+use crate::sandboxes::supervisor::{build_env, Process, ReaderGuard, StartRequest};
+use crate::storage::journal::{Frame, Journal, Replay, Retention, StreamKind};
 
 /// Marker before each stdout chunk in a command's logs (as the real
 /// service's log format).
@@ -112,10 +113,11 @@ async fn start_process(
         .ok_or_else(|| DaytonaError::conflict("sandbox is stopping or being deleted"))?;
     let root = sb.core.root.clone();
     let c = cwd.clone();
-    let host_cwd =
-        crate::http::state::blocking(state, move || crate::sandbox_paths::resolve_dir(&root, &c))
-            .await?
-            .map_err(|e| crate::http::error::cwd_error(&cwd, e))?;
+    let host_cwd = crate::http::state::blocking(state, move || {
+        crate::storage::sandbox_paths::resolve_dir(&root, &c)
+    })
+    .await?
+    .map_err(|e| crate::http::error::cwd_error(&cwd, e))?;
     let mut env = build_env(&state.mode, &sb.core.root, &sb.spec.env, &BTreeMap::new())
         .map_err(DaytonaError::internal)?;
     // Variables of this command alone (`process/execute`'s `envs`).
@@ -457,9 +459,6 @@ pub async fn terminate_command(
 
 /// The header that asks for the logs with their stream markers.
 pub const SPLIT_OUTPUT_HEADER: &str = "x-daytona-split-output";
-
-/// The header the official SDKs send with their version.
-pub const SDK_VERSION_HEADER: &str = "x-daytona-sdk-version";
 
 /// Whether a logs request gets the labelled log (see [`labelled`]) or the
 /// combined text with the markers removed, as the real daemon decides:

@@ -5,7 +5,7 @@
 use axum::http::StatusCode;
 use serde_json::Value;
 
-use crate::sandbox_paths::PathError;
+use crate::storage::sandbox_paths::PathError;
 
 /// An error answer of either face, before a face renders it: the CreateOS
 /// face as a JSend envelope (4xx `fail`, 5xx `error`, see
@@ -66,7 +66,7 @@ impl ApiError {
 }
 
 /// 503 for a process the server could not start (see
-/// [`crate::supervisor::Process::server_failure`]).
+/// [`crate::sandboxes::supervisor::Process::server_failure`]).
 pub fn start_failed(message: String) -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "start_failed", message)
 }
@@ -84,7 +84,7 @@ pub fn cwd_error(cwd: &str, e: PathError) -> ApiError {
 }
 
 /// A budget refusal (429), in either face.
-pub fn over_budget(r: crate::budgets::Refusal) -> ApiError {
+pub fn over_budget(r: crate::trees::budgets::Refusal) -> ApiError {
     ApiError::new(r.status(), r.code, r.message)
 }
 

@@ -1,5 +1,5 @@
 //! File uploads and downloads as both faces stream them, confined to the
-//! sandbox root (see [`crate::confine`]): a body streamed through a
+//! sandbox root (see [`crate::storage::sandbox_paths`]): a body streamed through a
 //! bounded pool to a temporary file, a file streamed back in chunks.
 
 use std::io::Read;
@@ -13,7 +13,7 @@ use tokio::io::AsyncReadExt;
 use super::error::{path_error, ApiError};
 use super::limits::MAX_BODY;
 use super::state::{blocking, slot, AppState};
-use crate::sandbox_paths;
+use crate::storage::sandbox_paths;
 
 /// Upload chunks in flight between the request body and the writing thread.
 const UPLOAD_QUEUE: usize = 4;

@@ -10,10 +10,10 @@ use std::time::Duration;
 use axum::http::StatusCode;
 
 use super::error::{over_budget, ApiError};
-use crate::budgets::Budgets;
 use crate::faults::Faults;
-use crate::isolation::IsolationMode;
-use crate::store::Store;
+use crate::machine::isolation::IsolationMode;
+use crate::sandboxes::store::Store;
+use crate::trees::budgets::Budgets;
 
 /// Everything handlers share.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ pub struct AppState {
     /// Journal capacity per process.
     pub journal_capacity: usize,
     /// The request rate limit, when one is set.
-    pub rate_limit: Option<crate::rate_limit::RateLimiter>,
+    pub rate_limit: Option<crate::network::rate_limit::RateLimiter>,
     /// The runtime that starts, watches and terminates processes (its own
     /// threads: spawning and `/proc` scans are synchronous work that must
     /// not hold up the threads answering requests).
@@ -45,25 +45,25 @@ pub struct AppState {
     /// Slots for uploads in progress (each holds a writing thread).
     pub uploads: Arc<tokio::sync::Semaphore>,
     /// The Daytona face's sandboxes and sessions.
-    pub daytona: crate::daytona_registry::Registry,
+    pub daytona: crate::sandboxes::daytona_registry::Registry,
     /// How long a request body may send nothing before the request is
     /// answered 408 and its slot is released.
     pub body_read_timeout: Duration,
     /// How long and how many finished processes are kept.
-    pub retention: crate::store::Retention,
+    pub retention: crate::sandboxes::store::Retention,
     /// How much output finished processes keep, engine-wide.
-    pub output_budget: Arc<crate::output_budget::OutputBudget>,
+    pub output_budget: Arc<crate::sandboxes::output_budget::OutputBudget>,
     /// Host-wide budgets (sandbox count, live processes).
     pub budgets: Budgets,
     /// Size of each sandbox's own disk, when sandboxes get one (see
-    /// [`crate::disk`]).
+    /// [`crate::storage::disk`]).
     pub disk: Option<u64>,
     /// The Daytona `toolboxProxyUrl`: the toolbox listener's
     /// `http://127.0.0.1:<port>/toolbox`, or `<base>/daytona/toolbox`.
     pub toolbox_url: String,
     /// The durable records of this engine's sandboxes, when it keeps them
     /// (see [`crate::ServerBuilder::state_dir`]).
-    pub records: Option<Arc<crate::records::Records>>,
+    pub records: Option<Arc<crate::storage::records::Records>>,
     /// Whether the data directory is the server's own temporary one.
     pub owned_data_dir: bool,
 }
@@ -112,27 +112,27 @@ pub async fn blocking<T: Send + 'static>(
     Ok(out)
 }
 
-/// Makes a new sandbox's root (with its own disk, see [`crate::disk`]):
+/// Makes a new sandbox's root (with its own disk, see [`crate::storage::disk`]):
 /// 429 `disk_limit` over the host-wide disk budget, 500 when the server
 /// failed.
 pub async fn make_root(state: &AppState, root: PathBuf) -> Result<(), ApiError> {
     let disk = state.disk;
-    match blocking(state, move || crate::disk::prepare(&root, disk)).await? {
+    match blocking(state, move || crate::storage::disk::prepare(&root, disk)).await? {
         Ok(()) => Ok(()),
-        Err(crate::disk::PrepareError::Refused(r)) => Err(over_budget(r)),
-        Err(crate::disk::PrepareError::Io(e)) => Err(ApiError::internal(format!(
+        Err(crate::storage::disk::PrepareError::Refused(r)) => Err(over_budget(r)),
+        Err(crate::storage::disk::PrepareError::Io(e)) => Err(ApiError::internal(format!(
             "cannot create sandbox root: {e}"
         ))),
     }
 }
 
 /// Records a new sandbox durably before its create is answered (see
-/// [`crate::records`]); 500 when the record could not be written (the
+/// [`crate::storage::records`]); 500 when the record could not be written (the
 /// engine could not prove it gone later).
 pub async fn record_created(
     state: &AppState,
     id: &str,
-    face: crate::records::Face,
+    face: crate::storage::records::Face,
     root: &std::path::Path,
 ) -> Result<(), ApiError> {
     let Some(records) = state.records.clone() else {
@@ -164,7 +164,7 @@ pub fn record_deleted(state: &AppState, id: &str) {
 }
 
 /// The 500 answered for a sandbox id this engine cannot call gone (see
-/// [`crate::records::Records::unproven`]), `None` for a 404.
+/// [`crate::storage::records::Records::unproven`]), `None` for a 404.
 pub fn unproven(state: &AppState, id: &str) -> Option<ApiError> {
     let why = state.records.as_ref()?.unproven(id)?;
     Some(ApiError::new(
@@ -176,7 +176,7 @@ pub fn unproven(state: &AppState, id: &str) -> Option<ApiError> {
 
 /// A DELETE of a sandbox id no live sandbox of this engine has: a
 /// predecessor's sandbox not yet proven gone is verified again (see
-/// [`crate::records::Records::retry`]). `Ok(true)`: proven gone now;
+/// [`crate::storage::records::Records::retry`]). `Ok(true)`: proven gone now;
 /// `Ok(false)`: answer as for any unknown id.
 pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError> {
     let Some(records) = state.records.clone() else {
@@ -189,14 +189,14 @@ pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError
 }
 
 /// Ends what is left of the sandbox at `root` once its command trees are
-/// verified gone, and proves it ([`crate::teardown::end_sandbox`]: its
+/// verified gone, and proves it ([`crate::sandboxes::teardown::end_sandbox`]: its
 /// machine and every process of its uid; its disk too when `disk`), off
 /// the runtime's threads. `Ok(true)` when it had a machine; `Err` says
 /// what may still run or exist.
 pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<bool, String> {
     state
         .supervision
-        .spawn_blocking(move || crate::teardown::end_sandbox(&root, disk))
+        .spawn_blocking(move || crate::sandboxes::teardown::end_sandbox(&root, disk))
         .await
         .map_err(|e| format!("the proof that the sandbox is gone could not be made: {e}"))?
 }
@@ -204,7 +204,7 @@ pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<b
 /// Removes the root of a deleted sandbox. The root is first renamed to
 /// `.removing-<id>` beside it (one step: the sandbox's files are gone from
 /// their path when the delete answers), then removed on a thread of its
-/// own, iteratively whatever the depth of the tree (see [`crate::fstree`]):
+/// own, iteratively whatever the depth of the tree (see [`crate::storage::fstree`]):
 /// a tree of 100 000 levels takes a minute on a slow disk, longer than a
 /// client waits for a DELETE. Shutdown waits for these removals. A
 /// failure is logged and the path is removed again at shutdown; `Err` only
@@ -213,7 +213,7 @@ pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<()
     let trash = state.data_dir.join(format!(".removing-{id}"));
     // Its own disk goes first (a mount point cannot be renamed).
     let r = root.clone();
-    let _ = tokio::task::spawn_blocking(move || crate::disk::detach(&r)).await;
+    let _ = tokio::task::spawn_blocking(move || crate::storage::disk::detach(&r)).await;
     let target = match std::fs::rename(&root, &trash) {
         Ok(()) => trash,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -224,7 +224,7 @@ pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<()
     let label = id.to_string();
     let spawned = std::thread::Builder::new()
         .name("createos-local-remove".into())
-        .spawn(move || match crate::disk::remove_tree(&path) {
+        .spawn(move || match crate::storage::disk::remove_tree(&path) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
             Err(e) => {

@@ -221,10 +221,10 @@ pub fn owner(root: &Path) -> Option<u32> {
 }
 
 /// Live (not zombie) processes of the host whose real uid is one of the
-/// sandbox ids `uid` owns (its whole range, see `sandbox_engine::id_map`),
+/// sandbox ids `uid` owns (its whole range, see `sandbox_engine::trees::id_map`),
 /// each as `pid: command line`: a fresh scan of `/proc`.
 pub fn live_of_uid(uid: u32) -> Vec<String> {
-    let ids = sandbox_engine::id_map::IdRange::of_owner(uid);
+    let ids = sandbox_engine::trees::id_map::IdRange::of_owner(uid);
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
         let Some(pid) = entry

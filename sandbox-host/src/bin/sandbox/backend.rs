@@ -253,7 +253,7 @@ impl Engine {
         if !state.exists() && config_file.exists() {
             // An engine that kept no records served here: the state
             // directory made now cannot vouch for ids it issued (see
-            // sandbox_engine::records).
+            // sandbox_engine::storage::records).
             std::fs::create_dir_all(&state)
                 .with_context(|| format!("creating {}", state.display()))?;
         }
@@ -508,8 +508,8 @@ impl EmbeddedEngine {
         state: Option<&Path>,
     ) -> Result<StartingEngine> {
         use sandbox_engine::IsolationPreference;
-        let policy =
-            sandbox_engine::egress::Policy::parse(egress).map_err(|e| anyhow::anyhow!(e))?;
+        let policy = sandbox_engine::network::egress::Policy::parse(egress)
+            .map_err(|e| anyhow::anyhow!(e))?;
         if policy.enabled() && !sandbox_engine::machine::enabled_here() {
             eprintln!(
                 "sandbox: warning: --egress needs one machine per sandbox (root with a \

@@ -29,11 +29,11 @@ pub fn run(global: &Global) -> Result<u8> {
                  command; no outbound network (--egress needs one machine per sandbox)"
             );
         }
-        if sandbox_engine::process_limits::memory_limit_offered_here() {
+        if sandbox_engine::trees::process_limits::memory_limit_offered_here() {
             println!(
                 "embedded engine memory: limited per sandbox by what it uses (cgroup v1 memory \
                  group, default {} MiB), never by the address space it reserves",
-                sandbox_engine::process_limits::default_sandbox_memory() >> 20
+                sandbox_engine::trees::process_limits::default_sandbox_memory() >> 20
             );
         } else {
             println!(

@@ -124,7 +124,7 @@ fn component(global: &Global) -> Check {
 
 #[cfg(feature = "local-backend")]
 fn engine_checks(checks: &mut Vec<Check>) {
-    use sandbox_engine::isolation::find_in_path;
+    use sandbox_engine::util::find_in_path;
     let root = effective_uid() == Some(0);
     // bubblewrap and user namespaces: the engine's own probe.
     match find_in_path("bwrap") {
@@ -180,17 +180,17 @@ fn engine_checks(checks: &mut Vec<Check>) {
         Verdict::Ok,
         format!(
             "{} per sandbox (RLIMIT_NPROC{})",
-            sandbox_engine::process_limits::MAX_PROCESSES,
+            sandbox_engine::trees::process_limits::MAX_PROCESSES,
             if pids_v1 { " and its pids group" } else { "" }
         ),
     ));
-    checks.push(if sandbox_engine::process_limits::memory_limit_offered_here() {
+    checks.push(if sandbox_engine::trees::process_limits::memory_limit_offered_here() {
         check(
             "memory limit",
             Verdict::Ok,
             format!(
                 "{} MiB per sandbox by default, swap included (cgroup v1 memory group; createos-local --sandbox-memory)",
-                sandbox_engine::process_limits::default_sandbox_memory() >> 20
+                sandbox_engine::trees::process_limits::default_sandbox_memory() >> 20
             ),
         )
     } else {
@@ -237,7 +237,7 @@ fn user_namespaces() -> Check {
     // The probe's sandbox sees the `/etc` copy every sandbox of a data
     // directory shares, as in the engine.
     let probed = std::fs::create_dir_all(&dir)
-        .and_then(|()| sandbox_engine::rootfs::prepare_etc(&dir))
+        .and_then(|()| sandbox_engine::storage::rootfs::prepare_etc(&dir))
         .map_err(|e| format!("cannot prepare a trial sandbox in {}: {e}", dir.display()))
         .and_then(|_| {
             tokio::runtime::Builder::new_current_thread()
@@ -245,8 +245,12 @@ fn user_namespaces() -> Check {
                 .build()
                 .map_err(|e| e.to_string())
         })
-        .and_then(|rt| rt.block_on(sandbox_engine::isolation::probe_bwrap(&dir.join("probe"))));
-    sandbox_engine::rootfs::remove_etc(&dir);
+        .and_then(|rt| {
+            rt.block_on(sandbox_engine::machine::isolation::probe_bwrap(
+                &dir.join("probe"),
+            ))
+        });
+    sandbox_engine::storage::rootfs::remove_etc(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     match probed {
         Ok(_) => check(
@@ -279,7 +283,12 @@ fn disk() -> Check {
     let dir = std::env::temp_dir().join(format!("sandbox-doctor-disk-{}", std::process::id()));
     let trial = std::fs::create_dir_all(&dir)
         .map_err(|e| e.to_string())
-        .and_then(|()| sandbox_engine::disk::probe(&dir, sandbox_engine::disk::MIN_SANDBOX_DISK));
+        .and_then(|()| {
+            sandbox_engine::storage::disk::probe(
+                &dir,
+                sandbox_engine::storage::disk::MIN_SANDBOX_DISK,
+            )
+        });
     let _ = std::fs::remove_dir_all(&dir);
     match trial {
         Ok(()) => check(

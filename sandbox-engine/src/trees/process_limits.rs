@@ -11,6 +11,13 @@
 //! `fetch` makes one), a JVM reserves its whole heap ceiling, Go and
 //! sanitizer runtimes reserve more; an address-space limit broke them all
 //! while bounding nothing they used.
+//!
+//! The one file that knows where and how the host's cgroups are (cgroup
+//! v1 today: the `pids` and `memory` hierarchies, the server's own group
+//! in `/proc/self/cgroup`, the control files). The machine, the budgets
+//! and the tree proof ask it ([`command_group_pids`], [`stop_forks`],
+//! [`command_tasks`], [`pids_offered_here`]) and never read that layout
+//! themselves; `tests/layers.rs` fails when another file names it.
 
 use std::path::{Path, PathBuf};
 
@@ -328,4 +335,70 @@ pub(crate) fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf
         .write(true)
         .open(dir.join(JOIN_FILE))?;
     Ok((dir, procs))
+}
+
+/// The pids the kernel lists in the command group at `dir`
+/// (`cgroup.procs`). `Err` when the list cannot be read: `NotFound` once
+/// the group is removed (no directory, no member), anything else proves
+/// nothing.
+pub(crate) fn command_group_pids(dir: &Path) -> std::io::Result<Vec<i32>> {
+    let list = std::fs::read_to_string(dir.join("cgroup.procs"))?;
+    Ok(list
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .collect())
+}
+
+/// No more forks in the command group at `dir` (a tree being killed):
+/// its `pids.max` becomes 0.
+pub(crate) fn stop_forks(dir: &Path) {
+    let _ = std::fs::write(dir.join("pids.max"), "0");
+}
+
+/// Removes a command's emptied pids group: at once, or (while its last
+/// processes are still being reaped, which keeps the group busy) retried
+/// from a short-lived thread for up to 2 s. `keep` (the command's lease
+/// on its machine) is dropped after the group.
+pub(crate) fn remove_command_group_soon<T: Send + 'static>(dir: PathBuf, keep: T) {
+    if std::fs::remove_dir(&dir).is_ok() {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("createos-local-cgroup-rm".into())
+        .spawn(move || {
+            for _ in 0..100 {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                    break;
+                }
+            }
+            drop(keep);
+        });
+}
+
+/// The tasks the command groups of the sandbox owned by `uid` hold now
+/// (each group's `pids.current`, its launcher not counted); `None`
+/// without a pids hierarchy (see [`pids_cgroup_base`]).
+pub(crate) fn command_tasks(uid: u32) -> Option<usize> {
+    let dir = pids_cgroup_base()?.join(format!("sandbox-{uid}"));
+    let mut tasks = 0;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with("cmd-") {
+            continue;
+        }
+        let current: usize = std::fs::read_to_string(entry.path().join("pids.current"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        tasks += current.saturating_sub(1);
+    }
+    Some(tasks)
+}
+
+/// Whether a server started here would give each sandbox a pids group,
+/// as far as can be told without touching the host (no group is
+/// created): root and a cgroup v1 `pids` hierarchy. The server decides
+/// with [`pids_cgroup_base`].
+pub fn pids_offered_here() -> bool {
+    rustix::process::geteuid().is_root() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
 }

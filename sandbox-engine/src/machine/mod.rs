@@ -6,7 +6,7 @@
 //! # Where it applies
 //! Only where a command's tree can still be proven without a PID namespace
 //! of its own: bwrap mode, a root server (a range of host ids per sandbox) and a
-//! writable cgroup v1 `pids` hierarchy ([`crate::process_limits::pids_cgroup_base`]).
+//! writable cgroup v1 `pids` hierarchy ([`crate::trees::process_limits::pids_cgroup_base`]).
 //! Elsewhere every command keeps its own namespaces (the model before
 //! issue 25).
 //!
@@ -21,7 +21,7 @@
 //! keeps its command's tree, and so the machine, alive until the process
 //! is deleted, the sandbox is deleted or the server shuts down. A delete,
 //! a stop or a shutdown ends it at once ([`end_now`]) and proves it gone
-//! before answering ([`crate::teardown`]). The SIGKILL goes through a
+//! before answering ([`crate::sandboxes::teardown`]). The SIGKILL goes through a
 //! pidfd opened when the machine started, so it needs no new descriptor.
 //! The death guard kills it if the server dies (and keeps watching a
 //! machine whose SIGKILL could not be sent).
@@ -30,7 +30,7 @@
 //! A launcher forked by the server (run as the sandbox uid, which owns the
 //! machine's user namespace) joins the machine's namespaces and root,
 //! drops every capability and forks the command, exec'd there with its
-//! own environment and nothing of the server's (see [`crate::join`]: one
+//! own environment and nothing of the server's (see [`mod@crate::machine::join`]: one
 //! step, no helper executable). Before that the launcher joins a
 //! pids group of its own, `sandbox-<uid>/cmd-<marker>`: the command's tree
 //! is exactly the members of that group. The sandbox uid cannot write
@@ -39,6 +39,24 @@
 //! terminating writes
 //! `pids.max` 0 (no more forks) and sends SIGKILL to every member until
 //! the kernel lists none, and `tree_exited: true` is that empty list.
+//!
+//! # This folder
+//! The machine and everything that confines a command: how commands are
+//! confined ([`isolation`]: bubblewrap, or unconfined process groups only
+//! when asked), bubblewrap's command line ([`bwrap_args`]), joining a
+//! sandbox's machine in one step ([`mod@join`]) and the terminals of
+//! interactive processes ([`pty`]).
+//!
+//! Uses [`crate::network`] (a machine's egress proxy), [`crate::storage`]
+//! (the root it mounts, the record of each tree it starts),
+//! [`crate::trees`] (the ids, limits and proof of its trees) and
+//! [`crate::util`]; never the sandbox core, the HTTP layer, the faces or
+//! the server.
+
+pub mod bwrap_args;
+pub mod isolation;
+pub mod join;
+pub mod pty;
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -48,9 +66,9 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Mutex, OnceLock};
 
-use crate::deathguard::Guarded;
-use crate::join::Door;
-use crate::procfs;
+use crate::machine::join::Door;
+use crate::trees::deathguard::Guarded;
+use crate::trees::procfs;
 use std::sync::Arc;
 
 struct Machine {
@@ -60,7 +78,7 @@ struct Machine {
     /// Bumped by every join: an idle timer only ends the machine if no
     /// command joined since it was armed.
     generation: u64,
-    /// The egress proxy serving this machine (see [`crate::egress`]).
+    /// The egress proxy serving this machine (see [`crate::network::egress`]).
     proxy: Option<tokio::task::JoinHandle<()>>,
     /// Its namespaces and root, for commands to join.
     door: Arc<Door>,
@@ -84,7 +102,7 @@ impl Machine {
                 let sent = rustix::process::pidfd_send_signal(fd, rustix::process::Signal::KILL);
                 // ESRCH: the init is gone already.
                 if sent.is_ok() || !self.alive() {
-                    crate::deathguard::release(Guarded::Namespace {
+                    crate::trees::deathguard::release(Guarded::Namespace {
                         init_pid: self.init_pid,
                         ns: self.ns,
                     });
@@ -104,11 +122,12 @@ fn end(init_pid: i32, ns: u64) {
     let mut ended = true;
     if let Some(info) = procfs::stat(init_pid) {
         if procfs::pid_namespace(init_pid) == Some(ns) {
-            ended = crate::host_processes::signal_verified(&info, rustix::process::Signal::KILL);
+            ended =
+                crate::trees::host_processes::signal_verified(&info, rustix::process::Signal::KILL);
         }
     }
     if ended {
-        crate::deathguard::release(Guarded::Namespace { init_pid, ns });
+        crate::trees::deathguard::release(Guarded::Namespace { init_pid, ns });
     }
 }
 
@@ -180,13 +199,26 @@ impl Drop for Lease {
 /// Whether commands of the sandbox at `root` share a machine here (see the
 /// module docs).
 pub fn available(root: &Path) -> bool {
-    enabled_here() && crate::host_processes::sandbox_uid(root).is_some()
+    enabled_here() && crate::trees::host_processes::sandbox_uid(root).is_some()
 }
 
 /// Whether bwrap sandboxes get one machine each on this host: a root
 /// server and a writable pids cgroup hierarchy.
 pub fn enabled_here() -> bool {
-    rustix::process::geteuid().is_root() && crate::process_limits::pids_cgroup_base().is_some()
+    crate::trees::id_map::ranges_here()
+        && crate::trees::process_limits::pids_cgroup_base().is_some()
+}
+
+/// The capabilities a sandbox's uid-0 command holds on this host:
+/// [`join::SANDBOX_CAPABILITIES`] where commands join a machine
+/// ([`enabled_here`]), none where each command has
+/// namespaces of its own (bwrap drops them all).
+pub fn capabilities_here() -> u64 {
+    if enabled_here() {
+        join::SANDBOX_CAPABILITIES
+    } else {
+        0
+    }
 }
 
 /// Whether a server started here would give each sandbox a machine, as
@@ -194,7 +226,7 @@ pub fn enabled_here() -> bool {
 /// root and a cgroup v1 `pids` hierarchy. For descriptions
 /// (`sandbox describe`); the server itself decides with [`enabled_here`].
 pub fn offered_here() -> bool {
-    rustix::process::geteuid().is_root() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
+    crate::trees::process_limits::pids_offered_here()
 }
 
 /// The way into the machine of the sandbox at `root` (started now if it
@@ -218,8 +250,8 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         }
     }
     let (init_pid, ns) = start(bwrap, root)?;
-    crate::deathguard::watch(Guarded::Namespace { init_pid, ns });
-    crate::records::note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
+    crate::trees::deathguard::watch(Guarded::Namespace { init_pid, ns });
+    crate::storage::records::note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
     let door = Door::open(init_pid);
     let door = match door {
         // Opened by pid: only valid if that pid is still the machine's init.
@@ -249,12 +281,12 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         door: door.clone(),
         pidfd,
     };
-    if let Some(policy) = crate::egress::policy_for(root) {
+    if let Some(policy) = crate::network::egress::policy_for(root) {
         let name = root
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
-        match crate::egress::start_proxy(init_pid, name, policy) {
+        match crate::network::egress::start_proxy(init_pid, name, policy) {
             Ok(task) => machine.proxy = Some(task),
             Err(e) => {
                 machine.kill();
@@ -278,7 +310,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
 /// the sandbox is being deleted or stopped and every command tree of it
 /// was verified gone. SIGKILL to its init (the kernel ends its PID
 /// namespace). Returns the init's pid, for the caller's proof
-/// ([`crate::teardown`]); `None` when no machine was running.
+/// ([`crate::sandboxes::teardown`]); `None` when no machine was running.
 pub fn end_now(root: &Path) -> Option<i32> {
     let m = registry()
         .lock()
@@ -304,39 +336,41 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let raw = write.as_raw_fd();
     // As root, the sandbox's whole range of ids is mapped by the server
-    // once bwrap has made its user namespace (see [`crate::id_map`]).
-    let gate = crate::host_processes::sandbox_ids(root)
-        .map(crate::id_map::MapGate::new)
+    // once bwrap has made its user namespace (see [`crate::trees::id_map`]).
+    let gate = crate::trees::host_processes::sandbox_ids(root)
+        .map(crate::trees::id_map::MapGate::new)
         .transpose()?;
     let gate_fds = gate.as_ref().map(|g| g.child_fds());
     let mut cmd = std::process::Command::new(bwrap);
-    cmd.args(crate::bwrap_args::machine_bwrap_args(root, raw))
+    cmd.args(crate::machine::bwrap_args::machine_bwrap_args(root, raw))
         .args(gate.iter().flat_map(|g| g.bwrap_args()))
         .arg("--")
         .args(["/usr/bin/sleep", "infinity"])
         .current_dir("/")
         .env_clear()
-        .envs(crate::bwrap_args::launcher_env())
+        .envs(crate::machine::bwrap_args::launcher_env())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    if let Some((uid, gid)) = crate::rootfs::sandbox_owner(root) {
+    if let Some((uid, gid)) = crate::trees::id_map::sandbox_owner(root) {
         cmd.uid(uid).gid(gid);
     }
-    let groups = crate::process_limits::SandboxGroups::of(crate::host_processes::sandbox_uid(root));
+    let groups = crate::trees::process_limits::SandboxGroups::of(
+        crate::trees::host_processes::sandbox_uid(root),
+    );
     let groups_raw = groups.raw();
     // SAFETY: only async-signal-safe system calls (setsid, close_range,
     // fcntl, write, setrlimit) on descriptors this process owns.
     unsafe {
         cmd.pre_exec(move || {
             rustix::process::setsid()?;
-            crate::fds::mark_cloexec_from(3);
+            crate::trees::fds::mark_cloexec_from(3);
             for raw in std::iter::once(raw).chain(gate_fds.into_iter().flatten()) {
                 let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
-            crate::process_limits::join_groups(groups_raw)?;
-            crate::process_limits::set_limits()?;
+            crate::trees::process_limits::join_groups(groups_raw)?;
+            crate::trees::process_limits::set_limits()?;
             Ok(())
         });
     }

@@ -3,7 +3,7 @@
 //! "destroyed", "stopped" or "none survived".
 //!
 //! Every command tree of the sandbox was verified gone first (its pids
-//! group or PID namespace empty, see [`crate::supervisor`]). What is left
+//! group or PID namespace empty, see [`crate::sandboxes::supervisor`]). What is left
 //! is the sandbox's machine ([`crate::machine`]): its two `bwrap`
 //! processes and the holder, which used to end on the idle timer about
 //! 3 s after the answer. Here it is ended at once and proven gone the way
@@ -12,7 +12,7 @@
 //! sandbox, nested namespaces too, has one of them and nothing else has).
 //! A scan that cannot be made (out of descriptors) proves nothing and
 //! counts as a failure, never as "nothing left". Then the disk: unmounted
-//! and no loop device attached to its image ([`crate::disk::detach_proven`]).
+//! and no loop device attached to its image ([`crate::storage::disk::detach_proven`]).
 //!
 //! The proof is waited for up to [`PROOF_WAIT`]; without it the caller
 //! answers 500 with what may still run, keeps the sandbox (status `error`)
@@ -20,18 +20,6 @@
 
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// Descriptors kept free for proving sandboxes gone (issue 40 item 2):
-/// a process start or a sandbox creation is refused (503
-/// `out_of_descriptors`) while fewer are free. A proof needs a handful at
-/// a time (the `/proc` listing, one `status` file, `mountinfo`, the loop
-/// devices' listing, a pidfd per SIGKILL).
-pub const NEW_WORK_RESERVE: u64 = 64;
-
-/// Below this many free descriptors the API and toolbox listeners take
-/// no connection to serve: waiting connections are answered 503 one at a
-/// time and closed, and the sandboxes' egress proxies take none.
-pub const CONNECTION_RESERVE: u64 = 32;
 
 /// How long a delete, a stop or a shutdown waits for the proof that a
 /// sandbox's processes are gone.
@@ -53,20 +41,20 @@ pub const DISK_PROOF_WAIT: Duration = Duration::from_secs(20);
 /// killed. After the machine's init the kernel ends its whole PID
 /// namespace, and the host-side launchers end with their children; a
 /// process of those ids that stays may belong to a sandbox of another
-/// engine that drew the same range (as [`crate::records::verify`] reasons),
+/// engine that drew the same range (as [`crate::storage::records::verify`] reasons),
 /// so it makes the proof fail rather than being killed.
 pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
     let machine = crate::machine::end_now(root).is_some();
     // Without a uid of its own (a server that is not root) a sandbox has
     // no machine, and its trees were proven one by one.
-    let Some(ids) = crate::host_processes::sandbox_ids(root) else {
+    let Some(ids) = crate::trees::host_processes::sandbox_ids(root) else {
         return Ok(machine);
     };
     let deadline = Instant::now() + within;
     loop {
-        let why = match crate::host_processes::live_of_ids_checked(ids) {
+        let why = match crate::trees::host_processes::live_of_ids_checked(ids) {
             Ok(left) if left.is_empty() => {
-                crate::process_limits::remove_sandbox_groups(ids.first);
+                crate::trees::process_limits::remove_sandbox_groups(ids.first);
                 return Ok(machine);
             }
             Ok(left) => {
@@ -88,19 +76,19 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
 
 /// [`end_processes`] (waiting up to [`PROOF_WAIT`]), then, when `disk`
 /// is set, the sandbox's disk detached and proven so
-/// ([`crate::disk::detach_proven`], up to [`DISK_PROOF_WAIT`]).
+/// ([`crate::storage::disk::detach_proven`], up to [`DISK_PROOF_WAIT`]).
 /// `Ok(true)` when the sandbox had a machine.
 pub fn end_sandbox(root: &Path, disk: bool) -> Result<bool, String> {
     // Read while its disk is mounted: the mount point under it belongs to
     // the server.
-    let owner = crate::host_processes::sandbox_uid(root);
+    let owner = crate::trees::host_processes::sandbox_uid(root);
     let machine = end_processes(root, PROOF_WAIT)?;
     if disk {
-        crate::disk::detach_proven(root, DISK_PROOF_WAIT)?;
+        crate::storage::disk::detach_proven(root, DISK_PROOF_WAIT)?;
         // The sandbox ends here (a delete or a shutdown, not a stop): its
         // range of ids may go to another sandbox.
         if let Some(owner) = owner {
-            crate::id_map::release(owner);
+            crate::trees::id_map::release(owner);
         }
     }
     Ok(machine)

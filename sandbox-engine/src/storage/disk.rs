@@ -27,7 +27,7 @@
 //! server writes there for it (Files API uploads, staged input). Deleting
 //! the sandbox unmounts the file system (lazily: a descriptor still open
 //! keeps it until closed) and removes the image; a server killed without
-//! a shutdown leaves that to its death guard ([`crate::deathguard`]).
+//! a shutdown leaves that to its death guard ([`crate::trees::deathguard`]).
 //!
 //! The host's file systems do not support per-directory quotas here (the
 //! data directory's ext4 is mounted without project or user quotas, and
@@ -82,7 +82,7 @@ pub fn image_of(root: &Path) -> Option<PathBuf> {
 }
 
 fn find_tool(name: &str) -> Option<PathBuf> {
-    crate::isolation::find_in_path(name).or_else(|| {
+    crate::util::find_in_path(name).or_else(|| {
         ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
             .iter()
             .map(|d| Path::new(d).join(name))
@@ -162,18 +162,18 @@ fn make_template(template: &Path, size: u64) -> std::io::Result<()> {
     if let Some(dir) = template.parent() {
         disks_dir(dir)?;
     }
-    let memory = Path::new(crate::rootfs::MEMORY_DIR);
-    let file = if crate::rootfs::is_tmpfs(memory) {
+    let memory = Path::new(crate::storage::rootfs::MEMORY_DIR);
+    let file = if crate::storage::rootfs::is_tmpfs(memory) {
         let file = memory.join(format!(
             "{MEMORY_TEMPLATE_PREFIX}{}-{}.ext4",
             std::process::id(),
             crate::util::random_hex(8)
         ));
         create_sparse(&file, size)?;
-        crate::deathguard::remove_file_on_death(&file);
+        crate::trees::deathguard::remove_file_on_death(&file);
         if let Err(e) = std::os::unix::fs::symlink(&file, template) {
             if std::fs::remove_file(&file).is_ok() {
-                crate::deathguard::forget_file_removal(&file);
+                crate::trees::deathguard::forget_file_removal(&file);
             }
             return Err(e);
         }
@@ -182,7 +182,7 @@ fn make_template(template: &Path, size: u64) -> std::io::Result<()> {
         create_sparse(template, size)?;
         template.to_path_buf()
     };
-    crate::deathguard::remove_file_on_death(template);
+    crate::trees::deathguard::remove_file_on_death(template);
     format(&file)
 }
 
@@ -191,17 +191,17 @@ fn make_template(template: &Path, size: u64) -> std::io::Result<()> {
 pub fn remove_template(data_dir: &Path) {
     let template = template_of(data_dir);
     if let Ok(target) = std::fs::read_link(&template) {
-        let ours = target.parent() == Some(Path::new(crate::rootfs::MEMORY_DIR))
+        let ours = target.parent() == Some(Path::new(crate::storage::rootfs::MEMORY_DIR))
             && target
                 .file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with(MEMORY_TEMPLATE_PREFIX));
         if ours && std::fs::remove_file(&target).is_ok() {
-            crate::deathguard::forget_file_removal(&target);
+            crate::trees::deathguard::forget_file_removal(&target);
         }
     }
     if std::fs::remove_file(&template).is_ok() {
-        crate::deathguard::forget_file_removal(&template);
+        crate::trees::deathguard::forget_file_removal(&template);
     }
 }
 
@@ -224,7 +224,7 @@ fn still_free(root: &Path) -> u64 {
 /// `Err` when one more disk of `size` bytes in `data_dir` would let the
 /// sandbox disks fill the data directory's file system (see the module
 /// docs).
-fn admit(data_dir: &Path, size: u64) -> Result<(), crate::budgets::Refusal> {
+fn admit(data_dir: &Path, size: u64) -> Result<(), crate::trees::budgets::Refusal> {
     let Ok(fs) = rustix::fs::statvfs(data_dir) else {
         return Ok(());
     };
@@ -259,7 +259,7 @@ fn admit(data_dir: &Path, size: u64) -> Result<(), crate::budgets::Refusal> {
         return Ok(());
     }
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    Err(crate::budgets::Refusal {
+    Err(crate::trees::budgets::Refusal {
         code: "disk_limit",
         message: format!(
             "the host disk of this server's data directory has {:.1} GiB free; its {disks} sandbox \
@@ -278,14 +278,14 @@ fn admit(data_dir: &Path, size: u64) -> Result<(), crate::budgets::Refusal> {
 #[derive(Debug)]
 pub enum PrepareError {
     /// Over the host-wide disk budget (a 429).
-    Refused(crate::budgets::Refusal),
+    Refused(crate::trees::budgets::Refusal),
     /// The server failed (a 500).
     Io(std::io::Error),
 }
 
 /// Makes the sandbox root `root`: with a disk of `disk` bytes of its own
 /// when given (admitted first, see [`admit`]), then its directories
-/// ([`crate::rootfs::prepare_root`]). Nothing is left behind on failure.
+/// ([`crate::storage::rootfs::prepare_root`]). Nothing is left behind on failure.
 pub fn prepare(root: &Path, disk: Option<u64>) -> Result<(), PrepareError> {
     if let Some(size) = disk {
         let data_dir = root.parent().unwrap_or(Path::new("/"));
@@ -298,7 +298,7 @@ pub fn prepare(root: &Path, disk: Option<u64>) -> Result<(), PrepareError> {
         };
         mount_disk(root, &image).map_err(PrepareError::Io)?;
     }
-    crate::rootfs::prepare_root(root).map_err(|e| {
+    crate::storage::rootfs::prepare_root(root).map_err(|e| {
         if detach(root) {
             let _ = std::fs::remove_dir(root);
         }
@@ -457,7 +457,7 @@ fn mount_disk(root: &Path, image: &Path) -> std::io::Result<()> {
     match result {
         Ok(()) => {
             let _ = std::fs::remove_dir(root.join("lost+found"));
-            crate::deathguard::unmount_on_death(root, image);
+            crate::trees::deathguard::unmount_on_death(root, image);
             Ok(())
         }
         Err(e) => {
@@ -644,12 +644,12 @@ mod loop_device {
     }
 }
 
-/// Removes `path` and everything under it ([`crate::fstree::remove_tree`]),
+/// Removes `path` and everything under it ([`crate::storage::fstree::remove_tree`]),
 /// a sandbox root with a disk of its own detached first: the disk goes
 /// whole.
 pub fn remove_tree(path: &Path) -> std::io::Result<()> {
     detach(path);
-    crate::fstree::remove_tree(path)
+    crate::storage::fstree::remove_tree(path)
 }
 
 /// Unmounts the disk of `root` (lazily) and removes its image; `true` when
@@ -663,7 +663,7 @@ pub fn detach(root: &Path) -> bool {
     }
     let _ = unmount(root);
     let _ = std::fs::remove_file(&image);
-    crate::deathguard::forget_unmount(root, &image);
+    crate::trees::deathguard::forget_unmount(root, &image);
     true
 }
 
@@ -682,7 +682,7 @@ pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), Str
         let left = match remains(root, &image) {
             Ok(left) if left.is_empty() => {
                 let _ = std::fs::remove_file(&image);
-                crate::deathguard::forget_unmount(root, &image);
+                crate::trees::deathguard::forget_unmount(root, &image);
                 return Ok(());
             }
             Ok(left) => left.join(", "),
@@ -750,7 +750,7 @@ pub fn remains(root: &Path, image: &Path) -> std::io::Result<Vec<String>> {
 /// the message of a disk that stays attached).
 fn holders(root: &Path) -> Vec<String> {
     let escaped = mountinfo_escaped(root);
-    crate::procfs::all_pids()
+    crate::trees::procfs::all_pids()
         .into_iter()
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).is_ok_and(|m| {

@@ -4,7 +4,7 @@
 //!
 //! # Who owns a sandbox's files
 //! When the server runs as root, every sandbox gets its own range of
-//! unprivileged host uids and gids ([`crate::id_map`]); its first id is the
+//! unprivileged host uids and gids ([`crate::trees::id_map`]); its first id is the
 //! sandbox's owner: commands start as it (uid 0 *inside* the sandbox's user
 //! namespace maps to it, the rest of the range to ids 1-65535), and the
 //! sandbox's own directories belong to it. The owner of the sandbox root
@@ -37,6 +37,12 @@ use std::sync::OnceLock;
 /// under all of these and under `etc`.
 pub const HOST_DIRS: &[&str] = &[
     "usr", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+];
+
+/// Host system directories a sandbox sees read-only (and `etc`, its own
+/// minimal one). The Files API refuses paths under them.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
 ];
 
 /// Entries of the host's `/etc` mounted read-only into every sandbox (when
@@ -115,39 +121,28 @@ const ETC_FILES: &[(&str, &str)] = &[
 
 /// The owner uid (= gid) of a new sandbox when the server runs as root,
 /// the first id of a range no other sandbox on the host holds
-/// ([`crate::id_map::claim`]); `None` otherwise. Ranges are tried in turn
+/// ([`crate::trees::id_map::claim`]); `None` otherwise. Ranges are tried in turn
 /// from a random start. As root, no free range is an error: the sandbox
 /// is refused rather than run as the server's own uid.
 fn allocate_owner() -> std::io::Result<Option<(u32, u32)>> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: OnceLock<AtomicU32> = OnceLock::new();
-    if !rustix::process::geteuid().is_root() {
+    if !crate::trees::id_map::ranges_here() {
         return Ok(None);
     }
     let next = NEXT.get_or_init(|| {
         let seed = u32::from_str_radix(&crate::util::random_hex(4), 16).unwrap_or(0);
         AtomicU32::new(seed)
     });
-    let uid = crate::id_map::claim(next.fetch_add(1, Ordering::Relaxed)).ok_or_else(|| {
-        std::io::Error::other(format!(
-            "no range of ids is free for a new sandbox (each is claimed in {}; every one is \
+    let uid =
+        crate::trees::id_map::claim(next.fetch_add(1, Ordering::Relaxed)).ok_or_else(|| {
+            std::io::Error::other(format!(
+                "no range of ids is free for a new sandbox (each is claimed in {}; every one is \
              held, or that directory cannot be made)",
-            crate::id_map::CLAIMS_DIR
-        ))
-    })?;
+                crate::trees::id_map::CLAIMS_DIR
+            ))
+        })?;
     Ok(Some((uid, uid)))
-}
-
-/// The uid and gid commands of the sandbox at `root` run as: its owner,
-/// when the server runs as root and the root was prepared by
-/// [`prepare_root`]; `None` (run as the server's own uid) otherwise.
-pub fn sandbox_owner(root: &Path) -> Option<(u32, u32)> {
-    use std::os::unix::fs::MetadataExt;
-    if !rustix::process::geteuid().is_root() {
-        return None;
-    }
-    let meta = std::fs::metadata(root).ok()?;
-    crate::id_map::is_range_start(meta.uid()).then_some((meta.uid(), meta.gid()))
 }
 
 /// Creates a sandbox root: its own directories and `/etc`, plus mount
@@ -217,7 +212,7 @@ pub(crate) fn is_tmpfs(dir: &Path) -> bool {
 /// `alternatives` and `ssl/certs`) took 0.3 to 1.5 s of every server start
 /// on the test machine, against about 30 ms in memory. Otherwise
 /// `.sandbox-etc` is the directory itself. [`remove_etc`] removes either;
-/// if the server is killed before it can, its [`crate::deathguard`]
+/// if the server is killed before it can, its [`crate::trees::deathguard`]
 /// removes the in-memory copy.
 pub fn prepare_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
     let etc = begin_etc(data_dir)?;
@@ -241,7 +236,7 @@ pub fn begin_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
         ));
         std::fs::create_dir(&dir)?;
         // Removed even if this process is killed (see the deathguard).
-        crate::deathguard::remove_on_death(&dir);
+        crate::trees::deathguard::remove_on_death(&dir);
         std::os::unix::fs::symlink(&dir, &link)?;
         dir
     } else {
@@ -304,13 +299,13 @@ pub fn remove_etc(data_dir: &Path) {
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| n.starts_with(MEMORY_ETC_PREFIX));
             if ours {
-                let _ = crate::fstree::remove_tree(&target);
-                crate::deathguard::forget_removal(&target);
+                let _ = crate::storage::fstree::remove_tree(&target);
+                crate::trees::deathguard::forget_removal(&target);
             }
             let _ = std::fs::remove_file(&link);
         }
         Err(_) => {
-            let _ = crate::fstree::remove_tree(&link);
+            let _ = crate::storage::fstree::remove_tree(&link);
         }
     }
 }

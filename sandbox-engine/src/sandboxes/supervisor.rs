@@ -2,7 +2,7 @@
 //! tracks leader and tree exit, and terminates trees with verification.
 //!
 //! Lifecycle of one process:
-//! 1. spawn (see [`crate::isolation`]); in bwrap mode the create request is
+//! 1. spawn (see [`crate::machine::isolation`]); in bwrap mode the create request is
 //!    answered as soon as bwrap's status pipe tells the host pid of the
 //!    namespace's init and the namespace inode (no timer, no `/proc` scan:
 //!    the command itself may not have been forked yet). The process's `pid`
@@ -38,9 +38,9 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
 use tokio::sync::{oneshot, watch};
 
-use crate::isolation::{self, IsolationMode, SpawnSpec, Tree};
-use crate::journal::{ExitStatus, Journal, ReaderId, Retention, Room, StreamKind};
-use crate::pty::{Terminal, Winsize};
+use crate::machine::isolation::{self, IsolationMode, SpawnSpec, Tree};
+use crate::machine::pty::{Terminal, Winsize};
+use crate::storage::journal::{ExitStatus, Journal, ReaderId, Retention, Room, StreamKind};
 
 mod interactive;
 
@@ -116,8 +116,8 @@ pub struct Process {
     /// Itself, for the output budget's list of finished processes.
     me: std::sync::Weak<Process>,
     /// The engine-wide budget its output counts against once it finished
-    /// (streamed journals only, see [`crate::output_budget`]).
-    output_budget: Option<Arc<crate::output_budget::OutputBudget>>,
+    /// (streamed journals only, see [`crate::sandboxes::output_budget`]).
+    output_budget: Option<Arc<crate::sandboxes::output_budget::OutputBudget>>,
     /// Counted against the budget already.
     counted: AtomicBool,
     /// A `pty` process: the size its terminal was asked with.
@@ -147,7 +147,7 @@ fn start_failure(e: &std::io::Error) -> String {
         return format!(
             "the server could not start the command ({e}); nothing ran. A sandbox at its \
              limit of {} tasks cannot start more: end some of its processes, then retry",
-            crate::process_limits::MAX_PROCESSES
+            crate::trees::process_limits::MAX_PROCESSES
         );
     }
     format!("the server could not start the command ({e}); nothing ran, retry later")
@@ -172,7 +172,7 @@ pub struct StartRequest {
     pub journal: Retention,
     /// The engine-wide budget of finished output (counted only for a
     /// [`Retention::Streamed`] journal).
-    pub output_budget: Option<Arc<crate::output_budget::OutputBudget>>,
+    pub output_budget: Option<Arc<crate::sandboxes::output_budget::OutputBudget>>,
     /// A terminal of this size instead of pipes (a `pty` process).
     pub terminal: Option<Winsize>,
 }
@@ -246,8 +246,9 @@ impl Process {
         // ends by SIGKILL means the sandbox reached its memory limit.
         let sandbox_owner = bwrap
             .as_ref()
-            .and_then(|_| crate::host_processes::sandbox_uid(&req.root));
-        let oom_kills_before = sandbox_owner.and_then(crate::process_limits::sandbox_oom_kills);
+            .and_then(|_| crate::trees::host_processes::sandbox_uid(&req.root));
+        let oom_kills_before =
+            sandbox_owner.and_then(crate::trees::process_limits::sandbox_oom_kills);
         let spawned = match isolation::spawn(bwrap.as_deref(), &spec) {
             Ok(s) => s,
             Err(e) => {
@@ -273,7 +274,8 @@ impl Process {
                 Tree::Cgroup {
                     dir,
                     lease: Some(lease),
-                    launcher: crate::procfs::stat(outer_pid).map(|p| (outer_pid, p.starttime)),
+                    launcher: crate::trees::procfs::stat(outer_pid)
+                        .map(|p| (outer_pid, p.starttime)),
                 },
                 None,
             ),
@@ -288,8 +290,8 @@ impl Process {
         };
         proc.init_exit.store(init_exit.is_some(), Ordering::SeqCst);
         if let Some(guarded) = tree.guarded() {
-            crate::deathguard::watch(guarded);
-            crate::records::note_tree(&req.root, &guarded, Some(&marker));
+            crate::trees::deathguard::watch(guarded);
+            crate::storage::records::note_tree(&req.root, &guarded, Some(&marker));
         }
         *lock(&proc.tree) = tree;
         *lock(&proc.stdin) = child.stdin.take();
@@ -348,7 +350,7 @@ impl Process {
                     let note = format!(
                         "createos-local: the sandbox reached its memory limit ({} MiB): the \
                          kernel killed a process of it (SIGKILL)\n",
-                        crate::process_limits::sandbox_memory() >> 20
+                        crate::trees::process_limits::sandbox_memory() >> 20
                     );
                     p.push(StreamKind::Stderr, Bytes::from(note));
                 }
@@ -399,7 +401,7 @@ impl Process {
             ExitStatus::Code(code) => *code == 128 + libc::SIGKILL,
         };
         let grew = owner
-            .and_then(crate::process_limits::sandbox_oom_kills)
+            .and_then(crate::trees::process_limits::sandbox_oom_kills)
             .is_some_and(|now| now > before);
         if killed && grew && matches!(*lock(&self.tree), Tree::Namespace { .. }) {
             *exit = ExitStatus::Signal(isolation::signal_name(libc::SIGKILL));
@@ -438,20 +440,11 @@ impl Process {
         }
     }
 
-    /// Evicts the output it keeps (the engine-wide budget): a replay is
-    /// then the 410 of an expired offset. `None`, nothing evicted, while a
-    /// reader is attached.
-    pub(crate) fn evict_output(&self) -> Option<usize> {
-        let freed = lock(&self.inner).journal.evict_all();
-        self.bump();
-        freed
-    }
-
     fn set_tree_exited(&self) {
         {
             let mut tree = lock(&self.tree);
             if let Some(guarded) = tree.guarded() {
-                crate::deathguard::release(guarded);
+                crate::trees::deathguard::release(guarded);
             }
             tree.release();
         }
@@ -501,7 +494,7 @@ impl Process {
     /// starts) accepts; `check` also names the seq the reader has received
     /// up to. Atomic, so nothing is evicted in between. The guard is `None` for other journals.
     /// While attached, nothing the reader has not received is evicted and
-    /// the pipes wait for it (see [`crate::journal`]); it detaches when the
+    /// the pipes wait for it (see [`crate::storage::journal`]); it detaches when the
     /// guard drops.
     pub fn attach_reader<R, E>(
         self: &Arc<Self>,
@@ -536,7 +529,7 @@ impl Process {
     /// message for the 5xx answer. A command that prints such a line
     /// itself and exits the same way is taken for one; that can only
     /// misreport its own result. In a sandbox machine the launcher is the
-    /// server's own fork ([`crate::join`]): its failures before the
+    /// server's own fork ([`mod@crate::machine::join`]): its failures before the
     /// command was forked fail the spawn itself, and an exit is always the
     /// command's.
     fn launcher_failure(&self, exit: &ExitStatus) -> Option<String> {
@@ -564,7 +557,7 @@ impl Process {
                      A sandbox at its limit of {} tasks cannot start more: end some of its \
                      processes, then retry",
                     text.lines().next().unwrap_or("").trim(),
-                    crate::process_limits::MAX_PROCESSES
+                    crate::trees::process_limits::MAX_PROCESSES
                 )
             })
     }
@@ -637,10 +630,10 @@ impl Process {
         };
         while !self.command_seen.load(Ordering::SeqCst) {
             // Unreadable: the init is gone (checked below either way).
-            let forked = crate::procfs::children(init_pid).is_none_or(|c| !c.is_empty());
-            let init_cannot_fork = crate::procfs::stat(init_pid)
+            let forked = crate::trees::procfs::children(init_pid).is_none_or(|c| !c.is_empty());
+            let init_cannot_fork = crate::trees::procfs::stat(init_pid)
                 .is_none_or(|p| p.is_zombie() || matches!(p.state, 'T' | 't'))
-                || crate::procfs::pid_namespace(init_pid) != Some(ns);
+                || crate::trees::procfs::pid_namespace(init_pid) != Some(ns);
             if forked || init_cannot_fork || self.exited().0 || Instant::now() > deadline {
                 self.command_seen.store(true, Ordering::SeqCst);
                 return;
@@ -794,6 +787,17 @@ impl Process {
     }
 }
 
+impl crate::sandboxes::output_budget::KeepsOutput for Process {
+    /// Evicts the output it keeps (the engine-wide budget): a replay is
+    /// then the 410 of an expired offset. `None`, nothing evicted, while a
+    /// reader is attached.
+    fn evict_output(&self) -> Option<usize> {
+        let freed = lock(&self.inner).journal.evict_all();
+        self.bump();
+        freed
+    }
+}
+
 /// An attached reader of a process's output (see
 /// [`Process::attach_reader`]); detaches on drop.
 #[derive(Debug)]
@@ -819,7 +823,7 @@ impl Drop for ReaderGuard {
 }
 
 /// Waits until the journal has room for more output (see
-/// [`crate::journal::Room`]), or the leader has been reaped. Returns
+/// [`crate::storage::journal::Room`]), or the leader has been reaped. Returns
 /// `false` when the leader was reaped.
 async fn room(proc: &Process, reaped: &mut watch::Receiver<bool>) -> bool {
     if lock(&proc.inner).journal.room() == Room::Open {
@@ -986,7 +990,7 @@ async fn namespace_tree(
 fn init_pidfd(init_pid: i32, ns: u64) -> Option<OwnedFd> {
     let pid = rustix::process::Pid::from_raw(init_pid)?;
     let fd = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::NONBLOCK).ok()?;
-    (crate::procfs::pid_namespace(init_pid) == Some(ns)).then_some(fd)
+    (crate::trees::procfs::pid_namespace(init_pid) == Some(ns)).then_some(fd)
 }
 
 /// Builds the environment of a process: base, then the sandbox's declared

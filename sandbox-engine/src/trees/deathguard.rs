@@ -21,11 +21,11 @@
 //!   isolation.
 //!
 //! - a directory (the sandboxes' in-memory `/etc` copy under `/dev/shm`,
-//!   see [`crate::rootfs::prepare_etc`]) is removed, so that a killed
+//!   see [`crate::storage::rootfs::prepare_etc`]) is removed, so that a killed
 //!   server does not leave it in memory; only paths with the copy's name
 //!   prefix are ever removed.
 //!
-//! - a sandbox disk (see [`crate::disk`]) is unmounted and its image
+//! - a sandbox disk (see [`crate::storage::disk`]) is unmounted and its image
 //!   removed, so that a killed server does not leave loop devices behind;
 //!   the template the disks are copied from is removed.
 //!
@@ -113,7 +113,7 @@ fn start_guard() -> std::io::Result<std::fs::File> {
     unsafe {
         cmd.pre_exec(|| {
             rustix::process::setsid()?;
-            crate::fds::mark_cloexec_from(3);
+            crate::trees::fds::mark_cloexec_from(3);
             Ok(())
         });
     }
@@ -199,7 +199,7 @@ fn file_line(op: char, path: &std::path::Path) -> Option<String> {
 }
 
 /// Asks the guard to remove the sandbox disks' template file `path` (see
-/// [`crate::disk::template_of`]: the file or link in the data directory,
+/// [`crate::storage::disk::template_of`]: the file or link in the data directory,
 /// or the file in memory) if this process dies first (`false` for any
 /// other path, one with white space, or without a guard).
 pub fn remove_file_on_death(path: &std::path::Path) -> bool {

@@ -256,14 +256,14 @@ pub fn start_proxy(
             // Short of descriptors, the engine takes no more of the
             // sandbox's connections (they wait in the queue): what is left
             // is kept for proving sandboxes gone (issue 40 item 2).
-            if crate::fds::headroom_fast() < crate::teardown::NEW_WORK_RESERVE {
-                tokio::time::sleep(crate::accept::BACKOFF).await;
+            if crate::trees::fds::headroom_fast() < crate::trees::fds::NEW_WORK_RESERVE {
+                tokio::time::sleep(crate::network::accept::BACKOFF).await;
                 continue;
             }
             let conn = match listener.accept().await {
                 Ok((conn, _)) => conn,
                 Err(e) => {
-                    crate::accept::after_failure(&e).await;
+                    crate::network::accept::after_failure(&e).await;
                     continue;
                 }
             };

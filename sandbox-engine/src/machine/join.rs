@@ -93,18 +93,6 @@ pub const SANDBOX_CAPABILITIES: u64 = {
     set
 };
 
-/// The capabilities a sandbox's uid-0 command holds on this host:
-/// [`SANDBOX_CAPABILITIES`] where commands join a machine
-/// ([`crate::machine::enabled_here`]), none where each command has
-/// namespaces of its own (bwrap drops them all).
-pub fn capabilities_here() -> u64 {
-    if crate::machine::enabled_here() {
-        SANDBOX_CAPABILITIES
-    } else {
-        0
-    }
-}
-
 /// The name (`comm`) of a launcher on the host.
 pub const LAUNCHER_NAME: &str = "sandbox-join";
 const LAUNCHER_CNAME: &std::ffi::CStr = c"sandbox-join";
@@ -173,8 +161,8 @@ struct Launch {
     last_cap: c_int,
     /// `createos-local: cannot start CMD: `.
     failure: Vec<u8>,
-    /// A terminal for the command (see [`crate::pty`]).
-    terminal: Option<crate::pty::Setup>,
+    /// A terminal for the command (see [`crate::machine::pty`]).
+    terminal: Option<crate::machine::pty::Setup>,
 }
 
 // SAFETY: the raw pointers point into the CStrings the same value owns;
@@ -223,9 +211,9 @@ pub fn command(
 /// [`command`] with a terminal: after it entered the machine (its mount
 /// namespace, so the machine's `/dev/pts`) and dropped its capabilities,
 /// the launcher opens a terminal of `size`, sends its master on `socket`
-/// (its end of a [`crate::pty::socket_pair`]) and forks the command with
+/// (its end of a [`crate::machine::pty::socket_pair`]) and forks the command with
 /// the terminal as its controlling terminal, stdin, stdout and stderr
-/// (see [`crate::pty`]). A terminal that cannot be opened fails the spawn.
+/// (see [`crate::machine::pty`]). A terminal that cannot be opened fails the spawn.
 #[allow(clippy::too_many_arguments)]
 pub fn command_in_terminal(
     door: &Door,
@@ -235,10 +223,10 @@ pub fn command_in_terminal(
     env: &[(String, String)],
     cmd: &str,
     args: &[String],
-    size: crate::pty::Winsize,
+    size: crate::machine::pty::Winsize,
     socket: RawFd,
 ) -> std::io::Result<std::process::Command> {
-    let setup = crate::pty::Setup::new(size, socket);
+    let setup = crate::machine::pty::Setup::new(size, socket);
     launcher(door, group, memory, cwd, env, cmd, args, Some(setup))
 }
 
@@ -251,7 +239,7 @@ fn launcher(
     env: &[(String, String)],
     cmd: &str,
     args: &[String],
-    terminal: Option<crate::pty::Setup>,
+    terminal: Option<crate::machine::pty::Setup>,
 ) -> std::io::Result<std::process::Command> {
     let mut argv_owned = vec![c_string(cmd)?];
     for a in args {
@@ -414,11 +402,11 @@ impl Launch {
     /// the command was forked); otherwise it exits with the command.
     fn run(&mut self) -> std::io::Result<()> {
         rustix::process::setsid()?;
-        crate::fds::mark_cloexec_from(3);
+        crate::trees::fds::mark_cloexec_from(3);
         // Join the command's own pids group and the sandbox's memory
         // group before anything forks.
-        crate::process_limits::join_groups([Some(self.group), self.memory])?;
-        crate::process_limits::set_limits()?;
+        crate::trees::process_limits::join_groups([Some(self.group), self.memory])?;
+        crate::trees::process_limits::set_limits()?;
         // SAFETY: system calls on descriptors and memory this child owns.
         unsafe {
             check(libc::prctl(
@@ -490,7 +478,7 @@ impl Launch {
             }
             if pid == 0 {
                 if let Some(slave) = terminal {
-                    crate::pty::attach(slave);
+                    crate::machine::pty::attach(slave);
                 }
                 self.exec();
             }

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::isolation::IsolationMode;
-use crate::supervisor::Process;
+use crate::machine::isolation::IsolationMode;
+use crate::sandboxes::supervisor::Process;
 
 /// Sandbox status values from the spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -329,7 +329,7 @@ pub struct Store {
     /// shutdown.
     leftovers: Mutex<Vec<PathBuf>>,
     /// Removals of deleted sandboxes' roots under way (see
-    /// [`crate::api::remove_root`]): `true` from a thread that succeeded.
+    /// [`crate::http::state::remove_root`]): `true` from a thread that succeeded.
     removals: Mutex<Vec<(PathBuf, std::thread::JoinHandle<bool>)>>,
     /// Held while a process start is counted against the budget and
     /// admitted, so that two starts cannot both take the last slot.
@@ -361,7 +361,7 @@ impl Store {
     /// What the process budget counts, across every sandbox: managed
     /// processes whose tree is not yet verified gone (processes being
     /// started included) or, where the kernel counts them (see
-    /// [`crate::budgets::sandbox_tasks`]), every task those processes
+    /// [`crate::trees::budgets::sandbox_tasks`]), every task those processes
     /// started, whichever is more.
     pub fn live_processes(&self) -> usize {
         self.all()
@@ -372,7 +372,7 @@ impl Store {
                     .values()
                     .filter(|p| !p.exited().1)
                     .count();
-                let tasks = crate::budgets::sandbox_tasks(&sb.root).unwrap_or(0);
+                let tasks = crate::trees::budgets::sandbox_tasks(&sb.root).unwrap_or(0);
                 live.max(tasks) + starting
             })
             .sum()
@@ -385,11 +385,11 @@ impl Store {
     pub fn admit_process(
         &self,
         sb: &Arc<Sandbox>,
-        budgets: &crate::budgets::Budgets,
-    ) -> Result<Option<Admission>, crate::budgets::Refusal> {
-        crate::budgets::admit_by_descriptors("process")?;
+        budgets: &crate::trees::budgets::Budgets,
+    ) -> Result<Option<Admission>, crate::trees::budgets::Refusal> {
+        crate::trees::budgets::admit_by_descriptors("process")?;
         let _one_at_a_time = lock(&self.admitting);
-        crate::budgets::admit_process(budgets, self.live_processes())?;
+        crate::trees::budgets::admit_process(budgets, self.live_processes())?;
         Ok(sb.admit())
     }
 

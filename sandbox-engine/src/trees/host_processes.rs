@@ -6,17 +6,20 @@ use std::path::Path;
 
 use rustix::process::{Pid, Signal};
 
-use crate::id_map::IdRange;
-use crate::procfs::{self, ProcInfo};
+use crate::trees::id_map::IdRange;
+use crate::trees::procfs::{self, ProcInfo};
+
+/// The environment variable that marks every process the server starts.
+pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
 
 /// The host uid that owns the sandbox at `root`: the first of its own ids
-/// when the server runs as root (see [`crate::rootfs`]); `None` when
+/// when the server runs as root (see [`crate::trees::id_map::sandbox_owner`]); `None` when
 /// commands run as the server's own uid (a server that is not root).
 pub fn sandbox_uid(root: &Path) -> Option<u32> {
-    crate::rootfs::sandbox_owner(root).map(|(uid, _)| uid)
+    crate::trees::id_map::sandbox_owner(root).map(|(uid, _)| uid)
 }
 
-/// The host ids of the sandbox at `root` (see [`crate::id_map`]): the
+/// The host ids of the sandbox at `root` (see [`crate::trees::id_map`]): the
 /// range its owner starts; `None` as for [`sandbox_uid`].
 pub fn sandbox_ids(root: &Path) -> Option<IdRange> {
     sandbox_uid(root).map(IdRange::of_owner)

@@ -15,7 +15,7 @@
 //! processes started through the API and, where each command has a pids
 //! group of its own (one machine per sandbox), every task they started
 //! ([`sandbox_tasks`]), whichever is more; counting and admitting a start
-//! are one step ([`crate::store::Store::admit_process`]). On a host with a small `pid_max` (32 768) the minimum of 16
+//! are one step ([`crate::sandboxes::store::Store::admit_process`]). On a host with a small `pid_max` (32 768) the minimum of 16
 //! sandboxes times 2048 tasks reaches `pid_max`: there the per-sandbox task
 //! limit of the launch path, or a lower `--max-sandboxes`, bounds the rest.
 
@@ -72,20 +72,8 @@ impl Budgets {
 /// pids group of their own (no machine per sandbox here): then the budget
 /// counts API-started processes only.
 pub fn sandbox_tasks(root: &std::path::Path) -> Option<usize> {
-    let uid = crate::host_processes::sandbox_uid(root)?;
-    let dir = crate::process_limits::pids_cgroup_base()?.join(format!("sandbox-{uid}"));
-    let mut tasks = 0;
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        if !entry.file_name().to_string_lossy().starts_with("cmd-") {
-            continue;
-        }
-        let current: usize = std::fs::read_to_string(entry.path().join("pids.current"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        tasks += current.saturating_sub(1);
-    }
-    Some(tasks)
+    let uid = crate::trees::host_processes::sandbox_uid(root)?;
+    crate::trees::process_limits::command_tasks(uid)
 }
 
 /// Why a creation was refused.
@@ -118,18 +106,18 @@ impl Refusal {
 pub const OUT_OF_DESCRIPTORS: &str = "out_of_descriptors";
 
 /// `Err` (503 `out_of_descriptors`) while the engine has fewer than
-/// [`crate::teardown::NEW_WORK_RESERVE`] descriptors free: what is left
+/// [`crate::trees::fds::NEW_WORK_RESERVE`] descriptors free: what is left
 /// stays for proving sandboxes gone (issue 40 item 2).
 pub fn admit_by_descriptors(what: &str) -> Result<(), Refusal> {
-    let free = crate::fds::headroom_fast();
-    if free < crate::teardown::NEW_WORK_RESERVE {
+    let free = crate::trees::fds::headroom_fast();
+    if free < crate::trees::fds::NEW_WORK_RESERVE {
         return Err(Refusal {
             code: OUT_OF_DESCRIPTORS,
             message: format!(
                 "the server has {free} file descriptors left, fewer than the {} it keeps \
                  for ending sandboxes with proof; no {what} was started: end processes or \
                  close connections, then retry",
-                crate::teardown::NEW_WORK_RESERVE
+                crate::trees::fds::NEW_WORK_RESERVE
             ),
         });
     }

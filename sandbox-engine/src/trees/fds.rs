@@ -1,7 +1,22 @@
 //! Descriptor hygiene for a child between fork and exec: nothing the
 //! server holds open leaks into a command, a launcher or the death guard.
+//! And the server's own descriptors: how many it may still open, and how
+//! many it keeps free for proving sandboxes gone ([`NEW_WORK_RESERVE`],
+//! [`CONNECTION_RESERVE`]).
 //! It depends on nothing else in the crate, so every module that starts a
-//! process (even [`crate::deathguard`], at the bottom) can use it.
+//! process (even [`crate::trees::deathguard`], at the bottom) can use it.
+
+/// Descriptors kept free for proving sandboxes gone (issue 40 item 2):
+/// a process start or a sandbox creation is refused (503
+/// `out_of_descriptors`) while fewer are free. A proof needs a handful at
+/// a time (the `/proc` listing, one `status` file, `mountinfo`, the loop
+/// devices' listing, a pidfd per SIGKILL).
+pub const NEW_WORK_RESERVE: u64 = 64;
+
+/// Below this many free descriptors the API and toolbox listeners take
+/// no connection to serve: waiting connections are answered 503 one at a
+/// time and closed, and the sandboxes' egress proxies take none.
+pub const CONNECTION_RESERVE: u64 = 32;
 
 /// How many more descriptors this process may open now: its soft
 /// `RLIMIT_NOFILE` less the descriptors open (counted in `/proc/self/fd`).

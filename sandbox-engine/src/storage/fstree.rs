@@ -54,7 +54,7 @@ fn open_dir_at(dir: &OwnedFd, name: &CStr) -> Result<OwnedFd, Errno> {
 /// Removes `path` and everything under it, like `rm -rf` (a symlink or
 /// file at `path` is removed itself). `NotFound` when nothing is there.
 /// A path that may be a sandbox root with a disk of its own goes through
-/// [`crate::disk::remove_tree`], which detaches the disk first.
+/// [`crate::storage::disk::remove_tree`], which detaches the disk first.
 pub fn remove_tree(path: &Path) -> io::Result<()> {
     let root = match rustix::fs::open(
         path,

@@ -79,7 +79,7 @@ const BUSY: &str = concat!(
 );
 
 /// The answer to a connection taken while the server is out of
-/// descriptors (see [`crate::accept::Reserve`]).
+/// descriptors (see [`crate::network::accept::Reserve`]).
 const OUT_OF_DESCRIPTORS: &str = concat!(
     r#"{"status":"error","message":"the server is out of file descriptors and "#,
     r#"takes no new work; retry later","code":"out_of_descriptors"}"#
@@ -168,7 +168,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let unauthenticated = Arc::new(std::sync::Mutex::new(Unauthenticated::default()));
     let mut open = JoinSet::new();
-    let mut reserve = crate::accept::Reserve::new();
+    let mut reserve = crate::network::accept::Reserve::new();
     // One 503 for lack of descriptors at a time: each holds a descriptor
     // until the client has read it.
     let refusing = Arc::new(Semaphore::new(1));
@@ -184,7 +184,7 @@ pub async fn serve(
             Err(e) => {
                 // Out of descriptors: the reserve lets one waiting client
                 // be told so instead of waiting for nothing.
-                if crate::accept::out_of_descriptors(&e) && reserve.release() {
+                if crate::network::accept::out_of_descriptors(&e) && reserve.release() {
                     use futures_util::FutureExt;
                     if let Some(Ok((stream, _))) = listener.accept().now_or_never() {
                         refuse_for_descriptors(&mut open, &refusing, stream);
@@ -192,7 +192,7 @@ pub async fn serve(
                 }
                 tokio::select! {
                     _ = stopped(&mut stop) => break,
-                    _ = crate::accept::after_failure(&e) => {}
+                    _ = crate::network::accept::after_failure(&e) => {}
                 }
                 continue;
             }
@@ -203,13 +203,13 @@ pub async fn serve(
         // half-open connections cannot keep a client out); without one,
         // the connection is told so and closed, and the loop waits before
         // it takes the next one.
-        if crate::fds::headroom_fast() < crate::teardown::CONNECTION_RESERVE
+        if crate::trees::fds::headroom_fast() < crate::trees::fds::CONNECTION_RESERVE
             && !lock(&unauthenticated).evict_oldest()
         {
             refuse_for_descriptors(&mut open, &refusing, stream);
             tokio::select! {
                 _ = stopped(&mut stop) => break,
-                _ = tokio::time::sleep(crate::accept::BACKOFF) => {}
+                _ = tokio::time::sleep(crate::network::accept::BACKOFF) => {}
             }
             continue;
         }

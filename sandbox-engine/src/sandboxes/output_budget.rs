@@ -3,7 +3,7 @@
 //!
 //! A finished process (leader exited, tree gone) keeps its output journal
 //! for a replay (`/connect?after=N`, Daytona logs) until the per-sandbox
-//! retention drops it ([`crate::store::Retention`]: by count and age). That
+//! retention drops it ([`crate::sandboxes::store::Retention`]: by count and age). That
 //! alone let the engine grow from 7 to 301 MB of RSS with 300 finished
 //! commands of 1 MB each before it pruned. Here every managed process
 //! (and Daytona session command run in the background, the journals a
@@ -13,7 +13,7 @@
 //! times) stay. A replay of evicted output is the 410
 //! `output_offset_expired` of any evicted offset. Never evicted: the
 //! output of the process that just finished (so the budget is passed by
-//! at most one journal, [`crate::journal::DEFAULT_CAPACITY`] by
+//! at most one journal, [`crate::storage::journal::DEFAULT_CAPACITY`] by
 //! default), and output a reader is attached to (it is counted again at
 //! the next finish). One-shot `exec` and synchronous commands answer
 //! their output themselves and are not counted.
@@ -21,7 +21,15 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::supervisor::Process;
+/// What the budget evicts: a finished process's kept output (a
+/// supervised [`crate::sandboxes::supervisor::Process`]; passed in as this
+/// trait so that the budget needs nothing of the supervisor, which uses
+/// it).
+pub(crate) trait KeepsOutput: Send + Sync {
+    /// Evicts the output it keeps. `None`, nothing evicted, while a reader
+    /// is attached.
+    fn evict_output(&self) -> Option<usize>;
+}
 
 /// Default budget: 64 MiB of finished processes' output, engine-wide.
 pub const DEFAULT_FINISHED_OUTPUT: usize = 64 << 20;
@@ -40,7 +48,7 @@ pub struct OutputBudget {
 
 #[derive(Debug, Default)]
 struct Finished {
-    queue: VecDeque<(Weak<Process>, usize)>,
+    queue: VecDeque<(Weak<dyn KeepsOutput>, usize)>,
     total: usize,
 }
 
@@ -61,7 +69,7 @@ impl OutputBudget {
     /// Counts `process`, which just finished holding `bytes` of output,
     /// and evicts the output of the oldest finished processes while the
     /// total is over the budget.
-    pub(crate) fn finished(&self, process: Weak<Process>, bytes: usize) {
+    pub(crate) fn finished(&self, process: Weak<dyn KeepsOutput>, bytes: usize) {
         let victims = {
             let mut f = self.finished.lock().unwrap_or_else(|p| p.into_inner());
             // Processes already dropped (retention, sandbox delete) free

@@ -6,7 +6,7 @@
 //! Each managed process (and each one-shot exec) runs as
 //! `bwrap --unshare-user --uid 0 --unshare-pid --unshare-net ... --bind
 //! <sandbox root> / --ro-bind /usr /usr ...`, started as the sandbox's own
-//! unprivileged host uid when the server is root (see [`crate::rootfs`]).
+//! unprivileged host uid when the server is root (see [`crate::storage::rootfs`]).
 //! The command sees the sandbox root as `/`: its own `/tmp`,
 //! `/paperclip-workspace`, `/root` and minimal `/etc`, with the host's
 //! `/usr`, `/opt` (and the `/bin`, `/lib*`, `/sbin` links) read-only. It is
@@ -15,7 +15,7 @@
 //! namespace; the command is PID 2. `RLIMIT_NPROC` bounds forks; where the
 //! host has a memory controller, the sandbox's memory group bounds the
 //! memory it uses (never the address space it reserves, see
-//! [`crate::process_limits`]).
+//! [`crate::trees::process_limits`]).
 //!
 //! The *leader* is the command; bwrap's outer process exits with the
 //! leader's status, which bwrap folds into `128 + N` for a signal (see
@@ -64,11 +64,15 @@ use std::process::Stdio;
 use rustix::process::Signal;
 use serde::Serialize;
 
-use crate::bwrap_args::{bwrap_args, launcher_env};
-use crate::fds::mark_cloexec_from;
-use crate::host_processes::{sandbox_uid, signal_verified};
-use crate::process_limits::{command_cgroup, join_groups, set_limits, SandboxGroups};
-use crate::procfs::{self, ProcInfo};
+use crate::machine::bwrap_args::{bwrap_args, launcher_env};
+use crate::trees::fds::mark_cloexec_from;
+use crate::trees::host_processes::{sandbox_uid, signal_verified, MARKER_VAR};
+use crate::trees::process_limits::{
+    command_cgroup, command_group_pids, join_groups, remove_command_group_soon, set_limits,
+    stop_forks, SandboxGroups,
+};
+use crate::trees::procfs::{self, ProcInfo};
+use crate::util::find_in_path;
 
 /// Which isolation the server uses for every command.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -103,9 +107,9 @@ impl IsolationMode {
     }
 
     /// How resources are bounded: `prlimit` (bwrap: `RLIMIT_NPROC`
-    /// [`crate::process_limits::MAX_PROCESSES`] for the sandbox uid; memory
+    /// [`crate::trees::process_limits::MAX_PROCESSES`] for the sandbox uid; memory
     /// by the sandbox's memory group where the host has one, see
-    /// [`crate::process_limits::memory_cgroup_base`]) or `none`.
+    /// [`crate::trees::process_limits::memory_cgroup_base`]) or `none`.
     pub fn limits(&self) -> &'static str {
         match self {
             Self::Bwrap => "prlimit",
@@ -139,16 +143,7 @@ pub enum IsolationPreference {
 pub const INSTALL_HINT: &str = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), \
      or opt in to running commands with NO isolation (--isolation process-group)";
 
-/// Host system directories a sandbox sees read-only (and `etc`, its own
-/// minimal one). The Files API refuses paths under them.
-pub const SYSTEM_DIRS: &[&str] = &[
-    "usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
-];
-
-/// The environment variable that marks every process the server starts.
-pub const MARKER_VAR: &str = "CREATEOS_LOCAL_MARKER";
-
-pub use crate::rootfs::prepare_root;
+pub use crate::storage::rootfs::prepare_root;
 
 /// Everything needed to start one command.
 #[derive(Debug, Clone)]
@@ -167,8 +162,8 @@ pub struct SpawnSpec {
     pub env: Vec<(String, String)>,
     /// Value of [`MARKER_VAR`] for this process.
     pub marker: String,
-    /// A terminal of this size instead of pipes (see [`crate::pty`]).
-    pub terminal: Option<crate::pty::Winsize>,
+    /// A terminal of this size instead of pipes (see [`crate::machine::pty`]).
+    pub terminal: Option<crate::machine::pty::Winsize>,
 }
 
 /// A spawned command before its tree identity is known.
@@ -220,7 +215,7 @@ pub fn base_env(mode: &IsolationMode, root: &Path) -> Vec<(String, String)> {
 /// not hand it to the command.
 ///
 /// Nothing outlives the server: the supervisor announces every tree to the
-/// [`crate::deathguard`], and in fallback mode the leader also gets
+/// [`crate::trees::deathguard`], and in fallback mode the leader also gets
 /// `PR_SET_PDEATHSIG(SIGKILL)`.
 pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned> {
     if let Some(bwrap) = bwrap {
@@ -230,16 +225,16 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
         if spec.terminal.is_some() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::Unsupported,
-                crate::pty::NO_MACHINE,
+                crate::machine::pty::NO_MACHINE,
             ));
         }
     }
     let mut env_memfd = None;
     // As root, the sandbox's whole range of ids is mapped by the server
-    // once bwrap has made the user namespace (see [`crate::id_map`]).
+    // once bwrap has made the user namespace (see [`crate::trees::id_map`]).
     let gate = match bwrap {
-        Some(_) => crate::host_processes::sandbox_ids(&spec.root)
-            .map(crate::id_map::MapGate::new)
+        Some(_) => crate::trees::host_processes::sandbox_ids(&spec.root)
+            .map(crate::trees::id_map::MapGate::new)
             .transpose()?,
         None => None,
     };
@@ -277,7 +272,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     // of the host's, which the command makes its controlling terminal.
     let terminal = match spec.terminal {
         Some(size) => {
-            let (master, slave) = crate::pty::open_here(size)?;
+            let (master, slave) = crate::machine::pty::open_here(size)?;
             cmd.stdin(slave.try_clone()?)
                 .stdout(slave.try_clone()?)
                 .stderr(slave);
@@ -356,8 +351,8 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     let (door, lease) = crate::machine::join(bwrap, &spec.root)?;
     let (dir, procs) = command_cgroup(uid, &spec.marker)?;
     // Egress proxy variables first: the sandbox's own env may override.
-    let mut env = match crate::egress::policy_for(&spec.root) {
-        Some(_) => crate::egress::proxy_env(),
+    let mut env = match crate::network::egress::policy_for(&spec.root) {
+        Some(_) => crate::network::egress::proxy_env(),
         None => Vec::new(),
     };
     env.extend(spec.env.iter().cloned());
@@ -372,16 +367,20 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             format!("invalid environment variable name {k:?}"),
         ));
     }
-    let sockets = match spec.terminal.map(|_| crate::pty::socket_pair()).transpose() {
+    let sockets = match spec
+        .terminal
+        .map(|_| crate::machine::pty::socket_pair())
+        .transpose()
+    {
         Ok(s) => s,
         Err(e) => {
             let _ = std::fs::remove_dir(&dir);
             return Err(e);
         }
     };
-    let memory = crate::process_limits::memory_cgroup_tasks(uid);
+    let memory = crate::trees::process_limits::memory_cgroup_tasks(uid);
     let launcher = match (spec.terminal, &sockets) {
-        (Some(size), Some((_, theirs))) => crate::join::command_in_terminal(
+        (Some(size), Some((_, theirs))) => crate::machine::join::command_in_terminal(
             &door,
             &procs,
             memory.as_ref(),
@@ -392,7 +391,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             size,
             theirs.as_raw_fd(),
         ),
-        _ => crate::join::command(
+        _ => crate::machine::join::command(
             &door,
             &procs,
             memory.as_ref(),
@@ -409,7 +408,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
             return Err(e);
         }
     };
-    if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
+    if let Some((uid, gid)) = crate::trees::id_map::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
     if sockets.is_some() {
@@ -438,34 +437,13 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     // The spawn returned once the launcher had forked the command, after
     // it sent the master: it is queued on the socket. (Should it not
     // arrive, the supervisor ends the tree: see `Process::start`.)
-    let terminal = sockets.and_then(|(ours, _)| crate::pty::recv_fd(ours.as_fd()).ok());
+    let terminal = sockets.and_then(|(ours, _)| crate::machine::pty::recv_fd(ours.as_fd()).ok());
     Ok(Spawned {
         child,
         status_pipe: None,
         machine: Some((dir, lease)),
         terminal,
     })
-}
-
-/// Removes a command's emptied pids group: at once, or (while its last
-/// processes are still being reaped, which keeps the group busy) retried
-/// from a short-lived thread for up to 2 s. The lease on the machine goes
-/// after the group.
-fn remove_group_soon(dir: PathBuf, lease: crate::machine::Lease) {
-    if std::fs::remove_dir(&dir).is_ok() {
-        return;
-    }
-    let _ = std::thread::Builder::new()
-        .name("createos-local-cgroup-rm".into())
-        .spawn(move || {
-            for _ in 0..100 {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
-                    break;
-                }
-            }
-            drop(lease);
-        });
 }
 
 /// The bwrap invocation of `spec`: bwrap's arguments, the command, `/` as
@@ -485,13 +463,13 @@ fn configure_bwrap(
     cmd: &mut std::process::Command,
     spec: &SpawnSpec,
     status_fd: Option<i32>,
-    gate: Option<&crate::id_map::MapGate>,
+    gate: Option<&crate::trees::id_map::MapGate>,
 ) {
     cmd.args(bwrap_args(&spec.root, &spec.cwd, status_fd));
     cmd.args(gate.iter().flat_map(|g| g.bwrap_args()));
     cmd.arg("--").arg(&spec.cmd).args(&spec.args);
     cmd.current_dir("/");
-    if let Some((uid, gid)) = crate::rootfs::sandbox_owner(&spec.root) {
+    if let Some((uid, gid)) = crate::trees::id_map::sandbox_owner(&spec.root) {
         cmd.uid(uid).gid(gid);
     }
 }
@@ -614,14 +592,6 @@ pub fn drain_pipe(pipe: OwnedFd) {
     });
 }
 
-/// The first `name` in the server's `PATH` (how the server finds bwrap).
-pub fn find_in_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
 /// Identity of a process tree, used to signal it and to verify it is gone.
 #[derive(Debug)]
 pub enum Tree {
@@ -652,7 +622,7 @@ pub enum Tree {
         /// verified gone.
         lease: Option<crate::machine::Lease>,
         /// The launcher (on the host, the leader the server waits for, see
-        /// [`crate::join`]) as (pid, start time): it only relays its child's
+        /// [`mod@crate::machine::join`]) as (pid, start time): it only relays its child's
         /// exit, so signals other than SIGKILL and SIGSTOP go to the
         /// command's processes only, as bwrap's processes are spared in a
         /// namespace tree.
@@ -663,9 +633,9 @@ pub enum Tree {
 }
 
 impl Tree {
-    /// How the [`crate::deathguard`] names this tree.
-    pub fn guarded(&self) -> Option<crate::deathguard::Guarded> {
-        use crate::deathguard::Guarded;
+    /// How the [`crate::trees::deathguard`] names this tree.
+    pub fn guarded(&self) -> Option<crate::trees::deathguard::Guarded> {
+        use crate::trees::deathguard::Guarded;
         match self {
             Tree::Namespace { init_pid, ns } => Some(Guarded::Namespace {
                 init_pid: *init_pid,
@@ -703,7 +673,7 @@ impl Tree {
     pub fn release(&mut self) {
         if let Tree::Cgroup { dir, lease, .. } = self {
             if let Some(lease) = lease.take() {
-                remove_group_soon(dir.clone(), lease);
+                remove_command_group_soon(dir.clone(), lease);
             }
         }
     }
@@ -723,10 +693,9 @@ impl Tree {
     pub fn members(&mut self) -> Vec<ProcInfo> {
         match self {
             Tree::Empty => Vec::new(),
-            Tree::Cgroup { dir, .. } => std::fs::read_to_string(dir.join("cgroup.procs"))
+            Tree::Cgroup { dir, .. } => command_group_pids(dir)
                 .unwrap_or_default()
-                .split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok())
+                .into_iter()
                 .filter_map(procfs::stat)
                 .filter(|p| !p.is_zombie())
                 .collect(),
@@ -797,11 +766,8 @@ impl Tree {
             }
             // A group cannot be removed while it has members: no directory,
             // no member.
-            Tree::Cgroup { dir, .. } => match std::fs::read_to_string(dir.join("cgroup.procs")) {
-                Ok(list) => list
-                    .split_whitespace()
-                    .filter_map(|p| p.parse::<i32>().ok())
-                    .all(procfs::is_dead),
+            Tree::Cgroup { dir, .. } => match command_group_pids(dir) {
+                Ok(pids) => pids.into_iter().all(procfs::is_dead),
                 Err(e) => e.kind() == std::io::ErrorKind::NotFound,
             },
             Tree::Group { .. } => procfs::try_all_pids().is_ok() && self.members().is_empty(),
@@ -826,7 +792,7 @@ impl Tree {
         }
         if let (Tree::Cgroup { dir, .. }, Signal::KILL) = (&*self, sig) {
             // No more forks in a tree being killed.
-            let _ = std::fs::write(dir.join("pids.max"), "0");
+            stop_forks(dir);
         }
         let mut hit = 0;
         for p in self.members() {

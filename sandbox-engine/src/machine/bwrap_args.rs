@@ -1,5 +1,5 @@
 //! bubblewrap's command line for a sandbox (its namespaces, mounts and
-//! working directory), shared by one-shot commands ([`crate::isolation`])
+//! working directory), shared by one-shot commands ([`crate::machine::isolation`])
 //! and a sandbox's long-lived machine ([`crate::machine`]), and the fixed
 //! environment of the host-side launcher.
 
@@ -38,7 +38,7 @@ pub fn launcher_env() -> Vec<(String, String)> {
 ///
 /// Namespaces: user (the command is uid 0 inside, the sandbox's own
 /// unprivileged uid outside when the server is root, see
-/// [`crate::rootfs`]), PID,
+/// [`crate::storage::rootfs`]), PID,
 /// network (only a loopback interface of its own), IPC and UTS (host name
 /// `sandbox`). bwrap runs unprivileged, so every capability is dropped.
 pub(crate) fn bwrap_args(root: &Path, cwd: &str, status_fd: Option<i32>) -> Vec<String> {
@@ -60,7 +60,7 @@ pub(crate) fn bwrap_args(root: &Path, cwd: &str, status_fd: Option<i32>) -> Vec<
     .into();
     args.push(root.display().to_string());
     args.push("/".to_string());
-    for dir in crate::rootfs::HOST_DIRS {
+    for dir in crate::storage::rootfs::HOST_DIRS {
         let host = Path::new("/").join(dir);
         let Ok(meta) = std::fs::symlink_metadata(&host) else {
             continue;
@@ -74,7 +74,9 @@ pub(crate) fn bwrap_args(root: &Path, cwd: &str, status_fd: Option<i32>) -> Vec<
     }
     args.extend([
         "--ro-bind".to_string(),
-        crate::rootfs::etc_template(root).display().to_string(),
+        crate::storage::rootfs::etc_template(root)
+            .display()
+            .to_string(),
         "/etc".to_string(),
     ]);
     // A fresh `/dev` (device nodes bound from the host), made read-only

@@ -52,8 +52,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::deathguard::Guarded;
-use crate::procfs::{self, ProcInfo};
+use crate::trees::deathguard::Guarded;
+use crate::trees::procfs::{self, ProcInfo};
 
 /// The file that says the state directory has recorded every sandbox
 /// since it was made (written by the engine that made it).
@@ -114,7 +114,7 @@ pub struct Record {
     /// (removed at shutdown).
     pub owned_data_dir: bool,
     /// Its owner's host uid (a root server): the first of its range of ids
-    /// ([`crate::id_map::IdRange::of_owner`]; a lone uid in records of
+    /// ([`crate::trees::id_map::IdRange::of_owner`]; a lone uid in records of
     /// engines before the ranges).
     pub uid: Option<u32>,
     /// Its process trees.
@@ -303,7 +303,7 @@ impl Records {
         let _ = self.forget_or_write(&done);
         // Proven gone: its groups are empty and go too.
         if let Some(uid) = record.uid {
-            crate::process_limits::remove_sandbox_groups(uid);
+            crate::trees::process_limits::remove_sandbox_groups(uid);
         }
         // Only a sandbox root (named after its id) is ever removed.
         let name = record.root.file_name().and_then(|n| n.to_str());
@@ -312,8 +312,10 @@ impl Records {
         if !is_root || record.root.parent() != Some(record.data_dir.as_path()) {
             return;
         }
-        let _ = crate::disk::remove_tree(&record.root);
-        let _ = crate::disk::remove_tree(&record.data_dir.join(format!(".removing-{}", record.id)));
+        let _ = crate::storage::disk::remove_tree(&record.root);
+        let _ = crate::storage::disk::remove_tree(
+            &record.data_dir.join(format!(".removing-{}", record.id)),
+        );
         if record.owned_data_dir {
             // The dead engine's own temporary directory goes once nothing
             // of it is left unproven.
@@ -329,9 +331,9 @@ impl Records {
                 })
                 .unwrap_or(false);
             if !others && !sandboxes {
-                crate::disk::remove_template(&record.data_dir);
-                crate::rootfs::remove_etc(&record.data_dir);
-                let _ = crate::disk::remove_tree(&record.data_dir);
+                crate::storage::disk::remove_template(&record.data_dir);
+                crate::storage::rootfs::remove_etc(&record.data_dir);
+                let _ = crate::storage::disk::remove_tree(&record.data_dir);
             }
         }
     }
@@ -357,7 +359,7 @@ impl Records {
             root: root.to_path_buf(),
             data_dir: data_dir.to_path_buf(),
             owned_data_dir,
-            uid: crate::host_processes::sandbox_uid(root),
+            uid: crate::trees::host_processes::sandbox_uid(root),
             trees: Vec::new(),
             deleted: false,
         };
@@ -475,7 +477,7 @@ pub fn note_tree(root: &Path, tree: &Guarded, marker: Option<&str>) {
             start: starttime,
             marker: format!(
                 "{}={}",
-                crate::isolation::MARKER_VAR,
+                crate::trees::host_processes::MARKER_VAR,
                 marker.unwrap_or_default()
             ),
         },
@@ -558,9 +560,9 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                         // While its init lives the namespace is that very
                         // one: every process in it is the sandbox's.
                         for p in in_namespace(*dev, *ino).unwrap_or_default() {
-                            crate::host_processes::signal_verified(&p, Signal::KILL);
+                            crate::trees::host_processes::signal_verified(&p, Signal::KILL);
                         }
-                        crate::host_processes::signal_verified(&init, Signal::KILL);
+                        crate::trees::host_processes::signal_verified(&init, Signal::KILL);
                         Ok(vec![init])
                     } else if !procfs::is_dead(*init_pid)
                         && namespace_identity(*init_pid) == dev.map(|d| (d, *ino))
@@ -596,7 +598,7 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                                 })
                                 .collect();
                             for p in &members {
-                                crate::host_processes::signal_verified(p, Signal::KILL);
+                                crate::trees::host_processes::signal_verified(p, Signal::KILL);
                             }
                             Ok(members)
                         }
@@ -626,9 +628,9 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
     // or a sandbox of another engine that drew the same range. Waited for,
     // never killed.
     if let Some(uid) = record.uid {
-        let ids = crate::id_map::IdRange::of_owner(uid);
+        let ids = crate::trees::id_map::IdRange::of_owner(uid);
         loop {
-            let left = crate::host_processes::live_of_ids_checked(ids);
+            let left = crate::trees::host_processes::live_of_ids_checked(ids);
             if left.as_ref().is_ok_and(|l| l.is_empty()) {
                 break;
             }
@@ -733,7 +735,7 @@ mod tests {
         let mut child = std::process::Command::new("sleep");
         child
             .arg("1000")
-            .env(crate::isolation::MARKER_VAR, &marker)
+            .env(crate::trees::host_processes::MARKER_VAR, &marker)
             .process_group(0);
         let mut child = child.spawn().expect("sleep");
         let leader = child.id() as i32;
@@ -741,7 +743,7 @@ mod tests {
         let tree = TreeId::Group {
             leader,
             start,
-            marker: format!("{}={marker}", crate::isolation::MARKER_VAR),
+            marker: format!("{}={marker}", crate::trees::host_processes::MARKER_VAR),
         };
         assert_eq!(
             verify(&record(vec![tree]), Duration::from_secs(10)),

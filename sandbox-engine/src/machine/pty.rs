@@ -2,7 +2,7 @@
 //! pseudo-terminal for a process created with `kind: "pty"`.
 //!
 //! # Where the terminal is allocated
-//! In a sandbox machine ([`crate::machine`]) the launcher ([`crate::join`])
+//! In a sandbox machine ([`crate::machine`]) the launcher ([`mod@crate::machine::join`])
 //! opens `/dev/ptmx` *after* it entered the machine's mount namespace and
 //! root and dropped every capability: the terminal belongs to the
 //! machine's own `devpts` instance (the one bubblewrap's `--dev` mounts at
@@ -380,7 +380,7 @@ mod tests {
     #[test]
     fn a_bwrap_command_without_a_machine_gets_no_terminal() {
         let root = std::env::temp_dir().join(format!("no-machine-{}", std::process::id()));
-        let spec = crate::isolation::SpawnSpec {
+        let spec = crate::machine::isolation::SpawnSpec {
             root: root.clone(),
             cmd: "tty".into(),
             args: vec![],
@@ -390,9 +390,10 @@ mod tests {
             marker: "no-machine".into(),
             terminal: Some(Winsize::DEFAULT),
         };
-        let refused = crate::isolation::spawn(Some(std::path::Path::new("/bin/false")), &spec)
-            .err()
-            .expect("refused");
+        let refused =
+            crate::machine::isolation::spawn(Some(std::path::Path::new("/bin/false")), &spec)
+                .err()
+                .expect("refused");
         assert_eq!(refused.kind(), std::io::ErrorKind::Unsupported);
         assert!(refused.to_string().contains("machine"), "{refused}");
     }

@@ -2,7 +2,7 @@
 //!
 //! Request paths must be absolute, contain no `..`, `.` or empty-name tricks
 //! that matter, no NUL, and must not lie under a host system directory that
-//! bwrap mounts read-only (see [`crate::isolation::SYSTEM_DIRS`]).
+//! bwrap mounts read-only (see [`crate::storage::rootfs::SYSTEM_DIRS`]).
 //!
 //! Resolution uses `openat2(2)` with `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`
 //! relative to an fd of the sandbox root: the kernel resolves every symlink
@@ -24,7 +24,7 @@ use std::path::Path;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use crate::isolation::SYSTEM_DIRS;
+use crate::storage::rootfs::SYSTEM_DIRS;
 
 /// Why a path was refused or could not be used.
 #[derive(Debug, PartialEq, Eq)]
@@ -139,7 +139,7 @@ pub fn open_file(root: &Path, path: &str) -> Result<(File, u64), PathError> {
 
 /// Gives a file or directory the server created to the owner of the
 /// sandbox root (the unprivileged uid commands run as, see
-/// [`crate::rootfs`]), so that commands can change what the Files API
+/// [`crate::storage::rootfs`]), so that commands can change what the Files API
 /// wrote. Best effort: a failure leaves it owned by the server.
 fn give_to_root_owner(rootfd: &OwnedFd, fd: &OwnedFd) {
     if let Ok(st) = rustix::fs::fstat(rootfd) {

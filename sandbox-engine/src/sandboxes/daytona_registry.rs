@@ -2,8 +2,8 @@
 //! sandbox's Daytona metadata and state, its toolbox sessions and their
 //! commands.
 //!
-//! A Daytona sandbox is a [`crate::store::Sandbox`] (root directory,
-//! processes, admission) registered in the same [`crate::store::Store`] as
+//! A Daytona sandbox is a [`crate::sandboxes::store::Sandbox`] (root directory,
+//! processes, admission) registered in the same [`crate::sandboxes::store::Store`] as
 //! the CreateOS face's sandboxes, so that shutdown, `Drop` and the request
 //! record treat both faces alike; this registry adds the Daytona view. The
 //! CreateOS face answers 404 for Daytona sandbox ids (and the other way
@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::journal::ExitStatus;
-use crate::store::Sandbox;
-use crate::supervisor::Process;
+use crate::sandboxes::store::Sandbox;
+use crate::sandboxes::supervisor::Process;
+use crate::storage::journal::ExitStatus;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -218,7 +218,7 @@ impl Session {
     }
 
     /// Keeps only the commands for which `keep` holds (retention of
-    /// finished commands, see [`crate::store::Sandbox::prune_finished`]).
+    /// finished commands, see [`crate::sandboxes::store::Sandbox::prune_finished`]).
     pub fn retain_commands(&self, keep: impl Fn(&Command) -> bool) {
         lock(&self.commands).retain(|c| keep(c));
     }
@@ -255,7 +255,7 @@ const TERMINATION_ATTEMPTS: usize = 3;
 pub async fn terminate_verified(
     p: &Process,
     grace: std::time::Duration,
-) -> crate::supervisor::Termination {
+) -> crate::sandboxes::supervisor::Termination {
     let mut t = p.terminate(grace).await;
     for _ in 1..TERMINATION_ATTEMPTS {
         if t.verified {
@@ -271,7 +271,7 @@ pub fn exit_code(e: &ExitStatus) -> i32 {
     match e {
         ExitStatus::Code(c) => *c,
         ExitStatus::Signal(s) => {
-            128 + crate::isolation::signal_from_name(s).map_or(0, |s| s.as_raw())
+            128 + crate::machine::isolation::signal_from_name(s).map_or(0, |s| s.as_raw())
         }
     }
 }

@@ -48,6 +48,26 @@ pub fn is_range_start(uid: u32) -> bool {
     (FIRST_ID..0x7000_0000).contains(&uid) && (uid - FIRST_ID).is_multiple_of(IDS_PER_SANDBOX)
 }
 
+/// Whether each sandbox gets a range of host ids of its own here: where
+/// the server is root (it writes the sandbox's id maps itself);
+/// elsewhere commands run as the server's own uid. The engine asks this,
+/// never the uid: a server given subordinate ranges would answer here.
+pub fn ranges_here() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// The uid and gid commands of the sandbox at `root` run as: its owner,
+/// when the server runs as root and the root was prepared by
+/// [`crate::storage::rootfs::prepare_root`]; `None` (run as the server's own uid) otherwise.
+pub fn sandbox_owner(root: &std::path::Path) -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if !ranges_here() {
+        return None;
+    }
+    let meta = std::fs::metadata(root).ok()?;
+    is_range_start(meta.uid()).then_some((meta.uid(), meta.gid()))
+}
+
 /// The host ids of one sandbox: `first..first + count`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdRange {

@@ -315,7 +315,7 @@ impl Journal {
     }
 
     /// Evicts every retained frame (the engine-wide budget of finished
-    /// output, [`crate::output_budget`]): a replay from before it is then
+    /// output, [`crate::sandboxes::output_budget`]): a replay from before it is then
     /// [`Replay::Expired`]; the exit stays. `None`, and nothing evicted,
     /// while a reader is attached; otherwise the bytes freed.
     pub fn evict_all(&mut self) -> Option<usize> {

@@ -1,6 +1,6 @@
 //! What every accept loop of the engine (the API and toolbox listeners in
-//! [`crate::connections`], each sandbox's egress proxy in
-//! [`crate::egress`]) does when `accept` fails.
+//! [`crate::network::connections`], each sandbox's egress proxy in
+//! [`crate::network::egress`]) does when `accept` fails.
 //!
 //! A failure that belongs to one connection (it was reset or aborted
 //! before it was taken) is skipped at once: the next connection is a new

@@ -1,0 +1,18 @@
+//! A sandbox's files and what the engine keeps on disk: each sandbox's
+//! root directory and its minimal `/etc` ([`rootfs`]), its own
+//! fixed-size file system ([`disk`]), paths of the Files API resolved
+//! inside a root ([`sandbox_paths`]), removing a tree a sandbox shaped
+//! ([`fstree`]), the durable records a successor engine reads
+//! ([`records`]) and each process's output journal ([`journal`]).
+//!
+//! Uses [`crate::trees`] (the ids that own a root, the death guard that
+//! unmounts and removes what a dead server left, the proof that a
+//! recorded sandbox's processes are gone) and [`crate::util`]. It never
+//! uses the machine, the network, the sandbox core or the faces.
+
+pub mod disk;
+pub(crate) mod fstree;
+pub mod journal;
+pub mod records;
+pub mod rootfs;
+pub(crate) mod sandbox_paths;

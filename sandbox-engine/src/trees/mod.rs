@@ -1,0 +1,24 @@
+//! Process trees and their proof: who a sandbox's processes are on the
+//! host (its own range of host ids, [`id_map`]), finding and signalling
+//! them through fresh looks at `/proc` ([`procfs`], [`host_processes`]),
+//! how many tasks and how much memory they may hold ([`process_limits`],
+//! the host-wide [`budgets`]), nothing outliving the server
+//! ([`deathguard`]) and the descriptors a child must not inherit
+//! ([`fds`]).
+//!
+//! Two of its files are the seams through which the engine asks what
+//! this host allows: [`id_map`] whether sandboxes get ids of their own
+//! ([`id_map::ranges_here`]), [`process_limits`] everything about the
+//! host's cgroups (cgroup v1 today). No other file reads the server's uid
+//! or the cgroup layout (`tests/layers.rs` checks it).
+//!
+//! The lowest folder of the engine: it uses only [`crate::util`]. Every
+//! other folder may use it.
+
+pub mod budgets;
+pub mod deathguard;
+pub mod fds;
+pub mod host_processes;
+pub mod id_map;
+pub mod process_limits;
+pub(crate) mod procfs;
