@@ -30,7 +30,7 @@ pub const PROOF_WAIT: Duration = Duration::from_secs(5);
 /// drops the file system's cached tree, 1.5 to 2.5 s for a sandbox that
 /// built 100 000 nested directories on this host, and more with other
 /// sandboxes doing the same (`tests/hostile_sandbox.rs`).
-pub const DISK_PROOF_WAIT: Duration = Duration::from_secs(20);
+pub const DISK_PROOF_WAIT: Duration = crate::storage::disk::PROOF_WAIT;
 
 /// Ends the machine of the sandbox at `root` and proves everything of the
 /// sandbox gone, waiting up to `within`. `Ok(true)` when it had a

@@ -667,6 +667,11 @@ pub fn detach(root: &Path) -> bool {
     true
 }
 
+/// How long [`detach_proven`] waits, at most, for a disk to be proven
+/// detached before it says what holds it (a delete, a successor settling
+/// a predecessor's sandbox).
+pub const PROOF_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Detaches the disk of `root` ([`detach`]) and proves it detached: no
 /// mount on `root` in the server's mount namespace and no loop device
 /// backed by its image, waiting up to `within` (a lazy unmount completes

@@ -226,14 +226,27 @@ impl Records {
         let mut pending = Vec::new();
         for record in open {
             match verify(&record, Duration::ZERO) {
-                Verdict::Gone => records.settle(&record),
-                Verdict::Unconfirmed(_) => pending.push(record),
+                Verdict::Gone if records.settle(&record, Duration::ZERO).is_ok() => {}
+                _ => pending.push(record),
             }
         }
+        // A lazy unmount completes once nothing holds the file system: the
+        // disks get their own bound after the processes'.
+        let disk_deadline = deadline + VERIFY_WAIT;
         for record in pending {
             let left = deadline.saturating_duration_since(Instant::now());
-            match verify(&record, left) {
-                Verdict::Gone => records.settle(&record),
+            let verdict = match verify(&record, left) {
+                Verdict::Gone => match records.settle(
+                    &record,
+                    disk_deadline.saturating_duration_since(Instant::now()),
+                ) {
+                    Ok(()) => Verdict::Gone,
+                    Err(disk) => Verdict::Unconfirmed(disk),
+                },
+                unconfirmed => unconfirmed,
+            };
+            match verdict {
+                Verdict::Gone => {}
                 Verdict::Unconfirmed(why) => {
                     // Said even when quiet: something may still run.
                     eprintln!(
@@ -294,10 +307,22 @@ impl Records {
         }
     }
 
-    /// A predecessor's sandbox proven gone: its record ended (a failure to
-    /// write is harmless, the next engine proves it again) and its files
-    /// removed.
-    fn settle(&self, record: &Record) {
+    /// A predecessor's sandbox whose processes are proven gone: its disk is
+    /// proven detached (no mount on its root, no loop device on its image;
+    /// a successor once ended the record of a sandbox whose loop device was
+    /// still attached), then its record ended (a failure to write is
+    /// harmless, the next engine proves it again) and its files removed.
+    /// `Err` says what still holds the disk after `wait`: the sandbox
+    /// stays unconfirmed.
+    fn settle(&self, record: &Record, wait: Duration) -> Result<(), String> {
+        // Only a sandbox root (named after its id) is ever removed.
+        let name = record.root.file_name().and_then(|n| n.to_str());
+        let is_root = name == Some(record.id.as_str())
+            || name == Some(format!("daytona-{}", record.id).as_str());
+        let is_root = is_root && record.root.parent() == Some(record.data_dir.as_path());
+        if is_root {
+            crate::storage::disk::detach_proven(&record.root, wait)?;
+        }
         let mut done = record.clone();
         done.deleted = true;
         let _ = self.forget_or_write(&done);
@@ -305,12 +330,8 @@ impl Records {
         if let Some(uid) = record.uid {
             crate::trees::process_limits::remove_sandbox_groups(uid);
         }
-        // Only a sandbox root (named after its id) is ever removed.
-        let name = record.root.file_name().and_then(|n| n.to_str());
-        let is_root = name == Some(record.id.as_str())
-            || name == Some(format!("daytona-{}", record.id).as_str());
-        if !is_root || record.root.parent() != Some(record.data_dir.as_path()) {
-            return;
+        if !is_root {
+            return Ok(());
         }
         let _ = crate::storage::disk::remove_tree(&record.root);
         let _ = crate::storage::disk::remove_tree(
@@ -336,6 +357,7 @@ impl Records {
                 let _ = crate::storage::disk::remove_tree(&record.data_dir);
             }
         }
+        Ok(())
     }
 
     /// Lets a successor open the state directory (the engine stopped).
@@ -437,11 +459,16 @@ impl Records {
             };
         };
         match verify(&record, VERIFY_WAIT) {
-            Verdict::Gone => {
-                lock(&self.unconfirmed).remove(id);
-                self.settle(&record);
-                Ok(true)
-            }
+            Verdict::Gone => match self.settle(&record, crate::storage::disk::PROOF_WAIT) {
+                Ok(()) => {
+                    lock(&self.unconfirmed).remove(id);
+                    Ok(true)
+                }
+                Err(disk) => Err(format!(
+                    "sandbox {id} belonged to an engine that ended before this one; its \
+                     processes are gone but its disk is not proven detached: {disk}"
+                )),
+            },
             Verdict::Unconfirmed(why) => Err(format!(
                 "sandbox {id} belonged to an engine that ended before this one and is still \
                  not proven gone: {why}"
