@@ -254,16 +254,6 @@ fn python_repl(provider: &str, tag: &str) {
     assert_eq!(status.code(), Some(0), "{}", terminal.text());
 }
 
-#[test]
-fn createos_python_repl_answers_two_lines_typed_apart() {
-    python_repl(CREATEOS, "cli-tty-repl-createos");
-}
-
-#[test]
-fn daytona_python_repl_answers_two_lines_typed_apart() {
-    python_repl(DAYTONA, "cli-tty-repl-daytona");
-}
-
 /// `^C` typed here is the byte 3 in raw mode: the sandbox's terminal
 /// turns it into SIGINT for `sleep`, which ends (130, as a shell says);
 /// the terminal's mode is restored.
@@ -290,16 +280,6 @@ fn ctrl_c(provider: &str, tag: &str) {
         terminal.modes() == before,
         "the terminal's mode was not restored"
     );
-}
-
-#[test]
-fn createos_ctrl_c_ends_a_sleep_in_the_terminal() {
-    ctrl_c(CREATEOS, "cli-tty-ctrl-c-createos");
-}
-
-#[test]
-fn daytona_ctrl_c_ends_a_sleep_in_the_terminal() {
-    ctrl_c(DAYTONA, "cli-tty-ctrl-c-daytona");
 }
 
 /// `-i` passes stdin on as it comes (as `docker exec -i`): the command
@@ -358,16 +338,6 @@ fn live_stdin(provider: &str, tag: &str) {
     assert_eq!(text(), "got hello\ngot world\nlast line\n", "{stderr}");
 }
 
-#[test]
-fn createos_dash_i_streams_stdin_live() {
-    live_stdin(CREATEOS, "cli-tty-live-createos");
-}
-
-#[test]
-fn daytona_dash_i_streams_stdin_live() {
-    live_stdin(DAYTONA, "cli-tty-live-daytona");
-}
-
 /// Keys cross as bytes: a UTF-8 character typed in two writes half a
 /// second apart reaches the command whole, and a 1 MB paste (into a
 /// terminal the command put in raw mode) arrives byte for byte.
@@ -409,16 +379,6 @@ fn split_character_and_huge_paste(provider: &str, tag: &str) {
     writer.join().unwrap();
     let status = wait(&mut cli, &terminal);
     assert_eq!(status.code(), Some(0), "{}", terminal.text());
-}
-
-#[test]
-fn createos_keys_cross_as_bytes_split_or_huge() {
-    split_character_and_huge_paste(CREATEOS, "cli-tty-bytes-createos");
-}
-
-#[test]
-fn daytona_keys_cross_as_bytes_split_or_huge() {
-    split_character_and_huge_paste(DAYTONA, "cli-tty-bytes-daytona");
 }
 
 /// `sandbox lease exec -t LEASE -- bash` is a usable shell: a prompt, a
@@ -511,16 +471,6 @@ fn sigterm(provider: &str, tag: &str) {
     );
 }
 
-#[test]
-fn createos_sigterm_stops_a_terminal_command_and_restores_the_mode() {
-    sigterm(CREATEOS, "cli-tty-term-createos");
-}
-
-#[test]
-fn daytona_sigterm_stops_a_terminal_command_and_restores_the_mode() {
-    sigterm(DAYTONA, "cli-tty-term-daytona");
-}
-
 /// `sandbox describe` says what each provider's interactive processes can
 /// do: both give terminals and pipes; only Daytona resizes a terminal.
 #[test]
@@ -542,4 +492,39 @@ fn describe_names_each_providers_interactive_capabilities() {
         assert!(named("login-pty") && named("duplex-channels"), "{value}");
         assert_eq!(named("terminal-resize"), resize, "{provider}: {value}");
     }
+}
+
+/// Each check of this file run once per provider, as its own test: the
+/// check's function and short tag (its runs' data directories are
+/// `cli-tty-TAG-createos` and `-daytona`), then the CreateOS test's name
+/// and the Daytona one's.
+macro_rules! on_both_providers {
+    ($($check:ident($tag:literal): $createos:ident, $daytona:ident;)*) => {$(
+        #[test]
+        fn $createos() {
+            $check(CREATEOS, concat!("cli-tty-", $tag, "-createos"));
+        }
+        #[test]
+        fn $daytona() {
+            $check(DAYTONA, concat!("cli-tty-", $tag, "-daytona"));
+        }
+    )*};
+}
+
+on_both_providers! {
+    python_repl("repl"):
+        createos_python_repl_answers_two_lines_typed_apart,
+        daytona_python_repl_answers_two_lines_typed_apart;
+    ctrl_c("ctrl-c"):
+        createos_ctrl_c_ends_a_sleep_in_the_terminal,
+        daytona_ctrl_c_ends_a_sleep_in_the_terminal;
+    live_stdin("live"):
+        createos_dash_i_streams_stdin_live,
+        daytona_dash_i_streams_stdin_live;
+    split_character_and_huge_paste("bytes"):
+        createos_keys_cross_as_bytes_split_or_huge,
+        daytona_keys_cross_as_bytes_split_or_huge;
+    sigterm("term"):
+        createos_sigterm_stops_a_terminal_command_and_restores_the_mode,
+        daytona_sigterm_stops_a_terminal_command_and_restores_the_mode;
 }
