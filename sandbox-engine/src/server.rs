@@ -454,12 +454,7 @@ impl ServerBuilder {
                 IsolationMode::Bwrap => eprintln!(
                     "createos-local: isolation mode bwrap ({}; user, PID, network, IPC and UTS \
                      namespaces, sandbox root as /); outbound network: {}; limits: {}",
-                    if machines {
-                        "one machine per sandbox that every command joins, a pids group per command"
-                    } else {
-                        "namespaces per command (no root or no writable cgroup v1 pids hierarchy \
-                         here: no sandbox machines)"
-                    },
+                    crate::machine::describe_model(),
                     match (machines, self.egress.enabled()) {
                         (_, false) => "off (each sandbox has its own loopback only)".to_string(),
                         (true, true) => format!(

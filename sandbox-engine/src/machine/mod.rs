@@ -53,6 +53,7 @@
 //! [`crate::util`]; never the sandbox core, the HTTP layer, the faces or
 //! the server.
 
+pub mod anchor;
 pub mod bwrap_args;
 pub mod isolation;
 pub mod join;
@@ -141,6 +142,8 @@ fn registry() -> &'static Mutex<HashMap<PathBuf, Machine>> {
 #[derive(Debug)]
 pub struct Lease {
     root: PathBuf,
+    /// The host pid of the machine's init.
+    init_pid: i32,
     /// The PID namespace of the machine leased: a lease of a machine
     /// that was ended (a stopped or deleted sandbox) never counts against
     /// a later machine of the same sandbox.
@@ -150,6 +153,13 @@ pub struct Lease {
 /// How long a machine without commands stays up for the next command
 /// (starting one costs a bwrap run; back-to-back commands reuse it).
 pub const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Lease {
+    /// The machine leased: its init's host pid and its PID namespace.
+    pub fn machine(&self) -> (i32, u64) {
+        (self.init_pid, self.ns)
+    }
+}
 
 impl Drop for Lease {
     fn drop(&mut self) {
@@ -197,24 +207,139 @@ impl Drop for Lease {
 }
 
 /// Whether commands of the sandbox at `root` share a machine here (see the
-/// module docs).
+/// module docs): as root, a sandbox with its own range of ids.
 pub fn available(root: &Path) -> bool {
-    enabled_here() && crate::trees::host_processes::sandbox_uid(root).is_some()
+    enabled_here()
+        && (!rustix::process::geteuid().is_root()
+            || crate::trees::host_processes::sandbox_uid(root).is_some())
 }
 
-/// Whether bwrap sandboxes get one machine each on this host: a root
-/// server and a writable pids cgroup hierarchy.
+/// How a command's tree is held, and proven gone, in a sandbox machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeProof {
+    /// A cgroup v1 `pids` group per command, which no process can leave
+    /// (a root server with a writable `pids` hierarchy).
+    PidsGroup,
+    /// A subreaper per command inside the machine ([`anchor`]): weaker, a
+    /// sandbox process that kills it leaves its command's end unproven.
+    Anchor,
+}
+
+impl TreeProof {
+    /// The proof in words, for the startup line and `describe`.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            TreeProof::PidsGroup => "a cgroup v1 pids group per command (no process can leave it)",
+            TreeProof::Anchor => {
+                "a subreaper per command inside the machine (no cgroup this server can write: \
+                 a command that kills it leaves its end unproven until the sandbox's delete)"
+            }
+        }
+    }
+}
+
+/// The tree proof sandbox machines use on this host; `None` when commands
+/// get namespaces of their own (the fallback: user namespaces are refused
+/// here, see [`user_namespaces_refused`]).
+pub fn tree_proof_here() -> Option<TreeProof> {
+    static PROOF: OnceLock<Option<TreeProof>> = OnceLock::new();
+    *PROOF.get_or_init(|| {
+        if rustix::process::geteuid().is_root()
+            && crate::trees::process_limits::pids_cgroup_base().is_some()
+        {
+            Some(TreeProof::PidsGroup)
+        } else if user_namespaces_refused().is_none() {
+            Some(TreeProof::Anchor)
+        } else {
+            None
+        }
+    })
+}
+
+/// Whether bwrap sandboxes get one machine each on this host: wherever
+/// user namespaces work, root or not ([`tree_proof_here`]).
 pub fn enabled_here() -> bool {
-    rustix::process::geteuid().is_root()
-        && crate::trees::process_limits::pids_cgroup_base().is_some()
+    tree_proof_here().is_some()
 }
 
 /// Whether a server started here would give each sandbox a machine, as
 /// far as can be told without touching the host (no cgroup is created):
-/// root and a cgroup v1 `pids` hierarchy. For descriptions
-/// (`sandbox describe`); the server itself decides with [`enabled_here`].
+/// root and a cgroup v1 `pids` hierarchy, or user namespaces that work.
+/// For descriptions (`sandbox describe`); the server itself decides with
+/// [`enabled_here`].
 pub fn offered_here() -> bool {
-    rustix::process::geteuid().is_root() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
+    (rustix::process::geteuid().is_root()
+        && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file())
+        || user_namespaces_refused().is_none()
+}
+
+/// The tree proof a server started here would use, as far as can be told
+/// without touching the host (see [`offered_here`]).
+pub fn tree_proof_offered_here() -> TreeProof {
+    if rustix::process::geteuid().is_root()
+        && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
+    {
+        TreeProof::PidsGroup
+    } else {
+        TreeProof::Anchor
+    }
+}
+
+/// Why this process cannot make the namespaces a machine needs (user,
+/// PID, network, IPC, UTS, mount), with what fixes it; `None` when it
+/// can. Tried once, in a forked child that makes them and exits.
+pub fn user_namespaces_refused() -> Option<String> {
+    static WHY: OnceLock<Option<String>> = OnceLock::new();
+    WHY.get_or_init(|| {
+        let mut probe = std::process::Command::new("/bin/true");
+        probe
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: one system call in the forked child.
+        unsafe {
+            probe.pre_exec(|| {
+                let flags = libc::CLONE_NEWUSER
+                    | libc::CLONE_NEWPID
+                    | libc::CLONE_NEWNET
+                    | libc::CLONE_NEWIPC
+                    | libc::CLONE_NEWUTS
+                    | libc::CLONE_NEWNS;
+                if libc::unshare(flags) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        match probe.status() {
+            Ok(s) if s.success() => None,
+            Ok(s) => Some(format!("a probe in new namespaces ended with {s}")),
+            Err(e) => Some(format!(
+                "user namespaces are refused here ({e}): allow them (`sysctl -w \
+                 user.max_user_namespaces=15000`; on Ubuntu 23.10 and later enable AppArmor's \
+                 `bwrap-userns-restrict` profile or `sysctl -w \
+                 kernel.apparmor_restrict_unprivileged_userns=0`)"
+            )),
+        }
+    })
+    .clone()
+}
+
+/// The model sandboxes get on this host, in words, for the engine's
+/// startup line and `sandbox describe`.
+pub fn describe_model() -> String {
+    match tree_proof_here() {
+        Some(proof) => format!(
+            "one machine per sandbox that every command joins; tree proof: {}",
+            proof.describe()
+        ),
+        None => format!(
+            "FALLBACK: namespaces per command, nothing a command leaves running reaches the \
+             next command ({})",
+            user_namespaces_refused().unwrap_or_else(|| "no tree proof here".to_string())
+        ),
+    }
 }
 
 /// The way into the machine of the sandbox at `root` (started now if it
@@ -229,6 +354,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
                 m.door.clone(),
                 Lease {
                     root: root.to_path_buf(),
+                    init_pid: m.init_pid,
                     ns: m.ns,
                 },
             ));
@@ -274,7 +400,8 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
-        match crate::network::egress::start_proxy(init_pid, name, policy) {
+        let listener = crate::machine::join::listener_in(&door, crate::network::egress::PROXY_PORT);
+        match listener.and_then(|l| crate::network::egress::start_proxy(l, name, policy)) {
             Ok(task) => machine.proxy = Some(task),
             Err(e) => {
                 machine.kill();
@@ -289,6 +416,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         door,
         Lease {
             root: root.to_path_buf(),
+            init_pid,
             ns,
         },
     ))
@@ -299,13 +427,90 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
 /// was verified gone. SIGKILL to its init (the kernel ends its PID
 /// namespace). Returns the init's pid, for the caller's proof
 /// ([`crate::sandboxes::teardown`]); `None` when no machine was running.
-pub fn end_now(root: &Path) -> Option<i32> {
+pub fn end_now(root: &Path) -> Option<(i32, u64)> {
     let m = registry()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(root)?;
     m.kill();
-    Some(m.init_pid)
+    Some((m.init_pid, m.ns))
+}
+
+/// Every live process of the machine whose PID namespace is `ns`: its
+/// members and, through parent pids, those of namespaces nested in it
+/// (each nested namespace's init is a child of a member). The identity
+/// of a sandbox's processes where they share the server's uid (a server
+/// that is not root).
+pub fn processes_of(ns: u64) -> Vec<crate::trees::procfs::ProcInfo> {
+    let snap: Vec<_> = procfs::snapshot()
+        .into_iter()
+        .filter(|p| !p.is_zombie())
+        .collect();
+    let mut found: std::collections::HashSet<i32> = snap
+        .iter()
+        .filter(|p| procfs::pid_namespace(p.pid) == Some(ns))
+        .map(|p| p.pid)
+        .collect();
+    loop {
+        let mut grew = false;
+        for p in &snap {
+            if found.contains(&p.ppid) && found.insert(p.pid) {
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    snap.into_iter()
+        .filter(|p| found.contains(&p.pid))
+        .collect()
+}
+
+/// Stops or continues everything of the sandbox at `root` (a pause or a
+/// resume): every process of its own ids where it has them (a root
+/// server, [`crate::trees::host_processes::freeze_ids`]), else every
+/// process of its machine ([`freeze`]).
+pub fn freeze_sandbox(root: &Path, stop: bool) {
+    match crate::trees::host_processes::sandbox_ids(root) {
+        Some(ids) => {
+            crate::trees::host_processes::freeze_ids(ids, stop);
+        }
+        None => freeze(root, stop),
+    }
+}
+
+/// Stops (`SIGSTOP`) or continues every process of the sandbox at `root`'s
+/// running machine ([`processes_of`]); stopping repeats until every one
+/// found is stopped (bounded at 100 rounds). Nothing when no machine runs.
+pub fn freeze(root: &Path, stop: bool) {
+    let Some(ns) = registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(root)
+        .map(|m| m.ns)
+    else {
+        return;
+    };
+    use crate::trees::host_processes::signal_verified;
+    if !stop {
+        for p in processes_of(ns) {
+            signal_verified(&p, rustix::process::Signal::CONT);
+        }
+        return;
+    }
+    for _ in 0..100 {
+        let running: Vec<_> = processes_of(ns)
+            .into_iter()
+            .filter(|p| !matches!(p.state, 'T' | 't'))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        for p in &running {
+            signal_verified(p, rustix::process::Signal::STOP);
+        }
+    }
 }
 
 /// The roots of the sandboxes whose machine runs.
