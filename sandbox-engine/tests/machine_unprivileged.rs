@@ -273,3 +273,87 @@ async fn an_ordinary_users_sandboxes_reach_only_what_egress_allows() {
         "{stderr}"
     );
 }
+
+/// Item 2 (limits, measured): as an ordinary user every sandbox's
+/// processes share one host uid, and `RLIMIT_NPROC` counts per user
+/// namespace and uid (Linux 5.14), at every level up to the host's. Set
+/// inside each machine it caps that sandbox alone: one sandbox holding
+/// its whole limit of processes leaves another sandbox able to start
+/// commands.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_sandbox_at_its_process_limit_leaves_another_able_to_fork() {
+    let Some(user) = ordinary_user() else {
+        return;
+    };
+    let engine = Engine::start_as("unpriv-nproc", &[], None, Some(user));
+    let m = marker("nproc");
+    let full = engine.sandbox().await;
+    let other = engine.sandbox().await;
+    let hog = engine
+        .spawn(
+            &full,
+            &format!(
+                "export TEST_MARKER={m}; python3 -c '
+import os, time
+n = 0
+while n < 5000:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    n += 1
+print(n, flush=True)
+time.sleep(60)
+'"
+            ),
+        )
+        .await;
+    eventually("the first sandbox reaches its limit", || {
+        common::marked_pids(&m).len() >= 1000
+    })
+    .await;
+    // Wait for the count to settle at the limit.
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = common::marked_pids(&m).len();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    assert!(
+        last < 5000,
+        "the first sandbox's processes are capped ({last} running)"
+    );
+    let r = exec(
+        &engine,
+        &other,
+        "for i in 1 2 3; do /bin/true; done; echo forked",
+    )
+    .await;
+    assert_eq!(
+        r["stdout"], "forked\n",
+        "another sandbox still forks while the first holds {last} processes: {r}"
+    );
+    let (st, v) = engine
+        .call(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{full}/processes/{hog}?grace_ms=100"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    for sb in [full, other] {
+        let (st, v) = engine
+            .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
+    assert!(common::marked_pids(&m).is_empty());
+    let (clean, stderr) = engine.stop();
+    assert!(clean, "{stderr}");
+}

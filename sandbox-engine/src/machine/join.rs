@@ -8,9 +8,10 @@
 //! # The two processes
 //! The *launcher* is the server's direct child (a fork of the server that
 //! never execs, named [`LAUNCHER_NAME`]). Before anything else it runs as
-//! the sandbox's host uid (set by `std::process::Command`), starts a
-//! session, joins the command's pids group and takes the sandbox's
-//! resource limits. It then enters the machine's user namespace first
+//! the sandbox's host uid (set by `std::process::Command`; the server's
+//! own uid when it is not root), starts a session, joins the command's
+//! pids group (where there is one) and takes the sandbox's resource
+//! limits. It then enters the machine's user namespace first
 //! (the sandbox uid owns it, which gives the launcher every capability in
 //! it and in the namespaces it owns), then IPC, UTS, network, PID and
 //! mount; its root becomes the machine's root. It sets `no_new_privs`,
@@ -23,7 +24,9 @@
 //! the working directory and forks: entering a PID namespace only places
 //! the launcher's *children* in it. The launcher then waits for the
 //! command and exits with its status (or dies of the same signal), like
-//! `nsenter` did.
+//! `nsenter` did. Without a pids group it forks an *anchor* instead,
+//! which forks the command and reports its status and the proof of its
+//! tree ([`crate::machine::anchor`]).
 //!
 //! The *command* closes every descriptor but 0, 1 and 2 and is exec'd with
 //! exactly the environment given ([`Launch`] prepares the argument and
@@ -416,6 +419,7 @@ fn reason(errno: c_int) -> &'static [u8] {
         libc::ENOMEM => b"Cannot allocate memory",
         libc::ETXTBSY => b"Text file busy",
         libc::EPERM => b"Operation not permitted",
+        libc::EAGAIN => b"Resource temporarily unavailable (the sandbox is at its limit of tasks)",
         _ => b"cannot execute",
     }
 }
@@ -556,7 +560,16 @@ impl Launch {
             }
             let command = fork();
             if command < 0 {
-                libc::_exit(127);
+                // Nothing ran (the sandbox at its limit of tasks): said
+                // on the command's stderr, as a shell would, and reported
+                // as its exit; nothing is left below the anchor.
+                let errno = *libc::__errno_location();
+                write_all(2, &self.failure);
+                write_all(2, reason(errno));
+                write_all(2, b"\n");
+                write_all(status, &((126 as c_int) << 8).to_le_bytes());
+                write_all(proof, &[crate::machine::anchor::GONE_TAG]);
+                libc::_exit(0);
             }
             if command == 0 {
                 if let Some(slave) = terminal {

@@ -4,11 +4,19 @@
 //! `ps`.
 //!
 //! # Where it applies
-//! Only where a command's tree can still be proven without a PID namespace
-//! of its own: bwrap mode, a root server (a range of host ids per sandbox) and a
-//! writable cgroup v1 `pids` hierarchy ([`crate::trees::process_limits::pids_cgroup_base`]).
-//! Elsewhere every command keeps its own namespaces (the model before
-//! issue 25).
+//! Wherever user namespaces work, root or not (issue 37); which tree proof
+//! a host gives is [`tree_proof_here`]:
+//!
+//! | host | tree proof | limits |
+//! |---|---|---|
+//! | root, cgroup v1 `pids` | a pids group per command ([`TreeProof::PidsGroup`]) | pids and memory groups, `RLIMIT_NPROC`, a range of ids per sandbox |
+//! | anything else with user namespaces (an ordinary user) | an anchor per command ([`TreeProof::Anchor`], see [`anchor`]) | `RLIMIT_NPROC` per sandbox; memory NOT limited |
+//! | user namespaces refused | none: every command keeps namespaces of its own (the fallback, named in the startup line with its fix, [`describe_model`]) | `RLIMIT_NPROC` |
+//!
+//! Without a uid per sandbox (not root) a sandbox's processes are those
+//! of its machine's PID namespace and the namespaces nested in it
+//! ([`processes_of`]): pause ([`freeze_sandbox`]) and the delete's proof
+//! ([`take_ended`]) rest on that, never on the uid.
 //!
 //! # The machine
 //! The sandbox's usual bwrap command line (user, PID, network, IPC, UTS
@@ -27,18 +35,23 @@
 //! machine whose SIGKILL could not be sent).
 //!
 //! # A command
-//! A launcher forked by the server (run as the sandbox uid, which owns the
-//! machine's user namespace) joins the machine's namespaces and root,
-//! drops every capability and forks the command, exec'd there with its
-//! own environment and nothing of the server's (see [`crate::machine::join`]: one
-//! step, no helper executable). Before that the launcher joins a
-//! pids group of its own, `sandbox-<uid>/cmd-<marker>`: the command's tree
-//! is exactly the members of that group. The sandbox uid cannot write
-//! the root-owned `cgroup.procs` and `tasks` files, so no process can
-//! leave it (`setsid`, double forks and nested namespaces stay in);
-//! terminating writes
-//! `pids.max` 0 (no more forks) and sends SIGKILL to every member until
-//! the kernel lists none, and `tree_exited: true` is that empty list.
+//! A launcher forked by the server (run as the sandbox uid as root, as
+//! the server's own uid otherwise: either owns the machine's user
+//! namespace) joins the machine's namespaces and root, drops every
+//! capability but the sandbox root's few and forks the command, exec'd
+//! there with its own environment and nothing of the server's (see
+//! [`crate::machine::join`]: one step, no helper executable). Its tree:
+//! - as root with a cgroup v1 `pids` hierarchy, the launcher first joins
+//!   a pids group of its own, `sandbox-<uid>/cmd-<marker>`, and the tree
+//!   is exactly that group's members. The sandbox uid cannot write the
+//!   root-owned `cgroup.procs` and `tasks` files, so no process can leave
+//!   it (`setsid`, double forks and nested namespaces stay in);
+//!   terminating writes `pids.max` 0 (no more forks) and sends SIGKILL to
+//!   every member until the kernel lists none, and `tree_exited: true` is
+//!   that empty list;
+//! - elsewhere the launcher forks an anchor in the machine that forks the
+//!   command and proves its tree empty ([`anchor`]); a killed anchor
+//!   leaves the tree unproven until the machine ends.
 //!
 //! # This folder
 //! The machine and everything that confines a command: how commands are
@@ -181,7 +194,7 @@ impl Drop for Lease {
                 .is_some_and(|m| m.leases == 0 && m.generation == generation);
             if idle {
                 if let Some(m) = machines.remove(&root) {
-                    m.kill();
+                    retire(&root, m);
                 }
             }
         };
@@ -199,7 +212,7 @@ impl Drop for Lease {
                 .is_some_and(|m| m.leases == 0 && m.generation == generation)
             {
                 if let Some(m) = machines.remove(&self.root) {
-                    m.kill();
+                    retire(&self.root, m);
                 }
             }
         }
@@ -360,7 +373,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
             ));
         }
         if let Some(m) = machines.remove(root) {
-            m.kill();
+            retire(root, m);
         }
     }
     let (init_pid, ns) = start(bwrap, root)?;
@@ -432,8 +445,50 @@ pub fn end_now(root: &Path) -> Option<(i32, u64)> {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(root)?;
+    let ended = (m.init_pid, m.ns);
+    retire(root, m);
+    Some(ended)
+}
+
+/// Ended machines by sandbox root, as (init pid, PID namespace).
+type Ended = HashMap<PathBuf, Vec<(i32, u64)>>;
+
+/// Machines of each sandbox that were ended (SIGKILL sent) and not yet
+/// proven gone by the sandbox's delete or stop, as (init pid, PID
+/// namespace): where a sandbox's processes share the server's uid, its
+/// machines are what proves them gone, an idle one ended a moment before
+/// the delete included.
+fn ended() -> &'static Mutex<Ended> {
+    static ENDED: OnceLock<Mutex<Ended>> = OnceLock::new();
+    ENDED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Ends machine `m` of the sandbox at `root` and notes it for the proof.
+fn retire(root: &Path, m: Machine) {
     m.kill();
-    Some((m.init_pid, m.ns))
+    let mut ended = ended().lock().unwrap_or_else(|p| p.into_inner());
+    // Those already gone need no proof any more.
+    for list in ended.values_mut() {
+        list.retain(|(init_pid, ns)| {
+            procfs::stat(*init_pid).is_some_and(|p| !p.is_zombie())
+                && procfs::pid_namespace(*init_pid) == Some(*ns)
+        });
+    }
+    ended.retain(|_, list| !list.is_empty());
+    ended
+        .entry(root.to_path_buf())
+        .or_default()
+        .push((m.init_pid, m.ns));
+}
+
+/// The machines of the sandbox at `root` ended so far and not yet taken,
+/// as (init pid, PID namespace), each to be proven gone by the caller.
+pub fn take_ended(root: &Path) -> Vec<(i32, u64)> {
+    ended()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(root)
+        .unwrap_or_default()
 }
 
 /// Every live process of the machine whose PID namespace is `ns`: its
@@ -552,6 +607,7 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
         crate::trees::host_processes::sandbox_uid(root),
     );
     let groups_raw = groups.raw();
+    let as_root = rustix::process::geteuid().is_root();
     // SAFETY: only async-signal-safe system calls (setsid, close_range,
     // fcntl, write, setrlimit) on descriptors this process owns.
     unsafe {
@@ -563,7 +619,15 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
             crate::trees::process_limits::join_groups(groups_raw)?;
-            crate::trees::process_limits::set_limits()?;
+            // Not for a server that is not root: the limit in force when
+            // a user namespace is made also caps, at the host's level,
+            // the processes of the user that made it, all sandboxes
+            // together; set inside the machine (by each launcher, after it
+            // joined) it counts that sandbox's processes only (per user
+            // namespace and uid since Linux 5.14).
+            if as_root {
+                crate::trees::process_limits::set_limits()?;
+            }
             Ok(())
         });
     }

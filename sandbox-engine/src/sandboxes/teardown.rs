@@ -56,8 +56,7 @@ pub const DISK_PROOF_WAIT: Duration = Duration::from_secs(20);
 /// engine that drew the same range (as [`crate::storage::records::verify`] reasons),
 /// so it makes the proof fail rather than being killed.
 pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
-    let ended = crate::machine::end_now(root);
-    let machine = ended.is_some();
+    let machine = crate::machine::end_now(root).is_some();
     let deadline = Instant::now() + within;
     // Without ids of its own (a server that is not root) a sandbox's
     // processes share the server's uid: its machine is what proves them
@@ -65,22 +64,19 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
     // of its PID namespace, nested namespaces included; a fresh scan
     // confirms that none is left in it.
     let Some(ids) = crate::trees::host_processes::sandbox_ids(root) else {
-        let Some((init_pid, ns)) = ended else {
-            return Ok(false);
-        };
-        let mut tree = crate::machine::isolation::Tree::Namespace { init_pid, ns };
-        loop {
-            if tree.is_gone() {
-                return Ok(true);
+        for (init_pid, ns) in crate::machine::take_ended(root) {
+            let mut tree = crate::machine::isolation::Tree::Namespace { init_pid, ns };
+            while !tree.is_gone() {
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "the sandbox's machine (host pid {init_pid}) or a process of it still \
+                         runs after its SIGKILL; it may still run"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(5));
             }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "the sandbox's machine (host pid {init_pid}) or a process of it still runs \
-                     after its SIGKILL; it may still run"
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(5));
         }
+        return Ok(machine);
     };
     loop {
         let why = match crate::trees::host_processes::live_of_ids_checked(ids) {
