@@ -522,6 +522,40 @@ pub fn processes_of(ns: u64) -> Vec<crate::trees::procfs::ProcInfo> {
         .collect()
 }
 
+/// The tasks (processes and threads) each running machine holds besides
+/// its init and holder, by sandbox root, where commands' trees are held
+/// by anchors (no pids group counts them): one `/proc` scan for every
+/// machine. Empty elsewhere (a pids group counts them, see
+/// [`crate::trees::budgets::sandbox_tasks`]). The anchors themselves are
+/// not counted (the server cannot read their namespace).
+pub fn anchored_tasks() -> HashMap<PathBuf, usize> {
+    if tree_proof_here() != Some(TreeProof::Anchor) {
+        return HashMap::new();
+    }
+    let machines: HashMap<u64, PathBuf> = registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(root, m)| (m.ns, root.clone()))
+        .collect();
+    if machines.is_empty() {
+        return HashMap::new();
+    }
+    let mut tasks: HashMap<PathBuf, usize> = HashMap::new();
+    for ns in machines.keys() {
+        let threads: usize = processes_of(*ns)
+            .iter()
+            .map(|p| {
+                std::fs::read_dir(format!("/proc/{}/task", p.pid))
+                    .map(|d| d.count())
+                    .unwrap_or(1)
+            })
+            .sum();
+        tasks.insert(machines[ns].clone(), threads.saturating_sub(2));
+    }
+    tasks
+}
+
 /// Stops or continues everything of the sandbox at `root` (a pause or a
 /// resume): every process of its own ids where it has them (a root
 /// server, [`crate::trees::host_processes::freeze_ids`]), else every
