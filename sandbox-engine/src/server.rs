@@ -434,9 +434,20 @@ impl ServerBuilder {
                         if owned {
                             let _ = crate::storage::disk::remove_tree(&data_dir);
                         }
+                        // bwrap is there but may not make namespaces:
+                        // the fix is the host's, not an install.
+                        let hint = match (
+                            isolation::find_in_path("bwrap"),
+                            crate::machine::user_namespaces_refused(),
+                        ) {
+                            (Some(_), Some(why)) => format!(
+                                "{why}; or opt in to running commands with NO isolation \
+                                 (--isolation process-group)"
+                            ),
+                            _ => isolation::INSTALL_HINT.to_string(),
+                        };
                         return Err(Error::other(format!(
-                            "commands cannot be confined here: {e}; {}",
-                            isolation::INSTALL_HINT
+                            "commands cannot be confined here: {e}; {hint}"
                         )));
                     }
                 }
