@@ -434,9 +434,20 @@ impl ServerBuilder {
                         if owned {
                             let _ = crate::storage::disk::remove_tree(&data_dir);
                         }
+                        // bwrap is there but may not make namespaces:
+                        // the fix is the host's, not an install.
+                        let hint = match (
+                            crate::util::find_in_path("bwrap"),
+                            crate::machine::user_namespaces_refused(),
+                        ) {
+                            (Some(_), Some(why)) => format!(
+                                "{why}; or opt in to running commands with NO isolation \
+                                 (--isolation process-group)"
+                            ),
+                            _ => isolation::INSTALL_HINT.to_string(),
+                        };
                         return Err(Error::other(format!(
-                            "commands cannot be confined here: {e}; {}",
-                            isolation::INSTALL_HINT
+                            "commands cannot be confined here: {e}; {hint}"
                         )));
                     }
                 }
@@ -454,12 +465,7 @@ impl ServerBuilder {
                 IsolationMode::Bwrap => eprintln!(
                     "createos-local: isolation mode bwrap ({}; user, PID, network, IPC and UTS \
                      namespaces, sandbox root as /); outbound network: {}; limits: {}",
-                    if machines {
-                        "one machine per sandbox that every command joins, a pids group per command"
-                    } else {
-                        "namespaces per command (no root or no writable cgroup v1 pids hierarchy \
-                         here: no sandbox machines)"
-                    },
+                    crate::machine::describe_model(),
                     match (machines, self.egress.enabled()) {
                         (_, false) => "off (each sandbox has its own loopback only)".to_string(),
                         (true, true) => format!(

@@ -324,7 +324,7 @@ async fn sandboxes_are_counted_in_pids_cgroups_where_the_host_has_them() {
 fn machines_here() -> bool {
     let here = sandbox_engine::machine::enabled_here();
     if !here {
-        test_support::skipped("no sandbox machines on this host (needs root and a pids cgroup)");
+        test_support::skipped("no sandbox machines on this host (user namespaces refused)");
     }
     here
 }

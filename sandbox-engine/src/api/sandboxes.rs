@@ -250,7 +250,7 @@ pub async fn pause(
             for p in sb.processes() {
                 p.freeze(true);
             }
-            crate::trees::host_processes::freeze_sandbox(&sb.root, true);
+            crate::machine::freeze_sandbox(&sb.root, true);
         },
     );
     Ok(ok(json!({ "id": id, "status": Status::Pausing })))
@@ -271,7 +271,7 @@ pub async fn resume(
         state.transition_delay,
         Status::Running,
         |sb| {
-            crate::trees::host_processes::freeze_sandbox(&sb.root, false);
+            crate::machine::freeze_sandbox(&sb.root, false);
             for p in sb.processes() {
                 p.freeze(false);
             }

@@ -172,12 +172,21 @@ pub struct Spawned {
     pub child: tokio::process::Child,
     /// bwrap's `--json-status-fd` read end (bwrap mode only).
     pub status_pipe: Option<OwnedFd>,
-    /// In a sandbox machine (see [`crate::machine`]): the command's pids
-    /// group and its lease on the machine.
-    pub machine: Option<(PathBuf, crate::machine::Lease)>,
+    /// In a sandbox machine (see [`crate::machine`]): what holds the
+    /// command's tree and its lease on the machine.
+    pub machine: Option<(Holder, crate::machine::Lease)>,
     /// The master of the command's terminal (a `terminal` spawn); the
     /// child's stdio pipes are then absent.
     pub terminal: Option<OwnedFd>,
+}
+
+/// What holds a machine command's tree (see [`crate::machine::TreeProof`]).
+#[derive(Debug)]
+pub enum Holder {
+    /// Its own cgroup v1 pids group (the directory).
+    Group(PathBuf),
+    /// An anchor in the machine, and the server's end of its proof pipe.
+    Anchor(crate::machine::anchor::Proof),
 }
 
 /// The minimal environment every command starts from.
@@ -344,12 +353,28 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
 }
 
 /// Starts a command in its sandbox's machine (see [`crate::machine`]), in
-/// a pids group of its own.
+/// a pids group of its own or under an anchor ([`crate::machine::TreeProof`]).
 fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> {
-    let uid = sandbox_uid(&spec.root)
-        .ok_or_else(|| std::io::Error::other("the sandbox has no uid of its own"))?;
+    let uid = sandbox_uid(&spec.root);
     let (door, lease) = crate::machine::join(bwrap, &spec.root)?;
-    let (dir, procs) = command_cgroup(uid, &spec.marker)?;
+    let group = match (crate::machine::tree_proof_here(), uid) {
+        (Some(crate::machine::TreeProof::PidsGroup), Some(uid)) => {
+            Some(command_cgroup(uid, &spec.marker)?)
+        }
+        _ => None,
+    };
+    let dir = group.as_ref().map(|(d, _)| d.clone());
+    let forget_group = || {
+        if let Some(dir) = &dir {
+            let _ = std::fs::remove_dir(dir);
+        }
+    };
+    // The proof pipe of an anchored command: the launcher and the anchor
+    // write, the server reads.
+    let proof = match group {
+        Some(_) => None,
+        None => Some(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?),
+    };
     // Egress proxy variables first: the sandbox's own env may override.
     let mut env = match crate::network::egress::policy_for(&spec.root) {
         Some(_) => crate::network::egress::proxy_env(),
@@ -361,7 +386,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
         .iter()
         .find(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0'))
     {
-        let _ = std::fs::remove_dir(&dir);
+        forget_group();
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
             format!("invalid environment variable name {k:?}"),
@@ -374,15 +399,20 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     {
         Ok(s) => s,
         Err(e) => {
-            let _ = std::fs::remove_dir(&dir);
+            forget_group();
             return Err(e);
         }
     };
-    let memory = crate::trees::process_limits::memory_cgroup_tasks(uid);
+    let memory = uid.and_then(crate::trees::process_limits::memory_cgroup_tasks);
+    let holder = match (&group, &proof) {
+        (Some((_, procs)), _) => crate::machine::join::Holder::Group(procs),
+        (None, Some((_, write))) => crate::machine::join::Holder::Anchor(write.as_raw_fd()),
+        (None, None) => unreachable!("a command holds its tree by a group or an anchor"),
+    };
     let launcher = match (spec.terminal, &sockets) {
         (Some(size), Some((_, theirs))) => crate::machine::join::command_in_terminal(
             &door,
-            &procs,
+            holder,
             memory.as_ref(),
             &spec.cwd,
             &env,
@@ -393,7 +423,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
         ),
         _ => crate::machine::join::command(
             &door,
-            &procs,
+            holder,
             memory.as_ref(),
             &spec.cwd,
             &env,
@@ -404,7 +434,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     let mut cmd = match launcher {
         Ok(c) => c,
         Err(e) => {
-            let _ = std::fs::remove_dir(&dir);
+            forget_group();
             return Err(e);
         }
     };
@@ -424,13 +454,18 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     let spawned = tokio::process::Command::from(cmd)
         .kill_on_drop(false)
         .spawn();
-    drop(procs);
+    drop(group);
     drop(memory);
     drop(door);
+    // Only the launcher and the anchor hold the write end now.
+    let proof = proof.map(|(read, write)| {
+        drop(write);
+        read
+    });
     let child = match spawned {
         Ok(c) => c,
         Err(e) => {
-            let _ = std::fs::remove_dir(&dir);
+            forget_group();
             return Err(e);
         }
     };
@@ -438,10 +473,19 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     // it sent the master: it is queued on the socket. (Should it not
     // arrive, the supervisor ends the tree: see `Process::start`.)
     let terminal = sockets.and_then(|(ours, _)| crate::machine::pty::recv_fd(ours.as_fd()).ok());
+    let holder = match (dir, proof) {
+        (Some(dir), _) => Holder::Group(dir),
+        (None, Some(read)) => Holder::Anchor(crate::machine::anchor::Proof::new(
+            read,
+            lease.machine(),
+            format!("{MARKER_VAR}={}", spec.marker).into_bytes(),
+        )),
+        (None, None) => unreachable!("a command holds its tree by a group or an anchor"),
+    };
     Ok(Spawned {
         child,
         status_pipe: None,
-        machine: Some((dir, lease)),
+        machine: Some((holder, lease)),
         terminal,
     })
 }
@@ -559,15 +603,28 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     .await
     .map_err(|_| "bwrap probe timed out".to_string())?
     .map_err(|e| format!("bwrap probe failed: {e}"))?;
-    if let Some((dir, lease)) = machine {
-        // The group empties as the command's last process exits.
-        for _ in 0..100 {
-            if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
-                break;
+    match machine {
+        Some((Holder::Group(dir), lease)) => {
+            // The group empties as the command's last process exits.
+            for _ in 0..100 {
+                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            drop(lease);
         }
-        drop(lease);
+        Some((Holder::Anchor(mut proof), lease)) => {
+            // The anchor says so once the command's last process is reaped.
+            for _ in 0..100 {
+                if proof.is_gone() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            drop(lease);
+        }
+        None => {}
     }
     if out.status.success() {
         Ok(bwrap)
@@ -628,6 +685,15 @@ pub enum Tree {
         /// namespace tree.
         launcher: Option<(i32, u64)>,
     },
+    /// One command of a sandbox machine held by an anchor (see
+    /// [`crate::machine::anchor`]: where the server has no cgroup).
+    Anchored {
+        /// The server's end of the proof pipe.
+        proof: crate::machine::anchor::Proof,
+        /// The command's hold on the machine, released once the tree is
+        /// verified gone.
+        lease: Option<crate::machine::Lease>,
+    },
     /// The process never started (spawn failed): the tree is empty.
     Empty,
 }
@@ -671,10 +737,14 @@ impl Tree {
     /// Called once the tree is verified gone: a machine command's group is
     /// removed and its lease on the machine released.
     pub fn release(&mut self) {
-        if let Tree::Cgroup { dir, lease, .. } = self {
-            if let Some(lease) = lease.take() {
-                remove_command_group_soon(dir.clone(), lease);
+        match self {
+            Tree::Cgroup { dir, lease, .. } => {
+                if let Some(lease) = lease.take() {
+                    remove_command_group_soon(dir.clone(), lease);
+                }
             }
+            Tree::Anchored { lease, .. } => drop(lease.take()),
+            _ => {}
         }
     }
 
@@ -684,6 +754,10 @@ impl Tree {
     pub fn command_started(&mut self) -> bool {
         let launcher = match self {
             Tree::Cgroup { launcher, .. } => launcher.map(|(pid, _)| pid),
+            Tree::Anchored { proof, .. } => {
+                return proof.poll() != crate::machine::anchor::State::Holding
+                    || !proof.members().is_empty()
+            }
             _ => return true,
         };
         self.members().iter().any(|p| Some(p.pid) != launcher)
@@ -693,6 +767,7 @@ impl Tree {
     pub fn members(&mut self) -> Vec<ProcInfo> {
         match self {
             Tree::Empty => Vec::new(),
+            Tree::Anchored { proof, .. } => proof.members(),
             Tree::Cgroup { dir, .. } => command_group_pids(dir)
                 .unwrap_or_default()
                 .into_iter()
@@ -771,6 +846,7 @@ impl Tree {
                 Err(e) => e.kind() == std::io::ErrorKind::NotFound,
             },
             Tree::Group { .. } => procfs::try_all_pids().is_ok() && self.members().is_empty(),
+            Tree::Anchored { proof, .. } => proof.is_gone(),
             Tree::Empty => true,
         }
     }

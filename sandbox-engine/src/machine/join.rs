@@ -8,9 +8,10 @@
 //! # The two processes
 //! The *launcher* is the server's direct child (a fork of the server that
 //! never execs, named [`LAUNCHER_NAME`]). Before anything else it runs as
-//! the sandbox's host uid (set by `std::process::Command`), starts a
-//! session, joins the command's pids group and takes the sandbox's
-//! resource limits. It then enters the machine's user namespace first
+//! the sandbox's host uid (set by `std::process::Command`; the server's
+//! own uid when it is not root), starts a session, joins the command's
+//! pids group (where there is one) and takes the sandbox's resource
+//! limits. It then enters the machine's user namespace first
 //! (the sandbox uid owns it, which gives the launcher every capability in
 //! it and in the namespaces it owns), then IPC, UTS, network, PID and
 //! mount; its root becomes the machine's root. It sets `no_new_privs`,
@@ -23,7 +24,9 @@
 //! the working directory and forks: entering a PID namespace only places
 //! the launcher's *children* in it. The launcher then waits for the
 //! command and exits with its status (or dies of the same signal), like
-//! `nsenter` did.
+//! `nsenter` did. Without a pids group it forks an *anchor* instead,
+//! which forks the command and reports its status and the proof of its
+//! tree ([`crate::machine::anchor`]).
 //!
 //! The *command* closes every descriptor but 0, 1 and 2 and is exec'd with
 //! exactly the environment given ([`Launch`] prepares the argument and
@@ -42,7 +45,7 @@
 //! server answers 503 `start_failed`, never a command result.
 
 use std::ffi::{c_char, c_int, CString};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 /// The capabilities the root of a sandbox machine holds (issue 44 item 1),
@@ -144,7 +147,12 @@ impl Door {
 struct Launch {
     namespaces: Vec<(RawFd, c_int)>,
     root: RawFd,
-    group: RawFd,
+    /// The `tasks` file of the command's pids group (a root server with a
+    /// cgroup v1 `pids` hierarchy), or none: then `anchor` is set.
+    group: Option<RawFd>,
+    /// The write end of the command's proof pipe: the launcher forks an
+    /// anchor (see [`crate::machine::anchor`]) that holds the command's tree.
+    anchor: Option<RawFd>,
     /// The `tasks` file of the sandbox's memory group, where it has one.
     memory: Option<RawFd>,
     cwd: CString,
@@ -191,14 +199,24 @@ fn c_string(s: &str) -> std::io::Result<CString> {
     })
 }
 
-/// The launcher of `cmd args` in the machine behind `door`, run in the
-/// sandbox's command group `group` (its `tasks` file, open for writing),
-/// with exactly `env` and working directory `cwd` (in the machine). The
-/// caller sets the uid, gid and stdio; the program the returned command
-/// names is never exec'd.
+/// How a command's tree is held in the machine: its own pids group (the
+/// `tasks` file, open for writing), or an anchor that reports on the
+/// write end of a proof pipe (see [`crate::machine::anchor`]).
+#[derive(Clone, Copy)]
+pub enum Holder<'a> {
+    /// A cgroup v1 pids group of the command's own.
+    Group(&'a std::fs::File),
+    /// A subreaper in the machine, writing to this descriptor.
+    Anchor(RawFd),
+}
+
+/// The launcher of `cmd args` in the machine behind `door`, its tree held
+/// by `holder`, with exactly `env` and working directory `cwd` (in the
+/// machine). The caller sets the uid, gid and stdio; the program the
+/// returned command names is never exec'd.
 pub fn command(
     door: &Door,
-    group: &std::fs::File,
+    group: Holder<'_>,
     memory: Option<&std::fs::File>,
     cwd: &str,
     env: &[(String, String)],
@@ -217,7 +235,7 @@ pub fn command(
 #[allow(clippy::too_many_arguments)]
 pub fn command_in_terminal(
     door: &Door,
-    group: &std::fs::File,
+    group: Holder<'_>,
     memory: Option<&std::fs::File>,
     cwd: &str,
     env: &[(String, String)],
@@ -233,7 +251,7 @@ pub fn command_in_terminal(
 #[allow(clippy::too_many_arguments)]
 fn launcher(
     door: &Door,
-    group: &std::fs::File,
+    group: Holder<'_>,
     memory: Option<&std::fs::File>,
     cwd: &str,
     env: &[(String, String)],
@@ -290,7 +308,14 @@ fn launcher(
             .map(|(fd, (_, kind))| (fd.as_raw_fd(), kind))
             .collect(),
         root: door.root.as_raw_fd(),
-        group: group.as_raw_fd(),
+        group: match group {
+            Holder::Group(f) => Some(f.as_raw_fd()),
+            Holder::Anchor(_) => None,
+        },
+        anchor: match group {
+            Holder::Group(_) => None,
+            Holder::Anchor(fd) => Some(fd),
+        },
         memory: memory.map(|m| m.as_raw_fd()),
         cwd: c_string(cwd)?,
         candidates,
@@ -382,6 +407,7 @@ fn reason(errno: c_int) -> &'static [u8] {
         libc::ENOMEM => b"Cannot allocate memory",
         libc::ETXTBSY => b"Text file busy",
         libc::EPERM => b"Operation not permitted",
+        libc::EAGAIN => b"Resource temporarily unavailable (the sandbox is at its limit of tasks)",
         _ => b"cannot execute",
     }
 }
@@ -405,7 +431,7 @@ impl Launch {
         crate::trees::fds::mark_cloexec_from(3);
         // Join the command's own pids group and the sandbox's memory
         // group before anything forks.
-        crate::trees::process_limits::join_groups([Some(self.group), self.memory])?;
+        crate::trees::process_limits::join_groups([self.group, self.memory])?;
         crate::trees::process_limits::set_limits()?;
         // SAFETY: system calls on descriptors and memory this child owns.
         unsafe {
@@ -463,16 +489,10 @@ impl Launch {
                 Some(setup) => Some(setup.open()?),
                 None => None,
             };
-            // A plain fork (no `atfork` handlers: this is the child of a
-            // threaded process).
-            let pid = libc::syscall(
-                libc::SYS_clone,
-                libc::SIGCHLD as libc::c_ulong,
-                0usize,
-                0usize,
-                0usize,
-                0usize,
-            );
+            if let Some(proof) = self.anchor {
+                return self.anchored(proof, terminal);
+            }
+            let pid = fork();
             if pid < 0 {
                 return Err(last_error());
             }
@@ -483,6 +503,134 @@ impl Launch {
                 self.exec();
             }
             self.relay(pid as libc::pid_t)
+        }
+    }
+
+    /// The launcher with an anchor (see [`crate::machine::anchor`]): forks
+    /// the anchor (in the machine's PID namespace), tells the server its
+    /// host pid on the proof pipe, and relays the command's status the
+    /// anchor reports.
+    fn anchored(&mut self, proof: RawFd, terminal: Option<RawFd>) -> std::io::Result<()> {
+        let mut status = [0 as c_int; 2];
+        // SAFETY: system calls on descriptors and memory this child owns.
+        unsafe {
+            check(libc::pipe2(status.as_mut_ptr(), libc::O_CLOEXEC))?;
+            let anchor = fork();
+            if anchor < 0 {
+                return Err(last_error());
+            }
+            if anchor == 0 {
+                libc::close(status[0]);
+                self.anchor_run(proof, status[1], terminal);
+            }
+            libc::close(status[1]);
+            let mut told = [0u8; 5];
+            told[0] = crate::machine::anchor::PID_TAG;
+            told[1..].copy_from_slice(&(anchor as i32).to_le_bytes());
+            write_all(proof, &told);
+            libc::close(proof);
+            self.relay_anchored(anchor as libc::pid_t, status[0])
+        }
+    }
+
+    /// The anchor: a subreaper in the machine that forks the command,
+    /// reports its wait status on `status` and reaps until nothing is
+    /// left below it, then writes the proof byte on `proof`.
+    fn anchor_run(&mut self, proof: RawFd, status: RawFd, terminal: Option<RawFd>) -> ! {
+        // SAFETY: system calls on descriptors and memory this child owns.
+        unsafe {
+            // A copy of the server's memory: never readable or traceable
+            // by the sandbox's processes (its memory belongs to the host's
+            // user namespace, so this takes CAP_SYS_PTRACE there).
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 {
+                libc::_exit(127);
+            }
+            let command = fork();
+            if command < 0 {
+                // Nothing ran (the sandbox at its limit of tasks): said
+                // on the command's stderr, as a shell would, and reported
+                // as its exit; nothing is left below the anchor.
+                let errno = *libc::__errno_location();
+                write_all(2, &self.failure);
+                write_all(2, reason(errno));
+                write_all(2, b"\n");
+                write_all(status, &((126 as c_int) << 8).to_le_bytes());
+                write_all(proof, &[crate::machine::anchor::GONE_TAG]);
+                libc::_exit(0);
+            }
+            if command == 0 {
+                if let Some(slave) = terminal {
+                    crate::machine::pty::attach(slave);
+                }
+                self.exec();
+            }
+            // Nothing of the server's, nor the command's stdio, stays
+            // open here: only the two pipes.
+            for fd in 0..3 {
+                libc::close(fd);
+            }
+            close_except(3, [proof, status]);
+            let mut status = Some(status);
+            loop {
+                let mut st: c_int = 0;
+                let r = libc::waitpid(-1, &mut st, libc::__WALL);
+                if r < 0 {
+                    match *libc::__errno_location() {
+                        libc::EINTR => continue,
+                        // Nothing left below it: the tree is gone.
+                        libc::ECHILD => break,
+                        _ => libc::_exit(1),
+                    }
+                }
+                if r == command as libc::pid_t {
+                    if let Some(fd) = status.take() {
+                        write_all(fd, &st.to_le_bytes());
+                        libc::close(fd);
+                    }
+                }
+            }
+            write_all(proof, &[crate::machine::anchor::GONE_TAG]);
+            libc::_exit(0);
+        }
+    }
+
+    /// The launcher after forking the anchor: lets the server's spawn
+    /// return, reads the command's wait status from the anchor and ends
+    /// the way the command ended. Should the anchor die first (a sandbox
+    /// process killed it), the command's end is unknown: the launcher says
+    /// so on the command's stderr and ends the way the anchor did.
+    fn relay_anchored(&self, anchor: libc::pid_t, status: RawFd) -> ! {
+        close_except(3, [status, status]);
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        // SAFETY: read, waitpid and exit calls on this process's own
+        // descriptors and child.
+        unsafe {
+            while got < buf.len() {
+                let n = libc::read(status, buf[got..].as_mut_ptr().cast(), buf.len() - got);
+                if n > 0 {
+                    got += n as usize;
+                } else if n == 0 || *libc::__errno_location() != libc::EINTR {
+                    break;
+                }
+            }
+            if got == buf.len() {
+                self.end_as(c_int::from_le_bytes(buf));
+            }
+            write_all(
+                2,
+                b"createos-local: the process holding this command's tree in the sandbox \
+                  was killed: the command's end is unknown and its processes may still run\n",
+            );
+            let mut st: c_int = 0;
+            while libc::waitpid(anchor, &mut st, 0) < 0 && *libc::__errno_location() == libc::EINTR
+            {
+            }
+            if libc::WIFSIGNALED(st) {
+                libc::_exit(128 + libc::WTERMSIG(st));
+            }
+            libc::_exit(127);
         }
     }
 
@@ -548,6 +696,15 @@ impl Launch {
                     libc::_exit(127);
                 }
             }
+        }
+        self.end_as(status)
+    }
+
+    /// Ends this launcher the way wait status `status` says its command
+    /// ended.
+    fn end_as(&self, status: c_int) -> ! {
+        // SAFETY: signal and exit calls on this process.
+        unsafe {
             if libc::WIFEXITED(status) {
                 libc::_exit(libc::WEXITSTATUS(status));
             }
@@ -564,6 +721,106 @@ impl Launch {
             libc::_exit(128 + sig);
         }
     }
+}
+
+/// A plain fork (no `atfork` handlers: this is the child of a threaded
+/// process).
+fn fork() -> libc::c_long {
+    // SAFETY: clone with only SIGCHLD is fork.
+    unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::SIGCHLD as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    }
+}
+
+/// Closes every descriptor from `first` up but the two in `keep`
+/// (async-signal-safe).
+fn close_except(first: c_int, keep: [RawFd; 2]) {
+    let (lo, hi) = (keep[0].min(keep[1]), keep[0].max(keep[1]));
+    let span = |from: c_int, to: c_int| {
+        if from <= to {
+            // SAFETY: plain system calls on descriptor numbers.
+            unsafe {
+                if libc::syscall(libc::SYS_close_range, from as u32, to as u32, 0) != 0 {
+                    for fd in from..=to.min(1 << 16) {
+                        libc::close(fd);
+                    }
+                }
+            }
+        }
+    };
+    span(first, lo - 1);
+    span(lo + 1, hi - 1);
+    if hi < c_int::MAX {
+        span(hi + 1, c_int::MAX);
+    }
+}
+
+/// A TCP listener on `127.0.0.1:port` in the network namespace of the
+/// machine behind `door` (its egress proxy's, see
+/// [`crate::network::egress`]): made by a forked single-threaded helper
+/// that joins the machine's user namespace, then its network namespace,
+/// binds and listens there, and sends the socket back over a socket pair
+/// (`SCM_RIGHTS`). A server that is not root cannot join the network
+/// namespace from one of its own threads (that takes `CAP_SYS_ADMIN` in
+/// the server's own user namespace too); the helper has every capability
+/// in the machine's. The same path serves root.
+pub fn listener_in(door: &Door, port: u16) -> std::io::Result<std::net::TcpListener> {
+    let (ours, theirs) = crate::machine::pty::socket_pair()?;
+    let user = door.namespaces[0].as_raw_fd();
+    let net = door.namespaces[3].as_raw_fd();
+    let socket = theirs.as_raw_fd();
+    let mut c = std::process::Command::new(Path::new("/bin/false"));
+    c.current_dir("/")
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: the closure runs in the forked child and makes system calls
+    // only, on descriptors it owns and stack memory.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
+            check(libc::setns(user, libc::CLONE_NEWUSER))?;
+            check(libc::setns(net, libc::CLONE_NEWNET))?;
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            check(fd)?;
+            let one: c_int = 1;
+            check(libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_REUSEADDR,
+                (&one as *const c_int).cast(),
+                std::mem::size_of::<c_int>() as libc::socklen_t,
+            ))?;
+            let addr = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: port.to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            check(libc::bind(
+                fd,
+                (&addr as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            ))?;
+            check(libc::listen(fd, 128))?;
+            crate::machine::pty::send_fd(socket, fd)?;
+            libc::_exit(0);
+        });
+    }
+    let mut child = c.spawn()?;
+    drop(theirs);
+    let _ = child.wait();
+    let fd = crate::machine::pty::recv_fd(ours.as_fd())?;
+    Ok(std::net::TcpListener::from(fd))
 }
 
 #[cfg(test)]

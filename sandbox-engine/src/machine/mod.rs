@@ -4,11 +4,19 @@
 //! `ps`.
 //!
 //! # Where it applies
-//! Only where a command's tree can still be proven without a PID namespace
-//! of its own: bwrap mode, a root server (a range of host ids per sandbox) and a
-//! writable cgroup v1 `pids` hierarchy ([`crate::trees::process_limits::pids_cgroup_base`]).
-//! Elsewhere every command keeps its own namespaces (the model before
-//! issue 25).
+//! Wherever user namespaces work, root or not (issue 37); which tree proof
+//! a host gives is [`tree_proof_here`]:
+//!
+//! | host | tree proof | limits |
+//! |---|---|---|
+//! | root, cgroup v1 `pids` | a pids group per command ([`TreeProof::PidsGroup`]) | pids and memory groups, `RLIMIT_NPROC`, a range of ids per sandbox |
+//! | anything else with user namespaces (an ordinary user) | an anchor per command ([`TreeProof::Anchor`], see [`anchor`]) | `RLIMIT_NPROC` per sandbox; memory NOT limited |
+//! | user namespaces refused | none: every command keeps namespaces of its own (the fallback, named in the startup line with its fix, [`describe_model`]) | `RLIMIT_NPROC` |
+//!
+//! Without a uid per sandbox (not root) a sandbox's processes are those
+//! of its machine's PID namespace and the namespaces nested in it
+//! ([`processes_of`]): pause ([`freeze_sandbox`]) and the delete's proof
+//! ([`take_ended`]) rest on that, never on the uid.
 //!
 //! # The machine
 //! The sandbox's usual bwrap command line (user, PID, network, IPC, UTS
@@ -27,18 +35,23 @@
 //! machine whose SIGKILL could not be sent).
 //!
 //! # A command
-//! A launcher forked by the server (run as the sandbox uid, which owns the
-//! machine's user namespace) joins the machine's namespaces and root,
-//! drops every capability and forks the command, exec'd there with its
-//! own environment and nothing of the server's (see [`mod@crate::machine::join`]: one
-//! step, no helper executable). Before that the launcher joins a
-//! pids group of its own, `sandbox-<uid>/cmd-<marker>`: the command's tree
-//! is exactly the members of that group. The sandbox uid cannot write
-//! the root-owned `cgroup.procs` and `tasks` files, so no process can
-//! leave it (`setsid`, double forks and nested namespaces stay in);
-//! terminating writes
-//! `pids.max` 0 (no more forks) and sends SIGKILL to every member until
-//! the kernel lists none, and `tree_exited: true` is that empty list.
+//! A launcher forked by the server (run as the sandbox uid as root, as
+//! the server's own uid otherwise: either owns the machine's user
+//! namespace) joins the machine's namespaces and root, drops every
+//! capability but the sandbox root's few and forks the command, exec'd
+//! there with its own environment and nothing of the server's (see
+//! [`mod@crate::machine::join`]: one step, no helper executable). Its tree:
+//! - as root with a cgroup v1 `pids` hierarchy, the launcher first joins
+//!   a pids group of its own, `sandbox-<uid>/cmd-<marker>`, and the tree
+//!   is exactly that group's members. The sandbox uid cannot write the
+//!   root-owned `cgroup.procs` and `tasks` files, so no process can leave
+//!   it (`setsid`, double forks and nested namespaces stay in);
+//!   terminating writes `pids.max` 0 (no more forks) and sends SIGKILL to
+//!   every member until the kernel lists none, and `tree_exited: true` is
+//!   that empty list;
+//! - elsewhere the launcher forks an anchor in the machine that forks the
+//!   command and proves its tree empty ([`anchor`]); a killed anchor
+//!   leaves the tree unproven until the machine ends.
 //!
 //! # This folder
 //! The machine and everything that confines a command: how commands are
@@ -53,6 +66,7 @@
 //! [`crate::util`]; never the sandbox core, the HTTP layer, the faces or
 //! the server.
 
+pub mod anchor;
 pub mod bwrap_args;
 pub mod isolation;
 pub mod join;
@@ -141,6 +155,8 @@ fn registry() -> &'static Mutex<HashMap<PathBuf, Machine>> {
 #[derive(Debug)]
 pub struct Lease {
     root: PathBuf,
+    /// The host pid of the machine's init.
+    init_pid: i32,
     /// The PID namespace of the machine leased: a lease of a machine
     /// that was ended (a stopped or deleted sandbox) never counts against
     /// a later machine of the same sandbox.
@@ -150,6 +166,13 @@ pub struct Lease {
 /// How long a machine without commands stays up for the next command
 /// (starting one costs a bwrap run; back-to-back commands reuse it).
 pub const IDLE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Lease {
+    /// The machine leased: its init's host pid and its PID namespace.
+    pub fn machine(&self) -> (i32, u64) {
+        (self.init_pid, self.ns)
+    }
+}
 
 impl Drop for Lease {
     fn drop(&mut self) {
@@ -171,7 +194,7 @@ impl Drop for Lease {
                 .is_some_and(|m| m.leases == 0 && m.generation == generation);
             if idle {
                 if let Some(m) = machines.remove(&root) {
-                    m.kill();
+                    retire(&root, m);
                 }
             }
         };
@@ -189,7 +212,7 @@ impl Drop for Lease {
                 .is_some_and(|m| m.leases == 0 && m.generation == generation)
             {
                 if let Some(m) = machines.remove(&self.root) {
-                    m.kill();
+                    retire(&self.root, m);
                 }
             }
         }
@@ -197,16 +220,59 @@ impl Drop for Lease {
 }
 
 /// Whether commands of the sandbox at `root` share a machine here (see the
-/// module docs).
+/// module docs): as root, a sandbox with its own range of ids.
 pub fn available(root: &Path) -> bool {
-    enabled_here() && crate::trees::host_processes::sandbox_uid(root).is_some()
+    enabled_here()
+        && (!crate::trees::id_map::ranges_here()
+            || crate::trees::host_processes::sandbox_uid(root).is_some())
 }
 
-/// Whether bwrap sandboxes get one machine each on this host: a root
-/// server and a writable pids cgroup hierarchy.
+/// How a command's tree is held, and proven gone, in a sandbox machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TreeProof {
+    /// A cgroup v1 `pids` group per command, which no process can leave
+    /// (a root server with a writable `pids` hierarchy).
+    PidsGroup,
+    /// A subreaper per command inside the machine ([`anchor`]): weaker, a
+    /// sandbox process that kills it leaves its command's end unproven.
+    Anchor,
+}
+
+impl TreeProof {
+    /// The proof in words, for the startup line and `describe`.
+    pub fn describe(&self) -> &'static str {
+        match self {
+            TreeProof::PidsGroup => "a cgroup v1 pids group per command (no process can leave it)",
+            TreeProof::Anchor => {
+                "a subreaper per command inside the machine (no cgroup this server can write: \
+                 a command that kills it leaves its end unproven until the sandbox's delete)"
+            }
+        }
+    }
+}
+
+/// The tree proof sandbox machines use on this host; `None` when commands
+/// get namespaces of their own (the fallback: user namespaces are refused
+/// here, see [`user_namespaces_refused`]).
+pub fn tree_proof_here() -> Option<TreeProof> {
+    static PROOF: OnceLock<Option<TreeProof>> = OnceLock::new();
+    *PROOF.get_or_init(|| {
+        if crate::trees::id_map::ranges_here()
+            && crate::trees::process_limits::pids_cgroup_base().is_some()
+        {
+            Some(TreeProof::PidsGroup)
+        } else if user_namespaces_refused().is_none() {
+            Some(TreeProof::Anchor)
+        } else {
+            None
+        }
+    })
+}
+
+/// Whether bwrap sandboxes get one machine each on this host: wherever
+/// user namespaces work, root or not ([`tree_proof_here`]).
 pub fn enabled_here() -> bool {
-    crate::trees::id_map::ranges_here()
-        && crate::trees::process_limits::pids_cgroup_base().is_some()
+    tree_proof_here().is_some()
 }
 
 /// The capabilities a sandbox's uid-0 command holds on this host:
@@ -223,10 +289,78 @@ pub fn capabilities_here() -> u64 {
 
 /// Whether a server started here would give each sandbox a machine, as
 /// far as can be told without touching the host (no cgroup is created):
-/// root and a cgroup v1 `pids` hierarchy. For descriptions
-/// (`sandbox describe`); the server itself decides with [`enabled_here`].
+/// root and a cgroup v1 `pids` hierarchy, or user namespaces that work.
+/// For descriptions (`sandbox describe`); the server itself decides with
+/// [`enabled_here`].
 pub fn offered_here() -> bool {
-    crate::trees::process_limits::pids_offered_here()
+    crate::trees::process_limits::pids_offered_here() || user_namespaces_refused().is_none()
+}
+
+/// The tree proof a server started here would use, as far as can be told
+/// without touching the host (see [`offered_here`]).
+pub fn tree_proof_offered_here() -> TreeProof {
+    if crate::trees::process_limits::pids_offered_here() {
+        TreeProof::PidsGroup
+    } else {
+        TreeProof::Anchor
+    }
+}
+
+/// Why this process cannot make the namespaces a machine needs (user,
+/// PID, network, IPC, UTS, mount), with what fixes it; `None` when it
+/// can. Tried once, in a forked child that makes them and exits.
+pub fn user_namespaces_refused() -> Option<String> {
+    static WHY: OnceLock<Option<String>> = OnceLock::new();
+    WHY.get_or_init(|| {
+        let mut probe = std::process::Command::new("/bin/true");
+        probe
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: one system call in the forked child.
+        unsafe {
+            probe.pre_exec(|| {
+                let flags = libc::CLONE_NEWUSER
+                    | libc::CLONE_NEWPID
+                    | libc::CLONE_NEWNET
+                    | libc::CLONE_NEWIPC
+                    | libc::CLONE_NEWUTS
+                    | libc::CLONE_NEWNS;
+                if libc::unshare(flags) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        match probe.status() {
+            Ok(s) if s.success() => None,
+            Ok(s) => Some(format!("a probe in new namespaces ended with {s}")),
+            Err(e) => Some(format!(
+                "user namespaces are refused here ({e}): allow them (`sysctl -w \
+                 user.max_user_namespaces=15000`; on Ubuntu 23.10 and later enable AppArmor's \
+                 `bwrap-userns-restrict` profile or `sysctl -w \
+                 kernel.apparmor_restrict_unprivileged_userns=0`)"
+            )),
+        }
+    })
+    .clone()
+}
+
+/// The model sandboxes get on this host, in words, for the engine's
+/// startup line and `sandbox describe`.
+pub fn describe_model() -> String {
+    match tree_proof_here() {
+        Some(proof) => format!(
+            "one machine per sandbox that every command joins; tree proof: {}",
+            proof.describe()
+        ),
+        None => format!(
+            "FALLBACK: namespaces per command, nothing a command leaves running reaches the \
+             next command ({})",
+            user_namespaces_refused().unwrap_or_else(|| "no tree proof here".to_string())
+        ),
+    }
 }
 
 /// The way into the machine of the sandbox at `root` (started now if it
@@ -241,12 +375,13 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
                 m.door.clone(),
                 Lease {
                     root: root.to_path_buf(),
+                    init_pid: m.init_pid,
                     ns: m.ns,
                 },
             ));
         }
         if let Some(m) = machines.remove(root) {
-            m.kill();
+            retire(root, m);
         }
     }
     let (init_pid, ns) = start(bwrap, root)?;
@@ -286,7 +421,8 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
-        match crate::network::egress::start_proxy(init_pid, name, policy) {
+        let listener = crate::machine::join::listener_in(&door, crate::network::egress::PROXY_PORT);
+        match listener.and_then(|l| crate::network::egress::start_proxy(l, name, policy)) {
             Ok(task) => machine.proxy = Some(task),
             Err(e) => {
                 machine.kill();
@@ -301,6 +437,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         door,
         Lease {
             root: root.to_path_buf(),
+            init_pid,
             ns,
         },
     ))
@@ -311,13 +448,166 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
 /// was verified gone. SIGKILL to its init (the kernel ends its PID
 /// namespace). Returns the init's pid, for the caller's proof
 /// ([`crate::sandboxes::teardown`]); `None` when no machine was running.
-pub fn end_now(root: &Path) -> Option<i32> {
+pub fn end_now(root: &Path) -> Option<(i32, u64)> {
     let m = registry()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(root)?;
+    let ended = (m.init_pid, m.ns);
+    retire(root, m);
+    Some(ended)
+}
+
+/// Ended machines by sandbox root, as (init pid, PID namespace).
+type Ended = HashMap<PathBuf, Vec<(i32, u64)>>;
+
+/// Machines of each sandbox that were ended (SIGKILL sent) and not yet
+/// proven gone by the sandbox's delete or stop, as (init pid, PID
+/// namespace): where a sandbox's processes share the server's uid, its
+/// machines are what proves them gone, an idle one ended a moment before
+/// the delete included.
+fn ended() -> &'static Mutex<Ended> {
+    static ENDED: OnceLock<Mutex<Ended>> = OnceLock::new();
+    ENDED.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Ends machine `m` of the sandbox at `root` and notes it for the proof.
+fn retire(root: &Path, m: Machine) {
     m.kill();
-    Some(m.init_pid)
+    let mut ended = ended().lock().unwrap_or_else(|p| p.into_inner());
+    // Those already gone need no proof any more.
+    for list in ended.values_mut() {
+        list.retain(|(init_pid, ns)| {
+            procfs::stat(*init_pid).is_some_and(|p| !p.is_zombie())
+                && procfs::pid_namespace(*init_pid) == Some(*ns)
+        });
+    }
+    ended.retain(|_, list| !list.is_empty());
+    ended
+        .entry(root.to_path_buf())
+        .or_default()
+        .push((m.init_pid, m.ns));
+}
+
+/// The machines of the sandbox at `root` ended so far and not yet taken,
+/// as (init pid, PID namespace), each to be proven gone by the caller.
+pub fn take_ended(root: &Path) -> Vec<(i32, u64)> {
+    ended()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(root)
+        .unwrap_or_default()
+}
+
+/// Every live process of the machine whose PID namespace is `ns`: its
+/// members and, through parent pids, those of namespaces nested in it
+/// (each nested namespace's init is a child of a member). The identity
+/// of a sandbox's processes where they share the server's uid (a server
+/// that is not root).
+pub fn processes_of(ns: u64) -> Vec<crate::trees::procfs::ProcInfo> {
+    let snap: Vec<_> = procfs::snapshot()
+        .into_iter()
+        .filter(|p| !p.is_zombie())
+        .collect();
+    let mut found: std::collections::HashSet<i32> = snap
+        .iter()
+        .filter(|p| procfs::pid_namespace(p.pid) == Some(ns))
+        .map(|p| p.pid)
+        .collect();
+    loop {
+        let mut grew = false;
+        for p in &snap {
+            if found.contains(&p.ppid) && found.insert(p.pid) {
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    snap.into_iter()
+        .filter(|p| found.contains(&p.pid))
+        .collect()
+}
+
+/// The tasks (processes and threads) each running machine holds besides
+/// its init and holder, by sandbox root, where commands' trees are held
+/// by anchors (no pids group counts them): one `/proc` scan for every
+/// machine. Empty elsewhere (a pids group counts them, see
+/// [`crate::trees::budgets::sandbox_tasks`]). The anchors themselves are
+/// not counted (the server cannot read their namespace).
+pub fn anchored_tasks() -> HashMap<PathBuf, usize> {
+    if tree_proof_here() != Some(TreeProof::Anchor) {
+        return HashMap::new();
+    }
+    let machines: HashMap<u64, PathBuf> = registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(root, m)| (m.ns, root.clone()))
+        .collect();
+    if machines.is_empty() {
+        return HashMap::new();
+    }
+    let mut tasks: HashMap<PathBuf, usize> = HashMap::new();
+    for ns in machines.keys() {
+        let threads: usize = processes_of(*ns)
+            .iter()
+            .map(|p| {
+                std::fs::read_dir(format!("/proc/{}/task", p.pid))
+                    .map(|d| d.count())
+                    .unwrap_or(1)
+            })
+            .sum();
+        tasks.insert(machines[ns].clone(), threads.saturating_sub(2));
+    }
+    tasks
+}
+
+/// Stops or continues everything of the sandbox at `root` (a pause or a
+/// resume): every process of its own ids where it has them (a root
+/// server, [`crate::trees::host_processes::freeze_ids`]), else every
+/// process of its machine ([`freeze`]).
+pub fn freeze_sandbox(root: &Path, stop: bool) {
+    match crate::trees::host_processes::sandbox_ids(root) {
+        Some(ids) => {
+            crate::trees::host_processes::freeze_ids(ids, stop);
+        }
+        None => freeze(root, stop),
+    }
+}
+
+/// Stops (`SIGSTOP`) or continues every process of the sandbox at `root`'s
+/// running machine ([`processes_of`]); stopping repeats until every one
+/// found is stopped (bounded at 100 rounds). Nothing when no machine runs.
+pub fn freeze(root: &Path, stop: bool) {
+    let Some(ns) = registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(root)
+        .map(|m| m.ns)
+    else {
+        return;
+    };
+    use crate::trees::host_processes::signal_verified;
+    if !stop {
+        for p in processes_of(ns) {
+            signal_verified(&p, rustix::process::Signal::CONT);
+        }
+        return;
+    }
+    for _ in 0..100 {
+        let running: Vec<_> = processes_of(ns)
+            .into_iter()
+            .filter(|p| !matches!(p.state, 'T' | 't'))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        for p in &running {
+            signal_verified(p, rustix::process::Signal::STOP);
+        }
+    }
 }
 
 /// The roots of the sandboxes whose machine runs.
@@ -359,6 +649,7 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
         crate::trees::host_processes::sandbox_uid(root),
     );
     let groups_raw = groups.raw();
+    let as_root = crate::trees::id_map::ranges_here();
     // SAFETY: only async-signal-safe system calls (setsid, close_range,
     // fcntl, write, setrlimit) on descriptors this process owns.
     unsafe {
@@ -370,7 +661,15 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
             crate::trees::process_limits::join_groups(groups_raw)?;
-            crate::trees::process_limits::set_limits()?;
+            // Not for a server that is not root: the limit in force when
+            // a user namespace is made also caps, at the host's level,
+            // the processes of the user that made it, all sandboxes
+            // together; set inside the machine (by each launcher, after it
+            // joined) it counts that sandbox's processes only (per user
+            // namespace and uid since Linux 5.14).
+            if as_root {
+                crate::trees::process_limits::set_limits()?;
+            }
             Ok(())
         });
     }

@@ -3,8 +3,11 @@
 //! With a policy, every sandbox machine (see [`crate::machine`]) gets an
 //! HTTP proxy on its own loopback, `127.0.0.1:3128`, and its commands get
 //! `HTTP_PROXY`, `HTTPS_PROXY`, `http_proxy`, `https_proxy` pointing there
-//! and `NO_PROXY=localhost,127.0.0.1`. The listener is created by a server
-//! thread that joined the machine's network namespace; connections out
+//! and `NO_PROXY=localhost,127.0.0.1`. The listener is created by a forked
+//! helper that joined the machine's user and network namespaces and sent
+//! it back to the server (`SCM_RIGHTS`, see
+//! [`crate::machine::join::listener_in`]): one path for a root server and
+//! one that is not; connections out
 //! are made by the server from the host after the destination passed the
 //! allow-list. `CONNECT host:port` (HTTPS and any TCP) and plain
 //! `http://` requests are relayed. A denied or unresolvable destination
@@ -222,32 +225,18 @@ pub fn proxy_env() -> Vec<(String, String)> {
     env
 }
 
-/// Starts the proxy of the machine whose init is `init_pid`: the listener
-/// is made in the machine's network namespace by a short-lived thread.
-/// Returns the task serving it (abort it when the machine ends).
+/// Starts the proxy of a machine on `listener`, a socket bound to
+/// `127.0.0.1:`[`PROXY_PORT`] in the machine's network namespace (made by
+/// [`crate::machine::join::listener_in`]). Returns the task serving it
+/// (abort it when the machine ends).
 pub fn start_proxy(
-    init_pid: i32,
+    listener: std::net::TcpListener,
     sandbox: String,
     policy: Arc<Policy>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let handle = tokio::runtime::Handle::try_current()
         .map_err(|_| std::io::Error::other("no runtime for the egress proxy"))?;
-    let listener = std::thread::spawn(move || -> std::io::Result<std::net::TcpListener> {
-        let ns = std::fs::File::open(format!("/proc/{init_pid}/ns/net"))?;
-        // SAFETY: setns on a descriptor this thread owns; it changes only
-        // this thread's network namespace, and the thread ends right after
-        // creating the listener.
-        let joined =
-            unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&ns), libc::CLONE_NEWNET) };
-        if joined != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let l = std::net::TcpListener::bind(("127.0.0.1", PROXY_PORT))?;
-        l.set_nonblocking(true)?;
-        Ok(l)
-    })
-    .join()
-    .map_err(|_| std::io::Error::other("the egress proxy thread failed"))??;
+    listener.set_nonblocking(true)?;
     let _guard = handle.enter();
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));

@@ -361,9 +361,11 @@ impl Store {
     /// What the process budget counts, across every sandbox: managed
     /// processes whose tree is not yet verified gone (processes being
     /// started included) or, where the kernel counts them (see
-    /// [`crate::trees::budgets::sandbox_tasks`]), every task those processes
-    /// started, whichever is more.
+    /// [`crate::trees::budgets::sandbox_tasks`]) or a machine's scan finds
+    /// them ([`crate::machine::anchored_tasks`]), every task those
+    /// processes started, whichever is more.
     pub fn live_processes(&self) -> usize {
+        let anchored = crate::machine::anchored_tasks();
         self.all()
             .iter()
             .map(|sb| {
@@ -372,7 +374,9 @@ impl Store {
                     .values()
                     .filter(|p| !p.exited().1)
                     .count();
-                let tasks = crate::trees::budgets::sandbox_tasks(&sb.root).unwrap_or(0);
+                let tasks = crate::trees::budgets::sandbox_tasks(&sb.root)
+                    .or_else(|| anchored.get(&sb.root).copied())
+                    .unwrap_or(0);
                 live.max(tasks) + starting
             })
             .sum()

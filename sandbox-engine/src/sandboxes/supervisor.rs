@@ -270,12 +270,19 @@ impl Process {
         let mut child = spawned.child;
         let outer_pid = child.id().map_or(0, |p| p as i32);
         let (tree, init_exit) = match (mode, spawned.status_pipe, spawned.machine) {
-            (_, _, Some((dir, lease))) => (
+            (_, _, Some((isolation::Holder::Group(dir), lease))) => (
                 Tree::Cgroup {
                     dir,
                     lease: Some(lease),
                     launcher: crate::trees::procfs::stat(outer_pid)
                         .map(|p| (outer_pid, p.starttime)),
+                },
+                None,
+            ),
+            (_, _, Some((isolation::Holder::Anchor(proof), lease))) => (
+                Tree::Anchored {
+                    proof,
+                    lease: Some(lease),
                 },
                 None,
             ),
@@ -534,7 +541,10 @@ impl Process {
     /// command's.
     fn launcher_failure(&self, exit: &ExitStatus) -> Option<String> {
         const LAUNCHERS: &[(i32, &str)] = &[(1, "bwrap: ")];
-        if matches!(*lock(&self.tree), Tree::Cgroup { .. }) {
+        if matches!(
+            *lock(&self.tree),
+            Tree::Cgroup { .. } | Tree::Anchored { .. }
+        ) {
             return None;
         }
         let ExitStatus::Code(code) = exit else {
@@ -612,7 +622,10 @@ impl Process {
     /// here.
     pub async fn command_forked(&self) {
         let deadline = Instant::now() + Duration::from_secs(5);
-        if matches!(*lock(&self.tree), Tree::Cgroup { .. }) {
+        if matches!(
+            *lock(&self.tree),
+            Tree::Cgroup { .. } | Tree::Anchored { .. }
+        ) {
             // A machine command: until the launcher has forked, a signal
             // would reach nobody (the launcher itself is spared).
             while !self.command_seen.load(Ordering::SeqCst) {

@@ -45,12 +45,27 @@ pub const DISK_PROOF_WAIT: Duration = crate::storage::disk::PROOF_WAIT;
 /// so it makes the proof fail rather than being killed.
 pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
     let machine = crate::machine::end_now(root).is_some();
-    // Without a uid of its own (a server that is not root) a sandbox has
-    // no machine, and its trees were proven one by one.
+    let deadline = Instant::now() + within;
+    // Without ids of its own (a server that is not root) a sandbox's
+    // processes share the server's uid: its machine is what proves them
+    // gone. Its init exits only once the kernel has ended every process
+    // of its PID namespace, nested namespaces included; a fresh scan
+    // confirms that none is left in it.
     let Some(ids) = crate::trees::host_processes::sandbox_ids(root) else {
+        for (init_pid, ns) in crate::machine::take_ended(root) {
+            let mut tree = crate::machine::isolation::Tree::Namespace { init_pid, ns };
+            while !tree.is_gone() {
+                if Instant::now() >= deadline {
+                    return Err(format!(
+                        "the sandbox's machine (host pid {init_pid}) or a process of it still \
+                         runs after its SIGKILL; it may still run"
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         return Ok(machine);
     };
-    let deadline = Instant::now() + within;
     loop {
         let why = match crate::trees::host_processes::live_of_ids_checked(ids) {
             Ok(left) if left.is_empty() => {

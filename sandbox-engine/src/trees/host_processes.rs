@@ -120,16 +120,6 @@ pub fn freeze_ids(ids: IdRange, stop: bool) -> usize {
     stopped
 }
 
-/// Stops or continues everything of the sandbox at `root`: every process
-/// of its own ids when it has them ([`sandbox_ids`]), nested namespaces
-/// included. Without one (a server that is not root) only the trees the
-/// supervisor knows are stopped, by the caller; this does nothing.
-pub fn freeze_sandbox(root: &Path, stop: bool) {
-    if let Some(ids) = sandbox_ids(root) {
-        freeze_ids(ids, stop);
-    }
-}
-
 /// Sends `sig` to the process a scan saw as `p`, never to a process that
 /// reused its pid: a pidfd pins the process, and the signal goes out only
 /// if the pinned process still has the start time the scan recorded

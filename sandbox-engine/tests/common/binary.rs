@@ -42,10 +42,35 @@ impl Engine {
     /// `RLIMIT_NOFILE` before it runs (the engine raises only the soft
     /// one, so this is its ceiling).
     pub fn start(tag: &str, args: &[&str], nofile: Option<u64>) -> Engine {
+        Engine::start_as(tag, args, nofile, None)
+    }
+
+    /// [`start`](Engine::start) as the host user `user` (uid and gid,
+    /// through `setpriv`, from a root test), which owns the data
+    /// directory: the engine as an ordinary user runs it.
+    pub fn start_as(
+        tag: &str,
+        args: &[&str],
+        nofile: Option<u64>,
+        user: Option<(u32, u32)>,
+    ) -> Engine {
         let data = std::env::temp_dir().join(format!("cl-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).expect("data dir");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_createos-local"));
+        let mut cmd = match user {
+            None => Command::new(env!("CARGO_BIN_EXE_createos-local")),
+            Some((uid, gid)) => {
+                std::os::unix::fs::chown(&data, Some(uid), Some(gid)).expect("chown data dir");
+                let mut cmd = Command::new("setpriv");
+                cmd.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
+                    .arg("--clear-groups")
+                    .arg("--")
+                    .arg(env!("CARGO_BIN_EXE_createos-local"))
+                    .env("HOME", &data);
+                cmd
+            }
+        };
         cmd.args(["--port", "0", "--data-dir"])
             .arg(&data)
             .args(args)

@@ -16,17 +16,21 @@ pub fn run(global: &Global) -> Result<u8> {
     #[cfg(feature = "local-backend")]
     if !global.json {
         // What the embedded engine gives on this host (issue 25).
+        // The model, tree proof and egress path, as the engine names them.
         if sandbox_engine::machine::offered_here() {
             println!(
                 "embedded engine here: one machine per sandbox (what a command leaves \
-                 running persists and answers later commands); outbound network off \
-                 unless --egress allows destinations"
+                 running persists and answers later commands); tree proof: {}; outbound \
+                 network off unless --egress allows destinations (a proxy on each \
+                 machine's loopback)",
+                sandbox_engine::machine::tree_proof_offered_here().describe()
             );
         } else {
             println!(
-                "embedded engine here: namespaces per command (not root, or no cgroup v1 \
-                 pids hierarchy): nothing a command leaves running reaches the next \
-                 command; no outbound network (--egress needs one machine per sandbox)"
+                "embedded engine here: FALLBACK, namespaces per command ({}): nothing a \
+                 command leaves running reaches the next command; no outbound network \
+                 (--egress needs one machine per sandbox)",
+                sandbox_engine::machine::user_namespaces_refused().unwrap_or_default()
             );
         }
         if sandbox_engine::trees::process_limits::memory_limit_offered_here() {

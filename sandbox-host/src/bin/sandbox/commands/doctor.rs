@@ -157,23 +157,31 @@ fn engine_checks(checks: &mut Vec<Check>) {
         check(
             "machine model",
             Verdict::Limited,
-            "namespaces per command: nothing a command leaves running reaches the next",
+            format!(
+                "FALLBACK, namespaces per command: nothing a command leaves running reaches the \
+                 next ({})",
+                sandbox_engine::machine::user_namespaces_refused().unwrap_or_default()
+            ),
         )
-        .fix("run as root on a host with a cgroup v1 pids hierarchy (one machine without root is not supported yet)")
+        .fix("allow unprivileged user namespaces (sysctl -w user.max_user_namespaces=15000; Ubuntu 23.10+: aa-enforce bwrap-userns-restrict or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0)")
     });
     let pids_v1 = root && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file();
-    checks.push(if pids_v1 {
-        check(
+    checks.push(match (pids_v1, machines) {
+        (true, _) => check(
             "tree proof",
             Verdict::Ok,
-            "cgroup v1 pids group per command (no process can leave it)",
-        )
-    } else {
-        check(
+            sandbox_engine::machine::TreeProof::PidsGroup.describe(),
+        ),
+        (false, true) => check(
+            "tree proof",
+            Verdict::Limited,
+            sandbox_engine::machine::TreeProof::Anchor.describe(),
+        ),
+        (false, false) => check(
             "tree proof",
             Verdict::Limited,
             "a PID namespace per command (its init's end ends the tree)",
-        )
+        ),
     });
     checks.push(check(
         "process limit",

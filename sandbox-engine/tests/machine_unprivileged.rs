@@ -1,0 +1,366 @@
+//! Issue 37: the engine run by an ordinary user (the `createos-local`
+//! binary under `setpriv`, from this root test) gives each sandbox one
+//! machine, as it does for root: a dev server one command starts answers
+//! the next command, shows in its `ps`, and is gone with the sandbox; the
+//! startup line names the model; a command that kills what proves its
+//! tree gets "not proven", never a clean end.
+//!
+//! Before issue 37 a server started by an ordinary user fell back to
+//! namespaces per command ("Connection refused" from the next command).
+
+#[path = "common/binary.rs"]
+mod binary;
+mod common;
+
+use std::time::{Duration, Instant};
+
+use binary::Engine;
+use common::marker;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+/// The ordinary user the engine runs as: `sandbox-ci` (made here when
+/// missing, as `.ci/run` makes it), as (uid, gid).
+fn ordinary_user() -> Option<(u32, u32)> {
+    if !rustix::process::geteuid().is_root() {
+        test_support::skipped(
+            "machine_unprivileged: needs root to start the engine as another user",
+        );
+        return None;
+    }
+    let id = |flag: &str| {
+        std::process::Command::new("id")
+            .args([flag, "sandbox-ci"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+            })
+    };
+    if id("-u").is_none() {
+        let made = std::process::Command::new("useradd")
+            .args(["-m", "sandbox-ci"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(made || id("-u").is_some(), "useradd sandbox-ci failed");
+    }
+    Some((id("-u").expect("uid"), id("-g").expect("gid")))
+}
+
+/// Runs `script` under bash as one command of `sb` and waits for its
+/// result (`/exec`).
+async fn exec(engine: &Engine, sb: &str, script: &str) -> Value {
+    let (st, v) = engine
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{sb}/exec"),
+            Some(json!({"cmd": "/bin/bash", "args": ["-c", script]})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    v["data"]["result"].clone()
+}
+
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ordinary_user_gets_one_machine_per_sandbox() {
+    let Some(user) = ordinary_user() else {
+        return;
+    };
+    let engine = Engine::start_as("unpriv-machine", &[], None, Some(user));
+    let m = marker("unpriv");
+    let sb = engine.sandbox().await;
+    // One command (a managed process, what the providers' execute uses:
+    // a one-shot `/exec` ends what its command leaves behind) starts a
+    // server in the background and returns.
+    let starter = engine
+        .spawn(
+            &sb,
+            &format!(
+                "export TEST_MARKER={m}; cd /tmp && nohup python3 -m http.server 8765 >/dev/null 2>&1 & \
+                 for i in $(seq 100); do (echo > /dev/tcp/127.0.0.1/8765) 2>/dev/null && break; sleep 0.1; done; echo up"
+            ),
+        )
+        .await;
+    let (st, v) = engine
+        .call(
+            Method::GET,
+            &format!("/v1/sandboxes/{sb}/processes/{starter}/wait?scope=process&timeout_ms=60000"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["data"]["exit_code"], 0, "{v}");
+    // The next command reaches it on the machine's loopback and sees it.
+    let r = exec(
+        &engine,
+        &sb,
+        "python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://127.0.0.1:8765/\").status)'; \
+         ps -eo args | grep -c '^python3 -m [h]ttp.server'",
+    )
+    .await;
+    assert_eq!(
+        r["stdout"], "200\n1\n",
+        "the background server answers the next command: {r}"
+    );
+    assert!(
+        !common::marked_pids(&m).is_empty(),
+        "the server runs on the host"
+    );
+    // The sandbox's delete ends it, with proof.
+    let (st, v) = engine
+        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert!(
+        common::marked_pids(&m).is_empty(),
+        "nothing of the sandbox is left once its delete answered: {:?}",
+        common::marked_pids(&m)
+    );
+    let (clean, stderr) = engine.stop();
+    assert!(clean, "{stderr}");
+    let first = stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("one machine per sandbox that every command joins"),
+        "the startup line names the model: {first}"
+    );
+}
+
+/// A sandbox process that kills what holds its command's tree (the
+/// command's parent in the machine) leaves a tree nobody can prove gone:
+/// deleting the command says so (`tree_exited: false`), while the
+/// sandbox's own delete still ends everything.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_anchor_is_never_a_clean_end() {
+    let Some(user) = ordinary_user() else {
+        return;
+    };
+    let engine = Engine::start_as("unpriv-anchor", &[], None, Some(user));
+    let m = marker("anchor");
+    let sb = engine.sandbox().await;
+    let pid = engine
+        .spawn(
+            &sb,
+            &format!("export TEST_MARKER={m}; (sleep 3001 &) ; kill -9 $PPID; sleep 3002"),
+        )
+        .await;
+    eventually("the marked sleeps run", || {
+        common::marked_pids(&m).len() >= 2
+    })
+    .await;
+    let (st, v) = engine
+        .call(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{sb}/processes/{pid}?grace_ms=100"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    if v["data"]["tree_exited"] == true {
+        assert!(
+            common::marked_pids(&m).is_empty(),
+            "tree_exited true while the command's processes live: {v}"
+        );
+    }
+    let (st, v) = engine
+        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    assert!(
+        common::marked_pids(&m).is_empty(),
+        "the sandbox's delete ends everything: {:?}",
+        common::marked_pids(&m)
+    );
+    let (clean, stderr) = engine.stop();
+    assert!(clean, "{stderr}");
+}
+
+/// A one-page HTTP server on the host's loopback (the test's own), which
+/// answers every request with `body`; returns its port.
+async fn host_http_server(body: &'static str) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = vec![0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(reply.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+/// Item 5: an ordinary user's engine gives each sandbox machine its egress
+/// proxy (the listener made inside the machine's namespaces by a helper
+/// and passed back), and the allow-list holds: the host server it names
+/// answers through the proxy, plain and CONNECT; another one is refused
+/// with the reason; nothing is reached without the proxy.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_ordinary_users_sandboxes_reach_only_what_egress_allows() {
+    let Some(user) = ordinary_user() else {
+        return;
+    };
+    let allowed = host_http_server("hello from the host\n").await;
+    let other = host_http_server("must not be reached\n").await;
+    let allow = format!("127.0.0.1:{allowed}");
+    let engine = Engine::start_as(
+        "unpriv-egress",
+        &["--egress", allow.as_str()],
+        None,
+        Some(user),
+    );
+    let sb = engine.sandbox().await;
+    let r = exec(
+        &engine,
+        &sb,
+        &format!(
+            "curl -s --max-time 10 --noproxy '' http://127.0.0.1:{allowed}/; \
+             curl -s --max-time 10 --noproxy '' -p http://127.0.0.1:{allowed}/; \
+             curl -s --max-time 10 --noproxy '' -w '%{{http_code}}\\n' http://127.0.0.1:{other}/; \
+             curl -s --max-time 5 --noproxy '*' http://127.0.0.1:{allowed}/ || echo direct-unreachable"
+        ),
+    )
+    .await;
+    let out = r["stdout"].as_str().unwrap_or_default();
+    assert!(
+        out.starts_with("hello from the host\nhello from the host\n"),
+        "allowed destination, plain and CONNECT: {r}"
+    );
+    assert!(
+        out.contains("not in the sandbox's egress allow-list"),
+        "{r}"
+    );
+    assert!(out.contains("403\n"), "{r}");
+    assert!(out.ends_with("direct-unreachable\n"), "{r}");
+    assert!(!out.contains("must not be reached"), "{r}");
+    let (st, v) = engine
+        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let (clean, stderr) = engine.stop();
+    assert!(clean, "{stderr}");
+    assert!(
+        stderr.contains("through the proxy on each sandbox's 127.0.0.1:3128"),
+        "{stderr}"
+    );
+}
+
+/// Item 2 (limits, measured): as an ordinary user every sandbox's
+/// processes share one host uid, and `RLIMIT_NPROC` counts per user
+/// namespace and uid (Linux 5.14), at every level up to the host's. Set
+/// inside each machine it caps that sandbox alone: one sandbox holding
+/// its whole limit of processes leaves another sandbox able to start
+/// commands.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_sandbox_at_its_process_limit_leaves_another_able_to_fork() {
+    let Some(user) = ordinary_user() else {
+        return;
+    };
+    // The engine's own process budget (all sandboxes together) above
+    // what one sandbox may hold: this is about the kernel's count.
+    let engine = Engine::start_as(
+        "unpriv-nproc",
+        &["--max-processes", "8192"],
+        None,
+        Some(user),
+    );
+    let m = marker("nproc");
+    let full = engine.sandbox().await;
+    let other = engine.sandbox().await;
+    let hog = engine
+        .spawn(
+            &full,
+            &format!(
+                "export TEST_MARKER={m}; python3 -c '
+import os, time
+n = 0
+while n < 5000:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    n += 1
+print(n, flush=True)
+time.sleep(60)
+'"
+            ),
+        )
+        .await;
+    eventually("the first sandbox reaches its limit", || {
+        common::marked_pids(&m).len() >= 1000
+    })
+    .await;
+    // Wait for the count to settle at the limit.
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = common::marked_pids(&m).len();
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    assert!(
+        last < 5000,
+        "the first sandbox's processes are capped ({last} running)"
+    );
+    let r = exec(
+        &engine,
+        &other,
+        "for i in 1 2 3; do /bin/true; done; echo forked",
+    )
+    .await;
+    assert_eq!(
+        r["stdout"], "forked\n",
+        "another sandbox still forks while the first holds {last} processes: {r}"
+    );
+    let (st, v) = engine
+        .call(
+            Method::DELETE,
+            &format!("/v1/sandboxes/{full}/processes/{hog}?grace_ms=100"),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    for sb in [full, other] {
+        let (st, v) = engine
+            .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
+            .await;
+        assert_eq!(st, 200, "{v}");
+    }
+    assert!(common::marked_pids(&m).is_empty());
+    let (clean, stderr) = engine.stop();
+    assert!(clean, "{stderr}");
+}
