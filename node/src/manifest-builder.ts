@@ -6,6 +6,7 @@
  * then writes `dist/manifest.js` of each package from {@link buildManifest}.
  * Nothing here names a provider.
  */
+import { offeredToPaperclip } from "./paperclip-features.js";
 import type { PaperclipPluginManifestV1 } from "@paperclipai/shared";
 import type { WitProviderDescription } from "./wit-types.js";
 
@@ -99,8 +100,7 @@ export function buildManifest(description: WitProviderDescription, facts: Packag
   const reusable = description.capabilities.reusableLeases ?? false;
   const sync = description.capabilities.nativeSync ?? false;
   // The login terminal and duplex channel hooks exist only where the component runs them (plugin.ts).
-  const loginPty = description.capabilities.loginPty ?? false;
-  const duplex = description.capabilities.duplexChannels ?? false;
+  const { loginPty, duplexChannels: duplex } = offeredToPaperclip(description);
   return {
     id: pluginIdFor(description.driverKey),
     apiVersion: 1,

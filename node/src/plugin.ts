@@ -33,6 +33,7 @@
  *   does, and a session a stopped worker left open (`session-records.ts`)
  *   poisoning its lease too.
  */
+import { offeredToPaperclip } from "./paperclip-features.js";
 import { AsyncResource } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
 import { decodeChannelBytes, definePlugin, type PluginContext } from "@paperclipai/plugin-sdk";
@@ -247,7 +248,7 @@ export function createPlugin(options: PluginOptions = {}) {
   /** This worker process, in session records (a record of another one was left by a worker that stopped). */
   const workerInstance = randomUUID();
   /** What the packed component can do, known before `setup` (it decides which hooks exist). */
-  const packedCapabilities = ((packedDescriptionSync(options.componentDir) as WitProviderDescription | undefined)?.capabilities ?? {}) as WitProviderDescription["capabilities"];
+  const packedCapabilities = offeredToPaperclip(packedDescriptionSync(options.componentDir) as WitProviderDescription | undefined);
 
   function remember(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string | null | undefined, metadata: Record<string, unknown> | null | undefined) {
     if (typeof providerLeaseId !== "string") return;
