@@ -21,6 +21,12 @@ for name in createos daytona; do
   version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "providers/$name/Cargo.toml" | head -1)
   echo "$name $version" >>"$staged/versions.txt"
 done
+# Cargo extracts each package of its local overlay registry once per
+# version, into $CARGO_HOME/registry/src/-<hash of the overlay's path>/,
+# and reuses that copy: a second dry run of the same version built the
+# first run's sources (seen here). Those copies go first.
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+rm -rf "$cargo_home"/registry/src/-*/sandbox-engine-* "$cargo_home"/registry/src/-*/sandbox-host-*
 if [ "$#" -eq 0 ]; then
   set -- cargo publish --dry-run
 fi
