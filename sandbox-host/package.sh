@@ -25,8 +25,19 @@ done
 # version, into $CARGO_HOME/registry/src/-<hash of the overlay's path>/,
 # and reuses that copy: a second dry run of the same version built the
 # first run's sources (seen here). Those copies go first.
+# Cargo also never rebuilds a registry package it built before (a
+# registry version is taken to be immutable), so the previous run's build
+# of the packaged engine goes too: the build whose sources were such a copy.
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 rm -rf "$cargo_home"/registry/src/-*/sandbox-engine-* "$cargo_home"/registry/src/-*/sandbox-host-*
+for info in target/debug/deps/sandbox_engine-*.d; do
+  [ -e "$info" ] || continue
+  if grep -q 'registry/src/-[^/]*/sandbox-engine-' "$info"; then
+    hash=${info##*/sandbox_engine-}
+    hash=${hash%.d}
+    rm -rf target/debug/deps/*sandbox_engine-"$hash"* target/debug/.fingerprint/sandbox-engine-"$hash"
+  fi
+done
 if [ "$#" -eq 0 ]; then
   set -- cargo publish --dry-run
 fi
