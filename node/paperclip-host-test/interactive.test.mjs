@@ -170,7 +170,7 @@ test("the packages declare the login terminal and duplex channel exactly as thei
   const health = await handle.call("health", {});
   assert.equal(health.status, "ok");
   // Daytona's component claims both too (terminals and pipes through its session controller): its package
-  // declares the login terminal, and holds the duplex channel back (src/paperclip-features.ts: at a run's end
+  // declares the login terminal, and holds the duplex channel back (scripts/packer.mjs, HELD_BACK: at a run's end
   // its exit can reach Paperclip before the run command's result, which fails the run).
   assert.equal(daytonaManifest.environmentDrivers[0].supportsLoginPty, true);
   assert.equal(daytonaManifest.environmentDrivers[0].sandboxCapabilities.duplexCommandStream, false);

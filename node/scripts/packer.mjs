@@ -36,6 +36,24 @@ const PROVIDER_EXPORT = "sandbox:provider/provider";
 /** How long describe() may take before the packer gives up. */
 const DESCRIBE_TIMEOUT_MS = 60_000;
 
+/**
+ * What a driver's package does not offer Paperclip although its component
+ * carries it, each with why (the manifest does not declare it).
+ *
+ * Daytona's duplex channel carries bytes exactly (the conformance kit, the
+ * CLI), but Daytona's ends are seen by polling its session log, so at the
+ * end of an agent run the channel's exit can reach Paperclip before the run
+ * command's result, which Paperclip counts as a control channel lost
+ * mid-run and fails the run (the e2e's Daytona run). Its runs call back
+ * through Paperclip's file bridge until that ordering is fixed.
+ */
+export const HELD_BACK = {
+  daytona: {
+    duplexChannels:
+      "its channel's exit is seen by polling the session log and can reach Paperclip before the run command's result, which Paperclip counts as a lost control channel",
+  },
+};
+
 /** A refusal the packer explains in words (no stack trace). */
 export class PackError extends Error {
   constructor(message) {
@@ -250,7 +268,7 @@ export async function pack({ component, out, version, devCopy = false, log = () 
     // The plugin's version is the component's: named, else its crate's, else (a component from elsewhere) the host's.
     const pluginVersion = version ?? crateVersionOf(wasm) ?? pkg.version;
     const versionSource = version ? "as named" : crateVersionOf(wasm) ? "its crate's" : "the host's: pass --version to name the component's";
-    const manifest = await manifestFor(description, { version: pluginVersion, author: pkg.author }, name);
+    const manifest = await manifestFor(description, { version: pluginVersion, author: pkg.author, heldBack: HELD_BACK[description.driverKey] }, name);
     // The worker answers `initialize` from this instead of instantiating the component first.
     const { PACKED_DESCRIPTION } = await hostModule("pool.js");
     writeFileSync(path.join(componentDir, PACKED_DESCRIPTION), `${JSON.stringify(description, null, 2)}\n`);

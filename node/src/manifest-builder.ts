@@ -6,7 +6,7 @@
  * then writes `dist/manifest.js` of each package from {@link buildManifest}.
  * Nothing here names a provider.
  */
-import { offeredToPaperclip } from "./paperclip-features.js";
+import { offeredToPaperclip, type HeldBack } from "./paperclip-features.js";
 import type { PaperclipPluginManifestV1 } from "@paperclipai/shared";
 import type { WitProviderDescription } from "./wit-types.js";
 
@@ -14,6 +14,8 @@ import type { WitProviderDescription } from "./wit-types.js";
 export interface PackageFacts {
   version: string;
   author: string;
+  /** What the packer holds back from Paperclip for this driver, with why. */
+  heldBack?: HeldBack;
 }
 
 /** What Paperclip accepts as a plugin id (`pluginManifestV1Schema`), and so as a driver key here. */
@@ -100,7 +102,7 @@ export function buildManifest(description: WitProviderDescription, facts: Packag
   const reusable = description.capabilities.reusableLeases ?? false;
   const sync = description.capabilities.nativeSync ?? false;
   // The login terminal and duplex channel hooks exist only where the component runs them (plugin.ts).
-  const { loginPty, duplexChannels: duplex } = offeredToPaperclip(description);
+  const { loginPty, duplexChannels: duplex } = offeredToPaperclip(description, facts.heldBack);
   return {
     id: pluginIdFor(description.driverKey),
     apiVersion: 1,

@@ -248,6 +248,7 @@ export function createPlugin(options: PluginOptions = {}) {
   /** This worker process, in session records (a record of another one was left by a worker that stopped). */
   const workerInstance = randomUUID();
   /** What the packed component can do, known before `setup` (it decides which hooks exist). */
+  // Defined where the component runs them; Paperclip calls only what the manifest declares (less what the packer held back).
   const packedCapabilities = offeredToPaperclip(packedDescriptionSync(options.componentDir) as WitProviderDescription | undefined);
 
   function remember(params: PluginEnvironmentDriverBaseParams, providerLeaseId: string | null | undefined, metadata: Record<string, unknown> | null | undefined) {

@@ -38,7 +38,8 @@ for (const key of PACKAGES) {
     // The plugin's version is its component's: the provider crate's (issue 39 item 5).
     const crate = await readFile(new URL(`../../providers/${key}/Cargo.toml`, import.meta.url), "utf8");
     const crateVersion = /^version\s*=\s*"([^"]+)"/m.exec(crate)[1];
-    assert.deepEqual(manifest, buildManifest(description, { version: crateVersion, author: hostPackage.author }));
+    const { HELD_BACK: heldBackByDriver } = await import("../scripts/packer.mjs");
+    assert.deepEqual(manifest, buildManifest(description, { version: crateVersion, author: hostPackage.author, heldBack: heldBackByDriver[key] }));
     const [driver] = manifest.environmentDrivers;
     assert.equal(manifest.id, `sandbox-provider.${key}-wasm`);
     assert.equal(driver.driverKey, description.driverKey);
@@ -56,13 +57,11 @@ for (const key of PACKAGES) {
     assert.equal(driver.supportsReusableLeases, description.capabilities.reusableLeases ?? false);
     assert.equal(driver.sandboxCapabilities.nativeSyncIn, description.capabilities.nativeSync ?? false);
     // Issue 38 item 5: the login terminal and duplex channel only where the component runs them,
-    // less what a Paperclip run does not survive on this driver yet (paperclip-features.ts).
-    const { offeredToPaperclip, DUPLEX_HELD_BACK } = await import("../dist/paperclip-features.js");
-    const offered = offeredToPaperclip(description);
-    assert.equal(driver.supportsLoginPty, description.capabilities.loginPty ?? false);
-    assert.equal(driver.supportsLoginPty, offered.loginPty);
-    assert.equal(driver.sandboxCapabilities.duplexCommandStream, offered.duplexChannels);
-    assert.equal(offered.duplexChannels, (description.capabilities.duplexChannels ?? false) && !(description.driverKey in DUPLEX_HELD_BACK));
+    // less what the packer holds back for the driver (scripts/packer.mjs, HELD_BACK).
+    const { HELD_BACK } = await import("../scripts/packer.mjs");
+    const held = HELD_BACK[description.driverKey] ?? {};
+    assert.equal(driver.supportsLoginPty, (description.capabilities.loginPty ?? false) && held.loginPty === undefined);
+    assert.equal(driver.sandboxCapabilities.duplexCommandStream, (description.capabilities.duplexChannels ?? false) && held.duplexChannels === undefined);
     assert.deepEqual([...manifest.capabilities].sort(), ["environment.drivers.register", "plugin.state.read", "plugin.state.write"]);
   });
 
