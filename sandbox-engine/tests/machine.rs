@@ -413,39 +413,6 @@ async fn a_sandbox_is_one_machine_with_per_command_trees() {
     assert!(h.server.shutdown().await.all_exited());
 }
 
-/// A one-page HTTP server on the host's loopback (the test's own), which
-/// answers every request with `body`; returns its port.
-async fn host_http_server(body: &'static str) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listen");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut conn, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut buf = vec![0u8; 4096];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = conn.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
-    port
-}
-
 /// Issue 25 items 3 and 5: egress is off by default (no proxy, nothing
 /// outside reachable); with an allow-list naming a host-loopback test
 /// server, `curl` through the sandbox's proxy reaches it (plain HTTP and
@@ -456,8 +423,8 @@ async fn egress_follows_the_operators_allow_list() {
     if !machines_here() {
         return;
     }
-    let allowed = host_http_server("hello from the host\n").await;
-    let other = host_http_server("must not be reached\n").await;
+    let allowed = common::host_http_server("hello from the host\n").await;
+    let other = common::host_http_server("must not be reached\n").await;
     // Off by default.
     let h = confined(Server::builder()).await;
     let sb = h.sandbox().await;

@@ -186,39 +186,6 @@ async fn a_killed_anchor_is_never_a_clean_end() {
     assert!(clean, "{stderr}");
 }
 
-/// A one-page HTTP server on the host's loopback (the test's own), which
-/// answers every request with `body`; returns its port.
-async fn host_http_server(body: &'static str) -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("listen");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        loop {
-            let Ok((mut conn, _)) = listener.accept().await else {
-                return;
-            };
-            tokio::spawn(async move {
-                use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let mut buf = vec![0u8; 4096];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let reply = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = conn.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
-    port
-}
-
 /// Item 5: an ordinary user's engine gives each sandbox machine its egress
 /// proxy (the listener made inside the machine's namespaces by a helper
 /// and passed back), and the allow-list holds: the host server it names
@@ -229,8 +196,8 @@ async fn an_ordinary_users_sandboxes_reach_only_what_egress_allows() {
     let Some(user) = ordinary_user() else {
         return;
     };
-    let allowed = host_http_server("hello from the host\n").await;
-    let other = host_http_server("must not be reached\n").await;
+    let allowed = common::host_http_server("hello from the host\n").await;
+    let other = common::host_http_server("must not be reached\n").await;
     let allow = format!("127.0.0.1:{allowed}");
     let engine = Engine::start_as(
         "unpriv-egress",
