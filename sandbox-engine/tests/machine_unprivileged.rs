@@ -51,6 +51,13 @@ fn ordinary_user() -> Option<(u32, u32)> {
     Some((id("-u").expect("uid"), id("-g").expect("gid")))
 }
 
+/// The engine binary started as the ordinary user (see [`ordinary_user`])
+/// with `args`; `None` (the test is skipped, and says so) without root.
+fn engine_as_ordinary_user(tag: &str, args: &[&str]) -> Option<Engine> {
+    let user = ordinary_user()?;
+    Some(Engine::start_as(tag, args, None, Some(user)))
+}
+
 /// Runs `script` under bash as one command of `sb` and waits for its
 /// result (`/exec`).
 async fn exec(engine: &Engine, sb: &str, script: &str) -> Value {
@@ -75,10 +82,9 @@ async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ordinary_user_gets_one_machine_per_sandbox() {
-    let Some(user) = ordinary_user() else {
+    let Some(engine) = engine_as_ordinary_user("unpriv-machine", &[]) else {
         return;
     };
-    let engine = Engine::start_as("unpriv-machine", &[], None, Some(user));
     let m = marker("unpriv");
     let sb = engine.sandbox().await;
     // One command (a managed process, what the providers' execute uses:
@@ -143,10 +149,9 @@ async fn an_ordinary_user_gets_one_machine_per_sandbox() {
 /// sandbox's own delete still ends everything.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_anchor_is_never_a_clean_end() {
-    let Some(user) = ordinary_user() else {
+    let Some(engine) = engine_as_ordinary_user("unpriv-anchor", &[]) else {
         return;
     };
-    let engine = Engine::start_as("unpriv-anchor", &[], None, Some(user));
     let m = marker("anchor");
     let sb = engine.sandbox().await;
     let pid = engine
@@ -193,18 +198,13 @@ async fn a_killed_anchor_is_never_a_clean_end() {
 /// with the reason; nothing is reached without the proxy.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_ordinary_users_sandboxes_reach_only_what_egress_allows() {
-    let Some(user) = ordinary_user() else {
-        return;
-    };
     let allowed = common::host_http_server("hello from the host\n").await;
     let other = common::host_http_server("must not be reached\n").await;
     let allow = format!("127.0.0.1:{allowed}");
-    let engine = Engine::start_as(
-        "unpriv-egress",
-        &["--egress", allow.as_str()],
-        None,
-        Some(user),
-    );
+    let Some(engine) = engine_as_ordinary_user("unpriv-egress", &["--egress", allow.as_str()])
+    else {
+        return;
+    };
     let sb = engine.sandbox().await;
     let r = exec(
         &engine,
@@ -249,17 +249,11 @@ async fn an_ordinary_users_sandboxes_reach_only_what_egress_allows() {
 /// commands.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_sandbox_at_its_process_limit_leaves_another_able_to_fork() {
-    let Some(user) = ordinary_user() else {
-        return;
-    };
     // The engine's own process budget (all sandboxes together) above
     // what one sandbox may hold: this is about the kernel's count.
-    let engine = Engine::start_as(
-        "unpriv-nproc",
-        &["--max-processes", "8192"],
-        None,
-        Some(user),
-    );
+    let Some(engine) = engine_as_ordinary_user("unpriv-nproc", &["--max-processes", "8192"]) else {
+        return;
+    };
     let m = marker("nproc");
     let full = engine.sandbox().await;
     let other = engine.sandbox().await;
