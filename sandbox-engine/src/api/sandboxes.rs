@@ -33,6 +33,41 @@ pub struct CreateBody {
     /// proof, by then ([`reap_expired`]); the answer's `expires_at` is the
     /// expiry kept (whole seconds, never later than asked).
     expires_at: Option<String>,
+    /// The sandbox's own egress allow-list (host patterns and address
+    /// ranges); missing, `null`, `[]` and `["*"]` leave it at the
+    /// engine's list, which any list can only narrow.
+    egress: Option<serde_json::Value>,
+}
+
+/// Body of `PUT /sandboxes/{id}/egress`.
+#[derive(Debug, Deserialize)]
+pub struct EgressBody {
+    egress: Option<serde_json::Value>,
+}
+
+/// A sandbox's own egress list from the request's `egress` (see
+/// [`crate::network::egress::Policy::parse_sandbox_list`]), or a 400
+/// naming what is wrong.
+fn egress_list(
+    value: Option<&serde_json::Value>,
+) -> Result<Option<crate::network::egress::Policy>, ApiError> {
+    let items: Vec<&str> = match value {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str().ok_or_else(|| {
+                    ApiError::bad_request(format!("egress entries must be strings, not {v}"))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "egress must be a list of host patterns and address ranges, not {other}"
+            )))
+        }
+    };
+    crate::network::egress::Policy::parse_sandbox_list(&items).map_err(ApiError::bad_request)
 }
 
 /// How long before its expiry a sandbox's delete starts, so that it is
@@ -90,6 +125,7 @@ pub async fn create(
             Some(secs)
         }
     };
+    let egress = egress_list(body.egress.as_ref())?;
     crate::trees::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
     crate::trees::budgets::admit_by_descriptors("sandbox").map_err(over_budget)?;
     let id = format!("sb-{}", crate::util::random_hex(8));
@@ -112,6 +148,7 @@ pub async fn create(
         },
         root,
     ));
+    crate::network::egress::set_sandbox_policy(&sb.root, egress);
     if let Err(existing) = state
         .store
         .insert_within(sb.clone(), state.budgets.max_sandboxes)
@@ -144,6 +181,24 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
+    Ok(ok(sb.to_json(&state.mode)))
+}
+
+/// `PUT /sandboxes/{id}/egress`: replaces the sandbox's own egress list
+/// (`[]` or `["*"]`: none, the engine's list alone); connections its
+/// commands open from then on follow it, whatever state it is in.
+pub async fn put_egress(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let body: EgressBody = parse_json(&body)?;
+    let egress = egress_list(body.egress.as_ref())?;
+    let sb = sandbox(&state, &id)?;
+    if sb.status() == Status::Destroying {
+        return Err(conflict("change the egress of", Status::Destroying));
+    }
+    crate::network::egress::set_sandbox_policy(&sb.root, egress);
     Ok(ok(sb.to_json(&state.mode)))
 }
 

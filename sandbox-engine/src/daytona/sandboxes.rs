@@ -52,6 +52,88 @@ pub struct CreateBody {
     #[serde(default)]
     volumes: Vec<Value>,
     build_info: Option<Value>,
+    network_block_all: Option<bool>,
+    network_allow_list: Option<String>,
+    domain_allow_list: Option<String>,
+}
+
+/// Body of `POST /sandbox/{id}/network-settings`: each field given
+/// replaces the sandbox's, the others stay.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSettings {
+    network_block_all: Option<bool>,
+    network_allow_list: Option<String>,
+    domain_allow_list: Option<String>,
+}
+
+/// A sandbox's network settings as the service shows them: whether it
+/// blocks everything, its address ranges and its domains.
+struct Network {
+    block_all: bool,
+    ranges: Vec<String>,
+    domains: Vec<String>,
+}
+
+impl Network {
+    /// The settings of the sandbox at `root` now.
+    fn of(root: &std::path::Path) -> Self {
+        let own = crate::network::egress::sandbox_policy(root);
+        let entries = own.as_ref().map(|p| p.entries()).unwrap_or_default();
+        let (ranges, domains) = entries.into_iter().partition(|e| e.contains('/'));
+        Network {
+            block_all: own.is_some_and(|p| !p.enabled()),
+            ranges,
+            domains,
+        }
+    }
+
+    /// These settings with `change` applied, checked: address ranges in
+    /// `networkAllowList`, host patterns in `domainAllowList`.
+    fn with(mut self, change: NetworkSettings) -> Result<Self, DaytonaError> {
+        let list = |text: &str, field: &str, ranges: bool| -> Result<Vec<String>, DaytonaError> {
+            let items: Vec<String> = text
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_string)
+                .collect();
+            if let Some(bad) = items.iter().find(|e| e.contains('/') != ranges) {
+                return Err(DaytonaError::bad_request(format!(
+                    "{field} entry {bad:?} is not {}",
+                    if ranges {
+                        "an address range (10.0.0.0/24)"
+                    } else {
+                        "a domain (example.com, *.example.com)"
+                    }
+                )));
+            }
+            crate::network::egress::Policy::parse_sandbox_list(&items)
+                .map_err(|e| DaytonaError::bad_request(format!("{field}: {e}")))?;
+            Ok(items)
+        };
+        if let Some(text) = &change.network_allow_list {
+            self.ranges = list(text, "networkAllowList", true)?;
+        }
+        if let Some(text) = &change.domain_allow_list {
+            self.domains = list(text, "domainAllowList", false)?;
+        }
+        if let Some(block) = change.network_block_all {
+            self.block_all = block;
+        }
+        Ok(self)
+    }
+
+    /// The sandbox's own egress list these settings make.
+    fn policy(&self) -> Result<Option<crate::network::egress::Policy>, DaytonaError> {
+        if self.block_all {
+            return Ok(Some(crate::network::egress::Policy::nothing()));
+        }
+        let items: Vec<&String> = self.ranges.iter().chain(&self.domains).collect();
+        let items: Vec<&str> = items.into_iter().map(String::as_str).collect();
+        crate::network::egress::Policy::parse_sandbox_list(&items)
+            .map_err(|e| DaytonaError::bad_request(format!("network settings: {e}")))
+    }
 }
 
 /// Default auto-stop interval of the real API (minutes).
@@ -82,6 +164,7 @@ pub fn daytona_sandbox(state: &AppState, id: &str) -> Result<Arc<DaytonaSandbox>
 pub fn to_json(state: &AppState, sb: &DaytonaSandbox) -> Value {
     let (st, error_reason, updated_at) = sb.state_detail();
     let spec = &sb.spec;
+    let network = Network::of(&sb.core.root);
     let mut v = json!({
         "id": sb.id(),
         "organizationId": "local",
@@ -91,7 +174,12 @@ pub fn to_json(state: &AppState, sb: &DaytonaSandbox) -> Value {
         "env": spec.env,
         "labels": spec.labels,
         "public": spec.public,
-        "networkBlockAll": state.mode.network() == "none",
+        "networkBlockAll": network.block_all
+            || (state.mode.network() == "none"
+                && crate::network::egress::policy_for(&sb.core.root).is_none()),
+        "networkAllowList": (!network.ranges.is_empty()).then(|| network.ranges.join(",")),
+        "domainAllowList": (!network.domains.is_empty()).then(|| network.domains.join(",")),
+        "localEgress": crate::network::egress::describe_for(&sb.core.root),
         "target": spec.target,
         "cpu": spec.resources[0],
         "gpu": spec.resources[1],
@@ -184,6 +272,17 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
             "volumes are not supported by createos-local",
         ));
     }
+    let network = Network {
+        block_all: false,
+        ranges: Vec::new(),
+        domains: Vec::new(),
+    }
+    .with(NetworkSettings {
+        network_block_all: body.network_block_all,
+        network_allow_list: body.network_allow_list.clone(),
+        domain_allow_list: body.domain_allow_list.clone(),
+    })?
+    .policy()?;
     if let Some(name) = &body.name {
         if name.is_empty() || state.daytona.name_taken(name) {
             return Err(DaytonaError::conflict(format!(
@@ -244,6 +343,7 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         build_info: body.build_info,
     };
     let sb = Arc::new(DaytonaSandbox::new(core.clone(), spec));
+    crate::network::egress::set_sandbox_policy(&core.root, network);
     if let Err(existing) = state
         .store
         .insert_within(core.clone(), state.budgets.max_sandboxes)
@@ -259,6 +359,29 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         );
     }
     state.daytona.insert(sb.clone());
+    Ok(answer(&state, &sb))
+}
+
+/// `POST /sandbox/{id}/network-settings`: replaces the fields given
+/// (at least one, as the service requires); the sandbox's commands
+/// follow the new settings for every connection they open from then on.
+pub async fn network_settings(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, DaytonaError> {
+    let change: NetworkSettings = parse_json(&body)?;
+    if change.network_block_all.is_none()
+        && change.network_allow_list.is_none()
+        && change.domain_allow_list.is_none()
+    {
+        return Err(DaytonaError::bad_request(
+            "At least one of networkBlockAll, networkAllowList or domainAllowList must be provided",
+        ));
+    }
+    let sb = daytona_sandbox(&state, &id)?;
+    let policy = Network::of(&sb.core.root).with(change)?.policy()?;
+    crate::network::egress::set_sandbox_policy(&sb.core.root, policy);
     Ok(answer(&state, &sb))
 }
 

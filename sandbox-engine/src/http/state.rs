@@ -211,6 +211,7 @@ pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<b
 /// when no removal could be started.
 pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<(), String> {
     let trash = state.data_dir.join(format!(".removing-{id}"));
+    crate::network::egress::set_sandbox_policy(&root, None);
     // Its own disk goes first (a mount point cannot be renamed).
     let r = root.clone();
     let _ = tokio::task::spawn_blocking(move || crate::storage::disk::detach(&r)).await;

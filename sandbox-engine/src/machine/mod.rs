@@ -422,7 +422,9 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
         let listener = crate::machine::join::listener_in(&door, crate::network::egress::PROXY_PORT);
-        match listener.and_then(|l| crate::network::egress::start_proxy(l, name, policy)) {
+        match listener
+            .and_then(|l| crate::network::egress::start_proxy(l, name, root.to_path_buf(), policy))
+        {
             Ok(task) => machine.proxy = Some(task),
             Err(e) => {
                 machine.kill();

@@ -313,6 +313,8 @@ impl Sandbox {
             "region": self.spec.region,
             "ingress_enabled": self.spec.ingress_enabled,
             "env_keys": self.spec.env.keys().collect::<Vec<_>>(),
+            "egress": crate::network::egress::sandbox_policy(&self.root).map(|p| p.entries()),
+            "local_egress": crate::network::egress::describe_for(&self.root),
             "created_at": self.created_at,
             "local_isolation": mode.as_str(),
             "local_network": mode.network(),
