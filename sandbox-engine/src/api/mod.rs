@@ -6,7 +6,7 @@
 //! ([`crate::machine`]: isolation modes, terminals), storage
 //! ([`crate::storage`]: paths inside a root, journals, records), the
 //! trees ([`crate::trees`]: budgets, freezing a sandbox), the network
-//! ([`crate::network`]: a sandbox's own egress list), the fault rules
+//! ([`crate::network`]: a sandbox's own egress list, its opened ports), the fault rules
 //! ([`crate::faults`]) and [`crate::util`]. Never the Daytona face (what
 //! both answer alike is in the HTTP layer) or the server.
 
@@ -73,6 +73,7 @@ pub fn routes() -> Router<Shared> {
             get(sandboxes::get_one).delete(sandboxes::delete),
         )
         .route("/sandboxes/{id}/egress", put(sandboxes::put_egress))
+        .route("/sandboxes/{id}/ports/{port}", post(sandboxes::open_port))
         .route("/sandboxes/{id}/pause", post(sandboxes::pause))
         .route("/sandboxes/{id}/resume", post(sandboxes::resume))
         .route(

@@ -202,6 +202,44 @@ pub async fn put_egress(
     Ok(ok(sb.to_json(&state.mode)))
 }
 
+/// `POST /sandboxes/{id}/ports/{port}` (a `createos-local` extension):
+/// opens `port` of a sandbox made with `ingress_enabled` as a loopback
+/// URL behind a secret token ([`crate::network::ingress`]), or answers
+/// the one opened before. 403 while the operator has ingress off, 409 for
+/// a sandbox made without `ingress_enabled`, 400 for a port outside
+/// 1–65535.
+pub async fn open_port(
+    State(state): State<Shared>,
+    Path((id, port)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let port = crate::http::limits::port(&port).map_err(ApiError::bad_request)?;
+    let sb = sandbox(&state, &id)?;
+    if !state.ingress {
+        return Err(ApiError::forbidden(crate::http::limits::INGRESS_OFF));
+    }
+    if !sb.spec.ingress_enabled {
+        return Err(ApiError::conflict(format!(
+            "sandbox {id} was created without ingress_enabled: its ports cannot be opened \
+             (create it with \"ingress_enabled\": true)"
+        )));
+    }
+    require_running(&sb)?;
+    let opened = crate::network::ingress::open(
+        &sb.root,
+        &id,
+        port,
+        false,
+        crate::machine::dial_into(&sb.root),
+    )
+    .map_err(|e| ApiError::internal(format!("port {port} could not be opened: {e}")))?;
+    Ok(ok(json!({
+        "port": port,
+        "url": opened.url,
+        "token": opened.token,
+        "token_header": crate::network::ingress::TOKEN_HEADER,
+    })))
+}
+
 /// `DELETE /sandboxes/{id}`: terminates every process tree, removes the
 /// root. Answers 500 (and keeps the sandbox, status `error`) if a process
 /// survived, so that a retry can try again.

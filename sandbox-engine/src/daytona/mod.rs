@@ -4,7 +4,7 @@
 //! and how it differs from the real service are recorded in
 //! `docs/daytona-api.md`.
 //!
-//! - API: `{base}/daytona/api/sandbox[/{id}[/start|/stop|/network-settings|/toolbox-proxy-url]]`
+//! - API: `{base}/daytona/api/sandbox[/{id}[/start|/stop|/network-settings|/ports/{port}/preview-url|/toolbox-proxy-url]]`
 //! - toolbox: `{toolboxProxyUrl}/{sandboxId}/process/...` and `.../files/...`,
 //!   where `toolboxProxyUrl` (in every Sandbox answer) is
 //!   `http://127.0.0.1:<toolbox port>/toolbox` when the server has a toolbox
@@ -18,7 +18,8 @@
 //! ([`crate::storage`]: paths inside a root, journals, records), the
 //! trees ([`crate::trees`]: budgets), the network ([`crate::network`]:
 //! the connection cap a log socket holds its place under, a sandbox's
-//! own egress list), the fault rules
+//! own egress list, its ports' preview URLs), the machine
+//! ([`crate::machine`]: a way into a sandbox's network for those), the fault rules
 //! ([`crate::faults`]) and [`crate::util`]. Never the CreateOS face or
 //! the server.
 
@@ -106,6 +107,10 @@ pub fn api_routes() -> Router<Shared> {
         .route(
             "/sandbox/{id}/network-settings",
             post(sandboxes::network_settings),
+        )
+        .route(
+            "/sandbox/{id}/ports/{port}/preview-url",
+            get(sandboxes::preview_url),
         )
         .route(
             "/sandbox/{id}/toolbox-proxy-url",

@@ -385,6 +385,43 @@ pub async fn network_settings(
     Ok(answer(&state, &sb))
 }
 
+/// `GET /sandbox/{id}/ports/{port}/preview-url`: the port as a loopback
+/// URL and the token a request carries in `X-Daytona-Preview-Token` (a
+/// public sandbox's port needs none), see [`crate::network::ingress`].
+/// 403 while the operator has ingress off, 400 for a port outside
+/// 1–65535.
+pub async fn preview_url(
+    State(state): State<Shared>,
+    Path((id, port)): Path<(String, String)>,
+) -> Result<Response, DaytonaError> {
+    let port = crate::http::limits::port(&port).map_err(DaytonaError::bad_request)?;
+    let sb = daytona_sandbox(&state, &id)?;
+    if !state.ingress {
+        return Err(
+            crate::http::error::ApiError::forbidden(crate::http::limits::INGRESS_OFF).into(),
+        );
+    }
+    let opened = crate::network::ingress::open(
+        &sb.core.root,
+        sb.id(),
+        port,
+        sb.spec.public,
+        crate::machine::dial_into(&sb.core.root),
+    )
+    .map_err(|e| {
+        crate::http::error::ApiError::internal(format!("port {port} could not be opened: {e}"))
+    })?;
+    Ok((
+        StatusCode::OK,
+        Json(json!({
+            "sandboxId": sb.id(),
+            "url": opened.url,
+            "token": opened.token,
+        })),
+    )
+        .into_response())
+}
+
 /// `?labels=` of `GET /sandbox` (a JSON object).
 #[derive(Debug, Deserialize)]
 pub struct ListQuery {

@@ -55,6 +55,9 @@ pub struct AppState {
     pub output_budget: Arc<crate::sandboxes::output_budget::OutputBudget>,
     /// Host-wide budgets (sandbox count, live processes).
     pub budgets: Budgets,
+    /// Whether clients may open sandboxes' ports ([`crate::network::ingress`]):
+    /// the operator enabled it, and sandboxes are machines.
+    pub ingress: bool,
     /// Size of each sandbox's own disk, when sandboxes get one (see
     /// [`crate::storage::disk`]).
     pub disk: Option<u64>,
@@ -212,6 +215,7 @@ pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<b
 pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<(), String> {
     let trash = state.data_dir.join(format!(".removing-{id}"));
     crate::network::egress::set_sandbox_policy(&root, None);
+    crate::network::ingress::close(&root);
     // Its own disk goes first (a mount point cannot be renamed).
     let r = root.clone();
     let _ = tokio::task::spawn_blocking(move || crate::storage::disk::detach(&r)).await;

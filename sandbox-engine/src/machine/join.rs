@@ -823,6 +823,40 @@ pub fn listener_in(door: &Door, port: u16) -> std::io::Result<std::net::TcpListe
     Ok(std::net::TcpListener::from(fd))
 }
 
+/// A TCP socket, not connected, made inside the machine's network
+/// namespace by a forked helper that joined its user and network
+/// namespaces and sent it back (`SCM_RIGHTS`), as [`listener_in`] does: a
+/// connection the server makes on it reaches the sandbox's own loopback,
+/// never the host's (ingress, [`crate::network::ingress`]).
+pub fn socket_in(door: &Door) -> std::io::Result<OwnedFd> {
+    let (ours, theirs) = crate::machine::pty::socket_pair()?;
+    let user = door.namespaces[0].as_raw_fd();
+    let net = door.namespaces[3].as_raw_fd();
+    let socket = theirs.as_raw_fd();
+    let mut c = std::process::Command::new(Path::new("/bin/false"));
+    c.current_dir("/")
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: the closure runs in the forked child and makes system calls
+    // only, on descriptors it owns.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
+            check(libc::setns(user, libc::CLONE_NEWUSER))?;
+            check(libc::setns(net, libc::CLONE_NEWNET))?;
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            check(fd)?;
+            crate::machine::pty::send_fd(socket, fd)?;
+            libc::_exit(0);
+        });
+    }
+    let mut child = c.spawn()?;
+    drop(theirs);
+    let _ = child.wait();
+    crate::machine::pty::recv_fd(ours.as_fd())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -363,6 +363,29 @@ pub fn describe_model() -> String {
     }
 }
 
+/// How the ingress ([`crate::network::ingress`]) reaches the sandbox at
+/// `root`: a socket made in its machine's network namespace, from the
+/// machine running at that moment; an error saying so when none runs
+/// (nothing can listen in a sandbox without one).
+pub fn dial_into(root: &Path) -> crate::network::ingress::Dial {
+    let root = root.to_path_buf();
+    std::sync::Arc::new(move || {
+        let door = {
+            let machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+            machines
+                .get(&root)
+                .filter(|m| m.alive())
+                .map(|m| m.door.clone())
+        };
+        match door {
+            Some(door) => join::socket_in(&door),
+            None => Err(std::io::Error::other(
+                "the sandbox's machine is not running: no command holds it",
+            )),
+        }
+    })
+}
+
 /// The way into the machine of the sandbox at `root` (started now if it
 /// is not running) and a lease on it.
 pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
