@@ -73,6 +73,15 @@ pub fn routes() -> Router<Shared> {
             get(sandboxes::get_one).delete(sandboxes::delete),
         )
         .route("/sandboxes/{id}/egress", put(sandboxes::put_egress))
+        .route("/sandboxes/{id}/fork", post(sandboxes::fork))
+        .route(
+            "/templates",
+            post(sandboxes::create_template).get(sandboxes::list_templates),
+        )
+        .route(
+            "/templates/{name}",
+            axum::routing::delete(sandboxes::delete_template),
+        )
         .route("/sandboxes/{id}/ports/{port}", post(sandboxes::open_port))
         .route("/sandboxes/{id}/pause", post(sandboxes::pause))
         .route("/sandboxes/{id}/resume", post(sandboxes::resume))

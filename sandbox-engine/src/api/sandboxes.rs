@@ -37,6 +37,9 @@ pub struct CreateBody {
     /// ranges); missing, `null`, `[]` and `["*"]` leave it at the
     /// engine's list, which any list can only narrow.
     egress: Option<serde_json::Value>,
+    /// A template's name (`POST /v1/templates`): the sandbox starts with
+    /// a copy of its files.
+    template: Option<String>,
 }
 
 /// Body of `PUT /sandboxes/{id}/egress`.
@@ -126,35 +129,93 @@ pub async fn create(
         }
     };
     let egress = egress_list(body.egress.as_ref())?;
+    let fill = match body.template {
+        None => Fill::Nothing,
+        Some(name) if crate::storage::templates::exists(&state.data_dir, &name) => {
+            Fill::Template(name)
+        }
+        Some(name) => {
+            return Err(ApiError::bad_request(format!(
+                "no template named {name:?} (GET /v1/templates lists them)"
+            )))
+        }
+    };
+    let spec = SandboxSpec {
+        shape,
+        rootfs: body.rootfs,
+        region: body.region,
+        ingress_enabled: body.ingress_enabled,
+        env: body.env,
+    };
+    make_sandbox(&state, spec, egress, expiry, fill).await
+}
+
+/// What a new sandbox's files start as.
+enum Fill {
+    /// The empty root every sandbox gets.
+    Nothing,
+    /// A copy of a template's files.
+    Template(String),
+    /// A copy of the files of the paused sandbox at this root.
+    Fork(std::path::PathBuf),
+}
+
+/// Makes a sandbox of `spec` with its own egress list and expiry, its
+/// files as `fill` says, and answers 201 with it; nothing is left of it
+/// on any failure.
+async fn make_sandbox(
+    state: &Shared,
+    spec: SandboxSpec,
+    egress: Option<crate::network::egress::Policy>,
+    expiry: Option<u64>,
+    fill: Fill,
+) -> Result<Response, ApiError> {
     crate::trees::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
     crate::trees::budgets::admit_by_descriptors("sandbox").map_err(over_budget)?;
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
-    make_root(&state, root.clone()).await?;
-    if let Err(e) =
-        record_created(&state, &id, crate::storage::records::Face::CreateOs, &root).await
+    make_root(state, root.clone()).await?;
+    if let Err(e) = record_created(state, &id, crate::storage::records::Face::CreateOs, &root).await
     {
-        let _ = remove_root(&state, &id, root).await;
+        let _ = remove_root(state, &id, root).await;
         return Err(e);
     }
-    let sb = Arc::new(Sandbox::new(
-        id,
-        SandboxSpec {
-            shape,
-            rootfs: body.rootfs,
-            region: body.region,
-            ingress_enabled: body.ingress_enabled,
-            env: body.env,
-        },
-        root,
-    ));
+    let filled = {
+        let (data_dir, root) = (state.data_dir.clone(), root.clone());
+        match fill {
+            Fill::Nothing => Ok(()),
+            Fill::Template(name) => {
+                crate::http::state::blocking(state, move || {
+                    match crate::storage::templates::instantiate(&data_dir, &name, &root) {
+                        Ok(true) => Ok(()),
+                        Ok(false) => Err(format!("template {name:?} was deleted meanwhile")),
+                        Err(e) => Err(format!("template {name:?} could not be copied: {e}")),
+                    }
+                })
+                .await?
+            }
+            Fill::Fork(source) => {
+                crate::http::state::blocking(state, move || {
+                    crate::storage::templates::fork_into(&source, &root)
+                        .map_err(|e| format!("the sandbox's files could not be copied: {e}"))
+                })
+                .await?
+            }
+        }
+    };
+    if let Err(why) = filled {
+        record_deleted(state, &id);
+        let _ = remove_root(state, &id, root).await;
+        return Err(ApiError::internal(format!("{why}; nothing was created")));
+    }
+    let sb = Arc::new(Sandbox::new(id, spec, root));
     crate::network::egress::set_sandbox_policy(&sb.root, egress);
     if let Err(existing) = state
         .store
         .insert_within(sb.clone(), state.budgets.max_sandboxes)
     {
-        record_deleted(&state, &sb.id);
-        let _ = remove_root(&state, &sb.id, sb.root.clone()).await;
+        record_deleted(state, &sb.id);
+        let _ = remove_root(state, &sb.id, sb.root.clone()).await;
         return Err(over_budget(crate::trees::budgets::sandbox_refusal(
             &state.budgets,
             existing,
@@ -173,6 +234,118 @@ pub async fn create(
         finish_later(sb, 0, state.transition_delay, Status::Running, |_| {});
     }
     Ok(success(StatusCode::CREATED, data))
+}
+
+/// `POST /sandboxes/{id}/fork` (a `createos-local` extension; the
+/// service forks paused sandboxes too): a new sandbox with a copy of the
+/// paused sandbox's files, its shape, env, ingress and egress list. 409
+/// unless the sandbox is paused (nothing may write while it is copied).
+pub async fn fork(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let source = sandbox(&state, &id)?;
+    if source.status() != Status::Paused {
+        return Err(conflict("fork", source.status()).with_extra(json!({
+            "hint": "pause the sandbox first (POST /v1/sandboxes/{id}/pause)"
+        })));
+    }
+    let egress = crate::network::egress::sandbox_policy(&source.root).map(|p| (*p).clone());
+    make_sandbox(
+        &state,
+        source.spec.clone(),
+        egress,
+        None,
+        Fill::Fork(source.root.clone()),
+    )
+    .await
+}
+
+/// Body of `POST /templates`.
+#[derive(Debug, Deserialize)]
+pub struct TemplateBody {
+    name: Option<String>,
+    sandbox_id: Option<String>,
+}
+
+/// `POST /templates` (a `createos-local` extension): keeps the files of
+/// a paused sandbox under a name, for `POST /sandboxes` with
+/// `"template"`. 400 for a bad name, 409 for a name in use or a sandbox
+/// that is not paused, 429 past [`crate::storage::templates::MAX_TEMPLATES`].
+pub async fn create_template(
+    State(state): State<Shared>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let body: TemplateBody = parse_json(&body)?;
+    let name = body
+        .name
+        .ok_or_else(|| ApiError::bad_request("name is required"))?;
+    crate::storage::templates::check_name(&name).map_err(ApiError::bad_request)?;
+    let id = body
+        .sandbox_id
+        .ok_or_else(|| ApiError::bad_request("sandbox_id is required"))?;
+    let source = sandbox(&state, &id)?;
+    if source.status() != Status::Paused {
+        return Err(conflict("capture a template of", source.status()));
+    }
+    let (data_dir, root, n) = (state.data_dir.clone(), source.root.clone(), name.clone());
+    let captured = crate::http::state::blocking(&state, move || {
+        crate::storage::templates::capture(&data_dir, &n, &root)
+    })
+    .await?;
+    match captured {
+        Ok(()) => Ok(success(
+            StatusCode::CREATED,
+            json!({ "name": name, "sandbox_id": id }),
+        )),
+        Err(crate::storage::templates::CaptureError::Refused(why)) => Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "template_limit",
+            why,
+        )),
+        Err(crate::storage::templates::CaptureError::Exists(why)) => Err(ApiError::conflict(why)),
+        Err(crate::storage::templates::CaptureError::Io(e)) => Err(ApiError::internal(format!(
+            "template {name:?} could not be captured: {e}; nothing was kept"
+        ))),
+    }
+}
+
+/// `GET /templates`: the templates kept, oldest first.
+pub async fn list_templates(State(state): State<Shared>) -> Result<Response, ApiError> {
+    let data_dir = state.data_dir.clone();
+    let list =
+        crate::http::state::blocking(&state, move || crate::storage::templates::list(&data_dir))
+            .await?;
+    let items: Vec<_> = list
+        .into_iter()
+        .map(|(name, created, bytes)| {
+            let secs = created
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs();
+            json!({ "name": name, "created_at": crate::util::rfc3339(secs as i64), "bytes": bytes })
+        })
+        .collect();
+    Ok(ok(json!(items)))
+}
+
+/// `DELETE /templates/{name}`: sandboxes made from it keep their files.
+pub async fn delete_template(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let (data_dir, n) = (state.data_dir.clone(), name.clone());
+    let deleted = crate::http::state::blocking(&state, move || {
+        crate::storage::templates::delete(&data_dir, &n)
+    })
+    .await?;
+    match deleted {
+        Ok(true) => Ok(ok(json!({ "name": name, "deleted": true }))),
+        Ok(false) => Err(ApiError::not_found("template")),
+        Err(e) => Err(ApiError::internal(format!(
+            "template {name:?} could not be deleted: {e}"
+        ))),
+    }
 }
 
 /// `GET /sandboxes/{id}`.

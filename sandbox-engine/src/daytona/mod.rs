@@ -4,7 +4,8 @@
 //! and how it differs from the real service are recorded in
 //! `docs/daytona-api.md`.
 //!
-//! - API: `{base}/daytona/api/sandbox[/{id}[/start|/stop|/network-settings|/ports/{port}/preview-url|/toolbox-proxy-url]]`
+//! - API: `{base}/daytona/api/sandbox[/{id}[/start|/stop|/snapshot|/network-settings|/ports/{port}/preview-url|/toolbox-proxy-url]]`,
+//!   `{base}/daytona/api/snapshots/{name}` (delete)
 //! - toolbox: `{toolboxProxyUrl}/{sandboxId}/process/...` and `.../files/...`,
 //!   where `toolboxProxyUrl` (in every Sandbox answer) is
 //!   `http://127.0.0.1:<toolbox port>/toolbox` when the server has a toolbox
@@ -111,6 +112,11 @@ pub fn api_routes() -> Router<Shared> {
         .route(
             "/sandbox/{id}/ports/{port}/preview-url",
             get(sandboxes::preview_url),
+        )
+        .route("/sandbox/{id}/snapshot", post(sandboxes::snapshot))
+        .route(
+            "/snapshots/{name}",
+            axum::routing::delete(sandboxes::delete_snapshot),
         )
         .route(
             "/sandbox/{id}/toolbox-proxy-url",

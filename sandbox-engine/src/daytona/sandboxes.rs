@@ -308,6 +308,31 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         let _ = crate::http::state::remove_root(&state, &id, root).await;
         return Err(e.into());
     }
+    // A snapshot this engine captured (`POST /sandbox/{id}/snapshot`):
+    // the sandbox starts with its files. Any other name is echoed only.
+    if let Some(name) = body
+        .snapshot
+        .clone()
+        .filter(|n| crate::storage::templates::exists(&state.data_dir, n))
+    {
+        let (data_dir, r) = (state.data_dir.clone(), root.clone());
+        let filled = crate::http::state::blocking(&state, move || {
+            crate::storage::templates::instantiate(&data_dir, &name, &r)
+        })
+        .await?;
+        if !matches!(filled, Ok(true)) {
+            crate::http::state::record_deleted(&state, &id);
+            let _ = crate::http::state::remove_root(&state, &id, root).await;
+            return Err(crate::http::error::ApiError::internal(format!(
+                "the snapshot's files could not be copied ({}); nothing was created",
+                match filled {
+                    Err(e) => e.to_string(),
+                    _ => "it was deleted meanwhile".to_string(),
+                }
+            ))
+            .into());
+        }
+    }
     let core = Arc::new(Sandbox::new(
         id.clone(),
         SandboxSpec {
@@ -383,6 +408,77 @@ pub async fn network_settings(
     let policy = Network::of(&sb.core.root).with(change)?.policy()?;
     crate::network::egress::set_sandbox_policy(&sb.core.root, policy);
     Ok(answer(&state, &sb))
+}
+
+/// Body of `POST /sandbox/{id}/snapshot`.
+#[derive(Debug, Deserialize)]
+pub struct SnapshotBody {
+    name: Option<String>,
+}
+
+/// `POST /sandbox/{id}/snapshot`: keeps the files of a stopped sandbox
+/// as a snapshot `name` that `POST /sandbox` with `"snapshot": name`
+/// starts from (the service snapshots a sandbox the same way). 409
+/// unless the sandbox is stopped (nothing runs while it is copied), 400
+/// for a bad name, 409 for a name in use.
+pub async fn snapshot(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, DaytonaError> {
+    let body: SnapshotBody = parse_json(&body)?;
+    let name = body
+        .name
+        .ok_or_else(|| DaytonaError::bad_request("name is required"))?;
+    crate::storage::templates::check_name(&name).map_err(DaytonaError::bad_request)?;
+    let sb = daytona_sandbox(&state, &id)?;
+    if sb.state() != SbState::Stopped {
+        return Err(DaytonaError::conflict(format!(
+            "sandbox {id} is {}: stop it before taking a snapshot of it",
+            json!(sb.state())
+        )));
+    }
+    let (data_dir, root, n) = (state.data_dir.clone(), sb.core.root.clone(), name.clone());
+    let captured = crate::http::state::blocking(&state, move || {
+        crate::storage::templates::capture(&data_dir, &n, &root)
+    })
+    .await?;
+    match captured {
+        Ok(()) => Ok(answer(&state, &sb)),
+        Err(crate::storage::templates::CaptureError::Refused(why)) => {
+            Err(DaytonaError::bad_request(why))
+        }
+        Err(crate::storage::templates::CaptureError::Exists(why)) => {
+            Err(DaytonaError::conflict(why))
+        }
+        Err(crate::storage::templates::CaptureError::Io(e)) => {
+            Err(crate::http::error::ApiError::internal(format!(
+                "snapshot {name:?} could not be taken: {e}; nothing was kept"
+            ))
+            .into())
+        }
+    }
+}
+
+/// `DELETE /snapshots/{name}`: a snapshot this engine took; sandboxes
+/// made from it keep their files.
+pub async fn delete_snapshot(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Response, DaytonaError> {
+    let (data_dir, n) = (state.data_dir.clone(), name.clone());
+    let deleted = crate::http::state::blocking(&state, move || {
+        crate::storage::templates::delete(&data_dir, &n)
+    })
+    .await?;
+    match deleted {
+        Ok(true) => Ok((StatusCode::OK, Json(json!({ "name": name }))).into_response()),
+        Ok(false) => Err(DaytonaError::not_found("snapshot")),
+        Err(e) => Err(crate::http::error::ApiError::internal(format!(
+            "snapshot {name:?} could not be deleted: {e}"
+        ))
+        .into()),
+    }
 }
 
 /// `GET /sandbox/{id}/ports/{port}/preview-url`: the port as a loopback
