@@ -101,6 +101,7 @@ pub struct ServerBuilder {
     body_read_timeout: Duration,
     egress: crate::network::egress::Policy,
     ingress: bool,
+    min_auto_pause: Duration,
     sandbox_disk: Option<u64>,
     state_dir: Option<PathBuf>,
     worker_threads: usize,
@@ -127,6 +128,7 @@ impl Default for ServerBuilder {
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             egress: crate::network::egress::Policy::default(),
             ingress: false,
+            min_auto_pause: Duration::from_secs(*crate::api::sandboxes::AUTO_PAUSE_RANGE.start()),
             sandbox_disk: None,
             state_dir: None,
             worker_threads: DEFAULT_WORKER_THREADS,
@@ -193,6 +195,14 @@ impl ServerBuilder {
     /// 403 that names this switch. Only where sandboxes are machines.
     pub fn ingress(mut self, on: bool) -> Self {
         self.ingress = on;
+        self
+    }
+
+    /// The shortest idle window a sandbox may ask for
+    /// (`auto_pause_after_seconds`; default 60 s, as the service): tests
+    /// shorten it.
+    pub fn min_auto_pause(mut self, window: Duration) -> Self {
+        self.min_auto_pause = window;
         self
     }
 
@@ -573,6 +583,7 @@ impl ServerBuilder {
             budgets: self.budgets,
             body_read_timeout: self.body_read_timeout,
             ingress: self.ingress && machines,
+            min_auto_pause: self.min_auto_pause,
             disk,
             records,
             owned_data_dir: owned,
@@ -608,6 +619,7 @@ impl ServerBuilder {
                     }
                     let Some(state) = state.upgrade() else { return };
                     crate::api::sandboxes::reap_expired(&state).await;
+                    crate::api::sandboxes::reap_idle(&state).await;
                 }
             }
         };

@@ -40,7 +40,13 @@ pub struct CreateBody {
     /// A template's name (`POST /v1/templates`): the sandbox starts with
     /// a copy of its files.
     template: Option<String>,
+    /// The service's native idle pause: the engine pauses the sandbox
+    /// once no command has started or run for this long (60–86 400 s).
+    auto_pause_after_seconds: Option<u64>,
 }
+
+/// The shortest and longest idle window the service accepts.
+pub const AUTO_PAUSE_RANGE: std::ops::RangeInclusive<u64> = 60..=86_400;
 
 /// Body of `PUT /sandboxes/{id}/egress`.
 #[derive(Debug, Deserialize)]
@@ -140,6 +146,19 @@ pub async fn create(
             )))
         }
     };
+    let least = state.min_auto_pause.as_secs().max(1);
+    let auto_pause = match body.auto_pause_after_seconds {
+        None => None,
+        Some(secs) if (least..=*AUTO_PAUSE_RANGE.end()).contains(&secs) => {
+            Some(std::time::Duration::from_secs(secs))
+        }
+        Some(secs) => {
+            return Err(ApiError::bad_request(format!(
+                "auto_pause_after_seconds {secs} is outside {least}-{} seconds",
+                AUTO_PAUSE_RANGE.end()
+            )))
+        }
+    };
     let spec = SandboxSpec {
         shape,
         rootfs: body.rootfs,
@@ -147,7 +166,21 @@ pub async fn create(
         ingress_enabled: body.ingress_enabled,
         env: body.env,
     };
-    make_sandbox(&state, spec, egress, expiry, fill).await
+    let kept = Kept {
+        egress,
+        expiry,
+        auto_pause,
+        forked_from: None,
+    };
+    make_sandbox(&state, spec, kept, fill).await
+}
+
+/// What a new sandbox keeps beside its spec.
+struct Kept {
+    egress: Option<crate::network::egress::Policy>,
+    expiry: Option<u64>,
+    auto_pause: Option<std::time::Duration>,
+    forked_from: Option<String>,
 }
 
 /// What a new sandbox's files start as.
@@ -166,8 +199,7 @@ enum Fill {
 async fn make_sandbox(
     state: &Shared,
     spec: SandboxSpec,
-    egress: Option<crate::network::egress::Policy>,
-    expiry: Option<u64>,
+    kept: Kept,
     fill: Fill,
 ) -> Result<Response, ApiError> {
     crate::trees::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
@@ -209,7 +241,13 @@ async fn make_sandbox(
         return Err(ApiError::internal(format!("{why}; nothing was created")));
     }
     let sb = Arc::new(Sandbox::new(id, spec, root));
-    crate::network::egress::set_sandbox_policy(&sb.root, egress);
+    crate::network::egress::set_sandbox_policy(&sb.root, kept.egress);
+    if let Some(window) = kept.auto_pause {
+        sb.set_auto_pause(window);
+    }
+    if let Some(source) = kept.forked_from {
+        let _ = sb.forked_from.set(source);
+    }
     if let Err(existing) = state
         .store
         .insert_within(sb.clone(), state.budgets.max_sandboxes)
@@ -221,7 +259,7 @@ async fn make_sandbox(
             existing,
         )));
     }
-    if let Some(secs) = expiry {
+    if let Some(secs) = kept.expiry {
         sb.set_expiry(secs);
     }
     // `creating` → `running` after the transition delay; without one, at
@@ -250,12 +288,16 @@ pub async fn fork(
             "hint": "pause the sandbox first (POST /v1/sandboxes/{id}/pause)"
         })));
     }
-    let egress = crate::network::egress::sandbox_policy(&source.root).map(|p| (*p).clone());
+    let kept = Kept {
+        egress: crate::network::egress::sandbox_policy(&source.root).map(|p| (*p).clone()),
+        expiry: None,
+        auto_pause: source.auto_pause(),
+        forked_from: Some(source.id.clone()),
+    };
     make_sandbox(
         &state,
         source.spec.clone(),
-        egress,
-        None,
+        kept,
         Fill::Fork(source.root.clone()),
     )
     .await
@@ -498,15 +540,33 @@ pub async fn reap_expired(state: &Shared) {
     }
 }
 
-/// `POST /sandboxes/{id}/pause`.
-pub async fn pause(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let sb = sandbox(&state, &id)?;
-    let generation = sb
-        .transition(&[Status::Running], Status::Pausing)
-        .map_err(|cur| conflict("pause", cur))?;
+/// Pauses, as `POST /pause` would, every sandbox with an idle window
+/// that has had no command starting or running for that long (the
+/// server's reaper calls it every second).
+pub async fn reap_idle(state: &Shared) {
+    let now = std::time::Instant::now();
+    for sb in state.store.all() {
+        let Some(window) = sb.auto_pause() else {
+            continue;
+        };
+        if sb.status() != Status::Running || sb.idle_for(now).is_none_or(|idle| idle < window) {
+            continue;
+        }
+        if begin_pause(state, sb.clone()).is_ok() {
+            eprintln!(
+                "createos-local: sandbox {} paused after {} s without a command                  (auto_pause_after_seconds); POST /v1/sandboxes/{}/resume brings it back",
+                sb.id,
+                window.as_secs(),
+                sb.id
+            );
+        }
+    }
+}
+
+/// `running` → `pausing` → `paused`, its processes and machine frozen;
+/// the current status when the sandbox is not running.
+fn begin_pause(state: &Shared, sb: Arc<Sandbox>) -> Result<(), Status> {
+    let generation = sb.transition(&[Status::Running], Status::Pausing)?;
     finish_later(
         sb,
         generation,
@@ -519,6 +579,16 @@ pub async fn pause(
             crate::machine::freeze_sandbox(&sb.root, true);
         },
     );
+    Ok(())
+}
+
+/// `POST /sandboxes/{id}/pause`.
+pub async fn pause(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let sb = sandbox(&state, &id)?;
+    begin_pause(&state, sb).map_err(|cur| conflict("pause", cur))?;
     Ok(ok(json!({ "id": id, "status": Status::Pausing })))
 }
 
@@ -541,6 +611,8 @@ pub async fn resume(
             for p in sb.processes() {
                 p.freeze(false);
             }
+            // A resumed sandbox's idle window starts again.
+            sb.touch();
         },
     );
     Ok(ok(json!({ "id": id, "status": Status::Resuming })))

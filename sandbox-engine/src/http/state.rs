@@ -58,6 +58,8 @@ pub struct AppState {
     /// Whether clients may open sandboxes' ports ([`crate::network::ingress`]):
     /// the operator enabled it, and sandboxes are machines.
     pub ingress: bool,
+    /// The shortest idle window a sandbox may ask for.
+    pub min_auto_pause: Duration,
     /// Size of each sandbox's own disk, when sandboxes get one (see
     /// [`crate::storage::disk`]).
     pub disk: Option<u64>,

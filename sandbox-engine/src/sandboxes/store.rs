@@ -103,6 +103,14 @@ pub struct Sandbox {
     /// engine deletes the sandbox, with proof, by then
     /// ([`crate::api::sandboxes::reap_expired`]).
     expires_at: std::sync::OnceLock<u64>,
+    /// The idle window after which the engine pauses the sandbox
+    /// (`auto_pause_after_seconds`), when one was asked.
+    auto_pause: std::sync::OnceLock<Duration>,
+    /// When the sandbox last had a command starting or running, or was
+    /// made or resumed (see [`Sandbox::idle_for`]).
+    last_active: Mutex<Instant>,
+    /// The sandbox this one was forked from, if it was.
+    pub forked_from: std::sync::OnceLock<String>,
 }
 
 /// How long and how many finished processes a sandbox keeps (their exit,
@@ -164,7 +172,38 @@ impl Sandbox {
             closed: Mutex::new(false),
             starting: tokio::sync::watch::channel(0).0,
             finished_seen: Mutex::new(HashMap::new()),
+            auto_pause: std::sync::OnceLock::new(),
+            last_active: Mutex::new(Instant::now()),
+            forked_from: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets the idle window after which the engine pauses the sandbox.
+    pub fn set_auto_pause(&self, window: Duration) {
+        let _ = self.auto_pause.set(window);
+    }
+
+    /// The idle window, when one was asked.
+    pub fn auto_pause(&self) -> Option<Duration> {
+        self.auto_pause.get().copied()
+    }
+
+    /// Marks the sandbox active now (a command starts, a resume ends).
+    pub fn touch(&self) {
+        *lock(&self.last_active) = Instant::now();
+    }
+
+    /// How long the sandbox has been idle at `now`: no command starting,
+    /// none whose process or tree still runs, for that long. `None` (and
+    /// the sandbox marked active) while one does.
+    pub fn idle_for(&self, now: Instant) -> Option<Duration> {
+        let busy =
+            *self.starting.borrow() > 0 || lock(&self.processes).values().any(|p| !p.exited().1);
+        if busy {
+            *lock(&self.last_active) = now;
+            return None;
+        }
+        Some(now.saturating_duration_since(*lock(&self.last_active)))
     }
 
     /// Drops finished processes (leader exited and tree verified gone: the
@@ -274,6 +313,7 @@ impl Sandbox {
 
     /// Registers a process.
     pub fn add_process(&self, p: Arc<Process>) {
+        self.touch();
         lock(&self.processes).insert(p.id.clone(), p);
     }
 
@@ -315,6 +355,8 @@ impl Sandbox {
             "env_keys": self.spec.env.keys().collect::<Vec<_>>(),
             "egress": crate::network::egress::sandbox_policy(&self.root).map(|p| p.entries()),
             "local_egress": crate::network::egress::describe_for(&self.root),
+            "auto_pause_after_seconds": self.auto_pause().map(|d| d.as_secs()),
+            "forked_from": self.forked_from.get(),
             "created_at": self.created_at,
             "local_isolation": mode.as_str(),
             "local_network": mode.network(),
