@@ -408,22 +408,27 @@ impl Store {
     /// [`crate::trees::budgets::sandbox_tasks`]) or a machine's scan finds
     /// them ([`crate::machine::anchored_tasks`]), every task those
     /// processes started, whichever is more.
-    pub fn live_processes(&self) -> usize {
+    /// Returns the count across every sandbox, and that of `sandbox`.
+    pub fn live_processes(&self, sandbox: &str) -> (usize, usize) {
         let anchored = crate::machine::anchored_tasks();
-        self.all()
-            .iter()
-            .map(|sb| {
-                let starting = *sb.starting.borrow();
-                let live = lock(&sb.processes)
-                    .values()
-                    .filter(|p| !p.exited().1)
-                    .count();
-                let tasks = crate::trees::budgets::sandbox_tasks(&sb.root)
-                    .or_else(|| anchored.get(&sb.root).copied())
-                    .unwrap_or(0);
-                live.max(tasks) + starting
-            })
-            .sum()
+        let mut total = 0;
+        let mut own = 0;
+        for sb in self.all() {
+            let starting = *sb.starting.borrow();
+            let live = lock(&sb.processes)
+                .values()
+                .filter(|p| !p.exited().1)
+                .count();
+            let tasks = crate::trees::budgets::sandbox_tasks(&sb.root)
+                .or_else(|| anchored.get(&sb.root).copied())
+                .unwrap_or(0);
+            let count = live.max(tasks) + starting;
+            total += count;
+            if sb.id == sandbox {
+                own = count;
+            }
+        }
+        (total, own)
     }
 
     /// Admits one process start in `sb` within the host-wide process
@@ -437,7 +442,8 @@ impl Store {
     ) -> Result<Option<Admission>, crate::trees::budgets::Refusal> {
         crate::trees::budgets::admit_by_descriptors("process")?;
         let _one_at_a_time = lock(&self.admitting);
-        crate::trees::budgets::admit_process(budgets, self.live_processes())?;
+        let (live, own) = self.live_processes(&sb.id);
+        crate::trees::budgets::admit_process(budgets, live, own)?;
         Ok(sb.admit())
     }
 
