@@ -584,6 +584,7 @@ impl ServerBuilder {
             body_read_timeout: self.body_read_timeout,
             ingress: self.ingress && machines,
             min_auto_pause: self.min_auto_pause,
+            ports: Default::default(),
             disk,
             records,
             owned_data_dir: owned,

@@ -439,14 +439,16 @@ pub async fn open_port(
         )));
     }
     require_running(&sb)?;
-    let opened = crate::network::ingress::open(
-        &sb.root,
-        &id,
-        port,
-        false,
-        crate::machine::dial_into(&sb.root),
-    )
-    .map_err(|e| ApiError::internal(format!("port {port} could not be opened: {e}")))?;
+    let opened = state
+        .ports
+        .open(
+            &sb.root,
+            &id,
+            port,
+            false,
+            crate::machine::dial_into(&sb.root),
+        )
+        .map_err(|e| ApiError::internal(format!("port {port} could not be opened: {e}")))?;
     Ok(ok(json!({
         "port": port,
         "url": opened.url,

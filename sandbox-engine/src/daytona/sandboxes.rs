@@ -497,16 +497,18 @@ pub async fn preview_url(
             crate::http::error::ApiError::forbidden(crate::http::limits::INGRESS_OFF).into(),
         );
     }
-    let opened = crate::network::ingress::open(
-        &sb.core.root,
-        sb.id(),
-        port,
-        sb.spec.public,
-        crate::machine::dial_into(&sb.core.root),
-    )
-    .map_err(|e| {
-        crate::http::error::ApiError::internal(format!("port {port} could not be opened: {e}"))
-    })?;
+    let opened = state
+        .ports
+        .open(
+            &sb.core.root,
+            sb.id(),
+            port,
+            sb.spec.public,
+            crate::machine::dial_into(&sb.core.root),
+        )
+        .map_err(|e| {
+            crate::http::error::ApiError::internal(format!("port {port} could not be opened: {e}"))
+        })?;
     Ok((
         StatusCode::OK,
         Json(json!({

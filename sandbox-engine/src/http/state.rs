@@ -60,6 +60,8 @@ pub struct AppState {
     pub ingress: bool,
     /// The shortest idle window a sandbox may ask for.
     pub min_auto_pause: Duration,
+    /// The sandboxes' opened ports.
+    pub ports: crate::network::ingress::Ports,
     /// Size of each sandbox's own disk, when sandboxes get one (see
     /// [`crate::storage::disk`]).
     pub disk: Option<u64>,
@@ -217,7 +219,7 @@ pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<b
 pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<(), String> {
     let trash = state.data_dir.join(format!(".removing-{id}"));
     crate::network::egress::set_sandbox_policy(&root, None);
-    crate::network::ingress::close(&root);
+    state.ports.close(&root);
     // Its own disk goes first (a mount point cannot be renamed).
     let r = root.clone();
     let _ = tokio::task::spawn_blocking(move || crate::storage::disk::detach(&r)).await;

@@ -14,11 +14,11 @@
 //! the host's own network is ever dialled. Nothing listening there (or
 //! no machine running) is a 502 saying so. A sandbox holds at most
 //! [`MAX_CONNECTIONS`] relayed connections per port; its listeners close
-//! when it is deleted ([`close`]).
+//! when it is deleted ([`Ports::close`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -51,24 +51,58 @@ struct Door {
     task: tokio::task::JoinHandle<()>,
 }
 
-fn doors() -> std::sync::MutexGuard<'static, HashMap<PathBuf, HashMap<u16, Door>>> {
-    static D: OnceLock<Mutex<HashMap<PathBuf, HashMap<u16, Door>>>> = OnceLock::new();
-    D.get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+/// The ports a server has opened, by sandbox root: the server's state
+/// owns it (one per server, no process-wide registry).
+#[derive(Default)]
+pub struct Ports {
+    doors: Mutex<HashMap<PathBuf, HashMap<u16, Door>>>,
 }
 
-/// Opens `port` of the sandbox at `root` (named `sandbox` in messages),
-/// or answers the one opened before: its URL and token. `dial` makes a
-/// socket in the sandbox's network namespace for each connection.
-pub fn open(
+impl std::fmt::Debug for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let open: usize = self.lock().values().map(HashMap::len).sum();
+        write!(f, "Ports({open} open)")
+    }
+}
+
+impl Ports {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, HashMap<u16, Door>>> {
+        self.doors.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Opens `port` of the sandbox at `root` (named `sandbox` in
+    /// messages), or answers the one opened before: its URL and token.
+    /// `dial` makes a socket in the sandbox's network namespace for each
+    /// connection.
+    pub fn open(
+        &self,
+        root: &Path,
+        sandbox: &str,
+        port: u16,
+        public: bool,
+        dial: Dial,
+    ) -> std::io::Result<Opened> {
+        open(&mut self.lock(), root, sandbox, port, public, dial)
+    }
+
+    /// Closes every opened port of the sandbox at `root` (its delete).
+    pub fn close(&self, root: &Path) {
+        if let Some(ports) = self.lock().remove(root) {
+            for door in ports.into_values() {
+                door.task.abort();
+            }
+        }
+    }
+}
+
+fn open(
+    all: &mut HashMap<PathBuf, HashMap<u16, Door>>,
     root: &Path,
     sandbox: &str,
     port: u16,
     public: bool,
     dial: Dial,
 ) -> std::io::Result<Opened> {
-    let mut all = doors();
     if let Some(door) = all.get(root).and_then(|ports| ports.get(&port)) {
         if !door.task.is_finished() {
             return Ok(door.opened.clone());
@@ -102,15 +136,6 @@ pub fn open(
         },
     );
     Ok(opened)
-}
-
-/// Closes every opened port of the sandbox at `root` (its delete).
-pub fn close(root: &Path) {
-    if let Some(ports) = doors().remove(root) {
-        for door in ports.into_values() {
-            door.task.abort();
-        }
-    }
 }
 
 async fn serve(
