@@ -42,6 +42,18 @@ async fn get(url: &str, header: &str, token: Option<&str>) -> Option<(u16, Strin
     Some((status, r.text().await.unwrap_or_default()))
 }
 
+/// A CreateOS sandbox made with `ingress_enabled`.
+async fn ingress_sandbox(h: &Harness) -> String {
+    let (st, v) = h
+        .post(
+            "/v1/sandboxes",
+            json!({ "shape": "s-1vcpu-1gb", "ingress_enabled": true }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    v["data"]["id"].as_str().expect("id").to_string()
+}
+
 /// Starts `python3 -m http.server PORT` in the background of CreateOS
 /// sandbox `sb` (a file `hello.txt` in its directory) and waits until it
 /// answers inside the sandbox.
@@ -71,14 +83,7 @@ async fn an_opened_port_answers_with_its_token_only() {
     let Some(h) = engine(true).await else {
         return;
     };
-    let (st, v) = h
-        .post(
-            "/v1/sandboxes",
-            json!({ "shape": "s-1vcpu-1gb", "ingress_enabled": true }),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    let sb = v["data"]["id"].as_str().expect("id").to_string();
+    let sb = ingress_sandbox(&h).await;
     h.wait_status(&sb, "running").await;
     serve_in(&h, &sb, 8765).await;
     let (st, v) = h
@@ -143,14 +148,7 @@ async fn ports_stay_closed_without_ingress() {
     let Some(h) = engine(false).await else {
         return;
     };
-    let (st, v) = h
-        .post(
-            "/v1/sandboxes",
-            json!({ "shape": "s-1vcpu-1gb", "ingress_enabled": true }),
-        )
-        .await;
-    assert_eq!(st, StatusCode::CREATED, "{v}");
-    let sb = v["data"]["id"].as_str().expect("id").to_string();
+    let sb = ingress_sandbox(&h).await;
     let (st, v) = h
         .post(&format!("/v1/sandboxes/{sb}/ports/8765"), json!({}))
         .await;

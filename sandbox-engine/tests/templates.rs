@@ -30,6 +30,12 @@ async fn created(h: &Harness, body: Value) -> String {
     id
 }
 
+/// `POST /v1/templates` of sandbox `sb` as `name`.
+async fn capture(h: &Harness, name: &str, sb: &str) -> (StatusCode, Value) {
+    h.post("/v1/templates", json!({ "name": name, "sandbox_id": sb }))
+        .await
+}
+
 async fn pause(h: &Harness, sb: &str) {
     let (st, v) = h
         .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
@@ -55,12 +61,7 @@ async fn a_paused_sandbox_forks_and_becomes_a_template() {
         .post(&format!("/v1/sandboxes/{setup}/fork"), json!({}))
         .await;
     assert_eq!(st, StatusCode::CONFLICT, "{v}");
-    let (st, v) = h
-        .post(
-            "/v1/templates",
-            json!({ "name": "app", "sandbox_id": setup }),
-        )
-        .await;
+    let (st, v) = capture(&h, "app", &setup).await;
     assert_eq!(st, StatusCode::CONFLICT, "{v}");
     pause(&h, &setup).await;
     // A fork sees the files, as they were inside (owners included).
@@ -108,19 +109,9 @@ async fn a_paused_sandbox_forks_and_becomes_a_template() {
     h.exec(&fork, "echo changed > /paperclip-workspace/app/ready.txt")
         .await;
     // A template of the paused setup sandbox.
-    let (st, v) = h
-        .post(
-            "/v1/templates",
-            json!({ "name": "app", "sandbox_id": setup }),
-        )
-        .await;
+    let (st, v) = capture(&h, "app", &setup).await;
     assert_eq!(st, StatusCode::CREATED, "{v}");
-    let (st, v) = h
-        .post(
-            "/v1/templates",
-            json!({ "name": "app", "sandbox_id": setup }),
-        )
-        .await;
+    let (st, v) = capture(&h, "app", &setup).await;
     assert_eq!(st, StatusCode::CONFLICT, "a name in use: {v}");
     let (_, v) = h.get("/v1/templates").await;
     assert_eq!(v["data"][0]["name"], "app", "{v}");
@@ -145,9 +136,7 @@ async fn a_paused_sandbox_forks_and_becomes_a_template() {
     assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
     // Bad names.
     for bad in ["", ".hidden", "a/b", "x".repeat(65).as_str()] {
-        let (st, v) = h
-            .post("/v1/templates", json!({ "name": bad, "sandbox_id": setup }))
-            .await;
+        let (st, v) = capture(&h, bad, &setup).await;
         assert_eq!(st, StatusCode::BAD_REQUEST, "{bad:?}: {v}");
     }
     // The source still has its own files, resumed.
@@ -179,25 +168,20 @@ async fn a_stopped_daytona_sandbox_becomes_a_snapshot_others_start_from() {
         .await;
     assert_eq!(v["exitCode"], 0, "{v}");
     let api = h.server.daytona_api_url();
-    let (st, v) = h
-        .daytona(
+    let snapshot = || {
+        h.daytona(
             Method::POST,
             format!("{api}/sandbox/{setup}/snapshot"),
             Some(json!({ "name": "daytona-app" })),
         )
-        .await;
+    };
+    let (st, v) = snapshot().await;
     assert_eq!(st, StatusCode::CONFLICT, "a started sandbox: {v}");
     let (st, v) = h
         .daytona(Method::POST, format!("{api}/sandbox/{setup}/stop"), None)
         .await;
     assert!(st.is_success(), "{v}");
-    let (st, v) = h
-        .daytona(
-            Method::POST,
-            format!("{api}/sandbox/{setup}/snapshot"),
-            Some(json!({ "name": "daytona-app" })),
-        )
-        .await;
+    let (st, v) = snapshot().await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let (st, v) = h
         .daytona_create(json!({ "snapshot": "daytona-app", "autoStopInterval": 0 }))

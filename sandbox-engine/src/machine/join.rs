@@ -762,16 +762,19 @@ fn close_except(first: c_int, keep: [RawFd; 2]) {
     }
 }
 
-/// A TCP listener on `127.0.0.1:port` in the network namespace of the
-/// machine behind `door` (its egress proxy's, see
-/// [`crate::network::egress`]): made by a forked single-threaded helper
-/// that joins the machine's user namespace, then its network namespace,
-/// binds and listens there, and sends the socket back over a socket pair
+/// A socket made inside the network namespace of the machine behind
+/// `door` by `make` (which returns its descriptor), run in a forked
+/// single-threaded helper that joins the machine's user namespace, then
+/// its network namespace, and sends the socket back over a socket pair
 /// (`SCM_RIGHTS`). A server that is not root cannot join the network
 /// namespace from one of its own threads (that takes `CAP_SYS_ADMIN` in
 /// the server's own user namespace too); the helper has every capability
-/// in the machine's. The same path serves root.
-pub fn listener_in(door: &Door, port: u16) -> std::io::Result<std::net::TcpListener> {
+/// in the machine's. The same path serves root. `make` runs in the
+/// forked child: system calls only, on its own stack.
+fn socket_made_in(
+    door: &Door,
+    make: impl Fn() -> std::io::Result<c_int> + Send + Sync + 'static,
+) -> std::io::Result<OwnedFd> {
     let (ours, theirs) = crate::machine::pty::socket_pair()?;
     let user = door.namespaces[0].as_raw_fd();
     let net = door.namespaces[3].as_raw_fd();
@@ -788,9 +791,35 @@ pub fn listener_in(door: &Door, port: u16) -> std::io::Result<std::net::TcpListe
         std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
             check(libc::setns(user, libc::CLONE_NEWUSER))?;
             check(libc::setns(net, libc::CLONE_NEWNET))?;
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            check(fd)?;
-            let one: c_int = 1;
+            let fd = make()?;
+            crate::machine::pty::send_fd(socket, fd)?;
+            libc::_exit(0);
+        });
+    }
+    let mut child = c.spawn()?;
+    drop(theirs);
+    let _ = child.wait();
+    crate::machine::pty::recv_fd(ours.as_fd())
+}
+
+/// A TCP socket of the machine's network namespace, `SOCK_CLOEXEC`.
+fn tcp_socket() -> std::io::Result<c_int> {
+    // SAFETY: a system call with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    check(fd)?;
+    Ok(fd)
+}
+
+/// A TCP listener on `127.0.0.1:port` in the network namespace of the
+/// machine behind `door` (its egress proxy's, see
+/// [`crate::network::egress`]), made there by [`socket_made_in`].
+pub fn listener_in(door: &Door, port: u16) -> std::io::Result<std::net::TcpListener> {
+    let fd = socket_made_in(door, move || {
+        let fd = tcp_socket()?;
+        let one: c_int = 1;
+        // SAFETY: system calls on the socket just made, with pointers to
+        // values on this stack.
+        unsafe {
             check(libc::setsockopt(
                 fd,
                 libc::SOL_SOCKET,
@@ -812,49 +841,18 @@ pub fn listener_in(door: &Door, port: u16) -> std::io::Result<std::net::TcpListe
                 std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
             ))?;
             check(libc::listen(fd, 128))?;
-            crate::machine::pty::send_fd(socket, fd)?;
-            libc::_exit(0);
-        });
-    }
-    let mut child = c.spawn()?;
-    drop(theirs);
-    let _ = child.wait();
-    let fd = crate::machine::pty::recv_fd(ours.as_fd())?;
+        }
+        Ok(fd)
+    })?;
     Ok(std::net::TcpListener::from(fd))
 }
 
-/// A TCP socket, not connected, made inside the machine's network
-/// namespace by a forked helper that joined its user and network
-/// namespaces and sent it back (`SCM_RIGHTS`), as [`listener_in`] does: a
-/// connection the server makes on it reaches the sandbox's own loopback,
-/// never the host's (ingress, [`crate::network::ingress`]).
+/// A TCP socket, not connected, made in the machine's network namespace
+/// by [`socket_made_in`]: a connection the server makes on it reaches
+/// the sandbox's own loopback, never the host's (ingress,
+/// [`crate::network::ingress`]).
 pub fn socket_in(door: &Door) -> std::io::Result<OwnedFd> {
-    let (ours, theirs) = crate::machine::pty::socket_pair()?;
-    let user = door.namespaces[0].as_raw_fd();
-    let net = door.namespaces[3].as_raw_fd();
-    let socket = theirs.as_raw_fd();
-    let mut c = std::process::Command::new(Path::new("/bin/false"));
-    c.current_dir("/")
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: the closure runs in the forked child and makes system calls
-    // only, on descriptors it owns.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
-            check(libc::setns(user, libc::CLONE_NEWUSER))?;
-            check(libc::setns(net, libc::CLONE_NEWNET))?;
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            check(fd)?;
-            crate::machine::pty::send_fd(socket, fd)?;
-            libc::_exit(0);
-        });
-    }
-    let mut child = c.spawn()?;
-    drop(theirs);
-    let _ = child.wait();
-    crate::machine::pty::recv_fd(ours.as_fd())
+    socket_made_in(door, tcp_socket)
 }
 
 #[cfg(test)]

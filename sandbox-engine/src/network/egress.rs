@@ -36,7 +36,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// The port of the proxy on each machine's loopback.
 pub const PROXY_PORT: u16 = 3128;
@@ -596,14 +596,7 @@ async fn refuse(
     text: &str,
     reason: &str,
 ) -> std::io::Result<()> {
-    let body = format!("createos-local egress: {reason}\n");
-    let head = format!(
-        "HTTP/1.1 {code} {text}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    conn.write_all(head.as_bytes()).await?;
-    conn.write_all(body.as_bytes()).await?;
-    conn.shutdown().await
+    crate::network::head::answer(conn, code, text, "createos-local egress", reason).await
 }
 
 /// One proxied connection: read the request head, check against the
@@ -614,22 +607,9 @@ async fn serve(
     own: Option<&Policy>,
     sandbox: &str,
 ) {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 4096];
-    let read = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = conn.read(&mut buf).await?;
-            if n == 0 || head.len() > 16 * 1024 {
-                return Err(std::io::Error::other("no request head"));
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        Ok::<(), std::io::Error>(())
-    })
-    .await;
-    if !matches!(read, Ok(Ok(()))) {
+    let Some(head) = crate::network::head::read(&mut conn).await else {
         return;
-    }
+    };
     let text = String::from_utf8_lossy(&head).to_string();
     let first = text.lines().next().unwrap_or_default().to_string();
     let mut parts = first.split_whitespace();

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// Most relayed connections one opened port holds at once.
 pub const MAX_CONNECTIONS: usize = 64;
@@ -82,7 +82,40 @@ impl Ports {
         public: bool,
         dial: Dial,
     ) -> std::io::Result<Opened> {
-        open(&mut self.lock(), root, sandbox, port, public, dial)
+        let mut all = self.lock();
+        if let Some(door) = all.get(root).and_then(|ports| ports.get(&port)) {
+            if !door.task.is_finished() {
+                return Ok(door.opened.clone());
+            }
+        }
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| std::io::Error::other("no runtime for the ingress listener"))?;
+        let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+        listener.set_nonblocking(true)?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let token = crate::util::random_hex(16);
+        let _guard = handle.enter();
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let task = handle.spawn(serve(
+            listener,
+            sandbox.to_string(),
+            port,
+            (!public).then(|| token.clone()),
+            dial,
+        ));
+        let opened = Opened {
+            url,
+            token,
+            required: !public,
+        };
+        all.entry(root.to_path_buf()).or_default().insert(
+            port,
+            Door {
+                opened: opened.clone(),
+                task,
+            },
+        );
+        Ok(opened)
     }
 
     /// Closes every opened port of the sandbox at `root` (its delete).
@@ -93,49 +126,6 @@ impl Ports {
             }
         }
     }
-}
-
-fn open(
-    all: &mut HashMap<PathBuf, HashMap<u16, Door>>,
-    root: &Path,
-    sandbox: &str,
-    port: u16,
-    public: bool,
-    dial: Dial,
-) -> std::io::Result<Opened> {
-    if let Some(door) = all.get(root).and_then(|ports| ports.get(&port)) {
-        if !door.task.is_finished() {
-            return Ok(door.opened.clone());
-        }
-    }
-    let handle = tokio::runtime::Handle::try_current()
-        .map_err(|_| std::io::Error::other("no runtime for the ingress listener"))?;
-    let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
-    listener.set_nonblocking(true)?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let token = crate::util::random_hex(16);
-    let _guard = handle.enter();
-    let listener = tokio::net::TcpListener::from_std(listener)?;
-    let task = handle.spawn(serve(
-        listener,
-        sandbox.to_string(),
-        port,
-        (!public).then(|| token.clone()),
-        dial,
-    ));
-    let opened = Opened {
-        url,
-        token,
-        required: !public,
-    };
-    all.entry(root.to_path_buf()).or_default().insert(
-        port,
-        Door {
-            opened: opened.clone(),
-            task,
-        },
-    );
-    Ok(opened)
 }
 
 async fn serve(
@@ -186,14 +176,7 @@ async fn answer(
     text: &str,
     reason: &str,
 ) -> std::io::Result<()> {
-    let body = format!("createos-local ingress: {reason}\n");
-    let head = format!(
-        "HTTP/1.1 {code} {text}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    conn.write_all(head.as_bytes()).await?;
-    conn.write_all(body.as_bytes()).await?;
-    conn.shutdown().await
+    crate::network::head::answer(conn, code, text, "createos-local ingress", reason).await
 }
 
 /// Whether the request head carries `token` in one of the token headers.
@@ -216,22 +199,9 @@ async fn relay(
     token: Option<&str>,
     dial: Dial,
 ) {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 4096];
-    let read = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = conn.read(&mut buf).await?;
-            if n == 0 || head.len() > 16 * 1024 {
-                return Err(std::io::Error::other("no request head"));
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        Ok::<(), std::io::Error>(())
-    })
-    .await;
-    if !matches!(read, Ok(Ok(()))) {
+    let Some(head) = crate::network::head::read(&mut conn).await else {
         return;
-    }
+    };
     if let Some(token) = token {
         if !carries(&head, token) {
             let _ = answer(

@@ -2,7 +2,8 @@
 //! cap and timeouts ([`connections`]), what every accept loop does when
 //! `accept` fails ([`accept`]), the optional request rate limit
 //! ([`rate_limit`]), each sandbox's outbound proxy by policy
-//! ([`egress`]) and the way into a sandbox's ports ([`ingress`]).
+//! ([`egress`]), the way into a sandbox's ports ([`ingress`]), and the
+//! request head both relays read first ([`head`]).
 //!
 //! Uses [`crate::trees`] (the descriptor headroom and reserves),
 //! [`crate::util`] (tokens) and nothing above it: the machine starts a sandbox's proxy, the server
@@ -11,5 +12,6 @@
 pub(crate) mod accept;
 pub(crate) mod connections;
 pub mod egress;
+pub(crate) mod head;
 pub mod ingress;
 pub mod rate_limit;
