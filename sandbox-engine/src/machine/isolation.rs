@@ -586,7 +586,6 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     // A machine command's group goes once the probe is done (the lease
     // with it, ending the probe's machine after its idle grace).
     let machine = spawned.machine.take();
-    let machine_used = machine.is_some();
     // bwrap must be able to write its status (a closed pipe kills it with
     // SIGPIPE before it lets the sandbox run).
     if let Some(pipe) = spawned.status_pipe {
@@ -621,17 +620,6 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
             drop(lease);
         }
         None => {}
-    }
-    if machine_used {
-        // The probe's machine is of no further use: ended now, and its
-        // sandbox groups (cgroup v2) removed once it is gone.
-        let root = probe_root.to_path_buf();
-        let _ = std::thread::Builder::new()
-            .name("createos-local-probe-end".into())
-            .spawn(move || {
-                crate::machine::end_now(&root);
-                crate::trees::process_limits::remove_sandbox_groups_at(&root, None);
-            });
     }
     if out.status.success() {
         Ok(bwrap)

@@ -258,12 +258,31 @@ impl Delegated {
         }
     }
 
-    /// Stops (`cgroup.freeze` 1) or thaws the sandbox's group, its machine
-    /// and every command in it; waits up to 2 s for the kernel to report
-    /// `frozen 1`. `false` when the sandbox has no group.
+    /// Stops (`cgroup.freeze` 1) or thaws the sandbox's machine and every
+    /// command group in it; a stop waits up to 2 s for the kernel to report
+    /// each `frozen 1`. The sandbox's own group is never frozen: a command
+    /// started while the pause is under way makes its group below it and
+    /// must not freeze its launcher in the middle of its spawn (the pause
+    /// freezes each registered command's group, as it stops each command
+    /// elsewhere). `false` when the sandbox has no group.
     pub(crate) fn freeze_sandbox(&self, root: &Path, stop: bool) -> bool {
-        let dir = self.sandbox_dir(root);
-        dir.is_dir() && freeze(&dir, stop)
+        let Ok(entries) = std::fs::read_dir(self.sandbox_dir(root)) else {
+            return false;
+        };
+        let groups: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        for g in &groups {
+            let _ = std::fs::write(g.join("cgroup.freeze"), if stop { "1" } else { "0" });
+        }
+        if stop {
+            for g in &groups {
+                wait_frozen(g);
+            }
+        }
+        true
     }
 
     /// The kernel's count of OOM kills in the sandbox's group
@@ -396,16 +415,22 @@ pub(crate) fn freeze(dir: &Path, stop: bool) -> bool {
         return false;
     }
     if stop {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while std::time::Instant::now() < deadline {
-            let events = std::fs::read_to_string(dir.join("cgroup.events")).unwrap_or_default();
-            if events.lines().any(|l| l == "frozen 1") {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        wait_frozen(dir);
     }
     true
+}
+
+/// Waits up to 2 s for `frozen 1` in the `cgroup.events` of the group at
+/// `dir` (the kernel freezes its members asynchronously).
+fn wait_frozen(dir: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        match std::fs::read_to_string(dir.join("cgroup.events")) {
+            Ok(events) if !events.lines().any(|l| l == "frozen 1") => {}
+            _ => return,
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// Removes the group at `dir` and every group below it (deepest first);
