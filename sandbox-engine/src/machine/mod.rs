@@ -50,7 +50,7 @@
 //!   every member until the kernel lists none, and `tree_exited: true` is
 //!   that empty list;
 //! - elsewhere the launcher forks an anchor in the machine that forks the
-//!   command and proves its tree empty ([`anchor`]); a killed anchor
+//!   command and proves its tree empty ([`crate::trees::anchor`]); a killed anchor
 //!   leaves the tree unproven until the machine ends.
 //!
 //! # This folder
@@ -66,7 +66,6 @@
 //! [`crate::util`]; never the sandbox core, the HTTP layer, the faces or
 //! the server.
 
-pub mod anchor;
 pub mod bwrap_args;
 pub mod isolation;
 pub mod join;
@@ -238,7 +237,7 @@ pub enum TreeProof {
     /// `cgroup.kill`, proven empty by `populated 0`, paused with
     /// `cgroup.freeze`.
     DelegatedGroup(PathBuf),
-    /// A subreaper per command inside the machine ([`anchor`]): weaker, a
+    /// A subreaper per command inside the machine ([`crate::trees::anchor`]): weaker, a
     /// sandbox process that kills it leaves its command's end unproven.
     Anchor,
 }
