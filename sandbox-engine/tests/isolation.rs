@@ -802,14 +802,19 @@ fn without_bubblewrap_auto_refuses_unless_unconfined_is_allowed() {
 fn frozen_by_cgroup(pid: i32) -> bool {
     let Some(group) = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
         .ok()
-        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string)))
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+        })
     else {
         return false;
     };
-    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"].iter().any(|mount| {
-        std::fs::read_to_string(format!("{mount}{group}/cgroup.events"))
-            .is_ok_and(|e| e.lines().any(|l| l == "frozen 1"))
-    })
+    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .iter()
+        .any(|mount| {
+            std::fs::read_to_string(format!("{mount}{group}/cgroup.events"))
+                .is_ok_and(|e| e.lines().any(|l| l == "frozen 1"))
+        })
 }
 
 /// Single-letter states of the marked `sleep`/`bash` processes (bwrap's

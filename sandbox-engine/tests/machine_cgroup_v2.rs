@@ -34,9 +34,7 @@ use serde_json::{json, Value};
 /// said so) without root.
 fn ordinary_user() -> Option<(u32, u32)> {
     if !rustix::process::geteuid().is_root() {
-        test_support::skipped(
-            "machine_cgroup_v2: needs root to delegate a cgroup to another user",
-        );
+        test_support::skipped("machine_cgroup_v2: needs root to delegate a cgroup to another user");
         return None;
     }
     let id = |flag: &str| {
@@ -66,6 +64,8 @@ fn ordinary_user() -> Option<(u32, u32)> {
 const CGROUP2_MAGIC: i64 = 0x6367_7270;
 
 fn is_cgroup2(dir: &Path) -> bool {
+    // `f_type` is `i64` here, another integer type on other targets.
+    #[allow(clippy::unnecessary_cast)]
     rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == CGROUP2_MAGIC)
 }
 
@@ -411,7 +411,11 @@ async fn pause_freezes_the_sandboxs_groups() {
         }
     };
     let (st, v) = engine
-        .call(Method::POST, &format!("/v1/sandboxes/{sb}/pause"), Some(json!({})))
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{sb}/pause"),
+            Some(json!({})),
+        )
         .await;
     assert!(st < 300, "{v}");
     wait_status("paused").await;
@@ -419,7 +423,11 @@ async fn pause_freezes_the_sandboxs_groups() {
         assert!(frozen(g), "{} is frozen once paused", g.display());
     }
     let (st, v) = engine
-        .call(Method::POST, &format!("/v1/sandboxes/{sb}/resume"), Some(json!({})))
+        .call(
+            Method::POST,
+            &format!("/v1/sandboxes/{sb}/resume"),
+            Some(json!({})),
+        )
         .await;
     assert!(st < 300, "{v}");
     wait_status("running").await;

@@ -60,6 +60,8 @@ pub struct Delegated {
 }
 
 fn is_cgroup2(dir: &Path) -> bool {
+    // `f_type` is `i64` here, another integer type on other targets.
+    #[allow(clippy::unnecessary_cast)]
     rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == CGROUP2_MAGIC)
 }
 
@@ -75,7 +77,7 @@ pub fn own_writable_group() -> Option<PathBuf> {
     let group = mount.join(path.trim().trim_start_matches('/'));
     use rustix::fs::{access, Access};
     let writable = access(&group, Access::WRITE_OK | Access::EXEC_OK).is_ok()
-        && access(&group.join("cgroup.procs"), Access::WRITE_OK).is_ok();
+        && access(group.join("cgroup.procs"), Access::WRITE_OK).is_ok();
     writable.then_some(group)
 }
 
@@ -121,10 +123,7 @@ impl Delegated {
             let server = engine.join("server");
             std::fs::create_dir(&server)?;
             // The whole server (every thread) into its leaf.
-            std::fs::write(
-                server.join("cgroup.procs"),
-                std::process::id().to_string(),
-            )?;
+            std::fs::write(server.join("cgroup.procs"), std::process::id().to_string())?;
             Ok(())
         })();
         if let Err(e) = made {

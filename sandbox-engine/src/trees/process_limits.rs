@@ -30,8 +30,10 @@ use std::path::{Path, PathBuf};
 use crate::trees::cgroup_v1;
 use crate::trees::cgroup_v2;
 
-pub use crate::trees::cgroup_v1::{memory_cgroup_base, pids_cgroup_base, pids_offered_here, total_tasks};
 pub(crate) use crate::trees::cgroup_v1::remove_sandbox_groups;
+pub use crate::trees::cgroup_v1::{
+    memory_cgroup_base, pids_cgroup_base, pids_offered_here, total_tasks,
+};
 
 /// How this host holds a sandbox machine's command trees (see the
 /// module docs).
@@ -133,8 +135,7 @@ impl CommandGroup {
     ) -> Option<std::io::Result<(CommandGroup, std::fs::File)>> {
         match (TreeBackend::here(), uid) {
             (TreeBackend::CgroupV1Pids, Some(uid)) => Some(
-                cgroup_v1::command_cgroup(uid, marker, MAX_PROCESSES).map(
-                |(dir, file)| {
+                cgroup_v1::command_cgroup(uid, marker, MAX_PROCESSES).map(|(dir, file)| {
                     (
                         CommandGroup {
                             dir,
@@ -142,12 +143,19 @@ impl CommandGroup {
                         },
                         file,
                     )
-                },
-            )),
-            (TreeBackend::CgroupV2Delegated(d), _) => Some(
-                d.command(root, marker, &v2_limits())
-                    .map(|(dir, file)| (CommandGroup { dir, kind: Kind::V2 }, file)),
+                }),
             ),
+            (TreeBackend::CgroupV2Delegated(d), _) => {
+                Some(d.command(root, marker, &v2_limits()).map(|(dir, file)| {
+                    (
+                        CommandGroup {
+                            dir,
+                            kind: Kind::V2,
+                        },
+                        file,
+                    )
+                }))
+            }
             _ => None,
         }
     }
@@ -229,7 +237,6 @@ pub(crate) fn freeze_sandbox(root: &Path, stop: bool) -> bool {
     }
 }
 
-
 /// Most processes (threads included) one sandbox's uid may have at once,
 /// set with `RLIMIT_NPROC` on every bwrap tree: a fork bomb stops there.
 pub const MAX_PROCESSES: u64 = 2048;
@@ -291,9 +298,7 @@ pub fn default_sandbox_memory() -> u64 {
 /// [`memory_cgroup_base`] and [`TreeBackend::here`].
 pub fn memory_limit_offered_here() -> bool {
     match TreeBackend::offered_here() {
-        Offered::CgroupV2Delegated(group) => {
-            cgroup_v2::offers(&group, "memory")
-        }
+        Offered::CgroupV2Delegated(group) => cgroup_v2::offers(&group, "memory"),
         _ => cgroup_v1::memory_offered_here(),
     }
 }
@@ -362,7 +367,8 @@ pub(crate) fn join_groups(raw: [Option<std::os::fd::RawFd>; 2]) -> std::io::Resu
 /// `describe`: each limit and whether it is enforced.
 pub fn describe() -> String {
     if let TreeBackend::CgroupV2Delegated(d) = TreeBackend::here() {
-        let limit = |controller: &str, enforced: String, instead: &str| match d.why_not(controller) {
+        let limit = |controller: &str, enforced: String, instead: &str| match d.why_not(controller)
+        {
             None => format!("{enforced} (enforced)"),
             Some(why) => format!("{instead}: NOT enforced ({why})"),
         };
