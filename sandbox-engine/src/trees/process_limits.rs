@@ -69,6 +69,11 @@ impl TreeBackend {
     pub fn offered_here() -> Offered {
         if pids_offered_here() {
             Offered::CgroupV1Pids
+        } else if let Some(d) = cgroup_v2::here_if_made() {
+            // This process runs an engine already (`sandbox doctor`'s
+            // probe): it moved into its own leaf, so its group now is that
+            // leaf, not the one delegated to it.
+            Offered::CgroupV2Delegated(d.group().to_path_buf())
         } else if let Some(group) = cgroup_v2::own_writable_group() {
             Offered::CgroupV2Delegated(group)
         } else {
