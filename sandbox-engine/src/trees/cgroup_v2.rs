@@ -8,7 +8,7 @@
 //! ```text
 //! <delegated>/createos-local-<server pid>/   this server's subtree
 //!     server/                                the server itself (a leaf)
-//!     sandbox-<id>/                          one sandbox: pids.max, memory.max, cpu.max
+//!     sandbox-<id>-<hash of its root>/       one sandbox: pids.max, memory.max, cpu.max
 //!         machine/                           its machine (bwrap, init, holder)
 //!         cmd-<marker>-<random>/             one command: its launcher and whole tree
 //! ```
@@ -343,10 +343,14 @@ pub(crate) struct Limits {
 /// `cpu.max`'s period, microseconds.
 const PERIOD: u64 = 100_000;
 
-/// The file-name-safe key of a sandbox root (its directory name, the
-/// sandbox's id).
+/// The file-name-safe key of a sandbox root: its directory name (the
+/// sandbox's id) and a hash of its whole path, so that sandboxes of two
+/// servers of one process (tests), or two data directories, that share a
+/// name never share a group.
 fn key(root: &Path) -> String {
-    root.file_name()
+    use std::os::unix::ffi::OsStrExt;
+    let name: String = root
+        .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
         .chars()
@@ -357,7 +361,16 @@ fn key(root: &Path) -> String {
                 '_'
             }
         })
-        .collect()
+        .collect();
+    // FNV-1a, 32 bits: a name, not a secret.
+    let hash = root
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+        });
+    format!("{name}-{hash:08x}")
 }
 
 fn enable(dir: &Path, controller: &str) -> Result<(), String> {
@@ -465,5 +478,19 @@ fn remove_stale(group: &Path) {
         if !Path::new(&format!("/proc/{pid}")).exists() && is_empty(&path) {
             remove_tree(&path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_sandboxs_key_is_its_name_and_its_whole_path() {
+        let a = super::key(std::path::Path::new("/data/one/sb-1"));
+        let b = super::key(std::path::Path::new("/data/two/sb-1"));
+        assert!(a.starts_with("sb-1-") && b.starts_with("sb-1-"), "{a} {b}");
+        assert_ne!(a, b, "two roots of one name share a group");
+        let odd = super::key(std::path::Path::new("/data/a b/../x.y"));
+        assert!(odd.starts_with("x_y-"), "{odd}");
+        assert!(!odd.contains(['/', '.', ' ']), "{odd}");
     }
 }
