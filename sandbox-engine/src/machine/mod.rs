@@ -10,7 +10,8 @@
 //! | host | tree proof | limits |
 //! |---|---|---|
 //! | root, cgroup v1 `pids` | a pids group per command ([`TreeProof::PidsGroup`]) | pids and memory groups, `RLIMIT_NPROC`, a range of ids per sandbox |
-//! | anything else with user namespaces (an ordinary user) | an anchor per command ([`TreeProof::Anchor`], see [`anchor`]) | `RLIMIT_NPROC` per sandbox; memory NOT limited |
+//! | a cgroup v2 group the server may write (delegated to an ordinary user, or root on a pure v2 host) | a group per command ([`TreeProof::DelegatedGroup`], see [`crate::trees::cgroup_v2`]) | `pids.max`, `memory.max`, `cpu.max` per sandbox where offered (each named enforced or not), `RLIMIT_NPROC` |
+//! | anything else with user namespaces (an ordinary user) | an anchor per command ([`TreeProof::Anchor`], see [`crate::trees::anchor`]) | `RLIMIT_NPROC` per sandbox; memory NOT limited |
 //! | user namespaces refused | none: every command keeps namespaces of its own (the fallback, named in the startup line with its fix, [`describe_model`]) | `RLIMIT_NPROC` |
 //!
 //! Without a uid per sandbox (not root) a sandbox's processes are those

@@ -18,10 +18,11 @@
 //! and `cpu` controllers the delegated group offers for its subtree, so
 //! each sandbox group gets its limits. A controller that cannot be
 //! enabled (not offered, or the delegated group still holds processes of
-//! others) is listed as not enforced ([`Delegated::describe_limits`]).
+//! others) is listed as not enforced, with why ([`Delegated::why_not`]), in the
+//! startup line and `describe`.
 //!
 //! # A command
-//! The launcher ([`crate::machine::join`]) writes itself into its
+//! The launcher (`crate::machine::join`) writes itself into its
 //! command's group (`cgroup.procs`) before it enters the machine, forks
 //! or execs anything: the server's own code is the only thing that ever
 //! runs outside the group, and a launcher that cannot move fails the
