@@ -65,7 +65,9 @@ struct Cli {
     /// past it the kernel kills a process of that sandbox only. Limits
     /// what a sandbox uses, never the address space its programs reserve.
     /// Default: half the host's RAM, at most 8G. Needs a root server with
-    /// a cgroup v1 memory hierarchy (else logged at start: not limited).
+    /// a cgroup v1 memory hierarchy, or a cgroup v2 group delegated to the
+    /// server that offers the memory controller (else logged at start:
+    /// not limited).
     #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::storage::disk::parse_size)]
     sandbox_memory: Option<u64>,
     /// A finished process (exited, tree gone) keeps its exit and output

@@ -26,7 +26,7 @@
 //! command and exits with its status (or dies of the same signal), like
 //! `nsenter` did. Without a pids group it forks an *anchor* instead,
 //! which forks the command and reports its status and the proof of its
-//! tree ([`crate::machine::anchor`]).
+//! tree ([`crate::trees::anchor`]).
 //!
 //! The *command* closes every descriptor but 0, 1 and 2 and is exec'd with
 //! exactly the environment given ([`Launch`] prepares the argument and
@@ -151,7 +151,7 @@ struct Launch {
     /// cgroup v1 `pids` hierarchy), or none: then `anchor` is set.
     group: Option<RawFd>,
     /// The write end of the command's proof pipe: the launcher forks an
-    /// anchor (see [`crate::machine::anchor`]) that holds the command's tree.
+    /// anchor (see [`crate::trees::anchor`]) that holds the command's tree.
     anchor: Option<RawFd>,
     /// The `tasks` file of the sandbox's memory group, where it has one.
     memory: Option<RawFd>,
@@ -201,7 +201,7 @@ fn c_string(s: &str) -> std::io::Result<CString> {
 
 /// How a command's tree is held in the machine: its own pids group (the
 /// `tasks` file, open for writing), or an anchor that reports on the
-/// write end of a proof pipe (see [`crate::machine::anchor`]).
+/// write end of a proof pipe (see [`crate::trees::anchor`]).
 #[derive(Clone, Copy)]
 pub enum Holder<'a> {
     /// A cgroup v1 pids group of the command's own.
@@ -506,7 +506,7 @@ impl Launch {
         }
     }
 
-    /// The launcher with an anchor (see [`crate::machine::anchor`]): forks
+    /// The launcher with an anchor (see [`crate::trees::anchor`]): forks
     /// the anchor (in the machine's PID namespace), tells the server its
     /// host pid on the proof pipe, and relays the command's status the
     /// anchor reports.
@@ -525,7 +525,7 @@ impl Launch {
             }
             libc::close(status[1]);
             let mut told = [0u8; 5];
-            told[0] = crate::machine::anchor::PID_TAG;
+            told[0] = crate::trees::anchor::PID_TAG;
             told[1..].copy_from_slice(&(anchor as i32).to_le_bytes());
             write_all(proof, &told);
             libc::close(proof);
@@ -556,7 +556,7 @@ impl Launch {
                 write_all(2, reason(errno));
                 write_all(2, b"\n");
                 write_all(status, &((126 as c_int) << 8).to_le_bytes());
-                write_all(proof, &[crate::machine::anchor::GONE_TAG]);
+                write_all(proof, &[crate::trees::anchor::GONE_TAG]);
                 libc::_exit(0);
             }
             if command == 0 {
@@ -590,7 +590,7 @@ impl Launch {
                     }
                 }
             }
-            write_all(proof, &[crate::machine::anchor::GONE_TAG]);
+            write_all(proof, &[crate::trees::anchor::GONE_TAG]);
             libc::_exit(0);
         }
     }
