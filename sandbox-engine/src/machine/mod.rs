@@ -306,34 +306,56 @@ pub fn tree_proof_offered_here() -> TreeProof {
     }
 }
 
+/// Runs `/bin/true` in a forked child that first unshares `flags`.
+fn probe_unshare(flags: libc::c_int) -> std::io::Result<std::process::ExitStatus> {
+    let mut probe = std::process::Command::new("/bin/true");
+    probe
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: one system call in the forked child.
+    unsafe {
+        probe.pre_exec(move || {
+            if libc::unshare(flags) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    probe.status()
+}
+
+/// The namespaces besides the user namespace that a sandbox has.
+const OTHER_NAMESPACES: libc::c_int = libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWNS;
+
+/// Whether commands get their namespaces without a user namespace of
+/// their own here: user namespaces are refused (the fallback), the server
+/// is not the host's root, yet it may make PID, network, IPC, UTS and
+/// mount namespaces: it is uid 0 of a user namespace that refuses nested
+/// ones (a container with `user.max_user_namespaces` 0, a server under
+/// `bwrap --disable-userns`). Its commands then run as its own uid with
+/// no capability (see [`crate::machine::bwrap_args`]).
+pub fn namespaces_without_user_here() -> bool {
+    static HERE: OnceLock<bool> = OnceLock::new();
+    *HERE.get_or_init(|| {
+        user_namespaces_refused().is_some()
+            && !crate::trees::id_map::ranges_here()
+            && probe_unshare(OTHER_NAMESPACES).is_ok_and(|s| s.success())
+    })
+}
+
 /// Why this process cannot make the namespaces a machine needs (user,
 /// PID, network, IPC, UTS, mount), with what fixes it; `None` when it
 /// can. Tried once, in a forked child that makes them and exits.
 pub fn user_namespaces_refused() -> Option<String> {
     static WHY: OnceLock<Option<String>> = OnceLock::new();
-    WHY.get_or_init(|| {
-        let mut probe = std::process::Command::new("/bin/true");
-        probe
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: one system call in the forked child.
-        unsafe {
-            probe.pre_exec(|| {
-                let flags = libc::CLONE_NEWUSER
-                    | libc::CLONE_NEWPID
-                    | libc::CLONE_NEWNET
-                    | libc::CLONE_NEWIPC
-                    | libc::CLONE_NEWUTS
-                    | libc::CLONE_NEWNS;
-                if libc::unshare(flags) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        match probe.status() {
+    WHY.get_or_init(
+        || match probe_unshare(libc::CLONE_NEWUSER | OTHER_NAMESPACES) {
             Ok(s) if s.success() => None,
             Ok(s) => Some(format!("a probe in new namespaces ended with {s}")),
             Err(e) => Some(format!(
@@ -342,9 +364,22 @@ pub fn user_namespaces_refused() -> Option<String> {
                  `bwrap-userns-restrict` profile or `sysctl -w \
                  kernel.apparmor_restrict_unprivileged_userns=0`)"
             )),
-        }
-    })
+        },
+    )
     .clone()
+}
+
+/// The model sandboxes get on this host, as one short name (what CI's
+/// host kinds expect, `.ci/host-kinds.sh`): `machine+pids-group`,
+/// `machine+anchor`, or `per-command` (the fallback; with
+/// `+no-userns` where commands get no user namespace of their own).
+pub fn model_name() -> &'static str {
+    match tree_proof_here() {
+        Some(TreeProof::PidsGroup) => "machine+pids-group",
+        Some(TreeProof::Anchor) => "machine+anchor",
+        None if namespaces_without_user_here() => "per-command+no-userns",
+        None => "per-command",
+    }
 }
 
 /// The model sandboxes get on this host, in words, for the engine's
@@ -626,10 +661,10 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let raw = write.as_raw_fd();
     // As root, the sandbox's whole range of ids is mapped by the server
-    // once bwrap has made its user namespace (see [`crate::trees::id_map`]).
-    let gate = crate::trees::host_processes::sandbox_ids(root)
-        .map(crate::trees::id_map::MapGate::new)
-        .transpose()?;
+    // once bwrap has made its user namespace; otherwise its slice of the
+    // user's subordinate ids, by `newuidmap` and `newgidmap`, where it has
+    // one (see [`crate::trees::id_map`]).
+    let gate = crate::trees::id_map::gate_for(root)?;
     let gate_fds = gate.as_ref().map(|g| g.child_fds());
     let mut cmd = std::process::Command::new(bwrap);
     cmd.args(crate::machine::bwrap_args::machine_bwrap_args(root, raw))

@@ -83,7 +83,7 @@ pub fn default_sandbox_memory() -> u64 {
 pub fn memory_cgroup_base() -> Option<&'static Path> {
     static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     BASE.get_or_init(|| {
-        if !rustix::process::geteuid().is_root() {
+        if !crate::trees::id_map::ranges_here() {
             return None;
         }
         let v1 = Path::new("/sys/fs/cgroup/memory");
@@ -116,8 +116,7 @@ pub fn memory_cgroup_base() -> Option<&'static Path> {
 /// describe`, `sandbox doctor`); the server decides with
 /// [`memory_cgroup_base`].
 pub fn memory_limit_offered_here() -> bool {
-    rustix::process::geteuid().is_root()
-        && Path::new("/sys/fs/cgroup/memory/cgroup.procs").is_file()
+    crate::trees::id_map::ranges_here() && Path::new("/sys/fs/cgroup/memory/cgroup.procs").is_file()
 }
 
 /// The `tasks` file of the memory group of the sandbox owned by `uid`
@@ -256,7 +255,7 @@ pub fn sandbox_oom_kills(uid: u32) -> Option<u64> {
 pub fn pids_cgroup_base() -> Option<&'static Path> {
     static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     BASE.get_or_init(|| {
-        if !rustix::process::geteuid().is_root() {
+        if !crate::trees::id_map::ranges_here() {
             return None;
         }
         let v1 = Path::new("/sys/fs/cgroup/pids");
@@ -400,5 +399,5 @@ pub(crate) fn command_tasks(uid: u32) -> Option<usize> {
 /// created): root and a cgroup v1 `pids` hierarchy. The server decides
 /// with [`pids_cgroup_base`].
 pub fn pids_offered_here() -> bool {
-    rustix::process::geteuid().is_root() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
+    crate::trees::id_map::ranges_here() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
 }
