@@ -78,6 +78,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::machine::join::Door;
@@ -99,6 +100,8 @@ struct Machine {
     /// A pidfd of its init, opened when it started: ending the machine
     /// needs no new descriptor (the engine may be out of them).
     pidfd: Option<std::os::fd::OwnedFd>,
+    /// Set once its outer bwrap (the init's parent on the host) is reaped.
+    outer_reaped: Arc<AtomicBool>,
 }
 
 impl Machine {
@@ -419,7 +422,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
             retire(root, m);
         }
     }
-    let (init_pid, ns) = start(bwrap, root)?;
+    let (init_pid, ns, outer_reaped) = start(bwrap, root)?;
     crate::trees::deathguard::watch(Guarded::Namespace { init_pid, ns });
     crate::storage::records::note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
     let door = Door::open(init_pid);
@@ -450,6 +453,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         proxy: None,
         door: door.clone(),
         pidfd,
+        outer_reaped,
     };
     if let Some(policy) = crate::network::egress::policy_for(root) {
         let name = root
@@ -493,8 +497,31 @@ pub fn end_now(root: &Path) -> Option<(i32, u64)> {
     Some(ended)
 }
 
-/// Ended machines by sandbox root, as (init pid, PID namespace).
-type Ended = HashMap<PathBuf, Vec<(i32, u64)>>;
+/// A machine that was ended (SIGKILL sent) and is still to be proven gone.
+#[derive(Debug, Clone)]
+pub struct EndedMachine {
+    /// The host pid of its init.
+    pub init_pid: i32,
+    /// Its PID namespace.
+    pub ns: u64,
+    outer_reaped: Arc<AtomicBool>,
+}
+
+impl EndedMachine {
+    /// Whether nothing of it runs: its init and every process of its
+    /// namespace gone (a fresh scan), and its outer bwrap reaped.
+    pub fn is_gone(&self) -> bool {
+        self.outer_reaped.load(Ordering::Acquire)
+            && crate::machine::isolation::Tree::Namespace {
+                init_pid: self.init_pid,
+                ns: self.ns,
+            }
+            .is_gone()
+    }
+}
+
+/// Ended machines by sandbox root.
+type Ended = HashMap<PathBuf, Vec<EndedMachine>>;
 
 /// Machines of each sandbox that were ended (SIGKILL sent) and not yet
 /// proven gone by the sandbox's delete or stop, as (init pid, PID
@@ -512,21 +539,26 @@ fn retire(root: &Path, m: Machine) {
     let mut ended = ended().lock().unwrap_or_else(|p| p.into_inner());
     // Those already gone need no proof any more.
     for list in ended.values_mut() {
-        list.retain(|(init_pid, ns)| {
-            procfs::stat(*init_pid).is_some_and(|p| !p.is_zombie())
-                && procfs::pid_namespace(*init_pid) == Some(*ns)
+        list.retain(|e| {
+            !e.outer_reaped.load(Ordering::Acquire)
+                || procfs::stat(e.init_pid).is_some_and(|p| !p.is_zombie())
+                    && procfs::pid_namespace(e.init_pid) == Some(e.ns)
         });
     }
     ended.retain(|_, list| !list.is_empty());
     ended
         .entry(root.to_path_buf())
         .or_default()
-        .push((m.init_pid, m.ns));
+        .push(EndedMachine {
+            init_pid: m.init_pid,
+            ns: m.ns,
+            outer_reaped: m.outer_reaped.clone(),
+        });
 }
 
 /// The machines of the sandbox at `root` ended so far and not yet taken,
-/// as (init pid, PID namespace), each to be proven gone by the caller.
-pub fn take_ended(root: &Path) -> Vec<(i32, u64)> {
+/// each to be proven gone by the caller ([`EndedMachine::is_gone`]).
+pub fn take_ended(root: &Path) -> Vec<EndedMachine> {
     ended()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -656,8 +688,9 @@ pub fn running() -> Vec<PathBuf> {
 }
 
 /// Starts the machine's bwrap and reads its init's host pid and PID
-/// namespace from `--json-status-fd`.
-fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
+/// namespace from `--json-status-fd`; the flag is set once the outer
+/// bwrap is reaped.
+fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64, Arc<AtomicBool>)> {
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let raw = write.as_raw_fd();
     // As root, the sandbox's whole range of ids is mapped by the server
@@ -759,12 +792,17 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
             "the sandbox's machine exited at start",
         ));
     }
-    // The outer bwrap lives as long as the machine; reap it then.
+    // The outer bwrap lives as long as the machine; reap it then. A
+    // machine is gone only once it is (a server that is not root has no
+    // uid to find it by).
     drop(child.stderr.take());
+    let outer_reaped = Arc::new(AtomicBool::new(false));
+    let reaped = outer_reaped.clone();
     std::thread::Builder::new()
         .name("createos-local-machine".into())
         .spawn(move || {
             let _ = child.wait();
+            reaped.store(true, Ordering::Release);
         })?;
-    Ok((init_pid, ns))
+    Ok((init_pid, ns, outer_reaped))
 }
