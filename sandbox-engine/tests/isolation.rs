@@ -469,8 +469,8 @@ async fn a_command_cannot_see_or_signal_host_processes() {
 /// user's uid where it has no subordinate ids: their PID namespaces keep
 /// them apart). A command of one sandbox looks for another sandbox's
 /// `sleep` in its `/proc`, signals its host pid, tries `PTRACE_ATTACH`
-/// and `PTRACE_SEIZE` on it, and sends SIGSTOP to every process it may
-/// (`kill -STOP -1`); the `sleep` is still running, untraced, afterwards.
+/// and `PTRACE_SEIZE` on it, and sends SIGSTOP to every process it sees;
+/// the `sleep` is still running, untraced, afterwards.
 #[tokio::test]
 async fn a_sandbox_cannot_see_signal_or_trace_another_sandboxs_processes() {
     let h = confined().await;
@@ -505,10 +505,21 @@ async fn a_sandbox_cannot_see_signal_or_trace_another_sandboxs_processes() {
         out.contains("attach -1 seize -1"),
         "a ptrace succeeded: {r}"
     );
-    // SIGSTOP to every process the attacker may signal (`kill -1`): its
-    // own sandbox's only (which then stands still until its delete).
-    h.spawn(&attacker, "kill -STOP -1; echo sent").await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // SIGSTOP to every process the attacker sees but its own shell, the
+    // process that started it (the anchor, as an ordinary user: stopping
+    // it would leave this command's end unknown) and its init: its own
+    // sandbox's only.
+    let r = h
+        .exec(
+            &attacker,
+            "for p in $(ls /proc | grep -x '[0-9]*'); do case $p in 1|$$|$PPID) ;; \
+             *) kill -STOP $p 2>/dev/null && echo stopped;; esac; done; echo done",
+        )
+        .await;
+    assert!(
+        r["stdout"].as_str().unwrap_or_default().ends_with("done\n"),
+        "{r}"
+    );
     let status = std::fs::read_to_string(format!("/proc/{sleeper}/status")).expect("still alive");
     let field = |name: &str| {
         status

@@ -104,7 +104,8 @@ impl Setup {
             return None;
         }
         Some(format!(
-            "sandbox: weaker model here: namespaces per command, not one machine per sandbox              (what a command leaves running ends with it): {}",
+            "sandbox: weaker model here: namespaces per command, not one machine per sandbox \
+             (what a command leaves running ends with it): {}",
             sandbox_engine::machine::user_namespaces_refused()
                 .unwrap_or_else(|| "this host gives no tree proof for machines".to_string())
         ))
