@@ -83,6 +83,9 @@ run() {
 }
 # (a) An ordinary user, no cgroup it may write.
 user=("${as_user[@]}")
+# The model exercised, printed (and compared with the expected one).
+model_test=(the_model_in_force_is_the_one_this_host_kind_expects --exact --nocapture)
+run "ordinary user" machine+anchor "${user[@]}" :: machine "${model_test[@]}"
 # Two machine tests need what only root has here: a host uid per sandbox
 # (pausing nested namespaces by uid) and a writable pids hierarchy.
 run "ordinary user" machine+anchor "${user[@]}" :: machine \
@@ -101,7 +104,7 @@ run "ordinary user" machine+anchor "${user[@]}" :: sandbox_gone \
 # namespace per sandbox, so only the model test of the machine suite
 # applies; the isolation suite runs whole, per command.
 no_userns=("${as_user[@]}" bwrap --unshare-user --uid 0 --gid 0 --cap-add ALL --disable-userns --dev-bind / / --)
-run "user namespaces refused" per-command+no-userns "${no_userns[@]}" :: machine the_model_in_force_is_the_one_this_host_kind_expects --exact
+run "user namespaces refused" per-command+no-userns "${no_userns[@]}" :: machine "${model_test[@]}"
 run "user namespaces refused" per-command+no-userns "${no_userns[@]}" :: isolation
 # `sandbox run` says in one line that the model is weaker, and why.
 said=$(cd /tmp && "${no_userns[@]}" env -i HOME=/tmp PATH=/usr/bin:/bin "$repo/target/debug/sandbox" run -- echo hello 2>&1 || true)
