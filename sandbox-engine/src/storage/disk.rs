@@ -656,8 +656,12 @@ mod loop_device {
 /// slice is free again once its root is gone.
 pub fn remove_tree(path: &Path) -> std::io::Result<()> {
     detach(path);
+    let identity = crate::trees::id_map::root_identity(path);
+    // What could not be removed leaves a directory not empty (the walk's
+    // own errors do not surface): any failure but "not there" is retried
+    // with every id of the user, where it has subordinate ones.
     let removed = match crate::storage::fstree::remove_tree(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             match crate::util::find_in_path("bwrap") {
                 Some(bwrap) => {
                     crate::trees::id_map::remove_with_every_own_id(&bwrap, path).map_err(|_| e)
@@ -667,8 +671,8 @@ pub fn remove_tree(path: &Path) -> std::io::Result<()> {
         }
         other => other,
     };
-    if removed.is_ok() || !path.exists() {
-        crate::trees::id_map::release_slice(path);
+    if let Some(identity) = identity.filter(|_| !path.exists()) {
+        crate::trees::id_map::release_slice(identity);
     }
     removed
 }

@@ -607,8 +607,20 @@ pub struct Slice {
     pub gids: IdRange,
 }
 
-/// Slices held by this process, by sandbox root, with their lock files.
-type HeldSlices = std::sync::Mutex<std::collections::HashMap<PathBuf, (Slice, std::fs::File)>>;
+/// Slices held by this process, by the identity of their sandbox's root
+/// directory ([`root_identity`]: it survives the rename a delete makes
+/// before removing the files), with their lock files.
+type HeldSlices = std::sync::Mutex<std::collections::HashMap<(u64, u64), (Slice, std::fs::File)>>;
+
+/// `(st_dev, st_ino)` of the directory `root`: what names a sandbox's
+/// slice ([`slice_for`], [`release_slice`]).
+pub fn root_identity(root: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(root)
+        .ok()
+        .filter(|m| m.is_dir())
+        .map(|m| (m.dev(), m.ino()))
+}
 
 fn slices_held() -> &'static HeldSlices {
     static HELD: std::sync::OnceLock<HeldSlices> = std::sync::OnceLock::new();
@@ -655,8 +667,9 @@ pub fn slice_for(root: &Path) -> Option<Slice> {
     let Some(OwnIds::Slices { uids, gids, .. }) = own_ids_here() else {
         return None;
     };
+    let key = root_identity(root)?;
     let mut held = slices_held().lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((slice, _)) = held.get(root) {
+    if let Some((slice, _)) = held.get(&key) {
         return Some(*slice);
     }
     let dir = user_claims_dir()?;
@@ -685,19 +698,20 @@ pub fn slice_for(root: &Path) -> Option<Slice> {
         if ids_in_use(slice.uids) {
             continue;
         }
-        held.insert(root.to_path_buf(), (slice, file));
+        held.insert(key, (slice, file));
         return Some(slice);
     }
     None
 }
 
-/// Gives up the slice of the sandbox at `root` (its machine is proven gone
-/// and its root removed).
-pub fn release_slice(root: &Path) {
+/// Gives up the slice of the sandbox whose root directory was `identity`
+/// ([`root_identity`], read before the root was removed): its machine is
+/// proven gone and its files are removed.
+pub fn release_slice(identity: (u64, u64)) {
     slices_held()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .remove(root);
+        .remove(&identity);
 }
 
 /// The gate that maps the ids of the machine of the sandbox at `root`:
