@@ -584,6 +584,11 @@ fn ended() -> &'static Mutex<Ended> {
 
 /// Ends machine `m` of the sandbox at `root` and notes it for the proof.
 fn retire(root: &Path, m: Machine) {
+    // A paused sandbox's machine is frozen in its cgroup v2 group: its
+    // init dies of the SIGKILL, but its outer bwrap, frozen, would never
+    // run to exit (and a machine is gone only once that is reaped). The
+    // group is thawed first; the kill follows at once.
+    crate::trees::process_limits::freeze_sandbox(root, false);
     m.kill();
     let mut ended = ended().lock().unwrap_or_else(|p| p.into_inner());
     // Those already gone need no proof any more.
