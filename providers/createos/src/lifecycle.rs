@@ -102,10 +102,10 @@ impl<'a> Provider<'a> for CreateOs<'a> {
         let (sandbox_id, attested) = self.create_sandbox(asked.map(|(at, _)| at))?;
         if let Some((_, limit)) = asked {
             // Kept only when the backend attests it, at or before the time asked.
-            if !attested
+            if attested
                 .as_deref()
                 .and_then(|at| expiry::millis(at, true))
-                .is_some_and(|ms| ms <= limit)
+                .is_none_or(|ms| ms > limit)
             {
                 let error = invalid(
                     "create-sandbox",
