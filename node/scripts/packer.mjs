@@ -41,15 +41,18 @@ const DESCRIBE_TIMEOUT_MS = 60_000;
  * carries it, each with why (the manifest does not declare it).
  *
  * Daytona's duplex channel carries bytes exactly (the conformance kit, the
- * CLI), but in the e2e's Daytona agent run it stalls: the agent's one
- * request and its answer cross it within milliseconds, then nothing more
- * does (Paperclip's first HTTP/2 PING, 5 s later, never becomes an input
- * request to the engine) and the run command's result, which the engine
- * had at once, reaches Paperclip only after Paperclip's PING watchdog
- * gave up on the session (20 s) and ended the gateway, so the run fails as
- * a control channel lost mid-run. Not an ordering of two ends: ordering
- * the channel's exit after the result would hide that stall. Its runs
- * call back through Paperclip's file bridge until the stall is found.
+ * CLI), but in the e2e's Daytona agent run it can stall (4 of 6 runs
+ * here: 3 of 3 at load 10-30 on 2 cores, 1 of 3 at load 4): the agent's
+ * one request and its answer cross it within milliseconds, then the
+ * worker goes quiet for
+ * both calls on the lease: Paperclip's first HTTP/2 PING, 5 s later, never
+ * becomes an input request to the engine, and the run command, which had
+ * ended in the engine at once, neither emits its last output nor returns.
+ * Both resume within 0.1 s of Paperclip's PING watchdog (20 s) ending the
+ * session, so the run fails as a control channel lost mid-run. Not an
+ * ordering of two ends: ordering the channel's exit after the result
+ * would hide that stall. Its runs call back through Paperclip's file
+ * bridge until the stall is found.
  */
 export const HELD_BACK = {
   daytona: {
