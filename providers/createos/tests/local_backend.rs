@@ -193,7 +193,10 @@ fn a_requested_expiry_is_attested_and_kept_on_the_engine() {
     let mut config: serde_json::Value = serde_json::from_str(&local.ctx.config).unwrap();
     config["hardExpiry"] = true.into();
     local.ctx.config = config.to_string();
-    let asked = in_seconds(8);
+    // Far enough ahead that a loaded machine still sends it more than the
+    // engine's 4 s before (a 400 otherwise, seen once under CI load).
+    let asked_at = std::time::Instant::now() + Duration::from_secs(20);
+    let asked = in_seconds(20);
     let mut request = test_support::acquire("login");
     request.requested_expires_at = Some(asked.clone());
     let lease = local
@@ -227,7 +230,9 @@ fn a_requested_expiry_is_attested_and_kept_on_the_engine() {
         None,
     );
     assert_eq!(ran.exit_code, Some(0), "{ran:?}");
-    std::thread::sleep(Duration::from_secs(10));
+    std::thread::sleep(
+        (asked_at + Duration::from_secs(1)).saturating_duration_since(std::time::Instant::now()),
+    );
     let resumed = local
         .instance()
         .resume_lease(&local.ctx, &lease)
