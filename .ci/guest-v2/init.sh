@@ -9,7 +9,7 @@ set -uo pipefail
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 results=$GUEST_RESULTS
 say() { echo "guest-v2: $*" >&2; }
-poweroff_now() { sync; echo o >/proc/sysrq-trigger; sleep 30; }
+poweroff_now() { sync; echo o >/proc/sysrq-trigger; sleep 30 2>/dev/null; }
 verdict() { echo "$1" >"$results/status"; say "verdict: $1"; poweroff_now; }
 trap 'verdict "guest init failed at line $LINENO"' ERR
 set -E
@@ -72,7 +72,6 @@ in_user_scope() {
 }
 mkdir -m 700 "/home/$user" && chown "$uid:$gid" "/home/$user"
 
-export RUST_BACKTRACE=1
 export SANDBOX_TEST_SKIPS=$results/skipped-tests.txt
 : >"$SANDBOX_TEST_SKIPS" && chmod 666 "$SANDBOX_TEST_SKIPS"
 export SANDBOX_EXPECT_CGROUP_V2_LIMITS=1
