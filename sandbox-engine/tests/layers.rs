@@ -575,28 +575,55 @@ fn named_outside(seams: &[&str], names: &[&str]) -> Vec<String> {
     outside
 }
 
-/// The host's cgroup v1 layout (its mount points, `/proc/self/cgroup`,
-/// the control files) is known to one file, the seam the rest of the
-/// engine asks (issue 42 item 2): cgroup v2 or no cgroup at all is then
-/// a change there, not a hunt through the engine.
+/// The host's cgroup layout (its mount points, `/proc/self/cgroup`, the
+/// control files of cgroup v1 and v2) is known to the tree backends'
+/// seam and the backends behind it (issue 42 item 2): a new kind of host
+/// is a change there, not a hunt through the engine.
 #[test]
-fn only_one_file_knows_the_cgroup_layout() {
-    const SEAM: &str = "trees/process_limits.rs";
+fn only_the_tree_backends_know_the_cgroup_layout() {
+    const SEAMS: [&str; 2] = ["trees/process_limits.rs", "trees/cgroup_v2.rs"];
     let outside = named_outside(
-        &[SEAM],
+        &SEAMS,
         &[
             "/sys/fs/cgroup",
             "/proc/self/cgroup",
             "cgroup.procs",
+            "cgroup.threads",
+            "cgroup.kill",
+            "cgroup.freeze",
+            "cgroup.events",
+            "cgroup.controllers",
+            "cgroup.subtree_control",
             "pids.max",
             "pids.current",
+            "memory.max",
+            "memory.events",
+            "cpu.max",
             "memory.limit_in_bytes",
             "memory.oom_control",
         ],
     );
     assert!(
         outside.is_empty(),
-        "only {SEAM} may know where and how the host's cgroups are; ask it instead:\n{}",
+        "only {SEAMS:?} may know where and how the host's cgroups are; ask them instead:\n{}",
+        outside.join("\n")
+    );
+}
+
+/// The tree backend (cgroup v1 pids, delegated cgroup v2, none) is
+/// chosen in one place, `TreeBackend::here` in `trees/process_limits.rs`:
+/// no other file reaches a backend's file directly (the trees folder's
+/// `mod.rs` only declares it).
+#[test]
+fn the_tree_backend_is_chosen_in_one_place() {
+    let outside = named_outside(
+        &["trees/process_limits.rs", "trees/cgroup_v2.rs", "trees/mod.rs"],
+        &["cgroup_v2"],
+    );
+    assert!(
+        outside.is_empty(),
+        "only trees/process_limits.rs chooses and uses the tree backends; ask it \
+         (TreeBackend, CommandGroup, SandboxGroups) instead:\n{}",
         outside.join("\n")
     );
 }

@@ -67,10 +67,7 @@ use serde::Serialize;
 use crate::machine::bwrap_args::{bwrap_args, launcher_env};
 use crate::trees::fds::mark_cloexec_from;
 use crate::trees::host_processes::{sandbox_uid, signal_verified, MARKER_VAR};
-use crate::trees::process_limits::{
-    command_cgroup, command_group_pids, join_groups, remove_command_group_soon, set_limits,
-    stop_forks, SandboxGroups,
-};
+use crate::trees::process_limits::{join_groups, set_limits, CommandGroup, SandboxGroups};
 use crate::trees::procfs::{self, ProcInfo};
 use crate::util::find_in_path;
 
@@ -183,8 +180,8 @@ pub struct Spawned {
 /// What holds a machine command's tree (see [`crate::machine::TreeProof`]).
 #[derive(Debug)]
 pub enum Holder {
-    /// Its own cgroup v1 pids group (the directory).
-    Group(PathBuf),
+    /// Its own group (cgroup v1 pids or cgroup v2).
+    Group(CommandGroup),
     /// An anchor in the machine, and the server's end of its proof pipe.
     Anchor(crate::machine::anchor::Proof),
 }
@@ -275,7 +272,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
     };
     cmd.env(MARKER_VAR, &spec.marker);
     let env_raw = env_memfd.as_ref().map(|fd| fd.as_raw_fd());
-    let groups = SandboxGroups::of(bwrap.and_then(|_| sandbox_uid(&spec.root)));
+    let groups = SandboxGroups::v1_of(bwrap.and_then(|_| sandbox_uid(&spec.root)));
     let groups_raw = groups.raw();
     // Unconfined (bwrap commands without a machine have none): a terminal
     // of the host's, which the command makes its controlling terminal.
@@ -357,16 +354,14 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
 fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> {
     let uid = sandbox_uid(&spec.root);
     let (door, lease) = crate::machine::join(bwrap, &spec.root)?;
-    let group = match (crate::machine::tree_proof_here(), uid) {
-        (Some(crate::machine::TreeProof::PidsGroup), Some(uid)) => {
-            Some(command_cgroup(uid, &spec.marker)?)
-        }
-        _ => None,
+    let group = CommandGroup::create(&spec.root, uid, &spec.marker).transpose()?;
+    let (command_group, group) = match group {
+        Some((g, file)) => (Some(g), Some(file)),
+        None => (None, None),
     };
-    let dir = group.as_ref().map(|(d, _)| d.clone());
     let forget_group = || {
-        if let Some(dir) = &dir {
-            let _ = std::fs::remove_dir(dir);
+        if let Some(g) = &command_group {
+            g.forget();
         }
     };
     // The proof pipe of an anchored command: the launcher and the anchor
@@ -405,7 +400,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     };
     let memory = uid.and_then(crate::trees::process_limits::memory_cgroup_tasks);
     let holder = match (&group, &proof) {
-        (Some((_, procs)), _) => crate::machine::join::Holder::Group(procs),
+        (Some(procs), _) => crate::machine::join::Holder::Group(procs),
         (None, Some((_, write))) => crate::machine::join::Holder::Anchor(write.as_raw_fd()),
         (None, None) => unreachable!("a command holds its tree by a group or an anchor"),
     };
@@ -473,8 +468,8 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     // it sent the master: it is queued on the socket. (Should it not
     // arrive, the supervisor ends the tree: see `Process::start`.)
     let terminal = sockets.and_then(|(ours, _)| crate::machine::pty::recv_fd(ours.as_fd()).ok());
-    let holder = match (dir, proof) {
-        (Some(dir), _) => Holder::Group(dir),
+    let holder = match (command_group, proof) {
+        (Some(g), _) => Holder::Group(g),
         (None, Some(read)) => Holder::Anchor(crate::machine::anchor::Proof::new(
             read,
             lease.machine(),
@@ -591,6 +586,7 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     // A machine command's group goes once the probe is done (the lease
     // with it, ending the probe's machine after its idle grace).
     let machine = spawned.machine.take();
+    let machine_used = machine.is_some();
     // bwrap must be able to write its status (a closed pipe kills it with
     // SIGPIPE before it lets the sandbox run).
     if let Some(pipe) = spawned.status_pipe {
@@ -604,15 +600,15 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     .map_err(|_| "bwrap probe timed out".to_string())?
     .map_err(|e| format!("bwrap probe failed: {e}"))?;
     match machine {
-        Some((Holder::Group(dir), lease)) => {
+        Some((Holder::Group(group), lease)) => {
             // The group empties as the command's last process exits.
             for _ in 0..100 {
-                if std::fs::remove_dir(&dir).is_ok() || !dir.exists() {
+                if group.is_empty() {
                     break;
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
-            drop(lease);
+            group.remove_soon(lease);
         }
         Some((Holder::Anchor(mut proof), lease)) => {
             // The anchor says so once the command's last process is reaped.
@@ -625,6 +621,17 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
             drop(lease);
         }
         None => {}
+    }
+    if machine_used {
+        // The probe's machine is of no further use: ended now, and its
+        // sandbox groups (cgroup v2) removed once it is gone.
+        let root = probe_root.to_path_buf();
+        let _ = std::thread::Builder::new()
+            .name("createos-local-probe-end".into())
+            .spawn(move || {
+                crate::machine::end_now(&root);
+                crate::trees::process_limits::remove_sandbox_groups_at(&root, None);
+            });
     }
     if out.status.success() {
         Ok(bwrap)
@@ -670,11 +677,11 @@ pub enum Tree {
         /// Every member seen so far, as (pid, start time).
         known: HashSet<(i32, u64)>,
     },
-    /// The members of one command's pids group in a sandbox machine (see
-    /// [`crate::machine`]).
+    /// The members of one command's own group in a sandbox machine
+    /// (cgroup v1 pids or cgroup v2, see [`crate::machine`]).
     Cgroup {
-        /// The group's directory.
-        dir: PathBuf,
+        /// The group.
+        group: CommandGroup,
         /// The command's hold on the machine, released once the tree is
         /// verified gone.
         lease: Option<crate::machine::Lease>,
@@ -738,9 +745,9 @@ impl Tree {
     /// removed and its lease on the machine released.
     pub fn release(&mut self) {
         match self {
-            Tree::Cgroup { dir, lease, .. } => {
+            Tree::Cgroup { group, lease, .. } => {
                 if let Some(lease) = lease.take() {
-                    remove_command_group_soon(dir.clone(), lease);
+                    group.remove_soon(lease);
                 }
             }
             Tree::Anchored { lease, .. } => drop(lease.take()),
@@ -768,7 +775,8 @@ impl Tree {
         match self {
             Tree::Empty => Vec::new(),
             Tree::Anchored { proof, .. } => proof.members(),
-            Tree::Cgroup { dir, .. } => command_group_pids(dir)
+            Tree::Cgroup { group, .. } => group
+                .pids()
                 .unwrap_or_default()
                 .into_iter()
                 .filter_map(procfs::stat)
@@ -839,12 +847,8 @@ impl Tree {
                     && procfs::pid_namespace(*init_pid) == Some(*ns);
                 !init_alive && procfs::try_live_in_namespace(*ns).is_ok_and(|l| l.is_empty())
             }
-            // A group cannot be removed while it has members: no directory,
-            // no member.
-            Tree::Cgroup { dir, .. } => match command_group_pids(dir) {
-                Ok(pids) => pids.into_iter().all(procfs::is_dead),
-                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-            },
+            // The group's own word: see `CommandGroup::is_empty`.
+            Tree::Cgroup { group, .. } => group.is_empty(),
             Tree::Group { .. } => procfs::try_all_pids().is_ok() && self.members().is_empty(),
             Tree::Anchored { proof, .. } => proof.is_gone(),
             Tree::Empty => true,
@@ -866,9 +870,10 @@ impl Tree {
         if sig != Signal::KILL && self.only_init_left() {
             return 0;
         }
-        if let (Tree::Cgroup { dir, .. }, Signal::KILL) = (&*self, sig) {
-            // No more forks in a tree being killed.
-            stop_forks(dir);
+        if let (Tree::Cgroup { group, .. }, Signal::KILL) = (&*self, sig) {
+            // The kernel's part: no more forks (cgroup v1), or every
+            // member killed (cgroup v2).
+            group.kill();
         }
         let mut hit = 0;
         for p in self.members() {
@@ -908,6 +913,11 @@ impl Tree {
     /// stopped) is stopped too; a stopped process cannot fork, so this ends
     /// (bounded at 100 rounds for a tree that keeps changing).
     pub fn freeze(&mut self, stop: bool) {
+        if let Tree::Cgroup { group, .. } = self {
+            if group.freeze(stop) {
+                return;
+            }
+        }
         if !stop {
             for p in self.members() {
                 signal_verified(&p, Signal::CONT);
@@ -1003,14 +1013,14 @@ mod tests {
         ));
         std::fs::create_dir_all(dir.join("cgroup.procs")).expect("a group that cannot be read");
         let mut unreadable = Tree::Cgroup {
-            dir: dir.clone(),
+            group: CommandGroup::v1_at(dir.clone()),
             lease: None,
             launcher: None,
         };
         assert!(!unreadable.is_gone(), "an unread group was called empty");
         let _ = std::fs::remove_dir_all(&dir);
         let mut removed = Tree::Cgroup {
-            dir,
+            group: CommandGroup::v1_at(dir),
             lease: None,
             launcher: None,
         };

@@ -228,11 +228,16 @@ pub fn available(root: &Path) -> bool {
 }
 
 /// How a command's tree is held, and proven gone, in a sandbox machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TreeProof {
     /// A cgroup v1 `pids` group per command, which no process can leave
     /// (a root server with a writable `pids` hierarchy).
     PidsGroup,
+    /// A cgroup v2 group per command in the server's delegated group (the
+    /// path), which no process of the sandbox can leave: killed with
+    /// `cgroup.kill`, proven empty by `populated 0`, paused with
+    /// `cgroup.freeze`.
+    DelegatedGroup(PathBuf),
     /// A subreaper per command inside the machine ([`anchor`]): weaker, a
     /// sandbox process that kills it leaves its command's end unproven.
     Anchor,
@@ -240,33 +245,49 @@ pub enum TreeProof {
 
 impl TreeProof {
     /// The proof in words, for the startup line and `describe`.
-    pub fn describe(&self) -> &'static str {
+    pub fn describe(&self) -> String {
         match self {
-            TreeProof::PidsGroup => "a cgroup v1 pids group per command (no process can leave it)",
-            TreeProof::Anchor => {
-                "a subreaper per command inside the machine (no cgroup this server can write: \
-                 a command that kills it leaves its end unproven until the sandbox's delete)"
+            TreeProof::PidsGroup => {
+                "a cgroup v1 pids group per command (no process can leave it)".to_string()
             }
+            TreeProof::DelegatedGroup(group) => format!(
+                "cgroup v2 delegated: a group per command in {} (no process can leave it; \
+                 the kernel kills the whole group, says when it is empty, and freezes it on \
+                 pause)",
+                group.display()
+            ),
+            TreeProof::Anchor => "a subreaper per command inside the machine (no cgroup this \
+                 server can write: a command that kills it leaves its end unproven until the \
+                 sandbox's delete; `systemd-run --user --scope -p Delegate=yes createos-local \
+                 ...` gives the engine a cgroup v2 group of its own)"
+                .to_string(),
         }
     }
 }
 
-/// The tree proof sandbox machines use on this host; `None` when commands
-/// get namespaces of their own (the fallback: user namespaces are refused
-/// here, see [`user_namespaces_refused`]).
+/// The tree proof sandbox machines use on this host
+/// ([`crate::trees::process_limits::TreeBackend::here`]); `None` when
+/// commands get namespaces of their own (the fallback: user namespaces
+/// are refused here, see [`user_namespaces_refused`]).
 pub fn tree_proof_here() -> Option<TreeProof> {
+    use crate::trees::process_limits::TreeBackend;
     static PROOF: OnceLock<Option<TreeProof>> = OnceLock::new();
-    *PROOF.get_or_init(|| {
-        if crate::trees::id_map::ranges_here()
-            && crate::trees::process_limits::pids_cgroup_base().is_some()
-        {
-            Some(TreeProof::PidsGroup)
-        } else if user_namespaces_refused().is_none() {
-            Some(TreeProof::Anchor)
-        } else {
-            None
-        }
-    })
+    PROOF
+        .get_or_init(|| {
+            if user_namespaces_refused().is_some() {
+                return None;
+            }
+            Some(match TreeBackend::here() {
+                TreeBackend::CgroupV1Pids if crate::trees::id_map::ranges_here() => {
+                    TreeProof::PidsGroup
+                }
+                TreeBackend::CgroupV2Delegated(d) => {
+                    TreeProof::DelegatedGroup(d.group().to_path_buf())
+                }
+                _ => TreeProof::Anchor,
+            })
+        })
+        .clone()
 }
 
 /// Whether bwrap sandboxes get one machine each on this host: wherever
@@ -299,10 +320,11 @@ pub fn offered_here() -> bool {
 /// The tree proof a server started here would use, as far as can be told
 /// without touching the host (see [`offered_here`]).
 pub fn tree_proof_offered_here() -> TreeProof {
-    if crate::trees::process_limits::pids_offered_here() {
-        TreeProof::PidsGroup
-    } else {
-        TreeProof::Anchor
+    use crate::trees::process_limits::{Offered, TreeBackend};
+    match TreeBackend::offered_here() {
+        Offered::CgroupV1Pids => TreeProof::PidsGroup,
+        Offered::CgroupV2Delegated(group) => TreeProof::DelegatedGroup(group),
+        Offered::NoCgroup => TreeProof::Anchor,
     }
 }
 
@@ -569,6 +591,10 @@ pub fn anchored_tasks() -> HashMap<PathBuf, usize> {
 /// server, [`crate::trees::host_processes::freeze_ids`]), else every
 /// process of its machine ([`freeze`]).
 pub fn freeze_sandbox(root: &Path, stop: bool) {
+    // cgroup v2: the kernel freezes the sandbox's whole group.
+    if crate::trees::process_limits::freeze_sandbox(root, stop) {
+        return;
+    }
     match crate::trees::host_processes::sandbox_ids(root) {
         Some(ids) => {
             crate::trees::host_processes::freeze_ids(ids, stop);
@@ -646,8 +672,14 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
         cmd.uid(uid).gid(gid);
     }
     let groups = crate::trees::process_limits::SandboxGroups::of(
+        root,
         crate::trees::host_processes::sandbox_uid(root),
-    );
+    )
+    .map_err(|e| {
+        std::io::Error::other(format!(
+            "the sandbox's machine did not start: its cgroup could not be made ({e})"
+        ))
+    })?;
     let groups_raw = groups.raw();
     let as_root = crate::trees::id_map::ranges_here();
     // SAFETY: only async-signal-safe system calls (setsid, close_range,

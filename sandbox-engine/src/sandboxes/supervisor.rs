@@ -26,7 +26,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -244,11 +244,10 @@ impl Process {
         };
         // The sandbox's OOM kills so far: one more by the time the command
         // ends by SIGKILL means the sandbox reached its memory limit.
-        let sandbox_owner = bwrap
-            .as_ref()
-            .and_then(|_| crate::trees::host_processes::sandbox_uid(&req.root));
-        let oom_kills_before =
-            sandbox_owner.and_then(crate::trees::process_limits::sandbox_oom_kills);
+        let sandbox_root = bwrap.as_ref().map(|_| req.root.clone());
+        let oom_kills_before = sandbox_root
+            .as_deref()
+            .and_then(crate::trees::process_limits::sandbox_oom_kills);
         let spawned = match isolation::spawn(bwrap.as_deref(), &spec) {
             Ok(s) => s,
             Err(e) => {
@@ -270,9 +269,9 @@ impl Process {
         let mut child = spawned.child;
         let outer_pid = child.id().map_or(0, |p| p as i32);
         let (tree, init_exit) = match (mode, spawned.status_pipe, spawned.machine) {
-            (_, _, Some((isolation::Holder::Group(dir), lease))) => (
+            (_, _, Some((isolation::Holder::Group(group), lease))) => (
                 Tree::Cgroup {
-                    dir,
+                    group,
                     lease: Some(lease),
                     launcher: crate::trees::procfs::stat(outer_pid)
                         .map(|p| (outer_pid, p.starttime)),
@@ -353,7 +352,7 @@ impl Process {
                 Err(_) => ExitStatus::Code(-1),
             };
             if let Some(before) = oom_kills_before {
-                if p.killed_for_memory(&mut exit, before, sandbox_owner) {
+                if p.killed_for_memory(&mut exit, before, sandbox_root.as_deref()) {
                     let note = format!(
                         "createos-local: the sandbox reached its memory limit ({} MiB): the \
                          kernel killed a process of it (SIGKILL)\n",
@@ -402,12 +401,12 @@ impl Process {
     /// it ended by SIGKILL, or with `128 + 9` (a shell whose child was
     /// killed, or bwrap's report of its own command, which then becomes
     /// the signal).
-    fn killed_for_memory(&self, exit: &mut ExitStatus, before: u64, owner: Option<u32>) -> bool {
+    fn killed_for_memory(&self, exit: &mut ExitStatus, before: u64, root: Option<&Path>) -> bool {
         let killed = match exit {
             ExitStatus::Signal(s) => s == "SIGKILL",
             ExitStatus::Code(code) => *code == 128 + libc::SIGKILL,
         };
-        let grew = owner
+        let grew = root
             .and_then(crate::trees::process_limits::sandbox_oom_kills)
             .is_some_and(|now| now > before);
         if killed && grew && matches!(*lock(&self.tree), Tree::Namespace { .. }) {

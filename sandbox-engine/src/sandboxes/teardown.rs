@@ -64,12 +64,13 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
+        crate::trees::process_limits::remove_sandbox_groups_at(root, None);
         return Ok(machine);
     };
     loop {
         let why = match crate::trees::host_processes::live_of_ids_checked(ids) {
             Ok(left) if left.is_empty() => {
-                crate::trees::process_limits::remove_sandbox_groups(ids.first);
+                crate::trees::process_limits::remove_sandbox_groups_at(root, Some(ids.first));
                 return Ok(machine);
             }
             Ok(left) => {

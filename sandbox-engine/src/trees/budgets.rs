@@ -72,8 +72,7 @@ impl Budgets {
 /// pids group of their own (no machine per sandbox here): then the budget
 /// counts API-started processes only.
 pub fn sandbox_tasks(root: &std::path::Path) -> Option<usize> {
-    let uid = crate::trees::host_processes::sandbox_uid(root)?;
-    crate::trees::process_limits::command_tasks(uid)
+    crate::trees::process_limits::command_tasks(root)
 }
 
 /// Why a creation was refused.

@@ -16,6 +16,7 @@
 //! other folder may use it.
 
 pub mod budgets;
+pub mod cgroup_v2;
 pub mod deathguard;
 pub mod fds;
 pub mod host_processes;

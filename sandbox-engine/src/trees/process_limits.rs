@@ -1,9 +1,15 @@
-//! How many processes and how much memory a sandbox's commands may hold:
-//! `RLIMIT_NPROC` set between fork and exec, and, where the host lets the
-//! server use them, the kernel's cgroup v1 controllers: `pids` (a group
-//! per sandbox, and one per command inside it in a sandbox machine, see
-//! [`crate::machine`]) and `memory` (a group per sandbox, see
-//! [`memory_cgroup_base`]).
+//! How a command's process tree is held and proven gone, and how many
+//! processes, how much memory and CPU a sandbox may use: the seam of the
+//! tree backends (issue 42 item 2). [`TreeBackend::here`] chooses, in this
+//! one place, how this host holds trees:
+//!
+//! | backend | where | tree proof | limits |
+//! |---|---|---|---|
+//! | [`TreeBackend::CgroupV1Pids`] | root with a cgroup v1 `pids` hierarchy (this file) | a pids group per command: its member list | `pids` and `memory` groups per sandbox |
+//! | [`TreeBackend::CgroupV2Delegated`] | a cgroup v2 group the server may write: delegated to it, or root on a pure v2 host ([`cgroup_v2`]) | a group per command: `cgroup.kill`, `populated 0` | `pids.max`, `memory.max`, `cpu.max` where offered |
+//! | [`TreeBackend::NoCgroup`] | anything else | a subreaper per command inside the machine (`crate::machine::anchor`) | `RLIMIT_NPROC` only |
+//!
+//! Every backend takes `RLIMIT_NPROC` set between fork and exec.
 //!
 //! Memory is limited by what a sandbox *uses*, never by what its
 //! processes *reserve*: no `RLIMIT_AS` (issue 44 item 2). V8 reserves
@@ -12,14 +18,212 @@
 //! sanitizer runtimes reserve more; an address-space limit broke them all
 //! while bounding nothing they used.
 //!
-//! The one file that knows where and how the host's cgroups are (cgroup
-//! v1 today: the `pids` and `memory` hierarchies, the server's own group
-//! in `/proc/self/cgroup`, the control files). The machine, the budgets
-//! and the tree proof ask it ([`command_group_pids`], [`stop_forks`],
-//! [`command_tasks`], [`pids_offered_here`]) and never read that layout
-//! themselves; `tests/layers.rs` fails when another file names it.
+//! This file and [`cgroup_v2`] are the only ones that know where and how
+//! the host's cgroups are (the v1 hierarchies, the server's own group in
+//! `/proc/self/cgroup`, the control files). The machine, the budgets and
+//! the tree proof ask them ([`CommandGroup`], [`SandboxGroups`],
+//! [`TreeBackend`]) and never read that layout themselves;
+//! `tests/layers.rs` fails when another file names it.
 
 use std::path::{Path, PathBuf};
+
+use crate::trees::cgroup_v2;
+
+/// How this host holds a sandbox machine's command trees (see the
+/// module docs).
+#[derive(Debug, Clone, Copy)]
+pub enum TreeBackend {
+    /// A cgroup v1 pids group per command, under a root server's
+    /// [`pids_cgroup_base`].
+    CgroupV1Pids,
+    /// A cgroup v2 group per command in the server's delegated group.
+    CgroupV2Delegated(&'static cgroup_v2::Delegated),
+    /// No cgroup this server can write.
+    NoCgroup,
+}
+
+impl TreeBackend {
+    /// The backend in force, chosen once: cgroup v1 `pids` where the server
+    /// is root and has it (as before: this CI kind of host keeps it), else
+    /// a writable cgroup v2 group (the server moves itself into a leaf of
+    /// it the first time this is asked), else none.
+    pub fn here() -> TreeBackend {
+        if pids_cgroup_base().is_some() {
+            TreeBackend::CgroupV1Pids
+        } else if let Some(d) = cgroup_v2::here() {
+            TreeBackend::CgroupV2Delegated(d)
+        } else {
+            TreeBackend::NoCgroup
+        }
+    }
+
+    /// The backend a server started here would choose, as far as can be
+    /// told without touching the host (no group is made, nothing moved).
+    /// For descriptions (`sandbox describe`, `sandbox doctor`).
+    pub fn offered_here() -> Offered {
+        if pids_offered_here() {
+            Offered::CgroupV1Pids
+        } else if let Some(group) = cgroup_v2::own_writable_group() {
+            Offered::CgroupV2Delegated(group)
+        } else {
+            Offered::NoCgroup
+        }
+    }
+}
+
+/// [`TreeBackend::offered_here`]: a backend without touching the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Offered {
+    /// See [`TreeBackend::CgroupV1Pids`].
+    CgroupV1Pids,
+    /// See [`TreeBackend::CgroupV2Delegated`]: the group found.
+    CgroupV2Delegated(PathBuf),
+    /// See [`TreeBackend::NoCgroup`].
+    NoCgroup,
+}
+
+/// The most a sandbox group may use on cgroup v2.
+fn v2_limits() -> cgroup_v2::Limits {
+    cgroup_v2::Limits {
+        tasks: MAX_PROCESSES,
+        memory: sandbox_memory(),
+        cpus: sandbox_cpus(),
+    }
+}
+
+/// How many CPUs one sandbox may keep busy where the host's cgroup `cpu`
+/// controller is used (cgroup v2 `cpu.max`): every CPU of the host but
+/// one, at least one, so that no sandbox takes the whole host from the
+/// engine and the other sandboxes.
+pub fn sandbox_cpus() -> u64 {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    cpus.saturating_sub(1).max(1)
+}
+
+/// Which kind of group a [`CommandGroup`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    V1Pids,
+    V2,
+}
+
+/// One command's own group (cgroup v1 pids or cgroup v2): its members are
+/// exactly the command's tree, its launcher included.
+#[derive(Debug)]
+pub struct CommandGroup {
+    dir: PathBuf,
+    kind: Kind,
+}
+
+impl CommandGroup {
+    /// A new group for one command of the sandbox at `root` (owned by
+    /// `uid` where it has ids of its own), marked `marker`, and the file
+    /// its launcher writes `0` to (opened for writing) between fork and
+    /// exec. `None` where this host has no group for commands
+    /// ([`TreeBackend::NoCgroup`], or cgroup v1 for a sandbox without a
+    /// uid of its own).
+    pub(crate) fn create(
+        root: &Path,
+        uid: Option<u32>,
+        marker: &str,
+    ) -> Option<std::io::Result<(CommandGroup, std::fs::File)>> {
+        match (TreeBackend::here(), uid) {
+            (TreeBackend::CgroupV1Pids, Some(uid)) => Some(command_cgroup(uid, marker).map(
+                |(dir, file)| {
+                    (
+                        CommandGroup {
+                            dir,
+                            kind: Kind::V1Pids,
+                        },
+                        file,
+                    )
+                },
+            )),
+            (TreeBackend::CgroupV2Delegated(d), _) => Some(
+                d.command(root, marker, &v2_limits())
+                    .map(|(dir, file)| (CommandGroup { dir, kind: Kind::V2 }, file)),
+            ),
+            _ => None,
+        }
+    }
+
+    /// A cgroup v1 pids group at `dir` (for tests of the proof).
+    #[cfg(test)]
+    pub(crate) fn v1_at(dir: PathBuf) -> CommandGroup {
+        CommandGroup {
+            dir,
+            kind: Kind::V1Pids,
+        }
+    }
+
+    /// The group's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The pids the kernel lists in the group now. `Err` when the list
+    /// cannot be read: `NotFound` once the group is removed (no directory,
+    /// no member), anything else proves nothing.
+    pub(crate) fn pids(&self) -> std::io::Result<Vec<i32>> {
+        match self.kind {
+            Kind::V1Pids => command_group_pids(&self.dir),
+            Kind::V2 => cgroup_v2::members(&self.dir),
+        }
+    }
+
+    /// Whether the group is proven empty now: cgroup v1, a fresh member
+    /// list with no live process (or the group removed); cgroup v2, the
+    /// kernel's `populated 0`. A list that cannot be read proves nothing.
+    pub(crate) fn is_empty(&self) -> bool {
+        match self.kind {
+            Kind::V1Pids => match command_group_pids(&self.dir) {
+                Ok(pids) => pids.into_iter().all(crate::trees::procfs::is_dead),
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            },
+            Kind::V2 => cgroup_v2::is_empty(&self.dir),
+        }
+    }
+
+    /// The kernel's part of killing the tree: cgroup v1, no more forks
+    /// (`pids.max` 0; the caller signals every member); cgroup v2,
+    /// `cgroup.kill` (every member, racing forks included).
+    pub(crate) fn kill(&self) {
+        match self.kind {
+            Kind::V1Pids => stop_forks(&self.dir),
+            Kind::V2 => {
+                cgroup_v2::kill(&self.dir);
+            }
+        }
+    }
+
+    /// Freezes or thaws the group through the kernel (cgroup v2
+    /// `cgroup.freeze`); `false` where the caller must stop its members
+    /// with signals (cgroup v1 pids has no freezer).
+    pub(crate) fn freeze(&self, stop: bool) -> bool {
+        self.kind == Kind::V2 && cgroup_v2::freeze(&self.dir, stop)
+    }
+
+    /// Removes the emptied group (see [`remove_command_group_soon`]).
+    pub(crate) fn remove_soon<T: Send + 'static>(&self, keep: T) {
+        remove_command_group_soon(self.dir.clone(), keep);
+    }
+
+    /// Removes the group now (a spawn that failed: nothing joined it).
+    pub(crate) fn forget(&self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Freezes (or thaws) everything of the sandbox at `root` through its
+/// cgroup v2 group; `false` where it has none (the caller stops its
+/// processes with signals).
+pub(crate) fn freeze_sandbox(root: &Path, stop: bool) -> bool {
+    match TreeBackend::here() {
+        TreeBackend::CgroupV2Delegated(d) => d.freeze_sandbox(root, stop),
+        _ => false,
+    }
+}
+
 
 /// Most processes (threads included) one sandbox's uid may have at once,
 /// set with `RLIMIT_NPROC` on every bwrap tree: a fork bomb stops there.
@@ -112,12 +316,21 @@ pub fn memory_cgroup_base() -> Option<&'static Path> {
 
 /// Whether a server started here would limit each sandbox's memory, as
 /// far as can be told without touching the host (no group is created):
-/// root and a cgroup v1 memory hierarchy. For descriptions (`sandbox
+/// root and a cgroup v1 memory hierarchy, or a writable cgroup v2 group
+/// that offers the memory controller (the server still needs to be alone
+/// in it to enable it, see [`cgroup_v2`]). For descriptions (`sandbox
 /// describe`, `sandbox doctor`); the server decides with
-/// [`memory_cgroup_base`].
+/// [`memory_cgroup_base`] and [`TreeBackend::here`].
 pub fn memory_limit_offered_here() -> bool {
-    rustix::process::geteuid().is_root()
-        && Path::new("/sys/fs/cgroup/memory/cgroup.procs").is_file()
+    match TreeBackend::offered_here() {
+        Offered::CgroupV2Delegated(group) => {
+            cgroup_v2::offers(&group, "memory")
+        }
+        _ => {
+            rustix::process::geteuid().is_root()
+                && Path::new("/sys/fs/cgroup/memory/cgroup.procs").is_file()
+        }
+    }
 }
 
 /// The `tasks` file of the memory group of the sandbox owned by `uid`
@@ -152,19 +365,38 @@ pub(crate) fn memory_cgroup_tasks(uid: u32) -> Option<std::fs::File> {
         .ok()
 }
 
-/// The cgroup files a launcher of the sandbox owned by `uid` joins between
-/// fork and exec: its pids group's and its memory group's `tasks` (each
-/// where the host has that controller, see [`pids_cgroup_base`] and
-/// [`memory_cgroup_base`]).
+/// The cgroup files the machine of a sandbox (or a command with
+/// namespaces of its own) joins between fork and exec: cgroup v1, the
+/// pids group's and the memory group's `tasks` of the sandbox owned by
+/// `uid` (each where the host has that controller, see
+/// [`pids_cgroup_base`] and [`memory_cgroup_base`]); cgroup v2, the
+/// `cgroup.procs` of the sandbox's `machine` leaf.
 pub(crate) struct SandboxGroups {
     pids: Option<std::fs::File>,
     memory: Option<std::fs::File>,
 }
 
 impl SandboxGroups {
-    /// The groups of the sandbox owned by `uid` (created on first use);
-    /// none for `None` (a sandbox without ids of its own).
-    pub(crate) fn of(uid: Option<u32>) -> SandboxGroups {
+    /// The groups of the sandbox at `root`, owned by `uid` where it has
+    /// ids of its own (created on first use). cgroup v1 needs the uid; a
+    /// cgroup v2 machine leaf that cannot be made fails (a machine
+    /// outside its sandbox's group would hold processes nothing proves).
+    pub(crate) fn of(root: &Path, uid: Option<u32>) -> std::io::Result<SandboxGroups> {
+        if let TreeBackend::CgroupV2Delegated(d) = TreeBackend::here() {
+            return Ok(SandboxGroups {
+                pids: Some(d.machine_procs(root, &v2_limits())?),
+                memory: None,
+            });
+        }
+        Ok(SandboxGroups {
+            pids: uid.and_then(pids_cgroup_procs),
+            memory: uid.and_then(memory_cgroup_tasks),
+        })
+    }
+
+    /// The cgroup v1 groups of the sandbox owned by `uid` (a command with
+    /// namespaces of its own: no machine, so no cgroup v2 leaf).
+    pub(crate) fn v1_of(uid: Option<u32>) -> SandboxGroups {
         SandboxGroups {
             pids: uid.and_then(pids_cgroup_procs),
             memory: uid.and_then(memory_cgroup_tasks),
@@ -194,8 +426,35 @@ pub(crate) fn join_groups(raw: [Option<std::os::fd::RawFd>; 2]) -> std::io::Resu
 }
 
 /// What bounds a sandbox on this host, for the startup line and
-/// `describe`.
+/// `describe`: each limit and whether it is enforced.
 pub fn describe() -> String {
+    if let TreeBackend::CgroupV2Delegated(d) = TreeBackend::here() {
+        let limit = |controller: &str, enforced: String, instead: &str| match d.why_not(controller) {
+            None => format!("{enforced} (enforced)"),
+            Some(why) => format!("{instead}: NOT enforced ({why})"),
+        };
+        return format!(
+            "{}; {}; {}",
+            limit(
+                "pids",
+                format!("pids.max {MAX_PROCESSES} tasks per sandbox, and RLIMIT_NPROC"),
+                &format!("{MAX_PROCESSES} processes per sandbox by RLIMIT_NPROC only; pids.max"),
+            ),
+            limit(
+                "memory",
+                format!(
+                    "memory.max {} MiB per sandbox, no swap",
+                    sandbox_memory() >> 20
+                ),
+                "memory NOT limited; memory.max",
+            ),
+            limit(
+                "cpu",
+                format!("cpu.max {} CPU(s) per sandbox", sandbox_cpus()),
+                "cpu NOT limited; cpu.max",
+            ),
+        );
+    }
     let processes = match pids_cgroup_base() {
         Some(_) => format!("{MAX_PROCESSES} tasks per sandbox (its pids group and RLIMIT_NPROC)"),
         None => format!("{MAX_PROCESSES} processes per uid (RLIMIT_NPROC; no pids group here)"),
@@ -207,7 +466,19 @@ pub fn describe() -> String {
         ),
         None => "memory NOT limited (no cgroup memory controller this server can use)".to_string(),
     };
-    format!("{processes}; {memory}")
+    format!("{processes}; {memory}; cpu NOT limited (no cgroup cpu controller in use)")
+}
+
+/// Removes the groups of the sandbox at `root` (its cgroup v2 groups, and
+/// the cgroup v1 ones of `uid` where it has ids of its own) once every
+/// process of it is proven gone.
+pub(crate) fn remove_sandbox_groups_at(root: &Path, uid: Option<u32>) {
+    if let Some(uid) = uid {
+        remove_sandbox_groups(uid);
+    }
+    if let Some(d) = cgroup_v2::here_if_made() {
+        d.remove_sandbox(root);
+    }
 }
 
 /// Removes the pids and memory groups of the sandbox owned by `uid` (and
@@ -233,9 +504,13 @@ pub(crate) fn remove_sandbox_groups(uid: u32) {
 }
 
 /// How many times the kernel's OOM killer has killed a process of the
-/// sandbox owned by `uid` (its memory group's `oom_kill` count); `None`
+/// sandbox at `root` (its memory group's `oom_kill` count); `None`
 /// without a memory group.
-pub fn sandbox_oom_kills(uid: u32) -> Option<u64> {
+pub fn sandbox_oom_kills(root: &Path) -> Option<u64> {
+    if let TreeBackend::CgroupV2Delegated(d) = TreeBackend::here() {
+        return d.oom_kills(root);
+    }
+    let uid = crate::trees::host_processes::sandbox_uid(root)?;
     let dir = memory_cgroup_base()?.join(format!("sandbox-{uid}"));
     let control = std::fs::read_to_string(dir.join("memory.oom_control")).ok()?;
     control
@@ -314,7 +589,7 @@ const JOIN_FILE: &str = "tasks";
 
 /// A new pids group for one command under its sandbox's group, and its
 /// [`JOIN_FILE`] opened for writing.
-pub(crate) fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
+fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
     let sandbox = pids_cgroup_procs(uid)
         .and_then(|_| pids_cgroup_base().map(|b| b.join(format!("sandbox-{uid}"))))
         .ok_or_else(|| std::io::Error::other("no pids group for the sandbox"))?;
@@ -341,7 +616,7 @@ pub(crate) fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf
 /// (`cgroup.procs`). `Err` when the list cannot be read: `NotFound` once
 /// the group is removed (no directory, no member), anything else proves
 /// nothing.
-pub(crate) fn command_group_pids(dir: &Path) -> std::io::Result<Vec<i32>> {
+fn command_group_pids(dir: &Path) -> std::io::Result<Vec<i32>> {
     let list = std::fs::read_to_string(dir.join("cgroup.procs"))?;
     Ok(list
         .split_whitespace()
@@ -351,7 +626,7 @@ pub(crate) fn command_group_pids(dir: &Path) -> std::io::Result<Vec<i32>> {
 
 /// No more forks in the command group at `dir` (a tree being killed):
 /// its `pids.max` becomes 0.
-pub(crate) fn stop_forks(dir: &Path) {
+fn stop_forks(dir: &Path) {
     let _ = std::fs::write(dir.join("pids.max"), "0");
 }
 
@@ -359,7 +634,7 @@ pub(crate) fn stop_forks(dir: &Path) {
 /// processes are still being reaped, which keeps the group busy) retried
 /// from a short-lived thread for up to 2 s. `keep` (the command's lease
 /// on its machine) is dropped after the group.
-pub(crate) fn remove_command_group_soon<T: Send + 'static>(dir: PathBuf, keep: T) {
+fn remove_command_group_soon<T: Send + 'static>(dir: PathBuf, keep: T) {
     if std::fs::remove_dir(&dir).is_ok() {
         return;
     }
@@ -376,10 +651,21 @@ pub(crate) fn remove_command_group_soon<T: Send + 'static>(dir: PathBuf, keep: T
         });
 }
 
-/// The tasks the command groups of the sandbox owned by `uid` hold now
-/// (each group's `pids.current`, its launcher not counted); `None`
-/// without a pids hierarchy (see [`pids_cgroup_base`]).
-pub(crate) fn command_tasks(uid: u32) -> Option<usize> {
+/// The tasks the command groups of the sandbox at `root` hold now (its
+/// launchers not counted); `None` where commands have no group.
+pub(crate) fn command_tasks(root: &Path) -> Option<usize> {
+    match TreeBackend::here() {
+        TreeBackend::CgroupV2Delegated(d) => d.command_tasks(root),
+        TreeBackend::CgroupV1Pids => {
+            command_tasks_v1(crate::trees::host_processes::sandbox_uid(root)?)
+        }
+        TreeBackend::NoCgroup => None,
+    }
+}
+
+/// cgroup v1: each command group's `pids.current`, its launcher not
+/// counted; `None` without a pids hierarchy.
+fn command_tasks_v1(uid: u32) -> Option<usize> {
     let dir = pids_cgroup_base()?.join(format!("sandbox-{uid}"));
     let mut tasks = 0;
     for entry in std::fs::read_dir(dir).ok()?.flatten() {

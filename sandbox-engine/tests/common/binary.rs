@@ -54,6 +54,20 @@ impl Engine {
         nofile: Option<u64>,
         user: Option<(u32, u32)>,
     ) -> Engine {
+        Engine::start_in(tag, args, nofile, user, None)
+    }
+
+    /// [`start_as`](Engine::start_as), the engine moved first (by this
+    /// root test, between fork and exec, as systemd does for a unit with
+    /// `Delegate=yes`) into the cgroup v2 group whose `cgroup.procs` is
+    /// `cgroup_procs`: it starts there, alone.
+    pub fn start_in(
+        tag: &str,
+        args: &[&str],
+        nofile: Option<u64>,
+        user: Option<(u32, u32)>,
+        cgroup_procs: Option<&Path>,
+    ) -> Engine {
         let data = std::env::temp_dir().join(format!("cl-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).expect("data dir");
@@ -77,6 +91,19 @@ impl Engine {
             .env("CREATEOS_API_KEY", KEY)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        if let Some(procs) = cgroup_procs {
+            let procs = std::fs::OpenOptions::new()
+                .write(true)
+                .open(procs)
+                .expect("the delegated group's cgroup.procs");
+            // SAFETY: one write(2) on a descriptor the child owns, between
+            // fork and exec ("0": the writing process).
+            unsafe {
+                cmd.pre_exec(move || {
+                    rustix::io::write(&procs, b"0").map(|_| ()).map_err(std::io::Error::from)
+                });
+            }
+        }
         if let Some(n) = nofile {
             // SAFETY: setrlimit only, between fork and exec.
             unsafe {

@@ -35,7 +35,7 @@ pub fn run(global: &Global) -> Result<u8> {
         }
         if sandbox_engine::trees::process_limits::memory_limit_offered_here() {
             println!(
-                "embedded engine memory: limited per sandbox by what it uses (cgroup v1 memory \
+                "embedded engine memory: limited per sandbox by what it uses (its cgroup memory \
                  group, default {} MiB), never by the address space it reserves",
                 sandbox_engine::trees::process_limits::default_sandbox_memory() >> 20
             );

@@ -7,7 +7,6 @@
 //! Every check asks the host the way the engine itself will: the same
 //! bubblewrap probe, the same disk trial, the same store opener.
 
-use std::path::Path;
 
 use anyhow::Result;
 use serde_json::json;
@@ -125,7 +124,6 @@ fn component(global: &Global) -> Check {
 #[cfg(feature = "local-backend")]
 fn engine_checks(checks: &mut Vec<Check>) {
     use sandbox_engine::util::find_in_path;
-    let root = effective_uid() == Some(0);
     // bubblewrap and user namespaces: the engine's own probe.
     match find_in_path("bwrap") {
         None => checks.push(
@@ -165,23 +163,21 @@ fn engine_checks(checks: &mut Vec<Check>) {
         )
         .fix("allow unprivileged user namespaces (sysctl -w user.max_user_namespaces=15000; Ubuntu 23.10+: aa-enforce bwrap-userns-restrict or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0)")
     });
-    let pids_v1 = root && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file();
-    checks.push(match (pids_v1, machines) {
-        (true, _) => check(
-            "tree proof",
-            Verdict::Ok,
-            sandbox_engine::machine::TreeProof::PidsGroup.describe(),
-        ),
-        (false, true) => check(
-            "tree proof",
-            Verdict::Limited,
-            sandbox_engine::machine::TreeProof::Anchor.describe(),
-        ),
-        (false, false) => check(
+    let proof = sandbox_engine::machine::tree_proof_offered_here();
+    let pids_v1 = proof == sandbox_engine::machine::TreeProof::PidsGroup;
+    checks.push(match (&proof, machines) {
+        (_, false) => check(
             "tree proof",
             Verdict::Limited,
             "a PID namespace per command (its init's end ends the tree)",
         ),
+        (sandbox_engine::machine::TreeProof::Anchor, true) => check(
+            "tree proof",
+            Verdict::Limited,
+            proof.describe(),
+        )
+        .fix("give the engine a cgroup v2 group of its own: systemd-run --user --scope -p Delegate=yes sandbox ..."),
+        (_, true) => check("tree proof", Verdict::Ok, proof.describe()),
     });
     checks.push(check(
         "process limit",
@@ -197,7 +193,7 @@ fn engine_checks(checks: &mut Vec<Check>) {
             "memory limit",
             Verdict::Ok,
             format!(
-                "{} MiB per sandbox by default, swap included (cgroup v1 memory group; createos-local --sandbox-memory)",
+                "{} MiB per sandbox by default, swap included (its cgroup memory group; createos-local --sandbox-memory)",
                 sandbox_engine::trees::process_limits::default_sandbox_memory() >> 20
             ),
         )
@@ -207,7 +203,7 @@ fn engine_checks(checks: &mut Vec<Check>) {
             Verdict::Limited,
             "not limited: no cgroup memory controller this user can use (no address-space limit is put in its place)",
         )
-        .fix("run as root on a host with a cgroup v1 memory hierarchy")
+        .fix("run as root on a host with a cgroup v1 memory hierarchy, or in a cgroup v2 group delegated with the memory controller: systemd-run --user --scope -p Delegate=yes sandbox ...")
     });
     checks.push(check(
         "cpu limit",
@@ -228,14 +224,6 @@ fn engine_checks(checks: &mut Vec<Check>) {
             "none: sandboxes have only their own loopback (--egress needs one machine per sandbox)",
         )
     });
-}
-
-/// This process's effective uid (`/proc/self/status`).
-#[cfg(feature = "local-backend")]
-fn effective_uid() -> Option<u32> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let ids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
-    ids.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Whether bwrap can make its namespaces here, as the engine probes it.
