@@ -52,6 +52,9 @@ mkdir -p "$delegated"
 echo "+pids +memory +cpu" >"$cg/user.slice/cgroup.subtree_control"
 echo "+pids +memory +cpu" >"$cg/user.slice/user-$uid.slice/cgroup.subtree_control"
 chown "$uid:$gid" "$delegated" "$delegated"/cgroup.{procs,subtree_control,threads}
+# The scopes below it get the controllers too (systemd enables them in the
+# parent of every unit with Delegate=yes).
+echo "+pids +memory +cpu" >"$delegated/cgroup.subtree_control"
 say "delegated to $user: ${delegated#"$cg"} (controllers: $(cat "$delegated/cgroup.controllers"))"
 # Root's test processes stay outside the delegation, in a group of their own.
 mkdir -p "$cg/system.slice/tests.scope"
@@ -63,6 +66,8 @@ in_user_scope() {
   local scope=$delegated/$1.scope
   shift
   mkdir "$scope"
+  [ "$(cat "$scope/cgroup.controllers")" = "cpu memory pids" ] \
+    || say "WARNING: the scope $scope offers only: $(cat "$scope/cgroup.controllers")"
   chown "$uid:$gid" "$scope" "$scope"/cgroup.{procs,subtree_control,threads}
   (
     echo 0 >"$scope/cgroup.procs"
