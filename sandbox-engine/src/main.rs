@@ -65,7 +65,9 @@ struct Cli {
     /// past it the kernel kills a process of that sandbox only. Limits
     /// what a sandbox uses, never the address space its programs reserve.
     /// Default: half the host's RAM, at most 8G. Needs a root server with
-    /// a cgroup v1 memory hierarchy (else logged at start: not limited).
+    /// a cgroup v1 memory hierarchy, or a cgroup v2 group delegated to the
+    /// server that offers the memory controller (else logged at start:
+    /// not limited).
     #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::storage::disk::parse_size)]
     sandbox_memory: Option<u64>,
     /// A finished process (exited, tree gone) keeps its exit and output
@@ -115,11 +117,16 @@ struct Cli {
     /// proxy on its loopback at 127.0.0.1:3128 and its commands get
     /// HTTP_PROXY/HTTPS_PROXY; other destinations are refused with 403.
     /// The host's loopback (this server's API included) is reachable only
-    /// through an entry naming it exactly, never through `any`. Needs a
-    /// root server with a writable cgroup v1 pids hierarchy (one machine
-    /// per sandbox).
+    /// through an entry naming it exactly, never through `any`. A
+    /// sandbox's own list (CreateOS `egress`, Daytona's network settings)
+    /// only narrows this one. Needs sandbox machines (user namespaces).
     #[arg(long, value_name = "HOST[:PORT]")]
     egress: Vec<String>,
+    /// Let clients open a sandbox's port as a loopback URL guarded by a
+    /// secret token (Daytona's preview URLs; CreateOS sandboxes made with
+    /// `ingress_enabled`). Off by default: asking is then a 403.
+    #[arg(long)]
+    ingress: bool,
 }
 
 fn parse_output_budget(text: &str) -> Result<u64, String> {
@@ -226,7 +233,7 @@ async fn run(cli: Cli) -> ExitCode {
     }
     builder = builder.allow_unconfined(cli.allow_unconfined);
     // The startup line says whether it applies (it needs sandbox machines).
-    builder = builder.egress(egress);
+    builder = builder.egress(egress).ingress(cli.ingress);
     builder = builder.isolation(match cli.isolation {
         Isolation::Auto => IsolationPreference::Auto,
         Isolation::Bwrap => IsolationPreference::RequireBwrap,

@@ -100,6 +100,8 @@ pub struct ServerBuilder {
     budgets: crate::trees::budgets::Budgets,
     body_read_timeout: Duration,
     egress: crate::network::egress::Policy,
+    ingress: bool,
+    min_auto_pause: Duration,
     sandbox_disk: Option<u64>,
     state_dir: Option<PathBuf>,
     worker_threads: usize,
@@ -125,6 +127,8 @@ impl Default for ServerBuilder {
             budgets: crate::trees::budgets::Budgets::for_host(),
             body_read_timeout: DEFAULT_BODY_READ_TIMEOUT,
             egress: crate::network::egress::Policy::default(),
+            ingress: false,
+            min_auto_pause: Duration::from_secs(*crate::api::sandboxes::AUTO_PAUSE_RANGE.start()),
             sandbox_disk: None,
             state_dir: None,
             worker_threads: DEFAULT_WORKER_THREADS,
@@ -182,6 +186,23 @@ impl ServerBuilder {
     /// [`crate::machine::enabled_here`]).
     pub fn egress(mut self, policy: crate::network::egress::Policy) -> Self {
         self.egress = policy;
+        self
+    }
+
+    /// A way into sandboxes' ports (off by default): with it, a client
+    /// may open a port of a sandbox as a loopback URL guarded by a secret
+    /// token (see [`crate::network::ingress`]); without it, asking is a
+    /// 403 that names this switch. Only where sandboxes are machines.
+    pub fn ingress(mut self, on: bool) -> Self {
+        self.ingress = on;
+        self
+    }
+
+    /// The shortest idle window a sandbox may ask for
+    /// (`auto_pause_after_seconds`; default 60 s, as the service): tests
+    /// shorten it.
+    pub fn min_auto_pause(mut self, window: Duration) -> Self {
+        self.min_auto_pause = window;
         self
     }
 
@@ -464,7 +485,7 @@ impl ServerBuilder {
             match mode {
                 IsolationMode::Bwrap => eprintln!(
                     "createos-local: isolation mode bwrap ({}; user, PID, network, IPC and UTS \
-                     namespaces, sandbox root as /); outbound network: {}; limits: {}",
+                     namespaces, sandbox root as /); outbound network: {}; ingress: {}; limits: {}",
                     crate::machine::describe_model(),
                     match (machines, self.egress.enabled()) {
                         (_, false) => "off (each sandbox has its own loopback only)".to_string(),
@@ -477,6 +498,11 @@ impl ServerBuilder {
                             "off: the egress {} needs sandbox machines",
                             self.egress.describe()
                         ),
+                    },
+                    match (machines, self.ingress) {
+                        (_, false) => "off",
+                        (true, true) => "a loopback URL per opened port, behind its token",
+                        (false, true) => "off: ingress needs sandbox machines",
                     },
                     crate::trees::process_limits::describe()
                 ),
@@ -556,6 +582,9 @@ impl ServerBuilder {
             )),
             budgets: self.budgets,
             body_read_timeout: self.body_read_timeout,
+            ingress: self.ingress && machines,
+            min_auto_pause: self.min_auto_pause,
+            ports: Default::default(),
             disk,
             records,
             owned_data_dir: owned,
@@ -591,6 +620,7 @@ impl ServerBuilder {
                     }
                     let Some(state) = state.upgrade() else { return };
                     crate::api::sandboxes::reap_expired(&state).await;
+                    crate::api::sandboxes::reap_idle(&state).await;
                 }
             }
         };

@@ -244,6 +244,13 @@ async fn the_process_budget_counts_every_task_of_running_commands() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     h.assert_process_limit(&sb).await;
+    // Fairness (issue 40 item 2): the tasks one sandbox forked do not
+    // starve another: a sandbox under its fair share of the budget
+    // (budget / sandboxes, at least one) still starts a command.
+    let other = h.sandbox().await;
+    let out = h.exec(&other, "echo not starved").await;
+    assert_eq!(out["stdout"], "not starved\n", "{out}");
+    h.assert_process_limit(&sb).await;
     let (st, v) = h.delete_process(&sb, &p, 100).await;
     assert_eq!(st, StatusCode::OK, "{v}");
     let out = h.exec(&sb, "echo room").await;

@@ -169,8 +169,29 @@ async fn host_wide_budgets_refuse_creation_with_429() {
     let p1 = h.spawn(&a, "sleep 60").await;
     let p2 = h.spawn(&a, "sleep 60").await;
     h.assert_process_limit(&a).await;
+    // The other sandbox still gets its fair share (2 / 2 sandboxes = 1):
+    // one sandbox at the budget does not starve another.
     let (st, v) = h.daytona_execute(&b, "true").await;
-    assert_eq!(st, StatusCode::TOO_MANY_REQUESTS, "{v}");
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let url = format!("{}/{b}/process/session", h.server.toolbox_url());
+    let (st, v) = h
+        .daytona(Method::POST, url, Some(json!({ "sessionId": "hold" })))
+        .await;
+    assert!(st.is_success(), "{v}");
+    let (st, v) = h
+        .daytona_session_exec(
+            &b,
+            "hold",
+            json!({ "command": "sleep 60", "runAsync": true }),
+        )
+        .await;
+    assert!(st.is_success(), "{v}");
+    let (st, v) = h.daytona_execute(&b, "true").await;
+    assert_eq!(
+        st,
+        StatusCode::TOO_MANY_REQUESTS,
+        "past its share and the budget: {v}"
+    );
     for p in [p1, p2] {
         let (st, v) = h.delete_process(&a, &p, 100).await;
         assert_eq!(st, StatusCode::OK, "{v}");

@@ -795,8 +795,30 @@ fn without_bubblewrap_auto_refuses_unless_unconfined_is_allowed() {
     let _ = std::fs::remove_dir_all(&empty);
 }
 
+/// Whether the kernel's cgroup v2 freezer holds process `pid`: its group
+/// (the `0::` line of `/proc/PID/cgroup`, on the cgroup2 mount) says
+/// `frozen 1`. A delegated cgroup v2 group pauses a sandbox so, and its
+/// processes then show as sleeping, not stopped.
+fn frozen_by_cgroup(pid: i32) -> bool {
+    let Some(group) = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+        })
+    else {
+        return false;
+    };
+    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .iter()
+        .any(|mount| {
+            std::fs::read_to_string(format!("{mount}{group}/cgroup.events"))
+                .is_ok_and(|e| e.lines().any(|l| l == "frozen 1"))
+        })
+}
+
 /// Single-letter states of the marked `sleep`/`bash` processes (bwrap's
-/// own processes excluded).
+/// own processes excluded); `F` for one the cgroup v2 freezer holds.
 fn marked_states(m: &str) -> Vec<(i32, char)> {
     marked_pids(m)
         .into_iter()
@@ -807,7 +829,7 @@ fn marked_states(m: &str) -> Vec<(i32, char)> {
         .filter_map(|p| {
             let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
             let state = stat.rsplit(')').next()?.trim_start().chars().next()?;
-            Some((p, state))
+            Some((p, if frozen_by_cgroup(p) { 'F' } else { state }))
         })
         .collect()
 }
@@ -834,7 +856,10 @@ async fn pause_stops_forks_and_late_creations(pref: IsolationPreference) {
     h.wait_status(&sb, "paused").await;
     let states = marked_states(&m);
     assert!(states.len() >= 20, "{states:?}");
-    let running: Vec<_> = states.iter().filter(|(_, s)| *s != 'T').collect();
+    let running: Vec<_> = states
+        .iter()
+        .filter(|(_, s)| !matches!(s, 'T' | 'F'))
+        .collect();
     assert!(
         running.is_empty(),
         "{pref:?}: not stopped in a paused sandbox: {running:?}"

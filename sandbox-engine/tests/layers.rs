@@ -581,7 +581,11 @@ fn named_outside(seams: &[&str], names: &[&str]) -> Vec<String> {
 /// is a change there, not a hunt through the engine.
 #[test]
 fn only_the_tree_backends_know_the_cgroup_layout() {
-    const SEAMS: [&str; 2] = ["trees/process_limits.rs", "trees/cgroup_v2.rs"];
+    const SEAMS: [&str; 3] = [
+        "trees/process_limits.rs",
+        "trees/cgroup_v1.rs",
+        "trees/cgroup_v2.rs",
+    ];
     let outside = named_outside(
         &SEAMS,
         &[
@@ -617,8 +621,13 @@ fn only_the_tree_backends_know_the_cgroup_layout() {
 #[test]
 fn the_tree_backend_is_chosen_in_one_place() {
     let outside = named_outside(
-        &["trees/process_limits.rs", "trees/cgroup_v2.rs", "trees/mod.rs"],
-        &["cgroup_v2"],
+        &[
+            "trees/process_limits.rs",
+            "trees/cgroup_v1.rs",
+            "trees/cgroup_v2.rs",
+            "trees/mod.rs",
+        ],
+        &["cgroup_v1", "cgroup_v2"],
     );
     assert!(
         outside.is_empty(),
@@ -630,13 +639,15 @@ fn the_tree_backend_is_chosen_in_one_place() {
 
 /// Who the server runs as is asked only where a host capability is
 /// decided: the ids a sandbox gets (`trees/id_map.rs`, `ranges_here`),
-/// the cgroups it may write (`trees/process_limits.rs`) and the disks it
-/// may mount (`storage/disk.rs`). The rest of the engine asks them.
+/// the cgroups it may write (`trees/process_limits.rs` and the cgroup v1
+/// backend, `trees/cgroup_v1.rs`) and the disks it may mount
+/// (`storage/disk.rs`). The rest of the engine asks them.
 #[test]
 fn only_the_seams_ask_who_the_server_is() {
     let seams = [
         "trees/id_map.rs",
         "trees/process_limits.rs",
+        "trees/cgroup_v1.rs",
         "storage/disk.rs",
     ];
     let outside = named_outside(&seams, &["geteuid", "getuid"]);

@@ -465,10 +465,7 @@ async fn egress_follows_the_operators_allow_list() {
         out.starts_with("hello from the host\nhello from the host\n"),
         "allowed destination, plain and CONNECT: {r}"
     );
-    assert!(
-        out.contains("not in the sandbox's egress allow-list"),
-        "{r}"
-    );
+    assert!(out.contains("not in the engine's egress allow-list"), "{r}");
     assert!(out.ends_with("403\n"), "{r}");
     assert!(!out.contains("must not be reached"), "{r}");
     assert!(h.server.shutdown().await.all_exited());

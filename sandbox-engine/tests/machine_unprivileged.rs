@@ -222,10 +222,7 @@ async fn an_ordinary_users_sandboxes_reach_only_what_egress_allows() {
         out.starts_with("hello from the host\nhello from the host\n"),
         "allowed destination, plain and CONNECT: {r}"
     );
-    assert!(
-        out.contains("not in the sandbox's egress allow-list"),
-        "{r}"
-    );
+    assert!(out.contains("not in the engine's egress allow-list"), "{r}");
     assert!(out.contains("403\n"), "{r}");
     assert!(out.ends_with("direct-unreachable\n"), "{r}");
     assert!(!out.contains("must not be reached"), "{r}");

@@ -5,7 +5,8 @@
 //! Uses the sandbox core ([`crate::sandboxes`]), the machine
 //! ([`crate::machine`]: isolation modes, terminals), storage
 //! ([`crate::storage`]: paths inside a root, journals, records), the
-//! trees ([`crate::trees`]: budgets, freezing a sandbox), the fault rules
+//! trees ([`crate::trees`]: budgets, freezing a sandbox), the network
+//! ([`crate::network`]: a sandbox's own egress list, its opened ports), the fault rules
 //! ([`crate::faults`]) and [`crate::util`]. Never the Daytona face (what
 //! both answer alike is in the HTTP layer) or the server.
 
@@ -71,6 +72,17 @@ pub fn routes() -> Router<Shared> {
             "/sandboxes/{id}",
             get(sandboxes::get_one).delete(sandboxes::delete),
         )
+        .route("/sandboxes/{id}/egress", put(sandboxes::put_egress))
+        .route("/sandboxes/{id}/fork", post(sandboxes::fork))
+        .route(
+            "/templates",
+            post(sandboxes::create_template).get(sandboxes::list_templates),
+        )
+        .route(
+            "/templates/{name}",
+            axum::routing::delete(sandboxes::delete_template),
+        )
+        .route("/sandboxes/{id}/ports/{port}", post(sandboxes::open_port))
         .route("/sandboxes/{id}/pause", post(sandboxes::pause))
         .route("/sandboxes/{id}/resume", post(sandboxes::resume))
         .route(

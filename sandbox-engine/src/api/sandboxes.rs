@@ -33,6 +33,50 @@ pub struct CreateBody {
     /// proof, by then ([`reap_expired`]); the answer's `expires_at` is the
     /// expiry kept (whole seconds, never later than asked).
     expires_at: Option<String>,
+    /// The sandbox's own egress allow-list (host patterns and address
+    /// ranges); missing, `null`, `[]` and `["*"]` leave it at the
+    /// engine's list, which any list can only narrow.
+    egress: Option<serde_json::Value>,
+    /// A template's name (`POST /v1/templates`): the sandbox starts with
+    /// a copy of its files.
+    template: Option<String>,
+    /// The service's native idle pause: the engine pauses the sandbox
+    /// once no command has started or run for this long (60–86 400 s).
+    auto_pause_after_seconds: Option<u64>,
+}
+
+/// The shortest and longest idle window the service accepts.
+pub const AUTO_PAUSE_RANGE: std::ops::RangeInclusive<u64> = 60..=86_400;
+
+/// Body of `PUT /sandboxes/{id}/egress`.
+#[derive(Debug, Deserialize)]
+pub struct EgressBody {
+    egress: Option<serde_json::Value>,
+}
+
+/// A sandbox's own egress list from the request's `egress` (see
+/// [`crate::network::egress::Policy::parse_sandbox_list`]), or a 400
+/// naming what is wrong.
+fn egress_list(
+    value: Option<&serde_json::Value>,
+) -> Result<Option<crate::network::egress::Policy>, ApiError> {
+    let items: Vec<&str> = match value {
+        None | Some(serde_json::Value::Null) => return Ok(None),
+        Some(serde_json::Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str().ok_or_else(|| {
+                    ApiError::bad_request(format!("egress entries must be strings, not {v}"))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "egress must be a list of host patterns and address ranges, not {other}"
+            )))
+        }
+    };
+    crate::network::egress::Policy::parse_sandbox_list(&items).map_err(ApiError::bad_request)
 }
 
 /// How long before its expiry a sandbox's delete starts, so that it is
@@ -90,40 +134,132 @@ pub async fn create(
             Some(secs)
         }
     };
+    let egress = egress_list(body.egress.as_ref())?;
+    let fill = match body.template {
+        None => Fill::Nothing,
+        Some(name) if crate::storage::templates::exists(&state.data_dir, &name) => {
+            Fill::Template(name)
+        }
+        Some(name) => {
+            return Err(ApiError::bad_request(format!(
+                "no template named {name:?} (GET /v1/templates lists them)"
+            )))
+        }
+    };
+    let least = state.min_auto_pause.as_secs().max(1);
+    let auto_pause = match body.auto_pause_after_seconds {
+        None => None,
+        Some(secs) if (least..=*AUTO_PAUSE_RANGE.end()).contains(&secs) => {
+            Some(std::time::Duration::from_secs(secs))
+        }
+        Some(secs) => {
+            return Err(ApiError::bad_request(format!(
+                "auto_pause_after_seconds {secs} is outside {least}-{} seconds",
+                AUTO_PAUSE_RANGE.end()
+            )))
+        }
+    };
+    let spec = SandboxSpec {
+        shape,
+        rootfs: body.rootfs,
+        region: body.region,
+        ingress_enabled: body.ingress_enabled,
+        env: body.env,
+    };
+    let kept = Kept {
+        egress,
+        expiry,
+        auto_pause,
+        forked_from: None,
+    };
+    make_sandbox(&state, spec, kept, fill).await
+}
+
+/// What a new sandbox keeps beside its spec.
+struct Kept {
+    egress: Option<crate::network::egress::Policy>,
+    expiry: Option<u64>,
+    auto_pause: Option<std::time::Duration>,
+    forked_from: Option<String>,
+}
+
+/// What a new sandbox's files start as.
+enum Fill {
+    /// The empty root every sandbox gets.
+    Nothing,
+    /// A copy of a template's files.
+    Template(String),
+    /// A copy of the files of the paused sandbox at this root.
+    Fork(std::path::PathBuf),
+}
+
+/// Makes a sandbox of `spec` with its own egress list and expiry, its
+/// files as `fill` says, and answers 201 with it; nothing is left of it
+/// on any failure.
+async fn make_sandbox(
+    state: &Shared,
+    spec: SandboxSpec,
+    kept: Kept,
+    fill: Fill,
+) -> Result<Response, ApiError> {
     crate::trees::budgets::admit_sandbox(&state.budgets, state.store.len()).map_err(over_budget)?;
     crate::trees::budgets::admit_by_descriptors("sandbox").map_err(over_budget)?;
     let id = format!("sb-{}", crate::util::random_hex(8));
     let root = state.data_dir.join(&id);
-    make_root(&state, root.clone()).await?;
-    if let Err(e) =
-        record_created(&state, &id, crate::storage::records::Face::CreateOs, &root).await
+    make_root(state, root.clone()).await?;
+    if let Err(e) = record_created(state, &id, crate::storage::records::Face::CreateOs, &root).await
     {
-        let _ = remove_root(&state, &id, root).await;
+        let _ = remove_root(state, &id, root).await;
         return Err(e);
     }
-    let sb = Arc::new(Sandbox::new(
-        id,
-        SandboxSpec {
-            shape,
-            rootfs: body.rootfs,
-            region: body.region,
-            ingress_enabled: body.ingress_enabled,
-            env: body.env,
-        },
-        root,
-    ));
+    let filled = {
+        let (data_dir, root) = (state.data_dir.clone(), root.clone());
+        match fill {
+            Fill::Nothing => Ok(()),
+            Fill::Template(name) => {
+                crate::http::state::blocking(state, move || {
+                    match crate::storage::templates::instantiate(&data_dir, &name, &root) {
+                        Ok(true) => Ok(()),
+                        Ok(false) => Err(format!("template {name:?} was deleted meanwhile")),
+                        Err(e) => Err(format!("template {name:?} could not be copied: {e}")),
+                    }
+                })
+                .await?
+            }
+            Fill::Fork(source) => {
+                crate::http::state::blocking(state, move || {
+                    crate::storage::templates::fork_into(&source, &root)
+                        .map_err(|e| format!("the sandbox's files could not be copied: {e}"))
+                })
+                .await?
+            }
+        }
+    };
+    if let Err(why) = filled {
+        record_deleted(state, &id);
+        let _ = remove_root(state, &id, root).await;
+        return Err(ApiError::internal(format!("{why}; nothing was created")));
+    }
+    let sb = Arc::new(Sandbox::new(id, spec, root));
+    crate::network::egress::set_sandbox_policy(&sb.root, kept.egress);
+    if let Some(window) = kept.auto_pause {
+        sb.set_auto_pause(window);
+    }
+    if let Some(source) = kept.forked_from {
+        let _ = sb.forked_from.set(source);
+    }
     if let Err(existing) = state
         .store
         .insert_within(sb.clone(), state.budgets.max_sandboxes)
     {
-        record_deleted(&state, &sb.id);
-        let _ = remove_root(&state, &sb.id, sb.root.clone()).await;
+        record_deleted(state, &sb.id);
+        let _ = remove_root(state, &sb.id, sb.root.clone()).await;
         return Err(over_budget(crate::trees::budgets::sandbox_refusal(
             &state.budgets,
             existing,
         )));
     }
-    if let Some(secs) = expiry {
+    if let Some(secs) = kept.expiry {
         sb.set_expiry(secs);
     }
     // `creating` → `running` after the transition delay; without one, at
@@ -138,6 +274,122 @@ pub async fn create(
     Ok(success(StatusCode::CREATED, data))
 }
 
+/// `POST /sandboxes/{id}/fork` (a `createos-local` extension; the
+/// service forks paused sandboxes too): a new sandbox with a copy of the
+/// paused sandbox's files, its shape, env, ingress and egress list. 409
+/// unless the sandbox is paused (nothing may write while it is copied).
+pub async fn fork(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let source = sandbox(&state, &id)?;
+    if source.status() != Status::Paused {
+        return Err(conflict("fork", source.status()).with_extra(json!({
+            "hint": "pause the sandbox first (POST /v1/sandboxes/{id}/pause)"
+        })));
+    }
+    let kept = Kept {
+        egress: crate::network::egress::sandbox_policy(&source.root).map(|p| (*p).clone()),
+        expiry: None,
+        auto_pause: source.auto_pause(),
+        forked_from: Some(source.id.clone()),
+    };
+    make_sandbox(
+        &state,
+        source.spec.clone(),
+        kept,
+        Fill::Fork(source.root.clone()),
+    )
+    .await
+}
+
+/// Body of `POST /templates`.
+#[derive(Debug, Deserialize)]
+pub struct TemplateBody {
+    name: Option<String>,
+    sandbox_id: Option<String>,
+}
+
+/// `POST /templates` (a `createos-local` extension): keeps the files of
+/// a paused sandbox under a name, for `POST /sandboxes` with
+/// `"template"`. 400 for a bad name, 409 for a name in use or a sandbox
+/// that is not paused, 429 past [`crate::storage::templates::MAX_TEMPLATES`].
+pub async fn create_template(
+    State(state): State<Shared>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let body: TemplateBody = parse_json(&body)?;
+    let name = body
+        .name
+        .ok_or_else(|| ApiError::bad_request("name is required"))?;
+    crate::storage::templates::check_name(&name).map_err(ApiError::bad_request)?;
+    let id = body
+        .sandbox_id
+        .ok_or_else(|| ApiError::bad_request("sandbox_id is required"))?;
+    let source = sandbox(&state, &id)?;
+    if source.status() != Status::Paused {
+        return Err(conflict("capture a template of", source.status()));
+    }
+    let (data_dir, root, n) = (state.data_dir.clone(), source.root.clone(), name.clone());
+    let captured = crate::http::state::blocking(&state, move || {
+        crate::storage::templates::capture(&data_dir, &n, &root)
+    })
+    .await?;
+    match captured {
+        Ok(()) => Ok(success(
+            StatusCode::CREATED,
+            json!({ "name": name, "sandbox_id": id }),
+        )),
+        Err(crate::storage::templates::CaptureError::Refused(why)) => Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "template_limit",
+            why,
+        )),
+        Err(crate::storage::templates::CaptureError::Exists(why)) => Err(ApiError::conflict(why)),
+        Err(crate::storage::templates::CaptureError::Io(e)) => Err(ApiError::internal(format!(
+            "template {name:?} could not be captured: {e}; nothing was kept"
+        ))),
+    }
+}
+
+/// `GET /templates`: the templates kept, oldest first.
+pub async fn list_templates(State(state): State<Shared>) -> Result<Response, ApiError> {
+    let data_dir = state.data_dir.clone();
+    let list =
+        crate::http::state::blocking(&state, move || crate::storage::templates::list(&data_dir))
+            .await?;
+    let items: Vec<_> = list
+        .into_iter()
+        .map(|(name, created, bytes)| {
+            let secs = created
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs();
+            json!({ "name": name, "created_at": crate::util::rfc3339(secs as i64), "bytes": bytes })
+        })
+        .collect();
+    Ok(ok(json!(items)))
+}
+
+/// `DELETE /templates/{name}`: sandboxes made from it keep their files.
+pub async fn delete_template(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let (data_dir, n) = (state.data_dir.clone(), name.clone());
+    let deleted = crate::http::state::blocking(&state, move || {
+        crate::storage::templates::delete(&data_dir, &n)
+    })
+    .await?;
+    match deleted {
+        Ok(true) => Ok(ok(json!({ "name": name, "deleted": true }))),
+        Ok(false) => Err(ApiError::not_found("template")),
+        Err(e) => Err(ApiError::internal(format!(
+            "template {name:?} could not be deleted: {e}"
+        ))),
+    }
+}
+
 /// `GET /sandboxes/{id}`.
 pub async fn get_one(
     State(state): State<Shared>,
@@ -145,6 +397,64 @@ pub async fn get_one(
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
     Ok(ok(sb.to_json(&state.mode)))
+}
+
+/// `PUT /sandboxes/{id}/egress`: replaces the sandbox's own egress list
+/// (`[]` or `["*"]`: none, the engine's list alone); connections its
+/// commands open from then on follow it, whatever state it is in.
+pub async fn put_egress(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let body: EgressBody = parse_json(&body)?;
+    let egress = egress_list(body.egress.as_ref())?;
+    let sb = sandbox(&state, &id)?;
+    if sb.status() == Status::Destroying {
+        return Err(conflict("change the egress of", Status::Destroying));
+    }
+    crate::network::egress::set_sandbox_policy(&sb.root, egress);
+    Ok(ok(sb.to_json(&state.mode)))
+}
+
+/// `POST /sandboxes/{id}/ports/{port}` (a `createos-local` extension):
+/// opens `port` of a sandbox made with `ingress_enabled` as a loopback
+/// URL behind a secret token ([`crate::network::ingress`]), or answers
+/// the one opened before. 403 while the operator has ingress off, 409 for
+/// a sandbox made without `ingress_enabled`, 400 for a port outside
+/// 1–65535.
+pub async fn open_port(
+    State(state): State<Shared>,
+    Path((id, port)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let port = crate::http::limits::port(&port).map_err(ApiError::bad_request)?;
+    let sb = sandbox(&state, &id)?;
+    if !state.ingress {
+        return Err(ApiError::forbidden(crate::http::limits::INGRESS_OFF));
+    }
+    if !sb.spec.ingress_enabled {
+        return Err(ApiError::conflict(format!(
+            "sandbox {id} was created without ingress_enabled: its ports cannot be opened \
+             (create it with \"ingress_enabled\": true)"
+        )));
+    }
+    require_running(&sb)?;
+    let opened = state
+        .ports
+        .open(
+            &sb.root,
+            &id,
+            port,
+            false,
+            crate::machine::dial_into(&sb.root),
+        )
+        .map_err(|e| ApiError::internal(format!("port {port} could not be opened: {e}")))?;
+    Ok(ok(json!({
+        "port": port,
+        "url": opened.url,
+        "token": opened.token,
+        "token_header": crate::network::ingress::TOKEN_HEADER,
+    })))
 }
 
 /// `DELETE /sandboxes/{id}`: terminates every process tree, removes the
@@ -232,15 +542,33 @@ pub async fn reap_expired(state: &Shared) {
     }
 }
 
-/// `POST /sandboxes/{id}/pause`.
-pub async fn pause(
-    State(state): State<Shared>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
-    let sb = sandbox(&state, &id)?;
-    let generation = sb
-        .transition(&[Status::Running], Status::Pausing)
-        .map_err(|cur| conflict("pause", cur))?;
+/// Pauses, as `POST /pause` would, every sandbox with an idle window
+/// that has had no command starting or running for that long (the
+/// server's reaper calls it every second).
+pub async fn reap_idle(state: &Shared) {
+    let now = std::time::Instant::now();
+    for sb in state.store.all() {
+        let Some(window) = sb.auto_pause() else {
+            continue;
+        };
+        if sb.status() != Status::Running || sb.idle_for(now).is_none_or(|idle| idle < window) {
+            continue;
+        }
+        if begin_pause(state, sb.clone()).is_ok() {
+            eprintln!(
+                "createos-local: sandbox {} paused after {} s without a command                  (auto_pause_after_seconds); POST /v1/sandboxes/{}/resume brings it back",
+                sb.id,
+                window.as_secs(),
+                sb.id
+            );
+        }
+    }
+}
+
+/// `running` → `pausing` → `paused`, its processes and machine frozen;
+/// the current status when the sandbox is not running.
+fn begin_pause(state: &Shared, sb: Arc<Sandbox>) -> Result<(), Status> {
+    let generation = sb.transition(&[Status::Running], Status::Pausing)?;
     finish_later(
         sb,
         generation,
@@ -253,6 +581,16 @@ pub async fn pause(
             crate::machine::freeze_sandbox(&sb.root, true);
         },
     );
+    Ok(())
+}
+
+/// `POST /sandboxes/{id}/pause`.
+pub async fn pause(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let sb = sandbox(&state, &id)?;
+    begin_pause(&state, sb).map_err(|cur| conflict("pause", cur))?;
     Ok(ok(json!({ "id": id, "status": Status::Pausing })))
 }
 
@@ -275,6 +613,8 @@ pub async fn resume(
             for p in sb.processes() {
                 p.freeze(false);
             }
+            // A resumed sandbox's idle window starts again.
+            sb.touch();
         },
     );
     Ok(ok(json!({ "id": id, "status": Status::Resuming })))

@@ -4,7 +4,8 @@
 //! and how it differs from the real service are recorded in
 //! `docs/daytona-api.md`.
 //!
-//! - API: `{base}/daytona/api/sandbox[/{id}[/start|/stop|/toolbox-proxy-url]]`
+//! - API: `{base}/daytona/api/sandbox[/{id}[/start|/stop|/snapshot|/network-settings|/ports/{port}/preview-url|/toolbox-proxy-url]]`,
+//!   `{base}/daytona/api/snapshots/{name}` (delete)
 //! - toolbox: `{toolboxProxyUrl}/{sandboxId}/process/...` and `.../files/...`,
 //!   where `toolboxProxyUrl` (in every Sandbox answer) is
 //!   `http://127.0.0.1:<toolbox port>/toolbox` when the server has a toolbox
@@ -16,8 +17,10 @@
 //! Uses the shared HTTP layer ([`crate::http`]), the sandbox core
 //! ([`crate::sandboxes`], its Daytona registry included), storage
 //! ([`crate::storage`]: paths inside a root, journals, records), the
-//! trees ([`crate::trees`]: budgets), the connection cap a log socket
-//! holds its place under ([`crate::network`]), the fault rules
+//! trees ([`crate::trees`]: budgets), the network ([`crate::network`]:
+//! the connection cap a log socket holds its place under, a sandbox's
+//! own egress list, its ports' preview URLs), the machine
+//! ([`crate::machine`]: a way into a sandbox's network for those), the fault rules
 //! ([`crate::faults`]) and [`crate::util`]. Never the CreateOS face or
 //! the server.
 
@@ -102,6 +105,19 @@ pub fn api_routes() -> Router<Shared> {
         )
         .route("/sandbox/{id}/start", post(sandboxes::start))
         .route("/sandbox/{id}/stop", post(sandboxes::stop))
+        .route(
+            "/sandbox/{id}/network-settings",
+            post(sandboxes::network_settings),
+        )
+        .route(
+            "/sandbox/{id}/ports/{port}/preview-url",
+            get(sandboxes::preview_url),
+        )
+        .route("/sandbox/{id}/snapshot", post(sandboxes::snapshot))
+        .route(
+            "/snapshots/{name}",
+            axum::routing::delete(sandboxes::delete_snapshot),
+        )
         .route(
             "/sandbox/{id}/toolbox-proxy-url",
             get(sandboxes::toolbox_proxy_url),

@@ -52,6 +52,88 @@ pub struct CreateBody {
     #[serde(default)]
     volumes: Vec<Value>,
     build_info: Option<Value>,
+    network_block_all: Option<bool>,
+    network_allow_list: Option<String>,
+    domain_allow_list: Option<String>,
+}
+
+/// Body of `POST /sandbox/{id}/network-settings`: each field given
+/// replaces the sandbox's, the others stay.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSettings {
+    network_block_all: Option<bool>,
+    network_allow_list: Option<String>,
+    domain_allow_list: Option<String>,
+}
+
+/// A sandbox's network settings as the service shows them: whether it
+/// blocks everything, its address ranges and its domains.
+struct Network {
+    block_all: bool,
+    ranges: Vec<String>,
+    domains: Vec<String>,
+}
+
+impl Network {
+    /// The settings of the sandbox at `root` now.
+    fn of(root: &std::path::Path) -> Self {
+        let own = crate::network::egress::sandbox_policy(root);
+        let entries = own.as_ref().map(|p| p.entries()).unwrap_or_default();
+        let (ranges, domains) = entries.into_iter().partition(|e| e.contains('/'));
+        Network {
+            block_all: own.is_some_and(|p| !p.enabled()),
+            ranges,
+            domains,
+        }
+    }
+
+    /// These settings with `change` applied, checked: address ranges in
+    /// `networkAllowList`, host patterns in `domainAllowList`.
+    fn with(mut self, change: NetworkSettings) -> Result<Self, DaytonaError> {
+        let list = |text: &str, field: &str, ranges: bool| -> Result<Vec<String>, DaytonaError> {
+            let items: Vec<String> = text
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_string)
+                .collect();
+            if let Some(bad) = items.iter().find(|e| e.contains('/') != ranges) {
+                return Err(DaytonaError::bad_request(format!(
+                    "{field} entry {bad:?} is not {}",
+                    if ranges {
+                        "an address range (10.0.0.0/24)"
+                    } else {
+                        "a domain (example.com, *.example.com)"
+                    }
+                )));
+            }
+            crate::network::egress::Policy::parse_sandbox_list(&items)
+                .map_err(|e| DaytonaError::bad_request(format!("{field}: {e}")))?;
+            Ok(items)
+        };
+        if let Some(text) = &change.network_allow_list {
+            self.ranges = list(text, "networkAllowList", true)?;
+        }
+        if let Some(text) = &change.domain_allow_list {
+            self.domains = list(text, "domainAllowList", false)?;
+        }
+        if let Some(block) = change.network_block_all {
+            self.block_all = block;
+        }
+        Ok(self)
+    }
+
+    /// The sandbox's own egress list these settings make.
+    fn policy(&self) -> Result<Option<crate::network::egress::Policy>, DaytonaError> {
+        if self.block_all {
+            return Ok(Some(crate::network::egress::Policy::nothing()));
+        }
+        let items: Vec<&String> = self.ranges.iter().chain(&self.domains).collect();
+        let items: Vec<&str> = items.into_iter().map(String::as_str).collect();
+        crate::network::egress::Policy::parse_sandbox_list(&items)
+            .map_err(|e| DaytonaError::bad_request(format!("network settings: {e}")))
+    }
 }
 
 /// Default auto-stop interval of the real API (minutes).
@@ -82,6 +164,7 @@ pub fn daytona_sandbox(state: &AppState, id: &str) -> Result<Arc<DaytonaSandbox>
 pub fn to_json(state: &AppState, sb: &DaytonaSandbox) -> Value {
     let (st, error_reason, updated_at) = sb.state_detail();
     let spec = &sb.spec;
+    let network = Network::of(&sb.core.root);
     let mut v = json!({
         "id": sb.id(),
         "organizationId": "local",
@@ -91,7 +174,12 @@ pub fn to_json(state: &AppState, sb: &DaytonaSandbox) -> Value {
         "env": spec.env,
         "labels": spec.labels,
         "public": spec.public,
-        "networkBlockAll": state.mode.network() == "none",
+        "networkBlockAll": network.block_all
+            || (state.mode.network() == "none"
+                && crate::network::egress::policy_for(&sb.core.root).is_none()),
+        "networkAllowList": (!network.ranges.is_empty()).then(|| network.ranges.join(",")),
+        "domainAllowList": (!network.domains.is_empty()).then(|| network.domains.join(",")),
+        "localEgress": crate::network::egress::describe_for(&sb.core.root),
         "target": spec.target,
         "cpu": spec.resources[0],
         "gpu": spec.resources[1],
@@ -184,6 +272,17 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
             "volumes are not supported by createos-local",
         ));
     }
+    let network = Network {
+        block_all: false,
+        ranges: Vec::new(),
+        domains: Vec::new(),
+    }
+    .with(NetworkSettings {
+        network_block_all: body.network_block_all,
+        network_allow_list: body.network_allow_list.clone(),
+        domain_allow_list: body.domain_allow_list.clone(),
+    })?
+    .policy()?;
     if let Some(name) = &body.name {
         if name.is_empty() || state.daytona.name_taken(name) {
             return Err(DaytonaError::conflict(format!(
@@ -208,6 +307,31 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
     {
         let _ = crate::http::state::remove_root(&state, &id, root).await;
         return Err(e.into());
+    }
+    // A snapshot this engine captured (`POST /sandbox/{id}/snapshot`):
+    // the sandbox starts with its files. Any other name is echoed only.
+    if let Some(name) = body
+        .snapshot
+        .clone()
+        .filter(|n| crate::storage::templates::exists(&state.data_dir, n))
+    {
+        let (data_dir, r) = (state.data_dir.clone(), root.clone());
+        let filled = crate::http::state::blocking(&state, move || {
+            crate::storage::templates::instantiate(&data_dir, &name, &r)
+        })
+        .await?;
+        if !matches!(filled, Ok(true)) {
+            crate::http::state::record_deleted(&state, &id);
+            let _ = crate::http::state::remove_root(&state, &id, root).await;
+            return Err(crate::http::error::ApiError::internal(format!(
+                "the snapshot's files could not be copied ({}); nothing was created",
+                match filled {
+                    Err(e) => e.to_string(),
+                    _ => "it was deleted meanwhile".to_string(),
+                }
+            ))
+            .into());
+        }
     }
     let core = Arc::new(Sandbox::new(
         id.clone(),
@@ -244,6 +368,7 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         build_info: body.build_info,
     };
     let sb = Arc::new(DaytonaSandbox::new(core.clone(), spec));
+    crate::network::egress::set_sandbox_policy(&core.root, network);
     if let Err(existing) = state
         .store
         .insert_within(core.clone(), state.budgets.max_sandboxes)
@@ -260,6 +385,139 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
     }
     state.daytona.insert(sb.clone());
     Ok(answer(&state, &sb))
+}
+
+/// `POST /sandbox/{id}/network-settings`: replaces the fields given
+/// (at least one, as the service requires); the sandbox's commands
+/// follow the new settings for every connection they open from then on.
+pub async fn network_settings(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, DaytonaError> {
+    let change: NetworkSettings = parse_json(&body)?;
+    if change.network_block_all.is_none()
+        && change.network_allow_list.is_none()
+        && change.domain_allow_list.is_none()
+    {
+        return Err(DaytonaError::bad_request(
+            "At least one of networkBlockAll, networkAllowList or domainAllowList must be provided",
+        ));
+    }
+    let sb = daytona_sandbox(&state, &id)?;
+    let policy = Network::of(&sb.core.root).with(change)?.policy()?;
+    crate::network::egress::set_sandbox_policy(&sb.core.root, policy);
+    Ok(answer(&state, &sb))
+}
+
+/// Body of `POST /sandbox/{id}/snapshot`.
+#[derive(Debug, Deserialize)]
+pub struct SnapshotBody {
+    name: Option<String>,
+}
+
+/// `POST /sandbox/{id}/snapshot`: keeps the files of a stopped sandbox
+/// as a snapshot `name` that `POST /sandbox` with `"snapshot": name`
+/// starts from (the service snapshots a sandbox the same way). 409
+/// unless the sandbox is stopped (nothing runs while it is copied), 400
+/// for a bad name, 409 for a name in use.
+pub async fn snapshot(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, DaytonaError> {
+    let body: SnapshotBody = parse_json(&body)?;
+    let name = body
+        .name
+        .ok_or_else(|| DaytonaError::bad_request("name is required"))?;
+    crate::storage::templates::check_name(&name).map_err(DaytonaError::bad_request)?;
+    let sb = daytona_sandbox(&state, &id)?;
+    if sb.state() != SbState::Stopped {
+        return Err(DaytonaError::conflict(format!(
+            "sandbox {id} is {}: stop it before taking a snapshot of it",
+            json!(sb.state())
+        )));
+    }
+    let (data_dir, root, n) = (state.data_dir.clone(), sb.core.root.clone(), name.clone());
+    let captured = crate::http::state::blocking(&state, move || {
+        crate::storage::templates::capture(&data_dir, &n, &root)
+    })
+    .await?;
+    match captured {
+        Ok(()) => Ok(answer(&state, &sb)),
+        Err(crate::storage::templates::CaptureError::Refused(why)) => {
+            Err(DaytonaError::bad_request(why))
+        }
+        Err(crate::storage::templates::CaptureError::Exists(why)) => {
+            Err(DaytonaError::conflict(why))
+        }
+        Err(crate::storage::templates::CaptureError::Io(e)) => {
+            Err(crate::http::error::ApiError::internal(format!(
+                "snapshot {name:?} could not be taken: {e}; nothing was kept"
+            ))
+            .into())
+        }
+    }
+}
+
+/// `DELETE /snapshots/{name}`: a snapshot this engine took; sandboxes
+/// made from it keep their files.
+pub async fn delete_snapshot(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Response, DaytonaError> {
+    let (data_dir, n) = (state.data_dir.clone(), name.clone());
+    let deleted = crate::http::state::blocking(&state, move || {
+        crate::storage::templates::delete(&data_dir, &n)
+    })
+    .await?;
+    match deleted {
+        Ok(true) => Ok((StatusCode::OK, Json(json!({ "name": name }))).into_response()),
+        Ok(false) => Err(DaytonaError::not_found("snapshot")),
+        Err(e) => Err(crate::http::error::ApiError::internal(format!(
+            "snapshot {name:?} could not be deleted: {e}"
+        ))
+        .into()),
+    }
+}
+
+/// `GET /sandbox/{id}/ports/{port}/preview-url`: the port as a loopback
+/// URL and the token a request carries in `X-Daytona-Preview-Token` (a
+/// public sandbox's port needs none), see [`crate::network::ingress`].
+/// 403 while the operator has ingress off, 400 for a port outside
+/// 1–65535.
+pub async fn preview_url(
+    State(state): State<Shared>,
+    Path((id, port)): Path<(String, String)>,
+) -> Result<Response, DaytonaError> {
+    let port = crate::http::limits::port(&port).map_err(DaytonaError::bad_request)?;
+    let sb = daytona_sandbox(&state, &id)?;
+    if !state.ingress {
+        return Err(
+            crate::http::error::ApiError::forbidden(crate::http::limits::INGRESS_OFF).into(),
+        );
+    }
+    let opened = state
+        .ports
+        .open(
+            &sb.core.root,
+            sb.id(),
+            port,
+            sb.spec.public,
+            crate::machine::dial_into(&sb.core.root),
+        )
+        .map_err(|e| {
+            crate::http::error::ApiError::internal(format!("port {port} could not be opened: {e}"))
+        })?;
+    Ok((
+        StatusCode::OK,
+        Json(json!({
+            "sandboxId": sb.id(),
+            "url": opened.url,
+            "token": opened.token,
+        })),
+    )
+        .into_response())
 }
 
 /// `?labels=` of `GET /sandbox` (a JSON object).

@@ -92,3 +92,16 @@ pub fn command(cmd: &str, args: &[String]) -> Result<usize, ApiError> {
 fn truncate(s: &str, n: usize) -> String {
     s.chars().take(n).collect()
 }
+
+/// What a client asking to open a sandbox's port hears while the operator
+/// has ingress off.
+pub const INGRESS_OFF: &str = "ingress is off on this engine: nothing outside a sandbox can reach \
+     its ports; the operator enables it with `createos-local --ingress` (needs sandbox machines)";
+
+/// A port of a sandbox from a request path: 1–65535, or why not.
+pub fn port(text: &str) -> Result<u16, String> {
+    text.parse::<u16>()
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| format!("port {text:?} is not a port number (1-65535)"))
+}

@@ -55,6 +55,13 @@ pub struct AppState {
     pub output_budget: Arc<crate::sandboxes::output_budget::OutputBudget>,
     /// Host-wide budgets (sandbox count, live processes).
     pub budgets: Budgets,
+    /// Whether clients may open sandboxes' ports ([`crate::network::ingress`]):
+    /// the operator enabled it, and sandboxes are machines.
+    pub ingress: bool,
+    /// The shortest idle window a sandbox may ask for.
+    pub min_auto_pause: Duration,
+    /// The sandboxes' opened ports.
+    pub ports: crate::network::ingress::Ports,
     /// Size of each sandbox's own disk, when sandboxes get one (see
     /// [`crate::storage::disk`]).
     pub disk: Option<u64>,
@@ -211,6 +218,8 @@ pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<b
 /// when no removal could be started.
 pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<(), String> {
     let trash = state.data_dir.join(format!(".removing-{id}"));
+    crate::network::egress::set_sandbox_policy(&root, None);
+    state.ports.close(&root);
     // Its own disk goes first (a mount point cannot be renamed).
     let r = root.clone();
     let _ = tokio::task::spawn_blocking(move || crate::storage::disk::detach(&r)).await;

@@ -183,7 +183,7 @@ pub enum Holder {
     /// Its own group (cgroup v1 pids or cgroup v2).
     Group(CommandGroup),
     /// An anchor in the machine, and the server's end of its proof pipe.
-    Anchor(crate::machine::anchor::Proof),
+    Anchor(crate::trees::anchor::Proof),
 }
 
 /// The minimal environment every command starts from.
@@ -470,7 +470,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
     let terminal = sockets.and_then(|(ours, _)| crate::machine::pty::recv_fd(ours.as_fd()).ok());
     let holder = match (command_group, proof) {
         (Some(g), _) => Holder::Group(g),
-        (None, Some(read)) => Holder::Anchor(crate::machine::anchor::Proof::new(
+        (None, Some(read)) => Holder::Anchor(crate::trees::anchor::Proof::new(
             read,
             lease.machine(),
             format!("{MARKER_VAR}={}", spec.marker).into_bytes(),
@@ -586,7 +586,6 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     // A machine command's group goes once the probe is done (the lease
     // with it, ending the probe's machine after its idle grace).
     let machine = spawned.machine.take();
-    let machine_used = machine.is_some();
     // bwrap must be able to write its status (a closed pipe kills it with
     // SIGPIPE before it lets the sandbox run).
     if let Some(pipe) = spawned.status_pipe {
@@ -621,17 +620,6 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
             drop(lease);
         }
         None => {}
-    }
-    if machine_used {
-        // The probe's machine is of no further use: ended now, and its
-        // sandbox groups (cgroup v2) removed once it is gone.
-        let root = probe_root.to_path_buf();
-        let _ = std::thread::Builder::new()
-            .name("createos-local-probe-end".into())
-            .spawn(move || {
-                crate::machine::end_now(&root);
-                crate::trees::process_limits::remove_sandbox_groups_at(&root, None);
-            });
     }
     if out.status.success() {
         Ok(bwrap)
@@ -693,10 +681,10 @@ pub enum Tree {
         launcher: Option<(i32, u64)>,
     },
     /// One command of a sandbox machine held by an anchor (see
-    /// [`crate::machine::anchor`]: where the server has no cgroup).
+    /// [`crate::trees::anchor`]: where the server has no cgroup).
     Anchored {
         /// The server's end of the proof pipe.
-        proof: crate::machine::anchor::Proof,
+        proof: crate::trees::anchor::Proof,
         /// The command's hold on the machine, released once the tree is
         /// verified gone.
         lease: Option<crate::machine::Lease>,
@@ -762,7 +750,7 @@ impl Tree {
         let launcher = match self {
             Tree::Cgroup { launcher, .. } => launcher.map(|(pid, _)| pid),
             Tree::Anchored { proof, .. } => {
-                return proof.poll() != crate::machine::anchor::State::Holding
+                return proof.poll() != crate::trees::anchor::State::Holding
                     || !proof.members().is_empty()
             }
             _ => return true,

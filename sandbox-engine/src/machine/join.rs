@@ -26,7 +26,7 @@
 //! command and exits with its status (or dies of the same signal), like
 //! `nsenter` did. Without a pids group it forks an *anchor* instead,
 //! which forks the command and reports its status and the proof of its
-//! tree ([`crate::machine::anchor`]).
+//! tree ([`crate::trees::anchor`]).
 //!
 //! The *command* closes every descriptor but 0, 1 and 2 and is exec'd with
 //! exactly the environment given ([`Launch`] prepares the argument and
@@ -151,7 +151,7 @@ struct Launch {
     /// cgroup v1 `pids` hierarchy), or none: then `anchor` is set.
     group: Option<RawFd>,
     /// The write end of the command's proof pipe: the launcher forks an
-    /// anchor (see [`crate::machine::anchor`]) that holds the command's tree.
+    /// anchor (see [`crate::trees::anchor`]) that holds the command's tree.
     anchor: Option<RawFd>,
     /// The `tasks` file of the sandbox's memory group, where it has one.
     memory: Option<RawFd>,
@@ -201,7 +201,7 @@ fn c_string(s: &str) -> std::io::Result<CString> {
 
 /// How a command's tree is held in the machine: its own pids group (the
 /// `tasks` file, open for writing), or an anchor that reports on the
-/// write end of a proof pipe (see [`crate::machine::anchor`]).
+/// write end of a proof pipe (see [`crate::trees::anchor`]).
 #[derive(Clone, Copy)]
 pub enum Holder<'a> {
     /// A cgroup v1 pids group of the command's own.
@@ -506,7 +506,7 @@ impl Launch {
         }
     }
 
-    /// The launcher with an anchor (see [`crate::machine::anchor`]): forks
+    /// The launcher with an anchor (see [`crate::trees::anchor`]): forks
     /// the anchor (in the machine's PID namespace), tells the server its
     /// host pid on the proof pipe, and relays the command's status the
     /// anchor reports.
@@ -525,7 +525,7 @@ impl Launch {
             }
             libc::close(status[1]);
             let mut told = [0u8; 5];
-            told[0] = crate::machine::anchor::PID_TAG;
+            told[0] = crate::trees::anchor::PID_TAG;
             told[1..].copy_from_slice(&(anchor as i32).to_le_bytes());
             write_all(proof, &told);
             libc::close(proof);
@@ -556,7 +556,7 @@ impl Launch {
                 write_all(2, reason(errno));
                 write_all(2, b"\n");
                 write_all(status, &((126 as c_int) << 8).to_le_bytes());
-                write_all(proof, &[crate::machine::anchor::GONE_TAG]);
+                write_all(proof, &[crate::trees::anchor::GONE_TAG]);
                 libc::_exit(0);
             }
             if command == 0 {
@@ -590,7 +590,7 @@ impl Launch {
                     }
                 }
             }
-            write_all(proof, &[crate::machine::anchor::GONE_TAG]);
+            write_all(proof, &[crate::trees::anchor::GONE_TAG]);
             libc::_exit(0);
         }
     }
@@ -762,16 +762,19 @@ fn close_except(first: c_int, keep: [RawFd; 2]) {
     }
 }
 
-/// A TCP listener on `127.0.0.1:port` in the network namespace of the
-/// machine behind `door` (its egress proxy's, see
-/// [`crate::network::egress`]): made by a forked single-threaded helper
-/// that joins the machine's user namespace, then its network namespace,
-/// binds and listens there, and sends the socket back over a socket pair
+/// A socket made inside the network namespace of the machine behind
+/// `door` by `make` (which returns its descriptor), run in a forked
+/// single-threaded helper that joins the machine's user namespace, then
+/// its network namespace, and sends the socket back over a socket pair
 /// (`SCM_RIGHTS`). A server that is not root cannot join the network
 /// namespace from one of its own threads (that takes `CAP_SYS_ADMIN` in
 /// the server's own user namespace too); the helper has every capability
-/// in the machine's. The same path serves root.
-pub fn listener_in(door: &Door, port: u16) -> std::io::Result<std::net::TcpListener> {
+/// in the machine's. The same path serves root. `make` runs in the
+/// forked child: system calls only, on its own stack.
+fn socket_made_in(
+    door: &Door,
+    make: impl Fn() -> std::io::Result<c_int> + Send + Sync + 'static,
+) -> std::io::Result<OwnedFd> {
     let (ours, theirs) = crate::machine::pty::socket_pair()?;
     let user = door.namespaces[0].as_raw_fd();
     let net = door.namespaces[3].as_raw_fd();
@@ -788,9 +791,35 @@ pub fn listener_in(door: &Door, port: u16) -> std::io::Result<std::net::TcpListe
         std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
             check(libc::setns(user, libc::CLONE_NEWUSER))?;
             check(libc::setns(net, libc::CLONE_NEWNET))?;
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            check(fd)?;
-            let one: c_int = 1;
+            let fd = make()?;
+            crate::machine::pty::send_fd(socket, fd)?;
+            libc::_exit(0);
+        });
+    }
+    let mut child = c.spawn()?;
+    drop(theirs);
+    let _ = child.wait();
+    crate::machine::pty::recv_fd(ours.as_fd())
+}
+
+/// A TCP socket of the machine's network namespace, `SOCK_CLOEXEC`.
+fn tcp_socket() -> std::io::Result<c_int> {
+    // SAFETY: a system call with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    check(fd)?;
+    Ok(fd)
+}
+
+/// A TCP listener on `127.0.0.1:port` in the network namespace of the
+/// machine behind `door` (its egress proxy's, see
+/// [`crate::network::egress`]), made there by [`socket_made_in`].
+pub fn listener_in(door: &Door, port: u16) -> std::io::Result<std::net::TcpListener> {
+    let fd = socket_made_in(door, move || {
+        let fd = tcp_socket()?;
+        let one: c_int = 1;
+        // SAFETY: system calls on the socket just made, with pointers to
+        // values on this stack.
+        unsafe {
             check(libc::setsockopt(
                 fd,
                 libc::SOL_SOCKET,
@@ -812,15 +841,18 @@ pub fn listener_in(door: &Door, port: u16) -> std::io::Result<std::net::TcpListe
                 std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
             ))?;
             check(libc::listen(fd, 128))?;
-            crate::machine::pty::send_fd(socket, fd)?;
-            libc::_exit(0);
-        });
-    }
-    let mut child = c.spawn()?;
-    drop(theirs);
-    let _ = child.wait();
-    let fd = crate::machine::pty::recv_fd(ours.as_fd())?;
+        }
+        Ok(fd)
+    })?;
     Ok(std::net::TcpListener::from(fd))
+}
+
+/// A TCP socket, not connected, made in the machine's network namespace
+/// by [`socket_made_in`]: a connection the server makes on it reaches
+/// the sandbox's own loopback, never the host's (ingress,
+/// [`crate::network::ingress`]).
+pub fn socket_in(door: &Door) -> std::io::Result<OwnedFd> {
+    socket_made_in(door, tcp_socket)
 }
 
 #[cfg(test)]

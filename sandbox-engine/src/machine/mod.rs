@@ -10,7 +10,8 @@
 //! | host | tree proof | limits |
 //! |---|---|---|
 //! | root, cgroup v1 `pids` | a pids group per command ([`TreeProof::PidsGroup`]) | pids and memory groups, `RLIMIT_NPROC`, a range of ids per sandbox |
-//! | anything else with user namespaces (an ordinary user) | an anchor per command ([`TreeProof::Anchor`], see [`anchor`]) | `RLIMIT_NPROC` per sandbox; memory NOT limited |
+//! | a cgroup v2 group the server may write (delegated to an ordinary user, or root on a pure v2 host) | a group per command ([`TreeProof::DelegatedGroup`], see [`crate::trees::cgroup_v2`]) | `pids.max`, `memory.max`, `cpu.max` per sandbox where offered (each named enforced or not), `RLIMIT_NPROC` |
+//! | anything else with user namespaces (an ordinary user) | an anchor per command ([`TreeProof::Anchor`], see [`crate::trees::anchor`]) | `RLIMIT_NPROC` per sandbox; memory NOT limited |
 //! | user namespaces refused | none: every command keeps namespaces of its own (the fallback, named in the startup line with its fix, [`describe_model`]) | `RLIMIT_NPROC` |
 //!
 //! Without a uid per sandbox (not root) a sandbox's processes are those
@@ -50,7 +51,7 @@
 //!   every member until the kernel lists none, and `tree_exited: true` is
 //!   that empty list;
 //! - elsewhere the launcher forks an anchor in the machine that forks the
-//!   command and proves its tree empty ([`anchor`]); a killed anchor
+//!   command and proves its tree empty ([`crate::trees::anchor`]); a killed anchor
 //!   leaves the tree unproven until the machine ends.
 //!
 //! # This folder
@@ -66,7 +67,6 @@
 //! [`crate::util`]; never the sandbox core, the HTTP layer, the faces or
 //! the server.
 
-pub mod anchor;
 pub mod bwrap_args;
 pub mod isolation;
 pub mod join;
@@ -238,7 +238,7 @@ pub enum TreeProof {
     /// `cgroup.kill`, proven empty by `populated 0`, paused with
     /// `cgroup.freeze`.
     DelegatedGroup(PathBuf),
-    /// A subreaper per command inside the machine ([`anchor`]): weaker, a
+    /// A subreaper per command inside the machine ([`crate::trees::anchor`]): weaker, a
     /// sandbox process that kills it leaves its command's end unproven.
     Anchor,
 }
@@ -385,6 +385,29 @@ pub fn describe_model() -> String {
     }
 }
 
+/// How the ingress ([`crate::network::ingress`]) reaches the sandbox at
+/// `root`: a socket made in its machine's network namespace, from the
+/// machine running at that moment; an error saying so when none runs
+/// (nothing can listen in a sandbox without one).
+pub fn dial_into(root: &Path) -> crate::network::ingress::Dial {
+    let root = root.to_path_buf();
+    std::sync::Arc::new(move || {
+        let door = {
+            let machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+            machines
+                .get(&root)
+                .filter(|m| m.alive())
+                .map(|m| m.door.clone())
+        };
+        match door {
+            Some(door) => join::socket_in(&door),
+            None => Err(std::io::Error::other(
+                "the sandbox's machine is not running: no command holds it",
+            )),
+        }
+    })
+}
+
 /// The way into the machine of the sandbox at `root` (started now if it
 /// is not running) and a lease on it.
 pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
@@ -444,7 +467,9 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
         let listener = crate::machine::join::listener_in(&door, crate::network::egress::PROXY_PORT);
-        match listener.and_then(|l| crate::network::egress::start_proxy(l, name, policy)) {
+        match listener
+            .and_then(|l| crate::network::egress::start_proxy(l, name, root.to_path_buf(), policy))
+        {
             Ok(task) => machine.proxy = Some(task),
             Err(e) => {
                 machine.kill();

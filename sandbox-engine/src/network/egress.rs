@@ -20,36 +20,85 @@
 //! once.
 //!
 //! Allow-list entries: `any`, `host`, `host:port`, `*.domain`,
-//! `*.domain:port` (host names or IP literals, `[v6]:port`).
+//! `*.domain:port` (host names or IP literals, `[v6]:port`), and address
+//! ranges `10.0.0.0/8` (any port; a name is resolved and only addresses
+//! inside a range are dialled). A range inside a host-local block
+//! (`127.0.0.0/8`) names those addresses exactly.
+//!
+//! The operator's list is the ceiling of every sandbox; a sandbox may
+//! have a list of its own (issue 43: CreateOS `egress`, Daytona's
+//! network settings) that only narrows it: a destination passes both.
+//! The proxy reads the sandbox's list for each connection, so a
+//! replaced list applies at once.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 /// The port of the proxy on each machine's loopback.
 pub const PROXY_PORT: u16 = 3128;
 /// Most proxied connections one sandbox holds at once.
 pub const MAX_CONNECTIONS: usize = 64;
 
+/// The most entries a sandbox's own allow-list may hold.
+pub const MAX_SANDBOX_ENTRIES: usize = 256;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Entry {
     Any,
-    Host { host: String, port: Option<u16> },
-    Suffix { suffix: String, port: Option<u16> },
+    Host {
+        host: String,
+        port: Option<u16>,
+    },
+    Suffix {
+        suffix: String,
+        port: Option<u16>,
+    },
+    /// An address range (`10.0.0.0/8`, `fd00::/8`), any port.
+    Net(ipnet::IpNet),
 }
 
-/// An operator's allow-list.
+/// How a policy admits `host:port` before the name is resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admit {
+    /// An entry names the host itself.
+    Exact,
+    /// `any`, a wildcard or an address range admits it.
+    Pattern,
+    /// Only address ranges could admit it: decided per resolved address.
+    ByAddress,
+}
+
+/// Whose list a refusal names.
+#[derive(Debug, Clone, Copy)]
+enum Whose {
+    Engine,
+    Sandbox,
+}
+
+impl Whose {
+    fn list(self) -> &'static str {
+        match self {
+            Whose::Engine => "the engine's egress allow-list",
+            Whose::Sandbox => "this sandbox's own egress allow-list",
+        }
+    }
+}
+
+/// An allow-list: the operator's (`--egress`, the ceiling of every
+/// sandbox) or a sandbox's own (which only narrows the operator's).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Policy {
     entries: Vec<Entry>,
 }
 
 impl Policy {
-    /// Parses allow-list entries (see the module docs); a clear error for
-    /// an entry that is not a host pattern.
+    /// Parses the operator's allow-list entries (see the module docs;
+    /// an item may hold several, comma-separated); a clear error for an
+    /// entry that is not a host pattern or an address range.
     pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<Self, String> {
         let mut out = Vec::new();
         for raw in entries {
@@ -64,23 +113,66 @@ impl Policy {
         Ok(Self { entries: out })
     }
 
+    /// A sandbox's own list, one entry per item, as the service takes it
+    /// on create: `Ok(None)` for allow-all (no list, `[]` or `["*"]`),
+    /// which leaves the sandbox at the operator's list. Refused with the
+    /// reason: an empty entry, control characters, `*` beside other
+    /// entries, more than [`MAX_SANDBOX_ENTRIES`], anything that is not a
+    /// host pattern or an address range.
+    pub fn parse_sandbox_list<S: AsRef<str>>(items: &[S]) -> Result<Option<Self>, String> {
+        if items.len() > MAX_SANDBOX_ENTRIES {
+            return Err(format!(
+                "the egress allow-list has {} entries; at most {MAX_SANDBOX_ENTRIES} are allowed",
+                items.len()
+            ));
+        }
+        let mut entries = Vec::new();
+        let mut star = false;
+        for item in items {
+            let raw = item.as_ref();
+            if raw.chars().any(char::is_control) {
+                return Err(format!("egress entry {raw:?} holds control characters"));
+            }
+            let e = raw.trim();
+            if e.is_empty() {
+                return Err("egress entries cannot be empty".to_string());
+            }
+            if e == "*" {
+                star = true;
+                continue;
+            }
+            let entry = parse_entry(e)?;
+            if !entries.contains(&entry) {
+                entries.push(entry);
+            }
+        }
+        match (star, entries.is_empty()) {
+            (true, false) => {
+                Err("egress entry \"*\" (allow all) cannot stand beside other entries".to_string())
+            }
+            (_, true) => Ok(None),
+            (false, false) => Ok(Some(Self { entries })),
+        }
+    }
+
+    /// A list that allows nothing (Daytona's `networkBlockAll`).
+    pub fn nothing() -> Self {
+        Self::default()
+    }
+
     /// Whether the policy allows anything (egress is on).
     pub fn enabled(&self) -> bool {
         !self.entries.is_empty()
     }
 
-    /// The policy in words, for the server's startup line: `off`, or the
-    /// allow-list.
-    pub fn describe(&self) -> String {
-        if self.entries.is_empty() {
-            return "off".into();
-        }
-        let entries: Vec<String> = self
-            .entries
+    /// The entries in their normal written form.
+    pub fn entries(&self) -> Vec<String> {
+        self.entries
             .iter()
             .map(|e| {
                 let (name, port) = match e {
                     Entry::Any => return "any".to_string(),
+                    Entry::Net(net) => return net.to_string(),
                     Entry::Host { host, port } if host.contains(':') => (format!("[{host}]"), port),
                     Entry::Host { host, port } => (host.clone(), port),
                     Entry::Suffix { suffix, port } => (format!("*.{suffix}"), port),
@@ -90,32 +182,100 @@ impl Policy {
                     None => name,
                 }
             })
-            .collect();
-        format!("allow-list {}", entries.join(", "))
+            .collect()
     }
 
-    /// `Ok(exact)` when `host:port` is allowed (`exact`: an entry names the
-    /// host itself), or the reason it is not.
-    fn check(&self, host: &str, port: u16) -> Result<bool, String> {
+    /// The policy in words, for the server's startup line: `off`, or the
+    /// allow-list.
+    pub fn describe(&self) -> String {
+        if self.entries.is_empty() {
+            return "off".into();
+        }
+        format!("allow-list {}", self.entries().join(", "))
+    }
+
+    /// How `host:port` is admitted, or the reason it is not.
+    fn admit(&self, host: &str, port: u16, whose: Whose) -> Result<Admit, String> {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
-        let mut allowed = None;
+        let literal = host.parse::<std::net::IpAddr>().ok();
+        let mut admitted = None;
+        let mut ranges = false;
         for e in &self.entries {
-            let (hit, exact) = match e {
-                Entry::Any => (true, false),
+            let hit = match e {
+                Entry::Any => Some(Admit::Pattern),
                 Entry::Host { host: h, port: p } => {
-                    (*h == host && p.is_none_or(|p| p == port), true)
+                    (*h == host && p.is_none_or(|p| p == port)).then_some(Admit::Exact)
                 }
-                Entry::Suffix { suffix, port: p } => (
-                    host.ends_with(&format!(".{suffix}")) && p.is_none_or(|p| p == port),
-                    false,
-                ),
+                Entry::Suffix { suffix, port: p } => (host.ends_with(&format!(".{suffix}"))
+                    && p.is_none_or(|p| p == port))
+                .then_some(Admit::Pattern),
+                Entry::Net(net) => {
+                    ranges = true;
+                    literal.and_then(|ip| in_range(net, ip))
+                }
             };
-            if hit {
-                allowed = Some(allowed.unwrap_or(false) || exact);
+            admitted = match (admitted, hit) {
+                (Some(Admit::Exact), _) | (_, Some(Admit::Exact)) => Some(Admit::Exact),
+                (None, h) => h,
+                (a, _) => a,
+            };
+        }
+        match admitted {
+            Some(a) => Ok(a),
+            None if ranges && literal.is_none() => Ok(Admit::ByAddress),
+            None => Err(format!("{host}:{port} is not in {}", whose.list())),
+        }
+    }
+
+    /// Whether an address range of the policy holds `ip`: `Some(exact)`.
+    fn admits_address(&self, ip: std::net::IpAddr) -> Option<Admit> {
+        let mut best = None;
+        for e in &self.entries {
+            if let Entry::Net(net) = e {
+                match in_range(net, ip) {
+                    Some(Admit::Exact) => return Some(Admit::Exact),
+                    Some(a) => best = Some(a),
+                    None => {}
+                }
             }
         }
-        allowed.ok_or_else(|| format!("{host}:{port} is not in the sandbox's egress allow-list"))
+        best
     }
+}
+
+/// Host-local address blocks: a range inside one of them names the
+/// host's own addresses as exactly as a host entry does.
+const HOST_LOCAL_BLOCKS: &[&str] = &[
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "0.0.0.0/32",
+    "::1/128",
+    "::/128",
+    "fe80::/10",
+    "::ffff:127.0.0.0/104",
+    "::ffff:169.254.0.0/112",
+];
+
+/// Whether `net` holds `ip`, and how: `Exact` for a range that lies
+/// inside a host-local block (`127.0.0.0/8` names the loopback itself;
+/// `0.0.0.0/0` does not).
+fn in_range(net: &ipnet::IpNet, ip: std::net::IpAddr) -> Option<Admit> {
+    let ip = match ip {
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map(std::net::IpAddr::V4).unwrap_or(ip),
+        v4 => v4,
+    };
+    if !net.contains(&ip) {
+        return None;
+    }
+    let local_only = HOST_LOCAL_BLOCKS.iter().any(|b| {
+        b.parse::<ipnet::IpNet>()
+            .is_ok_and(|block| block.contains(net))
+    });
+    Some(if local_only {
+        Admit::Exact
+    } else {
+        Admit::Pattern
+    })
 }
 
 fn parse_entry(e: &str) -> Result<Entry, String> {
@@ -124,9 +284,14 @@ fn parse_entry(e: &str) -> Result<Entry, String> {
     }
     let bad = || {
         format!(
-            "egress entry {e:?} is not a host pattern (any, host, host:port, *.domain, *.domain:port)"
+            "egress entry {e:?} is not a host pattern or an address range \
+             (any, host, host:port, *.domain, *.domain:port, 10.0.0.0/8)"
         )
     };
+    if e.contains('/') {
+        let net = e.parse::<ipnet::IpNet>().map_err(|_| bad())?;
+        return Ok(Entry::Net(net.trunc()));
+    }
     let (host, port) = split_host_port(e).ok_or_else(bad)?;
     let port = match port {
         Some(p) => Some(p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(bad)?),
@@ -174,9 +339,24 @@ fn split_host_port(s: &str) -> Option<(String, Option<&str>)> {
     }
 }
 
-fn policies() -> &'static Mutex<HashMap<PathBuf, Arc<Policy>>> {
-    static P: OnceLock<Mutex<HashMap<PathBuf, Arc<Policy>>>> = OnceLock::new();
-    P.get_or_init(|| Mutex::new(HashMap::new()))
+/// The policies in force: each server's (by its data directory, whose
+/// direct children are its sandboxes' roots) and each sandbox's own (by
+/// its root).
+#[derive(Default)]
+struct Policies {
+    engines: HashMap<PathBuf, Arc<Policy>>,
+    sandboxes: HashMap<PathBuf, Arc<Policy>>,
+}
+
+fn policies() -> std::sync::MutexGuard<'static, Policies> {
+    static P: OnceLock<Mutex<Policies>> = OnceLock::new();
+    P.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+fn key(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Sets the egress policy of the server whose data directory is
@@ -184,32 +364,144 @@ fn policies() -> &'static Mutex<HashMap<PathBuf, Arc<Policy>>> {
 /// (`None`: egress off). The server does this at start from
 /// [`crate::ServerBuilder::egress`].
 pub(crate) fn set_policy(data_dir: &Path, policy: Option<Policy>) {
-    let key = data_dir
-        .canonicalize()
-        .unwrap_or_else(|_| data_dir.to_path_buf());
-    let mut all = policies().lock().unwrap_or_else(|p| p.into_inner());
+    let key = key(data_dir);
+    let mut all = policies();
     match policy {
         Some(policy) => {
-            all.insert(key, Arc::new(policy));
+            all.engines.insert(key, Arc::new(policy));
         }
         None => {
-            all.remove(&key);
+            all.engines.remove(&key);
         }
     }
 }
 
-/// The policy that applies to the sandbox at `root`, when egress is on.
+/// The operator's policy (the ceiling) that applies to the sandbox at
+/// `root`, when egress is on.
 pub fn policy_for(root: &Path) -> Option<Arc<Policy>> {
     let parent = root.parent()?;
-    let key = parent
-        .canonicalize()
-        .unwrap_or_else(|_| parent.to_path_buf());
     policies()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&key)
+        .engines
+        .get(&key(parent))
         .cloned()
         .filter(|p| p.enabled())
+}
+
+/// Sets the sandbox at `root`'s own list (`None`: none, the operator's
+/// list alone applies). New connections through its proxy follow it at
+/// once; a pause and resume keep it.
+pub fn set_sandbox_policy(root: &Path, policy: Option<Policy>) {
+    let key = key(root);
+    let mut all = policies();
+    match policy {
+        Some(policy) => {
+            all.sandboxes.insert(key, Arc::new(policy));
+        }
+        None => {
+            all.sandboxes.remove(&key);
+        }
+    }
+}
+
+/// The sandbox at `root`'s own list, if it has one.
+pub fn sandbox_policy(root: &Path) -> Option<Arc<Policy>> {
+    policies().sandboxes.get(&key(root)).cloned()
+}
+
+/// What the sandbox at `root` may reach, in words (its answer's
+/// `local_egress`).
+pub fn describe_for(root: &Path) -> String {
+    let own = sandbox_policy(root);
+    match (policy_for(root), own) {
+        (None, _) => "off: the engine's outbound network is off (start it with --egress to allow \
+                      destinations)"
+            .to_string(),
+        (Some(ceiling), None) => format!("the engine's {}", ceiling.describe()),
+        (Some(ceiling), Some(own)) if !own.enabled() => format!(
+            "nothing: this sandbox blocks all outbound network (the engine's {})",
+            ceiling.describe()
+        ),
+        (Some(ceiling), Some(own)) => format!(
+            "this sandbox's {}, within the engine's {}",
+            own.describe(),
+            ceiling.describe()
+        ),
+    }
+}
+
+/// `host:port` admitted by name under the operator's ceiling and, where
+/// it has one, the sandbox's own list; its addresses are decided by
+/// [`Admission::addresses`] once resolved.
+struct Admission<'a> {
+    lists: Vec<(&'a Policy, Admit, Whose)>,
+}
+
+impl<'a> Admission<'a> {
+    /// Every list's answer for `host:port`, or the first refusal.
+    fn by_name(
+        ceiling: &'a Policy,
+        own: Option<&'a Policy>,
+        host: &str,
+        port: u16,
+    ) -> Result<Self, String> {
+        let mut lists = vec![(
+            ceiling,
+            ceiling.admit(host, port, Whose::Engine)?,
+            Whose::Engine,
+        )];
+        if let Some(own) = own {
+            lists.push((own, own.admit(host, port, Whose::Sandbox)?, Whose::Sandbox));
+        }
+        Ok(Self { lists })
+    }
+
+    /// The resolved `addrs` narrowed to those every address range
+    /// admits, or the reason none is. A host-local address is reached
+    /// only where every list names it exactly.
+    fn addresses(
+        &self,
+        host: &str,
+        port: u16,
+        addrs: Vec<SocketAddr>,
+    ) -> Result<Vec<SocketAddr>, String> {
+        let mut kept = Vec::new();
+        let mut outside = None;
+        for addr in addrs {
+            let mut exact = true;
+            let mut admitted = true;
+            for (list, admit, whose) in &self.lists {
+                let how = match admit {
+                    Admit::ByAddress => list.admits_address(addr.ip()),
+                    a => Some(*a),
+                };
+                match how {
+                    Some(a) => exact &= a == Admit::Exact,
+                    None => {
+                        admitted = false;
+                        outside = Some(format!(
+                            "{host}:{port} resolves to {}, outside every address range of {}",
+                            addr.ip(),
+                            whose.list()
+                        ));
+                    }
+                }
+            }
+            if !admitted {
+                continue;
+            }
+            if !exact && host_local(addr.ip()) {
+                return Err(format!(
+                    "{host}:{port} is on the host's loopback; only an entry naming it exactly \
+                     allows that"
+                ));
+            }
+            kept.push(addr);
+        }
+        if kept.is_empty() {
+            return Err(outside.unwrap_or_else(|| format!("{host}:{port} has no address")));
+        }
+        Ok(kept)
+    }
 }
 
 /// The environment commands get when egress is on.
@@ -232,7 +524,8 @@ pub fn proxy_env() -> Vec<(String, String)> {
 pub fn start_proxy(
     listener: std::net::TcpListener,
     sandbox: String,
-    policy: Arc<Policy>,
+    root: PathBuf,
+    ceiling: Arc<Policy>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let handle = tokio::runtime::Handle::try_current()
         .map_err(|_| std::io::Error::other("no runtime for the egress proxy"))?;
@@ -256,8 +549,11 @@ pub fn start_proxy(
                     continue;
                 }
             };
-            let policy = policy.clone();
+            let ceiling = ceiling.clone();
             let sandbox = sandbox.clone();
+            // The sandbox's own list as it is now: a replaced list holds
+            // for every connection made after the replacement.
+            let own = sandbox_policy(&root);
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 let mut conn = conn;
                 tokio::spawn(async move {
@@ -273,7 +569,7 @@ pub fn start_proxy(
             };
             tokio::spawn(async move {
                 let _slot = slot;
-                serve(conn, &policy, &sandbox).await;
+                serve(conn, &ceiling, own.as_deref(), &sandbox).await;
             });
         }
     }))
@@ -300,34 +596,20 @@ async fn refuse(
     text: &str,
     reason: &str,
 ) -> std::io::Result<()> {
-    let body = format!("createos-local egress: {reason}\n");
-    let head = format!(
-        "HTTP/1.1 {code} {text}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    conn.write_all(head.as_bytes()).await?;
-    conn.write_all(body.as_bytes()).await?;
-    conn.shutdown().await
+    crate::network::head::answer(conn, code, text, "createos-local egress", reason).await
 }
 
-/// One proxied connection: read the request head, check, connect, relay.
-async fn serve(mut conn: tokio::net::TcpStream, policy: &Policy, sandbox: &str) {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 4096];
-    let read = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = conn.read(&mut buf).await?;
-            if n == 0 || head.len() > 16 * 1024 {
-                return Err(std::io::Error::other("no request head"));
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        Ok::<(), std::io::Error>(())
-    })
-    .await;
-    if !matches!(read, Ok(Ok(()))) {
+/// One proxied connection: read the request head, check against the
+/// operator's `ceiling` and the sandbox's `own` list, connect, relay.
+async fn serve(
+    mut conn: tokio::net::TcpStream,
+    ceiling: &Policy,
+    own: Option<&Policy>,
+    sandbox: &str,
+) {
+    let Some(head) = crate::network::head::read(&mut conn).await else {
         return;
-    }
+    };
     let text = String::from_utf8_lossy(&head).to_string();
     let first = text.lines().next().unwrap_or_default().to_string();
     let mut parts = first.split_whitespace();
@@ -359,13 +641,14 @@ async fn serve(mut conn: tokio::net::TcpStream, policy: &Policy, sandbox: &str) 
         eprintln!("createos-local: egress denied for sandbox {sandbox}: {reason}");
         reason
     };
-    let exact = match policy.check(&host, port) {
-        Ok(exact) if port != 0 && !host.is_empty() => exact,
-        Ok(_) => {
-            let reason = deny(format!("bad destination {authority:?}")).await;
-            let _ = refuse(&mut conn, 403, "Forbidden", &reason).await;
-            return;
-        }
+    if port == 0 || host.is_empty() {
+        let reason = deny(format!("bad destination {authority:?}")).await;
+        let _ = refuse(&mut conn, 403, "Forbidden", &reason).await;
+        return;
+    }
+    // Refused by name before anything is resolved, where a list can tell.
+    let admission = match Admission::by_name(ceiling, own, &host, port) {
+        Ok(a) => a,
         Err(reason) => {
             let reason = deny(reason).await;
             let _ = refuse(&mut conn, 403, "Forbidden", &reason).await;
@@ -380,14 +663,14 @@ async fn serve(mut conn: tokio::net::TcpStream, policy: &Policy, sandbox: &str) 
             return;
         }
     };
-    if !exact && addrs.iter().any(|a| host_local(a.ip())) {
-        let reason = deny(format!(
-            "{host}:{port} is on the host's loopback; only an entry naming it exactly allows that"
-        ))
-        .await;
-        let _ = refuse(&mut conn, 403, "Forbidden", &reason).await;
-        return;
-    }
+    let addrs = match admission.addresses(&host, port, addrs) {
+        Ok(addrs) => addrs,
+        Err(reason) => {
+            let reason = deny(reason).await;
+            let _ = refuse(&mut conn, 403, "Forbidden", &reason).await;
+            return;
+        }
+    };
     let upstream = match tokio::time::timeout(
         std::time::Duration::from_secs(30),
         tokio::net::TcpStream::connect(&addrs[..]),
@@ -437,21 +720,105 @@ async fn serve(mut conn: tokio::net::TcpStream, policy: &Policy, sandbox: &str) 
 mod tests {
     use super::*;
 
+    const E: Whose = Whose::Engine;
+
     #[test]
     fn allow_list_entries() {
         let p = Policy::parse(&["example.com:443", "*.pypi.org", "10.0.0.1"]).expect("parse");
-        assert_eq!(p.check("example.com", 443), Ok(true));
-        assert!(p.check("example.com", 80).is_err());
-        assert_eq!(p.check("files.pypi.org", 443), Ok(false));
-        assert!(p.check("pypi.org.evil.com", 443).is_err());
-        assert_eq!(p.check("10.0.0.1", 22), Ok(true));
+        assert_eq!(p.admit("example.com", 443, E), Ok(Admit::Exact));
+        assert!(p.admit("example.com", 80, E).is_err());
+        assert_eq!(p.admit("files.pypi.org", 443, E), Ok(Admit::Pattern));
+        assert!(p.admit("pypi.org.evil.com", 443, E).is_err());
+        assert_eq!(p.admit("10.0.0.1", 22, E), Ok(Admit::Exact));
         assert!(Policy::parse(&["http://x"]).is_err());
         assert!(Policy::parse(&["host:0"]).is_err());
         assert!(Policy::parse(&["a b"]).is_err());
+        assert!(Policy::parse(&["10.0.0.0/33"]).is_err());
         assert!(!Policy::parse::<&str>(&[]).expect("empty").enabled());
         assert_eq!(
-            Policy::parse(&["any"]).expect("any").check("x", 1),
-            Ok(false)
+            Policy::parse(&["any"]).expect("any").admit("x", 1, E),
+            Ok(Admit::Pattern)
         );
+    }
+
+    #[test]
+    fn address_ranges_admit_literals_at_once_and_names_by_address() {
+        let p = Policy::parse(&["10.1.2.3/8", "127.0.0.0/8", "0.0.0.0/0"]).expect("parse");
+        assert_eq!(p.entries(), ["10.0.0.0/8", "127.0.0.0/8", "0.0.0.0/0"]);
+        assert_eq!(p.admit("10.9.9.9", 1, E), Ok(Admit::Pattern));
+        assert_eq!(p.admit("127.0.0.5", 1, E), Ok(Admit::Exact));
+        assert_eq!(p.admit("example.com", 1, E), Ok(Admit::ByAddress));
+        let narrow = Policy::parse(&["192.168.0.0/16"]).expect("parse");
+        assert!(narrow.admit("10.0.0.1", 1, E).is_err());
+        assert_eq!(narrow.admit("example.com", 1, E), Ok(Admit::ByAddress));
+        let mapped: std::net::IpAddr = "::ffff:192.168.1.1".parse().expect("ip");
+        assert_eq!(narrow.admits_address(mapped), Some(Admit::Pattern));
+    }
+
+    #[test]
+    fn a_sandbox_list_narrows_and_never_opens_the_host() {
+        let addr = |s: &str| -> SocketAddr { s.parse().expect("addr") };
+        let ceiling = Policy::parse(&["any"]).expect("ceiling");
+        let own = Policy::parse_sandbox_list(&["192.168.0.0/16"])
+            .expect("own")
+            .expect("a list");
+        let by_name = Admission::by_name(&ceiling, Some(&own), "svc.example", 80).expect("name");
+        assert_eq!(
+            by_name
+                .addresses(
+                    "svc.example",
+                    80,
+                    vec![addr("10.0.0.1:80"), addr("192.168.3.4:80")]
+                )
+                .expect("one kept"),
+            vec![addr("192.168.3.4:80")]
+        );
+        let err = by_name
+            .addresses("svc.example", 80, vec![addr("10.0.0.1:80")])
+            .expect_err("outside");
+        assert!(
+            err.contains("this sandbox's own egress allow-list"),
+            "{err}"
+        );
+        // `any` in the ceiling and a wide range of the sandbox's: not the
+        // host's loopback.
+        let wide = Policy::parse_sandbox_list(&["0.0.0.0/0"])
+            .expect("own")
+            .expect("list");
+        let err = Admission::by_name(&ceiling, Some(&wide), "127.0.0.1", 80)
+            .expect("by name")
+            .addresses("127.0.0.1", 80, vec![addr("127.0.0.1:80")])
+            .expect_err("loopback");
+        assert!(err.contains("loopback"), "{err}");
+        // The sandbox's list cannot widen the ceiling.
+        let ceiling = Policy::parse(&["example.com"]).expect("ceiling");
+        let own = Policy::parse_sandbox_list(&["other.org"]).expect("own");
+        let err = Admission::by_name(&ceiling, own.as_ref(), "other.org", 443)
+            .err()
+            .expect("refused");
+        assert!(err.contains("the engine's egress allow-list"), "{err}");
+    }
+
+    #[test]
+    fn sandbox_lists_are_normalised_or_refused() {
+        assert_eq!(Policy::parse_sandbox_list::<&str>(&[]), Ok(None));
+        assert_eq!(Policy::parse_sandbox_list(&["*"]), Ok(None));
+        let p = Policy::parse_sandbox_list(&[" Example.COM ", "example.com", "10.0.0.0/8"])
+            .expect("parse")
+            .expect("list");
+        assert_eq!(p.entries(), ["example.com", "10.0.0.0/8"]);
+        for bad in [
+            &["*", "x.org"][..],
+            &[""],
+            &["a\u{1b}b"],
+            &["a,b"],
+            &["http://x/"],
+        ] {
+            assert!(Policy::parse_sandbox_list(bad).is_err(), "{bad:?}");
+        }
+        let many: Vec<String> = (0..=MAX_SANDBOX_ENTRIES)
+            .map(|i| format!("h{i}.org"))
+            .collect();
+        assert!(Policy::parse_sandbox_list(&many).is_err());
     }
 }

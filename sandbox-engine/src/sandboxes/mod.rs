@@ -5,7 +5,8 @@
 //! sandbox gone ([`teardown`]) and what the Daytona face knows beyond the
 //! core ([`daytona_registry`]).
 //!
-//! Uses [`crate::machine`], [`crate::storage`], [`crate::trees`] and
+//! Uses [`crate::machine`], [`crate::network`] (a sandbox's egress in
+//! its answer), [`crate::storage`], [`crate::trees`] and
 //! [`crate::util`]; never the HTTP layer, the faces or the server, which
 //! use it.
 

@@ -103,6 +103,14 @@ pub struct Sandbox {
     /// engine deletes the sandbox, with proof, by then
     /// ([`crate::api::sandboxes::reap_expired`]).
     expires_at: std::sync::OnceLock<u64>,
+    /// The idle window after which the engine pauses the sandbox
+    /// (`auto_pause_after_seconds`), when one was asked.
+    auto_pause: std::sync::OnceLock<Duration>,
+    /// When the sandbox last had a command starting or running, or was
+    /// made or resumed (see [`Sandbox::idle_for`]).
+    last_active: Mutex<Instant>,
+    /// The sandbox this one was forked from, if it was.
+    pub forked_from: std::sync::OnceLock<String>,
 }
 
 /// How long and how many finished processes a sandbox keeps (their exit,
@@ -164,7 +172,38 @@ impl Sandbox {
             closed: Mutex::new(false),
             starting: tokio::sync::watch::channel(0).0,
             finished_seen: Mutex::new(HashMap::new()),
+            auto_pause: std::sync::OnceLock::new(),
+            last_active: Mutex::new(Instant::now()),
+            forked_from: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets the idle window after which the engine pauses the sandbox.
+    pub fn set_auto_pause(&self, window: Duration) {
+        let _ = self.auto_pause.set(window);
+    }
+
+    /// The idle window, when one was asked.
+    pub fn auto_pause(&self) -> Option<Duration> {
+        self.auto_pause.get().copied()
+    }
+
+    /// Marks the sandbox active now (a command starts, a resume ends).
+    pub fn touch(&self) {
+        *lock(&self.last_active) = Instant::now();
+    }
+
+    /// How long the sandbox has been idle at `now`: no command starting,
+    /// none whose process or tree still runs, for that long. `None` (and
+    /// the sandbox marked active) while one does.
+    pub fn idle_for(&self, now: Instant) -> Option<Duration> {
+        let busy =
+            *self.starting.borrow() > 0 || lock(&self.processes).values().any(|p| !p.exited().1);
+        if busy {
+            *lock(&self.last_active) = now;
+            return None;
+        }
+        Some(now.saturating_duration_since(*lock(&self.last_active)))
     }
 
     /// Drops finished processes (leader exited and tree verified gone: the
@@ -274,6 +313,7 @@ impl Sandbox {
 
     /// Registers a process.
     pub fn add_process(&self, p: Arc<Process>) {
+        self.touch();
         lock(&self.processes).insert(p.id.clone(), p);
     }
 
@@ -313,6 +353,10 @@ impl Sandbox {
             "region": self.spec.region,
             "ingress_enabled": self.spec.ingress_enabled,
             "env_keys": self.spec.env.keys().collect::<Vec<_>>(),
+            "egress": crate::network::egress::sandbox_policy(&self.root).map(|p| p.entries()),
+            "local_egress": crate::network::egress::describe_for(&self.root),
+            "auto_pause_after_seconds": self.auto_pause().map(|d| d.as_secs()),
+            "forked_from": self.forked_from.get(),
             "created_at": self.created_at,
             "local_isolation": mode.as_str(),
             "local_network": mode.network(),
@@ -364,22 +408,27 @@ impl Store {
     /// [`crate::trees::budgets::sandbox_tasks`]) or a machine's scan finds
     /// them ([`crate::machine::anchored_tasks`]), every task those
     /// processes started, whichever is more.
-    pub fn live_processes(&self) -> usize {
+    /// Returns the count across every sandbox, and that of `sandbox`.
+    pub fn live_processes(&self, sandbox: &str) -> (usize, usize) {
         let anchored = crate::machine::anchored_tasks();
-        self.all()
-            .iter()
-            .map(|sb| {
-                let starting = *sb.starting.borrow();
-                let live = lock(&sb.processes)
-                    .values()
-                    .filter(|p| !p.exited().1)
-                    .count();
-                let tasks = crate::trees::budgets::sandbox_tasks(&sb.root)
-                    .or_else(|| anchored.get(&sb.root).copied())
-                    .unwrap_or(0);
-                live.max(tasks) + starting
-            })
-            .sum()
+        let mut total = 0;
+        let mut own = 0;
+        for sb in self.all() {
+            let starting = *sb.starting.borrow();
+            let live = lock(&sb.processes)
+                .values()
+                .filter(|p| !p.exited().1)
+                .count();
+            let tasks = crate::trees::budgets::sandbox_tasks(&sb.root)
+                .or_else(|| anchored.get(&sb.root).copied())
+                .unwrap_or(0);
+            let count = live.max(tasks) + starting;
+            total += count;
+            if sb.id == sandbox {
+                own = count;
+            }
+        }
+        (total, own)
     }
 
     /// Admits one process start in `sb` within the host-wide process
@@ -393,7 +442,8 @@ impl Store {
     ) -> Result<Option<Admission>, crate::trees::budgets::Refusal> {
         crate::trees::budgets::admit_by_descriptors("process")?;
         let _one_at_a_time = lock(&self.admitting);
-        crate::trees::budgets::admit_process(budgets, self.live_processes())?;
+        let (live, own) = self.live_processes(&sb.id);
+        crate::trees::budgets::admit_process(budgets, live, own)?;
         Ok(sb.admit())
     }
 

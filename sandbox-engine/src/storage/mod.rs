@@ -3,7 +3,8 @@
 //! fixed-size file system ([`disk`]), paths of the Files API resolved
 //! inside a root ([`sandbox_paths`]), removing a tree a sandbox shaped
 //! ([`fstree`]), the durable records a successor engine reads
-//! ([`records`]) and each process's output journal ([`journal`]).
+//! ([`records`]), each process's output journal ([`journal`]) and
+//! forks and templates of a paused sandbox's files ([`templates`]).
 //!
 //! Uses [`crate::trees`] (the ids that own a root, the death guard that
 //! unmounts and removes what a dead server left, the proof that a
@@ -16,3 +17,4 @@ pub mod journal;
 pub mod records;
 pub mod rootfs;
 pub(crate) mod sandbox_paths;
+pub mod templates;

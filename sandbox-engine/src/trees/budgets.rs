@@ -11,7 +11,9 @@
 //! The defaults follow the host: [`Budgets::for_host`] allows one sandbox
 //! per [`PIDS_PER_SANDBOX`] of a quarter of the kernel's `pid_max` (at
 //! least 16, at most 256), and 64 live managed processes per sandbox
-//! allowed, at least 256 and at most 1024. The process budget counts the
+//! allowed, at least 256 and at most 1024. A sandbox under its fair
+//! share of the process budget ([`Budgets::fair_share`]) may start a
+//! command even when the budget is spent. The process budget counts the
 //! processes started through the API and, where each command has a pids
 //! group of its own (one machine per sandbox), every task they started
 //! ([`sandbox_tasks`]), whichever is more; counting and admitting a start
@@ -54,6 +56,13 @@ fn pid_max() -> u64 {
 }
 
 impl Budgets {
+    /// A sandbox's fair share of the process budget: the budget over the
+    /// sandboxes it allows, at least 1. A sandbox under its share may
+    /// start a command even when others hold the whole budget.
+    pub fn fair_share(&self) -> usize {
+        (self.max_processes / self.max_sandboxes.max(1)).max(1)
+    }
+
     /// The defaults for this host (see the module docs).
     pub fn for_host() -> Self {
         let sandboxes =
@@ -143,16 +152,22 @@ pub fn sandbox_refusal(budgets: &Budgets, existing: usize) -> Refusal {
     }
 }
 
-/// `Err` when one more process would exceed the budget.
-pub fn admit_process(budgets: &Budgets, live: usize) -> Result<(), Refusal> {
-    if live >= budgets.max_processes {
+/// `Err` when one more process would exceed the budget: `live` are live
+/// across every sandbox, `own` of them in the sandbox asking. A sandbox
+/// under its [`Budgets::fair_share`] is admitted even when the budget is
+/// spent (one sandbox's fork bomb, whose tasks the budget counts, must not
+/// starve the others; the overshoot is at most one share per sandbox).
+pub fn admit_process(budgets: &Budgets, live: usize, own: usize) -> Result<(), Refusal> {
+    let share = budgets.fair_share();
+    if live >= budgets.max_processes && own >= share {
         return Err(Refusal {
             code: "process_limit",
             message: format!(
                 "{live} processes are live across this server's sandboxes (every task of \
                  running commands counted where the kernel counts them), its limit \
-                 (--max-processes {}); nothing was started: wait for processes to end \
-                 or terminate some, then retry",
+                 (--max-processes {}), and this sandbox holds {own} of them, at least its \
+                 fair share ({share}); nothing was started: wait for processes to end or \
+                 terminate some, then retry",
                 budgets.max_processes
             ),
         });

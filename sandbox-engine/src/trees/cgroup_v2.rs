@@ -8,7 +8,7 @@
 //! ```text
 //! <delegated>/createos-local-<server pid>/   this server's subtree
 //!     server/                                the server itself (a leaf)
-//!     sandbox-<id>/                          one sandbox: pids.max, memory.max, cpu.max
+//!     sandbox-<id>-<hash of its root>/       one sandbox: pids.max, memory.max, cpu.max
 //!         machine/                           its machine (bwrap, init, holder)
 //!         cmd-<marker>-<random>/             one command: its launcher and whole tree
 //! ```
@@ -18,10 +18,11 @@
 //! and `cpu` controllers the delegated group offers for its subtree, so
 //! each sandbox group gets its limits. A controller that cannot be
 //! enabled (not offered, or the delegated group still holds processes of
-//! others) is listed as not enforced ([`Delegated::describe_limits`]).
+//! others) is listed as not enforced, with why ([`Delegated::why_not`]), in the
+//! startup line and `describe`.
 //!
 //! # A command
-//! The launcher ([`crate::machine::join`]) writes itself into its
+//! The launcher (`crate::machine::join`) writes itself into its
 //! command's group (`cgroup.procs`) before it enters the machine, forks
 //! or execs anything: the server's own code is the only thing that ever
 //! runs outside the group, and a launcher that cannot move fails the
@@ -60,6 +61,8 @@ pub struct Delegated {
 }
 
 fn is_cgroup2(dir: &Path) -> bool {
+    // `f_type` is `i64` here, another integer type on other targets.
+    #[allow(clippy::unnecessary_cast)]
     rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == CGROUP2_MAGIC)
 }
 
@@ -75,7 +78,7 @@ pub fn own_writable_group() -> Option<PathBuf> {
     let group = mount.join(path.trim().trim_start_matches('/'));
     use rustix::fs::{access, Access};
     let writable = access(&group, Access::WRITE_OK | Access::EXEC_OK).is_ok()
-        && access(&group.join("cgroup.procs"), Access::WRITE_OK).is_ok();
+        && access(group.join("cgroup.procs"), Access::WRITE_OK).is_ok();
     writable.then_some(group)
 }
 
@@ -121,10 +124,7 @@ impl Delegated {
             let server = engine.join("server");
             std::fs::create_dir(&server)?;
             // The whole server (every thread) into its leaf.
-            std::fs::write(
-                server.join("cgroup.procs"),
-                std::process::id().to_string(),
-            )?;
+            std::fs::write(server.join("cgroup.procs"), std::process::id().to_string())?;
             Ok(())
         })();
         if let Err(e) = made {
@@ -258,12 +258,31 @@ impl Delegated {
         }
     }
 
-    /// Stops (`cgroup.freeze` 1) or thaws the sandbox's group, its machine
-    /// and every command in it; waits up to 2 s for the kernel to report
-    /// `frozen 1`. `false` when the sandbox has no group.
+    /// Stops (`cgroup.freeze` 1) or thaws the sandbox's machine and every
+    /// command group in it; a stop waits up to 2 s for the kernel to report
+    /// each `frozen 1`. The sandbox's own group is never frozen: a command
+    /// started while the pause is under way makes its group below it and
+    /// must not freeze its launcher in the middle of its spawn (the pause
+    /// freezes each registered command's group, as it stops each command
+    /// elsewhere). `false` when the sandbox has no group.
     pub(crate) fn freeze_sandbox(&self, root: &Path, stop: bool) -> bool {
-        let dir = self.sandbox_dir(root);
-        dir.is_dir() && freeze(&dir, stop)
+        let Ok(entries) = std::fs::read_dir(self.sandbox_dir(root)) else {
+            return false;
+        };
+        let groups: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect();
+        for g in &groups {
+            let _ = std::fs::write(g.join("cgroup.freeze"), if stop { "1" } else { "0" });
+        }
+        if stop {
+            for g in &groups {
+                wait_frozen(g);
+            }
+        }
+        true
     }
 
     /// The kernel's count of OOM kills in the sandbox's group
@@ -325,10 +344,14 @@ pub(crate) struct Limits {
 /// `cpu.max`'s period, microseconds.
 const PERIOD: u64 = 100_000;
 
-/// The file-name-safe key of a sandbox root (its directory name, the
-/// sandbox's id).
+/// The file-name-safe key of a sandbox root: its directory name (the
+/// sandbox's id) and a hash of its whole path, so that sandboxes of two
+/// servers of one process (tests), or two data directories, that share a
+/// name never share a group.
 fn key(root: &Path) -> String {
-    root.file_name()
+    use std::os::unix::ffi::OsStrExt;
+    let name: String = root
+        .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
         .chars()
@@ -339,7 +362,16 @@ fn key(root: &Path) -> String {
                 '_'
             }
         })
-        .collect()
+        .collect();
+    // FNV-1a, 32 bits: a name, not a secret.
+    let hash = root
+        .as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0x811c_9dc5_u32, |h, b| {
+            (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
+        });
+    format!("{name}-{hash:08x}")
 }
 
 fn enable(dir: &Path, controller: &str) -> Result<(), String> {
@@ -396,16 +428,22 @@ pub(crate) fn freeze(dir: &Path, stop: bool) -> bool {
         return false;
     }
     if stop {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while std::time::Instant::now() < deadline {
-            let events = std::fs::read_to_string(dir.join("cgroup.events")).unwrap_or_default();
-            if events.lines().any(|l| l == "frozen 1") {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        wait_frozen(dir);
     }
     true
+}
+
+/// Waits up to 2 s for `frozen 1` in the `cgroup.events` of the group at
+/// `dir` (the kernel freezes its members asynchronously).
+fn wait_frozen(dir: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        match std::fs::read_to_string(dir.join("cgroup.events")) {
+            Ok(events) if !events.lines().any(|l| l == "frozen 1") => {}
+            _ => return,
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// Removes the group at `dir` and every group below it (deepest first);
@@ -441,5 +479,19 @@ fn remove_stale(group: &Path) {
         if !Path::new(&format!("/proc/{pid}")).exists() && is_empty(&path) {
             remove_tree(&path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_sandboxs_key_is_its_name_and_its_whole_path() {
+        let a = super::key(std::path::Path::new("/data/one/sb-1"));
+        let b = super::key(std::path::Path::new("/data/two/sb-1"));
+        assert!(a.starts_with("sb-1-") && b.starts_with("sb-1-"), "{a} {b}");
+        assert_ne!(a, b, "two roots of one name share a group");
+        let odd = super::key(std::path::Path::new("/data/a b/../x.y"));
+        assert!(odd.starts_with("x_y-"), "{odd}");
+        assert!(!odd.contains(['/', '.', ' ']), "{odd}");
     }
 }

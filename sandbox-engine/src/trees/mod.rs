@@ -8,14 +8,21 @@
 //!
 //! Two of its files are the seams through which the engine asks what
 //! this host allows: [`id_map`] whether sandboxes get ids of their own
-//! ([`id_map::ranges_here`]), [`process_limits`] everything about the
-//! host's cgroups (cgroup v1 today). No other file reads the server's uid
-//! or the cgroup layout (`tests/layers.rs` checks it).
+//! ([`id_map::ranges_here`]), [`process_limits`] how command trees are
+//! held and proven and what limits a sandbox (its
+//! [`process_limits::TreeBackend`], chosen there once). Each tree backend
+//! is one file behind it: [`cgroup_v1`] (root with the v1 `pids`
+//! hierarchy), [`cgroup_v2`] (a cgroup v2 group delegated to the server,
+//! or root on a pure v2 host), [`anchor`] (no cgroup: a subreaper per
+//! command). No other file reads the server's uid or the cgroup layout
+//! (`tests/layers.rs` checks it).
 //!
 //! The lowest folder of the engine: it uses only [`crate::util`]. Every
 //! other folder may use it.
 
+pub mod anchor;
 pub mod budgets;
+pub mod cgroup_v1;
 pub mod cgroup_v2;
 pub mod deathguard;
 pub mod fds;

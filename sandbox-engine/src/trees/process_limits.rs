@@ -7,7 +7,7 @@
 //! |---|---|---|---|
 //! | [`TreeBackend::CgroupV1Pids`] | root with a cgroup v1 `pids` hierarchy (this file) | a pids group per command: its member list | `pids` and `memory` groups per sandbox |
 //! | [`TreeBackend::CgroupV2Delegated`] | a cgroup v2 group the server may write: delegated to it, or root on a pure v2 host ([`cgroup_v2`]) | a group per command: `cgroup.kill`, `populated 0` | `pids.max`, `memory.max`, `cpu.max` where offered |
-//! | [`TreeBackend::NoCgroup`] | anything else | a subreaper per command inside the machine (`crate::machine::anchor`) | `RLIMIT_NPROC` only |
+//! | [`TreeBackend::NoCgroup`] | anything else | a subreaper per command inside the machine ([`crate::trees::anchor`]) | `RLIMIT_NPROC` only |
 //!
 //! Every backend takes `RLIMIT_NPROC` set between fork and exec.
 //!
@@ -27,7 +27,13 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::trees::cgroup_v1;
 use crate::trees::cgroup_v2;
+
+pub(crate) use crate::trees::cgroup_v1::remove_sandbox_groups;
+pub use crate::trees::cgroup_v1::{
+    memory_cgroup_base, pids_cgroup_base, pids_offered_here, total_tasks,
+};
 
 /// How this host holds a sandbox machine's command trees (see the
 /// module docs).
@@ -63,6 +69,11 @@ impl TreeBackend {
     pub fn offered_here() -> Offered {
         if pids_offered_here() {
             Offered::CgroupV1Pids
+        } else if let Some(d) = cgroup_v2::here_if_made() {
+            // This process runs an engine already (`sandbox doctor`'s
+            // probe): it moved into its own leaf, so its group now is that
+            // leaf, not the one delegated to it.
+            Offered::CgroupV2Delegated(d.group().to_path_buf())
         } else if let Some(group) = cgroup_v2::own_writable_group() {
             Offered::CgroupV2Delegated(group)
         } else {
@@ -128,8 +139,8 @@ impl CommandGroup {
         marker: &str,
     ) -> Option<std::io::Result<(CommandGroup, std::fs::File)>> {
         match (TreeBackend::here(), uid) {
-            (TreeBackend::CgroupV1Pids, Some(uid)) => Some(command_cgroup(uid, marker).map(
-                |(dir, file)| {
+            (TreeBackend::CgroupV1Pids, Some(uid)) => Some(
+                cgroup_v1::command_cgroup(uid, marker, MAX_PROCESSES).map(|(dir, file)| {
                     (
                         CommandGroup {
                             dir,
@@ -137,12 +148,19 @@ impl CommandGroup {
                         },
                         file,
                     )
-                },
-            )),
-            (TreeBackend::CgroupV2Delegated(d), _) => Some(
-                d.command(root, marker, &v2_limits())
-                    .map(|(dir, file)| (CommandGroup { dir, kind: Kind::V2 }, file)),
+                }),
             ),
+            (TreeBackend::CgroupV2Delegated(d), _) => {
+                Some(d.command(root, marker, &v2_limits()).map(|(dir, file)| {
+                    (
+                        CommandGroup {
+                            dir,
+                            kind: Kind::V2,
+                        },
+                        file,
+                    )
+                }))
+            }
             _ => None,
         }
     }
@@ -166,7 +184,7 @@ impl CommandGroup {
     /// no member), anything else proves nothing.
     pub(crate) fn pids(&self) -> std::io::Result<Vec<i32>> {
         match self.kind {
-            Kind::V1Pids => command_group_pids(&self.dir),
+            Kind::V1Pids => cgroup_v1::command_group_pids(&self.dir),
             Kind::V2 => cgroup_v2::members(&self.dir),
         }
     }
@@ -176,7 +194,7 @@ impl CommandGroup {
     /// kernel's `populated 0`. A list that cannot be read proves nothing.
     pub(crate) fn is_empty(&self) -> bool {
         match self.kind {
-            Kind::V1Pids => match command_group_pids(&self.dir) {
+            Kind::V1Pids => match cgroup_v1::command_group_pids(&self.dir) {
                 Ok(pids) => pids.into_iter().all(crate::trees::procfs::is_dead),
                 Err(e) => e.kind() == std::io::ErrorKind::NotFound,
             },
@@ -189,7 +207,7 @@ impl CommandGroup {
     /// `cgroup.kill` (every member, racing forks included).
     pub(crate) fn kill(&self) {
         match self.kind {
-            Kind::V1Pids => stop_forks(&self.dir),
+            Kind::V1Pids => cgroup_v1::stop_forks(&self.dir),
             Kind::V2 => {
                 cgroup_v2::kill(&self.dir);
             }
@@ -223,7 +241,6 @@ pub(crate) fn freeze_sandbox(root: &Path, stop: bool) -> bool {
         _ => false,
     }
 }
-
 
 /// Most processes (threads included) one sandbox's uid may have at once,
 /// set with `RLIMIT_NPROC` on every bwrap tree: a fork bomb stops there.
@@ -277,43 +294,6 @@ pub fn default_sandbox_memory() -> u64 {
     (total / 2).min(8 << 30)
 }
 
-/// Where the kernel's memory controller bounds sandboxes, when the host
-/// lets the server use it: `createos-local/` under the server's own group
-/// of a cgroup v1 `memory` hierarchy it (root) can write, so that whatever
-/// bounds the server bounds its sandboxes too. Under it,
-/// `sandbox-<uid>/` holds one sandbox at [`sandbox_memory`]. `None`
-/// elsewhere (not root, cgroup v2 only, no memory controller): then
-/// nothing bounds a sandbox's memory, and the startup line says so.
-pub fn memory_cgroup_base() -> Option<&'static Path> {
-    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    BASE.get_or_init(|| {
-        if !rustix::process::geteuid().is_root() {
-            return None;
-        }
-        let v1 = Path::new("/sys/fs/cgroup/memory");
-        if !v1.join("cgroup.procs").is_file() {
-            return None;
-        }
-        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        let path = own.lines().find_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let _id = parts.next()?;
-            let controllers = parts.next()?;
-            let path = parts.next()?;
-            controllers
-                .split(',')
-                .any(|c| c == "memory")
-                .then(|| path.trim_start_matches('/').to_string())
-        })?;
-        let base = v1.join(path).join("createos-local");
-        match std::fs::create_dir_all(&base) {
-            Ok(()) => Some(base),
-            Err(_) => None,
-        }
-    })
-    .as_deref()
-}
-
 /// Whether a server started here would limit each sandbox's memory, as
 /// far as can be told without touching the host (no group is created):
 /// root and a cgroup v1 memory hierarchy, or a writable cgroup v2 group
@@ -323,46 +303,9 @@ pub fn memory_cgroup_base() -> Option<&'static Path> {
 /// [`memory_cgroup_base`] and [`TreeBackend::here`].
 pub fn memory_limit_offered_here() -> bool {
     match TreeBackend::offered_here() {
-        Offered::CgroupV2Delegated(group) => {
-            cgroup_v2::offers(&group, "memory")
-        }
-        _ => {
-            rustix::process::geteuid().is_root()
-                && Path::new("/sys/fs/cgroup/memory/cgroup.procs").is_file()
-        }
+        Offered::CgroupV2Delegated(group) => cgroup_v2::offers(&group, "memory"),
+        _ => cgroup_v1::memory_offered_here(),
     }
-}
-
-/// The `tasks` file of the memory group of the sandbox owned by `uid`
-/// (created with its limit on first use), opened for writing: a launcher
-/// writes `0` to it between fork and exec, so everything it starts is
-/// charged to the sandbox. `None` without a memory hierarchy (see
-/// [`memory_cgroup_base`]).
-pub(crate) fn memory_cgroup_tasks(uid: u32) -> Option<std::fs::File> {
-    let dir = memory_cgroup_base()?.join(format!("sandbox-{uid}"));
-    match std::fs::create_dir(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(_) => return None,
-    }
-    // Written at every join: a group left by an earlier server with the
-    // same range may hold another limit. Swap counts toward the same
-    // limit where the host accounts it (memory + swap), so a sandbox
-    // cannot spill into swap; memsw may never be below the memory limit,
-    // so the order of the two writes follows the direction of the change.
-    let limit = sandbox_memory().to_string();
-    let memory = dir.join("memory.limit_in_bytes");
-    let memsw = dir.join("memory.memsw.limit_in_bytes");
-    if std::fs::write(&memory, &limit).is_ok() {
-        let _ = std::fs::write(&memsw, &limit);
-    } else {
-        let _ = std::fs::write(&memsw, &limit);
-        std::fs::write(&memory, &limit).ok()?;
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join(JOIN_FILE))
-        .ok()
 }
 
 /// The cgroup files the machine of a sandbox (or a command with
@@ -389,7 +332,7 @@ impl SandboxGroups {
             });
         }
         Ok(SandboxGroups {
-            pids: uid.and_then(pids_cgroup_procs),
+            pids: uid.and_then(|uid| cgroup_v1::pids_cgroup_procs(uid, MAX_PROCESSES)),
             memory: uid.and_then(memory_cgroup_tasks),
         })
     }
@@ -398,7 +341,7 @@ impl SandboxGroups {
     /// namespaces of its own: no machine, so no cgroup v2 leaf).
     pub(crate) fn v1_of(uid: Option<u32>) -> SandboxGroups {
         SandboxGroups {
-            pids: uid.and_then(pids_cgroup_procs),
+            pids: uid.and_then(|uid| cgroup_v1::pids_cgroup_procs(uid, MAX_PROCESSES)),
             memory: uid.and_then(memory_cgroup_tasks),
         }
     }
@@ -429,7 +372,8 @@ pub(crate) fn join_groups(raw: [Option<std::os::fd::RawFd>; 2]) -> std::io::Resu
 /// `describe`: each limit and whether it is enforced.
 pub fn describe() -> String {
     if let TreeBackend::CgroupV2Delegated(d) = TreeBackend::here() {
-        let limit = |controller: &str, enforced: String, instead: &str| match d.why_not(controller) {
+        let limit = |controller: &str, enforced: String, instead: &str| match d.why_not(controller)
+        {
             None => format!("{enforced} (enforced)"),
             Some(why) => format!("{instead}: NOT enforced ({why})"),
         };
@@ -481,28 +425,6 @@ pub(crate) fn remove_sandbox_groups_at(root: &Path, uid: Option<u32>) {
     }
 }
 
-/// Removes the pids and memory groups of the sandbox owned by `uid` (and
-/// any command group left in it), once every process of the sandbox is
-/// proven gone: a group per sandbox ever made would otherwise stay on the
-/// host (thousands after a day of short sandboxes, each a kernel object
-/// the memory controller keeps statistics for). A group that still has a
-/// member cannot be removed (the kernel refuses) and stays.
-pub(crate) fn remove_sandbox_groups(uid: u32) {
-    let name = format!("sandbox-{uid}");
-    if let Some(base) = pids_cgroup_base() {
-        let dir = base.join(&name);
-        if let Ok(commands) = std::fs::read_dir(&dir) {
-            for command in commands.flatten().filter(|e| e.path().is_dir()) {
-                let _ = std::fs::remove_dir(command.path());
-            }
-        }
-        let _ = std::fs::remove_dir(&dir);
-    }
-    if let Some(base) = memory_cgroup_base() {
-        let _ = std::fs::remove_dir(base.join(&name));
-    }
-}
-
 /// How many times the kernel's OOM killer has killed a process of the
 /// sandbox at `root` (its memory group's `oom_kill` count); `None`
 /// without a memory group.
@@ -510,124 +432,7 @@ pub fn sandbox_oom_kills(root: &Path) -> Option<u64> {
     if let TreeBackend::CgroupV2Delegated(d) = TreeBackend::here() {
         return d.oom_kills(root);
     }
-    let uid = crate::trees::host_processes::sandbox_uid(root)?;
-    let dir = memory_cgroup_base()?.join(format!("sandbox-{uid}"));
-    let control = std::fs::read_to_string(dir.join("memory.oom_control")).ok()?;
-    control
-        .lines()
-        .find_map(|l| l.strip_prefix("oom_kill "))
-        .and_then(|n| n.trim().parse().ok())
-}
-
-/// Where the kernel's pids controller bounds sandboxes, when the host lets
-/// the server use it: a cgroup v1 `pids` hierarchy the server (root) can
-/// write, `/sys/fs/cgroup/pids`. Under it, `createos-local/` caps the
-/// tasks of every sandbox of every server on the host together at
-/// [`total_tasks`], and `createos-local/sandbox-<uid>/` caps one sandbox at
-/// [`MAX_PROCESSES`] (nested namespaces and threads included). `None`
-/// elsewhere (not root, cgroup v2 only, no pids controller): then only
-/// `RLIMIT_NPROC` per sandbox uid applies. Empty groups stay (one per
-/// sandbox uid, reused when the uid is).
-pub fn pids_cgroup_base() -> Option<&'static Path> {
-    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    BASE.get_or_init(|| {
-        if !rustix::process::geteuid().is_root() {
-            return None;
-        }
-        let v1 = Path::new("/sys/fs/cgroup/pids");
-        if !v1.join("cgroup.procs").is_file() {
-            return None;
-        }
-        let base = v1.join("createos-local");
-        match std::fs::create_dir(&base) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(_) => return None,
-        }
-        std::fs::write(base.join("pids.max"), total_tasks().to_string()).ok()?;
-        Some(base)
-    })
-    .as_deref()
-}
-
-/// The most tasks all sandboxes on this host may hold together where the
-/// pids controller is used: half the host's `kernel.pid_max`, so that
-/// fork bombs in any number of sandboxes leave the host the other half.
-pub fn total_tasks() -> u64 {
-    std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .map_or(16384, |max| (max / 2).max(MAX_PROCESSES))
-}
-
-/// The [`JOIN_FILE`] of the sandbox uid's pids group (created with its
-/// `pids.max` on first use), opened for writing: the launcher writes `0`
-/// to it between fork and exec, so bwrap and everything it starts are
-/// counted. `None` without a pids hierarchy (see [`pids_cgroup_base`]).
-pub(crate) fn pids_cgroup_procs(uid: u32) -> Option<std::fs::File> {
-    let dir = pids_cgroup_base()?.join(format!("sandbox-{uid}"));
-    match std::fs::create_dir(&dir) {
-        Ok(()) => std::fs::write(dir.join("pids.max"), MAX_PROCESSES.to_string()).ok()?,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(_) => return None,
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join(JOIN_FILE))
-        .ok()
-}
-
-/// The file a launcher writes `0` to, between fork and exec, to join a
-/// pids group: `tasks` (the calling thread), not `cgroup.procs` (its
-/// whole thread group). The forked launcher has one thread, so both move
-/// the same process, and everything it starts is counted; but moving the
-/// current thread alone skips the kernel's global threadgroup lock, whose
-/// write side waits for an RCU grace period: about 10 ms per command
-/// through `cgroup.procs` (unless another move happened a few ms before),
-/// 0.3 ms through `tasks` (measured on this host, BENCHMARKS.md).
-const JOIN_FILE: &str = "tasks";
-
-/// A new pids group for one command under its sandbox's group, and its
-/// [`JOIN_FILE`] opened for writing.
-fn command_cgroup(uid: u32, marker: &str) -> std::io::Result<(PathBuf, std::fs::File)> {
-    let sandbox = pids_cgroup_procs(uid)
-        .and_then(|_| pids_cgroup_base().map(|b| b.join(format!("sandbox-{uid}"))))
-        .ok_or_else(|| std::io::Error::other("no pids group for the sandbox"))?;
-    // Unique even when a marker repeats (the start-up probe's) or a group
-    // of an earlier server with the same sandbox uid was left behind.
-    let mut attempt = 0;
-    let dir = loop {
-        let dir = sandbox.join(format!("cmd-{marker}-{}", crate::util::random_hex(4)));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => break dir,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    };
-    let procs = std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join(JOIN_FILE))?;
-    Ok((dir, procs))
-}
-
-/// The pids the kernel lists in the command group at `dir`
-/// (`cgroup.procs`). `Err` when the list cannot be read: `NotFound` once
-/// the group is removed (no directory, no member), anything else proves
-/// nothing.
-fn command_group_pids(dir: &Path) -> std::io::Result<Vec<i32>> {
-    let list = std::fs::read_to_string(dir.join("cgroup.procs"))?;
-    Ok(list
-        .split_whitespace()
-        .filter_map(|p| p.parse::<i32>().ok())
-        .collect())
-}
-
-/// No more forks in the command group at `dir` (a tree being killed):
-/// its `pids.max` becomes 0.
-fn stop_forks(dir: &Path) {
-    let _ = std::fs::write(dir.join("pids.max"), "0");
+    cgroup_v1::oom_kills(crate::trees::host_processes::sandbox_uid(root)?)
 }
 
 /// Removes a command's emptied pids group: at once, or (while its last
@@ -657,34 +462,16 @@ pub(crate) fn command_tasks(root: &Path) -> Option<usize> {
     match TreeBackend::here() {
         TreeBackend::CgroupV2Delegated(d) => d.command_tasks(root),
         TreeBackend::CgroupV1Pids => {
-            command_tasks_v1(crate::trees::host_processes::sandbox_uid(root)?)
+            cgroup_v1::command_tasks(crate::trees::host_processes::sandbox_uid(root)?)
         }
         TreeBackend::NoCgroup => None,
     }
 }
 
-/// cgroup v1: each command group's `pids.current`, its launcher not
-/// counted; `None` without a pids hierarchy.
-fn command_tasks_v1(uid: u32) -> Option<usize> {
-    let dir = pids_cgroup_base()?.join(format!("sandbox-{uid}"));
-    let mut tasks = 0;
-    for entry in std::fs::read_dir(dir).ok()?.flatten() {
-        if !entry.file_name().to_string_lossy().starts_with("cmd-") {
-            continue;
-        }
-        let current: usize = std::fs::read_to_string(entry.path().join("pids.current"))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
-        tasks += current.saturating_sub(1);
-    }
-    Some(tasks)
-}
-
-/// Whether a server started here would give each sandbox a pids group,
-/// as far as can be told without touching the host (no group is
-/// created): root and a cgroup v1 `pids` hierarchy. The server decides
-/// with [`pids_cgroup_base`].
-pub fn pids_offered_here() -> bool {
-    rustix::process::geteuid().is_root() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
+/// The `tasks` file of the cgroup v1 memory group of the sandbox owned by
+/// `uid`, limited to [`sandbox_memory`] (made on first use), opened for
+/// writing: a launcher writes `0` to it between fork and exec. `None`
+/// without a v1 memory hierarchy (see [`memory_cgroup_base`]).
+pub(crate) fn memory_cgroup_tasks(uid: u32) -> Option<std::fs::File> {
+    cgroup_v1::memory_cgroup_tasks(uid, sandbox_memory())
 }

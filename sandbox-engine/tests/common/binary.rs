@@ -100,7 +100,9 @@ impl Engine {
             // fork and exec ("0": the writing process).
             unsafe {
                 cmd.pre_exec(move || {
-                    rustix::io::write(&procs, b"0").map(|_| ()).map_err(std::io::Error::from)
+                    rustix::io::write(&procs, b"0")
+                        .map(|_| ())
+                        .map_err(std::io::Error::from)
                 });
             }
         }

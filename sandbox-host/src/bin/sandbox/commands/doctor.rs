@@ -7,7 +7,6 @@
 //! Every check asks the host the way the engine itself will: the same
 //! bubblewrap probe, the same disk trial, the same store opener.
 
-
 use anyhow::Result;
 use serde_json::json;
 

@@ -1,10 +1,13 @@
 //! The tree proof without a cgroup (issue 37 item 4): an *anchor* per
 //! command inside the sandbox's machine, where the server has no cgroup it
-//! can write (a server that is not root). Honestly weaker than a group:
-//! see "A killed anchor".
+//! can write ([`crate::trees::process_limits::TreeBackend::NoCgroup`]: not
+//! root, and no cgroup v2 group delegated to it). Honestly weaker than a
+//! group: see "A killed anchor". This file is the server's side of the
+//! proof; the anchor process itself is forked by the launcher
+//! (`crate::machine::join`).
 //!
 //! # The anchor
-//! The launcher ([`crate::machine::join`]), once inside the machine's
+//! The launcher (`crate::machine::join`), once inside the machine's
 //! namespaces, forks the anchor (in the machine's PID namespace) and
 //! writes its host pid on the command's *proof pipe*, whose read end the
 //! server holds ([`Proof`]). The anchor makes itself a child subreaper

@@ -1,0 +1,261 @@
+//! The cgroup v1 tree backend (a root server with the v1 `pids`
+//! hierarchy, this CI kind of host): a `pids` group per sandbox
+//! (`createos-local/sandbox-<uid>`, capped at its task limit) with a group
+//! per command inside it (`cmd-<marker>-<random>`), whose member list is
+//! the command's tree, and a `memory` group per sandbox under the server's
+//! own. The sandbox uid cannot write root's `tasks` and `cgroup.procs`, so
+//! no process can leave. Only [`crate::trees::process_limits`] (the seam)
+//! uses this file; the limits it applies are the seam's, passed in.
+
+use std::path::{Path, PathBuf};
+
+/// Where the kernel's memory controller bounds sandboxes, when the host
+/// lets the server use it: `createos-local/` under the server's own group
+/// of a cgroup v1 `memory` hierarchy it (root) can write, so that whatever
+/// bounds the server bounds its sandboxes too. Under it,
+/// `sandbox-<uid>/` holds one sandbox at the sandbox memory limit. `None`
+/// elsewhere (not root, cgroup v2 only, no memory controller): then
+/// nothing bounds a sandbox's memory, and the startup line says so.
+pub fn memory_cgroup_base() -> Option<&'static Path> {
+    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        if !rustix::process::geteuid().is_root() {
+            return None;
+        }
+        let v1 = Path::new("/sys/fs/cgroup/memory");
+        if !v1.join("cgroup.procs").is_file() {
+            return None;
+        }
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let path = own.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let _id = parts.next()?;
+            let controllers = parts.next()?;
+            let path = parts.next()?;
+            controllers
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.trim_start_matches('/').to_string())
+        })?;
+        let base = v1.join(path).join("createos-local");
+        match std::fs::create_dir_all(&base) {
+            Ok(()) => Some(base),
+            Err(_) => None,
+        }
+    })
+    .as_deref()
+}
+
+/// The `tasks` file of the memory group of the sandbox owned by `uid`
+/// (created with its limit on first use), opened for writing: a launcher
+/// writes `0` to it between fork and exec, so everything it starts is
+/// charged to the sandbox. `None` without a memory hierarchy (see
+/// [`memory_cgroup_base`]).
+pub(crate) fn memory_cgroup_tasks(uid: u32, memory: u64) -> Option<std::fs::File> {
+    let dir = memory_cgroup_base()?.join(format!("sandbox-{uid}"));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    // Written at every join: a group left by an earlier server with the
+    // same range may hold another limit. Swap counts toward the same
+    // limit where the host accounts it (memory + swap), so a sandbox
+    // cannot spill into swap; memsw may never be below the memory limit,
+    // so the order of the two writes follows the direction of the change.
+    let limit = memory.to_string();
+    let memory = dir.join("memory.limit_in_bytes");
+    let memsw = dir.join("memory.memsw.limit_in_bytes");
+    if std::fs::write(&memory, &limit).is_ok() {
+        let _ = std::fs::write(&memsw, &limit);
+    } else {
+        let _ = std::fs::write(&memsw, &limit);
+        std::fs::write(&memory, &limit).ok()?;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(JOIN_FILE))
+        .ok()
+}
+
+/// Removes the pids and memory groups of the sandbox owned by `uid` (and
+/// any command group left in it), once every process of the sandbox is
+/// proven gone: a group per sandbox ever made would otherwise stay on the
+/// host (thousands after a day of short sandboxes, each a kernel object
+/// the memory controller keeps statistics for). A group that still has a
+/// member cannot be removed (the kernel refuses) and stays.
+pub(crate) fn remove_sandbox_groups(uid: u32) {
+    let name = format!("sandbox-{uid}");
+    if let Some(base) = pids_cgroup_base() {
+        let dir = base.join(&name);
+        if let Ok(commands) = std::fs::read_dir(&dir) {
+            for command in commands.flatten().filter(|e| e.path().is_dir()) {
+                let _ = std::fs::remove_dir(command.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+    if let Some(base) = memory_cgroup_base() {
+        let _ = std::fs::remove_dir(base.join(&name));
+    }
+}
+
+/// Where the kernel's pids controller bounds sandboxes, when the host lets
+/// the server use it: a cgroup v1 `pids` hierarchy the server (root) can
+/// write, `/sys/fs/cgroup/pids`. Under it, `createos-local/` caps the
+/// tasks of every sandbox of every server on the host together at
+/// [`total_tasks`], and `createos-local/sandbox-<uid>/` caps one sandbox at
+/// its task limit (nested namespaces and threads included). `None`
+/// elsewhere (not root, cgroup v2 only, no pids controller): then only
+/// `RLIMIT_NPROC` per sandbox uid applies. Empty groups stay (one per
+/// sandbox uid, reused when the uid is).
+pub fn pids_cgroup_base() -> Option<&'static Path> {
+    static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BASE.get_or_init(|| {
+        if !rustix::process::geteuid().is_root() {
+            return None;
+        }
+        let v1 = Path::new("/sys/fs/cgroup/pids");
+        if !v1.join("cgroup.procs").is_file() {
+            return None;
+        }
+        let base = v1.join("createos-local");
+        match std::fs::create_dir(&base) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(_) => return None,
+        }
+        std::fs::write(base.join("pids.max"), total_tasks().to_string()).ok()?;
+        Some(base)
+    })
+    .as_deref()
+}
+
+/// The most tasks all sandboxes on this host may hold together where the
+/// pids controller is used: half the host's `kernel.pid_max`, so that
+/// fork bombs in any number of sandboxes leave the host the other half.
+pub fn total_tasks() -> u64 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(16384, |max| (max / 2).max(2048))
+}
+
+/// The [`JOIN_FILE`] of the sandbox uid's pids group (created with its
+/// `pids.max` on first use), opened for writing: the launcher writes `0`
+/// to it between fork and exec, so bwrap and everything it starts are
+/// counted. `None` without a pids hierarchy (see [`pids_cgroup_base`]).
+pub(crate) fn pids_cgroup_procs(uid: u32, tasks: u64) -> Option<std::fs::File> {
+    let dir = pids_cgroup_base()?.join(format!("sandbox-{uid}"));
+    match std::fs::create_dir(&dir) {
+        Ok(()) => std::fs::write(dir.join("pids.max"), tasks.to_string()).ok()?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(_) => return None,
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(JOIN_FILE))
+        .ok()
+}
+
+/// The file a launcher writes `0` to, between fork and exec, to join a
+/// pids group: `tasks` (the calling thread), not `cgroup.procs` (its
+/// whole thread group). The forked launcher has one thread, so both move
+/// the same process, and everything it starts is counted; but moving the
+/// current thread alone skips the kernel's global threadgroup lock, whose
+/// write side waits for an RCU grace period: about 10 ms per command
+/// through `cgroup.procs` (unless another move happened a few ms before),
+/// 0.3 ms through `tasks` (measured on this host, BENCHMARKS.md).
+const JOIN_FILE: &str = "tasks";
+
+/// A new pids group for one command under its sandbox's group, and its
+/// [`JOIN_FILE`] opened for writing.
+pub(crate) fn command_cgroup(
+    uid: u32,
+    marker: &str,
+    tasks: u64,
+) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let sandbox = pids_cgroup_procs(uid, tasks)
+        .and_then(|_| pids_cgroup_base().map(|b| b.join(format!("sandbox-{uid}"))))
+        .ok_or_else(|| std::io::Error::other("no pids group for the sandbox"))?;
+    // Unique even when a marker repeats (the start-up probe's) or a group
+    // of an earlier server with the same sandbox uid was left behind.
+    let mut attempt = 0;
+    let dir = loop {
+        let dir = sandbox.join(format!("cmd-{marker}-{}", crate::util::random_hex(4)));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => break dir,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join(JOIN_FILE))?;
+    Ok((dir, procs))
+}
+
+/// The pids the kernel lists in the command group at `dir`
+/// (`cgroup.procs`). `Err` when the list cannot be read: `NotFound` once
+/// the group is removed (no directory, no member), anything else proves
+/// nothing.
+pub(crate) fn command_group_pids(dir: &Path) -> std::io::Result<Vec<i32>> {
+    let list = std::fs::read_to_string(dir.join("cgroup.procs"))?;
+    Ok(list
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .collect())
+}
+
+/// No more forks in the command group at `dir` (a tree being killed):
+/// its `pids.max` becomes 0.
+pub(crate) fn stop_forks(dir: &Path) {
+    let _ = std::fs::write(dir.join("pids.max"), "0");
+}
+
+/// Each command group's `pids.current`, its launcher not
+/// counted; `None` without a pids hierarchy.
+pub(crate) fn command_tasks(uid: u32) -> Option<usize> {
+    let dir = pids_cgroup_base()?.join(format!("sandbox-{uid}"));
+    let mut tasks = 0;
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        if !entry.file_name().to_string_lossy().starts_with("cmd-") {
+            continue;
+        }
+        let current: usize = std::fs::read_to_string(entry.path().join("pids.current"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        tasks += current.saturating_sub(1);
+    }
+    Some(tasks)
+}
+
+/// Whether a server started here would give each sandbox a pids group,
+/// as far as can be told without touching the host (no group is
+/// created): root and a cgroup v1 `pids` hierarchy. The server decides
+/// with [`pids_cgroup_base`].
+pub fn pids_offered_here() -> bool {
+    rustix::process::geteuid().is_root() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
+}
+
+/// How many times the kernel's OOM killer has killed a process of the
+/// sandbox owned by `uid` (its memory group's `oom_kill` count); `None`
+/// without a memory group.
+pub(crate) fn oom_kills(uid: u32) -> Option<u64> {
+    let dir = memory_cgroup_base()?.join(format!("sandbox-{uid}"));
+    let control = std::fs::read_to_string(dir.join("memory.oom_control")).ok()?;
+    control
+        .lines()
+        .find_map(|l| l.strip_prefix("oom_kill "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Whether a server started here would get a cgroup v1 memory group per
+/// sandbox, without touching the host: root and a v1 memory hierarchy.
+pub(crate) fn memory_offered_here() -> bool {
+    rustix::process::geteuid().is_root()
+        && Path::new("/sys/fs/cgroup/memory/cgroup.procs").is_file()
+}

@@ -1,0 +1,208 @@
+//! Issue 43 item 3, forks and templates: a paused sandbox's files copied
+//! into a new sandbox (owners inside kept), or kept under a name that
+//! later sandboxes start from; a template deleted leaves its sandboxes
+//! alone; a running sandbox is never copied.
+
+mod common;
+
+use common::Harness;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+/// Files a setup command leaves in a sandbox: a file, one owned by uid
+/// 1001 inside (where the sandbox's root owns a range of ids), a link.
+const SETUP: &str =
+    "mkdir -p /paperclip-workspace/app && echo set up > /paperclip-workspace/app/ready.txt && \
+     echo secret > /root/notes && ln -s ready.txt /paperclip-workspace/app/link && \
+     echo theirs > /paperclip-workspace/app/theirs.txt && \
+     (chown 1001:1001 /paperclip-workspace/app/theirs.txt 2>/dev/null || true)";
+
+/// What a sandbox holds of [`SETUP`], as one line per file.
+const LOOK: &str =
+    "cat /paperclip-workspace/app/ready.txt /root/notes /paperclip-workspace/app/link; \
+     stat -c '%u:%g %n' /paperclip-workspace/app/theirs.txt";
+
+async fn created(h: &Harness, body: Value) -> String {
+    let (st, v) = h.post("/v1/sandboxes", body).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let id = v["data"]["id"].as_str().expect("id").to_string();
+    h.wait_status(&id, "running").await;
+    id
+}
+
+/// `POST /v1/templates` of sandbox `sb` as `name`.
+async fn capture(h: &Harness, name: &str, sb: &str) -> (StatusCode, Value) {
+    h.post("/v1/templates", json!({ "name": name, "sandbox_id": sb }))
+        .await
+}
+
+async fn pause(h: &Harness, sb: &str) {
+    let (st, v) = h
+        .post(&format!("/v1/sandboxes/{sb}/pause"), json!({}))
+        .await;
+    assert!(st.is_success(), "{v}");
+    h.wait_status(sb, "paused").await;
+}
+
+#[tokio::test]
+async fn a_paused_sandbox_forks_and_becomes_a_template() {
+    let h = Harness::start().await;
+    let setup = created(
+        &h,
+        json!({ "shape": "s-1vcpu-1gb", "env": { "ROLE": "setup" } }),
+    )
+    .await;
+    let r = h.exec(&setup, SETUP).await;
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let seen = h.exec(&setup, LOOK).await["stdout"].clone();
+    let owner_kept = seen.as_str().is_some_and(|s| s.contains("1001:1001"));
+    // Running: no fork, no template.
+    let (st, v) = h
+        .post(&format!("/v1/sandboxes/{setup}/fork"), json!({}))
+        .await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    let (st, v) = capture(&h, "app", &setup).await;
+    assert_eq!(st, StatusCode::CONFLICT, "{v}");
+    pause(&h, &setup).await;
+    // A fork sees the files, as they were inside (owners included).
+    let (st, v) = h
+        .post(&format!("/v1/sandboxes/{setup}/fork"), json!({}))
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let fork = v["data"]["id"].as_str().expect("id").to_string();
+    assert_ne!(fork, setup);
+    h.wait_status(&fork, "running").await;
+    // The fork runs under ids of its own, never its source's.
+    {
+        use std::os::unix::fs::MetadataExt;
+        let owner = |sb: &str| {
+            std::fs::metadata(h.server.data_dir().join(sb))
+                .expect("root")
+                .uid()
+        };
+        if owner_kept {
+            assert_ne!(
+                owner(&fork),
+                owner(&setup),
+                "the fork has a range of its own"
+            );
+        }
+    }
+    let r = h.exec(&fork, &format!("{LOOK}; echo $ROLE")).await;
+    assert_eq!(
+        r["stdout"],
+        format!("{}setup\n", seen.as_str().unwrap_or_default()),
+        "{r}"
+    );
+    if owner_kept {
+        // The fork's root owns that file's uid as its own 1001: it may
+        // hand it back to itself.
+        let r = h
+            .exec(
+                &fork,
+                "chown 0:0 /paperclip-workspace/app/theirs.txt && echo mine",
+            )
+            .await;
+        assert_eq!(r["stdout"], "mine\n", "{r}");
+    }
+    // A write in the fork leaves the source alone.
+    h.exec(&fork, "echo changed > /paperclip-workspace/app/ready.txt")
+        .await;
+    // A template of the paused setup sandbox.
+    let (st, v) = capture(&h, "app", &setup).await;
+    assert_eq!(st, StatusCode::CREATED, "{v}");
+    let (st, v) = capture(&h, "app", &setup).await;
+    assert_eq!(st, StatusCode::CONFLICT, "a name in use: {v}");
+    let (_, v) = h.get("/v1/templates").await;
+    assert_eq!(v["data"][0]["name"], "app", "{v}");
+    let from = created(&h, json!({ "shape": "s-1vcpu-1gb", "template": "app" })).await;
+    let r = h.exec(&from, LOOK).await;
+    assert_eq!(r["stdout"], seen, "{r}");
+    // Deleting the template leaves the sandbox made from it alone.
+    let (st, v) = h.req(Method::DELETE, "/v1/templates/app", None).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let r = h
+        .exec(&from, "cat /paperclip-workspace/app/ready.txt")
+        .await;
+    assert_eq!(r["stdout"], "set up\n", "{r}");
+    let (st, v) = h.req(Method::DELETE, "/v1/templates/app", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    let (st, v) = h
+        .post(
+            "/v1/sandboxes",
+            json!({ "shape": "s-1vcpu-1gb", "template": "app" }),
+        )
+        .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{v}");
+    // Bad names.
+    for bad in ["", ".hidden", "a/b", "x".repeat(65).as_str()] {
+        let (st, v) = capture(&h, bad, &setup).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{bad:?}: {v}");
+    }
+    // The source still has its own files, resumed.
+    let (st, v) = h
+        .post(&format!("/v1/sandboxes/{setup}/resume"), json!({}))
+        .await;
+    assert!(st.is_success(), "{v}");
+    h.wait_status(&setup, "running").await;
+    let r = h
+        .exec(&setup, "cat /paperclip-workspace/app/ready.txt")
+        .await;
+    assert_eq!(r["stdout"], "set up\n", "{r}");
+    for sb in [&setup, &fork, &from] {
+        let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+    assert!(h.server.shutdown().await.all_exited());
+}
+
+#[tokio::test]
+async fn a_stopped_daytona_sandbox_becomes_a_snapshot_others_start_from() {
+    let h = Harness::start().await;
+    let setup = h.daytona_sandbox().await;
+    let (_, v) = h
+        .daytona_execute(
+            &setup,
+            &format!("bash -c '{}'", SETUP.replace('\'', "'\\''")),
+        )
+        .await;
+    assert_eq!(v["exitCode"], 0, "{v}");
+    let api = h.server.daytona_api_url();
+    let snapshot = || {
+        h.daytona(
+            Method::POST,
+            format!("{api}/sandbox/{setup}/snapshot"),
+            Some(json!({ "name": "daytona-app" })),
+        )
+    };
+    let (st, v) = snapshot().await;
+    assert_eq!(st, StatusCode::CONFLICT, "a started sandbox: {v}");
+    let (st, v) = h
+        .daytona(Method::POST, format!("{api}/sandbox/{setup}/stop"), None)
+        .await;
+    assert!(st.is_success(), "{v}");
+    let (st, v) = snapshot().await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (st, v) = h
+        .daytona_create(json!({ "snapshot": "daytona-app", "autoStopInterval": 0 }))
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let made = v["id"].as_str().expect("id").to_string();
+    let (_, v) = h
+        .daytona_execute(&made, "cat /paperclip-workspace/app/ready.txt")
+        .await;
+    assert_eq!(v["result"], "set up\n", "{v}");
+    let (st, v) = h
+        .daytona(Method::DELETE, format!("{api}/snapshots/daytona-app"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (_, v) = h
+        .daytona_execute(&made, "cat /paperclip-workspace/app/ready.txt")
+        .await;
+    assert_eq!(v["result"], "set up\n", "kept after the snapshot went: {v}");
+    for sb in [&setup, &made] {
+        let (st, v) = h.daytona_delete(sb).await;
+        assert!(st.is_success(), "{v}");
+    }
+    assert!(h.server.shutdown().await.all_exited());
+}
