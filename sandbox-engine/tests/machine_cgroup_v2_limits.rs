@@ -235,7 +235,7 @@ async fn a_fork_bomb_stops_at_its_sandboxs_pids_max() {
     let refused = keyed(&group.join("pids.events"), "max");
     show(format!(
         "fork bomb: settled at pids.current {held} of pids.max {max} in {}; forks refused by \
-         pids.max: {refused} (the others by RLIMIT_NPROC)",
+         pids.max: {refused} (RLIMIT_NPROC, set to the same number, may refuse first)",
         group.display()
     ));
     assert!(held <= max, "{held} tasks above pids.max {max}");
