@@ -25,7 +25,6 @@ mod common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{marker, Harness};
@@ -43,7 +42,7 @@ fn show(line: String) {
 
 /// One test at a time: a fork bomb or a memory hog in one test would
 /// disturb another's measurement.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// `statfs` magic of a cgroup2 file system.
 const CGROUP2_MAGIC: i64 = 0x6367_7270;
@@ -51,10 +50,14 @@ const CGROUP2_MAGIC: i64 = 0x6367_7270;
 /// The cgroup2 mount: `/sys/fs/cgroup` on a pure v2 host, else the hybrid
 /// layout's `/sys/fs/cgroup/unified`.
 fn cgroup2_mount() -> Option<PathBuf> {
+    // `f_type` is `i64` here, another integer type on other targets.
+    #[allow(clippy::unnecessary_cast)]
+    let is_cgroup2 =
+        |dir: &PathBuf| rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == CGROUP2_MAGIC);
     ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
         .into_iter()
         .map(PathBuf::from)
-        .find(|dir| rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == CGROUP2_MAGIC))
+        .find(is_cgroup2)
 }
 
 /// The cgroup v2 group of process `pid` (`self` for this one), as a path
@@ -176,7 +179,7 @@ fn keyed(file: &Path, key: &str) -> u64 {
 /// sandbox's delete ends the whole bomb.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fork_bomb_stops_at_its_sandboxs_pids_max() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     if !limits_here("a_fork_bomb_stops_at_its_sandboxs_pids_max") {
         return;
     }
@@ -271,7 +274,7 @@ async fn a_fork_bomb_stops_at_its_sandboxs_pids_max() {
 /// hog's sandbox goes on within its limit.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_memory_hog_is_killed_inside_its_sandbox_only() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     if !limits_here("a_memory_hog_is_killed_inside_its_sandbox_only") {
         return;
     }
@@ -385,7 +388,7 @@ time.sleep(600)
 /// `cpu.stat`.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_busy_sandbox_gets_no_more_cpu_than_its_cpu_max() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _one = ONE_AT_A_TIME.lock().await;
     if !limits_here("a_busy_sandbox_gets_no_more_cpu_than_its_cpu_max") {
         return;
     }
