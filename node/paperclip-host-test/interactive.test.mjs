@@ -91,8 +91,8 @@ async function settle(promise) {
 }
 
 /** A lease whose login shell finds a stand-in `claude`: an interactive bash, with no rc files. */
-async function leaseWithStandIn(handle) {
-  const lease = await handle.call("environmentAcquireLease", { ...params(), runId: `run-${randomUUID()}` });
+async function leaseWithStandIn(handle, acquire = {}) {
+  const lease = await handle.call("environmentAcquireLease", { ...params(), runId: `run-${randomUUID()}`, ...acquire });
   const setup = await handle.call(
     "environmentExecute",
     {
@@ -217,6 +217,30 @@ test("a login terminal: tty names /dev/pts/N, stty size answers the size opened,
   assert.deepEqual(await session.wait(), { exitCode: 5 });
   await session.close();
   assert.deepEqual(await processesMatching(handle, lease, "bash --norc"), [], "nothing of the terminal is left");
+  await destroy(handle, lease);
+  await handle.stop();
+});
+
+test("a login lease acquired as Paperclip's sign-in acquires it (requestedExpiresAt) carries the engine's attested expiry, at or before the deadline, and its terminal runs; without hardExpiry it is refused", async () => {
+  const handle = await startWorker();
+  // Paperclip's sign-in (services/setup-token-transport-binding.js) asks for its login deadline and fails
+  // closed unless the lease's expiresAt is a time at or before it. createos-local attests a hard expiry
+  // (`hardExpiry`); the CreateOS service has none.
+  const deadline = Date.now() + 120_000;
+  const requestedExpiresAt = new Date(deadline).toISOString();
+  const refused = await settle(handle.call("environmentAcquireLease", { ...params(), runId: `run-${randomUUID()}`, requestedExpiresAt }));
+  assert.match(refused.error?.message ?? "", /cannot do this.*expiry/s);
+  const lease = await leaseWithStandIn(handle, { config: { ...params().config, hardExpiry: true }, requestedExpiresAt });
+  const expiresAtMs = Date.parse(lease.expiresAt);
+  assert.ok(Number.isFinite(expiresAtMs) && expiresAtMs <= deadline, `expiresAt ${lease.expiresAt} at or before ${requestedExpiresAt}`);
+  assert.ok(expiresAtMs > deadline - 2_000, `expiresAt ${lease.expiresAt} is the deadline in whole seconds`);
+  const session = await handle.openLoginPtySession({ ...scope(lease), loginCommandKey: "claude", sessionHome: sessionHome() });
+  const out = recorder(session);
+  session.write("stty size\n");
+  await out.waitFor(/30 120\r\n/);
+  session.write("exit 3\n");
+  assert.deepEqual(await session.wait(), { exitCode: 3 });
+  await session.close();
   await destroy(handle, lease);
   await handle.stop();
 });

@@ -484,9 +484,22 @@ impl ServerBuilder {
         if !self.quiet {
             match mode {
                 IsolationMode::Bwrap => eprintln!(
-                    "createos-local: isolation mode bwrap ({}; user, PID, network, IPC and UTS \
-                     namespaces, sandbox root as /); outbound network: {}; ingress: {}; limits: {}",
+                    "createos-local: isolation mode bwrap ({}; {} namespaces, sandbox root as \
+                     /); {}; outbound network: {}; ingress: {}; limits: {}",
                     crate::machine::describe_model(),
+                    if crate::machine::namespaces_without_user_here() {
+                        "PID, network, IPC and UTS (no user namespace: commands run as this \
+                         server's uid with no capability)"
+                    } else {
+                        "user, PID, network, IPC and UTS"
+                    },
+                    if machines {
+                        crate::trees::id_map::describe_here()
+                    } else {
+                        "only uid 0 in a sandbox, with no capability (each command has \
+                         namespaces of its own)"
+                            .to_string()
+                    },
                     match (machines, self.egress.enabled()) {
                         (_, false) => "off (each sandbox has its own loopback only)".to_string(),
                         (true, true) => format!(

@@ -364,23 +364,26 @@ async fn a_command_cannot_write_host_usr_or_host_tmp() {
 }
 
 /// Issue 10 item 2: host secrets are out of reach: `/etc/shadow` (only a
-/// minimal `/etc` is there), host `/root`, the backend's data directory
-/// (other sandboxes' roots), the lease store under the host's home.
+/// minimal `/etc` is there), the home of the user the server runs as
+/// (`/root` for root; issue 37: an ordinary user's, whose files the
+/// sandbox's root would own), the backend's data directory (other
+/// sandboxes' roots), the lease store under the host's home.
 #[tokio::test]
 async fn a_command_cannot_read_host_secrets() {
     let h = confined().await;
     let sb = h.sandbox().await;
     let other = h.sandbox().await;
     let m = marker("secret");
-    let home_secret = std::path::PathBuf::from(format!("/root/{m}"));
+    let home = host_home();
+    let home_secret = std::path::Path::new(&home).join(&m);
     std::fs::write(&home_secret, &m).expect("host secret");
     let data_dir = h.server.data_dir().display().to_string();
     let r = h
         .exec(
             &sb,
             &format!(
-                "cat /etc/shadow /etc/gshadow /root/{m} {data_dir}/{other}/etc/passwd; \
-                 ls /root/.local/share/sandbox; ls {data_dir}; ls /; echo; ls /etc; echo; cat /etc/passwd"
+                "cat /etc/shadow /etc/gshadow {home}/{m} {data_dir}/{other}/etc/passwd; \
+                 ls {home}/.local/share/sandbox; ls {data_dir}; ls /; echo; ls /etc; echo; cat /etc/passwd"
             ),
         )
         .await;
@@ -395,6 +398,15 @@ async fn a_command_cannot_read_host_secrets() {
     let err = r["stderr"].as_str().expect("stderr");
     assert_eq!(err.matches("No such file or directory").count(), 6, "{r}");
     assert!(h.server.shutdown().await.all_exited());
+}
+
+/// The home directory of the user this test (and so the server) runs
+/// as: `HOME`, else `/root`.
+fn host_home() -> String {
+    std::env::var("HOME")
+        .ok()
+        .filter(|h| h.starts_with('/') && std::path::Path::new(h).is_dir())
+        .unwrap_or_else(|| "/root".to_string())
 }
 
 /// Issue 10 item 2: no host loopback port is reachable (the backend's own
@@ -452,6 +464,84 @@ async fn a_command_cannot_see_or_signal_host_processes() {
     assert!(h.server.shutdown().await.all_exited());
 }
 
+/// Issue 37 item 2: no sandbox sees, signals or traces another sandbox's
+/// processes, root or not (an ordinary user's sandboxes all run as that
+/// user's uid where it has no subordinate ids: their PID namespaces keep
+/// them apart). A command of one sandbox looks for another sandbox's
+/// `sleep` in its `/proc`, signals its host pid, tries `PTRACE_ATTACH`
+/// and `PTRACE_SEIZE` on it, and sends SIGSTOP to every process it sees;
+/// the `sleep` is still running, untraced, afterwards.
+#[tokio::test]
+async fn a_sandbox_cannot_see_signal_or_trace_another_sandboxs_processes() {
+    let h = confined().await;
+    let m = marker("neighbour");
+    let victim = h.sandbox_with_env(json!({ "TEST_MARKER": m })).await;
+    let am = marker("attacker");
+    let attacker = h.sandbox_with_env(json!({ "TEST_MARKER": am })).await;
+    h.spawn(&victim, "exec sleep 1000").await;
+    let comm = |p: i32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let sleeper = loop {
+        if let Some(p) = marked_pids(&m).into_iter().find(|p| comm(*p) == "sleep\n") {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the victim's sleep never ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let script = format!(
+        "ps -eo args | grep -c '^sleep [1]000'; \
+         kill -0 {sleeper} 2>/dev/null && echo signalled-host-pid; \
+         python3 -c 'import ctypes; libc = ctypes.CDLL(None, use_errno=True); \
+         print(\"attach\", libc.ptrace(16, {sleeper}, 0, 0), \"seize\", libc.ptrace(0x4206, {sleeper}, 0, 0))'"
+    );
+    let r = h.exec(&attacker, &script).await;
+    let out = r["stdout"].as_str().expect("stdout");
+    assert!(
+        out.starts_with("0\n"),
+        "the other sandbox's sleep is visible: {r}"
+    );
+    assert!(!out.contains("signalled"), "{r}");
+    assert!(
+        out.contains("attach -1 seize -1"),
+        "a ptrace succeeded: {r}"
+    );
+    // SIGSTOP to every process the attacker sees but its own shell, the
+    // process that started it (the anchor, as an ordinary user: stopping
+    // it would leave this command's end unknown) and its init: its own
+    // sandbox's only.
+    let r = h
+        .exec(
+            &attacker,
+            "for p in $(ls /proc | grep -x '[0-9]*'); do case $p in 1|$$|$PPID) ;; \
+             *) kill -STOP $p 2>/dev/null && echo stopped;; esac; done; echo done",
+        )
+        .await;
+    assert!(
+        r["stdout"].as_str().unwrap_or_default().ends_with("done\n"),
+        "{r}"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{sleeper}/status")).expect("still alive");
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(field("TracerPid:"), "0", "{status}");
+    assert!(
+        field("State:").starts_with('S'),
+        "the other sandbox's sleep was stopped: {status}"
+    );
+    for sb in [&attacker, &victim] {
+        let (st, v) = h.delete(&format!("/v1/sandboxes/{sb}")).await;
+        assert_eq!(st, StatusCode::OK, "{v}");
+    }
+    assert!(marked_pids(&m).is_empty() && marked_pids(&am).is_empty());
+    assert!(h.server.shutdown().await.all_exited());
+}
+
 /// Issue 10 item 2: the command is root only inside its user namespace; on
 /// the host it is an unprivileged uid whose few capabilities count only in
 /// that namespace (issue 44 item 1).
@@ -487,8 +577,9 @@ async fn a_command_is_not_root_on_the_host() {
             .map(str::to_string)
             .collect::<Vec<_>>()
     };
-    let is_root_server = rustix::process::geteuid().is_root();
-    if is_root_server {
+    // The host's root (uid 0 of a user namespace, as under `bwrap
+    // --disable-userns`, hands out no ranges).
+    if sandbox_engine::trees::id_map::ranges_here() {
         // Every id is the first of the sandbox's own range (uid 0 inside).
         for id in field("Uid:").iter().chain(field("Gid:").iter()) {
             let id: u32 = id.parse().expect("numeric id");

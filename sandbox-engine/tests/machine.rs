@@ -628,3 +628,51 @@ fn the_startup_line_states_the_machine_model_and_the_egress_policy() {
         assert!(first.contains(outbound), "{first}");
     }
 }
+
+/// Issue 37 item 8: each host kind CI makes (`.ci/host-kinds.sh`) names
+/// the model it must exercise in `CREATEOS_LOCAL_EXPECT_MODEL`
+/// (`machine+pids-group`, `machine+cgroup-v2`, `machine+anchor`,
+/// `per-command+no-userns`); the
+/// engine choosing another one fails, so a host kind never passes
+/// quietly in a model it was not meant to test. The startup line names
+/// the same model. Without the variable it only prints the model.
+#[test]
+fn the_model_in_force_is_the_one_this_host_kind_expects() {
+    use std::io::BufRead;
+    let model = sandbox_engine::machine::model_name();
+    eprintln!(
+        "model exercised here: {model} ({})",
+        sandbox_engine::machine::describe_model()
+    );
+    let Ok(expected) = std::env::var("CREATEOS_LOCAL_EXPECT_MODEL") else {
+        return;
+    };
+    assert_eq!(
+        model, expected,
+        "the engine chose another model than this host kind's"
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_createos-local"))
+        .args(["--port", "0"])
+        .env("CREATEOS_API_KEY", "cli-key")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn binary");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let first = lines.next().expect("a line").expect("utf8");
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    lines.for_each(drop);
+    let _ = child.wait();
+    let named = if expected.starts_with("machine") {
+        "one machine per sandbox that every command joins"
+    } else {
+        "FALLBACK: namespaces per command"
+    };
+    assert!(
+        first.contains(named),
+        "the startup line names the model: {first}"
+    );
+}

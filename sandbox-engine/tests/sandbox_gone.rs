@@ -4,20 +4,26 @@
 //! still ran, about 3 s more; an engine stop said "none survived" with
 //! the machines of live sandboxes still running. Through the real binary:
 //! right after each 200, and right after the engine exits, nothing of the
-//! sandbox's uid runs, and nothing of its disk is mounted or attached.
+//! sandbox's machine runs (nothing in its PID namespace or below it, not
+//! its outer `bwrap`, and as root nothing of its range of ids), and
+//! nothing of its disk is mounted or attached.
+//!
+//! The machine is found by its own identity, never by a uid alone: an
+//! engine that is not root runs every sandbox as its own uid (issue 37),
+//! so "a process of the sandbox's uid" would be the test itself.
 
 #[path = "common/binary.rs"]
 mod binary;
 
-use binary::{disk_remains, live_of_uid, owner, Engine, KEY};
+use binary::{disk_remains, machines_under, owner, Engine, MachineSeen, KEY};
 use serde_json::{json, Value};
 
-/// Whether sandboxes are machines here (root, a pids cgroup); says so
+/// Whether sandboxes are machines here (user namespaces work); says so
 /// when not, and the test is skipped.
 fn machines_here() -> bool {
     let here = sandbox_engine::machine::enabled_here();
     if !here {
-        test_support::skipped("no sandbox machines on this host (needs root and a pids cgroup)");
+        test_support::skipped("no sandbox machines on this host (user namespaces refused)");
     }
     here
 }
@@ -45,9 +51,15 @@ impl Engine {
         )
     }
 
+    /// The machines running under this engine now.
+    fn known_machines(&self) -> std::collections::HashSet<u64> {
+        machines_under(self.pid()).into_keys().collect()
+    }
+
     /// A CreateOS sandbox whose machine runs (a command ran in it), and
-    /// its uid.
-    async fn createos_machine(&self) -> (String, u32) {
+    /// that machine.
+    async fn createos_machine(&self) -> (String, MachineSeen) {
+        let known = self.known_machines();
         let sb = self.sandbox().await;
         let (st, v) = self
             .call(
@@ -57,16 +69,17 @@ impl Engine {
             )
             .await;
         assert_eq!(st, 200, "{v}");
-        let uid = owner(&self.root(&sb)).expect("the sandbox root");
+        let machine = MachineSeen::new_under(self.pid(), &known, owner(&self.root(&sb)));
         assert!(
-            !live_of_uid(uid).is_empty(),
+            !machine.survivors().is_empty(),
             "the machine runs after a command"
         );
-        (sb, uid)
+        (sb, machine)
     }
 
-    /// A Daytona sandbox whose machine runs, and its uid.
-    async fn daytona_machine(&self) -> (String, u32) {
+    /// A Daytona sandbox whose machine runs, and that machine.
+    async fn daytona_machine(&self) -> (String, MachineSeen) {
+        let known = self.known_machines();
         let (st, v) = self
             .daytona(reqwest::Method::POST, "api/sandbox", Some(json!({})))
             .await;
@@ -80,19 +93,28 @@ impl Engine {
             )
             .await;
         assert_eq!(st, 200, "{v}");
-        let uid = owner(&self.root(&format!("daytona-{sb}"))).expect("the sandbox root");
+        let machine = MachineSeen::new_under(
+            self.pid(),
+            &known,
+            owner(&self.root(&format!("daytona-{sb}"))),
+        );
         assert!(
-            !live_of_uid(uid).is_empty(),
+            !machine.survivors().is_empty(),
             "the machine runs after a command"
         );
-        (sb, uid)
+        (sb, machine)
     }
 }
 
 /// `root` is the name of the sandbox's root in the data directory (a
 /// Daytona sandbox's is `daytona-<id>`).
-fn assert_nothing_left(what: &str, engine_data: &std::path::Path, root: &str, uid: u32) {
-    let procs = live_of_uid(uid);
+fn assert_nothing_left(
+    what: &str,
+    engine_data: &std::path::Path,
+    root: &str,
+    machine: &MachineSeen,
+) {
+    let procs = machine.survivors();
     assert!(
         procs.is_empty(),
         "{what}, yet the sandbox's processes run: {procs:?}"
@@ -107,7 +129,7 @@ async fn a_createos_delete_answers_only_once_the_machine_is_gone() {
         return;
     }
     let engine = Engine::start("gone-createos", &[], None);
-    let (sb, uid) = engine.createos_machine().await;
+    let (sb, machine) = engine.createos_machine().await;
     let (st, v) = engine
         .call(
             reqwest::Method::DELETE,
@@ -117,7 +139,7 @@ async fn a_createos_delete_answers_only_once_the_machine_is_gone() {
         .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["data"]["status"], "destroyed", "{v}");
-    assert_nothing_left("answered destroyed", &engine.data, &sb, uid);
+    assert_nothing_left("answered destroyed", &engine.data, &sb, &machine);
     let data = engine.data.clone();
     let (ok, err) = engine.stop();
     assert!(ok, "{err}");
@@ -130,7 +152,7 @@ async fn a_daytona_delete_and_stop_answer_only_once_the_machine_is_gone() {
         return;
     }
     let engine = Engine::start("gone-daytona", &[], None);
-    let (sb, uid) = engine.daytona_machine().await;
+    let (sb, machine) = engine.daytona_machine().await;
     let (st, v) = engine
         .daytona(reqwest::Method::DELETE, &format!("api/sandbox/{sb}"), None)
         .await;
@@ -140,10 +162,10 @@ async fn a_daytona_delete_and_stop_answer_only_once_the_machine_is_gone() {
         "answered destroyed",
         &engine.data,
         &format!("daytona-{sb}"),
-        uid,
+        &machine,
     );
 
-    let (sb, uid) = engine.daytona_machine().await;
+    let (sb, machine) = engine.daytona_machine().await;
     let (st, v) = engine
         .daytona(
             reqwest::Method::POST,
@@ -153,7 +175,7 @@ async fn a_daytona_delete_and_stop_answer_only_once_the_machine_is_gone() {
         .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["state"], "stopped", "{v}");
-    let procs = live_of_uid(uid);
+    let procs = machine.survivors();
     assert!(
         procs.is_empty(),
         "answered stopped, yet the sandbox's processes run: {procs:?}"
@@ -170,20 +192,20 @@ async fn none_survived_means_no_machine_of_any_live_sandbox_runs() {
         return;
     }
     let engine = Engine::start("gone-shutdown", &[], None);
-    let (a, uid_a) = engine.createos_machine().await;
-    let (b, uid_b) = engine.daytona_machine().await;
+    let (a, machine_a) = engine.createos_machine().await;
+    let (b, machine_b) = engine.daytona_machine().await;
     // A command still running in one of them, too.
     engine.spawn(&a, "sleep 600").await;
     let data = engine.data.clone();
     let (ok, err) = engine.stop();
     assert!(ok, "{err}");
     assert!(err.contains("none survived"), "{err}");
-    assert_nothing_left("the engine said none survived", &data, &a, uid_a);
+    assert_nothing_left("the engine said none survived", &data, &a, &machine_a);
     assert_nothing_left(
         "the engine said none survived",
         &data,
         &format!("daytona-{b}"),
-        uid_b,
+        &machine_b,
     );
     // Both sandboxes' machines (and the start-up probe's, if it still ran).
     let machines: usize = err
@@ -210,7 +232,7 @@ async fn a_delete_whose_disk_stays_attached_is_a_500_and_a_retry_proves_it() {
         return;
     }
     let engine = Engine::start("gone-busy-disk", &[], None);
-    let (sb, uid) = engine.createos_machine().await;
+    let (sb, machine) = engine.createos_machine().await;
     if disk_remains(&engine.data, &sb).is_empty() {
         test_support::skipped("sandboxes have no disk of their own on this host");
         return;
@@ -244,7 +266,12 @@ async fn a_delete_whose_disk_stays_attached_is_a_500_and_a_retry_proves_it() {
         )
         .await;
     assert_eq!(st, 200, "{v}");
-    assert_nothing_left("answered destroyed on the retry", &engine.data, &sb, uid);
+    assert_nothing_left(
+        "answered destroyed on the retry",
+        &engine.data,
+        &sb,
+        &machine,
+    );
     let data = engine.data.clone();
     let (ok, err) = engine.stop();
     assert!(ok, "{err}");
@@ -261,7 +288,7 @@ async fn a_daytona_sandbox_whose_delete_failed_can_only_be_deleted() {
         return;
     }
     let engine = Engine::start("gone-busy-daytona", &[], None);
-    let (sb, uid) = engine.daytona_machine().await;
+    let (sb, machine) = engine.daytona_machine().await;
     let root = format!("daytona-{sb}");
     if disk_remains(&engine.data, &root).is_empty() {
         test_support::skipped("sandboxes have no disk of their own on this host");
@@ -289,7 +316,12 @@ async fn a_daytona_sandbox_whose_delete_failed_can_only_be_deleted() {
         .daytona(reqwest::Method::DELETE, &format!("api/sandbox/{sb}"), None)
         .await;
     assert_eq!(st, 200, "{v}");
-    assert_nothing_left("answered destroyed on the retry", &engine.data, &root, uid);
+    assert_nothing_left(
+        "answered destroyed on the retry",
+        &engine.data,
+        &root,
+        &machine,
+    );
     let data = engine.data.clone();
     let (ok, err) = engine.stop();
     assert!(ok, "{err}");
@@ -299,7 +331,7 @@ async fn a_daytona_sandbox_whose_delete_failed_can_only_be_deleted() {
 /// Issue 40 item 6, in part (no workload generator yet): an engine killed
 /// with SIGKILL while both faces' sandboxes have machines, disks and a
 /// running command; the next engine on its state directory answers for
-/// them only once nothing of them is left: no process of their uids, no
+/// them only once nothing of them is left: nothing of their machines, no
 /// mount or loop device of their disks, and 404 on both faces.
 #[tokio::test]
 async fn after_a_sigkill_the_successor_finds_nothing_of_the_sandboxes_left() {
@@ -310,9 +342,9 @@ async fn after_a_sigkill_the_successor_finds_nothing_of_the_sandboxes_left() {
     let _ = std::fs::remove_dir_all(&state);
     let state_arg = state.display().to_string();
     let mut first = Engine::start("gone-crash", &["--state-dir", &state_arg], None);
-    let (a, uid_a) = first.createos_machine().await;
+    let (a, machine_a) = first.createos_machine().await;
     first.spawn(&a, "sleep 600").await;
-    let (b, uid_b) = first.daytona_machine().await;
+    let (b, machine_b) = first.daytona_machine().await;
     let data = first.data.clone();
     let _ = first.child.kill();
     let _ = first.child.wait();
@@ -322,12 +354,12 @@ async fn after_a_sigkill_the_successor_finds_nothing_of_the_sandboxes_left() {
     let (st, v) = second
         .call(reqwest::Method::GET, &format!("/v1/sandboxes/{a}"), None)
         .await;
-    assert_nothing_left("the successor serves", &data, &a, uid_a);
+    assert_nothing_left("the successor serves", &data, &a, &machine_a);
     assert_nothing_left(
         "the successor serves",
         &data,
         &format!("daytona-{b}"),
-        uid_b,
+        &machine_b,
     );
     assert_eq!(st, 404, "{v}");
     let (st, v) = second

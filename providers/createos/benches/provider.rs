@@ -8,7 +8,9 @@
 //!    native Rust client making the same requests to the same backend;
 //! 3. output path: 64 MiB of output (split UTF-8 included), component vs
 //!    the same decoding code run natively, and the instance's memory
-//!    high-water with the 4 Mi character cap;
+//!    high-water with the 4 Mi character cap; with `BENCH_COMPARE_WASM`
+//!    naming another build of the component (another `opt-level`, say),
+//!    that build and this one in turns on the same output path;
 //! 4. rate budget: `execute` of `true` against an instant backend under
 //!    CreateOS's declared limit vs the old fixed 300 ms gap, and 300
 //!    commands against a backend enforcing the limit (429s, floor);
@@ -279,7 +281,10 @@ fn setup() -> Bench {
             .quiet(true)
             // Section 3's 64 MiB must stay replayable (and a slow reader
             // must not lose output): keep it all.
-            .journal_capacity((OUTPUT_BYTES + 32 * MIB) as usize),
+            .journal_capacity((OUTPUT_BYTES + 32 * MIB) as usize)
+            // …and replayable after the native run, however long a loaded
+            // machine makes it (the default keeps a finished process 60 s).
+            .finished_retention(Duration::from_secs(3600), 64),
     )
     .expect("createos-local starts");
     let base = server.base_url();
@@ -554,6 +559,22 @@ fn counted(
     Result<Result<ExecuteResult, ProviderError>, String>,
     u64,
 ) {
+    counted_on(b, &b.component, transport, memory, request)
+}
+
+/// [`counted`] through `component` (this run's build or the one
+/// `BENCH_COMPARE_WASM` names).
+fn counted_on(
+    b: &Bench,
+    component: &ProviderComponent,
+    transport: Arc<dyn Transport>,
+    memory: Option<usize>,
+    request: &ExecuteRequest,
+) -> (
+    Duration,
+    Result<Result<ExecuteResult, ProviderError>, String>,
+    u64,
+) {
     let emitted = Arc::new(AtomicU64::new(0));
     let counter = emitted.clone();
     let mut options = HostOptions::new()
@@ -565,7 +586,7 @@ fn counted(
         options = options.with_memory_limit(bytes);
     }
     let t = Instant::now();
-    let outcome = match b.component.instantiate(options) {
+    let outcome = match component.instantiate(options) {
         Ok(mut instance) => instance
             .execute(&b.ctx, &b.lease, request)
             .map_err(|e| format!("{e:#}")),
@@ -608,10 +629,13 @@ fn output_path(b: &Bench, report: &mut Report) {
     assert_eq!(native.stdout, tail, "native, end to end: tail");
     assert!(native.truncated);
     assert_eq!(native.emitted, text_bytes);
+    // The bytes every replay decodes: the `/connect` body of the same
+    // command, recorded by its first reader (the engine keeps no frame a
+    // reader took, so the component's own run cannot be read again).
     let ndjson = Bytes::from(
         client
-            .replay(&b.sandbox, &result.process_id)
-            .expect("replay of the component's run"),
+            .record(&b.sandbox, &body)
+            .expect("a recorded run of the same command"),
     );
 
     // Decoding only, over the same NDJSON bytes in 64 KiB chunks.
@@ -698,6 +722,116 @@ fn output_path(b: &Bench, report: &mut Report) {
          under which the replayed 64 MiB run completes; {probes} runs, {:.1} s. sandbox-host \
          exposes no memory size of a live instance.",
         secs(t.elapsed())
+    ));
+    compare_builds(b, report, &request, tail, replay);
+}
+
+/// Another build of the CreateOS component (`BENCH_COMPARE_WASM`, for
+/// example one built with another `opt-level`) against this run's, on the
+/// output path: the replayed 64 MiB decode and the command end to end
+/// through createos-local, the two builds in turns (the order reversed
+/// every other round) so that the machine's load falls on both. Ratios
+/// are this build's throughput over the other's: above 1 this build is
+/// faster.
+fn compare_builds(
+    b: &Bench,
+    report: &mut Report,
+    request: &ExecuteRequest,
+    tail: &str,
+    replay: Arc<dyn Transport>,
+) {
+    const ROUNDS: usize = 25;
+    let Some(path) = std::env::var_os("BENCH_COMPARE_WASM").map(PathBuf::from) else {
+        return;
+    };
+    let engine = new_engine().expect("engine");
+    let other = ProviderComponent::load(&engine, &path).expect("the compared component loads");
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let builds = [&b.component, &other];
+    let mut decode = [vec![], vec![]];
+    let mut e2e = [vec![], vec![]];
+    for round in 0..=ROUNDS {
+        let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let (took, outcome, emitted) = counted_on(b, builds[i], replay.clone(), None, request);
+            let result = outcome.unwrap().expect("replayed run");
+            check_output(&result, tail, "compared builds, replay");
+            assert_eq!(emitted, OUTPUT_BYTES);
+            let (end_to_end, outcome, emitted) =
+                counted_on(b, builds[i], b.network(), None, request);
+            let result = outcome.unwrap().expect("the 64 MiB command runs");
+            check_output(&result, tail, "compared builds, end to end");
+            assert_eq!(emitted, OUTPUT_BYTES);
+            // The first round warms both up.
+            if round > 0 {
+                decode[i].push(took);
+                e2e[i].push(end_to_end);
+            }
+        }
+    }
+    let name = |i: usize, p: &Path| {
+        format!(
+            "{} ({} bytes)",
+            if i == 0 {
+                "this build"
+            } else {
+                "compared build"
+            },
+            size(p)
+        )
+    };
+    for (figure, samples) in [
+        ("decode 64 MiB output, replayed", &decode),
+        ("64 MiB command end to end through createos-local", &e2e),
+    ] {
+        let (this, that) = (median(&samples[0]), median(&samples[1]));
+        // Each round's two runs are next to each other, so a round's ratio
+        // sees one load: their median and spread say more than the ratio
+        // of the medians on a busy machine.
+        let mut paired: Vec<f64> = samples[0]
+            .iter()
+            .zip(&samples[1])
+            .map(|(a, c)| secs(*c) / secs(*a))
+            .collect();
+        paired.sort_by(f64::total_cmp);
+        let quartile = |q: usize| paired[(paired.len() - 1) * q / 4];
+        report.row(
+            "3",
+            format!(
+                "{figure}: {} (median of {ROUNDS}, in turns)",
+                name(0, &b.wasm)
+            ),
+            format!("{:.0} MB/s ({})", mbps(OUTPUT_BYTES, this), fmt(this)),
+            format!(
+                "{}: {:.0} MB/s ({})",
+                name(1, &path),
+                mbps(OUTPUT_BYTES, that),
+                fmt(that)
+            ),
+            format!(
+                "{:.3}x (rounds: median {:.3}x, quartiles {:.3}x–{:.3}x)",
+                secs(that) / secs(this),
+                quartile(2),
+                quartile(1),
+                quartile(3)
+            ),
+            "",
+            Status::Info,
+        );
+    }
+    let rounds = |samples: &[Vec<Duration>; 2]| {
+        samples[0]
+            .iter()
+            .zip(&samples[1])
+            .map(|(a, c)| format!("{}/{}", fmt(*a), fmt(*c)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    report.note(format!(
+        "compared build: {}; per-round times (this / compared): decode {}; end to end {}",
+        path.display(),
+        rounds(&decode),
+        rounds(&e2e)
     ));
 }
 

@@ -39,6 +39,7 @@ const KNOWN_FIELDS: &[&str] = &[
     "timeoutMs",
     "requestTimeoutMs",
     "reuseLease",
+    "hardExpiry",
 ];
 
 // Shaped like Daytona's config (optional names, budgets, `reuseLease`):
@@ -59,6 +60,10 @@ pub struct Config {
     pub budget: Budget,
     /// Whether released leases are paused for reuse instead of deleted.
     pub reuse_lease: bool,
+    /// Whether the backend gives a sandbox a hard expiry it attests
+    /// (`expires_at`, as createos-local does): only then is an acquire's
+    /// `requested-expires-at` honoured. The CreateOS service has none.
+    pub hard_expiry: bool,
 }
 
 impl ProviderConfig for Config {
@@ -89,6 +94,7 @@ impl ProviderConfig for Config {
             region: object.name("region"),
             budget: object.budget(),
             reuse_lease: object.flag("reuseLease"),
+            hard_expiry: object.flag("hardExpiry"),
         };
         let normalized = json!({
             "apiUrl": config.api_origin,
@@ -98,6 +104,7 @@ impl ProviderConfig for Config {
             "timeoutMs": config.budget.timeout_ms,
             "requestTimeoutMs": config.budget.request_timeout_ms,
             "reuseLease": config.reuse_lease,
+            "hardExpiry": config.hard_expiry,
         });
         object.finish(config, normalized, SECRET_FIELD)
     }
@@ -207,6 +214,7 @@ mod tests {
         assert_eq!(config.shape, DEFAULT_SHAPE);
         assert_eq!(config.budget.timeout_ms, DEFAULT_TIMEOUT_MS);
         assert!(!config.reuse_lease);
+        assert!(!config.hard_expiry);
         let normalized = v.normalized.unwrap();
         assert!(normalized.contains(r#""apiKey":{"secretRef":"s1"}"#));
         assert_eq!(parse(&normalized), Ok(config));

@@ -75,7 +75,9 @@ pub fn config_schema() -> String {
             r#""requestTimeoutMs":{{"type":"integer","minimum":1,"maximum":{max},"default":{request},"#,
             r#""description":"Budget of each API request outside a command's run; each cleanup request gets it afresh."}},"#,
             r#""reuseLease":{{"type":"boolean","default":false,"#,
-            r#""description":"Pause released sandboxes for reuse instead of deleting them."}}"#,
+            r#""description":"Pause released sandboxes for reuse instead of deleting them."}},"#,
+            r#""hardExpiry":{{"type":"boolean","default":false,"#,
+            r#""description":"The backend attests a hard expiry for a sandbox (createos-local does; the CreateOS service does not): only then is a requested expiry honoured, else refused."}}"#,
             r#"}},"additionalProperties":true}}"#,
         ),
         api_url = DEFAULT_API_URL,
@@ -124,6 +126,10 @@ mod tests {
                 "reuseLease": {
                     "type": "boolean", "default": false,
                     "description": "Pause released sandboxes for reuse instead of deleting them."
+                },
+                "hardExpiry": {
+                    "type": "boolean", "default": false,
+                    "description": "The backend attests a hard expiry for a sandbox (createos-local does; the CreateOS service does not): only then is a requested expiry honoured, else refused."
                 }
             },
             "additionalProperties": true

@@ -17,6 +17,7 @@
 //! - [`lifecycle`]: the provider's operations (acquire, resume, release,
 //!   destroy, probe, realize, sync, execute, interact);
 //! - [`lease`]: the lease metadata the provider writes and checks;
+//! - [`expiry`]: RFC 3339 times of a requested and an attested expiry;
 //! - [`describe`]: the provider description.
 //!
 //! The platform, output, script and contract types are the SDK's, named
@@ -31,6 +32,7 @@ pub mod api;
 pub mod config;
 pub mod describe;
 pub mod execute;
+pub mod expiry;
 pub mod frames;
 pub mod interact;
 pub mod lease;

@@ -8,7 +8,7 @@
 
 use crate::config::Config;
 use crate::lease::{self, LeaseMetadata, MARKER_PATH, WORKSPACE_ROOT};
-use crate::{api, execute};
+use crate::{api, execute, expiry};
 use provider_sdk::errors::{
     cleanup_cause, invalid_response as invalid, probe_report, receipt, ApiError, DeleteSandbox,
 };
@@ -57,7 +57,7 @@ impl<'a> Provider<'a> for CreateOs<'a> {
     /// Creates a sandbox, runs `/bin/echo <marker>`, and always deletes it.
     fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
         let mut diagnostics = Vec::new();
-        let id = self.create_sandbox()?;
+        let (id, _) = self.create_sandbox(None)?;
         diagnostics.push(format!(
             "created sandbox {id} (shape {})",
             self.op.config.shape
@@ -75,16 +75,45 @@ impl<'a> Provider<'a> for CreateOs<'a> {
     /// writes the marker. On a failure after creation the sandbox is
     /// deleted; if that fails too, the result is `cleanup-failed`.
     fn acquire_lease(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError> {
-        if request.requested_expires_at.is_some() {
-            return Err(ProviderError::Unsupported(
-                "CreateOS sandboxes cannot be given an expiry time".into(),
-            ));
-        }
+        // Paperclip asks for one where a sandbox must be bounded (its
+        // login terminal) and fails closed without it: honoured only where
+        // the backend attests one, refused before any request elsewhere.
+        let asked =
+            match &request.requested_expires_at {
+                None => None,
+                Some(_) if !self.op.config.hard_expiry => return Err(ProviderError::Unsupported(
+                    "the CreateOS service cannot give a sandbox an expiry time (`hardExpiry` is \
+                     for a backend that attests one, such as createos-local)"
+                        .into(),
+                )),
+                Some(at) => match expiry::millis(at, false) {
+                    Some(ms) => Some((at.as_str(), ms)),
+                    None => {
+                        return Err(ProviderError::InvalidRequest(
+                            "requested-expires-at is not an RFC 3339 time".into(),
+                        ))
+                    }
+                },
+            };
         let cwd = match &request.requested_cwd {
             Some(cwd) => workspace_path(cwd)?,
             None => WORKSPACE_ROOT.to_string(),
         };
-        let sandbox_id = self.create_sandbox()?;
+        let (sandbox_id, attested) = self.create_sandbox(asked.map(|(at, _)| at))?;
+        if let Some((_, limit)) = asked {
+            // Kept only when the backend attests it, at or before the time asked.
+            if attested
+                .as_deref()
+                .and_then(|at| expiry::millis(at, true))
+                .is_none_or(|ms| ms > limit)
+            {
+                let error = invalid(
+                    "create-sandbox",
+                    "the backend attested no expiry at or before the one asked",
+                );
+                return Err(self.undo_sandbox(error, &sandbox_id, CleanupPhase::LeaseSetup));
+            }
+        }
         let marker = random_hex(self.op.platform, 16);
         let metadata = LeaseMetadata {
             provider: lease::PROVIDER.into(),
@@ -100,7 +129,10 @@ impl<'a> Provider<'a> for CreateOs<'a> {
             reusable: self.op.config.reuse_lease,
         };
         match self.prepare(&metadata) {
-            Ok(()) => Ok(metadata.to_lease()),
+            Ok(()) => Ok(Lease {
+                expires_at: attested,
+                ..metadata.to_lease()
+            }),
             Err(error) => Err(self.undo_sandbox(error, &sandbox_id, CleanupPhase::LeaseSetup)),
         }
     }
@@ -180,7 +212,11 @@ impl<'a> Provider<'a> for CreateOs<'a> {
         let wait = self.op.wait(true);
         match call_bytes(self.op.platform, &read, wait) {
             Ok(bytes) if bytes == metadata.marker.as_bytes() => {
-                Ok(ResumeOutcome::Resumed(metadata.to_lease()))
+                // The same sandbox: the same expiry, if it has one.
+                Ok(ResumeOutcome::Resumed(Lease {
+                    expires_at: lease.expires_at.clone(),
+                    ..metadata.to_lease()
+                }))
             }
             Ok(_) => Ok(expired(
                 "the workspace marker does not match: another sandbox",
@@ -351,8 +387,16 @@ impl CreateOs<'_> {
     /// is not a definite rejection or a valid id leaves a sandbox that may
     /// exist and cannot be found: `cleanup-failed` without a sandbox id.
     /// A request that never reached the server is `transport-failed`.
-    fn create_sandbox(&mut self) -> Result<String, ProviderError> {
+    /// With `expires_at` (a backend with `hardExpiry`), also the expiry its
+    /// answer attests.
+    fn create_sandbox(
+        &mut self,
+        expires_at: Option<&str>,
+    ) -> Result<(String, Option<String>), ProviderError> {
         let mut body = json!({ "shape": self.op.config.shape, "ingress_enabled": false });
+        if let Some(at) = expires_at {
+            body["expires_at"] = Value::String(at.into());
+        }
         if let Some(rootfs) = &self.op.config.rootfs {
             body["rootfs"] = Value::String(rootfs.clone());
         }
@@ -363,6 +407,11 @@ impl CreateOs<'_> {
         // Not cancellable: once sent, only the answer says whether it exists.
         let wait = self.op.wait(false);
         let answer = api::call(self.op.platform, &create, wait);
+        let attested = answer
+            .as_ref()
+            .ok()
+            .and_then(|data| data.get("expires_at")?.as_str())
+            .map(str::to_owned);
         let id = created_id(
             answer,
             "id",
@@ -373,7 +422,7 @@ impl CreateOs<'_> {
         // Before anything else: a host that dies from here on can still
         // find and delete it.
         self.op.platform.record_sandbox(&id);
-        Ok(id)
+        Ok((id, attested))
     }
 
     fn prepare(&mut self, metadata: &LeaseMetadata) -> Result<(), ProviderError> {

@@ -163,6 +163,97 @@ fn a_wrong_key_is_a_typed_rejection() {
     assert!(!format!("{error:?}").contains("wrong"));
 }
 
+/// The RFC 3339 text of `secs` seconds from now as Paperclip sends it
+/// (`Date.toISOString()`: milliseconds and `Z`), written by `date` so the
+/// test shares no formatter with the engine or the provider.
+fn in_seconds(secs: u64) -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let at = SystemTime::now().duration_since(UNIX_EPOCH).unwrap() + Duration::from_secs(secs);
+    let out = std::process::Command::new("date")
+        .args([
+            "-u",
+            "-d",
+            &format!("@{}", at.as_secs()),
+            "+%Y-%m-%dT%H:%M:%S",
+        ])
+        .output()
+        .expect("date runs");
+    let whole = String::from_utf8(out.stdout).unwrap();
+    format!("{}.{:03}Z", whole.trim(), at.subsec_millis())
+}
+
+/// Issue 38 (Paperclip's login terminal acquires with `requestedExpiresAt`
+/// and fails closed without an attested expiry): with `hardExpiry` (a
+/// backend that attests one, as createos-local does) the lease carries the
+/// backend's expiry, at or before the one asked, and by then the sandbox
+/// is gone with whatever ran in it, so the lease resumes as expired.
+#[test]
+fn a_requested_expiry_is_attested_and_kept_on_the_engine() {
+    let mut local = Local::start();
+    let mut config: serde_json::Value = serde_json::from_str(&local.ctx.config).unwrap();
+    config["hardExpiry"] = true.into();
+    local.ctx.config = config.to_string();
+    let asked = in_seconds(8);
+    let mut request = test_support::acquire("login");
+    request.requested_expires_at = Some(asked.clone());
+    let lease = local
+        .instance()
+        .acquire_lease(&local.ctx, &request)
+        .unwrap()
+        .expect("a lease with an expiry");
+    let attested = lease.expires_at.clone().expect("the expiry is attested");
+    // Both are UTC: the same second, never later than asked.
+    assert_eq!(&attested[..19], &asked[..19], "{attested} for {asked}");
+    assert!(attested <= asked, "{attested} is after {asked}");
+    // The engine keeps that expiry for the sandbox (it was asked for it).
+    let url = format!(
+        "{}/v1/sandboxes/{}",
+        local.server.base_url(),
+        lease.provider_lease_id
+    );
+    let mut answer = ureq::get(&url).header("X-Api-Key", KEY).call().unwrap();
+    let sandbox: serde_json::Value =
+        serde_json::from_str(&answer.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(
+        sandbox["data"]["expires_at"],
+        attested.as_str(),
+        "{sandbox}"
+    );
+    // Something long-running in it, then the expiry passes.
+    let ran = local.run(
+        &lease,
+        "/bin/sh",
+        &["-c", "sleep 600 >/dev/null 2>&1 &"],
+        None,
+    );
+    assert_eq!(ran.exit_code, Some(0), "{ran:?}");
+    std::thread::sleep(Duration::from_secs(10));
+    let resumed = local
+        .instance()
+        .resume_lease(&local.ctx, &lease)
+        .unwrap()
+        .expect("resume answers");
+    assert!(matches!(&resumed, ResumeOutcome::Expired(_)), "{resumed:?}");
+    let report = local.server.shutdown();
+    assert!(report.all_exited(), "{report:?}");
+}
+
+/// Without `hardExpiry` (the CreateOS service has no hard expiry) a
+/// requested expiry is refused before anything is created.
+#[test]
+fn a_requested_expiry_is_refused_without_hard_expiry() {
+    let local = Local::start();
+    let mut request = test_support::acquire("login");
+    request.requested_expires_at = Some(in_seconds(60));
+    let error = local
+        .instance()
+        .acquire_lease(&local.ctx, &request)
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(&error, ProviderError::Unsupported(_)), "{error:?}");
+    assert_eq!(local.server.faults().count("POST", "/v1/sandboxes"), 0);
+}
+
 #[test]
 fn probe_against_the_local_backend() {
     let local = Local::start();

@@ -41,23 +41,30 @@ pub fn launcher_env() -> Vec<(String, String)> {
 /// [`crate::storage::rootfs`]), PID,
 /// network (only a loopback interface of its own), IPC and UTS (host name
 /// `sandbox`). bwrap runs unprivileged, so every capability is dropped.
+///
+/// Where user namespaces are refused but this server may make the others
+/// ([`crate::machine::namespaces_without_user_here`]: uid 0 of a
+/// container's user namespace), bwrap makes no user namespace: the
+/// command runs as the server's own uid with every capability dropped.
 pub(crate) fn bwrap_args(root: &Path, cwd: &str, status_fd: Option<i32>) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--unshare-user",
-        "--uid",
-        "0",
-        "--gid",
-        "0",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--hostname",
-        "sandbox",
-        "--bind",
-    ]
-    .map(String::from)
-    .into();
+    let user: &[&str] = if crate::machine::namespaces_without_user_here() {
+        &["--cap-drop", "ALL"]
+    } else {
+        &["--unshare-user", "--uid", "0", "--gid", "0"]
+    };
+    let mut args: Vec<String> = user.iter().map(|a| a.to_string()).collect();
+    args.extend(
+        [
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--hostname",
+            "sandbox",
+            "--bind",
+        ]
+        .map(String::from),
+    );
     args.push(root.display().to_string());
     args.push("/".to_string());
     for dir in crate::storage::rootfs::HOST_DIRS {

@@ -621,6 +621,18 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
         }
         None => {}
     }
+    // The probe's machine ends now, not after the idle grace: nothing
+    // records a probe, so an engine killed in those seconds would leave
+    // its machine running for good.
+    if crate::machine::end_now(probe_root).is_some() {
+        let ended = crate::machine::take_ended(probe_root);
+        for _ in 0..200 {
+            if ended.iter().all(|m| m.is_gone()) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
     if out.status.success() {
         Ok(bwrap)
     } else {

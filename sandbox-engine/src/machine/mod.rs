@@ -78,6 +78,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::machine::join::Door;
@@ -99,6 +100,8 @@ struct Machine {
     /// A pidfd of its init, opened when it started: ending the machine
     /// needs no new descriptor (the engine may be out of them).
     pidfd: Option<std::os::fd::OwnedFd>,
+    /// Set once its outer bwrap (the init's parent on the host) is reaped.
+    outer_reaped: Arc<AtomicBool>,
 }
 
 impl Machine {
@@ -328,34 +331,56 @@ pub fn tree_proof_offered_here() -> TreeProof {
     }
 }
 
+/// Runs `/bin/true` in a forked child that first unshares `flags`.
+fn probe_unshare(flags: libc::c_int) -> std::io::Result<std::process::ExitStatus> {
+    let mut probe = std::process::Command::new("/bin/true");
+    probe
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: one system call in the forked child.
+    unsafe {
+        probe.pre_exec(move || {
+            if libc::unshare(flags) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    probe.status()
+}
+
+/// The namespaces besides the user namespace that a sandbox has.
+const OTHER_NAMESPACES: libc::c_int = libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWNS;
+
+/// Whether commands get their namespaces without a user namespace of
+/// their own here: user namespaces are refused (the fallback), the server
+/// is not the host's root, yet it may make PID, network, IPC, UTS and
+/// mount namespaces: it is uid 0 of a user namespace that refuses nested
+/// ones (a container with `user.max_user_namespaces` 0, a server under
+/// `bwrap --disable-userns`). Its commands then run as its own uid with
+/// no capability (see [`crate::machine::bwrap_args`]).
+pub fn namespaces_without_user_here() -> bool {
+    static HERE: OnceLock<bool> = OnceLock::new();
+    *HERE.get_or_init(|| {
+        user_namespaces_refused().is_some()
+            && !crate::trees::id_map::ranges_here()
+            && probe_unshare(OTHER_NAMESPACES).is_ok_and(|s| s.success())
+    })
+}
+
 /// Why this process cannot make the namespaces a machine needs (user,
 /// PID, network, IPC, UTS, mount), with what fixes it; `None` when it
 /// can. Tried once, in a forked child that makes them and exits.
 pub fn user_namespaces_refused() -> Option<String> {
     static WHY: OnceLock<Option<String>> = OnceLock::new();
-    WHY.get_or_init(|| {
-        let mut probe = std::process::Command::new("/bin/true");
-        probe
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // SAFETY: one system call in the forked child.
-        unsafe {
-            probe.pre_exec(|| {
-                let flags = libc::CLONE_NEWUSER
-                    | libc::CLONE_NEWPID
-                    | libc::CLONE_NEWNET
-                    | libc::CLONE_NEWIPC
-                    | libc::CLONE_NEWUTS
-                    | libc::CLONE_NEWNS;
-                if libc::unshare(flags) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        match probe.status() {
+    WHY.get_or_init(
+        || match probe_unshare(libc::CLONE_NEWUSER | OTHER_NAMESPACES) {
             Ok(s) if s.success() => None,
             Ok(s) => Some(format!("a probe in new namespaces ended with {s}")),
             Err(e) => Some(format!(
@@ -364,9 +389,24 @@ pub fn user_namespaces_refused() -> Option<String> {
                  `bwrap-userns-restrict` profile or `sysctl -w \
                  kernel.apparmor_restrict_unprivileged_userns=0`)"
             )),
-        }
-    })
+        },
+    )
     .clone()
+}
+
+/// The model sandboxes get on this host, as one short name (what CI's
+/// host kinds expect, `.ci/host-kinds.sh` and `.ci/host-kind-v2.sh`):
+/// `machine+pids-group`, `machine+cgroup-v2`, `machine+anchor`, or
+/// `per-command` (the fallback; with `+no-userns` where commands get no
+/// user namespace of their own).
+pub fn model_name() -> &'static str {
+    match tree_proof_here() {
+        Some(TreeProof::PidsGroup) => "machine+pids-group",
+        Some(TreeProof::DelegatedGroup(_)) => "machine+cgroup-v2",
+        Some(TreeProof::Anchor) => "machine+anchor",
+        None if namespaces_without_user_here() => "per-command+no-userns",
+        None => "per-command",
+    }
 }
 
 /// The model sandboxes get on this host, in words, for the engine's
@@ -429,7 +469,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
             retire(root, m);
         }
     }
-    let (init_pid, ns) = start(bwrap, root)?;
+    let (init_pid, ns, outer_reaped) = start(bwrap, root)?;
     crate::trees::deathguard::watch(Guarded::Namespace { init_pid, ns });
     crate::storage::records::note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
     let door = Door::open(init_pid);
@@ -460,6 +500,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         proxy: None,
         door: door.clone(),
         pidfd,
+        outer_reaped,
     };
     if let Some(policy) = crate::network::egress::policy_for(root) {
         let name = root
@@ -505,8 +546,31 @@ pub fn end_now(root: &Path) -> Option<(i32, u64)> {
     Some(ended)
 }
 
-/// Ended machines by sandbox root, as (init pid, PID namespace).
-type Ended = HashMap<PathBuf, Vec<(i32, u64)>>;
+/// A machine that was ended (SIGKILL sent) and is still to be proven gone.
+#[derive(Debug, Clone)]
+pub struct EndedMachine {
+    /// The host pid of its init.
+    pub init_pid: i32,
+    /// Its PID namespace.
+    pub ns: u64,
+    outer_reaped: Arc<AtomicBool>,
+}
+
+impl EndedMachine {
+    /// Whether nothing of it runs: its init and every process of its
+    /// namespace gone (a fresh scan), and its outer bwrap reaped.
+    pub fn is_gone(&self) -> bool {
+        self.outer_reaped.load(Ordering::Acquire)
+            && crate::machine::isolation::Tree::Namespace {
+                init_pid: self.init_pid,
+                ns: self.ns,
+            }
+            .is_gone()
+    }
+}
+
+/// Ended machines by sandbox root.
+type Ended = HashMap<PathBuf, Vec<EndedMachine>>;
 
 /// Machines of each sandbox that were ended (SIGKILL sent) and not yet
 /// proven gone by the sandbox's delete or stop, as (init pid, PID
@@ -520,25 +584,35 @@ fn ended() -> &'static Mutex<Ended> {
 
 /// Ends machine `m` of the sandbox at `root` and notes it for the proof.
 fn retire(root: &Path, m: Machine) {
+    // A paused sandbox's machine is frozen in its cgroup v2 group: its
+    // init dies of the SIGKILL, but its outer bwrap, frozen, would never
+    // run to exit (and a machine is gone only once that is reaped). The
+    // group is thawed first; the kill follows at once.
+    crate::trees::process_limits::freeze_sandbox(root, false);
     m.kill();
     let mut ended = ended().lock().unwrap_or_else(|p| p.into_inner());
     // Those already gone need no proof any more.
     for list in ended.values_mut() {
-        list.retain(|(init_pid, ns)| {
-            procfs::stat(*init_pid).is_some_and(|p| !p.is_zombie())
-                && procfs::pid_namespace(*init_pid) == Some(*ns)
+        list.retain(|e| {
+            !e.outer_reaped.load(Ordering::Acquire)
+                || procfs::stat(e.init_pid).is_some_and(|p| !p.is_zombie())
+                    && procfs::pid_namespace(e.init_pid) == Some(e.ns)
         });
     }
     ended.retain(|_, list| !list.is_empty());
     ended
         .entry(root.to_path_buf())
         .or_default()
-        .push((m.init_pid, m.ns));
+        .push(EndedMachine {
+            init_pid: m.init_pid,
+            ns: m.ns,
+            outer_reaped: m.outer_reaped.clone(),
+        });
 }
 
 /// The machines of the sandbox at `root` ended so far and not yet taken,
-/// as (init pid, PID namespace), each to be proven gone by the caller.
-pub fn take_ended(root: &Path) -> Vec<(i32, u64)> {
+/// each to be proven gone by the caller ([`EndedMachine::is_gone`]).
+pub fn take_ended(root: &Path) -> Vec<EndedMachine> {
     ended()
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -672,15 +746,16 @@ pub fn running() -> Vec<PathBuf> {
 }
 
 /// Starts the machine's bwrap and reads its init's host pid and PID
-/// namespace from `--json-status-fd`.
-fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
+/// namespace from `--json-status-fd`; the flag is set once the outer
+/// bwrap is reaped.
+fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64, Arc<AtomicBool>)> {
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let raw = write.as_raw_fd();
     // As root, the sandbox's whole range of ids is mapped by the server
-    // once bwrap has made its user namespace (see [`crate::trees::id_map`]).
-    let gate = crate::trees::host_processes::sandbox_ids(root)
-        .map(crate::trees::id_map::MapGate::new)
-        .transpose()?;
+    // once bwrap has made its user namespace; otherwise its slice of the
+    // user's subordinate ids, by `newuidmap` and `newgidmap`, where it has
+    // one (see [`crate::trees::id_map`]).
+    let gate = crate::trees::id_map::gate_for(root)?;
     let gate_fds = gate.as_ref().map(|g| g.child_fds());
     let mut cmd = std::process::Command::new(bwrap);
     cmd.args(crate::machine::bwrap_args::machine_bwrap_args(root, raw))
@@ -781,12 +856,17 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64)> {
             "the sandbox's machine exited at start",
         ));
     }
-    // The outer bwrap lives as long as the machine; reap it then.
+    // The outer bwrap lives as long as the machine; reap it then. A
+    // machine is gone only once it is (a server that is not root has no
+    // uid to find it by).
     drop(child.stderr.take());
+    let outer_reaped = Arc::new(AtomicBool::new(false));
+    let reaped = outer_reaped.clone();
     std::thread::Builder::new()
         .name("createos-local-machine".into())
         .spawn(move || {
             let _ = child.wait();
+            reaped.store(true, Ordering::Release);
         })?;
-    Ok((init_pid, ns))
+    Ok((init_pid, ns, outer_reaped))
 }

@@ -52,13 +52,13 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
     // of its PID namespace, nested namespaces included; a fresh scan
     // confirms that none is left in it.
     let Some(ids) = crate::trees::host_processes::sandbox_ids(root) else {
-        for (init_pid, ns) in crate::machine::take_ended(root) {
-            let mut tree = crate::machine::isolation::Tree::Namespace { init_pid, ns };
-            while !tree.is_gone() {
+        for ended in crate::machine::take_ended(root) {
+            while !ended.is_gone() {
                 if Instant::now() >= deadline {
                     return Err(format!(
-                        "the sandbox's machine (host pid {init_pid}) or a process of it still \
-                         runs after its SIGKILL; it may still run"
+                        "the sandbox's machine (host pid {}) or a process of it still \
+                         runs after its SIGKILL; it may still run",
+                        ended.init_pid
                     ));
                 }
                 std::thread::sleep(Duration::from_millis(5));

@@ -128,8 +128,11 @@ pub const MEMORY_TEMPLATE_PREFIX: &str = "createos-local-disk-";
 /// makes the template of `size` bytes in `data_dir` and mounts it once,
 /// read-only, as the trial. `Err` says why not (and nothing is left).
 pub fn probe(data_dir: &Path, size: u64) -> Result<(), String> {
-    if !rustix::process::geteuid().is_root() {
-        return Err("the server is not root (mounting a sandbox disk needs root)".to_string());
+    // Uid 0 of a user namespace (a container) cannot attach loop devices.
+    if !crate::trees::id_map::ranges_here() {
+        return Err(
+            "the server is not the host's root (mounting a sandbox disk needs it)".to_string(),
+        );
     }
     remove_template(data_dir);
     let template = template_of(data_dir);
@@ -646,10 +649,32 @@ mod loop_device {
 
 /// Removes `path` and everything under it ([`crate::storage::fstree::remove_tree`]),
 /// a sandbox root with a disk of its own detached first: the disk goes
-/// whole.
+/// whole. A server that is not root and gave the sandbox a slice of its
+/// subordinate ids may not remove what the sandbox gave to those ids:
+/// then the rest goes with every id of its user
+/// ([`crate::trees::id_map::remove_with_every_own_id`]). The sandbox's
+/// slice is free again once its root is gone.
 pub fn remove_tree(path: &Path) -> std::io::Result<()> {
     detach(path);
-    crate::storage::fstree::remove_tree(path)
+    let identity = crate::trees::id_map::root_identity(path);
+    // What could not be removed leaves a directory not empty (the walk's
+    // own errors do not surface): any failure but "not there" is retried
+    // with every id of the user, where it has subordinate ones.
+    let removed = match crate::storage::fstree::remove_tree(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            match crate::util::find_in_path("bwrap") {
+                Some(bwrap) => {
+                    crate::trees::id_map::remove_with_every_own_id(&bwrap, path).map_err(|_| e)
+                }
+                None => Err(e),
+            }
+        }
+        other => other,
+    };
+    if let Some(identity) = identity.filter(|_| !path.exists()) {
+        crate::trees::id_map::release_slice(identity);
+    }
+    removed
 }
 
 /// Unmounts the disk of `root` (lazily) and removes its image; `true` when

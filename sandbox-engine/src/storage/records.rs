@@ -574,6 +574,10 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
     use rustix::process::Signal;
     let deadline = Instant::now() + wait;
     for tree in &record.trees {
+        // The outer bwrap of a machine (its init's parent on the host),
+        // seen while the init lived: gone only once it is too (a server
+        // that is not root has no uid to find it by).
+        let mut outer: Option<ProcInfo> = None;
         loop {
             // `Err`: no scan could be made; that proves nothing.
             let left: Result<Vec<ProcInfo>, String> = match tree {
@@ -584,6 +588,10 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                     ino,
                 } => {
                     if let Some(init) = init_alive(*init_pid, *init_start, *dev, *ino) {
+                        if outer.is_none() {
+                            outer = procfs::stat(init.ppid)
+                                .filter(|p| procfs::pid_namespace(p.pid) != Some(*ino));
+                        }
                         // While its init lives the namespace is that very
                         // one: every process in it is the sandbox's.
                         for p in in_namespace(*dev, *ino).unwrap_or_default() {
@@ -601,8 +609,18 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                         // Its init is gone: the kernel ends the rest and
                         // lets nothing new in. What is still seen under
                         // the inode is waited for, never killed (an
-                        // inode of a namespace gone may name a new one).
-                        in_namespace(*dev, *ino)
+                        // inode of a namespace gone may name a new one),
+                        // and so is its outer bwrap, which exits with it.
+                        in_namespace(*dev, *ino).map(|mut left| {
+                            if let Some(o) = &outer {
+                                if let Some(now) = procfs::stat(o.pid)
+                                    .filter(|p| p.starttime == o.starttime && !p.is_zombie())
+                                {
+                                    left.push(now);
+                                }
+                            }
+                            left
+                        })
                     }
                 }
                 TreeId::Group {

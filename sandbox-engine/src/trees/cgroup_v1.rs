@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 pub fn memory_cgroup_base() -> Option<&'static Path> {
     static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     BASE.get_or_init(|| {
-        if !rustix::process::geteuid().is_root() {
+        if !crate::trees::id_map::ranges_here() {
             return None;
         }
         let v1 = Path::new("/sys/fs/cgroup/memory");
@@ -112,7 +112,7 @@ pub(crate) fn remove_sandbox_groups(uid: u32) {
 pub fn pids_cgroup_base() -> Option<&'static Path> {
     static BASE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
     BASE.get_or_init(|| {
-        if !rustix::process::geteuid().is_root() {
+        if !crate::trees::id_map::ranges_here() {
             return None;
         }
         let v1 = Path::new("/sys/fs/cgroup/pids");
@@ -238,7 +238,7 @@ pub(crate) fn command_tasks(uid: u32) -> Option<usize> {
 /// created): root and a cgroup v1 `pids` hierarchy. The server decides
 /// with [`pids_cgroup_base`].
 pub fn pids_offered_here() -> bool {
-    rustix::process::geteuid().is_root() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
+    crate::trees::id_map::ranges_here() && Path::new("/sys/fs/cgroup/pids/cgroup.procs").is_file()
 }
 
 /// How many times the kernel's OOM killer has killed a process of the
@@ -256,6 +256,5 @@ pub(crate) fn oom_kills(uid: u32) -> Option<u64> {
 /// Whether a server started here would get a cgroup v1 memory group per
 /// sandbox, without touching the host: root and a v1 memory hierarchy.
 pub(crate) fn memory_offered_here() -> bool {
-    rustix::process::geteuid().is_root()
-        && Path::new("/sys/fs/cgroup/memory/cgroup.procs").is_file()
+    crate::trees::id_map::ranges_here() && Path::new("/sys/fs/cgroup/memory/cgroup.procs").is_file()
 }

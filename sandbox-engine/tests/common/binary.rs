@@ -341,3 +341,172 @@ pub fn disk_remains(data: &Path, sb: &str) -> Vec<String> {
     }
     left
 }
+
+/// A sandbox's machine as seen running from outside, by its own identity
+/// rather than by a uid (a server that is not root runs every sandbox as
+/// its own uid, the test and the engine included): the PID namespace of
+/// its init, its outer `bwrap` (the init's parent on the host), and as
+/// root its range of ids too.
+#[derive(Debug, Clone)]
+pub struct MachineSeen {
+    /// The inode of its PID namespace.
+    pub ns: u64,
+    /// Host pid and start time of the outer `bwrap` that holds it.
+    pub holder: Option<(i32, u64)>,
+    /// Its owner's uid where it has a range of its own (a root server).
+    pub owner: Option<u32>,
+}
+
+/// `(pid, ppid, start time, state)` of every process, from `/proc/PID/stat`.
+fn proc_table() -> Vec<(i32, i32, u64, char)> {
+    let mut table = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let state = fields.first().and_then(|s| s.chars().next()).unwrap_or('?');
+        let ppid = fields.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let start = fields.get(19).and_then(|s| s.parse().ok()).unwrap_or(0);
+        table.push((pid, ppid, start, state));
+    }
+    table
+}
+
+/// The PID namespace inode of `pid` (`None`: gone, or not readable).
+pub fn pid_ns(pid: i32) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/pid"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+/// The PID namespaces (other than the engine's own) that processes
+/// started by the engine at `engine_pid` run in, each with the host pid
+/// of its topmost process found (the machine's init) and that process's
+/// parent.
+pub fn machines_under(engine_pid: i32) -> std::collections::HashMap<u64, (i32, i32)> {
+    let table = proc_table();
+    let own = pid_ns(engine_pid);
+    let mut below: std::collections::HashSet<i32> = [engine_pid].into();
+    loop {
+        let before = below.len();
+        for (pid, ppid, _, _) in &table {
+            if below.contains(ppid) {
+                below.insert(*pid);
+            }
+        }
+        if below.len() == before {
+            break;
+        }
+    }
+    let mut found = std::collections::HashMap::new();
+    for (pid, ppid, _, state) in &table {
+        if !below.contains(pid) || matches!(state, 'Z' | 'X') {
+            continue;
+        }
+        let Some(ns) = pid_ns(*pid).filter(|ns| Some(*ns) != own) else {
+            continue;
+        };
+        // The parent outside the namespace: this is its init.
+        if pid_ns(*ppid) != Some(ns) {
+            found.entry(ns).or_insert((*pid, *ppid));
+        }
+    }
+    found
+}
+
+impl MachineSeen {
+    /// The one machine among those running under `engine_pid` that is
+    /// not in `known` (the test made one sandbox's machine start since).
+    pub fn new_under(
+        engine_pid: i32,
+        known: &std::collections::HashSet<u64>,
+        owner: Option<u32>,
+    ) -> MachineSeen {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let fresh: Vec<(u64, (i32, i32))> = machines_under(engine_pid)
+                .into_iter()
+                .filter(|(ns, _)| !known.contains(ns))
+                .collect();
+            if fresh.len() == 1 {
+                let (ns, (_, holder)) = fresh[0];
+                let start = proc_table()
+                    .into_iter()
+                    .find(|(pid, ..)| *pid == holder)
+                    .map(|(_, _, start, _)| start);
+                return MachineSeen {
+                    ns,
+                    holder: start.map(|s| (holder, s)),
+                    owner: owner.filter(|_| rustix::process::geteuid().is_root()),
+                };
+            }
+            assert!(
+                Instant::now() < deadline,
+                "expected one new machine under the engine, found {fresh:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// What of it still runs, each as `pid: command line`: a fresh scan
+    /// for processes in its PID namespace or below one of them (nested
+    /// namespaces), its outer `bwrap`, and as root any process of its
+    /// range of ids.
+    pub fn survivors(&self) -> Vec<String> {
+        let table: Vec<_> = proc_table()
+            .into_iter()
+            .filter(|(.., state)| !matches!(state, 'Z' | 'X'))
+            .collect();
+        let mut found: std::collections::HashSet<i32> = table
+            .iter()
+            .filter(|(pid, ..)| pid_ns(*pid) == Some(self.ns))
+            .map(|(pid, ..)| *pid)
+            .collect();
+        if let Some((holder, start)) = self.holder {
+            if table.iter().any(|(p, _, s, _)| *p == holder && *s == start) {
+                found.insert(holder);
+            }
+        }
+        loop {
+            let before = found.len();
+            for (pid, ppid, ..) in &table {
+                if found.contains(ppid) {
+                    found.insert(*pid);
+                }
+            }
+            if found.len() == before {
+                break;
+            }
+        }
+        let mut left: Vec<String> = found
+            .into_iter()
+            .map(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                format!(
+                    "{pid}: {}",
+                    String::from_utf8_lossy(&cmdline)
+                        .replace('\0', " ")
+                        .trim_end()
+                )
+            })
+            .collect();
+        if let Some(owner) = self.owner {
+            left.extend(live_of_uid(owner));
+        }
+        left.sort();
+        left.dedup();
+        left
+    }
+}

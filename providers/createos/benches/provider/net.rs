@@ -203,8 +203,16 @@ impl NativeClient {
         })
     }
 
-    /// The whole `/connect?after=0` body of a finished process (its replay).
-    pub fn replay(&self, sandbox: &str, process: &str) -> Result<Vec<u8>, String> {
+    /// Runs one command given as the body of `POST /processes` and returns
+    /// its whole `/connect?after=0` body, read as the process's first
+    /// reader (the engine drops frames its reader took, so a finished
+    /// process's body cannot be read again from the start).
+    pub fn record(&self, sandbox: &str, create_body: &str) -> Result<Vec<u8>, String> {
+        let created = self.post_json(
+            &format!("/v1/sandboxes/{sandbox}/processes"),
+            Some(create_body),
+        )?;
+        let process = created["process_id"].as_str().ok_or("no process_id")?;
         let mut body = Vec::new();
         self.connect(sandbox, process)?
             .read_to_end(&mut body)

@@ -129,6 +129,81 @@ fn acquire_refuses_an_expiry_before_creating_anything() {
     assert!(fake.calls().is_empty());
 }
 
+/// `hardExpiry` (a backend that attests a hard expiry, as createos-local
+/// does): the expiry asked is sent with the creation, and a lease is
+/// given only with an attested expiry at or before it; otherwise the
+/// sandbox is deleted and the acquire fails (Paperclip fails closed
+/// without one, and an unbounded sandbox must not stay behind).
+#[test]
+fn a_requested_expiry_needs_the_backends_attestation() {
+    let asked = "2030-01-01T00:00:08.500Z";
+    let hard_expiry = || {
+        ctx_with(
+            json!({"apiUrl": API_URL, "timeoutMs": 20_000, "requestTimeoutMs": 1_500, "hardExpiry": true})
+                .to_string(),
+        )
+    };
+    let mut request = acquire_request();
+    request.requested_expires_at = Some(asked.into());
+    let answering = |expires_at: Value| {
+        Fake::with(move |req, _| {
+            (req.method == "POST" && req.path() == "/v1/sandboxes").then(|| {
+                ScriptedResponse::jsend_success(
+                    json!({"id": SANDBOX, "status": "creating", "expires_at": expires_at}),
+                )
+            })
+        })
+    };
+
+    // Attested, in whole seconds (and the same instant as another offset reads).
+    for attested in ["2030-01-01T00:00:08Z", "2030-01-01T01:00:08.5+01:00"] {
+        let fake = answering(attested.into());
+        let lease = fake
+            .instance()
+            .acquire_lease(&hard_expiry(), &request)
+            .unwrap()
+            .unwrap();
+        assert_eq!(lease.expires_at.as_deref(), Some(attested));
+        let create = &fake.requests_to("POST /v1/sandboxes")[0];
+        assert_eq!(create.body_json().unwrap()["expires_at"], asked);
+        assert_eq!(fake.sandbox_calls("DELETE", ""), 0);
+    }
+
+    // Not attested, later than asked, or unreadable: deleted, and an error.
+    for attested in [
+        Value::Null,
+        "2030-01-01T00:00:09Z".into(),
+        "2030-01-01T00:00:08.5001Z".into(),
+        "soon".into(),
+    ] {
+        let fake = answering(attested.clone());
+        let error = fake
+            .instance()
+            .acquire_lease(&hard_expiry(), &request)
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            matches!(&error, ProviderError::InvalidResponse(r) if r.reason.contains("expiry")),
+            "{attested}: {error:?}"
+        );
+        assert_eq!(fake.sandbox_calls("DELETE", ""), 1, "{attested}: deleted");
+    }
+
+    // An expiry that is not a time is refused before any request.
+    let fake = Fake::new();
+    request.requested_expires_at = Some("tomorrow".into());
+    let error = fake
+        .instance()
+        .acquire_lease(&hard_expiry(), &request)
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(error, ProviderError::InvalidRequest(_)),
+        "{error:?}"
+    );
+    assert!(fake.calls().is_empty());
+}
+
 #[test]
 fn a_failed_setup_deletes_the_sandbox_and_reports_the_setup_error() {
     let fake = Fake::with(|req, _| req.path().ends_with("/exec").then(|| error_answer(500)));

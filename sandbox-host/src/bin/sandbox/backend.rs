@@ -90,6 +90,32 @@ impl Setup {
         })
     }
 
+    /// One short line for stderr when the embedded engine runs sandboxes in
+    /// a weaker model than one machine per sandbox (issue 37 item 7): what
+    /// is missing and the fix. `None` with one machine per sandbox, with
+    /// another backend, and with `--isolation process-group` (which has
+    /// its own warning).
+    #[cfg(feature = "local-backend")]
+    pub fn weaker_model(&self) -> Option<String> {
+        let local = self.local.as_ref()?;
+        if *local.server.isolation() != sandbox_engine::IsolationMode::Bwrap
+            || sandbox_engine::machine::enabled_here()
+        {
+            return None;
+        }
+        Some(format!(
+            "sandbox: weaker model here: namespaces per command, not one machine per sandbox \
+             (what a command leaves running ends with it): {}",
+            sandbox_engine::machine::user_namespaces_refused()
+                .unwrap_or_else(|| "this host gives no tree proof for machines".to_string())
+        ))
+    }
+
+    #[cfg(not(feature = "local-backend"))]
+    pub fn weaker_model(&self) -> Option<String> {
+        None
+    }
+
     /// The provider and the durable lease store: `--store` (a PostgreSQL
     /// URL several hosts share, or a file), else the SQLite file in the
     /// data directory. A wrong URL, an unreachable database or a newer
@@ -512,8 +538,8 @@ impl EmbeddedEngine {
             .map_err(|e| anyhow::anyhow!(e))?;
         if policy.enabled() && !sandbox_engine::machine::enabled_here() {
             eprintln!(
-                "sandbox: warning: --egress needs one machine per sandbox (root with a \
-                 writable cgroup v1 pids hierarchy); commands here have no outbound network"
+                "sandbox: warning: --egress needs one machine per sandbox (user namespaces \
+                 that work); commands here have no outbound network"
             );
         }
         let api_key = random_key()?;

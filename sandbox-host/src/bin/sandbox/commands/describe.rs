@@ -33,6 +33,12 @@ pub fn run(global: &Global) -> Result<u8> {
                 sandbox_engine::machine::user_namespaces_refused().unwrap_or_default()
             );
         }
+        if sandbox_engine::machine::offered_here() {
+            println!(
+                "embedded engine ids: {}",
+                sandbox_engine::trees::id_map::describe_here()
+            );
+        }
         if sandbox_engine::trees::process_limits::memory_limit_offered_here() {
             println!(
                 "embedded engine memory: limited per sandbox by what it uses (its cgroup memory \

@@ -162,6 +162,19 @@ fn engine_checks(checks: &mut Vec<Check>) {
         )
         .fix("allow unprivileged user namespaces (sysctl -w user.max_user_namespaces=15000; Ubuntu 23.10+: aa-enforce bwrap-userns-restrict or sysctl -w kernel.apparmor_restrict_unprivileged_userns=0)")
     });
+    // Which ids a sandbox's root owns (issue 37 item 2).
+    if machines {
+        use sandbox_engine::trees::id_map::{describe_here, own_ids_here, OwnIds};
+        checks.push(match own_ids_here() {
+            Some(OwnIds::OnlyRoot { why, fix }) => check(
+                "sandbox ids",
+                Verdict::Limited,
+                format!("only uid 0 in a sandbox ({why}): chown to another id fails inside"),
+            )
+            .fix(fix.as_str()),
+            _ => check("sandbox ids", Verdict::Ok, describe_here()),
+        });
+    }
     let proof = sandbox_engine::machine::tree_proof_offered_here();
     let pids_v1 = proof == sandbox_engine::machine::TreeProof::PidsGroup;
     checks.push(match (&proof, machines) {
