@@ -243,11 +243,13 @@ impl Process {
             terminal: req.terminal,
         };
         // The sandbox's OOM kills so far: one more by the time the command
-        // ends by SIGKILL means the sandbox reached its memory limit.
+        // ends by SIGKILL means the sandbox reached its memory limit. A
+        // sandbox whose memory group does not exist yet (cgroup v2 makes
+        // it at its first command's start) has had none.
         let sandbox_root = bwrap.as_ref().map(|_| req.root.clone());
         let oom_kills_before = sandbox_root
             .as_deref()
-            .and_then(crate::trees::process_limits::sandbox_oom_kills);
+            .map(|root| crate::trees::process_limits::sandbox_oom_kills(root).unwrap_or(0));
         let spawned = match isolation::spawn(bwrap.as_deref(), &spec) {
             Ok(s) => s,
             Err(e) => {

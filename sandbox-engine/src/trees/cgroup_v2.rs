@@ -124,7 +124,17 @@ impl Delegated {
             let server = engine.join("server");
             std::fs::create_dir(&server)?;
             // The whole server (every thread) into its leaf.
-            std::fs::write(server.join("cgroup.procs"), std::process::id().to_string())?;
+            let own = std::process::id();
+            std::fs::write(server.join("cgroup.procs"), own.to_string())?;
+            // And its helpers already forked in the delegated group (the
+            // death guard): a process left there blocks every controller
+            // (v2's no-internal-processes rule: enabling one is EBUSY).
+            for pid in members(&group).unwrap_or_default() {
+                let child = crate::trees::procfs::stat(pid).is_some_and(|p| p.ppid as u32 == own);
+                if child {
+                    std::fs::write(server.join("cgroup.procs"), pid.to_string())?;
+                }
+            }
             Ok(())
         })();
         if let Err(e) = made {
