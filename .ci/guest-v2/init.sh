@@ -19,9 +19,19 @@ mount -t sysfs sysfs /sys
 say "booted in $(cut -d' ' -f1 /proc/uptime) s (kernel $(uname -r), guest uptime)"
 # Writable places on the read-only root: the tests' data directories
 # (/tmp), runtime files, and the home directories the tests' users get.
+# The checkout (with its target/ and the results share mounted in it) may
+# live under one of them (a CI clone in /tmp): it is kept aside on /dev
+# (writable) first and bound back on its path once the tmpfs is there.
+checkout=$(cd "$(dirname "$GUEST_INIT")/../.." && pwd)
+mkdir -p /dev/.checkout
+mount --rbind "$checkout" /dev/.checkout
 for dir in /tmp /var/tmp /run /root /home; do
   mount -t tmpfs -o mode=1777,size=768m tmpfs "$dir"
 done
+if [ ! -d "$checkout/.ci" ]; then
+  mkdir -p "$checkout"
+  mount --rbind /dev/.checkout "$checkout"
+fi
 chmod 700 /root
 mkdir -p /dev/pts /dev/shm /dev/mqueue
 mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
