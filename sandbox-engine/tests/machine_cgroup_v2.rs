@@ -29,35 +29,9 @@ use common::marker;
 use reqwest::Method;
 use serde_json::{json, Value};
 
-/// The ordinary user the engine runs as: `sandbox-ci` (made here when
-/// missing, as `.ci/run` makes it), as (uid, gid); `None` (skipped, and
-/// said so) without root.
+/// The ordinary user the engine runs as (see [`binary::ordinary_user`]).
 fn ordinary_user() -> Option<(u32, u32)> {
-    if !rustix::process::geteuid().is_root() {
-        test_support::skipped("machine_cgroup_v2: needs root to delegate a cgroup to another user");
-        return None;
-    }
-    let id = |flag: &str| {
-        std::process::Command::new("id")
-            .args([flag, "sandbox-ci"])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-            })
-    };
-    if id("-u").is_none() {
-        let made = std::process::Command::new("useradd")
-            .args(["-m", "sandbox-ci"])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(made || id("-u").is_some(), "useradd sandbox-ci failed");
-    }
-    Some((id("-u").expect("uid"), id("-g").expect("gid")))
+    binary::ordinary_user("machine_cgroup_v2")
 }
 
 /// `statfs` magic of a cgroup2 file system.

@@ -510,3 +510,36 @@ impl MachineSeen {
         left
     }
 }
+
+/// The ordinary user tests start the engine as: `sandbox-ci` (made here
+/// when missing, as `.ci/run` makes it), as (uid, gid); `None` (skipped,
+/// and said so with `who` and why) without root.
+pub fn ordinary_user(who: &str) -> Option<(u32, u32)> {
+    if !rustix::process::geteuid().is_root() {
+        test_support::skipped(&format!(
+            "{who}: needs root to start the engine as another user"
+        ));
+        return None;
+    }
+    let id = |flag: &str| {
+        std::process::Command::new("id")
+            .args([flag, "sandbox-ci"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .and_then(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+            })
+    };
+    if id("-u").is_none() {
+        let made = std::process::Command::new("useradd")
+            .args(["-m", "sandbox-ci"])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(made || id("-u").is_some(), "useradd sandbox-ci failed");
+    }
+    Some((id("-u").expect("uid"), id("-g").expect("gid")))
+}
