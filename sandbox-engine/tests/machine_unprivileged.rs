@@ -426,19 +426,7 @@ async fn a_user_without_subordinate_ids_is_told_the_fix() {
         return;
     }
     let user = "sandbox-ci-noids";
-    let id = |flag: &str| {
-        std::process::Command::new("id")
-            .args([flag, user])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-            })
-    };
+    let id = |flag: &str| binary::id_of(user, flag);
     if id("-u").is_none() {
         let made = std::process::Command::new("useradd")
             .args(["-r", "-M", "-s", "/usr/sbin/nologin", user])

@@ -521,19 +521,7 @@ pub fn ordinary_user(who: &str) -> Option<(u32, u32)> {
         ));
         return None;
     }
-    let id = |flag: &str| {
-        std::process::Command::new("id")
-            .args([flag, "sandbox-ci"])
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .and_then(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .trim()
-                    .parse::<u32>()
-                    .ok()
-            })
-    };
+    let id = |flag: &str| id_of("sandbox-ci", flag);
     if id("-u").is_none() {
         let made = std::process::Command::new("useradd")
             .args(["-m", "sandbox-ci"])
@@ -542,4 +530,19 @@ pub fn ordinary_user(who: &str) -> Option<(u32, u32)> {
         assert!(made || id("-u").is_some(), "useradd sandbox-ci failed");
     }
     Some((id("-u").expect("uid"), id("-g").expect("gid")))
+}
+
+/// `id FLAG USER` (`-u` or `-g`) as a number; `None` without that user.
+pub fn id_of(user: &str, flag: &str) -> Option<u32> {
+    std::process::Command::new("id")
+        .args([flag, user])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<u32>()
+                .ok()
+        })
 }
