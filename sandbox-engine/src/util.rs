@@ -169,6 +169,26 @@ pub fn find_in_path(name: &str) -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// Makes a new directory `PREFIX-<random hex>` in `parent`: unique even
+/// when a prefix repeats or a directory of an earlier run was left there
+/// (a few names are tried).
+pub fn new_unique_dir(
+    parent: &std::path::Path,
+    prefix: &str,
+) -> std::io::Result<std::path::PathBuf> {
+    let mut attempt = 0;
+    loop {
+        let dir = parent.join(format!("{prefix}-{}", random_hex(4)));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

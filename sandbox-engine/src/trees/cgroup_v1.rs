@@ -180,17 +180,7 @@ pub(crate) fn command_cgroup(
         .ok_or_else(|| std::io::Error::other("no pids group for the sandbox"))?;
     // Unique even when a marker repeats (the start-up probe's) or a group
     // of an earlier server with the same sandbox uid was left behind.
-    let mut attempt = 0;
-    let dir = loop {
-        let dir = sandbox.join(format!("cmd-{marker}-{}", crate::util::random_hex(4)));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => break dir,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
-                attempt += 1;
-            }
-            Err(e) => return Err(e),
-        }
-    };
+    let dir = crate::util::new_unique_dir(&sandbox, &format!("cmd-{marker}"))?;
     let procs = std::fs::OpenOptions::new()
         .write(true)
         .open(dir.join(JOIN_FILE))?;

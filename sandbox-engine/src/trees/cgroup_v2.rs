@@ -248,17 +248,7 @@ impl Delegated {
         limits: &Limits,
     ) -> std::io::Result<(PathBuf, std::fs::File)> {
         let sandbox = self.sandbox(root, limits)?;
-        let mut attempt = 0;
-        let dir = loop {
-            let dir = sandbox.join(format!("cmd-{marker}-{}", crate::util::random_hex(4)));
-            match std::fs::create_dir(&dir) {
-                Ok(()) => break dir,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
-                    attempt += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        };
+        let dir = crate::util::new_unique_dir(&sandbox, &format!("cmd-{marker}"))?;
         match open_procs(&dir) {
             Ok(procs) => Ok((dir, procs)),
             Err(e) => {
