@@ -243,16 +243,9 @@ async fn a_delegated_v2_group_holds_each_command_and_proves_its_end() {
         "the sandbox has a group of its own under {delegated}: {:?}",
         group.groups()
     );
-    let (st, v) = engine
-        .call(
-            Method::DELETE,
-            &format!("/v1/sandboxes/{sb}/processes/{pid}?grace_ms=100"),
-            None,
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
+    let v = engine.delete_process(&sb, &pid, 100).await;
     assert_eq!(
-        v["data"]["tree_exited"], true,
+        v["tree_exited"], true,
         "the command's group proves its end: {v}"
     );
     assert!(
@@ -278,16 +271,12 @@ async fn a_delegated_v2_group_holds_each_command_and_proves_its_end() {
         "the one-shot command's double fork ended with it: {:?}",
         common::marked_pids(&m)
     );
-    let (st, v) = engine
-        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-        .await;
-    assert_eq!(st, 200, "{v}");
+    engine.delete_sandbox(&sb).await;
     eventually("the sandbox's groups are removed", || {
         group.groups_named(&sb).is_empty()
     })
     .await;
-    let (clean, stderr) = engine.stop();
-    assert!(clean, "{stderr}");
+    let stderr = engine.stop_clean();
     let first = stderr.lines().next().unwrap_or_default();
     assert!(
         first.contains("cgroup v2 delegated") && first.contains(&delegated),
@@ -315,26 +304,15 @@ async fn killing_the_holder_still_gives_a_proven_end() {
         common::marked_pids(&m).len() >= 2
     })
     .await;
-    let (st, v) = engine
-        .call(
-            Method::DELETE,
-            &format!("/v1/sandboxes/{sb}/processes/{pid}?grace_ms=100"),
-            None,
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    assert_eq!(v["data"]["tree_exited"], true, "a proven end: {v}");
+    let v = engine.delete_process(&sb, &pid, 100).await;
+    assert_eq!(v["tree_exited"], true, "a proven end: {v}");
     assert!(
         common::marked_pids(&m).is_empty(),
         "tree_exited true and nothing left: {:?}",
         common::marked_pids(&m)
     );
-    let (st, v) = engine
-        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-        .await;
-    assert_eq!(st, 200, "{v}");
-    let (clean, stderr) = engine.stop();
-    assert!(clean, "{stderr}");
+    engine.delete_sandbox(&sb).await;
+    engine.stop_clean();
 }
 
 /// Whether `cgroup.events` of the group at `dir` says `frozen 1`.
@@ -413,17 +391,13 @@ async fn pause_freezes_the_sandboxs_groups() {
     for g in &held {
         assert!(!frozen(g), "{} is thawed once resumed", g.display());
     }
-    let (st, v) = engine
-        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-        .await;
-    assert_eq!(st, 200, "{v}");
+    engine.delete_sandbox(&sb).await;
     assert!(common::marked_pids(&m).is_empty());
     eventually("the sandbox's groups are removed", || {
         group.groups_named(&sb).is_empty()
     })
     .await;
-    let (clean, stderr) = engine.stop();
-    assert!(clean, "{stderr}");
+    engine.stop_clean();
 }
 
 /// The controllers a sandbox is limited by on cgroup v2.
@@ -564,12 +538,8 @@ print(n, flush=True)
         .await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["data"]["result"]["stdout"], "used 67108864\n", "{v}");
-    let (st, v) = engine
-        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-        .await;
-    assert_eq!(st, 200, "{v}");
-    let (clean, stderr) = engine.stop();
-    assert!(clean, "{stderr}");
+    engine.delete_sandbox(&sb).await;
+    let stderr = engine.stop_clean();
     let first = stderr.lines().next().unwrap_or_default();
     for enforced in [
         "pids.max 2048 tasks per sandbox, and RLIMIT_NPROC (enforced)",

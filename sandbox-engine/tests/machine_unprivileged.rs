@@ -98,17 +98,13 @@ async fn an_ordinary_user_gets_one_machine_per_sandbox() {
         "the server runs on the host"
     );
     // The sandbox's delete ends it, with proof.
-    let (st, v) = engine
-        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-        .await;
-    assert_eq!(st, 200, "{v}");
+    engine.delete_sandbox(&sb).await;
     assert!(
         common::marked_pids(&m).is_empty(),
         "nothing of the sandbox is left once its delete answered: {:?}",
         common::marked_pids(&m)
     );
-    let (clean, stderr) = engine.stop();
-    assert!(clean, "{stderr}");
+    let stderr = engine.stop_clean();
     let first = stderr.lines().next().unwrap_or_default();
     assert!(
         first.contains("one machine per sandbox that every command joins"),
@@ -137,31 +133,20 @@ async fn a_killed_anchor_is_never_a_clean_end() {
         common::marked_pids(&m).len() >= 2
     })
     .await;
-    let (st, v) = engine
-        .call(
-            Method::DELETE,
-            &format!("/v1/sandboxes/{sb}/processes/{pid}?grace_ms=100"),
-            None,
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
-    if v["data"]["tree_exited"] == true {
+    let v = engine.delete_process(&sb, &pid, 100).await;
+    if v["tree_exited"] == true {
         assert!(
             common::marked_pids(&m).is_empty(),
             "tree_exited true while the command's processes live: {v}"
         );
     }
-    let (st, v) = engine
-        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-        .await;
-    assert_eq!(st, 200, "{v}");
+    engine.delete_sandbox(&sb).await;
     assert!(
         common::marked_pids(&m).is_empty(),
         "the sandbox's delete ends everything: {:?}",
         common::marked_pids(&m)
     );
-    let (clean, stderr) = engine.stop();
-    assert!(clean, "{stderr}");
+    engine.stop_clean();
 }
 
 /// Item 5: an ordinary user's engine gives each sandbox machine its egress
@@ -199,12 +184,8 @@ async fn an_ordinary_users_sandboxes_reach_only_what_egress_allows() {
     assert!(out.contains("403\n"), "{r}");
     assert!(out.ends_with("direct-unreachable\n"), "{r}");
     assert!(!out.contains("must not be reached"), "{r}");
-    let (st, v) = engine
-        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-        .await;
-    assert_eq!(st, 200, "{v}");
-    let (clean, stderr) = engine.stop();
-    assert!(clean, "{stderr}");
+    engine.delete_sandbox(&sb).await;
+    let stderr = engine.stop_clean();
     assert!(
         stderr.contains("through the proxy on each sandbox's 127.0.0.1:3128"),
         "{stderr}"
@@ -277,23 +258,12 @@ time.sleep(60)
         r["stdout"], "forked\n",
         "another sandbox still forks while the first holds {last} processes: {r}"
     );
-    let (st, v) = engine
-        .call(
-            Method::DELETE,
-            &format!("/v1/sandboxes/{full}/processes/{hog}?grace_ms=100"),
-            None,
-        )
-        .await;
-    assert_eq!(st, 200, "{v}");
+    engine.delete_process(&full, &hog, 100).await;
     for sb in [full, other] {
-        let (st, v) = engine
-            .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-            .await;
-        assert_eq!(st, 200, "{v}");
+        engine.delete_sandbox(&sb).await;
     }
     assert!(common::marked_pids(&m).is_empty());
-    let (clean, stderr) = engine.stop();
-    assert!(clean, "{stderr}");
+    engine.stop_clean();
 }
 
 /// The subordinate uids of `user` in `/etc/subuid`, as (first, count).
@@ -380,10 +350,7 @@ async fn an_ordinary_users_sandbox_root_owns_a_slice_of_its_subordinate_ids() {
     );
     for engine in [&first, &second] {
         for (data, sb, _) in owners.iter().filter(|(d, ..)| *d == engine.data) {
-            let (st, v) = engine
-                .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-                .await;
-            assert_eq!(st, 200, "{v}");
+            engine.delete_sandbox(sb).await;
             // The root is renamed, then removed on a thread of its own.
             let left = || {
                 std::fs::read_dir(data)
@@ -402,8 +369,7 @@ async fn an_ordinary_users_sandbox_root_owns_a_slice_of_its_subordinate_ids() {
         }
     }
     for engine in [first, second] {
-        let (clean, stderr) = engine.stop();
-        assert!(clean, "{stderr}");
+        let stderr = engine.stop_clean();
         assert!(
             !stderr.contains("could not remove the files"),
             "a root with files of the slice's ids was left: {stderr}"
@@ -452,12 +418,8 @@ async fn a_user_without_subordinate_ids_is_told_the_fix() {
     )
     .await;
     assert_eq!(r["stdout"], "0\nrefused\n", "{r}");
-    let (st, v) = engine
-        .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-        .await;
-    assert_eq!(st, 200, "{v}");
-    let (clean, stderr) = engine.stop();
-    assert!(clean, "{stderr}");
+    engine.delete_sandbox(&sb).await;
+    let stderr = engine.stop_clean();
     let line = stderr.lines().next().unwrap_or_default();
     assert!(
         line.contains("one machine per sandbox")
@@ -491,10 +453,7 @@ async fn the_slice_of_a_deleted_sandbox_is_handed_out_again() {
         )
         .await;
         assert_eq!(r["stdout"], "1001\n", "sandbox {round}: {r}");
-        let (st, v) = engine
-            .call(Method::DELETE, &format!("/v1/sandboxes/{sb}"), None)
-            .await;
-        assert_eq!(st, 200, "{v}");
+        engine.delete_sandbox(&sb).await;
         let data = engine.data.clone();
         eventually("the root is removed", || {
             std::fs::read_dir(&data).is_ok_and(|d| {
@@ -504,6 +463,5 @@ async fn the_slice_of_a_deleted_sandbox_is_handed_out_again() {
         })
         .await;
     }
-    let (clean, stderr) = engine.stop();
-    assert!(clean, "{stderr}");
+    engine.stop_clean();
 }

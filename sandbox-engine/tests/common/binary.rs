@@ -245,9 +245,44 @@ impl Engine {
             .to_string()
     }
 
+    /// Deletes the CreateOS sandbox `sb`, which must answer 200 (its
+    /// end proven); the answer.
+    pub async fn delete_sandbox(&self, sb: &str) -> Value {
+        let (st, v) = self
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/v1/sandboxes/{sb}"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "deleting {sb}: {v}");
+        v
+    }
+
+    /// Deletes the process `pid` of `sb` (its tree) after `grace_ms`,
+    /// which must answer 200; the answer's `data`.
+    pub async fn delete_process(&self, sb: &str, pid: &str, grace_ms: u64) -> Value {
+        let (st, v) = self
+            .call(
+                reqwest::Method::DELETE,
+                &format!("/v1/sandboxes/{sb}/processes/{pid}?grace_ms={grace_ms}"),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "deleting process {pid} of {sb}: {v}");
+        v["data"].clone()
+    }
+
     /// The root named `sb` (a CreateOS sandbox's id) on the host.
     pub fn root(&self, sb: &str) -> PathBuf {
         self.data.join(sb)
+    }
+
+    /// [`Engine::stop`] that must exit 0; what it wrote on stderr.
+    pub fn stop_clean(self) -> String {
+        let (clean, stderr) = self.stop();
+        assert!(clean, "the engine's stop was not clean: {stderr}");
+        stderr
     }
 
     /// Sends SIGTERM and waits for the exit: whether it exited 0, and
