@@ -613,8 +613,7 @@ async fn soak(seconds: u64) -> bool {
         tokio::time::sleep(Duration::from_secs(1)).await;
         settled_fds = fd_count(pid);
         settled_threads = proc_status(pid, "Threads:");
-        let settled =
-            settled_fds <= baseline_fds + 8 && settled_threads <= baseline_threads + 4;
+        let settled = settled_fds <= baseline_fds + 8 && settled_threads <= baseline_threads + 4;
         if settled || quiet_started.elapsed() >= Duration::from_secs(30) {
             break;
         }

@@ -630,25 +630,12 @@ pub fn processes_of(ns: u64) -> Vec<crate::trees::procfs::ProcInfo> {
         .into_iter()
         .filter(|p| !p.is_zombie())
         .collect();
-    let mut found: std::collections::HashSet<i32> = snap
+    let members = snap
         .iter()
         .filter(|p| procfs::pid_namespace(p.pid) == Some(ns))
         .map(|p| p.pid)
         .collect();
-    loop {
-        let mut grew = false;
-        for p in &snap {
-            if found.contains(&p.ppid) && found.insert(p.pid) {
-                grew = true;
-            }
-        }
-        if !grew {
-            break;
-        }
-    }
-    snap.into_iter()
-        .filter(|p| found.contains(&p.pid))
-        .collect()
+    procfs::descendants(snap, members, true)
 }
 
 /// The tasks (processes and threads) each running machine holds besides

@@ -197,25 +197,6 @@ impl Proof {
                 }
             }
         }
-        let mut found: HashSet<i32> = if anchor_alive && state == State::Holding {
-            HashSet::new()
-        } else {
-            parents.clone()
-        };
-        loop {
-            let mut grew = false;
-            for p in &snap {
-                if parents.contains(&p.ppid) && found.insert(p.pid) {
-                    parents.insert(p.pid);
-                    grew = true;
-                }
-            }
-            if !grew {
-                break;
-            }
-        }
-        snap.into_iter()
-            .filter(|p| found.contains(&p.pid))
-            .collect()
+        procfs::descendants(snap, parents, !(anchor_alive && state == State::Holding))
     }
 }

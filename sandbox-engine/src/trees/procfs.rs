@@ -82,6 +82,38 @@ pub fn snapshot() -> Vec<ProcInfo> {
     all_pids().into_iter().filter_map(stat).collect()
 }
 
+/// The processes of `snap` descended from `seeds` through parent pids, at
+/// any depth, and the seeds themselves when `keep_seeds` (their entries in
+/// `snap`). A process whose parent is not in `snap` is not reached: take
+/// the snapshot once, then ask.
+pub fn descendants(
+    snap: Vec<ProcInfo>,
+    seeds: std::collections::HashSet<i32>,
+    keep_seeds: bool,
+) -> Vec<ProcInfo> {
+    let mut found = if keep_seeds {
+        seeds.clone()
+    } else {
+        std::collections::HashSet::new()
+    };
+    let mut parents = seeds;
+    loop {
+        let mut grew = false;
+        for p in &snap {
+            if parents.contains(&p.ppid) && found.insert(p.pid) {
+                parents.insert(p.pid);
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+    }
+    snap.into_iter()
+        .filter(|p| found.contains(&p.pid))
+        .collect()
+}
+
 /// The pid-namespace inode of a process (`/proc/PID/ns/pid`).
 pub fn pid_namespace(pid: i32) -> Option<u64> {
     let link = fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
@@ -160,6 +192,35 @@ pub fn children(pid: i32) -> Option<Vec<i32>> {
 
 #[cfg(test)]
 mod tests {
+    fn proc(pid: i32, ppid: i32) -> ProcInfo {
+        ProcInfo {
+            pid,
+            ppid,
+            pgid: pid,
+            sid: pid,
+            state: 'S',
+            starttime: 1,
+        }
+    }
+
+    /// A tree of 1 → 2 → 3 → 4 (listed child first, so one pass is not
+    /// enough) beside an unrelated 9: the descendants of 2 are 3 and 4,
+    /// and with the seed, 2 as well; 9 is never reached.
+    #[test]
+    fn descendants_follow_parent_pids_at_any_depth() {
+        let snap = vec![proc(4, 3), proc(3, 2), proc(2, 1), proc(1, 0), proc(9, 0)];
+        let pids = |keep| {
+            let mut v: Vec<i32> = descendants(snap.clone(), [2].into(), keep)
+                .into_iter()
+                .map(|p| p.pid)
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(pids(false), vec![3, 4]);
+        assert_eq!(pids(true), vec![2, 3, 4]);
+    }
+
     use super::*;
 
     #[test]
