@@ -149,6 +149,33 @@ async fn a_killed_anchor_is_never_a_clean_end() {
     engine.stop_clean();
 }
 
+/// A command that stops what holds its tree (`kill -STOP` of the anchor,
+/// its parent) still ends as it should: the engine wakes a stopped anchor,
+/// so the command's exit reaches its request (before, the request hung
+/// until the client gave up), and its tree is proven gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_anchor_does_not_hang_its_command() {
+    let Some(engine) = engine_as_ordinary_user("unpriv-stopped-anchor", &[]) else {
+        return;
+    };
+    let sb = engine.sandbox().await;
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        exec(&engine, &sb, "kill -STOP $PPID; echo after"),
+    )
+    .await
+    .expect("the command's result within 30 s, though it stopped its anchor");
+    assert_eq!(r["stdout"], "after\n", "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let r = exec(&engine, &sb, "echo next").await;
+    assert_eq!(
+        r["stdout"], "next\n",
+        "the sandbox runs the next command: {r}"
+    );
+    engine.delete_sandbox(&sb).await;
+    engine.stop_clean();
+}
+
 /// Item 5: an ordinary user's engine gives each sandbox machine its egress
 /// proxy (the listener made inside the machine's namespaces by a helper
 /// and passed back), and the allow-list holds: the host server it names

@@ -755,6 +755,19 @@ impl Tree {
         }
     }
 
+    /// Where the tree is held by an anchor a sandbox process can stop:
+    /// continues it if it is stopped, and says `true` (the caller repeats
+    /// this while the command runs). `false` for trees held otherwise.
+    pub fn wake_holder(&self) -> bool {
+        match self {
+            Tree::Anchored { proof, .. } => {
+                proof.wake_if_stopped();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// For a machine command: whether its group holds a process other
     /// than the launcher (the launcher has forked toward the command).
     /// `true` for every other kind of tree.

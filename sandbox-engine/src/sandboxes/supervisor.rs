@@ -302,6 +302,17 @@ impl Process {
             crate::storage::records::note_tree(&req.root, &guarded, Some(&marker));
         }
         *lock(&proc.tree) = tree;
+        if lock(&proc.tree).wake_holder() {
+            // An anchor stopped by a sandbox process would hold the
+            // command's exit back for ever: continue it while it runs.
+            let p = proc.clone();
+            tokio::spawn(async move {
+                while !lock(&p.inner).leader_exited {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    lock(&p.tree).wake_holder();
+                }
+            });
+        }
         *lock(&proc.stdin) = child.stdin.take();
         {
             let mut inner = lock(&proc.inner);

@@ -587,11 +587,19 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                     dev,
                     ino,
                 } => {
-                    if let Some(init) = init_alive(*init_pid, *init_start, *dev, *ino) {
-                        if outer.is_none() {
+                    // The init as it is now, by pid and start time: also
+                    // while it exits (its namespace link is gone before the
+                    // kernel ends the rest of its namespace, and before its
+                    // parent, the outer bwrap, sees it end).
+                    let init_now = init_start
+                        .and_then(|start| procfs::stat(*init_pid).filter(|p| p.starttime == start));
+                    if outer.is_none() {
+                        if let Some(init) = &init_now {
                             outer = procfs::stat(init.ppid)
                                 .filter(|p| procfs::pid_namespace(p.pid) != Some(*ino));
                         }
+                    }
+                    if let Some(init) = init_alive(*init_pid, *init_start, *dev, *ino) {
                         // While its init lives the namespace is that very
                         // one: every process in it is the sandbox's.
                         for p in in_namespace(*dev, *ino).unwrap_or_default() {
@@ -612,6 +620,9 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                         // inode of a namespace gone may name a new one),
                         // and so is its outer bwrap, which exits with it.
                         in_namespace(*dev, *ino).map(|mut left| {
+                            if let Some(exiting) = init_now.filter(|p| !p.is_zombie()) {
+                                left.push(exiting);
+                            }
                             if let Some(o) = &outer {
                                 if let Some(now) = procfs::stat(o.pid)
                                     .filter(|p| p.starttime == o.starttime && !p.is_zombie())

@@ -34,6 +34,11 @@
 //! or the server's shutdown: SIGKILL to its init, and the kernel ends its
 //! PID namespace) proves it gone.
 //!
+//! # A stopped anchor
+//! A sandbox process may also stop the anchor (`kill -STOP`). Each check
+//! of the tree (every 100 ms while the command runs) continues an anchor
+//! found stopped, so its command's exit and proof still arrive.
+//!
 //! # Members
 //! The anchor's descendants (a `/proc` walk by parent pid from its host
 //! pid and start time); the anchor itself is never signalled, so that it
@@ -152,9 +157,27 @@ impl Proof {
         !alive && procfs::try_live_in_namespace(ns).is_ok_and(|l| l.is_empty())
     }
 
+    /// Continues the anchor when a sandbox process stopped it (`SIGSTOP`,
+    /// `SIGTSTP`: same uid, so it may): a stopped anchor neither hands the
+    /// command's exit to the launcher nor reaps, so the command's request
+    /// would wait for ever. Called while the command runs (see
+    /// `Tree::wake_holder`) and on each check of the tree; a sandbox that
+    /// keeps stopping it only delays its own command.
+    pub fn wake_if_stopped(&self) {
+        let Some((pid, start)) = self.anchor else {
+            return;
+        };
+        let stopped =
+            procfs::stat(pid).is_some_and(|p| p.starttime == start && matches!(p.state, 'T' | 't'));
+        if let (true, Some(pid)) = (stopped, rustix::process::Pid::from_raw(pid)) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::CONT);
+        }
+    }
+
     /// Whether the tree is proven gone: the anchor's byte, or the end of
     /// the whole machine.
     pub fn is_gone(&mut self) -> bool {
+        self.wake_if_stopped();
         match self.poll() {
             State::Gone => true,
             State::Holding | State::Lost => self.machine_gone(),

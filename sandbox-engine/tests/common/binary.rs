@@ -529,11 +529,24 @@ impl MachineSeen {
             .into_iter()
             .map(|pid| {
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let status =
+                    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+                let pick = |k: &str| {
+                    status
+                        .lines()
+                        .find(|l| l.starts_with(k))
+                        .unwrap_or("")
+                        .to_string()
+                };
                 format!(
-                    "{pid}: {}",
+                    "{pid}: {} [{} {} {} {}]",
                     String::from_utf8_lossy(&cmdline)
                         .replace('\0', " ")
-                        .trim_end()
+                        .trim_end(),
+                    pick("Name:"),
+                    pick("State:"),
+                    pick("PPid:"),
+                    pick("NSpid:")
                 )
             })
             .collect();
