@@ -386,6 +386,11 @@ pub fn disk_remains(data: &Path, sb: &str) -> Vec<String> {
 pub struct MachineSeen {
     /// The inode of its PID namespace.
     pub ns: u64,
+    /// That namespace held open, so that its inode cannot name another
+    /// namespace once it ends (the kernel hands freed namespace inodes
+    /// out again: a later machine, such as the next engine's startup
+    /// probe, could otherwise be taken for this one's survivor).
+    pub ns_held: Option<std::sync::Arc<std::fs::File>>,
     /// Host pid and start time of the outer `bwrap` that holds it.
     pub holder: Option<(i32, u64)>,
     /// Its owner's uid where it has a range of its own (a root server).
@@ -476,13 +481,21 @@ impl MachineSeen {
                 .filter(|(ns, _)| !known.contains(ns))
                 .collect();
             if fresh.len() == 1 {
-                let (ns, (_, holder)) = fresh[0];
+                let (ns, (init, holder)) = fresh[0];
+                let ns_held = std::fs::File::open(format!("/proc/{init}/ns/pid"))
+                    .ok()
+                    .filter(|f| {
+                        use std::os::unix::fs::MetadataExt;
+                        f.metadata().is_ok_and(|m| m.ino() == ns)
+                    })
+                    .map(std::sync::Arc::new);
                 let start = proc_table()
                     .into_iter()
                     .find(|(pid, ..)| *pid == holder)
                     .map(|(_, _, start, _)| start);
                 return MachineSeen {
                     ns,
+                    ns_held,
                     holder: start.map(|s| (holder, s)),
                     owner: owner.filter(|_| rustix::process::geteuid().is_root()),
                 };
