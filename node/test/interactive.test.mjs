@@ -157,7 +157,12 @@ test("a lost open reply: the route alone closes the session and nothing is left 
   const route = `route-${randomUUID()}`;
   // The open went through; its reply never reached the host, which closes by the route it minted.
   await hooks.onDuplexChannelOpen({ hostRouteId: route, ...scope, command: ["sleep", "307"] });
-  assert.equal((await processes("sleep 307")).length, 1);
+  // The open resolves once the process exists; it shows its own command
+  // line once its launcher has joined the machine and run it.
+  for (let i = 0; (await processes("sleep 307")).length !== 1; i++) {
+    assert.ok(i < 100, "the channel's command runs");
+    await sleep(50);
+  }
   const closed = await hooks.onDuplexChannelClose({ hostRouteId: route });
   assert.equal(closed.hostRouteId, route);
   assert.deepEqual(await processes("sleep 307"), []);

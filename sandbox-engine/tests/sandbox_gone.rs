@@ -373,3 +373,65 @@ async fn after_a_sigkill_the_successor_finds_nothing_of_the_sandboxes_left() {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
+
+/// Issue 40 item 1, at the engine's kill instant: an engine killed with
+/// SIGKILL while machines are starting leaves none of them running. The
+/// death guard learns of a machine only once its init is known; a
+/// machine whose bwrap was forked before that moment ran on, recorded
+/// nowhere, so no successor could prove it gone. Its outer bwrap and init
+/// are found by the sandbox root on their command line.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sigkill_while_machines_start_leaves_none_running() {
+    use std::time::{Duration, Instant};
+    if !machines_here() {
+        return;
+    }
+    for round in 0..6u64 {
+        let mut engine = Engine::start("gone-starting", &[], None);
+        let data = engine.data.clone();
+        let needle = data.display().to_string();
+        let mut sandboxes = Vec::new();
+        for _ in 0..4 {
+            sandboxes.push(engine.sandbox().await);
+        }
+        // Each sandbox's first command starts its machine: all at once.
+        let starts: Vec<_> = sandboxes
+            .iter()
+            .map(|sb| {
+                let request = engine
+                    .http
+                    .post(format!("{}/v1/sandboxes/{sb}/exec", engine.base))
+                    .header("X-Api-Key", KEY)
+                    .json(&json!({"cmd": "/bin/true"}));
+                tokio::spawn(async move {
+                    let _ = request.send().await;
+                })
+            })
+            .collect();
+        // A different instant each round, from the first forks on.
+        tokio::time::sleep(Duration::from_millis(2 + round * 9)).await;
+        let _ = engine.child.kill();
+        let _ = engine.child.wait();
+        for start in starts {
+            let _ = start.await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let left = loop {
+            let left: Vec<String> = test_support::procs::live()
+                .into_iter()
+                .filter(|p| p.cmdline_contains(&needle))
+                .map(|p| format!("{}: {}", p.pid, p.command_line()))
+                .collect();
+            if left.is_empty() || Instant::now() >= deadline {
+                break left;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(
+            left.is_empty(),
+            "round {round}: 5 s after the engine was killed, machines it was starting still run: {left:#?}"
+        );
+        drop(engine);
+        let _ = std::fs::remove_dir_all(&data);
+    }
+}

@@ -11,8 +11,16 @@ pub const DEV_SHM_SIZE: u64 = 64 << 20;
 
 /// bwrap's command line for a sandbox machine (see [`crate::machine`]):
 /// the same namespaces and mounts as a command's, working directory `/`.
+/// With `--die-with-parent`: the kernel ends the machine when the thread
+/// that started it ends, which is the lasting thread of
+/// [`crate::machine::lasting_spawner`], so when the server's process ends
+/// however it ends (SIGKILL included, and before any record of the
+/// machine is written). A machine's outer bwrap exits only with its init,
+/// so the flag ends nothing a command left running.
 pub(crate) fn machine_bwrap_args(root: &Path, status_fd: i32) -> Vec<String> {
-    bwrap_args(root, "/", Some(status_fd))
+    let mut args = vec!["--die-with-parent".to_string()];
+    args.extend(bwrap_args(root, "/", Some(status_fd)));
+    args
 }
 
 /// The environment of the host-side launcher (bwrap's outer process): the

@@ -58,8 +58,9 @@
 //! The machine and everything that confines a command: how commands are
 //! confined ([`isolation`]: bubblewrap, or unconfined process groups only
 //! when asked), bubblewrap's command line ([`bwrap_args`]), joining a
-//! sandbox's machine in one step ([`mod@join`]) and the terminals of
-//! interactive processes ([`pty`]).
+//! sandbox's machine in one step ([`mod@join`]), the terminals of
+//! interactive processes ([`pty`]) and the thread that starts machines so
+//! that they end with the server's process ([`lasting_spawner`]).
 //!
 //! Uses [`crate::network`] (a machine's egress proxy), [`crate::storage`]
 //! (the root it mounts, the record of each tree it starts),
@@ -70,6 +71,7 @@
 pub mod bwrap_args;
 pub mod isolation;
 pub mod join;
+pub mod lasting_spawner;
 pub mod pty;
 
 use std::collections::HashMap;
@@ -769,10 +771,21 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64, Arc<AtomicBool
     })?;
     let groups_raw = groups.raw();
     let as_root = crate::trees::id_map::ranges_here();
-    // SAFETY: only async-signal-safe system calls (setsid, close_range,
-    // fcntl, write, setrlimit) on descriptors this process owns.
+    let server = rustix::process::getpid();
+    // SAFETY: only async-signal-safe system calls (prctl, getppid, setsid,
+    // close_range, fcntl, write, setrlimit) on descriptors this process
+    // owns.
     unsafe {
         cmd.pre_exec(move || {
+            // The outer bwrap ends with the thread that forks it (see
+            // `lasting_spawner`), set here, after the change of uid that
+            // would clear it; bwrap's own `--die-with-parent` comes only
+            // after its user namespace is mapped. A server already gone
+            // by now is not waited for.
+            rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+            if rustix::process::getppid() != Some(server) {
+                return Err(std::io::Error::other("the server ended"));
+            }
             rustix::process::setsid()?;
             crate::trees::fds::mark_cloexec_from(3);
             for raw in std::iter::once(raw).chain(gate_fds.into_iter().flatten()) {
@@ -792,7 +805,14 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64, Arc<AtomicBool
             Ok(())
         });
     }
-    let mut child = cmd.spawn()?;
+    // From the lasting thread: the parent-death signal set above and
+    // `--die-with-parent` (see `machine_bwrap_args`) then end the machine
+    // with this process.
+    // Until its init runs, bwrap's inner process does not die with the
+    // outer one: the death guard kills it by its root if this process
+    // ends first (withdrawn on return, the machine running or not).
+    let _starting = crate::trees::deathguard::kill_starting_on_death(root);
+    let mut child = crate::machine::lasting_spawner::spawn(cmd)?;
     drop(write);
     drop(groups);
     if let Some(gate) = gate {

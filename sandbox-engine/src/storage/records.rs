@@ -595,8 +595,13 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                         .and_then(|start| procfs::stat(*init_pid).filter(|p| p.starttime == start));
                     if outer.is_none() {
                         if let Some(init) = &init_now {
-                            outer = procfs::stat(init.ppid)
-                                .filter(|p| procfs::pid_namespace(p.pid) != Some(*ino));
+                            // Only while it is the init's parent: once
+                            // it ended first, the init's parent is
+                            // whichever process adopted it.
+                            outer = procfs::stat(init.ppid).filter(|p| {
+                                procfs::pid_namespace(p.pid) != Some(*ino)
+                                    && procfs::binds_as_root(p.pid, &record.root)
+                            });
                         }
                     }
                     if let Some(init) = init_alive(*init_pid, *init_start, *dev, *ino) {

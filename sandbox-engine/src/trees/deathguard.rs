@@ -20,6 +20,13 @@
 //!   the group (`setsid`, `setpgid`) are not found: that mode is no
 //!   isolation.
 //!
+//! - a machine still starting (see [`crate::machine`]) is named by its
+//!   sandbox root: every process whose command line binds that root as
+//!   `/` is killed. That is bwrap before it runs the machine's init: its
+//!   inner process is made before it asks to die with the outer one, so a
+//!   server killed in between would leave it running, known to no one;
+//!   once the init runs, the kernel ends the machine with the server.
+//!
 //! - a directory (the sandboxes' in-memory `/etc` copy under `/dev/shm`,
 //!   see [`crate::storage::rootfs::prepare_etc`]) is removed, so that a killed
 //!   server does not leave it in memory; only paths with the copy's name
@@ -29,11 +36,15 @@
 //!   removed, so that a killed server does not leave loop devices behind;
 //!   the template the disks are copied from is removed.
 //!
-//! Why not bwrap's `--die-with-parent`: bwrap's outer process exits when
-//! the command exits, and `--die-with-parent` then kills the namespace at
-//! once, ending background processes the command left running, which the
-//! API keeps alive until they are deleted (`leader_exited` vs
-//! `tree_exited`).
+//! Why not bwrap's `--die-with-parent` for every tree: a one-shot
+//! command's outer bwrap exits when the command exits, and
+//! `--die-with-parent` then kills the namespace at once, ending background
+//! processes the command left running, which the API keeps alive until
+//! they are deleted (`leader_exited` vs `tree_exited`). A sandbox
+//! machine's outer bwrap exits only with the machine, so machines do use
+//! it, started from a thread that lasts as long as the process
+//! ([`crate::machine::lasting_spawner`]): that also covers a machine
+//! forked before the guard heard of it.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -58,6 +69,10 @@ for key in "${!live[@]}"; do
           [ "${20}" = "$id" ] || continue
         fi
         kill -KILL -- "-$pid" ;;
+    bw) for proc in /proc/[0-9]*; do
+          line=$(tr '\0' ' ' < "$proc/cmdline")
+          case $line in *" --bind $id / "*) kill -KILL "${proc#/proc/}" ;; esac
+        done ;;
     rm) case $pid in /dev/shm/createos-local-etc-*) rm -rf -- "$pid" ;; esac ;;
     um) case $id in */.disks/*.img) umount -l -- "$pid" && rm -f -- "$id" ;; esac ;;
     rf) case $pid in */.disks/template.ext4|/dev/shm/createos-local-disk-*.ext4) rm -f -- "$pid" ;; esac ;;
@@ -210,6 +225,32 @@ pub fn remove_file_on_death(path: &std::path::Path) -> bool {
 pub fn forget_file_removal(path: &std::path::Path) {
     if let Some(l) = file_line('-', path) {
         send(&l);
+    }
+}
+
+/// A machine being started, announced to the guard until it runs (see
+/// [`kill_starting_on_death`]); withdrawn when dropped.
+pub struct Starting(Option<String>);
+
+/// Asks the guard to kill every process that binds `root` as `/` (a
+/// machine's bwrap, before its init runs) if this process dies before the
+/// returned value is dropped. Nothing is announced for a root with a line
+/// break, or without a guard.
+pub fn kill_starting_on_death(root: &std::path::Path) -> Starting {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let Some(r) = root.to_str().filter(|r| !r.contains('\n')) else {
+        return Starting(None);
+    };
+    let token = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let key = format!("bw {token}");
+    Starting(send(&format!("+ {key} {r}\n")).then_some(key))
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(key) = self.0.take() {
+            send(&format!("- {key} -\n"));
+        }
     }
 }
 

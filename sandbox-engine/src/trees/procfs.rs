@@ -131,6 +131,18 @@ pub fn environ_contains(pid: i32, entry: &[u8]) -> bool {
     }
 }
 
+/// Whether `pid`'s command line binds `root` as `/` (`--bind ROOT /`): a
+/// sandbox machine's bwrap, before and after it made the machine.
+pub fn binds_as_root(pid: i32, root: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(bytes) = fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let args: Vec<&[u8]> = bytes.split(|b| *b == 0).collect();
+    args.windows(3)
+        .any(|w| w[0] == b"--bind" && w[1] == root.as_os_str().as_bytes() && w[2] == b"/")
+}
+
 /// Live (non-zombie) processes whose pid namespace is `ns`: every pid in
 /// `/proc` is looked at, its namespace first (one `readlink`), and only
 /// the members' `stat` is read.
