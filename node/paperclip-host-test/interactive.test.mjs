@@ -169,11 +169,9 @@ test("the packages declare the login terminal and duplex channel exactly as thei
   const handle = await startWorker();
   const health = await handle.call("health", {});
   assert.equal(health.status, "ok");
-  // Daytona's component claims both too (terminals and pipes through its session controller): its package
-  // declares the login terminal, and holds the duplex channel back (scripts/packer.mjs, HELD_BACK: at a run's end
-  // its exit can reach Paperclip before the run command's result, which fails the run).
+  // Daytona's component claims both too (terminals and pipes through its session controller), and its package declares both.
   assert.equal(daytonaManifest.environmentDrivers[0].supportsLoginPty, true);
-  assert.equal(daytonaManifest.environmentDrivers[0].sandboxCapabilities.duplexCommandStream, false);
+  assert.equal(daytonaManifest.environmentDrivers[0].sandboxCapabilities.duplexCommandStream, true);
   await handle.stop();
 });
 
