@@ -38,28 +38,12 @@ const DESCRIBE_TIMEOUT_MS = 60_000;
 
 /**
  * What a driver's package does not offer Paperclip although its component
- * carries it, each with why (the manifest does not declare it).
- *
- * Daytona's duplex channel carries bytes exactly (the conformance kit, the
- * CLI), but in the e2e's Daytona agent run it can stall (4 of 6 runs
- * here: 3 of 3 at load 10-30 on 2 cores, 1 of 3 at load 4): the agent's
- * one request and its answer cross it within milliseconds, then the
- * worker goes quiet for
- * both calls on the lease: Paperclip's first HTTP/2 PING, 5 s later, never
- * becomes an input request to the engine, and the run command, which had
- * ended in the engine at once, neither emits its last output nor returns.
- * Both resume within 0.1 s of Paperclip's PING watchdog (20 s) ending the
- * session, so the run fails as a control channel lost mid-run. Not an
- * ordering of two ends: ordering the channel's exit after the result
- * would hide that stall. Its runs call back through Paperclip's file
- * bridge until the stall is found.
+ * carries it, each with why (the manifest does not declare it). Nothing
+ * today: Daytona's duplex channel was held back while its e2e agent run
+ * stalled, which was the Node host's events pollable saying nothing waits
+ * while events queued together did (`src/interaction-channel.ts`).
  */
-export const HELD_BACK = {
-  daytona: {
-    duplexChannels:
-      "in an agent run its channel stalls after the first request (no PING answered for 20 s), so Paperclip's watchdog ends it and counts a lost control channel",
-  },
-};
+export const HELD_BACK = {};
 
 /** A refusal the packer explains in words (no stack trace). */
 export class PackError extends Error {
