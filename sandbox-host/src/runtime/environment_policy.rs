@@ -30,15 +30,15 @@ const CAPABILITY_NAMES: [(Capabilities, &str); 6] = [
 impl SandboxRuntime {
     /// `unsupported` unless the provider claims `capability`; `what` says
     /// what was asked for ("an egress policy").
-    fn require(&self, capability: Capabilities, what: &str) -> Result<(), ProviderError> {
+    fn unclaimed(&self, capability: Capabilities, what: &str) -> Option<ProviderError> {
         if self.description.capabilities.contains(capability) {
-            return Ok(());
+            return None;
         }
         let name = CAPABILITY_NAMES
             .iter()
             .find(|(flag, _)| *flag == capability)
             .map_or("?", |(_, name)| *name);
-        Err(ProviderError::Unsupported(format!(
+        Some(ProviderError::Unsupported(format!(
             "provider {} does not claim the capability `{name}`, so it cannot carry {what}; \
              nothing was asked of it (`sandbox describe` lists what it supports)",
             self.description.driver_key
@@ -50,20 +50,25 @@ impl SandboxRuntime {
     /// without `egress-policy`, an image without `images`, a template
     /// without `templates`. The adapter type needs nothing: without
     /// `images` the sandbox starts from the config's image.
-    pub(super) fn acquire_refusal(&self, request: &AcquireRequest) -> Result<(), ProviderError> {
-        if matches!(
+    pub(super) fn acquire_refusal(&self, request: &AcquireRequest) -> Option<ProviderError> {
+        let egress = matches!(
             request.egress,
             Some(EgressPolicy::BlockAll | EgressPolicy::Allow(_))
-        ) {
-            self.require(Capabilities::EGRESS_POLICY, "an egress policy")?;
-        }
-        if request.image.is_some() {
-            self.require(Capabilities::IMAGES, "an image choice")?;
-        }
-        if request.template.is_some() {
-            self.require(Capabilities::TEMPLATES, "a template to start from")?;
-        }
-        Ok(())
+        )
+        .then(|| self.unclaimed(Capabilities::EGRESS_POLICY, "an egress policy"));
+        let image = request
+            .image
+            .as_ref()
+            .map(|_| self.unclaimed(Capabilities::IMAGES, "an image choice"));
+        let template = request
+            .template
+            .as_ref()
+            .map(|_| self.unclaimed(Capabilities::TEMPLATES, "a template to start from"));
+        [egress, image, template]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .next()
     }
 
     /// `set-egress` on an active lease (capability `egress-policy`): the
@@ -75,7 +80,7 @@ impl SandboxRuntime {
         lease_id: &str,
         policy: &EgressPolicy,
     ) -> Result<Result<LeaseRecord, ProviderError>> {
-        if let Err(refused) = self.require(Capabilities::EGRESS_POLICY, "an egress policy") {
+        if let Some(refused) = self.unclaimed(Capabilities::EGRESS_POLICY, "an egress policy") {
             return Ok(Err(refused));
         }
         let cancel = CancelToken::new();
@@ -105,7 +110,8 @@ impl SandboxRuntime {
         lease_id: &str,
         port: u16,
     ) -> Result<Result<PortEndpoint, ProviderError>> {
-        if let Err(refused) = self.require(Capabilities::PORTS, "a port reachable from outside") {
+        if let Some(refused) = self.unclaimed(Capabilities::PORTS, "a port reachable from outside")
+        {
             return Ok(Err(refused));
         }
         if port == 0 {
@@ -134,7 +140,7 @@ impl SandboxRuntime {
         lease_id: &str,
         name: &str,
     ) -> Result<Result<TemplateInfo, ProviderError>> {
-        if let Err(refused) = self.require(Capabilities::TEMPLATES, "templates") {
+        if let Some(refused) = self.unclaimed(Capabilities::TEMPLATES, "templates") {
             return Ok(Err(refused));
         }
         let cancel = CancelToken::new();
@@ -153,7 +159,7 @@ impl SandboxRuntime {
         &self,
         env: &Environment,
     ) -> Result<Result<Vec<TemplateInfo>, ProviderError>> {
-        if let Err(refused) = self.require(Capabilities::TEMPLATES, "templates") {
+        if let Some(refused) = self.unclaimed(Capabilities::TEMPLATES, "templates") {
             return Ok(Err(refused));
         }
         self.instance(
@@ -172,7 +178,7 @@ impl SandboxRuntime {
         env: &Environment,
         template_ref: &str,
     ) -> Result<Result<TemplateDeletion, ProviderError>> {
-        if let Err(refused) = self.require(Capabilities::TEMPLATES, "templates") {
+        if let Some(refused) = self.unclaimed(Capabilities::TEMPLATES, "templates") {
             return Ok(Err(refused));
         }
         self.instance(

@@ -69,7 +69,7 @@ impl SandboxRuntime {
         env: &Environment,
         request: &AcquireRequest,
     ) -> Result<Result<LeaseRecord, ProviderError>> {
-        if let Err(refused) = self.acquire_refusal(request) {
+        if let Some(refused) = self.acquire_refusal(request) {
             return Ok(Err(refused));
         }
         let record = self
