@@ -39,7 +39,6 @@ mod generated {
 pub(crate) mod v0_6 {
     contract_world!("wit/since_v0.6.0");
 
-    pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
     pub(crate) use sandbox::provider::types;
 
@@ -55,7 +54,6 @@ pub(crate) mod v0_6 {
 pub(crate) mod v0_5 {
     contract_world!("wit/since_v0.5.0");
 
-    pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
     pub(crate) use sandbox::provider::types;
 
@@ -71,7 +69,6 @@ pub(crate) mod v0_5 {
 pub(crate) mod v0_4 {
     contract_world!("wit/since_v0.4.0");
 
-    pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
     pub(crate) use sandbox::provider::types;
 
@@ -87,7 +84,6 @@ pub(crate) mod v0_4 {
 pub(crate) mod v0_3 {
     contract_world!("wit/since_v0.3.0");
 
-    pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
     pub(crate) use sandbox::provider::types;
 
@@ -102,7 +98,6 @@ pub(crate) mod v0_3 {
 pub(crate) mod v0_2 {
     contract_world!("wit/since_v0.2.0");
 
-    pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
     pub(crate) use sandbox::provider::types;
 
@@ -119,7 +114,6 @@ pub mod types {
     pub use super::generated::sandbox::provider::types::*;
 }
 
-pub(crate) use generated::exports::sandbox::provider::provider as exports_provider;
 pub(crate) use generated::sandbox::provider::host;
 pub(crate) use generated::{SandboxProvider, SandboxProviderPre};
 

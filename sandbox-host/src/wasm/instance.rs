@@ -3,7 +3,6 @@
 use anyhow::{bail, Result};
 use wasmtime::Store;
 
-use crate::wasm::bindings::exports_provider::Guest;
 use crate::wasm::bindings::types::{
     AcquireRequest, ConfigValidation, EgressPolicy, EnvironmentContext, ExecuteRequest,
     ExecuteResult, FileDownload, FileUpload, InteractionRequest, Lease, PortEndpoint, ProbeReport,
@@ -19,25 +18,35 @@ use crate::wasm::result_text;
 use crate::wasm::state::HostState;
 
 /// Calls one operation on the contract the component was built for: the
-/// first closure on a current component, the second (the same code for
-/// each, converting the inputs and the answer) on a 0.6.0, 0.5.0, 0.4.0,
-/// 0.3.0 or 0.2.0 one.
+/// first expression on a current component, the second (written once,
+/// expanded for each older contract's bindings, converting the inputs and
+/// the answer) on a 0.6.0, 0.5.0, 0.4.0, 0.3.0 or 0.2.0 one. A trap makes
+/// the instance refuse further calls.
 macro_rules! dispatch {
     (
         $self:ident, $operation:literal,
         |$g:ident, $s:ident| $current:expr,
         |$og:ident, $os:ident| $older:expr $(,)?
-    ) => {
-        $self.call(
-            $operation,
-            |$g, $s| $current,
-            |$og, $os| $older,
-            |$og, $os| $older,
-            |$og, $os| $older,
-            |$og, $os| $older,
-            |$og, $os| $older,
-        )
-    };
+    ) => {{
+        $self.enter()?;
+        let store = &mut $self.store;
+        let answer = match &$self.bindings {
+            Bindings::Current(b) => {
+                let ($g, $s) = (b.sandbox_provider_provider(), &mut *store);
+                $current
+            }
+            Bindings::V0_6(b) => dispatch!(@older b, store, |$og, $os| $older),
+            Bindings::V0_5(b) => dispatch!(@older b, store, |$og, $os| $older),
+            Bindings::V0_4(b) => dispatch!(@older b, store, |$og, $os| $older),
+            Bindings::V0_3(b) => dispatch!(@older b, store, |$og, $os| $older),
+            Bindings::V0_2(b) => dispatch!(@older b, store, |$og, $os| $older),
+        };
+        $self.finish($operation, answer)
+    }};
+    (@older $b:ident, $store:ident, |$og:ident, $os:ident| $older:expr) => {{
+        let ($og, $os) = ($b.sandbox_provider_provider(), &mut *$store);
+        $older
+    }};
 }
 
 /// The methods of the operations every contract version exports, each one
@@ -117,32 +126,6 @@ impl ProviderInstance {
             options,
             trapped: false,
         }
-    }
-
-    /// Calls the current contract's export (`current`), a 0.6.0, 0.5.0,
-    /// 0.4.0, 0.3.0 or 0.2.0 one (whose inputs and answer the closures
-    /// convert).
-    #[allow(clippy::too_many_arguments)]
-    fn call<R>(
-        &mut self,
-        operation: &str,
-        current: impl FnOnce(&Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-        v0_6: impl FnOnce(&v0_6::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-        v0_5: impl FnOnce(&v0_5::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-        v0_4: impl FnOnce(&v0_4::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-        v0_3: impl FnOnce(&v0_3::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-        v0_2: impl FnOnce(&v0_2::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-    ) -> Result<R> {
-        self.enter()?;
-        let answer = match &self.bindings {
-            Bindings::Current(b) => current(b.sandbox_provider_provider(), &mut self.store),
-            Bindings::V0_6(b) => v0_6(b.sandbox_provider_provider(), &mut self.store),
-            Bindings::V0_5(b) => v0_5(b.sandbox_provider_provider(), &mut self.store),
-            Bindings::V0_4(b) => v0_4(b.sandbox_provider_provider(), &mut self.store),
-            Bindings::V0_3(b) => v0_3(b.sandbox_provider_provider(), &mut self.store),
-            Bindings::V0_2(b) => v0_2(b.sandbox_provider_provider(), &mut self.store),
-        };
-        self.finish(operation, answer)
     }
 
     /// Refuses to enter an instance that trapped.
