@@ -329,7 +329,7 @@ enum TemplateCommand {
     Create {
         /// The lease id.
         lease: String,
-        /// The template's name: 1-64 of letters, digits, `.`, `_` and `-`.
+        /// The template's name: 1-47 of letters, digits, `.`, `_` and `-`.
         name: String,
     },
     /// List the templates of this company and environment, oldest first.
