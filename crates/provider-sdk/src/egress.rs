@@ -4,13 +4,16 @@
 //! (or refuses, never drops). The rules are the WIT's
 //! (`wit/since_v0.7.0/types.wit`, `egress-policy`).
 //!
-//! A policy is kept in a lease's metadata as JSON ([`Egress::to_json`],
-//! [`Egress::from_json`]): `"block-all"`, `"unrestricted"`, or the list of
-//! normalised entries.
+//! A policy is kept in a lease's metadata as a list of entries
+//! ([`Egress::to_entries`], [`Egress::from_entries`]): `[]` for block-all,
+//! `["*"]` for unrestricted, else the normalised entries.
+//!
+//! An entry keeps its text (trimmed, lowercased): an address is written as
+//! given, and a range must be written with its network's address
+//! (`10.0.0.0/8`, not `10.1.2.3/8`), so the component formats no address.
 
 use crate::types::{EgressPolicy, ProviderError};
 use ipnet::IpNet;
-use serde_json::Value;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A normalised egress policy.
@@ -24,11 +27,22 @@ pub enum Egress {
     Unrestricted,
 }
 
-/// One destination of an allow-list.
+/// One destination of an allow-list: what it allows, and its entry as
+/// normalised text (trimmed, ASCII lowercase), which is what services take.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Destination {
-    /// A host name, lowercased (`example.com`), or with `subdomains` the
-    /// names under it (`*.example.com`); any port when `port` is none.
+pub struct Destination {
+    /// The normalised entry (`*.example.com:443`, `[::1]:8080`,
+    /// `10.0.0.0/8`).
+    pub entry: String,
+    /// What the entry allows.
+    pub kind: Kind,
+}
+
+/// What kind of destination an entry names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// A host name (`example.com`), or with `subdomains` the names under
+    /// it (`*.example.com`); any port when `port` is none.
     Host {
         /// The name, without the `*.` of a wildcard.
         name: String,
@@ -44,82 +58,46 @@ pub enum Destination {
         /// The one port allowed, if any.
         port: Option<u16>,
     },
-    /// An address range (any port), its host bits cleared.
+    /// An address range (any port); its address is the network's (no host
+    /// bits set).
     Range(IpNet),
 }
 
 impl Destination {
-    /// The normalised entry as the WIT writes it (`*.example.com:443`,
-    /// `[::1]:8080`, `10.0.0.0/8`).
-    pub fn entry(&self) -> String {
-        let with_port = |text: String, port: &Option<u16>| match port {
-            Some(port) => format!("{text}:{port}"),
-            None => text,
-        };
-        match self {
-            Destination::Host {
-                name,
-                subdomains,
-                port,
-            } => with_port(
-                if *subdomains {
-                    format!("*.{name}")
-                } else {
-                    name.clone()
-                },
-                port,
-            ),
-            Destination::Address {
-                ip: IpAddr::V6(ip),
-                port: Some(port),
-            } => format!("[{ip}]:{port}"),
-            Destination::Address { ip, port } => with_port(ip.to_string(), port),
-            Destination::Range(net) => net.to_string(),
-        }
-    }
-
     /// The port the entry is limited to, if any.
     pub fn port(&self) -> Option<u16> {
-        match self {
-            Destination::Host { port, .. } | Destination::Address { port, .. } => *port,
-            Destination::Range(_) => None,
+        match &self.kind {
+            Kind::Host { port, .. } | Kind::Address { port, .. } => *port,
+            Kind::Range(_) => None,
         }
     }
 }
 
 impl Egress {
-    /// The policy as kept in a lease's metadata.
-    pub fn to_json(&self) -> Value {
+    /// The policy as a list of entries, as a lease's metadata keeps it and
+    /// a config writes it: `[]` for block-all (an allow-list is never
+    /// empty), `["*"]` for unrestricted.
+    pub fn to_entries(&self) -> Vec<String> {
         match self {
-            Egress::BlockAll => Value::from("block-all"),
-            Egress::Unrestricted => Value::from("unrestricted"),
-            Egress::Allow(list) => Value::from(entries(list)),
+            Egress::BlockAll => Vec::new(),
+            Egress::Unrestricted => vec!["*".into()],
+            Egress::Allow(list) => entries(list),
         }
     }
 
-    /// A policy kept by [`Egress::to_json`]; none when the value is not one.
-    pub fn from_json(value: &Value) -> Option<Egress> {
-        match value {
-            Value::String(word) if word == "block-all" => Some(Egress::BlockAll),
-            Value::String(word) if word == "unrestricted" => Some(Egress::Unrestricted),
-            Value::Array(items) => {
-                let list: Option<Vec<String>> = items
-                    .iter()
-                    .map(|item| item.as_str().map(str::to_string))
-                    .collect();
-                match normalize_list(&list?) {
-                    Ok(Egress::Allow(list)) => Some(Egress::Allow(list)),
-                    _ => None,
-                }
-            }
-            _ => None,
+    /// A policy kept by [`Egress::to_entries`]; none when the list is not
+    /// one.
+    pub fn from_entries(list: &[String]) -> Option<Egress> {
+        if list.is_empty() {
+            return Some(Egress::BlockAll);
         }
+        normalize_list(list).ok()
     }
 }
 
 /// The normalised entries of a list, in order.
 pub fn entries(list: &[Destination]) -> Vec<String> {
-    list.iter().map(Destination::entry).collect()
+    list.iter().map(|d| d.entry.clone()).collect()
 }
 
 /// Normalises a policy as the contract states it; a malformed one is
@@ -164,7 +142,7 @@ pub fn normalize_list(list: &[String]) -> Result<Egress, String> {
         let Some(destination) = parse(entry) else {
             return bad("is not a host name, *.domain, IP address or address/prefix (each with an optional :port, ranges without)");
         };
-        if !out.contains(&destination) {
+        if !out.iter().any(|d| d.entry == destination.entry) {
             out.push(destination);
         }
     }
@@ -179,17 +157,28 @@ pub fn normalize_list(list: &[String]) -> Result<Egress, String> {
 
 /// One entry, already trimmed and free of whitespace.
 fn parse(entry: &str) -> Option<Destination> {
-    if entry.contains('/') {
-        let net: IpNet = entry.parse().ok()?;
-        return Some(Destination::Range(net.trunc()));
+    let entry = entry.to_ascii_lowercase();
+    let kind = kind_of(&entry)?;
+    Some(Destination { entry, kind })
+}
+
+fn kind_of(entry: &str) -> Option<Kind> {
+    if let Some((address, prefix)) = entry.split_once('/') {
+        // `address/prefix`, the address being the network's own.
+        let ip: IpAddr = address.parse().ok()?;
+        if prefix.is_empty() || prefix.len() > 3 || !prefix.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let net = IpNet::new(ip, prefix.parse().ok()?).ok()?;
+        return (net.network() == ip).then_some(Kind::Range(net));
     }
     if let Ok(ip) = entry.parse::<IpAddr>() {
-        return Some(Destination::Address { ip, port: None });
+        return Some(Kind::Address { ip, port: None });
     }
     if let Some(rest) = entry.strip_prefix('[') {
         let (ip, port) = rest.split_once("]:")?;
         let ip: Ipv6Addr = ip.parse().ok()?;
-        return Some(Destination::Address {
+        return Some(Kind::Address {
             ip: IpAddr::V6(ip),
             port: Some(port_number(port)?),
         });
@@ -199,7 +188,7 @@ fn parse(entry: &str) -> Option<Destination> {
         None => (entry, None),
     };
     if let Ok(ip) = host.parse::<Ipv4Addr>() {
-        return Some(Destination::Address {
+        return Some(Kind::Address {
             ip: IpAddr::V4(ip),
             port,
         });
@@ -208,8 +197,8 @@ fn parse(entry: &str) -> Option<Destination> {
         Some(name) => (name, true),
         None => (host, false),
     };
-    is_host_name(name).then(|| Destination::Host {
-        name: name.to_ascii_lowercase(),
+    is_host_name(name).then(|| Kind::Host {
+        name: name.into(),
         subdomains,
         port,
     })
@@ -269,8 +258,8 @@ mod tests {
                 "10.0.0.1:8080",
                 "::1",
                 "[::1]:8080",
-                "10.1.2.3/8",
-                "fd00::/8",
+                "10.0.0.0/8",
+                "FD00::/8",
                 "localhost:9",
             ]),
             [
@@ -290,7 +279,7 @@ mod tests {
     #[wasm_bindgen_test(unsupported = test)]
     fn duplicates_are_dropped_after_trimming_and_lowercasing() {
         assert_eq!(
-            normalized(&["a.com", " A.com", "a.com ", "10.0.0.0/8", "10.9.9.9/8"]),
+            normalized(&["a.com", " A.com", "a.com ", "10.0.0.0/8", "10.0.0.0/8 "]),
             ["a.com", "10.0.0.0/8"]
         );
     }
@@ -319,6 +308,9 @@ mod tests {
             (&["a.com:"][..], "is not"),
             (&["10.0.0.0/8:443"][..], "is not"),
             (&["10.0.0.0/33"][..], "is not"),
+            (&["10.1.2.3/8"][..], "is not"),
+            (&["10.0.0.0/"][..], "is not"),
+            (&["10.0.0.0/+8"][..], "is not"),
             (&["10.0.0"][..], "is not"),
             (&["a.*.com"][..], "is not"),
             (&["*.*.com"][..], "is not"),
@@ -353,17 +345,9 @@ mod tests {
             Egress::Unrestricted,
             normalize_list(&list(&["a.com:1", "[::1]:2", "10.0.0.0/8"])).unwrap(),
         ] {
-            assert_eq!(Egress::from_json(&policy.to_json()), Some(policy));
+            assert_eq!(Egress::from_entries(&policy.to_entries()), Some(policy));
         }
-        for bad in [
-            serde_json::json!(null),
-            serde_json::json!([]),
-            serde_json::json!(["*"]),
-            serde_json::json!(["a b"]),
-            serde_json::json!("allow"),
-            serde_json::json!([1]),
-        ] {
-            assert_eq!(Egress::from_json(&bad), None, "{bad}");
-        }
+        assert_eq!(Egress::from_entries(&list(&["*", "a"])), None);
+        assert_eq!(Egress::from_entries(&list(&["a b"])), None);
     }
 }

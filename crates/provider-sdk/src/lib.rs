@@ -542,14 +542,14 @@ macro_rules! export_provider {
                     template_ref: String,
                 ) -> Result<TemplateDeletion, ProviderError> {
                     $crate::export::delete_template::<$provider>(
-                &mut WasiPlatform::new(),
+                        &mut WasiPlatform::new(),
                         &ctx,
                         &template_ref,
                     )
                 }
             }
 
-            $crate::bindings::export_world!(Export with_types_in $crate::bindings);
+    $crate::bindings::export_world!(Export with_types_in $crate::bindings);
         };
     };
 }
