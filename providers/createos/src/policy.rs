@@ -6,7 +6,7 @@
 
 use crate::config::Config;
 use provider_sdk::acquire::AcquirePolicy;
-use provider_sdk::egress::{self, Egress};
+use provider_sdk::egress::Egress;
 use provider_sdk::types::ProviderError;
 
 /// The rules for a policy: `[]` (which CreateOS reads as allow-all) for
@@ -75,6 +75,7 @@ pub fn start(config: &Config, policy: &AcquirePolicy) -> Result<Start, ProviderE
 mod tests {
     use super::*;
     use provider_sdk::config::ProviderConfig;
+    use provider_sdk::egress;
     use wasm_bindgen_test::wasm_bindgen_test;
 
     fn config(json: &str) -> Config {
