@@ -194,6 +194,13 @@ enum Command {
         /// it is free (so that its leases reach this one), else any.
         #[arg(long)]
         port: Option<u16>,
+        /// Let leases open their sandboxes' ports (`sandbox lease port`):
+        /// each as a loopback URL guarded by a secret token of its own.
+        /// Off by default: opening a port is then refused, saying so. The
+        /// config it writes asks the provider for sandboxes that allow it
+        /// (when the provider has such a field, CreateOS `ingress`).
+        #[arg(long)]
+        ingress: bool,
     },
     /// Check what this host gives the embedded engine and the hosts, and
     /// say how to fix what it lacks (exit 0 when `sandbox run` works here).
@@ -377,7 +384,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
         }
         Command::Lease(command) => commands::lease::run(&global, command),
         Command::Template(command) => commands::template::run(&global, command),
-        Command::Engine { port } => commands::engine::run(&global, port),
+        Command::Engine { port, ingress } => commands::engine::run(&global, port, ingress),
         Command::Doctor => commands::doctor::run(&global),
         Command::Completions { shell } => {
             use clap::CommandFactory;

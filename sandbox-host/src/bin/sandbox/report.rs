@@ -323,7 +323,18 @@ pub fn port_opened(
             }
             0
         }
-        Err(error) => failed(&format!("lease {lease}"), error),
+        Err(error) => {
+            let code = failed(&format!("lease {lease}"), error);
+            if let ProviderError::ApiRejected(rejection) = error {
+                if rejection.status == 403 {
+                    eprintln!(
+                        "sandbox: the service refuses to open ports (ingress off?); the \
+                         embedded engine opens them when started with `sandbox engine --ingress`"
+                    );
+                }
+            }
+            code
+        }
     }
 }
 
