@@ -1,4 +1,5 @@
-// The packer: turns any `sandbox-provider` component (contract 0.6.0, or
+// The packer: turns any `sandbox-provider` component (contract 0.7.0, or
+// 0.6.0 without its environment policy operations, or
 // 0.5.0 without `provider.interact`, or 0.4.0 without `execute-request.result-chars`, or 0.3.0 whose live output
 // is text, or 0.2.0 which also lacks `provider-error.output-lost`) into
 // a Paperclip plugin package. Everything provider-specific comes from the
@@ -14,10 +15,15 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 const nodeDir = fileURLToPath(new URL("..", import.meta.url));
 const hostDist = path.join(nodeDir, "dist");
 /** The current contract version this host speaks. */
-export const CONTRACT_VERSION = "0.6.0";
+export const CONTRACT_VERSION = "0.7.0";
 /**
  * Every contract version this host loads, newest first (jco keys imports
- * without their version, so one set of imports serves them all). 0.6.0
+ * without their version, so one set of imports serves them all). 0.7.0
+ * added the environment policy (egress, images, templates, idle pause,
+ * ports: optional acquire fields this host leaves unset, and operations it
+ * does not call yet) and `termination-action.idle-pause`, mapped like
+ * `paused`; it changed no import, so a 0.6.0 component is served by the
+ * same imports. 0.6.0
  * only added `provider.interact` and three host imports for it, which this
  * host provides without ever calling `interact` yet (Paperclip's login PTY
  * and duplex channel hooks come later): `interaction-events` is a pollable
@@ -30,7 +36,7 @@ export const CONTRACT_VERSION = "0.6.0";
  * thread takes both ways; 0.3.0 only added the `provider-error.output-lost`
  * case, so a 0.2.0 component's values are 0.3.0 values as they are.
  */
-export const SERVED_VERSIONS = [CONTRACT_VERSION, "0.5.0", "0.4.0", "0.3.0", "0.2.0"];
+export const SERVED_VERSIONS = [CONTRACT_VERSION, "0.6.0", "0.5.0", "0.4.0", "0.3.0", "0.2.0"];
 /** The interface every provider exports. */
 const PROVIDER_EXPORT = "sandbox:provider/provider";
 /** How long describe() may take before the packer gives up. */
