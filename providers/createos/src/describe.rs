@@ -29,13 +29,15 @@ pub fn description() -> ProviderDescription {
             | Capabilities::DUPLEX_CHANNELS
             // Contract 0.7.0: egress lists (not block-all: the service has
             // no deny-all rule), images per adapter, templates, the
-            // service's idle pause, ports (config `ingress`). Not
-            // `concurrent-sync`: no test overlaps sync-in and sync-out yet.
+            // service's idle pause, ports (config `ingress`), and sync-in
+            // and sync-out at once (each is its own file requests;
+            // tests/environment_policy.rs overlaps them byte-exact).
             | Capabilities::EGRESS_POLICY
             | Capabilities::IMAGES
             | Capabilities::TEMPLATES
             | Capabilities::IDLE_PAUSE
-            | Capabilities::PORTS,
+            | Capabilities::PORTS
+            | Capabilities::CONCURRENT_SYNC,
         secrets: vec![SecretField {
             config_field: SECRET_FIELD.into(),
             header: SECRET_HEADER.into(),

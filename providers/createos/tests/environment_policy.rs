@@ -461,3 +461,85 @@ fn a_released_lease_with_an_idle_window_runs_until_the_engine_pauses_it() {
     );
     local.destroy(&ctx, &lease);
 }
+
+/// Bytes of every value, in a pseudo-random order (`seed` picks it).
+fn bytes(seed: u32, len: usize) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            state as u8
+        })
+        .collect()
+}
+
+/// `concurrent-sync`: a sync-in and a sync-out on one lease at the same
+/// time (two instances, two threads, their calls overlapping in time),
+/// each byte-exact.
+#[test]
+fn sync_in_and_sync_out_overlap_on_one_lease_byte_exact() {
+    let Some(local) = Local::start() else { return };
+    let ctx = local.ctx(serde_json::json!({}));
+    let lease = local.acquire(&ctx, request());
+    let files = |prefix: &str, seed: u32| -> Vec<FileUpload> {
+        (0..6)
+            .map(|i| FileUpload {
+                remote_path: format!("{prefix}/file-{i}.bin"),
+                contents: bytes(seed + i, 2 << 20),
+            })
+            .collect()
+    };
+    let first = files("first", 1);
+    local
+        .instance()
+        .sync_in(&ctx, &lease, &first)
+        .unwrap()
+        .expect("written");
+    let second = files("second", 100);
+    let paths: Vec<String> = first.iter().map(|f| f.remote_path.clone()).collect();
+    let (into, out) = std::thread::scope(|scope| {
+        let into = scope.spawn(|| {
+            let start = Instant::now();
+            let report = local.instance().sync_in(&ctx, &lease, &second).unwrap();
+            (start, Instant::now(), report)
+        });
+        let out = scope.spawn(|| {
+            let start = Instant::now();
+            let read = local.instance().sync_out(&ctx, &lease, &paths).unwrap();
+            (start, Instant::now(), read)
+        });
+        (into.join().unwrap(), out.join().unwrap())
+    });
+    let (in_start, in_end, report) = into;
+    let (out_start, out_end, read) = out;
+    assert!(
+        in_start < out_end && out_start < in_end,
+        "the two calls did not overlap"
+    );
+    let report = report.expect("written");
+    assert_eq!(report.files, 6);
+    let read = read.expect("read");
+    for (file, got) in first.iter().zip(&read) {
+        assert!(
+            got.contents == file.contents,
+            "{} differs",
+            file.remote_path
+        );
+    }
+    let paths: Vec<String> = second.iter().map(|f| f.remote_path.clone()).collect();
+    let back = local
+        .instance()
+        .sync_out(&ctx, &lease, &paths)
+        .unwrap()
+        .expect("read");
+    for (file, got) in second.iter().zip(&back) {
+        assert!(
+            got.contents == file.contents,
+            "{} differs",
+            file.remote_path
+        );
+    }
+    local.destroy(&ctx, &lease);
+}
