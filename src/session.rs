@@ -117,6 +117,10 @@ impl Session {
             requested_cwd: None,
             workspace_mode: None,
             requested_expires_at: None,
+            egress: None,
+            adapter_type: None,
+            image: None,
+            template: None,
         };
         let outcome = self.runtime.acquire(env, &request)?;
         if let Ok(record) = &outcome {

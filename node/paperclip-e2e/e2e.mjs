@@ -463,9 +463,8 @@ try {
     const capabilities = await api(paperclipServer.apiBase, "GET", `/api/companies/${company.id}/environments/capabilities`);
     const listed = capabilities?.sandboxProviders?.[driver]?.supportsLoginPty;
     checks.push([listed === (declared.supportsLoginPty === true), `Paperclip lists supportsLoginPty ${listed} for the driver, as its package declares (${declared.supportsLoginPty === true})`]);
-    if (driver === "createos") {
-      checks.push([listed === true && declaredDuplex[driver], "the CreateOS package offers the login terminal and the duplex command stream"]);
-    }
+    // Both packages offer both (Daytona's duplex channel was held back until its agent run stopped stalling).
+    checks.push([listed === true && declaredDuplex[driver], "the package offers the login terminal and the duplex command stream"]);
     for (const [ok, what] of checks) {
       if (!ok) failures++;
       console.log(`e2e: ${ok ? "ok  " : "FAIL"} ${driver}: ${what}`);

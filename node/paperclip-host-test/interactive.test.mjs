@@ -2,7 +2,8 @@
 // (`createPluginWorkerHandle`): the packed CreateOS plugin's login terminal
 // (`openLoginPtySession`, the `loginPty*` methods and notifications) and
 // duplex channel (`openDuplexChannel`, the `duplexChannel*` ones) against
-// createos-local's real sandboxes. A login terminal runs only `claude`,
+// createos-local's real sandboxes, and the packed Daytona plugin's duplex
+// channel on its Daytona face. A login terminal runs only `claude`,
 // `codex` or `grok`: each test installs a stand-in `claude` in the
 // sandbox's home (an interactive bash, as a user-installed CLI would be on
 // the login shell's PATH) and types into it.
@@ -20,6 +21,7 @@ import daytonaManifest from "../packages/daytona/dist/manifest.js";
 import { startBackend } from "../test/support/backend.mjs";
 
 const WORKER = fileURLToPath(new URL("../packages/createos/dist/worker.js", import.meta.url));
+const DAYTONA_WORKER = fileURLToPath(new URL("../packages/daytona/dist/worker.js", import.meta.url));
 const LEDGERS = mkdtempSync(path.join(tmpdir(), "interactive-rate-budget-"));
 const COMPANY = "company-interactive";
 const ENVIRONMENT = "environment-interactive";
@@ -45,7 +47,7 @@ let backend;
 const handles = [];
 
 before(async () => {
-  backend = await startBackend();
+  backend = await startBackend({ toolbox: true });
 });
 
 after(async () => {
@@ -55,10 +57,10 @@ after(async () => {
   assert.match(stopped.stderr, /none survived/);
 });
 
-async function startWorker() {
-  const handle = createPluginWorkerHandle(manifest.id, {
-    entrypointPath: WORKER,
-    manifest,
+async function startWorker({ worker = WORKER, pluginManifest = manifest } = {}) {
+  const handle = createPluginWorkerHandle(pluginManifest.id, {
+    entrypointPath: worker,
+    manifest: pluginManifest,
     config: {},
     instanceInfo: { instanceId: `test-${randomUUID()}`, hostVersion: "2026.916.1" },
     apiVersion: 1,
@@ -169,11 +171,9 @@ test("the packages declare the login terminal and duplex channel exactly as thei
   const handle = await startWorker();
   const health = await handle.call("health", {});
   assert.equal(health.status, "ok");
-  // Daytona's component claims both too (terminals and pipes through its session controller): its package
-  // declares the login terminal, and holds the duplex channel back (scripts/packer.mjs, HELD_BACK: at a run's end
-  // its exit can reach Paperclip before the run command's result, which fails the run).
+  // Daytona's component claims both too (terminals and pipes through its session controller), and its package declares both.
   assert.equal(daytonaManifest.environmentDrivers[0].supportsLoginPty, true);
-  assert.equal(daytonaManifest.environmentDrivers[0].sandboxCapabilities.duplexCommandStream, false);
+  assert.equal(daytonaManifest.environmentDrivers[0].sandboxCapabilities.duplexCommandStream, true);
   await handle.stop();
 });
 
@@ -339,6 +339,59 @@ test("a duplex channel: cat echoes 10 MB of random bytes byte-exact; a process e
   const refused = await settle(handle.call("environmentExecute", { ...params(), lease, command: "true" }, 60_000));
   assert.match(refused.error?.message ?? "", /poisoned.*refused until it is destroyed/);
   await destroy(handle, lease);
+  await handle.stop();
+});
+
+test("a Daytona duplex channel: frames written together all reach the command, cat echoes 1 MB byte-exact while a command runs on the lease, an exit is its code", async () => {
+  const handle = await startWorker({ worker: DAYTONA_WORKER, pluginManifest: daytonaManifest });
+  const daytona = {
+    driverKey: "daytona",
+    companyId: COMPANY,
+    environmentId: ENVIRONMENT,
+    config: { apiUrl: backend.daytonaApiUrl, toolboxUrl: backend.toolboxUrl, apiKey: backend.key, timeoutMs: 120_000 },
+  };
+  const lease = await handle.call("environmentAcquireLease", { ...daytona, runId: `run-${randomUUID()}` });
+  const where = { ...scope(lease), driverKey: "daytona" };
+  // `head -n 3` answers nothing before it has all three lines: only the
+  // host's events wake the component between them, as Paperclip's HTTP/2
+  // frames that the sandbox's gateway does not answer (the e2e's stall).
+  const head = await handle.openDuplexChannel({ ...where, command: ["head", "-n", "3"] });
+  const headText = recorder(head, (chunk) => Buffer.from(chunk).toString());
+  const lines = [0, 1, 2].map((i) => `together-${i}-${randomUUID()}\n`);
+  for (const line of lines) head.write(Buffer.from(line));
+  await headText.waitFor(new RegExp(lines.join("")), 0, 20_000);
+  assert.deepEqual(await channelEnd(head), { exitCode: 0, transportClosed: false });
+  assert.equal(headText.text, lines.join(""));
+  await head.close();
+
+  const channel = await handle.openDuplexChannel({ ...where, command: ["cat"] });
+  const received = [];
+  let receivedBytes = 0;
+  channel.onData((chunk) => {
+    received.push(Buffer.from(chunk));
+    receivedBytes += chunk.byteLength;
+  });
+  const run = handle.call("environmentExecute", { ...daytona, lease, command: "sh", args: ["-c", "echo begin; sleep 1; echo end"] }, 60_000);
+  const payload = randomBytes(1024 * 1024);
+  const frame = 64 * 1024;
+  for (let at = 0; at < payload.length; at += frame) {
+    while (at - receivedBytes > 2 * frame) await sleep(5);
+    channel.write(payload.subarray(at, at + frame));
+  }
+  const deadline = Date.now() + 120_000;
+  while (receivedBytes < payload.length && Date.now() < deadline) await sleep(20);
+  const echoed = Buffer.concat(received);
+  assert.equal(createHash("sha256").update(echoed).digest("hex"), createHash("sha256").update(payload).digest("hex"), "byte-exact");
+  assert.equal((await run).stdout, "begin\nend\n");
+  await channel.close();
+
+  const exiting = await handle.openDuplexChannel({ ...where, command: ["sh", "-c", "printf done; exit 7"] });
+  const text = recorder(exiting, (chunk) => Buffer.from(chunk).toString());
+  assert.deepEqual(await channelEnd(exiting), { exitCode: 7, transportClosed: false });
+  assert.equal(text.text, "done");
+  await exiting.close();
+  const receipt = await handle.call("environmentDestroyLease", { ...daytona, providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+  assert.equal(receipt.state, "destroyed");
   await handle.stop();
 });
 

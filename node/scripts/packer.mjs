@@ -1,4 +1,5 @@
-// The packer: turns any `sandbox-provider` component (contract 0.6.0, or
+// The packer: turns any `sandbox-provider` component (contract 0.7.0, or
+// 0.6.0 without its environment policy operations, or
 // 0.5.0 without `provider.interact`, or 0.4.0 without `execute-request.result-chars`, or 0.3.0 whose live output
 // is text, or 0.2.0 which also lacks `provider-error.output-lost`) into
 // a Paperclip plugin package. Everything provider-specific comes from the
@@ -14,10 +15,15 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 const nodeDir = fileURLToPath(new URL("..", import.meta.url));
 const hostDist = path.join(nodeDir, "dist");
 /** The current contract version this host speaks. */
-export const CONTRACT_VERSION = "0.6.0";
+export const CONTRACT_VERSION = "0.7.0";
 /**
  * Every contract version this host loads, newest first (jco keys imports
- * without their version, so one set of imports serves them all). 0.6.0
+ * without their version, so one set of imports serves them all). 0.7.0
+ * added the environment policy (egress, images, templates, idle pause,
+ * ports: optional acquire fields this host leaves unset, and operations it
+ * does not call yet) and `termination-action.idle-pause`, mapped like
+ * `paused`; it changed no import, so a 0.6.0 component is served by the
+ * same imports. 0.6.0
  * only added `provider.interact` and three host imports for it, which this
  * host provides without ever calling `interact` yet (Paperclip's login PTY
  * and duplex channel hooks come later): `interaction-events` is a pollable
@@ -30,7 +36,7 @@ export const CONTRACT_VERSION = "0.6.0";
  * thread takes both ways; 0.3.0 only added the `provider-error.output-lost`
  * case, so a 0.2.0 component's values are 0.3.0 values as they are.
  */
-export const SERVED_VERSIONS = [CONTRACT_VERSION, "0.5.0", "0.4.0", "0.3.0", "0.2.0"];
+export const SERVED_VERSIONS = [CONTRACT_VERSION, "0.6.0", "0.5.0", "0.4.0", "0.3.0", "0.2.0"];
 /** The interface every provider exports. */
 const PROVIDER_EXPORT = "sandbox:provider/provider";
 /** How long describe() may take before the packer gives up. */
@@ -38,28 +44,12 @@ const DESCRIBE_TIMEOUT_MS = 60_000;
 
 /**
  * What a driver's package does not offer Paperclip although its component
- * carries it, each with why (the manifest does not declare it).
- *
- * Daytona's duplex channel carries bytes exactly (the conformance kit, the
- * CLI), but in the e2e's Daytona agent run it can stall (4 of 6 runs
- * here: 3 of 3 at load 10-30 on 2 cores, 1 of 3 at load 4): the agent's
- * one request and its answer cross it within milliseconds, then the
- * worker goes quiet for
- * both calls on the lease: Paperclip's first HTTP/2 PING, 5 s later, never
- * becomes an input request to the engine, and the run command, which had
- * ended in the engine at once, neither emits its last output nor returns.
- * Both resume within 0.1 s of Paperclip's PING watchdog (20 s) ending the
- * session, so the run fails as a control channel lost mid-run. Not an
- * ordering of two ends: ordering the channel's exit after the result
- * would hide that stall. Its runs call back through Paperclip's file
- * bridge until the stall is found.
+ * carries it, each with why (the manifest does not declare it). Nothing
+ * today: Daytona's duplex channel was held back while its e2e agent run
+ * stalled, which was the Node host's events pollable saying nothing waits
+ * while events queued together did (`src/interaction-channel.ts`).
  */
-export const HELD_BACK = {
-  daytona: {
-    duplexChannels:
-      "in an agent run its channel stalls after the first request (no PING answered for 20 s), so Paperclip's watchdog ends it and counts a lost control channel",
-  },
-};
+export const HELD_BACK = {};
 
 /** A refusal the packer explains in words (no stack trace). */
 export class PackError extends Error {

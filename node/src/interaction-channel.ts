@@ -13,7 +13,11 @@
  * into a byte of a stream whose pollable is the component's
  * `host.interaction-events`, ready while a byte waits and not ready again
  * once the provider thread has drained it (a level, not an edge, so the
- * component never spins on an empty queue).
+ * component never spins on an empty queue). Bumps close together may give
+ * one byte for several events, so the receiver rings again after handing
+ * out an event while another waits: the pollable is ready exactly while an
+ * event waits, as the contract says, for a component that takes one event
+ * per wake-up as much as for one that takes all it finds.
  *
  * Input is flow-controlled: a sender waits while more than
  * {@link MAX_QUEUED_INPUT_BYTES} of its input are queued and not yet taken
@@ -99,22 +103,39 @@ export class InteractionSender {
 export class InteractionReceiver {
   readonly #port: MessagePort;
   readonly #view: Int32Array;
+  /** An event received from the port and not yet handed out (at most one). */
+  #ahead: WitInteractionEvent | undefined;
 
   constructor(wire: InteractionWire) {
     this.#port = wire.port;
     this.#view = new Int32Array(wire.doorbell);
   }
 
-  /** The next queued event, if one is there now (never waits). */
+  /**
+   * The next queued event, if one is there now (never waits). When another
+   * one waits behind it, the doorbell is rung again: the provider thread
+   * drains the doorbell before it takes an event, and the sender's rings
+   * of events queued together may have left one byte for all of them, so
+   * without this the pollable would say nothing waits while events do,
+   * and they would wait for the next event the host sends (a component
+   * that takes one event per wake-up, as Daytona's does, stalled so).
+   */
   take(): WitInteractionEvent | undefined {
-    const message = receiveMessageOnPort(this.#port);
-    if (!message) return undefined;
-    const event = message.message as WitInteractionEvent;
-    if (event.tag === "input") {
+    const event = this.#ahead ?? this.#receive();
+    this.#ahead = event === undefined ? undefined : this.#receive();
+    if (event?.tag === "input") {
       Atomics.sub(this.#view, SLOT_QUEUED_BYTES, event.val.byteLength);
       Atomics.notify(this.#view, SLOT_QUEUED_BYTES);
     }
+    if (this.#ahead !== undefined) {
+      Atomics.add(this.#view, SLOT_POSTED, 1);
+      Atomics.notify(this.#view, SLOT_POSTED);
+    }
     return event;
+  }
+
+  #receive(): WitInteractionEvent | undefined {
+    return receiveMessageOnPort(this.#port)?.message as WitInteractionEvent | undefined;
   }
 
   /** The call is over: the doorbell stops, waiting senders learn it. */

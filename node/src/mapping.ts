@@ -4,8 +4,10 @@
  * each `provider-error` case as the error Paperclip's host sees.
  *
  * Rules this module keeps:
- * - A receipt becomes Paperclip's lease status word: `paused` -> `stopped`,
- *   `deleted` and `already-gone` -> `destroyed` (each is a confirmed end).
+ * - A receipt becomes Paperclip's lease status word: `paused` and
+ *   `idle-pause` (left running until the service pauses it once idle,
+ *   contract 0.7.0) -> `stopped`, `deleted` and `already-gone` ->
+ *   `destroyed` (each is a confirmed end).
  * - A resume that the component reports `expired` becomes
  *   `{providerLeaseId: null, metadata: {expired: true}}`.
  * - `cleanup-failed` during acquire with a sandbox id carries that id
@@ -170,7 +172,8 @@ export function toResumeResult(outcome: WitResumeOutcome, companyId: string): Pa
 
 /** `termination-receipt` -> Paperclip's receipt. */
 export function toReceipt(receipt: WitTerminationReceipt): PaperclipReceipt {
-  const state = receipt.action === "paused" ? "stopped" : "destroyed";
+  const reusable = receipt.action === "paused" || receipt.action === "idle-pause";
+  const state = reusable ? "stopped" : "destroyed";
   return { providerLeaseId: receipt.sandboxId, state };
 }
 

@@ -839,6 +839,13 @@ export function createPlugin(options: PluginOptions = {}) {
               requestedCwd: params.requestedCwd ?? AGENT_WORKDIR,
               workspaceMode: params.workspaceMode ?? undefined,
               requestedExpiresAt: params.requestedExpiresAt ?? undefined,
+              // Contract 0.7.0's environment policy: none yet from this
+              // host (the provider's config decides; Paperclip's egress,
+              // adapter and template hooks come later).
+              egress: undefined,
+              adapterType: undefined,
+              image: undefined,
+              template: undefined,
             },
           ],
           secret,

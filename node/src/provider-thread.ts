@@ -209,9 +209,11 @@ const hostInterface = {
   },
   /**
    * `host.next-interaction-event`: the doorbell's bytes are drained first,
-   * then the next queued event is taken; an event queued after the drain
-   * rings again, so none is missed and an empty queue leaves the pollable
-   * not ready.
+   * then the next queued event is taken; the receiver rings again when
+   * another one waits behind it (events queued together may have left one
+   * byte for all), and an event queued after the drain rings on its own,
+   * so the pollable is ready while an event waits and an empty queue
+   * leaves it not ready.
    */
   nextInteractionEvent() {
     const interaction = currentCall?.interaction;

@@ -1,7 +1,7 @@
 /**
- * The WIT types of `sandbox:provider@0.6.0` as jco lowers them to
+ * The WIT types of `sandbox:provider@0.7.0` as jco lowers them to
  * JavaScript, generated from the WIT itself (`scripts/wit-types.mjs` runs
- * jco's type generator on `../wit/since_v0.6.0` into `src/generated/`
+ * jco's type generator on `../wit/since_v0.7.0` into `src/generated/`
  * before `tsc`). This module only gives them the names the host code uses:
  * records are camelCase objects, variants `{tag, val}`, options
  * `value | undefined`, `u64` is `bigint`, `list<u8>` is `Uint8Array`,

@@ -80,7 +80,7 @@ for (const [name, version, driver, live] of [
   });
 }
 
-// Contract 0.6.0 (the current one) added `provider.interact` and three host
+// Contract 0.6.0 (the one before 0.7.0, which changed no import) added `provider.interact` and three host
 // imports. This host does not call `interact` yet (Paperclip's hooks come
 // later) but must load such a component: it provides the imports, and an
 // `interact` call sees no event (its pollable never becomes ready, so the
@@ -90,7 +90,8 @@ test("a component built for contract 0.6.0 runs: interact takes the host's event
   const wasm = fixture("contract-v0-6");
   const version = await contractVersionOf(readFileSync(wasm), "contract-v0-6");
   assert.equal(version, "0.6.0");
-  assert.equal(CONTRACT_VERSION, "0.6.0");
+  assert.equal(CONTRACT_VERSION, "0.7.0");
+  assert.ok(SERVED_VERSIONS.includes("0.6.0"), "0.6.0 components are still served");
   assert.ok(SERVED_VERSIONS.includes("0.5.0"), "0.5.0 components are still served");
   const dir = path.join(work, "contract-v0-6");
   await transpile(wasm, dir);

@@ -12,6 +12,7 @@
 //! limit in the host's form).
 
 mod environment;
+mod environment_policy;
 mod in_flight;
 mod instances;
 mod operations;
@@ -20,6 +21,7 @@ mod outcome;
 mod relay;
 
 pub use environment::Environment;
+pub use environment_policy::policy_capabilities;
 pub use outcome::action_name;
 use outcome::declared_limit;
 

@@ -18,3 +18,4 @@ pub(crate) mod v0_2;
 pub(crate) mod v0_3;
 pub(crate) mod v0_4;
 pub(crate) mod v0_5;
+pub(crate) mod v0_6;

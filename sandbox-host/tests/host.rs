@@ -320,13 +320,22 @@ fn the_real_createos_provider_describes_itself_when_built() {
     );
     let engine = shared_engine().unwrap();
     let component = ProviderComponent::load(&engine, &wasm).unwrap_or_else(|e| panic!("{e:#}"));
-    // Built for the current contract (0.6.0: the provider SDK moved with
-    // the providers' interactive processes).
-    assert_eq!(component.contract(), sandbox_host::PROVIDER_INTERFACE);
+    // Built for the current contract (0.7.0), or for 0.6.0 until the
+    // provider SDK and the providers move to 0.7.0 (issue 43).
+    assert!(
+        [
+            sandbox_host::PROVIDER_INTERFACE,
+            "sandbox:provider/provider@0.6.0"
+        ]
+        .contains(&component.contract()),
+        "{}",
+        component.contract()
+    );
     assert_eq!(
         sandbox_host::SERVED_INTERFACES,
         [
             sandbox_host::PROVIDER_INTERFACE,
+            "sandbox:provider/provider@0.6.0",
             "sandbox:provider/provider@0.5.0",
             "sandbox:provider/provider@0.4.0",
             "sandbox:provider/provider@0.3.0",
@@ -473,10 +482,11 @@ fn a_component_built_for_another_contract_version_is_refused_by_name() {
     let wasm = common::build_fixture("contract-v0-1");
     let engine = sandbox_host::shared_engine().unwrap();
     let error = match sandbox_host::ProviderComponent::load(&engine, &wasm) {
-        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.6.0 host"),
+        Ok(_) => panic!("a 0.1.0 component was loaded by a 0.7.0 host"),
         Err(error) => format!("{error:#}"),
     };
     assert!(error.contains("sandbox:provider/provider@0.1.0"), "{error}");
+    assert!(error.contains("sandbox:provider/provider@0.7.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.6.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.5.0"), "{error}");
     assert!(error.contains("sandbox:provider/provider@0.4.0"), "{error}");

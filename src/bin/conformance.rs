@@ -22,7 +22,7 @@ use serde_json::Value;
 #[derive(Parser)]
 #[command(name = "conformance")]
 struct Args {
-    /// The provider component (a `.wasm` built for sandbox:provider@0.6.0, 0.5.0, 0.4.0, 0.3.0 or 0.2.0).
+    /// The provider component (a `.wasm` built for sandbox:provider@0.7.0, 0.6.0, 0.5.0, 0.4.0, 0.3.0 or 0.2.0).
     #[arg(long, requires = "config", required_unless_present_any = ["target", "list"])]
     provider: Option<PathBuf>,
     /// The provider's config as a JSON file, naming its backend and holding

@@ -2,7 +2,8 @@
 //! is a real pseudo-terminal of the size asked (and of the new size after a
 //! resize, where the provider claims `terminal-resize`), `^C` reaches its
 //! foreground process, a REPL answers lines typed a while apart; pipes
-//! carry 10 MB byte-exact both ways; `end` leaves nothing running.
+//! take events queued together without waiting for a later one and carry
+//! 10 MB byte-exact both ways; `end` leaves nothing running.
 //!
 //! A target that claims neither `login-pty` nor `duplex-channels` has
 //! nothing to check here (not applicable).
@@ -237,7 +238,11 @@ pub fn terminal_session(target: &Target) -> Result<Verdict> {
     })
 }
 
-/// Pipes: `cat` gives back 10 MB of arbitrary bytes exactly once its input
+/// Pipes: three inputs queued together all reach `head -n 3`, which
+/// answers nothing before it has them all, with no later event (a host
+/// writes several frames at once, as Paperclip's HTTP/2 bridge does, and a
+/// provider that takes one event per wake-up must still be woken for the
+/// rest); `cat` gives back 10 MB of arbitrary bytes exactly once its input
 /// is closed.
 pub fn pipes_round_trip(target: &Target) -> Result<Verdict> {
     with_session(target, None, |s| {
@@ -247,6 +252,28 @@ pub fn pipes_round_trip(target: &Target) -> Result<Verdict> {
             ));
         }
         let lease = s.acquire()?;
+        let head = InteractionRequest {
+            command: "head".into(),
+            args: vec!["-n".into(), "3".into()],
+            cwd: None,
+            env: vec![],
+            terminal: None,
+            timeout_ms: Some(120_000),
+            result_chars: Some(0),
+        };
+        let lines = ["one\n", "two\n", "three\n"];
+        let ((), outcome, answered) = talk(s, &lease.id, &head, |t| {
+            for line in lines {
+                t.type_text(line);
+            }
+            t.wait_for(0, "three\n").map(|_| ())
+        })?;
+        exited_zero("head -n 3", &outcome)?;
+        ensure!(
+            answered == lines.concat().as_bytes(),
+            "head -n 3 answered {:?} to three lines queued together",
+            String::from_utf8_lossy(&answered)
+        );
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
         let bytes: Vec<u8> = (0..10_000_000)
             .map(|_| {

@@ -6,6 +6,8 @@
 //! with a [`ConfigObject`] that reads each field and collects every
 //! problem, so one answer names them all.
 
+use crate::acquire::check_adapter_type;
+use crate::egress::{normalize_list, Egress};
 use crate::types::{ConfigValidation, OperationBudget};
 use serde_json::{Map, Value};
 
@@ -204,6 +206,72 @@ impl ConfigObject {
         }
     }
 
+    /// An optional whole number from `min` to `max` (seconds, say).
+    pub fn bounded(&mut self, field: &str, min: u64, max: u64) -> Option<u64> {
+        match self.object.get(field) {
+            None | Some(Value::Null) => None,
+            Some(value) => match value.as_u64() {
+                Some(n) if (min..=max).contains(&n) => Some(n),
+                _ => {
+                    self.error(format!(
+                        "{field}: must be a whole number from {min} to {max}"
+                    ));
+                    None
+                }
+            },
+        }
+    }
+
+    /// An optional egress allow-list (an array of strings), normalised as
+    /// [`crate::egress::normalize_list`] does (`["*"]` is unrestricted).
+    pub fn egress_list(&mut self, field: &str) -> Option<Egress> {
+        let list: Option<Vec<String>> = match self.object.get(field) {
+            None | Some(Value::Null) => return None,
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| item.as_str().map(str::to_string))
+                .collect(),
+            Some(_) => None,
+        };
+        let Some(list) = list else {
+            self.error(format!("{field}: must be an array of strings"));
+            return None;
+        };
+        match normalize_list(&list) {
+            Ok(egress) => Some(egress),
+            Err(message) => {
+                self.error(format!("{field}: {message}"));
+                None
+            }
+        }
+    }
+
+    /// An optional object from adapter types
+    /// ([`crate::acquire::check_adapter_type`]) to names ([`Self::name`]'s
+    /// rules): an image per agent adapter ([`name_for`] reads it). Empty
+    /// when absent or bad.
+    pub fn names_by_adapter(&mut self, field: &str) -> Map<String, Value> {
+        let map = match self.object.get(field) {
+            None | Some(Value::Null) => return Map::new(),
+            Some(Value::Object(map)) => map.clone(),
+            Some(_) => Map::new(),
+        };
+        let good = |(adapter, value): (&String, &Value)| {
+            let name = value.as_str().unwrap_or_default();
+            check_adapter_type(adapter).is_ok()
+                && !name.is_empty()
+                && name.len() <= 200
+                && !name.chars().any(char::is_control)
+        };
+        if matches!(self.object.get(field), Some(Value::Object(_))) && map.iter().all(good) {
+            return map;
+        }
+        self.error(format!(
+            "{field}: must be an object mapping adapter types (1-64 of letters, digits, '_', '-') to names of 1 to 200 printable characters"
+        ));
+        Map::new()
+    }
+
     /// The outcome: with any problem, no config; otherwise `config` and
     /// its normalised JSON, the fields of `normalized` (a JSON object)
     /// without their `null`s, and `secret_field` exactly as given (a
@@ -234,6 +302,18 @@ impl ConfigObject {
     }
 }
 
+/// The name a [`ConfigObject::names_by_adapter`] object gives `adapter`,
+/// else `default`.
+pub fn name_for<'c>(
+    by_adapter: &'c Map<String, Value>,
+    adapter: Option<&str>,
+    default: Option<&'c String>,
+) -> Option<&'c str> {
+    adapter
+        .and_then(|adapter| by_adapter.get(adapter)?.as_str())
+        .or(default.map(String::as_str))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,6 +334,33 @@ mod tests {
         let clean = ConfigObject::parse(r#"{"key":{"env":"K"}}"#, &["key"]);
         let done = clean.finish((), serde_json::json!({"x": 1, "y": null}), "key");
         assert_eq!(done.normalized.unwrap(), r#"{"key":{"env":"K"},"x":1}"#);
+        let mut policy = ConfigObject::parse(
+            r#"{"s":59,"t":60,"e":[" a.com "],"star":["*"],"bad":["*","a"],"m":{"claude_local":"img"},"mb":{"bad key":"x"},"mn":{"a":""}}"#,
+            &[],
+        );
+        assert_eq!(policy.bounded("s", 60, 86_400), None);
+        assert_eq!(policy.bounded("t", 60, 86_400), Some(60));
+        assert_eq!(policy.bounded("absent", 60, 86_400), None);
+        assert_eq!(
+            policy.egress_list("e"),
+            Some(normalize_list(&["a.com".into()]).unwrap())
+        );
+        assert_eq!(policy.egress_list("star"), Some(Egress::Unrestricted));
+        assert_eq!(policy.egress_list("bad"), None);
+        let by_adapter = policy.names_by_adapter("m");
+        assert_eq!(
+            name_for(&by_adapter, Some("claude_local"), None),
+            Some("img")
+        );
+        let fallback = "base".to_string();
+        assert_eq!(
+            name_for(&by_adapter, Some("other"), Some(&fallback)),
+            Some("base")
+        );
+        assert_eq!(name_for(&by_adapter, None, None), None);
+        assert!(policy.names_by_adapter("mb").is_empty());
+        assert!(policy.names_by_adapter("mn").is_empty());
+        assert_eq!(policy.errors.len(), 4, "{:?}", policy.errors);
         let mut not_object = ConfigObject::parse("[]", &[]);
         assert_eq!(not_object.milliseconds("ms", 7), 7);
         let failed = not_object.finish((), serde_json::json!({}), "key");

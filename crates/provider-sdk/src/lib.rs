@@ -1,4 +1,4 @@
-//! The guest side of the `sandbox-provider` WIT world (`wit/since_v0.6.0`),
+//! The guest side of the `sandbox-provider` WIT world (`wit/since_v0.7.0`),
 //! shared by every provider component.
 //!
 //! A provider holds only its API knowledge: it implements [`Provider`] in
@@ -18,7 +18,11 @@
 //! - [`output`]: live output as the bytes the command printed, and the
 //!   bounded output tail (text, lossy UTF-8);
 //! - [`script`]: command validation and the single-quoted bash script;
-//! - [`interaction`]: signal names and base64 input for `interact`.
+//! - [`interaction`]: signal names and base64 input for `interact`;
+//! - [`egress`], [`templates`], [`acquire`]: the environment policy of
+//!   contract 0.7.0 (egress allow-lists normalised and parsed, template
+//!   names and references bound to the company and environment, adapter
+//!   types and images), checked once here for every provider.
 //!
 //! ```ignore
 //! struct Echo<'a>(provider_sdk::Operation<'a, EchoConfig>);
@@ -40,7 +44,7 @@
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/since_v0.6.0",
+        path: "../../wit/since_v0.7.0",
         world: "sandbox-provider",
         generate_all,
         pub_export_macro: true,
@@ -55,16 +59,18 @@ pub mod types {
     pub use crate::bindings::sandbox::provider::host::OutputStream;
     pub use crate::bindings::sandbox::provider::types::{
         AcquireRequest, ApiRejection, Capabilities, CleanupCause, CleanupFailure, CleanupPhase,
-        ConfigValidation, EnvironmentContext, ExecuteRequest, ExecuteResult, FileDownload,
-        FileUpload, InteractionEvent, InteractionRequest, InteractionSignal, InvalidResponse,
-        Lease, OperationBudget, OriginField, OutputLoss, PartialOutput, ProbeReport,
-        ProviderDescription, ProviderError, RateLimit, ResumeOutcome, SecretField, SyncReport,
-        TerminalSize, TerminationAction, TerminationReceipt, TransportFailure, TransportKind,
-        WorkspaceRequest,
+        ConfigValidation, EgressPolicy, EnvironmentContext, ExecuteRequest, ExecuteResult,
+        FileDownload, FileUpload, InteractionEvent, InteractionRequest, InteractionSignal,
+        InvalidResponse, Lease, OperationBudget, OriginField, OutputLoss, PartialOutput,
+        PortEndpoint, ProbeReport, ProviderDescription, ProviderError, RateLimit, ResumeOutcome,
+        SecretField, SyncReport, TemplateDeletion, TemplateInfo, TerminalSize, TerminationAction,
+        TerminationReceipt, TransportFailure, TransportKind, WorkspaceRequest,
     };
 }
 
+pub mod acquire;
 pub mod config;
+pub mod egress;
 pub mod errors;
 pub mod http;
 pub mod interaction;
@@ -73,6 +79,7 @@ pub mod origin;
 pub mod output;
 pub mod platform;
 pub mod script;
+pub mod templates;
 
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -88,7 +95,7 @@ use config::ProviderConfig;
 use types::*;
 
 /// A sandbox provider in plain Rust: the operations of the WIT `provider`
-/// interface (see `wit/since_v0.6.0/provider.wit` for what each must
+/// interface (see `wit/since_v0.7.0/provider.wit` for what each must
 /// prove), as methods of one operation's state.
 ///
 /// The export ([`export_provider!`]) sets every operation up once before
@@ -129,7 +136,9 @@ pub trait Provider<'a>: Sized {
         ))
     }
 
-    /// Creates and prepares a sandbox.
+    /// Creates and prepares a sandbox. The request's environment policy
+    /// was already checked ([`acquire::AcquirePolicy::of`]); a provider
+    /// refuses what it does not support (`unsupported`) before any request.
     fn acquire_lease(&mut self, request: &AcquireRequest) -> Result<Lease, ProviderError>;
 
     /// Resumes a released lease, or proves it expired. Default (a provider
@@ -207,6 +216,58 @@ pub trait Provider<'a>: Sized {
             "this provider cannot run interactive processes".into(),
         ))
     }
+
+    /// Replaces a live lease's egress policy (already normalised) and
+    /// returns the lease recording it. Default (a provider without
+    /// `egress-policy`): `unsupported`, before any request.
+    fn set_egress(
+        &mut self,
+        _lease: &Lease,
+        _policy: &egress::Egress,
+    ) -> Result<Lease, ProviderError> {
+        Err(ProviderError::Unsupported(
+            "this provider cannot set a sandbox's egress policy".into(),
+        ))
+    }
+
+    /// Makes a port (1-65535, already checked) of the lease's sandbox
+    /// reachable from outside. Default (a provider without `ports`):
+    /// `unsupported`, before any request.
+    fn open_port(&mut self, _lease: &Lease, _port: u16) -> Result<PortEndpoint, ProviderError> {
+        Err(ProviderError::Unsupported(
+            "this provider cannot open a sandbox's ports".into(),
+        ))
+    }
+
+    /// Keeps the lease's sandbox's files as template `name` (already
+    /// checked with [`templates::check_name`]). Default (a provider without
+    /// `templates`): `unsupported`, before any request.
+    fn capture_template(
+        &mut self,
+        _lease: &Lease,
+        _name: &str,
+    ) -> Result<TemplateInfo, ProviderError> {
+        Err(ProviderError::Unsupported(
+            "this provider has no templates".into(),
+        ))
+    }
+
+    /// The templates of the context's company and environment, oldest
+    /// first. Default: `unsupported`, before any request.
+    fn list_templates(&mut self) -> Result<Vec<TemplateInfo>, ProviderError> {
+        Err(ProviderError::Unsupported(
+            "this provider has no templates".into(),
+        ))
+    }
+
+    /// Deletes a template of the context's company and environment (its
+    /// reference already checked with [`templates::name_of`]). Default:
+    /// `unsupported`, before any request.
+    fn delete_template(&mut self, _template_ref: &str) -> Result<TemplateDeletion, ProviderError> {
+        Err(ProviderError::Unsupported(
+            "this provider has no templates".into(),
+        ))
+    }
 }
 
 /// What [`export_provider!`] expands to: each WIT call as one operation of
@@ -234,6 +295,74 @@ pub mod export {
         run(platform, ctx, |provider: &mut P| {
             script::validate(request).map_err(|e| ProviderError::InvalidRequest(e.0))?;
             provider.execute(lease, request)
+        })
+    }
+
+    /// `acquire-lease`: the request's environment policy is checked before
+    /// the provider sees it.
+    pub fn acquire<'a, P: Provider<'a>>(
+        platform: &'a mut dyn Platform,
+        ctx: &'a EnvironmentContext,
+        request: &AcquireRequest,
+    ) -> Result<Lease, ProviderError> {
+        run(platform, ctx, |provider: &mut P| {
+            acquire::AcquirePolicy::of(ctx, request)?;
+            provider.acquire_lease(request)
+        })
+    }
+
+    /// `set-egress`: the policy is normalised before the provider sees it.
+    pub fn set_egress<'a, P: Provider<'a>>(
+        platform: &'a mut dyn Platform,
+        ctx: &'a EnvironmentContext,
+        lease: &Lease,
+        policy: &EgressPolicy,
+    ) -> Result<Lease, ProviderError> {
+        run(platform, ctx, |provider: &mut P| {
+            provider.set_egress(lease, &egress::normalize(policy)?)
+        })
+    }
+
+    /// `open-port`: port 0 is refused before the provider sees it.
+    pub fn open_port<'a, P: Provider<'a>>(
+        platform: &'a mut dyn Platform,
+        ctx: &'a EnvironmentContext,
+        lease: &Lease,
+        port: u16,
+    ) -> Result<PortEndpoint, ProviderError> {
+        run(platform, ctx, |provider: &mut P| {
+            if port == 0 {
+                return Err(ProviderError::InvalidRequest(
+                    "a port is from 1 to 65535".into(),
+                ));
+            }
+            provider.open_port(lease, port)
+        })
+    }
+
+    /// `capture-template`: the name is checked before the provider sees it.
+    pub fn capture_template<'a, P: Provider<'a>>(
+        platform: &'a mut dyn Platform,
+        ctx: &'a EnvironmentContext,
+        lease: &Lease,
+        name: &str,
+    ) -> Result<TemplateInfo, ProviderError> {
+        run(platform, ctx, |provider: &mut P| {
+            templates::check_name(name)?;
+            provider.capture_template(lease, name)
+        })
+    }
+
+    /// `delete-template`: a reference of another company or environment is
+    /// refused before the provider sees it.
+    pub fn delete_template<'a, P: Provider<'a>>(
+        platform: &'a mut dyn Platform,
+        ctx: &'a EnvironmentContext,
+        template_ref: &str,
+    ) -> Result<TemplateDeletion, ProviderError> {
+        run(platform, ctx, |provider: &mut P| {
+            templates::name_of(ctx, template_ref)?;
+            provider.delete_template(template_ref)
         })
     }
 
@@ -288,9 +417,7 @@ macro_rules! export_provider {
                     ctx: EnvironmentContext,
                     request: AcquireRequest,
                 ) -> Result<Lease, ProviderError> {
-                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
-                        p.acquire_lease(&request)
-                    })
+                    $crate::export::acquire::<$provider>(&mut WasiPlatform::new(), &ctx, &request)
                 }
                 fn resume_lease(
                     ctx: EnvironmentContext,
@@ -365,6 +492,59 @@ macro_rules! export_provider {
                         &ctx,
                         &lease,
                         &request,
+                    )
+                }
+                fn set_egress(
+                    ctx: EnvironmentContext,
+                    lease: Lease,
+                    policy: EgressPolicy,
+                ) -> Result<Lease, ProviderError> {
+                    $crate::export::set_egress::<$provider>(
+                        &mut WasiPlatform::new(),
+                        &ctx,
+                        &lease,
+                        &policy,
+                    )
+                }
+                fn open_port(
+                    ctx: EnvironmentContext,
+                    lease: Lease,
+                    port: u16,
+                ) -> Result<PortEndpoint, ProviderError> {
+                    $crate::export::open_port::<$provider>(
+                        &mut WasiPlatform::new(),
+                        &ctx,
+                        &lease,
+                        port,
+                    )
+                }
+                fn capture_template(
+                    ctx: EnvironmentContext,
+                    lease: Lease,
+                    name: String,
+                ) -> Result<TemplateInfo, ProviderError> {
+                    $crate::export::capture_template::<$provider>(
+                        &mut WasiPlatform::new(),
+                        &ctx,
+                        &lease,
+                        &name,
+                    )
+                }
+                fn list_templates(
+                    ctx: EnvironmentContext,
+                ) -> Result<Vec<TemplateInfo>, ProviderError> {
+                    run(&mut WasiPlatform::new(), &ctx, |p: &mut $provider| {
+                        p.list_templates()
+                    })
+                }
+                fn delete_template(
+                    ctx: EnvironmentContext,
+                    template_ref: String,
+                ) -> Result<TemplateDeletion, ProviderError> {
+                    $crate::export::delete_template::<$provider>(
+                        &mut WasiPlatform::new(),
+                        &ctx,
+                        &template_ref,
                     )
                 }
             }
@@ -493,5 +673,56 @@ mod tests {
         }
         assert!(platform.requests.is_empty());
         assert!(platform.started.is_empty());
+    }
+
+    /// The operations of contract 0.7.0: bad input is `invalid-request`
+    /// and a provider that does not override them says `unsupported`,
+    /// all without a request.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn environment_policy_is_checked_and_unsupported_by_default() {
+        let mut platform = FakePlatform::new(|_| -> Answer { panic!("no request expected") });
+        let lease = Lease {
+            provider_lease_id: "sb".into(),
+            metadata: "{}".into(),
+            expires_at: None,
+        };
+        let ctx = context(r#"{"apiUrl":"http://127.0.0.1:9"}"#);
+        let invalid = |result: Result<(), ProviderError>| {
+            assert!(matches!(result, Err(ProviderError::InvalidRequest(_))))
+        };
+        let unsupported = |result: Result<(), ProviderError>| {
+            assert!(matches!(result, Err(ProviderError::Unsupported(_))))
+        };
+        let request = AcquireRequest {
+            adapter_type: Some("no spaces".into()),
+            ..crate::acquire::tests::plain_request()
+        };
+        invalid(export::acquire::<Unreached>(&mut platform, &ctx, &request).map(drop));
+        let bad_policy = EgressPolicy::Allow(vec!["a.com".into(), "".into()]);
+        invalid(
+            export::set_egress::<Unreached>(&mut platform, &ctx, &lease, &bad_policy).map(drop),
+        );
+        invalid(export::open_port::<Unreached>(&mut platform, &ctx, &lease, 0).map(drop));
+        invalid(
+            export::capture_template::<Unreached>(&mut platform, &ctx, &lease, "a/b").map(drop),
+        );
+        invalid(
+            export::delete_template::<Unreached>(&mut platform, &ctx, "0123456789abcdef.x")
+                .map(drop),
+        );
+        let good_ref = templates::reference(&ctx, "x").unwrap();
+        unsupported(
+            export::set_egress::<Unreached>(&mut platform, &ctx, &lease, &EgressPolicy::BlockAll)
+                .map(drop),
+        );
+        unsupported(export::open_port::<Unreached>(&mut platform, &ctx, &lease, 80).map(drop));
+        unsupported(
+            export::capture_template::<Unreached>(&mut platform, &ctx, &lease, "x").map(drop),
+        );
+        unsupported(export::delete_template::<Unreached>(&mut platform, &ctx, &good_ref).map(drop));
+        unsupported(
+            export::run(&mut platform, &ctx, |p: &mut Unreached| p.list_templates()).map(drop),
+        );
+        assert!(platform.requests.is_empty());
     }
 }

@@ -44,6 +44,10 @@ fn the_example_provider_acquires_runs_and_destroys() {
         requested_cwd: None,
         workspace_mode: None,
         requested_expires_at: None,
+        egress: None,
+        adapter_type: None,
+        image: None,
+        template: None,
     };
     let lease = runtime.acquire(&env, &request).unwrap().unwrap();
     let command = test_support::command("echo", &["hi"]);

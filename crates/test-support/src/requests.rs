@@ -12,6 +12,10 @@ pub fn acquire(run_id: &str) -> AcquireRequest {
         requested_cwd: None,
         workspace_mode: None,
         requested_expires_at: None,
+        egress: None,
+        adapter_type: None,
+        image: None,
+        template: None,
     }
 }
 

@@ -20,6 +20,17 @@ pub fn json_request(method: Method, path: String, body: Option<Value>) -> Reques
 /// Reads a success envelope `{"status":"success","data":{...}}` from a
 /// response; any other answer is an [`ApiError`].
 pub fn parse_envelope(response: &Response) -> Result<Map<String, Value>, ApiError> {
+    match parse_envelope_data(response)? {
+        Value::Object(data) => Ok(data),
+        _ => Err(ApiError::Invalid(
+            "the response envelope has no data object".into(),
+        )),
+    }
+}
+
+/// The `data` of a success envelope, whatever JSON it is (a list, for
+/// `GET /v1/templates`).
+pub fn parse_envelope_data(response: &Response) -> Result<Value, ApiError> {
     if !(200..300).contains(&response.status) {
         return Err(ApiError::Status(response.status));
     }
@@ -31,12 +42,9 @@ pub fn parse_envelope(response: &Response) -> Result<Map<String, Value>, ApiErro
             "the response envelope is not a success".into(),
         ));
     }
-    match envelope.remove("data") {
-        Some(Value::Object(data)) => Ok(data),
-        _ => Err(ApiError::Invalid(
-            "the response envelope has no data object".into(),
-        )),
-    }
+    envelope
+        .remove("data")
+        .ok_or_else(|| ApiError::Invalid("the response envelope has no data".into()))
 }
 
 /// Sends a request and reads its success envelope.
@@ -49,6 +57,18 @@ pub fn call(
         .send(request, wait, MAX_RESPONSE_BYTES)
         .map_err(ApiError::Transport)?;
     parse_envelope(&response)
+}
+
+/// Sends a request and reads its success envelope's `data`, whatever it is.
+pub fn call_data(
+    platform: &mut dyn Platform,
+    request: &Request,
+    wait: Wait,
+) -> Result<Value, ApiError> {
+    let response = platform
+        .send(request, wait, MAX_RESPONSE_BYTES)
+        .map_err(ApiError::Transport)?;
+    parse_envelope_data(&response)
 }
 
 /// The path of a sandbox.

@@ -4,9 +4,10 @@
 //! before the component sees the config, so they are accepted and left
 //! untouched here, never read.
 
-use provider_sdk::config::{Budget, ConfigObject, ProviderConfig, Validation};
+use provider_sdk::config::{name_for, Budget, ConfigObject, ProviderConfig, Validation};
+use provider_sdk::egress::Egress;
 use provider_sdk::types::OperationBudget;
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
 /// The CreateOS API origin used when the config names none.
 pub const DEFAULT_API_URL: &str = "https://api.sb.createos.sh";
@@ -40,7 +41,15 @@ const KNOWN_FIELDS: &[&str] = &[
     "requestTimeoutMs",
     "reuseLease",
     "hardExpiry",
+    "rootfsByAdapter",
+    "egressAllowlist",
+    "autoPauseAfterSeconds",
+    "ingress",
 ];
+
+/// The shortest and longest idle window (`autoPauseAfterSeconds`) the
+/// service takes.
+pub const AUTO_PAUSE_SECONDS: (u64, u64) = (60, 86_400);
 
 // Shaped like Daytona's config (optional names, budgets, `reuseLease`):
 // the fields are each API's own; the reading rules are the SDK's.
@@ -64,6 +73,33 @@ pub struct Config {
     /// (`expires_at`, as createos-local does): only then is an acquire's
     /// `requested-expires-at` honoured. The CreateOS service has none.
     pub hard_expiry: bool,
+    /// The root filesystem per agent adapter (`rootfsByAdapter`), before
+    /// `rootfs`.
+    pub rootfs_by_adapter: Map<String, Value>,
+    /// The base egress allow-list (`egressAllowlist`), in force when an
+    /// acquire asks for no policy of its own.
+    pub egress_allowlist: Option<Egress>,
+    /// The idle window after which the service pauses a sandbox
+    /// (`autoPauseAfterSeconds`); a reusable lease is then released by
+    /// leaving it running (`idle-pause`).
+    pub auto_pause_after_seconds: Option<u64>,
+    /// Whether sandboxes are created with `ingress_enabled`, so that their
+    /// ports can be opened (`ingress`).
+    pub ingress: bool,
+}
+
+impl Config {
+    /// The root filesystem the config names for an adapter: its
+    /// `rootfsByAdapter` entry, else `rootfs` (none: the service's default).
+    pub fn rootfs_for(&self, adapter: Option<&str>) -> Option<&str> {
+        name_for(&self.rootfs_by_adapter, adapter, self.rootfs.as_ref())
+    }
+
+    /// The base egress list as the config writes it (`["*"]` for
+    /// unrestricted), as a lease records it.
+    pub fn egress_allowlist_entries(&self) -> Option<Vec<String>> {
+        self.egress_allowlist.as_ref().map(Egress::to_entries)
+    }
 }
 
 impl ProviderConfig for Config {
@@ -95,6 +131,14 @@ impl ProviderConfig for Config {
             budget: object.budget(),
             reuse_lease: object.flag("reuseLease"),
             hard_expiry: object.flag("hardExpiry"),
+            rootfs_by_adapter: object.names_by_adapter("rootfsByAdapter"),
+            egress_allowlist: object.egress_list("egressAllowlist"),
+            auto_pause_after_seconds: object.bounded(
+                "autoPauseAfterSeconds",
+                AUTO_PAUSE_SECONDS.0,
+                AUTO_PAUSE_SECONDS.1,
+            ),
+            ingress: object.flag("ingress"),
         };
         let normalized = json!({
             "apiUrl": config.api_origin,
@@ -105,6 +149,10 @@ impl ProviderConfig for Config {
             "requestTimeoutMs": config.budget.request_timeout_ms,
             "reuseLease": config.reuse_lease,
             "hardExpiry": config.hard_expiry,
+            "rootfsByAdapter": (!config.rootfs_by_adapter.is_empty()).then_some(&config.rootfs_by_adapter),
+            "egressAllowlist": config.egress_allowlist_entries(),
+            "autoPauseAfterSeconds": config.auto_pause_after_seconds,
+            "ingress": config.ingress,
         });
         object.finish(config, normalized, SECRET_FIELD)
     }
@@ -228,6 +276,38 @@ mod tests {
         assert_eq!(v.errors.len(), 5, "{:?}", v.errors);
         assert_eq!(v.warnings, vec!["unknown config field `extra` is ignored"]);
         assert!(v.config.is_none() && v.normalized.is_none());
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn environment_policy_fields_are_read_and_round_trip() {
+        let v = validate(
+            r#"{"rootfs":"base","rootfsByAdapter":{"claude_local":"claude-img"},"egressAllowlist":[" A.com ","10.0.0.0/8","a.com"],"autoPauseAfterSeconds":60,"ingress":true}"#,
+        );
+        assert!(v.errors.is_empty(), "{:?}", v.errors);
+        let config = v.config.unwrap();
+        assert_eq!(
+            config.rootfs_for(Some("claude_local")).unwrap(),
+            "claude-img"
+        );
+        assert_eq!(config.rootfs_for(Some("codex_local")).unwrap(), "base");
+        assert_eq!(config.rootfs_for(None).unwrap(), "base");
+        assert_eq!(
+            config.egress_allowlist_entries().unwrap(),
+            ["a.com", "10.0.0.0/8"]
+        );
+        assert_eq!(config.auto_pause_after_seconds, Some(60));
+        assert!(config.ingress);
+        assert_eq!(parse(&v.normalized.unwrap()), Ok(config));
+        let star = parse(r#"{"egressAllowlist":["*"]}"#).unwrap();
+        assert_eq!(star.egress_allowlist_entries().unwrap(), ["*"]);
+        let v = validate(
+            r#"{"rootfsByAdapter":{"bad key":"x"},"egressAllowlist":["*","a.com"],"autoPauseAfterSeconds":59,"ingress":"on"}"#,
+        );
+        assert_eq!(v.errors.len(), 4, "{:?}", v.errors);
+        assert!(validate(r#"{"egressAllowlist":[]}"#).errors[0].contains("empty"));
+        assert!(!validate(r#"{"autoPauseAfterSeconds":86401}"#)
+            .errors
+            .is_empty());
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -26,7 +26,18 @@ pub fn description() -> ProviderDescription {
             | Capabilities::INCREMENTAL_OUTPUT
             | Capabilities::NATIVE_SYNC
             | Capabilities::LOGIN_PTY
-            | Capabilities::DUPLEX_CHANNELS,
+            | Capabilities::DUPLEX_CHANNELS
+            // Contract 0.7.0: egress lists (not block-all: the service has
+            // no deny-all rule), images per adapter, templates, the
+            // service's idle pause, ports (config `ingress`), and sync-in
+            // and sync-out at once (each is its own file requests;
+            // tests/environment_policy.rs overlaps them byte-exact).
+            | Capabilities::EGRESS_POLICY
+            | Capabilities::IMAGES
+            | Capabilities::TEMPLATES
+            | Capabilities::IDLE_PAUSE
+            | Capabilities::PORTS
+            | Capabilities::CONCURRENT_SYNC,
         secrets: vec![SecretField {
             config_field: SECRET_FIELD.into(),
             header: SECRET_HEADER.into(),
@@ -77,7 +88,15 @@ pub fn config_schema() -> String {
             r#""reuseLease":{{"type":"boolean","default":false,"#,
             r#""description":"Pause released sandboxes for reuse instead of deleting them."}},"#,
             r#""hardExpiry":{{"type":"boolean","default":false,"#,
-            r#""description":"The backend attests a hard expiry for a sandbox (createos-local does; the CreateOS service does not): only then is a requested expiry honoured, else refused."}}"#,
+            r#""description":"The backend attests a hard expiry for a sandbox (createos-local does; the CreateOS service does not): only then is a requested expiry honoured, else refused."}},"#,
+            r#""rootfsByAdapter":{{"type":"object","additionalProperties":{{"type":"string","minLength":1,"maxLength":200}},"propertyNames":{{"pattern":"^[A-Za-z0-9_-]{{1,64}}$"}},"#,
+            r#""description":"The root filesystem per agent adapter type, before rootfs; a change expires reusable leases of that adapter."}},"#,
+            r#""egressAllowlist":{{"type":"array","minItems":1,"items":{{"type":"string","minLength":1}},"#,
+            r#""description":"What sandboxes may reach when a run asks for no policy: host[:port], *.domain[:port], IP, [v6]:port, address/prefix; [\"*\"] for the default; a change expires reusable leases."}},"#,
+            r#""autoPauseAfterSeconds":{{"type":"integer","minimum":60,"maximum":86400,"#,
+            r#""description":"Idle window after which the service pauses a sandbox; a released reusable lease is left running until then."}},"#,
+            r#""ingress":{{"type":"boolean","default":false,"#,
+            r#""description":"Create sandboxes with ingress enabled, so that their ports can be opened."}}"#,
             r#"}},"additionalProperties":true}}"#,
         ),
         api_url = DEFAULT_API_URL,
@@ -130,6 +149,24 @@ mod tests {
                 "hardExpiry": {
                     "type": "boolean", "default": false,
                     "description": "The backend attests a hard expiry for a sandbox (createos-local does; the CreateOS service does not): only then is a requested expiry honoured, else refused."
+                },
+                "rootfsByAdapter": {
+                    "type": "object",
+                    "additionalProperties": { "type": "string", "minLength": 1, "maxLength": 200 },
+                    "propertyNames": { "pattern": "^[A-Za-z0-9_-]{1,64}$" },
+                    "description": "The root filesystem per agent adapter type, before rootfs; a change expires reusable leases of that adapter."
+                },
+                "egressAllowlist": {
+                    "type": "array", "minItems": 1, "items": { "type": "string", "minLength": 1 },
+                    "description": "What sandboxes may reach when a run asks for no policy: host[:port], *.domain[:port], IP, [v6]:port, address/prefix; [\"*\"] for the default; a change expires reusable leases."
+                },
+                "autoPauseAfterSeconds": {
+                    "type": "integer", "minimum": 60, "maximum": 86400,
+                    "description": "Idle window after which the service pauses a sandbox; a released reusable lease is left running until then."
+                },
+                "ingress": {
+                    "type": "boolean", "default": false,
+                    "description": "Create sandboxes with ingress enabled, so that their ports can be opened."
                 }
             },
             "additionalProperties": true

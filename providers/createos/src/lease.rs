@@ -27,7 +27,8 @@ pub struct LeaseMetadata {
     pub api_origin: String,
     /// The shape the sandbox was created with.
     pub shape: String,
-    /// The root filesystem it was created with, if set.
+    /// The root filesystem it was created with, if one was sent (the
+    /// request's image, or the config's for the lease's adapter).
     pub rootfs: Option<String>,
     /// The region it was created in, if set.
     pub region: Option<String>,
@@ -39,6 +40,30 @@ pub struct LeaseMetadata {
     pub marker: String,
     /// Whether release pauses the sandbox for reuse.
     pub reusable: bool,
+    /// The agent adapter the lease was acquired for (contract 0.7.0).
+    #[serde(default)]
+    pub adapter_type: Option<String>,
+    /// Whether the request chose what the sandbox started from (an image
+    /// or a template), so that the config's images do not decide it.
+    #[serde(default)]
+    pub image_asked: bool,
+    /// The template (its reference) the sandbox started from.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// The egress policy in force (`Egress::to_entries`); none for the
+    /// service's default.
+    #[serde(default)]
+    pub egress: Option<Vec<String>>,
+    /// The config's base egress list (`egressAllowlist`) when the sandbox
+    /// was created.
+    #[serde(default)]
+    pub base_egress: Option<Vec<String>>,
+    /// The idle window the sandbox was created with.
+    #[serde(default)]
+    pub auto_pause_after_seconds: Option<u64>,
+    /// Whether the sandbox was created with `ingress_enabled`.
+    #[serde(default)]
+    pub ingress: bool,
 }
 
 impl LeaseMetadata {

@@ -1,7 +1,7 @@
 //! The CreateOS sandbox provider: its API knowledge only, over the
 //! provider SDK (`crates/provider-sdk`), compiled to a `wasm32-wasip2`
 //! component that implements the `sandbox-provider` WIT world
-//! (`wit/since_v0.6.0`).
+//! (`wit/since_v0.7.0`).
 //!
 //! The protocol is plain Rust over the SDK's [`provider_sdk::Platform`]
 //! trait, so its logic runs natively in unit tests; [`lifecycle::CreateOs`]
@@ -15,8 +15,11 @@
 //! - [`interact`]: running one interactive process (a terminal or pipes),
 //!   the host's events carried out while its output is followed;
 //! - [`lifecycle`]: the provider's operations (acquire, resume, release,
-//!   destroy, probe, realize, sync, execute, interact);
+//!   destroy, probe, realize, sync, execute, interact, set-egress,
+//!   open-port, capture/list/delete-template);
 //! - [`lease`]: the lease metadata the provider writes and checks;
+//! - [`policy`]: egress rules and the image or template a sandbox starts
+//!   from (contract 0.7.0), decided before any request;
 //! - [`expiry`]: RFC 3339 times of a requested and an attested expiry;
 //! - [`describe`]: the provider description.
 //!
@@ -37,6 +40,7 @@ pub mod frames;
 pub mod interact;
 pub mod lease;
 pub mod lifecycle;
+pub mod policy;
 
 /// JSend answers for the unit tests' scripted platform.
 #[cfg(test)]

@@ -8,16 +8,20 @@
 
 use crate::config::Config;
 use crate::lease::{self, LeaseMetadata, MARKER_PATH, WORKSPACE_ROOT};
-use crate::{api, execute, expiry};
+use crate::{api, execute, expiry, policy};
+use provider_sdk::acquire::AcquirePolicy;
+use provider_sdk::egress::Egress;
 use provider_sdk::errors::{
     cleanup_cause, invalid_response as invalid, probe_report, receipt, ApiError, DeleteSandbox,
 };
 use provider_sdk::http::{self, call_bytes, created_id};
 use provider_sdk::platform::{random_hex, Method, Request};
+use provider_sdk::templates;
 use provider_sdk::types::{
     AcquireRequest, CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, FileDownload,
-    FileUpload, InteractionRequest, Lease, ProbeReport, ProviderDescription, ProviderError,
-    ResumeOutcome, SyncReport, TerminationAction, TerminationReceipt, WorkspaceRequest,
+    FileUpload, InteractionRequest, Lease, PortEndpoint, ProbeReport, ProviderDescription,
+    ProviderError, ResumeOutcome, SyncReport, TemplateDeletion, TemplateInfo, TerminationAction,
+    TerminationReceipt, WorkspaceRequest,
 };
 use provider_sdk::{Operation, Provider};
 use serde_json::{json, Map, Value};
@@ -57,7 +61,11 @@ impl<'a> Provider<'a> for CreateOs<'a> {
     /// Creates a sandbox, runs `/bin/echo <marker>`, and always deletes it.
     fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
         let mut diagnostics = Vec::new();
-        let (id, _) = self.create_sandbox(None)?;
+        let mut body = Map::new();
+        if let Some(rootfs) = &self.op.config.rootfs {
+            body.insert("rootfs".into(), Value::String(rootfs.clone()));
+        }
+        let (id, _) = self.create_sandbox(body)?;
         diagnostics.push(format!(
             "created sandbox {id} (shape {})",
             self.op.config.shape
@@ -99,7 +107,25 @@ impl<'a> Provider<'a> for CreateOs<'a> {
             Some(cwd) => workspace_path(cwd)?,
             None => WORKSPACE_ROOT.to_string(),
         };
-        let (sandbox_id, attested) = self.create_sandbox(asked.map(|(at, _)| at))?;
+        let start = policy::start(&self.op.config, &AcquirePolicy::of(self.op.ctx, request)?)?;
+        let mut body = Map::new();
+        if let Some((at, _)) = asked {
+            body.insert("expires_at".into(), Value::String(at.into()));
+        }
+        if let Some(rootfs) = &start.rootfs {
+            body.insert("rootfs".into(), Value::String(rootfs.clone()));
+        }
+        if let Some(template) = &start.template {
+            body.insert("template".into(), Value::String(template.clone()));
+        }
+        if let Some(rules) = &start.egress_rules {
+            body.insert("egress".into(), json!(rules));
+        }
+        let auto_pause = self.op.config.auto_pause_after_seconds;
+        if let Some(seconds) = auto_pause {
+            body.insert("auto_pause_after_seconds".into(), json!(seconds));
+        }
+        let (sandbox_id, attested) = self.create_sandbox(body)?;
         if let Some((_, limit)) = asked {
             // Kept only when the backend attests it, at or before the time asked.
             if attested
@@ -121,12 +147,19 @@ impl<'a> Provider<'a> for CreateOs<'a> {
             environment_id: self.op.ctx.environment_id.clone(),
             api_origin: self.op.config.api_origin.clone(),
             shape: self.op.config.shape.clone(),
-            rootfs: self.op.config.rootfs.clone(),
+            rootfs: start.rootfs,
             region: self.op.config.region.clone(),
             workspace_root: WORKSPACE_ROOT.into(),
             cwd,
             marker,
             reusable: self.op.config.reuse_lease,
+            adapter_type: request.adapter_type.clone(),
+            image_asked: start.image_asked,
+            template: start.template,
+            egress: start.egress.as_ref().map(Egress::to_entries),
+            base_egress: self.op.config.egress_allowlist_entries(),
+            auto_pause_after_seconds: auto_pause,
+            ingress: self.op.config.ingress,
         };
         match self.prepare(&metadata) {
             Ok(()) => Ok(Lease {
@@ -146,26 +179,38 @@ impl<'a> Provider<'a> for CreateOs<'a> {
         let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
         let id = &metadata.sandbox_id;
         // The config may have changed since the lease was acquired: a lease
-        // on another shape, image or region is not what the caller asks for.
-        for (field, leased, current) in [
-            ("shape", Some(&metadata.shape), Some(&self.op.config.shape)),
-            (
-                "rootfs",
-                metadata.rootfs.as_ref(),
-                self.op.config.rootfs.as_ref(),
-            ),
-            (
-                "region",
-                metadata.region.as_ref(),
-                self.op.config.region.as_ref(),
-            ),
+        // on another shape, image, region or base egress list is not what
+        // the caller asks for. Decided before any request.
+        let config = &self.op.config;
+        let image = if metadata.image_asked {
+            metadata.rootfs.as_deref()
+        } else {
+            config.rootfs_for(metadata.adapter_type.as_deref())
+        };
+        let base_egress = config.egress_allowlist_entries();
+        for (field, same) in [
+            ("shape", metadata.shape == config.shape),
+            ("image (rootfs)", metadata.rootfs.as_deref() == image),
+            ("region", metadata.region == config.region),
+            ("egressAllowlist", metadata.base_egress == base_egress),
         ] {
-            if leased != current {
+            if !same {
                 return Ok(expired(&format!(
                     "the config's {field} is not the one the sandbox was created with"
                 )));
             }
         }
+        let egress_rules = match &metadata.egress {
+            None => None,
+            Some(kept) => match Egress::from_entries(kept) {
+                Some(egress) => Some(policy::egress_rules(&egress)?),
+                None => {
+                    return Err(ProviderError::ForeignLease(
+                        "the lease's egress policy is not one this provider wrote".into(),
+                    ))
+                }
+            },
+        };
         let data = match self.get_sandbox(id) {
             Err(ApiError::Status(404)) => return Ok(expired("the sandbox no longer exists")),
             other => other.map_err(|e| e.into_provider_error("get-sandbox"))?,
@@ -189,6 +234,10 @@ impl<'a> Provider<'a> for CreateOs<'a> {
         }
         if UNUSABLE_STATES.contains(&status.as_str()) {
             return Err(unusable("resume", &status, "resumed"));
+        }
+        // The lease's policy again, before the sandbox runs anything.
+        if let Some(rules) = egress_rules {
+            self.put_egress(id, rules)?;
         }
         if status != "running" {
             if status == "pausing" {
@@ -246,6 +295,19 @@ impl<'a> Provider<'a> for CreateOs<'a> {
         }
         if UNUSABLE_STATES.contains(&status) {
             return Err(unusable("pause", status, "paused"));
+        }
+        // The service pauses it once idle, when the sandbox (as it says)
+        // has the window the lease was created with.
+        let window = data.get("auto_pause_after_seconds").and_then(Value::as_u64);
+        if metadata.auto_pause_after_seconds.is_some()
+            && window == metadata.auto_pause_after_seconds
+        {
+            let action = if status == "paused" {
+                TerminationAction::Paused
+            } else {
+                TerminationAction::IdlePause
+            };
+            return Ok(receipt(&id, action));
         }
         self.transition(&id, "pause", "running")?;
         match self.wait_for_state(&id, &["paused"], "pause")? {
@@ -375,6 +437,142 @@ impl<'a> Provider<'a> for CreateOs<'a> {
         let op = &mut self.op;
         crate::interact::interact(op.platform, &op.config, &metadata.sandbox_id, request)
     }
+
+    /// `PUT /v1/sandboxes/{id}/egress`; the lease records the new policy.
+    fn set_egress(&mut self, lease: &Lease, egress: &Egress) -> Result<Lease, ProviderError> {
+        let mut metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
+        let rules = policy::egress_rules(egress)?;
+        self.put_egress(&metadata.sandbox_id, rules)?;
+        metadata.egress = Some(egress.to_entries());
+        Ok(Lease {
+            expires_at: lease.expires_at.clone(),
+            ..metadata.to_lease()
+        })
+    }
+
+    /// `POST /v1/sandboxes/{id}/ports/{port}`: its URL, and the token
+    /// header each request must carry. Only for a sandbox created with
+    /// `ingress_enabled` (config `ingress`), else `unsupported`.
+    fn open_port(&mut self, lease: &Lease, port: u16) -> Result<PortEndpoint, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
+        if !(self.op.config.ingress && metadata.ingress) {
+            return Err(ProviderError::Unsupported(
+                "ports need ingress: set `ingress: true` in the config; only leases acquired after that can open a port".into(),
+            ));
+        }
+        let open = api::json_request(
+            Method::Post,
+            format!("{}/ports/{port}", api::sandbox_path(&metadata.sandbox_id)),
+            None,
+        );
+        let data = self
+            .call(&open)
+            .map_err(|e| e.into_provider_error("open-port"))?;
+        let field = |name: &str| {
+            http::string_field(&data, name)
+                .map(str::to_string)
+                .map_err(|e| e.into_provider_error("open-port"))
+        };
+        let (url, token, header) = (field("url")?, field("token")?, field("token_header")?);
+        let header_ok = !header.is_empty()
+            && header
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !(url.starts_with("http://") || url.starts_with("https://")) || !header_ok {
+            return Err(invalid(
+                "open-port",
+                "the answer has no http(s) url or no valid token header",
+            ));
+        }
+        Ok(PortEndpoint {
+            port,
+            url,
+            headers: vec![(header, token)],
+        })
+    }
+
+    /// Pauses the sandbox (left paused), then `POST /v1/templates` under
+    /// the name bound to this company and environment.
+    fn capture_template(
+        &mut self,
+        lease: &Lease,
+        name: &str,
+    ) -> Result<TemplateInfo, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx, &self.op.config)?;
+        let template_ref = templates::reference(self.op.ctx, name)?;
+        let id = &metadata.sandbox_id;
+        let data = self
+            .get_sandbox(id)
+            .map_err(|e| e.into_provider_error("capture-template"))?;
+        let status = http::string_field(&data, "status")
+            .map_err(|e| e.into_provider_error("capture-template"))?;
+        if status != "paused" {
+            if status == "running" {
+                self.transition(id, "pause", "running")?;
+            }
+            match self.wait_for_state(id, &["paused"], "capture-template")? {
+                State::Reached => {}
+                State::Gone(state) | State::Unusable(state) => {
+                    return Err(unusable("capture-template", &state, "paused"))
+                }
+            }
+        }
+        let create = api::json_request(
+            Method::Post,
+            "/v1/templates".into(),
+            Some(json!({ "name": template_ref, "sandbox_id": id })),
+        );
+        let data = self
+            .call(&create)
+            .map_err(|e| e.into_provider_error("capture-template"))?;
+        Ok(TemplateInfo {
+            name: name.into(),
+            template_ref,
+            created_at: created_at(&data),
+        })
+    }
+
+    /// `GET /v1/templates`, only those of this company and environment.
+    fn list_templates(&mut self) -> Result<Vec<TemplateInfo>, ProviderError> {
+        let list = Request::new(Method::Get, "/v1/templates");
+        let wait = self.op.wait(true);
+        let data = api::call_data(self.op.platform, &list, wait)
+            .map_err(|e| e.into_provider_error("list-templates"))?;
+        let Value::Array(items) = data else {
+            return Err(invalid("list-templates", "the answer is not a list"));
+        };
+        let mut out = Vec::new();
+        for item in &items {
+            let Some(service_name) = item.get("name").and_then(Value::as_str) else {
+                return Err(invalid("list-templates", "a template has no name"));
+            };
+            if let Some(name) = templates::listed_name(self.op.ctx, service_name) {
+                out.push(TemplateInfo {
+                    name: name.into(),
+                    template_ref: service_name.into(),
+                    created_at: item.as_object().and_then(created_at),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// `DELETE /v1/templates/{name}`; 404 is `already-gone`.
+    fn delete_template(&mut self, template_ref: &str) -> Result<TemplateDeletion, ProviderError> {
+        let delete = Request::new(Method::Delete, format!("/v1/templates/{template_ref}"));
+        match self.call(&delete) {
+            Ok(_) => Ok(TemplateDeletion::Deleted),
+            Err(ApiError::Status(404)) => Ok(TemplateDeletion::AlreadyGone),
+            Err(error) => Err(error.into_provider_error("delete-template")),
+        }
+    }
+}
+
+/// A template's `created_at`, when the answer has one.
+fn created_at(data: &Map<String, Value>) -> Option<String> {
+    data.get("created_at")
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 impl CreateOs<'_> {
@@ -387,23 +585,24 @@ impl CreateOs<'_> {
     /// is not a definite rejection or a valid id leaves a sandbox that may
     /// exist and cannot be found: `cleanup-failed` without a sandbox id.
     /// A request that never reached the server is `transport-failed`.
-    /// With `expires_at` (a backend with `hardExpiry`), also the expiry its
-    /// answer attests.
+    /// `body` holds the request's own fields (`rootfs`, `template`,
+    /// `egress`, ...); with `expires_at` (a backend with `hardExpiry`), also
+    /// the expiry its answer attests.
     fn create_sandbox(
         &mut self,
-        expires_at: Option<&str>,
+        mut body: Map<String, Value>,
     ) -> Result<(String, Option<String>), ProviderError> {
-        let mut body = json!({ "shape": self.op.config.shape, "ingress_enabled": false });
-        if let Some(at) = expires_at {
-            body["expires_at"] = Value::String(at.into());
+        let config = &self.op.config;
+        body.insert("shape".into(), Value::String(config.shape.clone()));
+        body.insert("ingress_enabled".into(), Value::Bool(config.ingress));
+        if let Some(region) = &config.region {
+            body.insert("region".into(), Value::String(region.clone()));
         }
-        if let Some(rootfs) = &self.op.config.rootfs {
-            body["rootfs"] = Value::String(rootfs.clone());
-        }
-        if let Some(region) = &self.op.config.region {
-            body["region"] = Value::String(region.clone());
-        }
-        let create = api::json_request(Method::Post, "/v1/sandboxes".into(), Some(body));
+        let create = api::json_request(
+            Method::Post,
+            "/v1/sandboxes".into(),
+            Some(Value::Object(body)),
+        );
         // Not cancellable: once sent, only the answer says whether it exists.
         let wait = self.op.wait(false);
         let answer = api::call(self.op.platform, &create, wait);
@@ -423,6 +622,18 @@ impl CreateOs<'_> {
         // find and delete it.
         self.op.platform.record_sandbox(&id);
         Ok((id, attested))
+    }
+
+    /// `PUT /v1/sandboxes/{id}/egress` (`[]` allows everything).
+    fn put_egress(&mut self, id: &str, rules: Vec<String>) -> Result<(), ProviderError> {
+        let put = api::json_request(
+            Method::Put,
+            format!("{}/egress", api::sandbox_path(id)),
+            Some(json!({ "egress": rules })),
+        );
+        self.call(&put)
+            .map(drop)
+            .map_err(|e| e.into_provider_error("set-egress"))
     }
 
     fn prepare(&mut self, metadata: &LeaseMetadata) -> Result<(), ProviderError> {
@@ -642,4 +853,345 @@ fn unusable(operation: &str, state: &str, wanted: &str) -> ProviderError {
             "the sandbox is in state `{state}` and cannot be {wanted}; it may still exist: destroy the lease"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::ok;
+    use provider_sdk::config::ProviderConfig;
+    use provider_sdk::export::run;
+    use provider_sdk::testing::{context, Answer, FakePlatform};
+    use provider_sdk::types::{EgressPolicy, EnvironmentContext};
+    use wasm_bindgen_test::wasm_bindgen_test;
+
+    const LOCAL: &str = r#""apiUrl":"http://127.0.0.1:9""#;
+
+    fn ctx(fields: &str) -> EnvironmentContext {
+        context(&format!("{{{LOCAL}{fields}}}"))
+    }
+
+    fn request() -> AcquireRequest {
+        AcquireRequest {
+            run_id: "run".into(),
+            requested_cwd: None,
+            workspace_mode: None,
+            requested_expires_at: None,
+            egress: None,
+            adapter_type: None,
+            image: None,
+            template: None,
+        }
+    }
+
+    fn silent() -> FakePlatform {
+        FakePlatform::new(|_| -> Answer { panic!("no request expected") })
+    }
+
+    /// A lease as acquire writes it under `ctx`, changed by `edit`.
+    fn lease(ctx: &EnvironmentContext, edit: impl FnOnce(&mut LeaseMetadata)) -> Lease {
+        let config = Config::parse(&ctx.config).unwrap();
+        let mut metadata = LeaseMetadata {
+            provider: lease::PROVIDER.into(),
+            sandbox_id: "sb".into(),
+            environment_id: ctx.environment_id.clone(),
+            api_origin: config.api_origin.clone(),
+            shape: config.shape.clone(),
+            rootfs: None,
+            region: None,
+            workspace_root: WORKSPACE_ROOT.into(),
+            cwd: WORKSPACE_ROOT.into(),
+            marker: "m".into(),
+            reusable: true,
+            adapter_type: None,
+            image_asked: false,
+            template: None,
+            egress: None,
+            base_egress: config.egress_allowlist_entries(),
+            auto_pause_after_seconds: None,
+            ingress: config.ingress,
+        };
+        edit(&mut metadata);
+        metadata.to_lease()
+    }
+
+    fn body(request: &Request) -> Value {
+        serde_json::from_slice(&request.body.as_ref().unwrap().1).unwrap()
+    }
+
+    /// What CreateOS cannot carry, or what this lease cannot do, is refused
+    /// before any request.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn refusals_come_before_any_request() {
+        let mut platform = silent();
+        let plain = ctx("");
+        let block_all = AcquireRequest {
+            egress: Some(EgressPolicy::BlockAll),
+            ..request()
+        };
+        let result = run(&mut platform, &plain, |p: &mut CreateOs| {
+            p.acquire_lease(&block_all)
+        });
+        assert!(matches!(result, Err(ProviderError::Unsupported(m)) if m.contains("deny-all")));
+        let lease = lease(&plain, |_| {});
+        let result = run(&mut platform, &plain, |p: &mut CreateOs| {
+            p.set_egress(&lease, &Egress::BlockAll)
+        });
+        assert!(matches!(result, Err(ProviderError::Unsupported(_))));
+        // Ports need the config's ingress and a lease made with it.
+        let result = run(&mut platform, &plain, |p: &mut CreateOs| {
+            p.open_port(&lease, 80)
+        });
+        assert!(matches!(result, Err(ProviderError::Unsupported(m)) if m.contains("ingress")));
+        let ingress = ctx(r#","ingress":true"#);
+        let old_lease = self::lease(&ingress, |m| m.ingress = false);
+        let result = run(&mut platform, &ingress, |p: &mut CreateOs| {
+            p.open_port(&old_lease, 80)
+        });
+        assert!(matches!(result, Err(ProviderError::Unsupported(_))));
+        assert!(platform.requests.is_empty());
+    }
+
+    /// A changed image for the lease's adapter or a changed base egress
+    /// list expires the lease before any request that could wake it.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_changed_image_or_base_list_expires_the_lease_before_any_request() {
+        let mut platform = silent();
+        let before =
+            ctx(r#","rootfsByAdapter":{"claude_local":"one"},"egressAllowlist":["a.com"]"#);
+        let leased = lease(&before, |m| {
+            m.adapter_type = Some("claude_local".into());
+            m.rootfs = Some("one".into());
+        });
+        for (after, says) in [
+            (
+                r#","rootfsByAdapter":{"claude_local":"two"},"egressAllowlist":["a.com"]"#,
+                "image",
+            ),
+            (
+                r#","rootfsByAdapter":{"claude_local":"one"},"egressAllowlist":["b.com"]"#,
+                "egressAllowlist",
+            ),
+            (
+                r#","rootfsByAdapter":{"claude_local":"one"}"#,
+                "egressAllowlist",
+            ),
+        ] {
+            let after = ctx(after);
+            let outcome = run(&mut platform, &after, |p: &mut CreateOs| {
+                p.resume_lease(&leased)
+            });
+            match outcome {
+                Ok(ResumeOutcome::Expired(reason)) => assert!(reason.contains(says), "{reason}"),
+                other => panic!("{:?}", other.err()),
+            }
+        }
+        assert!(platform.requests.is_empty());
+    }
+
+    /// Acquire sends the policy: the request's egress list, the image for
+    /// the adapter, the idle window and ingress; the lease records them.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn acquire_sends_and_records_the_policy() {
+        let mut platform = FakePlatform::new(|req| match (req.method, req.path.as_str()) {
+            (Method::Post, "/v1/sandboxes") => ok(json!({"id": "sb", "status": "creating"})),
+            (Method::Get, "/v1/sandboxes/sb") => ok(json!({"id": "sb", "status": "running"})),
+            (Method::Post, "/v1/sandboxes/sb/exec") => {
+                ok(json!({"result": {"exit_code": 0, "stdout": ""}}))
+            }
+            _ => ok(json!({})),
+        });
+        let ctx = ctx(
+            r#","rootfs":"base","rootfsByAdapter":{"claude_local":"claude"},"egressAllowlist":["base.com"],"autoPauseAfterSeconds":120,"ingress":true,"reuseLease":true"#,
+        );
+        let asked = AcquireRequest {
+            egress: Some(EgressPolicy::Allow(vec![
+                " A.com:443".into(),
+                "10.0.0.0/8".into(),
+            ])),
+            adapter_type: Some("claude_local".into()),
+            ..request()
+        };
+        let lease = run(&mut platform, &ctx, |p: &mut CreateOs| {
+            p.acquire_lease(&asked)
+        })
+        .unwrap();
+        let create = &platform.requests[0].0;
+        assert_eq!(
+            body(create),
+            json!({
+                "shape": "s-1vcpu-1gb",
+                "ingress_enabled": true,
+                "rootfs": "claude",
+                "egress": ["a.com:443", "10.0.0.0/8"],
+                "auto_pause_after_seconds": 120,
+            })
+        );
+        let metadata: LeaseMetadata = serde_json::from_str(&lease.metadata).unwrap();
+        assert_eq!(metadata.rootfs.as_deref(), Some("claude"));
+        assert_eq!(
+            metadata.egress,
+            Some(vec!["a.com:443".to_string(), "10.0.0.0/8".to_string()])
+        );
+        assert_eq!(metadata.base_egress, Some(vec!["base.com".to_string()]));
+        assert_eq!(metadata.auto_pause_after_seconds, Some(120));
+        assert!(metadata.ingress && !metadata.image_asked);
+
+        // No policy of its own: the config's base list; a template: no rootfs.
+        let mut platform = FakePlatform::new(|req| match (req.method, req.path.as_str()) {
+            (Method::Post, "/v1/sandboxes") => ok(json!({"id": "sb", "status": "running"})),
+            (Method::Get, "/v1/sandboxes/sb") => ok(json!({"id": "sb", "status": "running"})),
+            (Method::Post, "/v1/sandboxes/sb/exec") => {
+                ok(json!({"result": {"exit_code": 0, "stdout": ""}}))
+            }
+            _ => ok(json!({})),
+        });
+        let template = AcquireRequest {
+            template: Some(templates::reference(&ctx, "setup").unwrap()),
+            ..request()
+        };
+        run(&mut platform, &ctx, |p: &mut CreateOs| {
+            p.acquire_lease(&template)
+        })
+        .unwrap();
+        let sent = body(&platform.requests[0].0);
+        assert_eq!(sent["egress"], json!(["base.com"]));
+        assert_eq!(
+            sent["template"],
+            json!(templates::reference(&ctx, "setup").unwrap())
+        );
+        assert!(sent.get("rootfs").is_none());
+    }
+
+    /// Resume puts the lease's egress back before the sandbox is resumed.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn resume_reapplies_the_egress_before_waking_the_sandbox() {
+        let paused = std::rc::Rc::new(std::cell::Cell::new(true));
+        let state = paused.clone();
+        let mut platform = FakePlatform::new(move |req| match (req.method, req.path.as_str()) {
+            (Method::Get, "/v1/sandboxes/sb") => {
+                let status = if state.get() { "paused" } else { "running" };
+                ok(json!({"id": "sb", "status": status}))
+            }
+            (Method::Post, "/v1/sandboxes/sb/resume") => {
+                state.set(false);
+                ok(json!({"status": "resuming"}))
+            }
+            (Method::Get, p) if p.starts_with("/v1/sandboxes/sb/files") => {
+                Answer::Full(200, b"m".to_vec())
+            }
+            _ => ok(json!({})),
+        });
+        let ctx = ctx("");
+        let leased = lease(&ctx, |m| m.egress = Some(vec!["a.com".into()]));
+        let outcome = run(&mut platform, &ctx, |p: &mut CreateOs| {
+            p.resume_lease(&leased)
+        })
+        .unwrap();
+        assert!(matches!(outcome, ResumeOutcome::Resumed(_)));
+        let calls = platform.calls();
+        let put = calls
+            .iter()
+            .position(|c| c == "PUT /V1/SANDBOXES/SB/EGRESS")
+            .unwrap();
+        let resume = calls
+            .iter()
+            .position(|c| c == "POST /V1/SANDBOXES/SB/RESUME")
+            .unwrap();
+        assert!(put < resume, "{calls:?}");
+        assert_eq!(
+            body(&platform.requests[put].0),
+            json!({"egress": ["a.com"]})
+        );
+    }
+
+    /// With an idle window the sandbox is left running (`idle-pause`) when
+    /// the service says it has that window; otherwise it is paused now.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn release_leaves_an_idle_window_to_the_service() {
+        let ctx = ctx(r#","reuseLease":true,"autoPauseAfterSeconds":60"#);
+        let leased = lease(&ctx, |m| m.auto_pause_after_seconds = Some(60));
+        let mut platform = FakePlatform::new(|_| {
+            ok(json!({"id": "sb", "status": "running", "auto_pause_after_seconds": 60}))
+        });
+        let receipt = run(&mut platform, &ctx, |p: &mut CreateOs| {
+            p.release_lease(&leased)
+        })
+        .unwrap();
+        assert_eq!(receipt.action, TerminationAction::IdlePause);
+        assert_eq!(platform.calls(), ["GET /V1/SANDBOXES/SB"]);
+        // The service does not say it has the window: paused at once.
+        let paused = std::rc::Rc::new(std::cell::Cell::new(false));
+        let state = paused.clone();
+        let mut platform = FakePlatform::new(move |req| match req.method {
+            Method::Post => {
+                state.set(true);
+                ok(json!({"status": "pausing"}))
+            }
+            _ => {
+                let status = if state.get() { "paused" } else { "running" };
+                ok(json!({"id": "sb", "status": status, "auto_pause_after_seconds": null}))
+            }
+        });
+        let receipt = run(&mut platform, &ctx, |p: &mut CreateOs| {
+            p.release_lease(&leased)
+        })
+        .unwrap();
+        assert_eq!(receipt.action, TerminationAction::Paused);
+    }
+
+    /// Templates: captured under the scoped name after a pause, listed
+    /// only for this company and environment, a 404 delete is already gone.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn templates_are_scoped_to_the_company_and_environment() {
+        let ctx = ctx("");
+        let mine = templates::reference(&ctx, "setup").unwrap();
+        let other = templates::reference(
+            &EnvironmentContext {
+                environment_id: "other".into(),
+                ..ctx.clone()
+            },
+            "setup",
+        )
+        .unwrap();
+        let (listed_mine, listed_other) = (mine.clone(), other.clone());
+        let mut platform = FakePlatform::new(move |req| match (req.method, req.path.as_str()) {
+            (Method::Get, "/v1/templates") => ok_list(json!([
+                {"name": listed_other, "created_at": "2026-12-07T00:00:00Z"},
+                {"name": listed_mine, "created_at": "2026-12-07T00:00:01Z"},
+                {"name": "unscoped"},
+            ])),
+            (Method::Get, "/v1/sandboxes/sb") => ok(json!({"id": "sb", "status": "paused"})),
+            (Method::Delete, _) => Answer::Full(404, b"{}".to_vec()),
+            _ => ok(json!({"name": "x", "sandbox_id": "sb"})),
+        });
+        let list = run(&mut platform, &ctx, |p: &mut CreateOs| p.list_templates()).unwrap();
+        assert_eq!(list.len(), 1);
+        assert_eq!(
+            (list[0].name.as_str(), &list[0].template_ref),
+            ("setup", &mine)
+        );
+        let leased = lease(&ctx, |_| {});
+        let info = run(&mut platform, &ctx, |p: &mut CreateOs| {
+            p.capture_template(&leased, "setup")
+        })
+        .unwrap();
+        assert_eq!(info.template_ref, mine);
+        let sent = body(&platform.requests.last().unwrap().0);
+        assert_eq!(sent, json!({"name": mine, "sandbox_id": "sb"}));
+        let deleted = run(&mut platform, &ctx, |p: &mut CreateOs| {
+            p.delete_template(&mine)
+        })
+        .unwrap();
+        assert_eq!(deleted, TemplateDeletion::AlreadyGone);
+    }
+
+    fn ok_list(data: Value) -> Answer {
+        Answer::Full(
+            200,
+            json!({"status": "success", "data": data})
+                .to_string()
+                .into_bytes(),
+        )
+    }
 }

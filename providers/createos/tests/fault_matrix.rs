@@ -1003,12 +1003,14 @@ fn run_cell(row: &Row, fault: Fault) -> Cell {
                         TerminationAction::Paused => t.status == "paused",
                         TerminationAction::Deleted => t.sandbox == Exists::Gone && !t.gone_proof,
                         TerminationAction::AlreadyGone => t.gone_proof,
+                        TerminationAction::IdlePause => t.status == "running",
                     };
                     check(proven, "a receipt without proof");
                     match receipt.action {
                         TerminationAction::Paused => "paus",
                         TerminationAction::Deleted => "del",
                         TerminationAction::AlreadyGone => "gone",
+                        TerminationAction::IdlePause => "idle",
                     }
                     .into()
                 }

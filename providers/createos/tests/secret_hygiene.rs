@@ -121,6 +121,10 @@ fn the_key_reaches_the_server_and_nothing_else() {
                 requested_cwd: Some("work".into()),
                 workspace_mode: None,
                 requested_expires_at: None,
+                egress: None,
+                adapter_type: None,
+                image: None,
+                template: None,
             },
         )
         .unwrap()

@@ -1,10 +1,12 @@
 //! The Daytona provider's config: two API URLs (the API and the toolbox
 //! proxy), the sandbox's snapshot and target, and the time budgets.
 
-use provider_sdk::config::{Budget, ConfigObject, ProviderConfig, Validation};
+use provider_sdk::config::{name_for, Budget, ConfigObject, ProviderConfig, Validation};
+use provider_sdk::egress::Egress;
 use provider_sdk::origin::{split_url, Origin};
 use provider_sdk::types::OperationBudget;
 use serde_json::json;
+use serde_json::{Map, Value};
 
 /// The public API (`apiUrl`).
 pub const DEFAULT_API_URL: &str = "https://app.daytona.io/api";
@@ -23,6 +25,8 @@ const KNOWN_FIELDS: &[&str] = &[
     "timeoutMs",
     "requestTimeoutMs",
     "reuseLease",
+    "snapshotByAdapter",
+    "egressAllowlist",
 ];
 
 /// One API base: where requests go and the path they start with.
@@ -83,6 +87,27 @@ pub struct Config {
     pub budget: Budget,
     /// Whether a release stops the sandbox for reuse instead of deleting it.
     pub reuse_lease: bool,
+    /// The snapshot per agent adapter (`snapshotByAdapter`), before
+    /// `snapshot`.
+    pub snapshot_by_adapter: Map<String, Value>,
+    /// The base egress allow-list (`egressAllowlist`), in force when an
+    /// acquire asks for no policy of its own.
+    pub egress_allowlist: Option<Egress>,
+}
+
+impl Config {
+    /// The snapshot the config names for an adapter: its
+    /// `snapshotByAdapter` entry, else `snapshot` (none: the service's
+    /// default).
+    pub fn snapshot_for(&self, adapter: Option<&str>) -> Option<&str> {
+        name_for(&self.snapshot_by_adapter, adapter, self.snapshot.as_ref())
+    }
+
+    /// The base egress list as the config writes it (`["*"]` for
+    /// unrestricted), as a lease records it.
+    pub fn egress_allowlist_entries(&self) -> Option<Vec<String>> {
+        self.egress_allowlist.as_ref().map(Egress::to_entries)
+    }
 }
 
 impl ProviderConfig for Config {
@@ -97,6 +122,8 @@ impl ProviderConfig for Config {
             target: object.name("target"),
             budget: object.budget(),
             reuse_lease: object.flag("reuseLease"),
+            snapshot_by_adapter: object.names_by_adapter("snapshotByAdapter"),
+            egress_allowlist: object.egress_list("egressAllowlist"),
         };
         let normalized = json!({
             "apiUrl": config.api.url(),
@@ -107,6 +134,8 @@ impl ProviderConfig for Config {
             "timeoutMs": config.budget.timeout_ms,
             "requestTimeoutMs": config.budget.request_timeout_ms,
             "reuseLease": config.reuse_lease,
+            "snapshotByAdapter": (!config.snapshot_by_adapter.is_empty()).then_some(&config.snapshot_by_adapter),
+            "egressAllowlist": config.egress_allowlist_entries(),
         });
         object.finish(config, normalized, SECRET_FIELD)
     }
@@ -160,6 +189,20 @@ mod tests {
         let normalized = v.normalized.unwrap();
         assert_eq!(validate(&normalized).normalized.unwrap(), normalized);
         assert!(normalized.contains(r#""apiKey":{"env":"K"}"#));
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn images_per_adapter_and_the_base_egress_list_round_trip() {
+        let v = validate(
+            r#"{"snapshot":"base","snapshotByAdapter":{"claude_local":"claude"},"egressAllowlist":["a.com"," a.com"]}"#,
+        );
+        let config = v.config.clone().unwrap();
+        assert_eq!(config.snapshot_for(Some("claude_local")).unwrap(), "claude");
+        assert_eq!(config.snapshot_for(Some("other")).unwrap(), "base");
+        assert_eq!(config.egress_allowlist_entries().unwrap(), ["a.com"]);
+        assert_eq!(Config::parse(&v.normalized.unwrap()), Ok(config));
+        let bad = validate(r#"{"snapshotByAdapter":[],"egressAllowlist":["*","a.com"]}"#);
+        assert_eq!(bad.errors.len(), 2, "{:?}", bad.errors);
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -27,7 +27,16 @@ pub fn description() -> ProviderDescription {
             | Capabilities::INCREMENTAL_OUTPUT
             | Capabilities::LOGIN_PTY
             | Capabilities::DUPLEX_CHANNELS
-            | Capabilities::TERMINAL_RESIZE,
+            | Capabilities::TERMINAL_RESIZE
+            // Egress as the network settings (no entry with a port), an
+            // image as the snapshot to start from, ports as preview URLs.
+            // Not `templates`: snapshots are captured and deleted, but the
+            // local engine's face lists none (no `GET /snapshots`), so
+            // `list-templates` is unproven. Not `idle-pause`: the engine's
+            // face runs no auto-stop timer.
+            | Capabilities::EGRESS_POLICY
+            | Capabilities::IMAGES
+            | Capabilities::PORTS,
         secrets: vec![SecretField {
             config_field: SECRET_FIELD.into(),
             header: SECRET_HEADER.into(),
@@ -70,7 +79,12 @@ pub fn config_schema() -> String {
             "timeoutMs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "default": DEFAULT_TIMEOUT_MS},
             "requestTimeoutMs": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS, "default": DEFAULT_REQUEST_TIMEOUT_MS},
             "reuseLease": {"type": "boolean", "default": false,
-                "description": "Stop released sandboxes for reuse instead of deleting them"}
+                "description": "Stop released sandboxes for reuse instead of deleting them"},
+            "snapshotByAdapter": {"type": "object", "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 200},
+                "propertyNames": {"pattern": "^[A-Za-z0-9_-]{1,64}$"},
+                "description": "The snapshot per agent adapter type, before snapshot; a change expires reusable leases of that adapter"},
+            "egressAllowlist": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+                "description": "What sandboxes may reach when a run asks for no policy: domains (*.example.com), addresses and address/prefix ranges, no ports; [\"*\"] for the default; a change expires reusable leases"}
         },
         "additionalProperties": true
     })

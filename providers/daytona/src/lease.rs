@@ -37,6 +37,25 @@ pub struct LeaseMetadata {
     /// [`LeaseMetadata::workspace_root`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// The snapshot the sandbox was created from, if one was sent (a
+    /// template's reference, the request's image, or the config's for the
+    /// lease's adapter). Contract 0.7.0, as the fields below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<String>,
+    /// The agent adapter the lease was acquired for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter_type: Option<String>,
+    /// Whether the request chose the snapshot (an image or a template),
+    /// so that the config's do not decide it.
+    #[serde(default)]
+    pub image_asked: bool,
+    /// The egress policy in force (`Egress::to_entries`); none for the
+    /// service's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<Vec<String>>,
+    /// The config's base egress list when the sandbox was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_egress: Option<Vec<String>>,
 }
 
 impl LeaseMetadata {
@@ -125,6 +144,11 @@ mod tests {
             marker: "m".into(),
             cwd: "/root/paperclip-workspace".into(),
             workspace: Some("/root/paperclip-workspace".into()),
+            snapshot: None,
+            adapter_type: None,
+            image_asked: false,
+            egress: None,
+            base_egress: None,
         };
         Lease {
             provider_lease_id: "sb-1".into(),

@@ -1,7 +1,7 @@
 //! The Daytona sandbox provider: Daytona API knowledge only, over the
 //! provider SDK (`crates/provider-sdk`), compiled to a `wasm32-wasip2`
 //! component implementing the `sandbox-provider` WIT world
-//! (`wit/since_v0.6.0`). The API subset it uses is recorded in
+//! (`wit/since_v0.7.0`). The API subset it uses is recorded in
 //! `docs/daytona-api.md`.
 //!
 //! It talks to two origins: the API (`apiUrl`: sandboxes) and the toolbox
@@ -14,7 +14,9 @@
 //! - [`lease`]: the lease metadata and the labels that tie a sandbox to it;
 //! - [`lifecycle`]: the provider's operations ([`lifecycle::Daytona`], the
 //!   SDK's `Provider`): acquire, resume, release, destroy, probe, realize,
-//!   execute;
+//!   execute, set-egress, open-port, capture/delete-template;
+//! - [`policy`]: egress as Daytona's network settings and the snapshot a
+//!   sandbox starts from (contract 0.7.0), decided before any request;
 //! - [`logs`]: the labelled stdout/stderr log stream;
 //! - [`execute`]: one command in its own session, with cleanup;
 //! - [`interact`]: an interactive process (a terminal or pipes) in its own
@@ -33,3 +35,4 @@ pub mod interact;
 pub mod lease;
 pub mod lifecycle;
 pub mod logs;
+pub mod policy;

@@ -11,19 +11,26 @@ use crate::api::{self, Face};
 use crate::config::Config;
 use crate::execute;
 use crate::lease::{self, LeaseMetadata, ENVIRONMENT_LABEL, MARKER_LABEL, PROVIDER};
+use crate::policy::{self, Network};
+use provider_sdk::acquire::AcquirePolicy;
+use provider_sdk::egress::Egress;
 use provider_sdk::errors::{
     cleanup_cause, encode_query_value, invalid_response as invalid, probe_report, receipt,
     ApiError, DeleteSandbox,
 };
 use provider_sdk::http;
 use provider_sdk::platform::{random_hex, Method, Wait, MS};
+use provider_sdk::templates;
 use provider_sdk::types::{
     AcquireRequest, CleanupCause, CleanupPhase, ExecuteRequest, ExecuteResult, InteractionRequest,
-    Lease, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome, TerminationAction,
-    TerminationReceipt, WorkspaceRequest,
+    Lease, PortEndpoint, ProbeReport, ProviderDescription, ProviderError, ResumeOutcome,
+    TemplateDeletion, TemplateInfo, TerminationAction, TerminationReceipt, WorkspaceRequest,
 };
 use provider_sdk::{Operation, Provider};
 use serde_json::{json, Map, Value};
+
+/// The header a preview URL's token travels in.
+pub const PREVIEW_TOKEN_HEADER: &str = "X-Daytona-Preview-Token";
 
 /// How often a state change is polled.
 pub const POLL_INTERVAL_MS: u64 = 250;
@@ -83,7 +90,11 @@ impl<'a> Provider<'a> for Daytona<'a> {
     /// `process/execute`), and always deletes it.
     fn probe(&mut self) -> Result<ProbeReport, ProviderError> {
         let marker = random_hex(self.op.platform, 8);
-        let id = self.create_sandbox(&marker)?;
+        let mut body = Map::new();
+        if let Some(snapshot) = &self.op.config.snapshot {
+            body.insert("snapshot".into(), Value::String(snapshot.clone()));
+        }
+        let id = self.create_sandbox(&marker, body)?;
         let mut diagnostics = vec![format!("created sandbox {id}")];
         let outcome = self.probe_run(&id, &marker, &mut diagnostics);
         self.destroy_sandbox(&id)?;
@@ -102,8 +113,16 @@ impl<'a> Provider<'a> for Daytona<'a> {
                 "Daytona leases have no expiry; leave requested-expires-at unset".into(),
             ));
         }
+        let start = policy::start(&self.op.config, &AcquirePolicy::of(self.op.ctx, request)?)?;
+        let mut body = Map::new();
+        if let Some(snapshot) = &start.snapshot {
+            body.insert("snapshot".into(), Value::String(snapshot.clone()));
+        }
+        if let Some(network) = &start.network {
+            network.create_fields(&mut body);
+        }
         let marker = random_hex(self.op.platform, 16);
-        let sandbox_id = self.create_sandbox(&marker)?;
+        let sandbox_id = self.create_sandbox(&marker, body)?;
         let setup = self
             .wait_for(&sandbox_id, "started")
             .and_then(|()| self.workspace(&sandbox_id, request.requested_cwd.as_deref()));
@@ -117,6 +136,11 @@ impl<'a> Provider<'a> for Daytona<'a> {
                     marker,
                     cwd,
                     workspace: Some(workspace),
+                    snapshot: start.snapshot,
+                    adapter_type: request.adapter_type.clone(),
+                    image_asked: start.image_asked,
+                    egress: start.egress.as_ref().map(Egress::to_entries),
+                    base_egress: self.op.config.egress_allowlist_entries(),
                 };
                 Ok(Lease {
                     provider_lease_id: sandbox_id,
@@ -135,6 +159,36 @@ impl<'a> Provider<'a> for Daytona<'a> {
     fn resume_lease(&mut self, lease: &Lease) -> Result<ResumeOutcome, ProviderError> {
         let metadata = lease::check(lease, self.op.ctx)?;
         let id = metadata.sandbox_id.clone();
+        // A changed image or base egress list in the config expires the
+        // lease before any request.
+        let config = &self.op.config;
+        let snapshot = if metadata.image_asked {
+            metadata.snapshot.as_deref()
+        } else {
+            config.snapshot_for(metadata.adapter_type.as_deref())
+        };
+        if metadata.snapshot.as_deref() != snapshot {
+            return Ok(ResumeOutcome::Expired(
+                "the config's snapshot for this lease is not the one the sandbox was created from"
+                    .into(),
+            ));
+        }
+        if metadata.base_egress != config.egress_allowlist_entries() {
+            return Ok(ResumeOutcome::Expired(
+                "the config's egressAllowlist is not the one the sandbox was created with".into(),
+            ));
+        }
+        let network = match &metadata.egress {
+            None => None,
+            Some(kept) => match Egress::from_entries(kept) {
+                Some(egress) => Some(Network::of(&egress)?),
+                None => {
+                    return Err(ProviderError::ForeignLease(
+                        "the lease's egress policy is not one this provider wrote".into(),
+                    ))
+                }
+            },
+        };
         let Some(data) = self.sandbox(&id)? else {
             return Ok(ResumeOutcome::Expired(
                 "the sandbox no longer exists".into(),
@@ -151,7 +205,7 @@ impl<'a> Provider<'a> for Daytona<'a> {
             ));
         }
         for (field, wanted) in [
-            ("snapshot", &self.op.config.snapshot),
+            ("snapshot", &metadata.snapshot),
             ("target", &self.op.config.target),
         ] {
             if let Some(wanted) = wanted {
@@ -161,6 +215,10 @@ impl<'a> Provider<'a> for Daytona<'a> {
                     )));
                 }
             }
+        }
+        // The lease's policy again, before the sandbox runs anything.
+        if let Some(network) = network {
+            self.network_settings(&id, &network)?;
         }
         match state_of(&data).unwrap_or("unknown") {
             "started" => {}
@@ -185,6 +243,96 @@ impl<'a> Provider<'a> for Daytona<'a> {
             }
         }
         Ok(ResumeOutcome::Resumed(lease.clone()))
+    }
+
+    /// `POST /sandbox/{id}/network-settings` with all three fields; the
+    /// lease records the new policy.
+    fn set_egress(&mut self, lease: &Lease, egress: &Egress) -> Result<Lease, ProviderError> {
+        let mut metadata = lease::check(lease, self.op.ctx)?;
+        let network = Network::of(egress)?;
+        self.network_settings(&metadata.sandbox_id, &network)?;
+        metadata.egress = Some(egress.to_entries());
+        Ok(Lease {
+            metadata: metadata.to_json(),
+            ..lease.clone()
+        })
+    }
+
+    /// `GET /sandbox/{id}/ports/{port}/preview-url`: the URL, and the
+    /// token in `X-Daytona-Preview-Token` (the sandboxes are never
+    /// `public`).
+    fn open_port(&mut self, lease: &Lease, port: u16) -> Result<PortEndpoint, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let path = format!(
+            "{}/ports/{port}/preview-url",
+            api::sandbox_path(&metadata.sandbox_id)
+        );
+        let data = self
+            .call(Face::Api, Method::Get, &path, None)
+            .and_then(http::object)
+            .map_err(|e| e.into_provider_error("open-port"))?;
+        let field = |name: &str| {
+            http::string_field(&data, name)
+                .map(str::to_string)
+                .map_err(|e| e.into_provider_error("open-port"))
+        };
+        let (url, token) = (field("url")?, field("token")?);
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(invalid("open-port", "the preview URL is not http(s)"));
+        }
+        Ok(PortEndpoint {
+            port,
+            url,
+            headers: vec![(PREVIEW_TOKEN_HEADER.into(), token)],
+        })
+    }
+
+    /// Stops the sandbox (left stopped), then `POST /sandbox/{id}/snapshot`
+    /// under the name bound to this company and environment.
+    fn capture_template(
+        &mut self,
+        lease: &Lease,
+        name: &str,
+    ) -> Result<TemplateInfo, ProviderError> {
+        let metadata = lease::check(lease, self.op.ctx)?;
+        let template_ref = templates::reference(self.op.ctx, name)?;
+        let id = &metadata.sandbox_id;
+        if self.sandbox(id)?.as_ref().and_then(state_of) != Some("stopped") {
+            self.call(
+                Face::Api,
+                Method::Post,
+                &format!("{}/stop", api::sandbox_path(id)),
+                None,
+            )
+            .map_err(|e| e.into_provider_error("capture-template"))?;
+            self.wait_for(id, "stopped")?;
+        }
+        self.call(
+            Face::Api,
+            Method::Post,
+            &format!("{}/snapshot", api::sandbox_path(id)),
+            Some(json!({ "name": template_ref })),
+        )
+        .map_err(|e| e.into_provider_error("capture-template"))?;
+        Ok(TemplateInfo {
+            name: name.into(),
+            template_ref,
+            created_at: None,
+        })
+    }
+
+    /// `DELETE /snapshots/{name}`; 404 is `already-gone`.
+    fn delete_template(&mut self, template_ref: &str) -> Result<TemplateDeletion, ProviderError> {
+        match self.call(
+            Face::Api,
+            Method::Delete,
+            &format!("/snapshots/{template_ref}"),
+            None,
+        ) {
+            Ok(_) => Ok(TemplateDeletion::Deleted),
+            Err(ApiError::Status(404)) => Ok(TemplateDeletion::AlreadyGone),
+            Err(error) => Err(error.into_provider_error("delete-template")),
+        }
     }
 
     /// Stops a reusable lease (`paused`), or deletes it otherwise.
@@ -287,26 +435,26 @@ impl Daytona<'_> {
     /// that never reached the server, or a valid id leaves a sandbox that
     /// may exist and cannot be found: `cleanup-failed` without an id. The
     /// id is reported to the host (`record-sandbox`) before anything else.
-    fn create_sandbox(&mut self, marker: &str) -> Result<String, ProviderError> {
+    fn create_sandbox(
+        &mut self,
+        marker: &str,
+        mut body: Map<String, Value>,
+    ) -> Result<String, ProviderError> {
         let mut labels = Map::new();
         labels.insert(
             ENVIRONMENT_LABEL.into(),
             Value::String(self.op.ctx.environment_id.clone()),
         );
         labels.insert(MARKER_LABEL.into(), Value::String(marker.into()));
-        let mut body = json!({
-            "labels": labels,
-            // Never stopped, archived or deleted behind the lease's back.
-            "autoStopInterval": 0,
-            "autoArchiveInterval": 0,
-            "autoDeleteInterval": -1,
-        });
-        if let Some(snapshot) = &self.op.config.snapshot {
-            body["snapshot"] = Value::String(snapshot.clone());
-        }
+        body.insert("labels".into(), Value::Object(labels));
+        // Never stopped, archived or deleted behind the lease's back.
+        body.insert("autoStopInterval".into(), json!(0));
+        body.insert("autoArchiveInterval".into(), json!(0));
+        body.insert("autoDeleteInterval".into(), json!(-1));
         if let Some(target) = &self.op.config.target {
-            body["target"] = Value::String(target.clone());
+            body.insert("target".into(), Value::String(target.clone()));
         }
+        let body = Value::Object(body);
         let create = api::request(
             &self.op.config,
             Face::Api,
@@ -365,6 +513,18 @@ impl Daytona<'_> {
             Err(ApiError::Status(404)) => Ok(None),
             Err(error) => Err(error.into_provider_error("get-sandbox")),
         }
+    }
+
+    /// `POST /sandbox/{id}/network-settings`.
+    fn network_settings(&mut self, id: &str, network: &Network) -> Result<(), ProviderError> {
+        self.call(
+            Face::Api,
+            Method::Post,
+            &format!("{}/network-settings", api::sandbox_path(id)),
+            Some(network.settings()),
+        )
+        .map(drop)
+        .map_err(|e| e.into_provider_error("set-egress"))
     }
 
     /// Polls until the sandbox is in `wanted`.

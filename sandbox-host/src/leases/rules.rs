@@ -108,6 +108,12 @@ pub enum Operation {
     Realize,
     /// Resume a released lease (`resume-lease`): takes a busy mark.
     Resume,
+    /// Change what a live lease's sandbox may reach or expose
+    /// (`set-egress`, `open-port`): takes a busy mark.
+    Configure,
+    /// Keep a live lease's sandbox's files as a template
+    /// (`capture-template`): takes a busy mark.
+    Capture,
     /// Release (`release-lease`): moves the lease to `closing`.
     Release,
     /// Destroy (`destroy-lease`): moves the lease to `closing`, or keeps it
@@ -124,6 +130,8 @@ impl Operation {
             Operation::Execute => "run a command on",
             Operation::Realize => "prepare the workspace of",
             Operation::Resume => "resume",
+            Operation::Configure => "change the network or ports of",
+            Operation::Capture => "capture a template from",
             Operation::Release => "release",
             Operation::Destroy => "destroy",
             Operation::Inspect => "inspect",
@@ -133,7 +141,9 @@ impl Operation {
     fn allowed(self) -> &'static [LeaseState] {
         use LeaseState::*;
         match self {
-            Operation::Execute | Operation::Realize => &[Active],
+            Operation::Execute | Operation::Realize | Operation::Configure | Operation::Capture => {
+                &[Active]
+            }
             Operation::Resume => &[Active, Released],
             Operation::Release => &[Active],
             Operation::Destroy => &[Active, Released, Poisoned],
@@ -350,7 +360,11 @@ pub fn decide(operation: Operation, lease: &LeaseView<'_>) -> Decision {
     }
 
     decision.change = match operation {
-        Operation::Execute | Operation::Realize | Operation::Resume => Change::MarkBusy,
+        Operation::Execute
+        | Operation::Realize
+        | Operation::Resume
+        | Operation::Configure
+        | Operation::Capture => Change::MarkBusy,
         Operation::Release => Change::Close,
         Operation::Destroy if state == LeaseState::Poisoned => Change::CloseKeepingPoison,
         Operation::Destroy => Change::Close,
@@ -391,6 +405,8 @@ mod tests {
             Operation::Execute,
             Operation::Realize,
             Operation::Resume,
+            Operation::Configure,
+            Operation::Capture,
             Operation::Release,
             Operation::Destroy,
             Operation::Inspect,

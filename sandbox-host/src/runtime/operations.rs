@@ -60,12 +60,18 @@ impl SandboxRuntime {
     /// Records a lease, then `acquire-lease`. The record ends `active` on
     /// success, `destroyed` on a definite failure (nothing was left),
     /// `poisoned` on `cleanup-failed` with a sandbox id, and `unknown` on a
-    /// trap or an unconfirmed creation without an id.
+    /// trap or an unconfirmed creation without an id. A request asking for
+    /// an egress policy, an image or a template the provider's
+    /// capabilities do not claim is refused (`unsupported`) before
+    /// anything is recorded or asked of the provider.
     pub fn acquire(
         &self,
         env: &Environment,
         request: &AcquireRequest,
     ) -> Result<Result<LeaseRecord, ProviderError>> {
+        if let Some(refused) = self.acquire_refusal(request) {
+            return Ok(Err(refused));
+        }
         let record = self
             .store
             .begin_acquire(&env.ctx, &request.run_id, self.host.id())?;
@@ -456,13 +462,13 @@ impl SandboxRuntime {
         Ok(report)
     }
 
-    fn record(&self, id: &str) -> Result<LeaseRecord> {
+    pub(super) fn record(&self, id: &str) -> Result<LeaseRecord> {
         self.store
             .get(id)?
             .with_context(|| format!("no lease {id} in the lease store"))
     }
 
-    fn poison_on_failure<T>(
+    pub(super) fn poison_on_failure<T>(
         &self,
         id: &str,
         operation: &str,

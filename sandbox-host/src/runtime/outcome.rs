@@ -27,10 +27,11 @@ pub(super) fn declared_limit(limit: crate::wasm::bindings::types::RateLimit) -> 
     }
 }
 
-/// `paused`, `deleted` or `already gone`.
+/// `paused`, `deleted`, `already gone` or `left running until idle, then paused`.
 pub fn action_name(action: TerminationAction) -> &'static str {
     match action {
         TerminationAction::Paused => "paused",
+        TerminationAction::IdlePause => "left running until idle, then paused",
         TerminationAction::Deleted => "deleted",
         TerminationAction::AlreadyGone => "already gone",
     }

@@ -1,10 +1,10 @@
 //! The generated bindings of the `sandbox-provider` WIT world, wrapped once.
 //!
-//! Only this module runs `bindgen!`: once for the current contract (0.6.0,
-//! whose types the whole host uses) and once each for 0.5.0, 0.4.0, 0.3.0
-//! and 0.2.0, whose components the host still loads (see
-//! [`v0_5`](super::v0_5), [`v0_4`](super::v0_4), [`v0_3`](super::v0_3) and
-//! [`v0_2`](super::v0_2) for the conversions).
+//! Only this module runs `bindgen!`: once for the current contract (0.7.0,
+//! whose types the whole host uses) and once each for 0.6.0, 0.5.0, 0.4.0,
+//! 0.3.0 and 0.2.0, whose components the host still loads (see
+//! [`v0_6`](super::v0_6), [`v0_5`](super::v0_5), [`v0_4`](super::v0_4),
+//! [`v0_3`](super::v0_3) and [`v0_2`](super::v0_2) for the conversions).
 //! Everything WASI comes from `wasmtime-wasi` / `wasmtime-wasi-http`
 //! (mapped with `with:`), so the only generated code is our own `types`,
 //! `host` and `provider` interfaces.
@@ -30,7 +30,22 @@ macro_rules! contract_world {
 
 #[allow(missing_docs, clippy::all)]
 mod generated {
+    contract_world!("wit/since_v0.7.0");
+}
+
+/// The world of contract 0.6.0, for components built before 0.7.0 (no
+/// environment policy: egress, images, templates, ports, idle pause).
+#[allow(missing_docs, clippy::all)]
+pub(crate) mod v0_6 {
     contract_world!("wit/since_v0.6.0");
+
+    pub(crate) use sandbox::provider::host;
+    pub(crate) use sandbox::provider::types;
+
+    /// The interface a 0.6.0 component exports.
+    pub(crate) const PROVIDER_INTERFACE: &str = "sandbox:provider/provider@0.6.0";
+    /// The (function-less) types interface a 0.6.0 component imports.
+    pub(crate) const TYPES_INTERFACE: &str = "sandbox:provider/types@0.6.0";
 }
 
 /// The world of contract 0.5.0, for components built before 0.6.0 (no
@@ -39,7 +54,6 @@ mod generated {
 pub(crate) mod v0_5 {
     contract_world!("wit/since_v0.5.0");
 
-    pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
     pub(crate) use sandbox::provider::types;
 
@@ -55,7 +69,6 @@ pub(crate) mod v0_5 {
 pub(crate) mod v0_4 {
     contract_world!("wit/since_v0.4.0");
 
-    pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
     pub(crate) use sandbox::provider::types;
 
@@ -71,7 +84,6 @@ pub(crate) mod v0_4 {
 pub(crate) mod v0_3 {
     contract_world!("wit/since_v0.3.0");
 
-    pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
     pub(crate) use sandbox::provider::types;
 
@@ -86,7 +98,6 @@ pub(crate) mod v0_3 {
 pub(crate) mod v0_2 {
     contract_world!("wit/since_v0.2.0");
 
-    pub(crate) use exports::sandbox::provider::provider as exports_provider;
     pub(crate) use sandbox::provider::host;
     pub(crate) use sandbox::provider::types;
 
@@ -103,20 +114,20 @@ pub mod types {
     pub use super::generated::sandbox::provider::types::*;
 }
 
-pub(crate) use generated::exports::sandbox::provider::provider as exports_provider;
 pub(crate) use generated::sandbox::provider::host;
 pub(crate) use generated::{SandboxProvider, SandboxProviderPre};
 
 /// The fully qualified name of the interface a provider component of the
 /// current contract exports.
-pub const PROVIDER_INTERFACE: &str = "sandbox:provider/provider@0.6.0";
+pub const PROVIDER_INTERFACE: &str = "sandbox:provider/provider@0.7.0";
 
 /// The (function-less) types interface a current component imports.
-pub(crate) const TYPES_INTERFACE: &str = "sandbox:provider/types@0.6.0";
+pub(crate) const TYPES_INTERFACE: &str = "sandbox:provider/types@0.7.0";
 
 /// Every provider interface this host serves, newest first.
-pub const SERVED_INTERFACES: [&str; 5] = [
+pub const SERVED_INTERFACES: [&str; 6] = [
     PROVIDER_INTERFACE,
+    v0_6::PROVIDER_INTERFACE,
     v0_5::PROVIDER_INTERFACE,
     v0_4::PROVIDER_INTERFACE,
     v0_3::PROVIDER_INTERFACE,

@@ -9,7 +9,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Engine, Store};
 
 use crate::wasm::bindings::{
-    host, v0_2, v0_3, v0_4, v0_5, SandboxProviderPre, PROVIDER_INTERFACE, SERVED_INTERFACES,
+    host, v0_2, v0_3, v0_4, v0_5, v0_6, SandboxProviderPre, PROVIDER_INTERFACE, SERVED_INTERFACES,
     TYPES_INTERFACE,
 };
 use crate::wasm::cache::ArtifactCache;
@@ -32,6 +32,7 @@ pub struct ProviderComponent {
 #[derive(Clone)]
 enum Pre {
     Current(SandboxProviderPre<HostState>),
+    V0_6(v0_6::SandboxProviderPre<HostState>),
     V0_5(v0_5::SandboxProviderPre<HostState>),
     V0_4(v0_4::SandboxProviderPre<HostState>),
     V0_3(v0_3::SandboxProviderPre<HostState>),
@@ -83,6 +84,8 @@ impl ProviderComponent {
             .context("the component imports something this host does not provide")?;
         let pre = if served == PROVIDER_INTERFACE {
             SandboxProviderPre::new(instance_pre).map(Pre::Current)
+        } else if served == v0_6::PROVIDER_INTERFACE {
+            v0_6::SandboxProviderPre::new(instance_pre).map(Pre::V0_6)
         } else if served == v0_5::PROVIDER_INTERFACE {
             v0_5::SandboxProviderPre::new(instance_pre).map(Pre::V0_5)
         } else if served == v0_4::PROVIDER_INTERFACE {
@@ -106,6 +109,7 @@ impl ProviderComponent {
     pub fn engine(&self) -> &Engine {
         match &self.pre {
             Pre::Current(pre) => pre.engine(),
+            Pre::V0_6(pre) => pre.engine(),
             Pre::V0_5(pre) => pre.engine(),
             Pre::V0_4(pre) => pre.engine(),
             Pre::V0_3(pre) => pre.engine(),
@@ -118,6 +122,7 @@ impl ProviderComponent {
     pub fn contract(&self) -> &'static str {
         match &self.pre {
             Pre::Current(_) => PROVIDER_INTERFACE,
+            Pre::V0_6(_) => v0_6::PROVIDER_INTERFACE,
             Pre::V0_5(_) => v0_5::PROVIDER_INTERFACE,
             Pre::V0_4(_) => v0_4::PROVIDER_INTERFACE,
             Pre::V0_3(_) => v0_3::PROVIDER_INTERFACE,
@@ -143,6 +148,7 @@ impl ProviderComponent {
         store.epoch_deadline_trap();
         let bindings = match &self.pre {
             Pre::Current(pre) => pre.instantiate(&mut store).map(Bindings::Current),
+            Pre::V0_6(pre) => pre.instantiate(&mut store).map(Bindings::V0_6),
             Pre::V0_5(pre) => pre.instantiate(&mut store).map(Bindings::V0_5),
             Pre::V0_4(pre) => pre.instantiate(&mut store).map(Bindings::V0_4),
             Pre::V0_3(pre) => pre.instantiate(&mut store).map(Bindings::V0_3),
@@ -159,12 +165,14 @@ fn linker(engine: &Engine) -> Result<Linker<HostState>> {
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)?;
     host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
+    v0_6::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     v0_5::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     v0_4::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     v0_3::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     v0_2::host::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |state| state)?;
     // `types` holds only types, but a component still imports it.
     linker.instance(TYPES_INTERFACE)?;
+    linker.instance(v0_6::TYPES_INTERFACE)?;
     linker.instance(v0_5::TYPES_INTERFACE)?;
     linker.instance(v0_4::TYPES_INTERFACE)?;
     linker.instance(v0_3::TYPES_INTERFACE)?;
@@ -200,7 +208,7 @@ fn check_exports(engine: &Engine, component: &Component) -> Result<&'static str>
         bail!(
             "the component exports {other}, but this host serves only {served}: \
              it was built for another version of the sandbox-provider contract; rebuild it \
-             with the provider SDK of this release (wit/since_v0.6.0), or use a host that \
+             with the provider SDK of this release (wit/since_v0.7.0), or use a host that \
              serves its version"
         );
     }

@@ -1,8 +1,8 @@
 //! Conversions between the types of two contract versions whose records,
 //! variants and enums have the same shape ([`v0_2`](super::v0_2),
-//! [`v0_3`](super::v0_3), [`v0_4`](super::v0_4) and [`v0_5`](super::v0_5)
-//! against the current contract). A module using the
-//! macros here names the older contract's types `old` and the current
+//! [`v0_3`](super::v0_3), [`v0_4`](super::v0_4), [`v0_5`](super::v0_5)
+//! and [`v0_6`](super::v0_6) against the current contract). A module using
+//! the macros here names the older contract's types `old` and the current
 //! ones `new`.
 
 /// A lossless conversion between two contracts' copies of a type.
@@ -59,6 +59,20 @@ macro_rules! record {
 }
 pub(crate) use record;
 
+/// A record a component answers with, with the same fields in both
+/// contracts but a field whose type the current contract widened: only
+/// the older contract's value to the current one (a host never sends it).
+macro_rules! answer_record {
+    ($($name:ident { $($field:ident),* $(,)? })*) => {$(
+        impl Conv<new::$name> for old::$name {
+            fn conv(self) -> new::$name {
+                new::$name { $($field: self.$field.conv()),* }
+            }
+        }
+    )*};
+}
+pub(crate) use answer_record;
+
 /// An enum (or variant) with the same cases in both contracts: both
 /// directions. Cases with a payload are listed after `;`.
 macro_rules! cases {
@@ -86,7 +100,10 @@ pub(crate) use cases;
 /// The types every served contract shares, field by field and case by
 /// case (all but `output-loss` and `provider-error`, which 0.2.0 lacks or
 /// has without `output-lost`, and `execute-request`, which has
-/// `result-chars` only from 0.5.0: see [`execute_request_before_0_5`]).
+/// `result-chars` only from 0.5.0: see [`execute_request_before_0_5`]),
+/// and the ones 0.7.0 widened, one way: `acquire-request` (see
+/// [`acquire_request_before_0_7`]), `termination-action` (no `idle-pause`
+/// before 0.7.0) and `termination-receipt`, which holds it.
 macro_rules! shared_types {
     () => {
         $crate::wasm::conv::record! {
@@ -101,8 +118,6 @@ macro_rules! shared_types {
             ConfigValidation { ok, warnings, errors, normalized_config, api_origins, budget }
             OperationBudget { operation_ms, request_ms }
             Lease { provider_lease_id, metadata, expires_at }
-            AcquireRequest { run_id, requested_cwd, workspace_mode, requested_expires_at }
-            TerminationReceipt { sandbox_id, action }
             WorkspaceRequest { remote_path }
             FileUpload { remote_path, contents }
             FileDownload { remote_path, contents }
@@ -120,69 +135,104 @@ macro_rules! shared_types {
 
         $crate::wasm::conv::cases! {
             ResumeOutcome { ; Resumed, Expired }
-            TerminationAction { Paused, Deleted, AlreadyGone ; }
             CleanupPhase { ProcessCreation, ProcessTermination, LeaseSetup, SandboxDeletion ; }
             CleanupCause { Deadline, TreeStillRunning ; HttpStatus, Transport, InvalidResponse }
             TransportKind { Denied, Unreachable, Connection, Deadline, Other ; }
         }
+
+        $crate::wasm::conv::answer_record! {
+            TerminationReceipt { sandbox_id, action }
+        }
+
+        /// Only this direction: `idle-pause` came with 0.7.0.
+        impl Conv<new::TerminationAction> for old::TerminationAction {
+            fn conv(self) -> new::TerminationAction {
+                match self {
+                    old::TerminationAction::Paused => new::TerminationAction::Paused,
+                    old::TerminationAction::Deleted => new::TerminationAction::Deleted,
+                    old::TerminationAction::AlreadyGone => new::TerminationAction::AlreadyGone,
+                }
+            }
+        }
+
+        $crate::wasm::conv::acquire_request_before_0_7!();
     };
 }
 pub(crate) use shared_types;
 
-/// `capabilities` of a contract before 0.6.0. Its `login-pty` and
-/// `duplex-channels` had no operation behind them (`interact` came with
-/// 0.6.0), so such a component claims neither here, whatever it declares;
-/// and it has no `terminal-resize`.
-macro_rules! capabilities_before_0_6 {
+/// `acquire-request` to a contract before 0.7.0, which has no `egress`,
+/// `adapter-type`, `image` or `template`. Only this direction (a host
+/// sends requests), and only after
+/// [`ProviderInstance::acquire_lease`](crate::ProviderInstance::acquire_lease)
+/// refused a request that asks for an egress policy other than
+/// `unrestricted`, an image or a template (see `instance.rs`): what is dropped here is
+/// `adapter-type`, which only picks among the config's images, and an
+/// `unrestricted` egress, which is what such a provider gives anyway.
+macro_rules! acquire_request_before_0_7 {
     () => {
+        impl Conv<old::AcquireRequest> for new::AcquireRequest {
+            fn conv(self) -> old::AcquireRequest {
+                let new::AcquireRequest {
+                    run_id,
+                    requested_cwd,
+                    workspace_mode,
+                    requested_expires_at,
+                    egress: _,
+                    adapter_type: _,
+                    image: _,
+                    template: _,
+                } = self;
+                old::AcquireRequest {
+                    run_id,
+                    requested_cwd,
+                    workspace_mode,
+                    requested_expires_at,
+                }
+            }
+        }
+    };
+}
+pub(crate) use acquire_request_before_0_7;
+
+/// `capabilities` of an older contract: only the flags listed, both
+/// directions. A flag left out is one the older contract lacks, or one
+/// whose operation it lacks: such a component never claims it here,
+/// whatever it declares.
+macro_rules! carried_capabilities {
+    ($($flag:ident),* $(,)?) => {
         impl Conv<new::Capabilities> for old::Capabilities {
             fn conv(self) -> new::Capabilities {
                 let mut out = new::Capabilities::empty();
-                for (theirs, ours) in [
-                    (
-                        old::Capabilities::REUSABLE_LEASES,
-                        new::Capabilities::REUSABLE_LEASES,
-                    ),
-                    (
-                        old::Capabilities::INCREMENTAL_OUTPUT,
-                        new::Capabilities::INCREMENTAL_OUTPUT,
-                    ),
-                    (
-                        old::Capabilities::NATIVE_SYNC,
-                        new::Capabilities::NATIVE_SYNC,
-                    ),
-                ] {
-                    if self.contains(theirs) {
-                        out |= ours;
+                $(
+                    if self.contains(old::Capabilities::$flag) {
+                        out |= new::Capabilities::$flag;
                     }
-                }
+                )*
                 out
             }
         }
         impl Conv<old::Capabilities> for new::Capabilities {
             fn conv(self) -> old::Capabilities {
                 let mut out = old::Capabilities::empty();
-                for (ours, theirs) in [
-                    (
-                        new::Capabilities::REUSABLE_LEASES,
-                        old::Capabilities::REUSABLE_LEASES,
-                    ),
-                    (
-                        new::Capabilities::INCREMENTAL_OUTPUT,
-                        old::Capabilities::INCREMENTAL_OUTPUT,
-                    ),
-                    (
-                        new::Capabilities::NATIVE_SYNC,
-                        old::Capabilities::NATIVE_SYNC,
-                    ),
-                ] {
-                    if self.contains(ours) {
-                        out |= theirs;
+                $(
+                    if self.contains(new::Capabilities::$flag) {
+                        out |= old::Capabilities::$flag;
                     }
-                }
+                )*
                 out
             }
         }
+    };
+}
+pub(crate) use carried_capabilities;
+
+/// `capabilities` of a contract before 0.6.0. Its `login-pty` and
+/// `duplex-channels` had no operation behind them (`interact` came with
+/// 0.6.0), so such a component claims neither here, whatever it declares;
+/// and it has no `terminal-resize` nor any flag of 0.7.0.
+macro_rules! capabilities_before_0_6 {
+    () => {
+        $crate::wasm::conv::carried_capabilities!(REUSABLE_LEASES, INCREMENTAL_OUTPUT, NATIVE_SYNC);
     };
 }
 pub(crate) use capabilities_before_0_6;

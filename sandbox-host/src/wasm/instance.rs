@@ -3,14 +3,14 @@
 use anyhow::{bail, Result};
 use wasmtime::Store;
 
-use crate::wasm::bindings::exports_provider::Guest;
 use crate::wasm::bindings::types::{
-    AcquireRequest, ConfigValidation, EnvironmentContext, ExecuteRequest, ExecuteResult,
-    FileDownload, FileUpload, InteractionRequest, Lease, ProbeReport, ProviderDescription,
-    ProviderError, ResumeOutcome, SyncReport, TerminationReceipt, WorkspaceRequest,
+    AcquireRequest, ConfigValidation, EgressPolicy, EnvironmentContext, ExecuteRequest,
+    ExecuteResult, FileDownload, FileUpload, InteractionRequest, Lease, PortEndpoint, ProbeReport,
+    ProviderDescription, ProviderError, ResumeOutcome, SyncReport, TemplateDeletion, TemplateInfo,
+    TerminationReceipt, WorkspaceRequest,
 };
 use crate::wasm::bindings::SandboxProvider;
-use crate::wasm::bindings::{v0_2, v0_3, v0_4, v0_5};
+use crate::wasm::bindings::{v0_2, v0_3, v0_4, v0_5, v0_6};
 use crate::wasm::cancel::CancelToken;
 use crate::wasm::conv::Conv;
 use crate::wasm::options::HostOptions;
@@ -18,24 +18,35 @@ use crate::wasm::result_text;
 use crate::wasm::state::HostState;
 
 /// Calls one operation on the contract the component was built for: the
-/// first closure on a current component, the second (the same code for
-/// each, converting the inputs and the answer) on a 0.5.0, 0.4.0, 0.3.0 or
-/// 0.2.0 one.
+/// first expression on a current component, the second (written once,
+/// expanded for each older contract's bindings, converting the inputs and
+/// the answer) on a 0.6.0, 0.5.0, 0.4.0, 0.3.0 or 0.2.0 one. A trap makes
+/// the instance refuse further calls.
 macro_rules! dispatch {
     (
         $self:ident, $operation:literal,
         |$g:ident, $s:ident| $current:expr,
         |$og:ident, $os:ident| $older:expr $(,)?
-    ) => {
-        $self.call(
-            $operation,
-            |$g, $s| $current,
-            |$og, $os| $older,
-            |$og, $os| $older,
-            |$og, $os| $older,
-            |$og, $os| $older,
-        )
-    };
+    ) => {{
+        $self.enter()?;
+        let store = &mut $self.store;
+        let answer = match &$self.bindings {
+            Bindings::Current(b) => {
+                let ($g, $s) = (b.sandbox_provider_provider(), &mut *store);
+                $current
+            }
+            Bindings::V0_6(b) => dispatch!(@older b, store, |$og, $os| $older),
+            Bindings::V0_5(b) => dispatch!(@older b, store, |$og, $os| $older),
+            Bindings::V0_4(b) => dispatch!(@older b, store, |$og, $os| $older),
+            Bindings::V0_3(b) => dispatch!(@older b, store, |$og, $os| $older),
+            Bindings::V0_2(b) => dispatch!(@older b, store, |$og, $os| $older),
+        };
+        $self.finish($operation, answer)
+    }};
+    (@older $b:ident, $store:ident, |$og:ident, $os:ident| $older:expr) => {{
+        let ($og, $os) = ($b.sandbox_provider_provider(), &mut *$store);
+        $older
+    }};
 }
 
 /// The methods of the operations every contract version exports, each one
@@ -56,6 +67,31 @@ macro_rules! operations {
                 |g, s| g.$call(s, $($arg),*),
                 |g, s| g.$call(s, $(&older($arg)),*).map(Conv::conv),
             )
+        }
+    )*};
+}
+
+/// The methods of the operations 0.7.0 added, each one line like
+/// [`operations!`]'s: on a current component the bindings' call, on an
+/// older one `unsupported` without entering it (nothing was asked of the
+/// provider, nothing was made).
+macro_rules! operations_since_0_7 {
+    ($(
+        $(#[$doc:meta])*
+        $wit:literal via $call:ident:
+        fn $method:ident($($arg:ident: $ty:ty),*) -> $answer:ty;
+    )*) => {$(
+        $(#[$doc])*
+        ///
+        /// A component built for a contract before 0.7.0 has no such
+        /// operation: its answer is `unsupported`, and it was not entered.
+        pub fn $method(&mut self, $($arg: $ty),*) -> Result<Result<$answer, ProviderError>> {
+            self.enter()?;
+            let Bindings::Current(b) = &self.bindings else {
+                return Ok(Err(self.older_contract(concat!("`", $wit, "`"))));
+            };
+            let answer = b.sandbox_provider_provider().$call(&mut self.store, $($arg),*);
+            self.finish($wit, answer)
         }
     )*};
 }
@@ -92,34 +128,30 @@ impl ProviderInstance {
         }
     }
 
-    /// Calls the current contract's export (`current`), a 0.5.0, 0.4.0,
-    /// 0.3.0 or 0.2.0 one (whose inputs and answer the closures convert).
-    fn call<R>(
-        &mut self,
-        operation: &str,
-        current: impl FnOnce(&Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-        v0_5: impl FnOnce(&v0_5::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-        v0_4: impl FnOnce(&v0_4::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-        v0_3: impl FnOnce(&v0_3::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-        v0_2: impl FnOnce(&v0_2::exports_provider::Guest, &mut Store<HostState>) -> wasmtime::Result<R>,
-    ) -> Result<R> {
+    /// Refuses to enter an instance that trapped.
+    fn enter(&self) -> Result<()> {
         if self.trapped {
             bail!("the provider instance trapped earlier and cannot be entered again; instantiate a new one");
         }
-        let answer = match &self.bindings {
-            Bindings::Current(b) => current(b.sandbox_provider_provider(), &mut self.store),
-            Bindings::V0_5(b) => v0_5(b.sandbox_provider_provider(), &mut self.store),
-            Bindings::V0_4(b) => v0_4(b.sandbox_provider_provider(), &mut self.store),
-            Bindings::V0_3(b) => v0_3(b.sandbox_provider_provider(), &mut self.store),
-            Bindings::V0_2(b) => v0_2(b.sandbox_provider_provider(), &mut self.store),
-        };
-        match answer {
-            Ok(value) => Ok(value),
-            Err(error) => {
-                self.trapped = true;
-                Err(anyhow::Error::from(error).context(format!("provider {operation} failed")))
-            }
-        }
+        Ok(())
+    }
+
+    /// A call's answer; a trap makes the instance refuse further calls.
+    fn finish<R>(&mut self, operation: &str, answer: wasmtime::Result<R>) -> Result<R> {
+        answer.map_err(|error| {
+            self.trapped = true;
+            anyhow::Error::from(error).context(format!("provider {operation} failed"))
+        })
+    }
+
+    /// `unsupported` for an operation (or a request) a component of an
+    /// older contract cannot carry.
+    fn older_contract(&self, what: &str) -> ProviderError {
+        ProviderError::Unsupported(format!(
+            "the provider component was built for contract {}, which has no {what}: \
+             rebuild it with this release's provider SDK",
+            self.contract_version()
+        ))
     }
 
     operations! {
@@ -135,10 +167,6 @@ impl ProviderInstance {
         "probe" via call_probe:
         fn probe(ctx: &EnvironmentContext)
             -> Result<ProbeReport, ProviderError>;
-        /// `acquire-lease`.
-        "acquire-lease" via call_acquire_lease:
-        fn acquire_lease(ctx: &EnvironmentContext, request: &AcquireRequest)
-            -> Result<Lease, ProviderError>;
         /// `resume-lease`.
         "resume-lease" via call_resume_lease:
         fn resume_lease(ctx: &EnvironmentContext, lease: &Lease)
@@ -173,7 +201,10 @@ impl ProviderInstance {
         lease: &Lease,
         request: &ExecuteRequest,
     ) -> Result<Result<ExecuteResult, ProviderError>> {
-        let before_0_5 = !matches!(self.bindings, Bindings::Current(_) | Bindings::V0_5(_));
+        let before_0_5 = !matches!(
+            self.bindings,
+            Bindings::Current(_) | Bindings::V0_6(_) | Bindings::V0_5(_)
+        );
         let mut answer = dispatch!(
             self,
             "execute",
@@ -191,6 +222,33 @@ impl ProviderInstance {
         Ok(answer)
     }
 
+    /// `acquire-lease`. A component built for a contract before 0.7.0 is
+    /// not entered for a request it cannot carry (an egress policy other
+    /// than `unrestricted`, an image, a template): the answer is
+    /// `unsupported`, and nothing was made. Its `adapter-type` is dropped
+    /// (it only picks among the config's images, which such a provider
+    /// does not have per adapter).
+    pub fn acquire_lease(
+        &mut self,
+        ctx: &EnvironmentContext,
+        request: &AcquireRequest,
+    ) -> Result<Result<Lease, ProviderError>> {
+        if !matches!(self.bindings, Bindings::Current(_)) {
+            if let Some(what) = beyond_0_6(request) {
+                self.enter()?;
+                return Ok(Err(self.older_contract(what)));
+            }
+        }
+        dispatch!(
+            self,
+            "acquire-lease",
+            |g, s| g.call_acquire_lease(s, ctx, request),
+            |g, s| g
+                .call_acquire_lease(s, &older(ctx), &older(request))
+                .map(Conv::conv),
+        )
+    }
+
     /// `interact` (contract 0.6.0): runs one interactive process until it
     /// ends, taking the events of the options' [`Interaction`](crate::Interaction)
     /// while it runs; live output goes to the options' sink (a terminal's
@@ -203,32 +261,52 @@ impl ProviderInstance {
         lease: &Lease,
         request: &InteractionRequest,
     ) -> Result<Result<ExecuteResult, ProviderError>> {
-        if self.trapped {
-            bail!("the provider instance trapped earlier and cannot be entered again; instantiate a new one");
-        }
-        let Bindings::Current(b) = &self.bindings else {
-            return Ok(Err(ProviderError::Unsupported(format!(
-                "the provider component was built for contract {}, before interactive \
-                 processes (0.6.0): rebuild it with this release's provider SDK",
-                self.contract_version()
-            ))));
-        };
-        match b
-            .sandbox_provider_provider()
-            .call_interact(&mut self.store, ctx, lease, request)
-        {
-            Ok(value) => Ok(value),
-            Err(error) => {
-                self.trapped = true;
-                Err(anyhow::Error::from(error).context("provider interact failed"))
+        self.enter()?;
+        let answer = match &self.bindings {
+            Bindings::Current(b) => {
+                b.sandbox_provider_provider()
+                    .call_interact(&mut self.store, ctx, lease, request)
             }
-        }
+            Bindings::V0_6(b) => b
+                .sandbox_provider_provider()
+                .call_interact(&mut self.store, &older(ctx), &older(lease), &older(request))
+                .map(Conv::conv),
+            _ => return Ok(Err(self.older_contract("interactive processes (0.6.0)"))),
+        };
+        self.finish("interact", answer)
+    }
+
+    operations_since_0_7! {
+        /// `set-egress`: replaces the egress policy of a live lease's
+        /// sandbox and returns the lease recording it.
+        "set-egress" via call_set_egress:
+        fn set_egress(ctx: &EnvironmentContext, lease: &Lease, policy: &EgressPolicy)
+            -> Lease;
+        /// `open-port`: makes a port of the lease's sandbox reachable from
+        /// outside; its URL and the (secret) headers that guard it.
+        "open-port" via call_open_port:
+        fn open_port(ctx: &EnvironmentContext, lease: &Lease, port: u16)
+            -> PortEndpoint;
+        /// `capture-template`: keeps the lease's sandbox's files as a
+        /// template (the sandbox is left paused or stopped).
+        "capture-template" via call_capture_template:
+        fn capture_template(ctx: &EnvironmentContext, lease: &Lease, name: &str)
+            -> TemplateInfo;
+        /// `list-templates`: the context's templates, oldest first.
+        "list-templates" via call_list_templates:
+        fn list_templates(ctx: &EnvironmentContext)
+            -> Vec<TemplateInfo>;
+        /// `delete-template`: deletes one of the context's templates.
+        "delete-template" via call_delete_template:
+        fn delete_template(ctx: &EnvironmentContext, template_ref: &str)
+            -> TemplateDeletion;
     }
 
     /// The contract version of the component (for messages).
     fn contract_version(&self) -> &'static str {
         match &self.bindings {
-            Bindings::Current(_) => "0.6.0",
+            Bindings::Current(_) => "0.7.0",
+            Bindings::V0_6(_) => "0.6.0",
             Bindings::V0_5(_) => "0.5.0",
             Bindings::V0_4(_) => "0.4.0",
             Bindings::V0_3(_) => "0.3.0",
@@ -256,10 +334,30 @@ impl ProviderInstance {
 /// The instantiated world of the contract version the component was built for.
 pub(crate) enum Bindings {
     Current(SandboxProvider),
+    V0_6(v0_6::SandboxProvider),
     V0_5(v0_5::SandboxProvider),
     V0_4(v0_4::SandboxProvider),
     V0_3(v0_3::SandboxProvider),
     V0_2(v0_2::SandboxProvider),
+}
+
+/// What an acquire request asks for that a contract before 0.7.0 cannot
+/// carry, in words, if anything: an egress policy other than
+/// `unrestricted` (what such a provider gives anyway), an image, a
+/// template. Never dropped: the host refuses such a request.
+fn beyond_0_6(request: &AcquireRequest) -> Option<&'static str> {
+    if matches!(
+        request.egress,
+        Some(EgressPolicy::BlockAll | EgressPolicy::Allow(_))
+    ) {
+        Some("egress policy (0.7.0), so it cannot enforce the requested one")
+    } else if request.image.is_some() {
+        Some("image choice (0.7.0), so it cannot start from the requested image")
+    } else if request.template.is_some() {
+        Some("templates (0.7.0), so it cannot start from the requested template")
+    } else {
+        None
+    }
 }
 
 /// The wasmtime trap behind an error from a [`ProviderInstance`] method,

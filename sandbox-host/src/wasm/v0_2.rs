@@ -1,5 +1,5 @@
 //! Components built for contract 0.2.0: their `host` imports, and the
-//! conversions between their types and the current (0.6.0) ones.
+//! conversions between their types and the current (0.7.0) ones.
 //!
 //! 0.3.0 added the `provider-error.output-lost` case, 0.4.0 made live
 //! output bytes (`host.emit-output`), and 0.5.0 added

@@ -1,5 +1,5 @@
 //! Components built for contract 0.3.0: their `host` imports, and the
-//! conversions between their types and the current (0.6.0) ones.
+//! conversions between their types and the current (0.7.0) ones.
 //!
 //! 0.4.0 only changed `host.emit-output` to carry bytes (`list<u8>`)
 //! instead of text, and 0.5.0 added `execute-request.result-chars` (which

@@ -1,5 +1,5 @@
 //! Components built for contract 0.4.0: their `host` imports, and the
-//! conversions between their types and the current (0.6.0) ones.
+//! conversions between their types and the current (0.7.0) ones.
 //!
 //! 0.5.0 only added `execute-request.result-chars`, which a 0.4.0
 //! component does not get (the host cuts its answer instead: see

@@ -1,5 +1,5 @@
 //! Components built for contract 0.5.0: their `host` imports, and the
-//! conversions between their types and the current (0.6.0) ones.
+//! conversions between their types and the current (0.7.0) ones.
 //!
 //! 0.6.0 added interactive processes (`provider.interact`, the
 //! `interaction-*` host imports, `output-stream.terminal`, the capability

@@ -15,6 +15,10 @@ fn acquire_request() -> AcquireRequest {
         requested_cwd: Some("project".into()),
         workspace_mode: None,
         requested_expires_at: None,
+        egress: None,
+        adapter_type: None,
+        image: None,
+        template: None,
     }
 }
 

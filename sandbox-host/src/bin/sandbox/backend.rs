@@ -53,7 +53,7 @@ impl Setup {
         // engine is certain, so it starts (probing isolation and disks on
         // its own thread) while the component loads.
         let early = (allow_embedded && global.api_url.is_none() && global.config.is_none())
-            .then(|| EmbeddedEngine::begin(global.isolation, &global.egress, Ports::ANY, None))
+            .then(|| EmbeddedEngine::begin(&EngineSetting::of_run(global), Ports::ANY, None))
             .transpose()?;
         let component = load_component(global)?;
         let description = component
@@ -78,7 +78,7 @@ impl Setup {
         // the runtime is built here.
         let starting = match early {
             Some(starting) => starting,
-            None => EmbeddedEngine::begin(global.isolation, &global.egress, Ports::ANY, None)?,
+            None => EmbeddedEngine::begin(&EngineSetting::of_run(global), Ports::ANY, None)?,
         };
         let store = Arc::new(SqliteLeases::open_in_memory()?);
         // The embedded backend has no rate limit to respect.
@@ -265,8 +265,11 @@ impl Engine {
     /// directory before, when it is free) and writes its config and key
     /// under the data directory. The engine keeps its records in
     /// `engine/state`: a predecessor that died has its sandboxes proven
-    /// gone (or reported unconfirmed) before this one answers.
-    pub fn start(global: &Global, port: Option<u16>) -> Result<Engine> {
+    /// gone (or reported unconfirmed) before this one answers. With
+    /// `ingress` the engine lets sandboxes' ports be opened, and the config
+    /// sets the provider's `ingress` field (when its schema has one) so
+    /// that its sandboxes are made to allow it.
+    pub fn start(global: &Global, port: Option<u16>, ingress: bool) -> Result<Engine> {
         let dir = data_dir(global).join("engine");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let lock = lock_engine_dir(&dir)?;
@@ -292,18 +295,17 @@ impl Engine {
                 None => (Ports::ANY, None),
             },
         };
-        let local = match EmbeddedEngine::start_on(
-            global.isolation,
-            &global.egress,
-            &description.driver_key,
-            ports,
-            &state,
-        ) {
+        let setting = EngineSetting {
+            isolation: global.isolation,
+            egress: &global.egress,
+            ingress,
+        };
+        let local = match EmbeddedEngine::start_on(&setting, &description.driver_key, ports, &state)
+        {
             // Taken between the check and the bind: any port.
             Err(_) if port.is_none() && ports != Ports::ANY => {
                 let local = EmbeddedEngine::start_on(
-                    global.isolation,
-                    &global.egress,
+                    &setting,
                     &description.driver_key,
                     Ports::ANY,
                     &state,
@@ -318,11 +320,14 @@ impl Engine {
         }
         let key_file = dir.join("api-key");
         write_private(&key_file, local.api_key.as_bytes())?;
-        let config: serde_json::Map<String, Value> = local
+        let mut config: serde_json::Map<String, Value> = local
             .urls
             .iter()
             .map(|(field, url)| (field.clone(), Value::String(url.clone())))
             .collect();
+        if ingress && schema_has_field(&description.config_schema, "ingress") {
+            config.insert("ingress".into(), Value::Bool(true));
+        }
         write_private(&config_file, Value::Object(config).to_string().as_bytes())?;
         Ok(Engine {
             local,
@@ -513,28 +518,53 @@ impl StartingEngine {
     }
 }
 
+/// Whether a config JSON Schema names `field` among its properties.
+fn schema_has_field(schema: &str, field: &str) -> bool {
+    serde_json::from_str::<Value>(schema)
+        .ok()
+        .and_then(|schema| schema.get("properties")?.get(field).cloned())
+        .is_some()
+}
+
+/// How an embedded engine is set up: its isolation, its egress allow-list
+/// (the ceiling of every sandbox's own), and whether ports may be opened.
+struct EngineSetting<'a> {
+    isolation: crate::Isolation,
+    egress: &'a [String],
+    ingress: bool,
+}
+
+impl<'a> EngineSetting<'a> {
+    /// The engine `sandbox run` starts for itself: no ports to open.
+    fn of_run(global: &'a Global) -> Self {
+        EngineSetting {
+            isolation: global.isolation,
+            egress: &global.egress,
+            ingress: false,
+        }
+    }
+}
+
 impl EmbeddedEngine {
     fn start_on(
-        isolation: crate::Isolation,
-        egress: &[String],
+        setting: &EngineSetting<'_>,
         driver_key: &str,
         ports: Ports,
         state: &Path,
     ) -> Result<Self> {
-        Self::begin(isolation, egress, ports, Some(state))?.wait(driver_key)
+        Self::begin(setting, ports, Some(state))?.wait(driver_key)
     }
 
     /// Starts the engine on its own thread without waiting for it to
     /// listen.
     #[cfg(feature = "local-backend")]
     fn begin(
-        isolation: crate::Isolation,
-        egress: &[String],
+        setting: &EngineSetting<'_>,
         ports: Ports,
         state: Option<&Path>,
     ) -> Result<StartingEngine> {
         use sandbox_engine::IsolationPreference;
-        let policy = sandbox_engine::network::egress::Policy::parse(egress)
+        let policy = sandbox_engine::network::egress::Policy::parse(setting.egress)
             .map_err(|e| anyhow::anyhow!(e))?;
         if policy.enabled() && !sandbox_engine::machine::enabled_here() {
             eprintln!(
@@ -543,7 +573,7 @@ impl EmbeddedEngine {
             );
         }
         let api_key = random_key()?;
-        let preference = match isolation {
+        let preference = match setting.isolation {
             crate::Isolation::Bwrap => IsolationPreference::RequireBwrap,
             crate::Isolation::ProcessGroup => {
                 eprintln!(
@@ -558,6 +588,7 @@ impl EmbeddedEngine {
             .api_key(api_key.clone())
             .isolation(preference)
             .egress(policy)
+            .ingress(setting.ingress)
             .toolbox_port(ports.toolbox)
             // Sandboxes of the embedded engine run at once: no
             // simulated `creating` state to poll through.
@@ -579,12 +610,11 @@ impl EmbeddedEngine {
 
     #[cfg(not(feature = "local-backend"))]
     fn begin(
-        _isolation: crate::Isolation,
-        egress: &[String],
+        setting: &EngineSetting<'_>,
         _ports: Ports,
         _state: Option<&Path>,
     ) -> Result<StartingEngine> {
-        if !egress.is_empty() {
+        if !setting.egress.is_empty() {
             bail!("--egress applies to the embedded backend, which this build does not have");
         }
         bail!("this build has no embedded backend: pass --api-url or set the API URL in --config")

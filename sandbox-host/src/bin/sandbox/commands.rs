@@ -6,4 +6,5 @@ pub mod engine;
 pub mod lease;
 pub mod probe;
 pub mod run;
+pub mod template;
 pub mod validate_config;

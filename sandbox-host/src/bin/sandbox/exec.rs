@@ -36,6 +36,10 @@ pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
         requested_cwd: args.cwd.clone(),
         workspace_mode: None,
         requested_expires_at: None,
+        egress: None,
+        adapter_type: None,
+        image: None,
+        template: None,
     };
     let record = match setup.runtime.acquire(&env, &request)? {
         Ok(record) => record,
@@ -78,14 +82,13 @@ pub fn exec(setup: &Setup, env: &Environment, lease_id: &str, args: &RunArgs) ->
 }
 
 /// `lease acquire`: prints the new lease id.
-pub fn acquire(setup: &Setup, env: &Environment, run_id: &str, json: bool) -> Result<u8> {
-    let request = AcquireRequest {
-        run_id: run_id.into(),
-        requested_cwd: None,
-        workspace_mode: None,
-        requested_expires_at: None,
-    };
-    match setup.runtime.acquire(env, &request)? {
+pub fn acquire(
+    setup: &Setup,
+    env: &Environment,
+    request: &AcquireRequest,
+    json: bool,
+) -> Result<u8> {
+    match setup.runtime.acquire(env, request)? {
         Ok(record) => {
             report::lease_acquired(&record, json);
             Ok(0)

@@ -3,6 +3,7 @@
 
 mod backend;
 mod commands;
+mod egress_policy;
 mod embedded;
 mod exec;
 mod interactive;
@@ -113,13 +114,23 @@ pub struct Global {
     /// you, on your file system and network).
     #[arg(long, global = true, value_enum, default_value_t = Isolation::Bwrap)]
     pub isolation: Isolation,
-    /// Outbound network for the embedded local backend's sandboxes: OFF by
-    /// default. An allow-list (`any`, `host`, `host:port`, `*.domain`,
-    /// `*.domain:port`; repeat or separate with commas) gives each sandbox
-    /// an HTTP/HTTPS proxy (HTTP_PROXY/HTTPS_PROXY set for commands) that
-    /// reaches only those destinations; the host's loopback only when
-    /// named exactly. Needs root with a writable cgroup v1 pids hierarchy.
-    #[arg(long, global = true, value_name = "HOST[:PORT]")]
+    /// Outbound network (repeat or separate with commas).
+    ///
+    /// With `run` and `engine`: the embedded local backend's allow-list,
+    /// OFF by default. `any`, `host`, `host:port`, `*.domain`,
+    /// `*.domain:port` give each sandbox an HTTP/HTTPS proxy
+    /// (HTTP_PROXY/HTTPS_PROXY set for commands) that reaches only those
+    /// destinations; the host's loopback only when named exactly. Needs
+    /// root with a writable cgroup v1 pids hierarchy.
+    ///
+    /// With `lease acquire` and `lease egress`: the lease's own egress
+    /// policy, enforced by the provider's service (capability
+    /// `egress-policy`, see `sandbox describe`): HOST[:PORT],
+    /// *.DOMAIN[:PORT], IP[:PORT] or ADDRESS/PREFIX (a CIDR, any port);
+    /// `none` alone blocks every destination, `*` alone is the service's
+    /// default. A provider that cannot enforce it refuses it before
+    /// anything is created.
+    #[arg(long, global = true, value_name = "HOST[:PORT]|CIDR")]
     pub egress: Vec<String>,
     /// How often this process refreshes its heartbeat in the lease store.
     #[arg(long, global = true, env = "SANDBOX_HEARTBEAT", value_parser = parse_duration,
@@ -168,6 +179,11 @@ enum Command {
     /// Manage leases kept in the lease store.
     #[command(subcommand)]
     Lease(LeaseCommand),
+    /// Templates: a sandbox's files kept under a name, that new leases
+    /// start from (`lease acquire --template REF`). Needs a provider that
+    /// claims `templates` (see `sandbox describe`).
+    #[command(subcommand)]
+    Template(TemplateCommand),
     /// Serve the embedded engine until Ctrl-C, SIGTERM or SIGHUP, for the
     /// lease commands of other `sandbox` processes: prints the line that
     /// points them at it (`export SANDBOX_CONFIG=… SANDBOX_API_KEY_FILE=…`).
@@ -178,6 +194,13 @@ enum Command {
         /// it is free (so that its leases reach this one), else any.
         #[arg(long)]
         port: Option<u16>,
+        /// Let leases open their sandboxes' ports (`sandbox lease port`):
+        /// each as a loopback URL guarded by a secret token of its own.
+        /// Off by default: opening a port is then refused, saying so. The
+        /// config it writes asks the provider for sandboxes that allow it
+        /// (when the provider has such a field, CreateOS `ingress`).
+        #[arg(long)]
+        ingress: bool,
     },
     /// Check what this host gives the embedded engine and the hosts, and
     /// say how to fix what it lacks (exit 0 when `sandbox run` works here).
@@ -242,11 +265,45 @@ pub struct RunArgs {
 #[derive(Debug, Subcommand)]
 enum LeaseCommand {
     /// Acquire a lease and print its id (needs a backend that outlives this
-    /// process: --api-url or apiUrl).
+    /// process: --api-url or apiUrl). `--egress` gives the lease its own
+    /// egress policy (see `sandbox --help`).
     Acquire {
         /// The run the lease is for.
         #[arg(long, default_value = "cli")]
         run_id: String,
+        /// The image the sandbox starts from, instead of the config's
+        /// (the service's syntax; capability `images`).
+        #[arg(long, value_name = "IMAGE", conflicts_with = "template")]
+        image: Option<String>,
+        /// The agent adapter the run uses (for example `claude_local`): a
+        /// provider with `images` starts the sandbox from the image its
+        /// config names for it; others ignore it.
+        #[arg(long = "adapter", value_name = "TYPE")]
+        adapter_type: Option<String>,
+        /// A template to start the sandbox from (a reference from
+        /// `sandbox template list`; capability `templates`).
+        #[arg(long, value_name = "REF")]
+        template: Option<String>,
+    },
+    /// Replace the egress policy of an active lease with the `--egress`
+    /// values (`none` blocks all, `*` is the service's default); it holds
+    /// for every connection opened afterwards. Needs a provider that
+    /// claims `egress-policy`.
+    Egress {
+        /// The lease id.
+        lease: String,
+    },
+    /// Make a port of an active lease's sandbox reachable from outside
+    /// and print its URL and the headers every request to it must carry.
+    /// The header values are secrets: pass them only to whoever the port
+    /// is for. Needs a provider that claims `ports` and whose service has
+    /// ingress on.
+    Port {
+        /// The lease id.
+        lease: String,
+        /// The port inside the sandbox (1-65535).
+        #[arg(value_parser = clap::value_parser!(u16).range(1..))]
+        port: u16,
     },
     /// Run a command on an active lease.
     Exec {
@@ -269,6 +326,26 @@ enum LeaseCommand {
     List,
     /// Destroy every poisoned lease.
     Sweep,
+}
+
+#[derive(Debug, Subcommand)]
+enum TemplateCommand {
+    /// Keep an active lease's sandbox's files as a template named NAME,
+    /// then release the lease (the provider pauses or stops the sandbox
+    /// to capture it). Prints the template's reference.
+    Create {
+        /// The lease id.
+        lease: String,
+        /// The template's name: 1-47 of letters, digits, `.`, `_` and `-`.
+        name: String,
+    },
+    /// List the templates of this company and environment, oldest first.
+    List,
+    /// Delete a template (leases started from it are left alone).
+    Delete {
+        /// The template's reference (from `sandbox template list`).
+        template_ref: String,
+    },
 }
 
 /// The command line, with `--version` naming the contract versions this
@@ -306,7 +383,8 @@ fn dispatch(cli: Cli) -> Result<u8> {
             commands::lease::run(&global, LeaseCommand::Exec { lease, run })
         }
         Command::Lease(command) => commands::lease::run(&global, command),
-        Command::Engine { port } => commands::engine::run(&global, port),
+        Command::Template(command) => commands::template::run(&global, command),
+        Command::Engine { port, ingress } => commands::engine::run(&global, port, ingress),
         Command::Doctor => commands::doctor::run(&global),
         Command::Completions { shell } => {
             use clap::CommandFactory;

@@ -1,8 +1,8 @@
 //! Printing results for people (text) and programs (`--json`).
 
 use sandbox_host::types::{
-    Capabilities, ConfigValidation, ProbeReport, ProviderDescription, ProviderError,
-    TerminationReceipt,
+    Capabilities, ConfigValidation, EgressPolicy, PortEndpoint, ProbeReport, ProviderDescription,
+    ProviderError, TemplateDeletion, TemplateInfo, TerminationReceipt,
 };
 use sandbox_host::{action_name, LeaseRecord, LeaseState};
 use serde_json::{json, Value};
@@ -33,6 +33,12 @@ pub fn description(d: &ProviderDescription, as_json: bool) {
     .into_iter()
     .filter(|(flag, _)| d.capabilities.contains(*flag))
     .map(|(_, name)| name)
+    .chain(
+        sandbox_host::policy_capabilities(d.capabilities)
+            .into_iter()
+            .filter(|(_, claimed)| *claimed)
+            .map(|(name, _)| name),
+    )
     .collect();
     if as_json {
         let schema: Value = serde_json::from_str(&d.config_schema).unwrap_or(Value::Null);
@@ -56,6 +62,12 @@ pub fn description(d: &ProviderDescription, as_json: bool) {
     }
     println!("{} ({})", d.display_name, d.driver_key);
     println!("capabilities: {}", capabilities.join(", "));
+    // The environment policy of contract 0.7.0, each part said either way.
+    let policy: Vec<String> = sandbox_host::policy_capabilities(d.capabilities)
+        .into_iter()
+        .map(|(name, claimed)| format!("{name} {}", if claimed { "yes" } else { "no" }))
+        .collect();
+    println!("environment policy: {}", policy.join(", "));
     for s in &d.secrets {
         // Only a variable this CLI itself reads is named; a provider's
         // declared `env-var` is never read by the host.
@@ -226,6 +238,194 @@ pub fn termination(
             }
             exit_for(error)
         }
+    }
+}
+
+/// A provider error on stderr (`what` names the lease or template) and the
+/// exit status it gives.
+pub fn failed(what: &str, error: &ProviderError) -> u8 {
+    eprintln!("sandbox: {what}: {}", error_text(error));
+    if let ProviderError::CleanupFailed(_) = error {
+        eprintln!(
+            "sandbox: the lease is poisoned; `sandbox lease destroy LEASE` destroys it, \
+             `sandbox lease sweep` destroys every poisoned lease"
+        );
+    }
+    exit_for(error)
+}
+
+/// `lease egress`: the policy now in force.
+pub fn egress_set(
+    lease: &str,
+    policy: &EgressPolicy,
+    outcome: &Result<LeaseRecord, ProviderError>,
+    as_json: bool,
+) -> u8 {
+    match outcome {
+        Ok(record) => {
+            if as_json {
+                let mut value = lease_json(record);
+                value["egress"] = egress_json(policy);
+                print_json(&value);
+            } else {
+                println!(
+                    "lease {lease}: egress now {}",
+                    crate::egress_policy::text(policy)
+                );
+            }
+            0
+        }
+        Err(error) => failed(&format!("lease {lease}"), error),
+    }
+}
+
+fn egress_json(policy: &EgressPolicy) -> Value {
+    match policy {
+        EgressPolicy::BlockAll => json!("none"),
+        EgressPolicy::Unrestricted => json!("*"),
+        EgressPolicy::Allow(entries) => json!(entries),
+    }
+}
+
+/// `lease port`: the URL, and the headers to send with every request.
+/// Their values are secrets of the sandbox: they go to stdout (for the
+/// caller), never to a log; stderr says so.
+pub fn port_opened(
+    lease: &str,
+    outcome: &Result<PortEndpoint, ProviderError>,
+    as_json: bool,
+) -> u8 {
+    match outcome {
+        Ok(endpoint) => {
+            if as_json {
+                print_json(&json!({
+                    "lease": lease, "port": endpoint.port, "url": endpoint.url,
+                    "headers": endpoint.headers.iter()
+                        .map(|(name, value)| json!({ "name": name, "value": value }))
+                        .collect::<Vec<_>>(),
+                }));
+            } else {
+                println!("url: {}", endpoint.url);
+                for (name, value) in &endpoint.headers {
+                    println!("header: {name}: {value}");
+                }
+            }
+            if endpoint.headers.is_empty() {
+                eprintln!(
+                    "sandbox: port {} of lease {lease} is public: anyone who has the URL reaches it",
+                    endpoint.port
+                );
+            } else {
+                eprintln!(
+                    "sandbox: send the header(s) above with every request to the URL; their \
+                     values are secrets: give them only to whoever the port is for, never log them"
+                );
+            }
+            0
+        }
+        Err(error) => {
+            let code = failed(&format!("lease {lease}"), error);
+            if let ProviderError::ApiRejected(rejection) = error {
+                if rejection.status == 403 {
+                    eprintln!(
+                        "sandbox: the service refuses to open ports (ingress off?); the \
+                         embedded engine opens them when started with `sandbox engine --ingress`"
+                    );
+                }
+            }
+            code
+        }
+    }
+}
+
+fn template_json(t: &TemplateInfo) -> Value {
+    json!({ "name": t.name, "templateRef": t.template_ref, "createdAt": t.created_at })
+}
+
+/// `template create`: the template's reference, then the lease's release.
+pub fn template_captured(
+    lease: &str,
+    template: &TemplateInfo,
+    released: &Result<TerminationReceipt, ProviderError>,
+    as_json: bool,
+) -> u8 {
+    if as_json {
+        let mut value = template_json(template);
+        value["lease"] = json!(lease);
+        value["released"] = match released {
+            Ok(receipt) => json!(action_name(receipt.action)),
+            Err(error) => json!({ "error": error_text(error) }),
+        };
+        print_json(&value);
+    } else {
+        println!("{}", template.template_ref);
+        eprintln!(
+            "sandbox: template {} captured from lease {lease}",
+            template.name
+        );
+    }
+    match released {
+        Ok(receipt) => {
+            if !as_json {
+                eprintln!(
+                    "sandbox: released {lease} (sandbox {}: {})",
+                    receipt.sandbox_id,
+                    action_name(receipt.action)
+                );
+            }
+            0
+        }
+        Err(error) => failed(
+            &format!("the template is kept, but releasing lease {lease} failed"),
+            error,
+        ),
+    }
+}
+
+/// `template list`.
+pub fn templates(outcome: &Result<Vec<TemplateInfo>, ProviderError>, as_json: bool) -> u8 {
+    match outcome {
+        Ok(templates) => {
+            if as_json {
+                print_json(&Value::Array(templates.iter().map(template_json).collect()));
+            } else if templates.is_empty() {
+                println!("no templates");
+            } else {
+                for t in templates {
+                    println!(
+                        "{}  {}  {}",
+                        t.name,
+                        t.template_ref,
+                        t.created_at.as_deref().unwrap_or("-")
+                    );
+                }
+            }
+            0
+        }
+        Err(error) => failed("listing templates", error),
+    }
+}
+
+/// `template delete`.
+pub fn template_deleted(
+    template_ref: &str,
+    outcome: &Result<TemplateDeletion, ProviderError>,
+    as_json: bool,
+) -> u8 {
+    match outcome {
+        Ok(deletion) => {
+            let what = match deletion {
+                TemplateDeletion::Deleted => "deleted",
+                TemplateDeletion::AlreadyGone => "already gone",
+            };
+            if as_json {
+                print_json(&json!({ "templateRef": template_ref, "deletion": what }));
+            } else {
+                println!("template {template_ref}: {what}");
+            }
+            0
+        }
+        Err(error) => failed(&format!("template {template_ref}"), error),
     }
 }
 

@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use crate::backend::Engine;
 use crate::{Global, EXIT_CLEANUP_FAILED};
 
-pub fn run(global: &Global, port: Option<u16>) -> Result<u8> {
-    let engine = Engine::start(global, port)?;
+pub fn run(global: &Global, port: Option<u16>, ingress: bool) -> Result<u8> {
+    let engine = Engine::start(global, port, ingress)?;
     let mut line = format!(
         "export SANDBOX_CONFIG={} SANDBOX_API_KEY_FILE={}",
         shell_word(&engine.config_file.display().to_string()),

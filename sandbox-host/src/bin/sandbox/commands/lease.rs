@@ -1,10 +1,11 @@
-//! `sandbox lease acquire|exec|release|destroy|list|sweep`: leases kept in
-//! the durable store across `sandbox` processes.
+//! `sandbox lease acquire|exec|egress|port|release|destroy|list|sweep`:
+//! leases kept in the durable store across `sandbox` processes.
 
-use anyhow::Result;
+use anyhow::{bail, Result};
+use sandbox_host::types::AcquireRequest;
 
 use crate::backend::{self, Setup};
-use crate::{exec, ready, report, Global, LeaseCommand};
+use crate::{egress_policy, exec, ready, report, Global, LeaseCommand};
 
 pub fn run(global: &Global, command: LeaseCommand) -> Result<u8> {
     if !matches!(command, LeaseCommand::Exec { .. } | LeaseCommand::List) {
@@ -24,10 +25,44 @@ pub fn run(global: &Global, command: LeaseCommand) -> Result<u8> {
 
 fn run_command(global: &Global, command: LeaseCommand) -> Result<u8> {
     match command {
-        LeaseCommand::Acquire { run_id } => {
+        LeaseCommand::Acquire {
+            run_id,
+            image,
+            adapter_type,
+            template,
+        } => {
+            let request = AcquireRequest {
+                run_id,
+                requested_cwd: None,
+                workspace_mode: None,
+                requested_expires_at: None,
+                egress: egress_policy::parse(&global.egress)?,
+                adapter_type,
+                image,
+                template,
+            };
             let setup = ready(Setup::with_backend(global, false), global)?;
             let env = setup.environment(global)?;
-            exec::acquire(&setup, &env, &run_id, global.json)
+            exec::acquire(&setup, &env, &request, global.json)
+        }
+        LeaseCommand::Egress { lease } => {
+            let Some(policy) = egress_policy::parse(&global.egress)? else {
+                bail!(
+                    "give the lease's new policy with --egress (HOST[:PORT], *.DOMAIN[:PORT], \
+                     IP[:PORT] or ADDRESS/PREFIX, repeatable; `none` blocks all, `*` is the \
+                     service's default)"
+                );
+            };
+            let setup = ready(Setup::for_stored_leases(global), global)?;
+            let env = setup.environment_of(global, &lease)?;
+            let outcome = setup.runtime.set_egress(&env, &lease, &policy)?;
+            Ok(report::egress_set(&lease, &policy, &outcome, global.json))
+        }
+        LeaseCommand::Port { lease, port } => {
+            let setup = ready(Setup::for_stored_leases(global), global)?;
+            let env = setup.environment_of(global, &lease)?;
+            let outcome = setup.runtime.open_port(&env, &lease, port)?;
+            Ok(report::port_opened(&lease, &outcome, global.json))
         }
         LeaseCommand::Exec { lease, run } => {
             let setup = ready(Setup::for_stored_leases(global), global)?;
