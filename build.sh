@@ -25,7 +25,8 @@ if ! rustup target list --installed | grep -qx "$target"; then
   echo "installing Rust target $target" >&2
   rustup target add "$target"
 fi
-# Size settings for the component only (goal <= 400 KiB); the host's
+# Size settings for the component only (budget 480 KiB, BENCHMARKS.md,
+# "Component size: contract 0.7.0"); the host's
 # release build keeps the workspace's plain release profile. opt-level "z"
 # rather than "s": 20 KB smaller, and the output path measured no slower
 # (BENCHMARKS.md, "Component size: opt-level z").
@@ -40,8 +41,8 @@ for provider in "${providers[@]}"; do
   size=$(stat -c %s "$wasm")
   echo "component: $PWD/$wasm"
   echo "size: $size bytes ($((size / 1024)) KiB)"
-  if [ "$size" -gt $((400 * 1024)) ]; then
-    echo "error: $wasm is over the 400 KiB budget" >&2
+  if [ "$size" -gt $((480 * 1024)) ]; then
+    echo "error: $wasm is over the 480 KiB budget (BENCHMARKS.md, 'Component size')" >&2
     exit 1
   fi
 done
