@@ -57,7 +57,21 @@ after(async () => {
   assert.match(stopped.stderr, /none survived/);
 });
 
-async function startWorker({ worker = WORKER, pluginManifest = manifest } = {}) {
+/** Each package's worker, manifest and environment config, by driver key. */
+const DRIVERS = {
+  createos: {
+    worker: WORKER,
+    manifest,
+    config: () => ({ apiUrl: backend.url, apiKey: backend.key, timeoutMs: 120_000 }),
+  },
+  daytona: {
+    worker: DAYTONA_WORKER,
+    manifest: daytonaManifest,
+    config: () => ({ apiUrl: backend.daytonaApiUrl, toolboxUrl: backend.toolboxUrl, apiKey: backend.key, timeoutMs: 120_000 }),
+  },
+};
+
+async function startWorker({ driver = "createos", worker = DRIVERS[driver].worker, pluginManifest = DRIVERS[driver].manifest } = {}) {
   const handle = createPluginWorkerHandle(pluginManifest.id, {
     entrypointPath: worker,
     manifest: pluginManifest,
@@ -73,14 +87,14 @@ async function startWorker({ worker = WORKER, pluginManifest = manifest } = {}) 
   return handle;
 }
 
-const params = () => ({
-  driverKey: "createos",
+const params = (driver = "createos") => ({
+  driverKey: driver,
   companyId: COMPANY,
   environmentId: ENVIRONMENT,
-  config: { apiUrl: backend.url, apiKey: backend.key, timeoutMs: 120_000 },
+  config: DRIVERS[driver].config(),
 });
 
-const scope = (lease) => ({ driverKey: "createos", companyId: COMPANY, environmentId: ENVIRONMENT, providerLeaseId: lease.providerLeaseId });
+const scope = (lease, driver = "createos") => ({ driverKey: driver, companyId: COMPANY, environmentId: ENVIRONMENT, providerLeaseId: lease.providerLeaseId });
 const sessionHome = () => `/tmp/paperclip-adapter-login/${randomUUID()}`;
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -93,12 +107,12 @@ async function settle(promise) {
 }
 
 /** A lease whose login shell finds a stand-in `claude`: an interactive bash, with no rc files. */
-async function leaseWithStandIn(handle, acquire = {}) {
-  const lease = await handle.call("environmentAcquireLease", { ...params(), runId: `run-${randomUUID()}`, ...acquire });
+async function leaseWithStandIn(handle, acquire = {}, driver = "createos") {
+  const lease = await handle.call("environmentAcquireLease", { ...params(driver), runId: `run-${randomUUID()}`, ...acquire });
   const setup = await handle.call(
     "environmentExecute",
     {
-      ...params(),
+      ...params(driver),
       lease,
       command: "sh",
       args: ["-c", `mkdir -p "$HOME/bin" && printf '#!/bin/sh\\nexec bash --norc --noprofile -i\\n' > "$HOME/bin/claude" && chmod +x "$HOME/bin/claude" && echo 'PATH="$HOME/bin:$PATH"' > "$HOME/.profile"`],
@@ -131,10 +145,10 @@ function recorder(session, decode = (chunk) => chunk) {
 }
 
 /** The processes of the sandbox whose command line matches `pattern` (the check itself excluded). */
-async function processesMatching(handle, lease, pattern) {
+async function processesMatching(handle, lease, pattern, driver = "createos") {
   const result = await handle.call(
     "environmentExecute",
-    { ...params(), lease, command: "sh", args: ["-c", `for d in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $d/cmdline 2>/dev/null); case "$c" in *"$1"*) echo "$c";; esac; done | grep -v -e 'for d in' || true`, "sh", pattern] },
+    { ...params(driver), lease, command: "sh", args: ["-c", `for d in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $d/cmdline 2>/dev/null); case "$c" in *"$1"*) echo "$c";; esac; done | grep -v -e 'for d in' || true`, "sh", pattern] },
     60_000,
   );
   return result.stdout.split("\n").filter(Boolean);
@@ -160,8 +174,8 @@ function hostProcessesMatching(pattern) {
   return found;
 }
 
-async function destroy(handle, lease) {
-  const receipt = await handle.call("environmentDestroyLease", { ...params(), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+async function destroy(handle, lease, driver = "createos") {
+  const receipt = await handle.call("environmentDestroyLease", { ...params(driver), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
   assert.equal(receipt.state, "destroyed");
 }
 
@@ -177,49 +191,51 @@ test("the packages declare the login terminal and duplex channel exactly as thei
   await handle.stop();
 });
 
-test("a login terminal: tty names /dev/pts/N, stty size answers the size opened, a Python REPL answers two lines typed apart, ^C ends a sleep, a split UTF-8 character comes out whole, the exit is reported once", async () => {
-  const handle = await startWorker();
-  const lease = await leaseWithStandIn(handle);
-  const session = await handle.openLoginPtySession({ ...scope(lease), loginCommandKey: "claude", sessionHome: sessionHome() });
-  const out = recorder(session);
-  session.write("stty size; tty\n");
-  const [, rows, columns, pts] = await out.waitFor(/(\d+) (\d+)\r\n(\/dev\/pts\/\d+)\r\n/);
-  assert.deepEqual([Number(columns), Number(rows)], [120, 30], "the size the login terminal is opened with");
-  assert.match(pts, /^\/dev\/pts\/\d+$/);
+for (const driver of ["createos", "daytona"]) {
+  test(`a ${driver} login terminal: tty names /dev/pts/N, stty size answers the size opened, a Python REPL answers two lines typed apart, ^C ends a sleep, a split UTF-8 character comes out whole, the exit is reported once`, async () => {
+    const handle = await startWorker({ driver });
+    const lease = await leaseWithStandIn(handle, {}, driver);
+    const session = await handle.openLoginPtySession({ ...scope(lease, driver), loginCommandKey: "claude", sessionHome: sessionHome() });
+    const out = recorder(session);
+    session.write("stty size; tty\n");
+    const [, rows, columns, pts] = await out.waitFor(/(\d+) (\d+)\r\n(\/dev\/pts\/\d+)\r\n/);
+    assert.deepEqual([Number(columns), Number(rows)], [120, 30], "the size the login terminal is opened with");
+    assert.match(pts, /^\/dev\/pts\/\d+$/);
 
-  let mark = out.mark();
-  session.write("python3 -q\n");
-  await out.waitFor(/>>> $/, mark);
-  mark = out.mark();
-  session.write("print(6 * 7)\n");
-  await out.waitFor(/42\r\n>>> $/, mark);
-  await sleep(700);
-  mark = out.mark();
-  session.write("print('two' * 2)\n");
-  await out.waitFor(/twotwo\r\n>>> $/, mark);
-  mark = out.mark();
-  session.write("exit()\n");
-  await out.waitFor(/# $/, mark);
+    let mark = out.mark();
+    session.write("python3 -q\n");
+    await out.waitFor(/>>> $/, mark);
+    mark = out.mark();
+    session.write("print(6 * 7)\n");
+    await out.waitFor(/42\r\n>>> $/, mark);
+    await sleep(700);
+    mark = out.mark();
+    session.write("print('two' * 2)\n");
+    await out.waitFor(/twotwo\r\n>>> $/, mark);
+    mark = out.mark();
+    session.write("exit()\n");
+    await out.waitFor(/# $/, mark);
 
-  mark = out.mark();
-  session.write("sleep 300\n");
-  await sleep(500);
-  session.write("\x03");
-  session.write("echo status=$?\n");
-  await out.waitFor(/status=130\r\n/, mark);
+    mark = out.mark();
+    session.write("sleep 300\n");
+    await sleep(500);
+    session.write("\x03");
+    session.write("echo status=$?\n");
+    await out.waitFor(/status=130\r\n/, mark);
 
-  mark = out.mark();
-  session.write("printf '\\342\\202'; sleep 0.4; printf '\\254 end\\n'\n");
-  await out.waitFor(/€ end\r\n/, mark);
-  assert.equal(out.text.includes("\uFFFD"), false, "no character was cut");
+    mark = out.mark();
+    session.write("printf '\\342\\202'; sleep 0.4; printf '\\254 end\\n'\n");
+    await out.waitFor(/€ end\r\n/, mark);
+    assert.equal(out.text.includes("\uFFFD"), false, "no character was cut");
 
-  session.write("exit 5\n");
-  assert.deepEqual(await session.wait(), { exitCode: 5 });
-  await session.close();
-  assert.deepEqual(await processesMatching(handle, lease, "bash --norc"), [], "nothing of the terminal is left");
-  await destroy(handle, lease);
-  await handle.stop();
-});
+    session.write("exit 5\n");
+    assert.deepEqual(await session.wait(), { exitCode: 5 });
+    await session.close();
+    assert.deepEqual(await processesMatching(handle, lease, "bash --norc", driver), [], "nothing of the terminal is left");
+    await destroy(handle, lease, driver);
+    await handle.stop();
+  });
+}
 
 test("a login lease acquired as Paperclip's sign-in acquires it (requestedExpiresAt) carries the engine's attested expiry, at or before the deadline, and its terminal runs; without hardExpiry it is refused", async () => {
   const handle = await startWorker();
@@ -343,15 +359,10 @@ test("a duplex channel: cat echoes 10 MB of random bytes byte-exact; a process e
 });
 
 test("a Daytona duplex channel: frames written together all reach the command, cat echoes 1 MB byte-exact while a command runs on the lease, an exit is its code", async () => {
-  const handle = await startWorker({ worker: DAYTONA_WORKER, pluginManifest: daytonaManifest });
-  const daytona = {
-    driverKey: "daytona",
-    companyId: COMPANY,
-    environmentId: ENVIRONMENT,
-    config: { apiUrl: backend.daytonaApiUrl, toolboxUrl: backend.toolboxUrl, apiKey: backend.key, timeoutMs: 120_000 },
-  };
+  const handle = await startWorker({ driver: "daytona" });
+  const daytona = params("daytona");
   const lease = await handle.call("environmentAcquireLease", { ...daytona, runId: `run-${randomUUID()}` });
-  const where = { ...scope(lease), driverKey: "daytona" };
+  const where = scope(lease, "daytona");
   // `head -n 3` answers nothing before it has all three lines: only the
   // host's events wake the component between them, as Paperclip's HTTP/2
   // frames that the sandbox's gateway does not answer (the e2e's stall).

@@ -5,7 +5,6 @@
 //! Skipped (with a note) until ./build.sh has built the provider, or where
 //! the engine has no sandbox machines (needs root and a pids cgroup).
 
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 
@@ -19,27 +18,7 @@ fn sandbox(provider: &Path) -> Command {
 
 /// Serves `body` to every HTTP request on a loopback port, in a thread.
 fn host_server(body: &'static str) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let mut buf = [0u8; 4096];
-            let mut got = Vec::new();
-            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-            }
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(reply.as_bytes());
-        }
-    });
-    port
+    test_support::http::serve_text("127.0.0.1", |_| body.to_string())
 }
 
 #[test]

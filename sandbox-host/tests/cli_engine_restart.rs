@@ -151,13 +151,15 @@ fn guard_of(engine: u32) -> u32 {
     guards[0]
 }
 
-/// When the dead engine's guard did not end its sandboxes (here: it is
-/// stopped), a command of a lease still runs in the sandbox: the next
-/// engine kills it before it serves, and only then is the lease's sandbox
-/// called gone and the lease destroyed. Before, the command ran on and
-/// the lease could not be cleared.
+/// A sandbox's machine ends with its engine however the engine ends, even
+/// when the engine's guard does nothing (here: it is stopped): the
+/// machine's bwrap is killed by the kernel when the engine's process dies
+/// (its parent-death signal), and the PID namespace with it. The next
+/// engine then proves the sandbox gone from its records and the lease is
+/// destroyed. (Before machines had that signal, the command ran on until
+/// the next engine killed it.)
 #[test]
-fn a_command_the_dead_engine_left_running_is_killed_before_its_lease_is_cleared() {
+fn a_command_dies_with_its_engine_even_when_the_guard_does_nothing() {
     let (createos, _) = providers();
     let data = fresh("cli-engine-leftover");
     let (mut engine, exports) = test_support::sandbox_cli!("cli-engine-leftover")
@@ -168,6 +170,12 @@ fn a_command_the_dead_engine_left_running_is_killed_before_its_lease_is_cleared(
     let lease = cli.acquire();
     let duration = format!("{}.25", 1000 + std::process::id() % 1000);
     let mut exec = cli.exec_sleeper(&lease, &duration);
+    assert!(
+        test_support::eventually(std::time::Duration::from_secs(10), || {
+            test_support::procs::exact(&["sleep", &duration]).len() == 1
+        }),
+        "the command runs"
+    );
     let guard = guard_of(engine.id());
     assert!(Command::new("kill")
         .args(["-STOP", &guard.to_string()])
@@ -177,11 +185,16 @@ fn a_command_the_dead_engine_left_running_is_killed_before_its_lease_is_cleared(
     engine.kill().unwrap();
     engine.wait().unwrap();
     let _ = exec.wait();
-    let sleeping = test_support::procs::exact(&["sleep", &duration]);
-    assert_eq!(
-        sleeping.len(),
-        1,
-        "the command outlived its engine: {sleeping:?}"
+    let gone = test_support::eventually(std::time::Duration::from_secs(5), || {
+        test_support::procs::exact(&["sleep", &duration]).is_empty()
+    });
+    let left = test_support::procs::exact(&["sleep", &duration]);
+    let _ = Command::new("kill")
+        .args(["-CONT", &guard.to_string()])
+        .status();
+    assert!(
+        gone,
+        "the command outlived its engine, whose guard was stopped: {left:?}"
     );
 
     let (again, _) = test_support::sandbox_cli!("cli-engine-leftover")
@@ -189,15 +202,6 @@ fn a_command_the_dead_engine_left_running_is_killed_before_its_lease_is_cleared(
         .provider(&createos)
         .engine("createos", Stdio::piped());
     let again = Serving(Some(again));
-    let left = test_support::procs::exact(&["sleep", &duration]);
-    // The guard goes on and ends what else the dead engine left.
-    let _ = Command::new("kill")
-        .args(["-CONT", &guard.to_string()])
-        .status();
-    assert!(
-        left.is_empty(),
-        "the new engine serves while the old command runs: {left:?}"
-    );
     let destroyed = cli.output(&["lease", "destroy", &lease]);
     let stderr = String::from_utf8_lossy(&destroyed.stderr);
     assert_eq!(destroyed.status.code(), Some(0), "{stderr}");

@@ -9,8 +9,6 @@
 //! create|list|delete`, and a lease acquired from the template sees the
 //! file. Skipped (with a note) where sandboxes get no machine of their own.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 
@@ -36,28 +34,7 @@ fn machines_here() -> bool {
 /// A server on `address` (a loopback address) answering every request
 /// with `hello from ADDRESS:PORT`; its port.
 fn host_server(address: &str) -> u16 {
-    let listener = TcpListener::bind((address, 0)).expect("listen");
-    let port = listener.local_addr().unwrap().port();
-    let body = format!("hello from {address}:{port}\n");
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let mut buf = [0u8; 4096];
-            let mut got = Vec::new();
-            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-            }
-            let reply = format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = conn.write_all(reply.as_bytes());
-        }
-    });
-    port
+    test_support::http::serve_text(address, |port| format!("hello from {address}:{port}\n"))
 }
 
 /// A `sandbox engine` of `provider` (stopped with SIGTERM when dropped)

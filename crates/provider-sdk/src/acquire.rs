@@ -92,16 +92,7 @@ pub(crate) mod tests {
 
     /// A request of contract 0.6.0's fields only.
     pub fn plain_request() -> AcquireRequest {
-        AcquireRequest {
-            run_id: "run".into(),
-            requested_cwd: None,
-            workspace_mode: None,
-            requested_expires_at: None,
-            egress: None,
-            adapter_type: None,
-            image: None,
-            template: None,
-        }
+        crate::testing::acquire_request("run")
     }
 
     #[wasm_bindgen_test(unsupported = test)]

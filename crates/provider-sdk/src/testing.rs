@@ -263,6 +263,21 @@ pub fn context(config: &str) -> crate::types::EnvironmentContext {
     }
 }
 
+/// A request to acquire a lease for run `run`, asking for nothing else
+/// (no directory, workspace mode, expiry, policy, image or template).
+pub fn acquire_request(run: &str) -> crate::types::AcquireRequest {
+    crate::types::AcquireRequest {
+        run_id: run.into(),
+        requested_cwd: None,
+        workspace_mode: None,
+        requested_expires_at: None,
+        egress: None,
+        adapter_type: None,
+        image: None,
+        template: None,
+    }
+}
+
 /// An interactive `bash` (no arguments, directory or environment) with a
 /// terminal of `terminal` (pipes for none) and a 60 s limit.
 pub fn bash_interaction(

@@ -6,6 +6,7 @@
 //!   nothing of a command survived) and unique markers to find them by;
 //! - [`requests`]: the `ExecuteRequest` (and `AcquireRequest`) builders;
 //! - [`cli`]: the `sandbox` CLI as a test runs it ([`sandbox_cli!`]);
+//! - [`http`]: a loopback HTTP server of one text and a plain `GET`;
 //! - [`local`]: the engine in this process and a host runtime of one
 //!   provider against it;
 //! - [`skips`]: tests that cannot run on this machine, listed for CI.
@@ -17,6 +18,7 @@
 
 pub mod cli;
 pub mod components;
+pub mod http;
 pub mod local;
 pub mod procs;
 pub mod requests;

@@ -872,16 +872,7 @@ mod tests {
     }
 
     fn request() -> AcquireRequest {
-        AcquireRequest {
-            run_id: "run".into(),
-            requested_cwd: None,
-            workspace_mode: None,
-            requested_expires_at: None,
-            egress: None,
-            adapter_type: None,
-            image: None,
-            template: None,
-        }
+        provider_sdk::testing::acquire_request("run")
     }
 
     fn silent() -> FakePlatform {

@@ -10,9 +10,6 @@
 // `ProviderError` is the contract's variant, returned as it is.
 #![allow(clippy::result_large_err)]
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::time::Duration;
 
 use sandbox_engine::{IsolationPreference, Server};
 use sandbox_host::types::*;
@@ -51,59 +48,10 @@ fn sh(local: &LocalRuntime, lease: &str, script: &str) -> String {
 
 /// A server on the host's 127.0.0.1 answering every request with `body`.
 fn host_server(body: &'static str) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("listen");
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut conn in listener.incoming().flatten() {
-            let mut got = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                match conn.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => got.extend_from_slice(&buf[..n]),
-                }
-            }
-            let _ = write!(
-                conn,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    port
+    test_support::http::serve_text("127.0.0.1", |_| body.to_string())
 }
 
-/// `GET url` (http, on loopback) with an optional header: status and body.
-fn http_get(url: &str, header: Option<(&str, &str)>) -> (u16, String) {
-    let rest = url.strip_prefix("http://").expect("an http URL");
-    let (authority, path) = match rest.find('/') {
-        Some(at) => (&rest[..at], &rest[at..]),
-        None => (rest, "/"),
-    };
-    let mut conn = TcpStream::connect(authority).expect("connect");
-    conn.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let extra = header
-        .map(|(name, value)| format!("{name}: {value}\r\n"))
-        .unwrap_or_default();
-    write!(
-        conn,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\n{extra}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    let _ = conn.read_to_string(&mut answer);
-    let status = answer
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0);
-    let body = answer
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
+use test_support::http::get as http_get;
 
 /// What `curl` in the sandbox gets from each port of the host's 127.0.0.1:
 /// the body, or `refused` when the engine's proxy refuses (403) or no

@@ -12,10 +12,11 @@ use super::{Environment, SandboxRuntime};
 use crate::leases::backend::LeaseRecord;
 use crate::leases::rules::{LeaseState, Operation};
 use crate::wasm::bindings::types::{
-    AcquireRequest, Capabilities, EgressPolicy, PortEndpoint, ProviderError, TemplateDeletion,
-    TemplateInfo,
+    AcquireRequest, Capabilities, EgressPolicy, Lease, PortEndpoint, ProviderError,
+    TemplateDeletion, TemplateInfo,
 };
 use crate::wasm::cancel::CancelToken;
+use crate::wasm::instance::ProviderInstance;
 
 /// The WIT name of each capability of 0.7.0 (for messages).
 const CAPABILITY_NAMES: [(Capabilities, &str); 6] = [
@@ -43,6 +44,37 @@ impl SandboxRuntime {
              nothing was asked of it (`sandbox describe` lists what it supports)",
             self.description.driver_key
         )))
+    }
+
+    /// Runs `operation` (the WIT name `name`) on the active lease
+    /// `lease_id` as a use of kind `kind`, in an instance held to the
+    /// lifecycle deadline; a trap or `cleanup-failed` poisons the lease.
+    fn on_active_lease<T>(
+        &self,
+        env: &Environment,
+        lease_id: &str,
+        kind: Operation,
+        name: &str,
+        operation: impl FnOnce(&mut ProviderInstance, &Lease) -> Result<Result<T, ProviderError>>,
+    ) -> Result<Result<T, ProviderError>> {
+        let cancel = CancelToken::new();
+        let (_, lease, _using) = self.begin_use(env, lease_id, kind, cancel.clone())?;
+        let outcome = self
+            .instance(env, env.deadlines.lifecycle_deadline(), cancel, None)
+            .and_then(|mut i| operation(&mut i, &lease));
+        self.poison_on_failure(lease_id, name, &outcome)?;
+        outcome
+    }
+
+    /// An instance for an operation on no lease, held to the lifecycle
+    /// deadline.
+    fn lifecycle_instance(&self, env: &Environment) -> Result<ProviderInstance> {
+        self.instance(
+            env,
+            env.deadlines.lifecycle_deadline(),
+            CancelToken::new(),
+            None,
+        )
     }
 
     /// Why the provider cannot carry `request`, before anything is
@@ -83,13 +115,13 @@ impl SandboxRuntime {
         if let Some(refused) = self.unclaimed(Capabilities::EGRESS_POLICY, "an egress policy") {
             return Ok(Err(refused));
         }
-        let cancel = CancelToken::new();
-        let (_, lease, _using) =
-            self.begin_use(env, lease_id, Operation::Configure, cancel.clone())?;
-        let outcome = self
-            .instance(env, env.deadlines.lifecycle_deadline(), cancel, None)
-            .and_then(|mut i| i.set_egress(&env.ctx, &lease, policy));
-        self.poison_on_failure(lease_id, "set-egress", &outcome)?;
+        let outcome = self.on_active_lease(
+            env,
+            lease_id,
+            Operation::Configure,
+            "set-egress",
+            |i, lease| i.set_egress(&env.ctx, lease, policy),
+        );
         match outcome? {
             Ok(lease) => {
                 self.store
@@ -119,14 +151,13 @@ impl SandboxRuntime {
                 "port 0 is not a port a server can listen on; give one from 1 to 65535".into(),
             )));
         }
-        let cancel = CancelToken::new();
-        let (_, lease, _using) =
-            self.begin_use(env, lease_id, Operation::Configure, cancel.clone())?;
-        let outcome = self
-            .instance(env, env.deadlines.lifecycle_deadline(), cancel, None)
-            .and_then(|mut i| i.open_port(&env.ctx, &lease, port));
-        self.poison_on_failure(lease_id, "open-port", &outcome)?;
-        outcome
+        self.on_active_lease(
+            env,
+            lease_id,
+            Operation::Configure,
+            "open-port",
+            |i, lease| i.open_port(&env.ctx, lease, port),
+        )
     }
 
     /// `capture-template` on an active lease (capability `templates`): the
@@ -143,14 +174,13 @@ impl SandboxRuntime {
         if let Some(refused) = self.unclaimed(Capabilities::TEMPLATES, "templates") {
             return Ok(Err(refused));
         }
-        let cancel = CancelToken::new();
-        let (_, lease, _using) =
-            self.begin_use(env, lease_id, Operation::Capture, cancel.clone())?;
-        let outcome = self
-            .instance(env, env.deadlines.lifecycle_deadline(), cancel, None)
-            .and_then(|mut i| i.capture_template(&env.ctx, &lease, name));
-        self.poison_on_failure(lease_id, "capture-template", &outcome)?;
-        outcome
+        self.on_active_lease(
+            env,
+            lease_id,
+            Operation::Capture,
+            "capture-template",
+            |i, lease| i.capture_template(&env.ctx, lease, name),
+        )
     }
 
     /// `list-templates` (capability `templates`): the environment's
@@ -162,13 +192,7 @@ impl SandboxRuntime {
         if let Some(refused) = self.unclaimed(Capabilities::TEMPLATES, "templates") {
             return Ok(Err(refused));
         }
-        self.instance(
-            env,
-            env.deadlines.lifecycle_deadline(),
-            CancelToken::new(),
-            None,
-        )?
-        .list_templates(&env.ctx)
+        self.lifecycle_instance(env)?.list_templates(&env.ctx)
     }
 
     /// `delete-template` (capability `templates`): sandboxes started from
@@ -181,13 +205,8 @@ impl SandboxRuntime {
         if let Some(refused) = self.unclaimed(Capabilities::TEMPLATES, "templates") {
             return Ok(Err(refused));
         }
-        self.instance(
-            env,
-            env.deadlines.lifecycle_deadline(),
-            CancelToken::new(),
-            None,
-        )?
-        .delete_template(&env.ctx, template_ref)
+        self.lifecycle_instance(env)?
+            .delete_template(&env.ctx, template_ref)
     }
 }
 
