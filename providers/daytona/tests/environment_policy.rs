@@ -10,7 +10,6 @@
 // `ProviderError` is the contract's variant, returned as it is.
 #![allow(clippy::result_large_err)]
 
-
 use sandbox_engine::{IsolationPreference, Server};
 use sandbox_host::types::*;
 use test_support::local::{Face, LocalRuntime};
