@@ -34,6 +34,7 @@
  *   poisoning its lease too.
  */
 import { offeredToPaperclip } from "./paperclip-features.js";
+import { checkEgressSupported, mergedEgress } from "./environment-policy.js";
 import { AsyncResource } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
 import { decodeChannelBytes, definePlugin, type PluginContext } from "@paperclipai/plugin-sdk";
@@ -825,6 +826,8 @@ export function createPlugin(options: PluginOptions = {}) {
 
     async onEnvironmentAcquireLease(params: PluginEnvironmentAcquireLeaseParams) {
       const { ctx, secret } = prepare(params);
+      // The run's egress grants merged with the environment's base list; one the component cannot enforce is refused here, before anything is created.
+      const egress = checkEgressSupported(mergedEgress(params.config, params.executionWorkspaceSettings), describeOrThrow().capabilities, providerName());
       await sweepOrphans(params);
       try {
         const lease = await call<WitLease>(
@@ -839,11 +842,12 @@ export function createPlugin(options: PluginOptions = {}) {
               requestedCwd: params.requestedCwd ?? AGENT_WORKDIR,
               workspaceMode: params.workspaceMode ?? undefined,
               requestedExpiresAt: params.requestedExpiresAt ?? undefined,
-              // Contract 0.7.0's environment policy: none yet from this
-              // host (the provider's config decides; Paperclip's egress,
-              // adapter and template hooks come later).
-              egress: undefined,
-              adapterType: undefined,
+              // Contract 0.7.0's environment policy: the merged egress
+              // (none: the config's base list, else the service's default)
+              // and the run's adapter, whose image the config may name
+              // (`rootfsByAdapter`, `snapshotByAdapter`).
+              egress,
+              adapterType: params.adapterType ?? undefined,
               image: undefined,
               template: undefined,
             },
