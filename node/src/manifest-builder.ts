@@ -101,6 +101,8 @@ export function paperclipConfigSchema(description: WitProviderDescription): Reco
 export function buildManifest(description: WitProviderDescription, facts: PackageFacts): PaperclipPluginManifestV1 {
   const reusable = description.capabilities.reusableLeases ?? false;
   const sync = description.capabilities.nativeSync ?? false;
+  // Sync-in and sync-out may overlap on one lease only where the component says each stays byte-exact then (the host adds no lock of its own).
+  const concurrentSync = sync && (description.capabilities.concurrentSync ?? false);
   // The login terminal and duplex channel hooks exist only where the component runs them (plugin.ts).
   const { loginPty, duplexChannels: duplex } = offeredToPaperclip(description, facts.heldBack);
   return {
@@ -128,6 +130,7 @@ export function buildManifest(description: WitProviderDescription, facts: Packag
           nativeSyncIn: sync,
           nativeSyncOut: sync,
           incrementalSessionOutput: description.capabilities.incrementalOutput ?? false,
+          concurrentSyncOperations: concurrentSync,
           duplexCommandStream: duplex,
         },
       },

@@ -56,6 +56,8 @@ for (const key of PACKAGES) {
     }
     assert.equal(driver.supportsReusableLeases, description.capabilities.reusableLeases ?? false);
     assert.equal(driver.sandboxCapabilities.nativeSyncIn, description.capabilities.nativeSync ?? false);
+    // Issue 43 item 4: overlapping syncs only where the component declares concurrent-sync (test/concurrent-sync.test.mjs overlaps them).
+    assert.equal(driver.sandboxCapabilities.concurrentSyncOperations, (description.capabilities.nativeSync ?? false) && (description.capabilities.concurrentSync ?? false));
     // Issue 38 item 5: the login terminal and duplex channel only where the component runs them,
     // less what the packer holds back for the driver (scripts/packer.mjs, HELD_BACK).
     const { HELD_BACK } = await import("../scripts/packer.mjs");
