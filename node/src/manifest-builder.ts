@@ -104,7 +104,7 @@ export function buildManifest(description: WitProviderDescription, facts: Packag
   // Sync-in and sync-out may overlap on one lease only where the component says each stays byte-exact then (the host adds no lock of its own).
   const concurrentSync = sync && (description.capabilities.concurrentSync ?? false);
   // The login terminal and duplex channel hooks exist only where the component runs them (plugin.ts).
-  const { loginPty, duplexChannels: duplex } = offeredToPaperclip(description, facts.heldBack);
+  const { loginPty, duplexChannels: duplex, runnerIngress } = offeredToPaperclip(description, facts.heldBack);
   return {
     id: pluginIdFor(description.driverKey),
     apiVersion: 1,
@@ -132,6 +132,7 @@ export function buildManifest(description: WitProviderDescription, facts: Packag
           incrementalSessionOutput: description.capabilities.incrementalOutput ?? false,
           concurrentSyncOperations: concurrentSync,
           duplexCommandStream: duplex,
+          runnerWebSocketIngress: runnerIngress,
         },
       },
     ],

@@ -35,6 +35,7 @@
  */
 import { offeredToPaperclip } from "./paperclip-features.js";
 import { checkEgressSupported, mergedEgress } from "./environment-policy.js";
+import { runnerPath, runnerPort, toRunnerIngress } from "./runner-ingress.js";
 import { AsyncResource } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
 import { decodeChannelBytes, definePlugin, type PluginContext } from "@paperclipai/plugin-sdk";
@@ -48,6 +49,7 @@ import type {
   PluginEnvironmentRealizeWorkspaceParams,
   PluginEnvironmentReleaseLeaseParams,
   PluginEnvironmentResumeLeaseParams,
+  PluginEnvironmentRunnerIngressEndpointParams,
   PluginEnvironmentSyncInParams,
   PluginEnvironmentSyncOutParams,
   PluginEnvironmentValidateConfigParams,
@@ -98,6 +100,7 @@ import type {
   WitLease,
   WitProbeReport,
   WitProviderDescription,
+  WitPortEndpoint,
   WitProviderError,
   WitRateLimit,
   WitResumeOutcome,
@@ -709,6 +712,26 @@ export function createPlugin(options: PluginOptions = {}) {
     },
   };
 
+  const runnerIngressHooks = {
+    /**
+     * The in-sandbox runner's port opened (`open-port`) and handed to
+     * Paperclip as an authenticated WebSocket (`runner-ingress.ts`; its
+     * scheme is the provider's: `wss:` over TLS, `ws:` from our loopback
+     * engine, which Paperclip 2026.916.1 refuses).
+     */
+    async onEnvironmentRunnerIngressEndpoint(params: PluginEnvironmentRunnerIngressEndpointParams) {
+      checkCompany(params, params.lease?.metadata);
+      const lease = leaseOf(params.lease);
+      const port = runnerPort(params.port);
+      const path = runnerPath(params.path);
+      await refuseIfPoisoned(params, lease.providerLeaseId, "opening the runner's ingress");
+      remember(params, lease.providerLeaseId, params.lease.metadata);
+      const { ctx, secret } = prepare(params);
+      const endpoint = await call<WitPortEndpoint>("open-port", "openPort", [ctx, lease, port], secret);
+      return toRunnerIngress(endpoint, path, providerName());
+    },
+  };
+
   const duplexChannelHooks = {
     async onDuplexChannelOpen(params: PluginDuplexChannelOpenParams) {
       const request = channelRequest(params.command);
@@ -735,6 +758,7 @@ export function createPlugin(options: PluginOptions = {}) {
     // Only what the component can do: Paperclip lists a hook's method as supported when it is defined.
     ...(packedCapabilities.loginPty ? loginPtyHooks : {}),
     ...(packedCapabilities.duplexChannels ? duplexChannelHooks : {}),
+    ...(packedCapabilities.runnerIngress ? runnerIngressHooks : {}),
     async setup(ctx) {
       context = ctx;
       pool = new ProviderPool({
