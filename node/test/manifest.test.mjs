@@ -45,7 +45,19 @@ for (const key of PACKAGES) {
     assert.equal(driver.driverKey, description.driverKey);
     assert.equal(driver.kind, "sandbox_provider");
     const componentSchema = JSON.parse(description.configSchema);
-    assert.deepEqual(Object.keys(driver.configSchema.properties).sort(), Object.keys(componentSchema.properties).sort());
+    // Plus the host's own `template` field where the component has templates (src/setup-sessions.ts).
+    const hostFields = description.capabilities.templates ? ["template"] : [];
+    assert.deepEqual(Object.keys(driver.configSchema.properties).sort(), [...Object.keys(componentSchema.properties), ...hostFields].sort());
+    // Issue 43 item 4: the custom-image flow's fields only with templates.
+    const templates = description.capabilities.templates ?? false;
+    assert.equal(driver.supportsInteractiveSetup ?? false, templates);
+    assert.equal(driver.supportsTemplateCapture ?? false, templates);
+    assert.equal(driver.supportsTemplateDelete ?? false, templates);
+    if (templates) {
+      assert.deepEqual(driver.interactiveSetupConnectionTypes, [], "no connection (no SSH) is offered");
+      assert.equal(driver.templateRefKind, "provider_template");
+      assert.deepEqual(driver.templateConfigBinding, { field: "template" });
+    }
     for (const secret of description.secrets) {
       const field = driver.configSchema.properties[secret.configField];
       assert.equal(field.format, "secret-ref", `${secret.configField} is a secret-ref`);
