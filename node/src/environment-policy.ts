@@ -94,3 +94,17 @@ export function checkEgressSupported(policy: EgressPolicy | undefined, capabilit
     "none",
   );
 }
+
+/** The lease metadata key saying the lease's egress holds its acquiring run's grants. */
+export const RUN_GRANTS_KEY = "runEgressGrants";
+
+/**
+ * The environment's own policy, without any run's grants: `allow` of the
+ * base list, or `unrestricted` with none (or `["*"]`). What a reused
+ * lease goes back to, since a run's grants are task-scoped.
+ */
+export function baseEgress(config: Record<string, unknown> | null | undefined): EgressPolicy {
+  const base = stringList(config?.[BASE_EGRESS_FIELD], `The config's ${BASE_EGRESS_FIELD}`).map((entry) => entry.trim());
+  if (base.length === 0 || base.includes("*")) return { tag: "unrestricted" };
+  return { tag: "allow", val: base };
+}

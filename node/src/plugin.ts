@@ -34,7 +34,7 @@
  *   poisoning its lease too.
  */
 import { offeredToPaperclip } from "./paperclip-features.js";
-import { checkEgressSupported, mergedEgress } from "./environment-policy.js";
+import { baseEgress, checkEgressSupported, mergedEgress, RUN_GRANTS_KEY } from "./environment-policy.js";
 import { runnerPath, runnerPort, toRunnerIngress } from "./runner-ingress.js";
 import { SetupStore, takeTemplate, templateName, TEMPLATE_FIELD, TEMPLATE_KIND, type SetupRecord } from "./setup-sessions.js";
 import { AsyncResource } from "node:async_hooks";
@@ -416,6 +416,8 @@ export function createPlugin(options: PluginOptions = {}) {
       );
       const answer = toPaperclipLease(lease, params.companyId);
       if (packedCapabilities.templates) answer.metadata = { ...answer.metadata, [TEMPLATE_FIELD]: template ?? null };
+      // A policy with the run's own grants: a resume puts the base policy back (onEnvironmentResumeLease).
+      if (egress !== undefined) answer.metadata = { ...answer.metadata, [RUN_GRANTS_KEY]: true };
       remember(params, answer.providerLeaseId, answer.metadata);
       return answer;
     } catch (error) {
@@ -1048,7 +1050,15 @@ export function createPlugin(options: PluginOptions = {}) {
       }
       // A config that changed since the acquire is the component's to judge (its resume answers `expired`).
       const outcome = await call<WitResumeOutcome>("resume", "resumeLease", [ctx, toWitLease(params.providerLeaseId, params.leaseMetadata)], secret);
-      const answer = toResumeResult(outcome, params.companyId);
+      let answer = toResumeResult(outcome, params.companyId);
+      if (answer.providerLeaseId !== null && params.leaseMetadata?.[RUN_GRANTS_KEY] === true) {
+        // The grants were the acquiring run's (task-scoped), and Paperclip's
+        // resume names no run: the sandbox goes back to the environment's
+        // base policy before it is handed to whoever reuses it. A failure
+        // is an error (Paperclip then destroys the lease and acquires anew).
+        const reset = await call<WitLease>("set-egress", "setEgress", [ctx, toWitLease(answer.providerLeaseId, answer.metadata), baseEgress(params.config)], secret);
+        answer = toPaperclipLease(reset, params.companyId);
+      }
       if (packedCapabilities.templates && answer.providerLeaseId !== null) answer.metadata = { ...answer.metadata, [TEMPLATE_FIELD]: params.leaseMetadata?.[TEMPLATE_FIELD] ?? null };
       remember(params, answer.providerLeaseId, answer.metadata);
       return answer;

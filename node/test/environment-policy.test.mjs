@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { startBackend } from "./support/backend.mjs";
 import { startPlugin, base } from "./support/plugin.mjs";
-import { checkEgressSupported, mergedEgress, runEgressGrants } from "../dist/environment-policy.js";
+import { baseEgress, checkEgressSupported, mergedEgress, runEgressGrants } from "../dist/environment-policy.js";
 import { ProviderFailure } from "../dist/mapping.js";
 
 let backend;
@@ -48,6 +48,12 @@ test("the merge: base list then grants without repeats; no grants, no policy; a 
   assert.throws(() => runEgressGrants({ networkEgress: { allowFqdns: "x.org" } }), /allowFqdns must be a list of strings; nothing was created/);
   assert.throws(() => runEgressGrants({ networkEgress: [] }), /networkEgress must be an object/);
   assert.throws(() => mergedEgress({ egressAllowlist: "a.com" }, grants(["b.org"])), /egressAllowlist must be a list of strings/);
+});
+
+test("the base policy a reused lease goes back to", () => {
+  assert.deepEqual(baseEgress({}), { tag: "unrestricted" });
+  assert.deepEqual(baseEgress({ egressAllowlist: ["*"] }), { tag: "unrestricted" });
+  assert.deepEqual(baseEgress({ egressAllowlist: [" a.com "] }), { tag: "allow", val: ["a.com"] });
 });
 
 test("a component without egress-policy: grants are refused with a clear message; unrestricted and nothing pass", () => {
@@ -132,10 +138,25 @@ for (const [what, change] of [
     assert.equal(resumed.metadata?.expired, true);
     const touched = (await backend.requests()).filter((r) => r.path.includes(lease.providerLeaseId));
     assert.deepEqual(touched, [], "the old sandbox got no request (not woken)");
-    // The same config resumes it, with its egress re-applied.
+    // The same config resumes it; the acquiring run's grants (task-scoped) do not outlive it: back to the base list.
+    assert.deepEqual((await sandbox(lease.providerLeaseId)).egress, ["base.example.com", "api.example.org"]);
+    assert.equal(lease.metadata.runEgressGrants, true);
     const again = await plugin.harness.resumeLease({ ...params({ config }), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
     assert.equal(again.providerLeaseId, lease.providerLeaseId);
-    assert.deepEqual((await sandbox(lease.providerLeaseId)).egress, ["base.example.com", "api.example.org"]);
+    assert.deepEqual((await sandbox(lease.providerLeaseId)).egress, ["base.example.com"]);
+    assert.equal(again.metadata.runEgressGrants, undefined);
     await plugin.harness.destroyLease({ ...params({ config }), providerLeaseId: lease.providerLeaseId, leaseMetadata: again.metadata });
   });
 }
+
+test("a reused lease whose environment has no base list goes back to the service's default", async () => {
+  const config = { reuseLease: true };
+  const lease = await plugin.harness.acquireLease({ ...params({ config }), runId: `run-${randomUUID()}`, executionWorkspaceSettings: grants(["api.example.org"]) });
+  assert.deepEqual((await sandbox(lease.providerLeaseId)).egress, ["api.example.org"], "the run got exactly its grants");
+  await plugin.harness.releaseLease({ ...params({ config }), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+  const again = await plugin.harness.resumeLease({ ...params({ config }), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+  assert.equal(again.providerLeaseId, lease.providerLeaseId);
+  const egress = (await sandbox(lease.providerLeaseId)).egress ?? [];
+  assert.deepEqual(egress, [], "no list: the service's default");
+  await plugin.harness.destroyLease({ ...params({ config }), providerLeaseId: lease.providerLeaseId, leaseMetadata: again.metadata });
+});
