@@ -160,3 +160,17 @@ test("a reused lease whose environment has no base list goes back to the service
   assert.deepEqual(egress, [], "no list: the service's default");
   await plugin.harness.destroyLease({ ...params({ config }), providerLeaseId: lease.providerLeaseId, leaseMetadata: again.metadata });
 });
+
+test("autoPauseAfterSeconds: a released reusable lease is left to the service's idle pause, and resumes", async () => {
+  const config = { reuseLease: true, autoPauseAfterSeconds: 60 };
+  const lease = await plugin.harness.acquireLease({ ...params({ config }), runId: `run-${randomUUID()}` });
+  assert.equal((await sandbox(lease.providerLeaseId)).auto_pause_after_seconds, 60);
+  const receipt = await plugin.harness.releaseLease({ ...params({ config }), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+  assert.deepEqual(receipt, { providerLeaseId: lease.providerLeaseId, state: "stopped" }, "reusable, as a paused one");
+  assert.equal((await sandbox(lease.providerLeaseId)).status, "running", "left running until idle");
+  const again = await plugin.harness.resumeLease({ ...params({ config }), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+  assert.equal(again.providerLeaseId, lease.providerLeaseId);
+  const ran = await plugin.harness.execute({ ...params({ config }), lease: again, command: "echo", args: ["still here"] });
+  assert.equal(ran.stdout, "still here\n");
+  await plugin.harness.destroyLease({ ...params({ config }), providerLeaseId: lease.providerLeaseId, leaseMetadata: again.metadata });
+});
