@@ -31,7 +31,15 @@
  *   `ctx.loginPty` / `ctx.duplexChannel` once the open reply went out, the
  *   exit reported once, an unproven end poisoning the lease as `execute`'s
  *   does, and a session a stopped worker left open (`session-records.ts`)
- *   poisoning its lease too.
+ *   poisoning its lease too;
+ * - contract 0.7.0's environment policy (`environment-policy.ts`): the
+ *   run's adapter and its egress grants merged with the environment's base
+ *   list go into the acquire request (grants a component cannot enforce
+ *   are refused before anything is created), and a reused lease goes back
+ *   to the base policy, since grants are the acquiring run's;
+ * - where the component says so, the runner's WebSocket ingress from an
+ *   opened port (`ports`, `runner-ingress.ts`) and Paperclip's custom-image
+ *   flow over templates (`templates`, `setup-sessions.ts`).
  */
 import { offeredToPaperclip } from "./paperclip-features.js";
 import { baseEgress, checkEgressSupported, mergedEgress, RUN_GRANTS_KEY } from "./environment-policy.js";

@@ -130,6 +130,34 @@ test("the login terminal and duplex channel are declared, and their hooks define
   }
 });
 
+test("the runner ingress and the custom-image hooks are declared, and defined, only as ports and templates say", async () => {
+  const { createPlugin } = await import("../dist/plugin.js");
+  const { mkdtemp, writeFile, rm } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const path = await import("node:path");
+  const { pathToFileURL } = await import("node:url");
+  const packed = JSON.parse(await readFile(new URL("dist/component/description.json", packageDir("createos")), "utf8"));
+  const setupHooks = ["onEnvironmentStartInteractiveSetup", "onEnvironmentGetInteractiveSetup", "onEnvironmentCaptureTemplate", "onEnvironmentCancelInteractiveSetup", "onEnvironmentDeleteTemplate"];
+  for (const [ports, templates] of [[false, false], [true, false], [false, true], [true, true]]) {
+    const description = { ...packed, capabilities: { ...packed.capabilities, ports, templates } };
+    const manifest = buildManifest(description, { version: "1.0.0", author: "test" });
+    const [driver] = manifest.environmentDrivers;
+    assert.equal(driver.sandboxCapabilities.runnerWebSocketIngress, ports);
+    assert.equal(driver.supportsInteractiveSetup ?? false, templates);
+    assert.equal("template" in driver.configSchema.properties, templates);
+    assert.equal(pluginManifestV1Schema.safeParse(manifest).success, true);
+    const dir = await mkdtemp(path.join(tmpdir(), "caps-"));
+    try {
+      await writeFile(path.join(dir, "description.json"), JSON.stringify(description));
+      const plugin = createPlugin({ componentDir: `${pathToFileURL(dir).href}/` });
+      assert.equal(typeof plugin.definition.onEnvironmentRunnerIngressEndpoint, ports ? "function" : "undefined");
+      for (const hook of setupHooks) assert.equal(typeof plugin.definition[hook], templates ? "function" : "undefined", `${hook} with templates ${templates}`);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+});
+
 test("the host code names no provider, config field or header", async () => {
   const files = (await readdir(new URL("../dist/", import.meta.url))).filter((f) => f.endsWith(".js") && f !== "manifest.js");
   assert.ok(files.length >= 15, files.join());
