@@ -11,7 +11,9 @@
 // environment of that plugin, woken once; the run record, its log, the file
 // the stand-in wrote (back on the host) and the lease's release are checked.
 // The same run on Paperclip's local environment (on the host) is the
-// baseline the run times are printed beside.
+// baseline the run times are printed beside. Then Paperclip's custom-image
+// flow on the CreateOS environment (issue 43 item 4): a setup session
+// finished into a template, an agent run from it, the template deleted.
 //
 //   cd node && npm run build && (cd paperclip-host-test && npm install --no-save)
 //   npm run e2e                      # from node/
@@ -481,6 +483,8 @@ try {
   // Issue 44 item 6: one whole agent run per driver, and the same run on
   // Paperclip's local environment as the baseline.
   const times = {};
+  /** Each driver's sandbox environment of the agent runs. */
+  const environments = {};
   for (const { driver, config } of [...PACKAGES, { driver: "local" }]) {
     let environmentId;
     if (config) {
@@ -493,6 +497,7 @@ try {
         JSON.stringify({ name: `e2e ${driver} sandbox`, driver: "sandbox", config: { provider: driver, ...config(backend), apiKey: backend.key } }),
       ]);
       environmentId = environment.id;
+      environments[driver] = environmentId;
     }
     const admin = (method, route) => fetch(`${backend.url}/_admin/${route}`, { method, headers: { "x-api-key": backend.key } });
     await admin("DELETE", "requests");
@@ -533,6 +538,46 @@ try {
     times[driver] = environmentId ? `${result.ms} ms, ${engineRequests} requests to the engine` : `${result.ms} ms`;
     times[`${driver}Ms`] = result.ms;
   }
+  // Issue 43 item 4: Paperclip's custom-image flow through the CreateOS
+  // plugin (its component has templates): a setup session (a setup lease),
+  // finished (the template captured and written into the environment's
+  // config, the setup sandbox cancelled), an agent run whose lease starts
+  // from that template, then the template disabled and deleted at the
+  // provider.
+  {
+    const environmentId = environments.createos;
+    const q = `?companyId=${company.id}`;
+    const templates = async () => {
+      const answer = await (await fetch(`${backend.url}/v1/templates`, { headers: { "x-api-key": backend.key } })).json();
+      return answer?.data?.templates ?? answer?.data ?? answer?.templates ?? answer;
+    };
+    const before = (await templates()).length;
+    const started = await api(paperclipServer.apiBase, "POST", `/api/environments/${environmentId}/custom-image-setup-sessions${q}`, {});
+    const sessionId = started.session.id;
+    const finished = await api(paperclipServer.apiBase, "POST", `/api/environment-custom-image-setup-sessions/${sessionId}/finish${q}`, {});
+    const overview = await api(paperclipServer.apiBase, "GET", `/api/environments/${environmentId}/custom-image-template${q}`);
+    const afterCapture = await templates();
+    const run = await agentRun(paperclipServer.apiBase, company.id, "createos from its template", environmentId);
+    const leases = await settledLeases(paperclipServer.apiBase, environmentId);
+    const lease = leases.find((l) => l.heartbeatRunId === run.run.id) ?? leases.at(-1);
+    const disabled = await api(paperclipServer.apiBase, "DELETE", `/api/environments/${environmentId}/custom-image-template${q}&deleteProviderTemplate=true`);
+    const afterDelete = await templates();
+    const checks = [
+      [started.session.status === "waiting_for_user", `the setup session waits for the user (${started.session.status})`],
+      [finished.session?.status === "promoted" && finished.template?.status === "active", `finish promoted a template (${finished.session?.status}, ${finished.template?.status})`],
+      [afterCapture.length === before + 1, `the engine holds the captured template (${before} -> ${afterCapture.length})`],
+      [JSON.stringify(overview).includes("active"), "Paperclip shows the environment's active template"],
+      [run.run.status === "succeeded", `an agent run in the environment succeeds from the template (${run.run.status})`],
+      [typeof afterCapture[0]?.name === "string" && JSON.stringify(lease?.metadata ?? {}).includes(afterCapture[0].name), `the run's lease records the template it started from (${afterCapture[0]?.name})`],
+      [afterDelete.length === before, `disabling with deleteProviderTemplate deleted it at the engine (${afterCapture.length} -> ${afterDelete.length}, ${disabled?.status})`],
+      [!JSON.stringify([started, finished, overview, run.run, leases]).includes(backend.key), "the key is in no answer"],
+    ];
+    for (const [ok, what] of checks) {
+      if (!ok) failures++;
+      console.log(`e2e: ${ok ? "ok  " : "FAIL"} createos custom image: ${what}`);
+    }
+  }
+
   console.log(
     `e2e: agent run, wakeup to end: local ${times.local}; createos ${times.createos} (${(times.createosMs / times.localMs).toFixed(1)}x); daytona ${times.daytona} (${(times.daytonaMs / times.localMs).toFixed(1)}x)`,
   );

@@ -9,6 +9,7 @@
 import { offeredToPaperclip, type HeldBack } from "./paperclip-features.js";
 import type { PaperclipPluginManifestV1 } from "@paperclipai/shared";
 import type { WitProviderDescription } from "./wit-types.js";
+import { TEMPLATE_FIELD, TEMPLATE_KIND } from "./setup-sessions.js";
 
 /** The package facts the manifest needs besides the description. */
 export interface PackageFacts {
@@ -79,12 +80,13 @@ export function descriptionProblems(description: WitProviderDescription): string
 }
 
 /**
- * The config schema Paperclip shows: the component's schema, with every
+ * The config schema Paperclip shows: the component's schema (plus the
+ * host's `template` field where templates are offered), with every
  * declared secret field marked `format: "secret-ref"` (Paperclip stores a
  * pasted value as a company secret and hands the worker the resolved
  * string) and stripped of any default or example (no secret in a manifest).
  */
-export function paperclipConfigSchema(description: WitProviderDescription): Record<string, unknown> {
+export function paperclipConfigSchema(description: WitProviderDescription, templates = false): Record<string, unknown> {
   const schema = JSON.parse(description.configSchema) as Record<string, unknown> & {
     properties?: Record<string, Record<string, unknown>>;
   };
@@ -94,6 +96,16 @@ export function paperclipConfigSchema(description: WitProviderDescription): Reco
     const { default: _default, examples: _examples, const: _const, enum: _enum, ...rest } = properties[secret.configField] ?? {};
     properties[secret.configField] = { ...rest, type: "string", format: "secret-ref" };
   }
+  if (templates) {
+    // The host's own field (setup-sessions.ts): Paperclip writes a captured template's reference here.
+    properties[TEMPLATE_FIELD] = {
+      type: "string",
+      minLength: 1,
+      maxLength: 200,
+      pattern: "^\\S+$",
+      description: "A template captured from a setup sandbox (Paperclip writes it here): new sandboxes start from it instead of an image; a change expires reusable leases.",
+    };
+  }
   return { ...schema, properties };
 }
 
@@ -101,8 +113,10 @@ export function paperclipConfigSchema(description: WitProviderDescription): Reco
 export function buildManifest(description: WitProviderDescription, facts: PackageFacts): PaperclipPluginManifestV1 {
   const reusable = description.capabilities.reusableLeases ?? false;
   const sync = description.capabilities.nativeSync ?? false;
+  // Sync-in and sync-out may overlap on one lease only where the component says each stays byte-exact then (the host adds no lock of its own).
+  const concurrentSync = sync && (description.capabilities.concurrentSync ?? false);
   // The login terminal and duplex channel hooks exist only where the component runs them (plugin.ts).
-  const { loginPty, duplexChannels: duplex } = offeredToPaperclip(description, facts.heldBack);
+  const { loginPty, duplexChannels: duplex, runnerIngress, templates } = offeredToPaperclip(description, facts.heldBack);
   return {
     id: pluginIdFor(description.driverKey),
     apiVersion: 1,
@@ -120,15 +134,29 @@ export function buildManifest(description: WitProviderDescription, facts: Packag
         kind: "sandbox_provider",
         displayName: description.displayName,
         description: `${description.displayName} sandboxes through a WebAssembly provider component that never sees a secret.`,
-        configSchema: paperclipConfigSchema(description),
+        configSchema: paperclipConfigSchema(description, templates),
         supportsReusableLeases: reusable,
         supportsLoginPty: loginPty,
+        // The custom-image flow over the component's templates (setup-sessions.ts): no connection type (no SSH),
+        // the captured reference written into the host's `template` field.
+        ...(templates
+          ? {
+              supportsInteractiveSetup: true,
+              interactiveSetupConnectionTypes: [],
+              supportsTemplateCapture: true,
+              templateRefKind: TEMPLATE_KIND,
+              templateConfigBinding: { field: TEMPLATE_FIELD },
+              supportsTemplateDelete: true,
+            }
+          : {}),
         sandboxCapabilities: {
           reusableLeases: reusable,
           nativeSyncIn: sync,
           nativeSyncOut: sync,
           incrementalSessionOutput: description.capabilities.incrementalOutput ?? false,
+          concurrentSyncOperations: concurrentSync,
           duplexCommandStream: duplex,
+          runnerWebSocketIngress: runnerIngress,
         },
       },
     ],

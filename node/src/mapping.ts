@@ -325,7 +325,12 @@ export type Operation =
   | "sync-in"
   | "sync-out"
   | "login-pty"
-  | "duplex-channel";
+  | "duplex-channel"
+  | "open-port"
+  | "set-egress"
+  | "capture-template"
+  | "list-templates"
+  | "delete-template";
 
 /** One `provider-error` -> the error Paperclip's host receives. */
 export function toFailure(

@@ -12,16 +12,22 @@ import type { WitProviderDescription } from "./wit-types.js";
 export interface HeldBack {
   duplexChannels?: string;
   loginPty?: string;
+  runnerIngress?: string;
+  templates?: string;
 }
 
 /** What the package of `description` offers Paperclip. */
 export function offeredToPaperclip(
   description: Pick<WitProviderDescription, "capabilities"> | undefined,
   heldBack: HeldBack = {},
-): { loginPty: boolean; duplexChannels: boolean } {
+): { loginPty: boolean; duplexChannels: boolean; runnerIngress: boolean; templates: boolean } {
   const claims = description?.capabilities ?? {};
   return {
     loginPty: (claims.loginPty ?? false) && heldBack.loginPty === undefined,
     duplexChannels: (claims.duplexChannels ?? false) && heldBack.duplexChannels === undefined,
+    // The runner's WebSocket ingress is an opened port (`ports`).
+    runnerIngress: (claims.ports ?? false) && heldBack.runnerIngress === undefined,
+    // Interactive setup and template capture are templates (`setup-sessions.ts`).
+    templates: (claims.templates ?? false) && heldBack.templates === undefined,
   };
 }

@@ -31,9 +31,20 @@
  *   `ctx.loginPty` / `ctx.duplexChannel` once the open reply went out, the
  *   exit reported once, an unproven end poisoning the lease as `execute`'s
  *   does, and a session a stopped worker left open (`session-records.ts`)
- *   poisoning its lease too.
+ *   poisoning its lease too;
+ * - contract 0.7.0's environment policy (`environment-policy.ts`): the
+ *   run's adapter and its egress grants merged with the environment's base
+ *   list go into the acquire request (grants a component cannot enforce
+ *   are refused before anything is created), and a reused lease goes back
+ *   to the base policy, since grants are the acquiring run's;
+ * - where the component says so, the runner's WebSocket ingress from an
+ *   opened port (`ports`, `runner-ingress.ts`) and Paperclip's custom-image
+ *   flow over templates (`templates`, `setup-sessions.ts`).
  */
 import { offeredToPaperclip } from "./paperclip-features.js";
+import { baseEgress, checkEgressSupported, mergedEgress, RUN_GRANTS_KEY } from "./environment-policy.js";
+import { runnerPath, runnerPort, toRunnerIngress } from "./runner-ingress.js";
+import { SetupStore, takeTemplate, templateName, TEMPLATE_FIELD, TEMPLATE_KIND, type SetupRecord } from "./setup-sessions.js";
 import { AsyncResource } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
 import { decodeChannelBytes, definePlugin, type PluginContext } from "@paperclipai/plugin-sdk";
@@ -47,6 +58,16 @@ import type {
   PluginEnvironmentRealizeWorkspaceParams,
   PluginEnvironmentReleaseLeaseParams,
   PluginEnvironmentResumeLeaseParams,
+  PluginEnvironmentRunnerIngressEndpointParams,
+  PluginEnvironmentStartInteractiveSetupParams,
+  PluginEnvironmentInteractiveSetupSession,
+  PluginEnvironmentGetInteractiveSetupParams,
+  PluginEnvironmentCaptureTemplateParams,
+  PluginEnvironmentCaptureTemplateResult,
+  PluginEnvironmentCancelInteractiveSetupParams,
+  PluginEnvironmentCancelInteractiveSetupResult,
+  PluginEnvironmentDeleteTemplateParams,
+  PluginEnvironmentDeleteTemplateResult,
   PluginEnvironmentSyncInParams,
   PluginEnvironmentSyncOutParams,
   PluginEnvironmentValidateConfigParams,
@@ -97,7 +118,10 @@ import type {
   WitLease,
   WitProbeReport,
   WitProviderDescription,
+  WitPortEndpoint,
   WitProviderError,
+  WitTemplateDeletion,
+  WitTemplateInfo,
   WitRateLimit,
   WitResumeOutcome,
   WitSyncReport,
@@ -233,6 +257,10 @@ export function createPlugin(options: PluginOptions = {}) {
     if (!context) throw new Error("the plugin is not set up");
     return context.state;
   });
+  const setups = new SetupStore(() => {
+    if (!context) throw new Error("the plugin is not set up");
+    return context.state;
+  });
   const orphans = new OrphanStore(() => {
     if (!context) throw new Error("the plugin is not set up");
     return context.state;
@@ -273,8 +301,13 @@ export function createPlugin(options: PluginOptions = {}) {
   }
 
   /** Splits the config; refuses it when a secret or origin field is unusable. */
+  /** The config the component sees: without the host's `template` field where templates are offered (setup-sessions.ts). */
+  function componentSide(config: Record<string, unknown> | null | undefined): { config: Record<string, unknown> | null | undefined; template: string | undefined } {
+    return packedCapabilities.templates ? takeTemplate(config) : { config, template: undefined };
+  }
+
   function prepare(params: PluginEnvironmentDriverBaseParams) {
-    const split = splitConfig(params.config, describeOrThrow(), operator);
+    const split = splitConfig(componentSide(params.config).config, describeOrThrow(), operator);
     if (split.errors.length > 0) {
       throw new ProviderFailure(`The ${providerName()} config is invalid: ${split.errors.join("; ")}; nothing was sent.`, "invalid-config", "none");
     }
@@ -351,6 +384,92 @@ export function createPlugin(options: PluginOptions = {}) {
 
   function call<T>(operation: Operation, witOperation: ProviderOperation, args: unknown[], secret: OriginRoute[] | undefined) {
     return start<T>(operation, witOperation, args, secret).result;
+  }
+
+  /**
+   * Acquires a lease: the run's egress and adapter, and `template` (the
+   * environment's, or a setup session's source), into the component's
+   * acquire request. The lease's metadata records the template, so that
+   * a resume under another one expires it before any request.
+   */
+  async function acquireLease(params: PluginEnvironmentAcquireLeaseParams, template: string | undefined): Promise<PluginEnvironmentLease> {
+    const { ctx, secret } = prepare(params);
+    // The run's egress grants merged with the environment's base list; one the component cannot enforce is refused here, before anything is created.
+    const egress = checkEgressSupported(mergedEgress(params.config, params.executionWorkspaceSettings), describeOrThrow().capabilities, providerName());
+    await sweepOrphans(params);
+    try {
+      const lease = await call<WitLease>(
+        "acquire",
+        "acquireLease",
+        [
+          ctx,
+          {
+            runId: params.runId,
+            // A directory of its own under the provider's workspace (see
+            // AGENT_WORKDIR): Paperclip wipes it before each workspace sync.
+            requestedCwd: params.requestedCwd ?? AGENT_WORKDIR,
+            workspaceMode: params.workspaceMode ?? undefined,
+            requestedExpiresAt: params.requestedExpiresAt ?? undefined,
+            // Contract 0.7.0's environment policy: the merged egress
+            // (none: the config's base list, else the service's default)
+            // and the run's adapter, whose image the config may name
+            // (`rootfsByAdapter`, `snapshotByAdapter`).
+            egress,
+            adapterType: params.adapterType ?? undefined,
+            image: undefined,
+            template,
+          },
+        ],
+        secret,
+      );
+      const answer = toPaperclipLease(lease, params.companyId);
+      if (packedCapabilities.templates) answer.metadata = { ...answer.metadata, [TEMPLATE_FIELD]: template ?? null };
+      // A policy with the run's own grants: a resume puts the base policy back (onEnvironmentResumeLease).
+      if (egress !== undefined) answer.metadata = { ...answer.metadata, [RUN_GRANTS_KEY]: true };
+      remember(params, answer.providerLeaseId, answer.metadata);
+      return answer;
+    } catch (error) {
+      if (
+        error instanceof ProviderFailure &&
+        (error.kind === "cleanup-failed" || error.kind === "trap") &&
+        error.data?.providerLeaseId
+      ) {
+        // The sandbox may still exist: keep it refused until someone destroys it,
+        // and remember where it is, since Paperclip never learns its id.
+        const recordedAt = new Date().toISOString();
+        await poison.record(params.companyId, {
+          providerLeaseId: error.data.providerLeaseId,
+          environmentId: params.environmentId,
+          reason: error.message,
+          recordedAt,
+        });
+        const [apiOrigin] = apiOriginsOf(params);
+        if (apiOrigin) {
+          await orphans.record(params.companyId, params.environmentId, {
+            providerLeaseId: error.data.providerLeaseId,
+            apiOrigin,
+            runId: params.runId,
+            reason: error.message,
+            recordedAt,
+          });
+        }
+      }
+      throw error;
+    }
+  }
+
+  /** A setup session's recorded lease, or a typed refusal (nothing sent). */
+  async function setupRecord(params: PluginEnvironmentDriverBaseParams & { providerLeaseId?: string | null }, what: string): Promise<SetupRecord> {
+    const record = typeof params.providerLeaseId === "string" ? await setups.get(params.companyId, params.providerLeaseId) : null;
+    if (!record) {
+      throw new ProviderFailure(`There is no setup session with lease ${JSON.stringify(params.providerLeaseId)} for this company (it was cancelled, or never started here); cannot ${what}. Start a new setup session.`, "invalid-request", "none");
+    }
+    if (record.environmentId !== params.environmentId) throw foreignSetup();
+    return record;
+  }
+
+  function foreignSetup() {
+    return new ProviderFailure(`The setup session belongs to another environment; nothing was sent to ${providerName()}.`, "foreign-company", "none");
   }
 
   /** Refuses a lease recorded for another company, before any request. */
@@ -708,6 +827,93 @@ export function createPlugin(options: PluginOptions = {}) {
     },
   };
 
+  const runnerIngressHooks = {
+    /**
+     * The in-sandbox runner's port opened (`open-port`) and handed to
+     * Paperclip as an authenticated WebSocket (`runner-ingress.ts`; its
+     * scheme is the provider's: `wss:` over TLS, `ws:` from our loopback
+     * engine, which Paperclip 2026.916.1 refuses).
+     */
+    async onEnvironmentRunnerIngressEndpoint(params: PluginEnvironmentRunnerIngressEndpointParams) {
+      checkCompany(params, params.lease?.metadata);
+      const lease = leaseOf(params.lease);
+      const port = runnerPort(params.port);
+      const path = runnerPath(params.path);
+      await refuseIfPoisoned(params, lease.providerLeaseId, "opening the runner's ingress");
+      remember(params, lease.providerLeaseId, params.lease.metadata);
+      const { ctx, secret } = prepare(params);
+      const endpoint = await call<WitPortEndpoint>("open-port", "openPort", [ctx, lease, port], secret);
+      return toRunnerIngress(endpoint, path, providerName());
+    },
+  };
+
+  /**
+   * Paperclip's custom-image flow over the component's templates
+   * (`setup-sessions.ts`): a setup session is a lease; capture keeps its
+   * files as a template; cancel destroys it; delete removes a template.
+   */
+  const templateHooks = {
+    async onEnvironmentStartInteractiveSetup(params: PluginEnvironmentStartInteractiveSetupParams): Promise<PluginEnvironmentInteractiveSetupSession> {
+      const source = typeof params.sourceTemplateRef === "string" && params.sourceTemplateRef !== "" ? params.sourceTemplateRef : componentSide(params.config).template;
+      const lease = await acquireLease({ ...params, runId: `setup-${params.sessionId}` }, source);
+      if (typeof lease.providerLeaseId !== "string") throw new ProviderFailure(`${providerName()} gave the setup lease no id.`, "invalid-response", "none");
+      try {
+        await setups.record(params.companyId, {
+          providerLeaseId: lease.providerLeaseId,
+          sessionId: params.sessionId,
+          environmentId: params.environmentId,
+          leaseMetadata: lease.metadata ?? {},
+          expiresAt: lease.expiresAt ?? null,
+          startedAt: new Date().toISOString(),
+        });
+      } catch (error) {
+        // Unrecorded, the session could never be cancelled: its sandbox goes now.
+        await destroy(params, lease.providerLeaseId, lease.metadata);
+        throw error;
+      }
+      // No connection to hand out: the sandbox is reached through Paperclip's own calls, not SSH.
+      return { providerLeaseId: lease.providerLeaseId, status: "waiting_for_user", connectionSummary: null, connectionPayload: null, expiresAt: lease.expiresAt ?? null };
+    },
+
+    async onEnvironmentGetInteractiveSetup(params: PluginEnvironmentGetInteractiveSetupParams): Promise<PluginEnvironmentInteractiveSetupSession> {
+      const record = typeof params.providerLeaseId === "string" ? await setups.get(params.companyId, params.providerLeaseId) : null;
+      if (!record || record.environmentId !== params.environmentId) {
+        return { providerLeaseId: params.providerLeaseId ?? null, status: "missing", connectionSummary: null, connectionPayload: null };
+      }
+      if (await poison.get(params.companyId, record.providerLeaseId)) {
+        return { providerLeaseId: record.providerLeaseId, status: "failed", connectionSummary: null, connectionPayload: null, expiresAt: record.expiresAt };
+      }
+      return { providerLeaseId: record.providerLeaseId, status: "waiting_for_user", connectionSummary: null, connectionPayload: null, expiresAt: record.expiresAt };
+    },
+
+    async onEnvironmentCaptureTemplate(params: PluginEnvironmentCaptureTemplateParams): Promise<PluginEnvironmentCaptureTemplateResult> {
+      const record = await setupRecord(params, "capture a template");
+      await refuseIfPoisoned(params, record.providerLeaseId, "capturing a template");
+      await stopInFlight(record.providerLeaseId);
+      const { ctx, secret } = prepare(params);
+      const info = await call<WitTemplateInfo>("capture-template", "captureTemplate", [ctx, toWitLease(record.providerLeaseId, record.leaseMetadata), templateName(params.templateLabel)], secret);
+      // The setup sandbox stays (paused) until Paperclip cancels the session, which it does after promoting the template.
+      return { templateRef: info.templateRef, templateKind: TEMPLATE_KIND, metadata: { templateName: info.name, capturedAt: info.createdAt ?? null } };
+    },
+
+    async onEnvironmentCancelInteractiveSetup(params: PluginEnvironmentCancelInteractiveSetupParams): Promise<PluginEnvironmentCancelInteractiveSetupResult> {
+      const record = typeof params.providerLeaseId === "string" ? await setups.get(params.companyId, params.providerLeaseId) : null;
+      // Not a session of this worker's records (cancelled before, or never started): nothing to send.
+      if (!record) return { status: "missing" };
+      if (record.environmentId !== params.environmentId) throw foreignSetup();
+      await destroy(params, record.providerLeaseId, record.leaseMetadata);
+      await setups.clear(params.companyId, record.providerLeaseId);
+      return { status: "cancelled" };
+    },
+
+    async onEnvironmentDeleteTemplate(params: PluginEnvironmentDeleteTemplateParams): Promise<PluginEnvironmentDeleteTemplateResult> {
+      const { ctx, secret } = prepare(params);
+      const outcome = await call<WitTemplateDeletion>("delete-template", "deleteTemplate", [ctx, params.templateRef], secret);
+      // Either way the template is not there any more.
+      return { deleted: true, metadata: { outcome } };
+    },
+  };
+
   const duplexChannelHooks = {
     async onDuplexChannelOpen(params: PluginDuplexChannelOpenParams) {
       const request = channelRequest(params.command);
@@ -734,6 +940,8 @@ export function createPlugin(options: PluginOptions = {}) {
     // Only what the component can do: Paperclip lists a hook's method as supported when it is defined.
     ...(packedCapabilities.loginPty ? loginPtyHooks : {}),
     ...(packedCapabilities.duplexChannels ? duplexChannelHooks : {}),
+    ...(packedCapabilities.runnerIngress ? runnerIngressHooks : {}),
+    ...(packedCapabilities.templates ? templateHooks : {}),
     async setup(ctx) {
       context = ctx;
       pool = new ProviderPool({
@@ -792,7 +1000,14 @@ export function createPlugin(options: PluginOptions = {}) {
       if (params.driverKey !== undefined && params.driverKey !== info.driverKey) {
         return { ok: false, errors: [`driverKey: this plugin provides "${info.driverKey}", not "${params.driverKey}"`] };
       }
-      const split = splitConfig(params.config, info, operator);
+      let side: ReturnType<typeof componentSide>;
+      try {
+        side = componentSide(params.config);
+      } catch (error) {
+        if (error instanceof ProviderFailure) return { ok: false, errors: [error.message] };
+        throw error;
+      }
+      const split = splitConfig(side.config, info, operator);
       if (split.errors.length > 0) return { ok: false, errors: split.errors };
       const validation = await call<WitConfigValidation>("validate", "validateConfig", [JSON.stringify(split.componentConfig)], undefined);
       if (!validation.ok || validation.normalizedConfig === undefined) {
@@ -805,6 +1020,8 @@ export function createPlugin(options: PluginOptions = {}) {
       for (const field of info.secrets) {
         if (params.config && field.configField in params.config) normalizedConfig[field.configField] = params.config[field.configField];
       }
+      // The host's own field (the environment's template) goes back as given.
+      if (side.template !== undefined) normalizedConfig[TEMPLATE_FIELD] = side.template;
       return { ok: true, warnings: validation.warnings, normalizedConfig };
     },
 
@@ -824,72 +1041,33 @@ export function createPlugin(options: PluginOptions = {}) {
     },
 
     async onEnvironmentAcquireLease(params: PluginEnvironmentAcquireLeaseParams) {
-      const { ctx, secret } = prepare(params);
-      await sweepOrphans(params);
-      try {
-        const lease = await call<WitLease>(
-          "acquire",
-          "acquireLease",
-          [
-            ctx,
-            {
-              runId: params.runId,
-              // A directory of its own under the provider's workspace (see
-              // AGENT_WORKDIR): Paperclip wipes it before each workspace sync.
-              requestedCwd: params.requestedCwd ?? AGENT_WORKDIR,
-              workspaceMode: params.workspaceMode ?? undefined,
-              requestedExpiresAt: params.requestedExpiresAt ?? undefined,
-              // Contract 0.7.0's environment policy: none yet from this
-              // host (the provider's config decides; Paperclip's egress,
-              // adapter and template hooks come later).
-              egress: undefined,
-              adapterType: undefined,
-              image: undefined,
-              template: undefined,
-            },
-          ],
-          secret,
-        );
-        const answer = toPaperclipLease(lease, params.companyId);
-        remember(params, answer.providerLeaseId, answer.metadata);
-        return answer;
-      } catch (error) {
-        if (
-          error instanceof ProviderFailure &&
-          (error.kind === "cleanup-failed" || error.kind === "trap") &&
-          error.data?.providerLeaseId
-        ) {
-          // The sandbox may still exist: keep it refused until someone destroys it,
-          // and remember where it is, since Paperclip never learns its id.
-          const recordedAt = new Date().toISOString();
-          await poison.record(params.companyId, {
-            providerLeaseId: error.data.providerLeaseId,
-            environmentId: params.environmentId,
-            reason: error.message,
-            recordedAt,
-          });
-          const [apiOrigin] = apiOriginsOf(params);
-          if (apiOrigin) {
-            await orphans.record(params.companyId, params.environmentId, {
-              providerLeaseId: error.data.providerLeaseId,
-              apiOrigin,
-              runId: params.runId,
-              reason: error.message,
-              recordedAt,
-            });
-          }
-        }
-        throw error;
-      }
+      return acquireLease(params, componentSide(params.config).template);
     },
 
     async onEnvironmentResumeLease(params: PluginEnvironmentResumeLeaseParams) {
       checkCompany(params, params.leaseMetadata);
       await refuseIfPoisoned(params, params.providerLeaseId, "resume");
       const { ctx, secret } = prepare(params);
+      if (packedCapabilities.templates) {
+        // The environment's template is the host's field: a lease started from another one is not what this config asks for.
+        const wanted = componentSide(params.config).template ?? null;
+        const had = typeof params.leaseMetadata?.[TEMPLATE_FIELD] === "string" ? params.leaseMetadata[TEMPLATE_FIELD] : null;
+        if (wanted !== had) {
+          return { providerLeaseId: null, metadata: { expired: true, reason: "the environment's template changed since the lease was acquired" } };
+        }
+      }
       // A config that changed since the acquire is the component's to judge (its resume answers `expired`).
       const outcome = await call<WitResumeOutcome>("resume", "resumeLease", [ctx, toWitLease(params.providerLeaseId, params.leaseMetadata)], secret);
-      const answer = toResumeResult(outcome, params.companyId);
+      let answer = toResumeResult(outcome, params.companyId);
+      if (answer.providerLeaseId !== null && params.leaseMetadata?.[RUN_GRANTS_KEY] === true) {
+        // The grants were the acquiring run's (task-scoped), and Paperclip's
+        // resume names no run: the sandbox goes back to the environment's
+        // base policy before it is handed to whoever reuses it. A failure
+        // is an error (Paperclip then destroys the lease and acquires anew).
+        const reset = await call<WitLease>("set-egress", "setEgress", [ctx, toWitLease(answer.providerLeaseId, answer.metadata), baseEgress(params.config)], secret);
+        answer = toPaperclipLease(reset, params.companyId);
+      }
+      if (packedCapabilities.templates && answer.providerLeaseId !== null) answer.metadata = { ...answer.metadata, [TEMPLATE_FIELD]: params.leaseMetadata?.[TEMPLATE_FIELD] ?? null };
       remember(params, answer.providerLeaseId, answer.metadata);
       return answer;
     },

@@ -41,6 +41,10 @@ export type {
   TransportKind as WitTransportKind,
   OutputLoss as WitOutputLoss,
   ProviderError as WitProviderError,
+  EgressPolicy as WitEgressPolicy,
+  PortEndpoint as WitPortEndpoint,
+  TemplateInfo as WitTemplateInfo,
+  TemplateDeletion as WitTemplateDeletion,
 } from "./generated/interfaces/sandbox-provider-types.js";
 
 /** The operations of `sandbox:provider/provider` the pool can call (the generated export names). */

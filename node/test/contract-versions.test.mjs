@@ -108,7 +108,7 @@ test("a component built for contract 0.6.0 runs: interact takes the host's event
     const interaction = (terminal) => ({ command: "sh", args: [], cwd: undefined, env: [], terminal, timeoutMs: undefined, resultChars: undefined });
     // The fixture names no API origin (it sends no request); it echoes what it takes.
     const onOutput = (stream, chunk) => chunks.push([stream, Buffer.from(chunk).toString()]);
-    const terminal = pool.interact([ctx, lease, interaction({ columns: 80, rows: 24 })], { routes: [], onOutput });
+    const terminal = pool.interact([ctx, lease, interaction({ columns: 80, rows: 24 })], { routes, onOutput });
     await terminal.started;
     await until("size 80x24\n");
     // Events sent one by one with pauses: between them the fixture waits on `host.interaction-events`.
@@ -124,7 +124,7 @@ test("a component built for contract 0.6.0 runs: interact takes the host's event
     assert.equal(await terminal.send({ tag: "input", val: new Uint8Array([1]) }), false, "nothing reaches an ended call");
 
     chunks.length = 0;
-    const pipes = pool.interact([ctx, lease, interaction(undefined)], { routes: [], onOutput });
+    const pipes = pool.interact([ctx, lease, interaction(undefined)], { routes, onOutput });
     await pipes.started;
     await pipes.send({ tag: "input", val: new TextEncoder().encode("piped") });
     await pipes.send({ tag: "close-input" });
@@ -133,7 +133,7 @@ test("a component built for contract 0.6.0 runs: interact takes the host's event
     assert.deepEqual(chunks, [["stdout", "piped"]]);
 
     // Cancellation still reaches an interactive call.
-    const cancelled = pool.interact([ctx, lease, interaction({ columns: 80, rows: 24 })], { routes: [], onOutput });
+    const cancelled = pool.interact([ctx, lease, interaction({ columns: 80, rows: 24 })], { routes, onOutput });
     await cancelled.started;
     cancelled.cancel();
     await assert.rejects(cancelled.result, (error) => {

@@ -45,7 +45,19 @@ for (const key of PACKAGES) {
     assert.equal(driver.driverKey, description.driverKey);
     assert.equal(driver.kind, "sandbox_provider");
     const componentSchema = JSON.parse(description.configSchema);
-    assert.deepEqual(Object.keys(driver.configSchema.properties).sort(), Object.keys(componentSchema.properties).sort());
+    // Plus the host's own `template` field where the component has templates (src/setup-sessions.ts).
+    const hostFields = description.capabilities.templates ? ["template"] : [];
+    assert.deepEqual(Object.keys(driver.configSchema.properties).sort(), [...Object.keys(componentSchema.properties), ...hostFields].sort());
+    // Issue 43 item 4: the custom-image flow's fields only with templates.
+    const templates = description.capabilities.templates ?? false;
+    assert.equal(driver.supportsInteractiveSetup ?? false, templates);
+    assert.equal(driver.supportsTemplateCapture ?? false, templates);
+    assert.equal(driver.supportsTemplateDelete ?? false, templates);
+    if (templates) {
+      assert.deepEqual(driver.interactiveSetupConnectionTypes, [], "no connection (no SSH) is offered");
+      assert.equal(driver.templateRefKind, "provider_template");
+      assert.deepEqual(driver.templateConfigBinding, { field: "template" });
+    }
     for (const secret of description.secrets) {
       const field = driver.configSchema.properties[secret.configField];
       assert.equal(field.format, "secret-ref", `${secret.configField} is a secret-ref`);
@@ -56,6 +68,8 @@ for (const key of PACKAGES) {
     }
     assert.equal(driver.supportsReusableLeases, description.capabilities.reusableLeases ?? false);
     assert.equal(driver.sandboxCapabilities.nativeSyncIn, description.capabilities.nativeSync ?? false);
+    // Issue 43 item 4: overlapping syncs only where the component declares concurrent-sync (test/concurrent-sync.test.mjs overlaps them).
+    assert.equal(driver.sandboxCapabilities.concurrentSyncOperations, (description.capabilities.nativeSync ?? false) && (description.capabilities.concurrentSync ?? false));
     // Issue 38 item 5: the login terminal and duplex channel only where the component runs them,
     // less what the packer holds back for the driver (scripts/packer.mjs, HELD_BACK).
     const { HELD_BACK } = await import("../scripts/packer.mjs");
@@ -110,6 +124,34 @@ test("the login terminal and duplex channel are declared, and their hooks define
       const plugin = createPlugin({ componentDir: `${pathToFileURL(dir).href}/` });
       for (const hook of hooks) assert.equal(typeof plugin.definition[hook], loginPty ? "function" : "undefined", `${hook} with login-pty ${loginPty}`);
       for (const hook of channelHooks) assert.equal(typeof plugin.definition[hook], duplexChannels ? "function" : "undefined", `${hook} with duplex-channels ${duplexChannels}`);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+});
+
+test("the runner ingress and the custom-image hooks are declared, and defined, only as ports and templates say", async () => {
+  const { createPlugin } = await import("../dist/plugin.js");
+  const { mkdtemp, writeFile, rm } = await import("node:fs/promises");
+  const { tmpdir } = await import("node:os");
+  const path = await import("node:path");
+  const { pathToFileURL } = await import("node:url");
+  const packed = JSON.parse(await readFile(new URL("dist/component/description.json", packageDir("createos")), "utf8"));
+  const setupHooks = ["onEnvironmentStartInteractiveSetup", "onEnvironmentGetInteractiveSetup", "onEnvironmentCaptureTemplate", "onEnvironmentCancelInteractiveSetup", "onEnvironmentDeleteTemplate"];
+  for (const [ports, templates] of [[false, false], [true, false], [false, true], [true, true]]) {
+    const description = { ...packed, capabilities: { ...packed.capabilities, ports, templates } };
+    const manifest = buildManifest(description, { version: "1.0.0", author: "test" });
+    const [driver] = manifest.environmentDrivers;
+    assert.equal(driver.sandboxCapabilities.runnerWebSocketIngress, ports);
+    assert.equal(driver.supportsInteractiveSetup ?? false, templates);
+    assert.equal("template" in driver.configSchema.properties, templates);
+    assert.equal(pluginManifestV1Schema.safeParse(manifest).success, true);
+    const dir = await mkdtemp(path.join(tmpdir(), "caps-"));
+    try {
+      await writeFile(path.join(dir, "description.json"), JSON.stringify(description));
+      const plugin = createPlugin({ componentDir: `${pathToFileURL(dir).href}/` });
+      assert.equal(typeof plugin.definition.onEnvironmentRunnerIngressEndpoint, ports ? "function" : "undefined");
+      for (const hook of setupHooks) assert.equal(typeof plugin.definition[hook], templates ? "function" : "undefined", `${hook} with templates ${templates}`);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

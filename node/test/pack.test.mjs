@@ -101,7 +101,7 @@ test("a component without the provider interface has no describe() to pack from"
 test("a component built for another contract version is refused, naming both versions", async () => {
   const { code, stderr } = await packer("--component", await file("old.wasm", await parse(providerWat("0.1.0"))), "--out", path.join(work, "old"));
   assert.equal(code, 2);
-  assert.match(stderr, /old\.wasm is built for the sandbox-provider contract 0\.1\.0; this host speaks 0\.6\.0, 0\.5\.0, 0\.4\.0, 0\.3\.0 and 0\.2\.0 only/);
+  assert.match(stderr, /old\.wasm is built for the sandbox-provider contract 0\.1\.0; this host speaks 0\.7\.0, 0\.6\.0, 0\.5\.0, 0\.4\.0, 0\.3\.0 and 0\.2\.0 only/);
 });
 
 test("a describe() that traps is refused with the reason", async () => {
