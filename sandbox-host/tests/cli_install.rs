@@ -24,15 +24,28 @@ fn lone_copy(tag: &str) -> (PathBuf, PathBuf) {
 }
 
 fn run(bin: &PathBuf, cwd: &PathBuf, data: &PathBuf, args: &[&str]) -> Output {
-    Command::new(bin)
-        .current_dir(cwd)
-        .env("SANDBOX_DATA_DIR", data)
-        .env_remove("SANDBOX_PROVIDER")
-        .env_remove("SANDBOX_CONFIG")
-        .env_remove("SANDBOX_API_KEY_FILE")
-        .args(args)
-        .output()
-        .expect("running sandbox")
+    let mut tries = 0;
+    loop {
+        let ran = Command::new(bin)
+            .current_dir(cwd)
+            .env("SANDBOX_DATA_DIR", data)
+            .env_remove("SANDBOX_PROVIDER")
+            .env_remove("SANDBOX_CONFIG")
+            .env_remove("SANDBOX_API_KEY_FILE")
+            .args(args)
+            .output();
+        match ran {
+            // The copy was just written: a child another test thread forked
+            // meanwhile holds its write descriptor until that child execs
+            // (close-on-exec), and the kernel refuses to run a file open
+            // for writing.
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            ran => return ran.expect("running sandbox"),
+        }
+    }
 }
 
 #[test]
