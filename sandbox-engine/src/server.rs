@@ -534,8 +534,9 @@ impl ServerBuilder {
                 Err(why) => {
                     if !self.quiet {
                         eprintln!(
-                            "createos-local: sandboxes get no disk of their own here ({why}): their \
-                             files go to the data directory's file system without a size limit"
+                            "createos-local: no disk quota: sandboxes get no disk of their own here \
+                             ({why}): their files go to the data directory's file system without a \
+                             size limit"
                         );
                     }
                     None
@@ -546,8 +547,13 @@ impl ServerBuilder {
             if let Some(size) = disk {
                 eprintln!(
                     "createos-local: each sandbox has a disk of its own of {} MiB (its root, /tmp \
-                     included; --sandbox-disk)",
-                    size >> 20
+                     included; --sandbox-disk){}",
+                    size >> 20,
+                    if crate::trees::id_map::ranges_here() {
+                        ""
+                    } else {
+                        ", mounted with fuse2fs"
+                    }
                 );
             }
         }

@@ -13,6 +13,7 @@
 
 pub mod disk;
 pub(crate) mod fstree;
+pub mod fuse_disk;
 pub mod journal;
 pub mod records;
 pub mod rootfs;
