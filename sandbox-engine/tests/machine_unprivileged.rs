@@ -699,3 +699,73 @@ async fn a_disk_kept_busy_on_the_host_is_ended_with_its_daemon() {
     drop(held);
     engine.stop_clean();
 }
+
+/// Issue 37 item 6: without a disk of its own, a sandbox's usage still
+/// counts: once it is measured over its disk size, its new commands are
+/// refused (429 `disk_budget`, saying what it uses and what to do), while
+/// another sandbox still runs commands. Before, it wrote on unnoticed.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_disk_a_sandbox_over_its_budget_gets_no_new_command() {
+    let Some(user) = ordinary_user() else {
+        return;
+    };
+    let engine = Engine::start_with_env(
+        "unpriv-budget",
+        &["--sandbox-disk", "16M"],
+        None,
+        Some(user),
+        None,
+        &[(
+            sandbox_engine::storage::fuse_disk::FUSE2FS_ENV,
+            "/nonexistent/fuse2fs",
+        )],
+    );
+    let full = engine.sandbox().await;
+    let other = engine.sandbox().await;
+    let r = exec(
+        &engine,
+        &full,
+        "dd if=/dev/zero of=/tmp/big bs=1M count=24 status=none && echo written",
+    )
+    .await;
+    assert_eq!(
+        r["stdout"], "written\n",
+        "no quota: the write succeeds: {r}"
+    );
+    let path = format!("/v1/sandboxes/{full}/exec");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        let (st, v) = engine
+            .call(
+                Method::POST,
+                &path,
+                Some(json!({"cmd": "/bin/true", "args": []})),
+            )
+            .await;
+        if st != 200 {
+            break (st, v);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "commands still start in a sandbox over its budget: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(refused.0, 429, "{}", refused.1);
+    assert_eq!(refused.1["data"]["reason"], "disk_budget", "{}", refused.1);
+    let message = refused.1["data"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("over its disk budget of 16 MiB")
+            && message.contains("delete the sandbox"),
+        "{message}"
+    );
+    let r = exec(&engine, &other, "echo fine").await;
+    assert_eq!(r["stdout"], "fine\n", "another sandbox is not refused: {r}");
+    engine.delete_sandbox(&full).await;
+    engine.delete_sandbox(&other).await;
+    let stderr = engine.stop_clean();
+    assert!(
+        stderr.contains("against a budget of 16 MiB"),
+        "the startup line names the budget: {stderr}"
+    );
+}

@@ -54,7 +54,8 @@
 //! disk of their own (checked once at start): their roots are plain
 //! directories of the data directory, without a size limit. The startup
 //! line and `sandbox describe` say "no disk quota", why, and the fix
-//! ([`describe_here`]).
+//! ([`describe_here`]); the size is then a budget the server measures
+//! usage against ([`crate::storage::disk_budget`]).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -804,7 +805,7 @@ pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), Str
 /// not). Empty when nothing does; `Err` when it could not be read.
 pub fn remains(root: &Path, image: &Path) -> std::io::Result<Vec<String>> {
     let mut left = crate::storage::fuse_disk::remains(root);
-    let escaped = mountinfo_escaped(root);
+    let escaped = crate::util::mountinfo_escaped(root);
     for line in std::fs::read_to_string("/proc/self/mountinfo")?.lines() {
         if line.split(' ').nth(4) == Some(escaped.as_str()) {
             left.push(format!("mounted on {}", root.display()));
@@ -834,7 +835,7 @@ pub fn remains(root: &Path, image: &Path) -> std::io::Result<Vec<String>> {
 /// The processes whose mount namespace still has a mount on `root` (for
 /// the message of a disk that stays attached).
 fn holders(root: &Path) -> Vec<String> {
-    let escaped = mountinfo_escaped(root);
+    let escaped = crate::util::mountinfo_escaped(root);
     crate::trees::procfs::all_pids()
         .into_iter()
         .filter(|pid| {
@@ -848,22 +849,6 @@ fn holders(root: &Path) -> Vec<String> {
             format!("{pid} {}", name.trim())
         })
         .collect()
-}
-
-/// `path` as `/proc/self/mountinfo` writes it (space, tab, newline and
-/// backslash in octal).
-pub(crate) fn mountinfo_escaped(path: &Path) -> String {
-    let mut out = String::new();
-    for c in path.to_string_lossy().chars() {
-        match c {
-            ' ' => out.push_str("\\040"),
-            '\t' => out.push_str("\\011"),
-            '\n' => out.push_str("\\012"),
-            '\\' => out.push_str("\\134"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Parses a size such as `2G`, `512M`, `65536K` or `1073741824` (binary

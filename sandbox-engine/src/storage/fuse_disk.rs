@@ -307,7 +307,7 @@ pub fn detach_within(at: &Path, within: Duration) -> Result<(), String> {
 
 /// Whether something is mounted on `at` in this mount namespace.
 fn mounted(at: &Path) -> std::io::Result<bool> {
-    let escaped = super::disk::mountinfo_escaped(at);
+    let escaped = crate::util::mountinfo_escaped(at);
     Ok(std::fs::read_to_string("/proc/self/mountinfo")?
         .lines()
         .any(|l| l.split(' ').nth(4) == Some(escaped.as_str())))
