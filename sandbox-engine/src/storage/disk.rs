@@ -526,7 +526,9 @@ fn mount_image(image: &Path, at: &Path, read_only: bool) -> std::io::Result<()> 
 /// Unmounts what is mounted on `at` (lazily: a descriptor still open keeps
 /// it until closed).
 fn unmount(at: &Path) -> std::io::Result<()> {
-    if crate::storage::fuse_disk::serves(at) {
+    // A server that is not root mounts only with fuse2fs, and unmounts
+    // with fusermount (also a predecessor's disk the death guard left).
+    if crate::storage::fuse_disk::serves(at) || !crate::trees::id_map::ranges_here() {
         return crate::storage::fuse_disk::unmount(at);
     }
     let path = std::ffi::CString::new(at.as_os_str().as_encoded_bytes())?;
