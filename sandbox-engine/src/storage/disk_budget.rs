@@ -31,6 +31,9 @@ struct DataDir {
     budget: u64,
     /// The last measured usage of each sandbox root, in bytes.
     usage: HashMap<PathBuf, u64>,
+    /// Which [`start`] measures it (a later server of the same data
+    /// directory starts its own thread; the earlier one then ends).
+    generation: u64,
 }
 
 fn budgets() -> &'static Mutex<HashMap<PathBuf, DataDir>> {
@@ -41,12 +44,15 @@ fn budgets() -> &'static Mutex<HashMap<PathBuf, DataDir>> {
 /// Puts every sandbox of `data_dir` under a budget of `budget` bytes and
 /// starts measuring them (until [`stop`]).
 pub fn start(data_dir: &Path, budget: u64) {
+    static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let data_dir = data_dir.to_path_buf();
     budgets().lock().unwrap_or_else(|p| p.into_inner()).insert(
         data_dir.clone(),
         DataDir {
             budget,
             usage: HashMap::new(),
+            generation,
         },
     );
     let _ = std::thread::Builder::new()
@@ -55,7 +61,10 @@ pub fn start(data_dir: &Path, budget: u64) {
             let measured = measure_all(&data_dir);
             {
                 let mut all = budgets().lock().unwrap_or_else(|p| p.into_inner());
-                let Some(dir) = all.get_mut(&data_dir) else {
+                let Some(dir) = all
+                    .get_mut(&data_dir)
+                    .filter(|d| d.generation == generation)
+                else {
                     return;
                 };
                 dir.usage = measured;
