@@ -593,6 +593,7 @@ async fn an_ordinary_users_sandbox_fills_its_own_disk_never_the_hosts() {
         fuse_daemons_under(&data).is_empty(),
         "no fuse2fs daemon outlives the engine (the template's trial included)"
     );
+    let _ = std::fs::remove_dir_all(&data);
 }
 
 /// Issue 37 item 6: an ordinary user's engine killed with SIGKILL leaves
@@ -629,6 +630,7 @@ async fn a_killed_ordinary_users_engine_leaves_no_fuse_daemon() {
         !data.join(".disks").join(format!("{sb}.img")).exists(),
         "the image is removed"
     );
+    let _ = std::fs::remove_dir_all(&data);
 }
 
 /// Issue 37 items 6 and 7: where fuse2fs cannot be used (here: the
@@ -655,7 +657,9 @@ async fn without_fuse2fs_an_ordinary_user_is_told_there_is_no_disk_quota() {
     assert_eq!(r["stdout"], "hi\n", "the engine still runs commands: {r}");
     assert!(fuse_daemons_under(&engine.data).is_empty());
     engine.delete_sandbox(&sb).await;
+    let data = engine.data.clone();
     let stderr = engine.stop_clean();
+    let _ = std::fs::remove_dir_all(&data);
     assert!(
         stderr.contains("no disk quota") && stderr.contains("apt-get install fuse2fs"),
         "the startup line says there is no disk quota and names the fix: {stderr}"
@@ -697,7 +701,9 @@ async fn a_disk_kept_busy_on_the_host_is_ended_with_its_daemon() {
         "the holder can no longer write to the sandbox's disk"
     );
     drop(held);
+    let data = engine.data.clone();
     engine.stop_clean();
+    let _ = std::fs::remove_dir_all(&data);
 }
 
 /// Issue 37 item 6: without a disk of its own, a sandbox's usage still
@@ -763,7 +769,9 @@ async fn without_a_disk_a_sandbox_over_its_budget_gets_no_new_command() {
     assert_eq!(r["stdout"], "fine\n", "another sandbox is not refused: {r}");
     engine.delete_sandbox(&full).await;
     engine.delete_sandbox(&other).await;
+    let data = engine.data.clone();
     let stderr = engine.stop_clean();
+    let _ = std::fs::remove_dir_all(&data);
     assert!(
         stderr.contains("against a budget of 16 MiB"),
         "the startup line names the budget: {stderr}"
