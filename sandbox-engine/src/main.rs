@@ -55,8 +55,9 @@ struct Cli {
     /// gets ENOSPC and the host's disk stays free. Default: the data
     /// directory's free space at start less 1 GiB, shared by
     /// --max-sandboxes, at least 512M and at most 2G. Needs a root server
-    /// that can mount loop devices (else logged at start: no per-sandbox
-    /// limit). A creation is refused 429 `disk_limit` unless the data
+    /// that can mount loop devices, or an ordinary user with fuse2fs,
+    /// fusermount, /dev/fuse and user_allow_other in /etc/fuse.conf (else
+    /// logged at start: no disk quota, with the fix). A creation is refused 429 `disk_limit` unless the data
     /// directory's file system could still hold every sandbox disk filled
     /// up plus 1 GiB for the host.
     #[arg(long, value_name = "SIZE", value_parser = sandbox_engine::storage::disk::parse_size)]

@@ -534,10 +534,19 @@ impl ServerBuilder {
                 Err(why) => {
                     if !self.quiet {
                         eprintln!(
-                            "createos-local: sandboxes get no disk of their own here ({why}): their \
-                             files go to the data directory's file system without a size limit"
+                            "createos-local: no disk quota: sandboxes get no disk of their own here \
+                             ({why}): their files go to the data directory's file system without a \
+                             size limit; each is measured every {} s against a budget of {} MiB \
+                             (--sandbox-disk), over which its new commands are refused (429 \
+                             disk_budget)",
+                            crate::storage::disk_budget::INTERVAL.as_secs(),
+                            size.max(crate::storage::disk::MIN_SANDBOX_DISK) >> 20
                         );
                     }
+                    crate::storage::disk_budget::start(
+                        &data_dir,
+                        size.max(crate::storage::disk::MIN_SANDBOX_DISK),
+                    );
                     None
                 }
             }
@@ -546,8 +555,13 @@ impl ServerBuilder {
             if let Some(size) = disk {
                 eprintln!(
                     "createos-local: each sandbox has a disk of its own of {} MiB (its root, /tmp \
-                     included; --sandbox-disk)",
-                    size >> 20
+                     included; --sandbox-disk){}",
+                    size >> 20,
+                    if crate::trees::id_map::ranges_here() {
+                        ""
+                    } else {
+                        ", mounted with fuse2fs"
+                    }
                 );
             }
         }
@@ -823,6 +837,7 @@ impl RunningServer {
         let state = self.state.clone();
         let data_dir = self.owned_data_dir.then(|| self.state.data_dir.clone());
         let etc_of = self.state.data_dir.clone();
+        crate::storage::disk_budget::stop(&etc_of);
         let _ = tokio::task::spawn_blocking(move || {
             state.store.finish_removals();
             let mut roots: Vec<PathBuf> =
@@ -895,6 +910,7 @@ impl Drop for RunningServer {
             let _ = crate::storage::disk::remove_tree(&root);
         }
         crate::storage::disk::remove_template(&self.state.data_dir);
+        crate::storage::disk_budget::stop(&self.state.data_dir);
         crate::storage::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
             let _ = crate::storage::disk::remove_tree(&self.state.data_dir);

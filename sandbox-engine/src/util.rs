@@ -189,6 +189,22 @@ pub fn new_unique_dir(
     }
 }
 
+/// `path` as `/proc/self/mountinfo` writes it (space, tab, newline and
+/// backslash in octal).
+pub(crate) fn mountinfo_escaped(path: &std::path::Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            ' ' => out.push_str("\\040"),
+            '\t' => out.push_str("\\011"),
+            '\n' => out.push_str("\\012"),
+            '\\' => out.push_str("\\134"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -441,6 +441,7 @@ impl Store {
         budgets: &crate::trees::budgets::Budgets,
     ) -> Result<Option<Admission>, crate::trees::budgets::Refusal> {
         crate::trees::budgets::admit_by_descriptors("process")?;
+        crate::storage::disk_budget::admit(&sb.root)?;
         let _one_at_a_time = lock(&self.admitting);
         let (live, own) = self.live_processes(&sb.id);
         crate::trees::budgets::admit_process(budgets, live, own)?;

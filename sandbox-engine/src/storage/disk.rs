@@ -41,11 +41,21 @@
 //! of this data directory is filled up, the new sandbox's disk plus a
 //! reserve ([`RESERVE`], 1 GiB) free.
 //!
+//! # Without root
+//! A server that is not root cannot attach loop devices; it mounts the
+//! same image with `fuse2fs` instead, as a daemon of its own
+//! ([`crate::storage::fuse_disk`]), where `fuse2fs` and `fusermount` are
+//! installed, `/dev/fuse` opens and `/etc/fuse.conf` allows
+//! `user_allow_other`. Proving a disk detached then also waits for its
+//! daemon to exit.
+//!
 //! # Elsewhere
-//! A server that is not root, or a host without loop devices or
-//! `mkfs.ext4`, gives sandboxes no disk of their own (checked once at
-//! start, logged): their roots are plain directories of the data
-//! directory, without a size limit.
+//! A host without either way, or without `mkfs.ext4`, gives sandboxes no
+//! disk of their own (checked once at start): their roots are plain
+//! directories of the data directory, without a size limit. The startup
+//! line and `sandbox describe` say "no disk quota", why, and the fix
+//! ([`describe_here`]); the size is then a budget the server measures
+//! usage against ([`crate::storage::disk_budget`]).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -128,11 +138,12 @@ pub const MEMORY_TEMPLATE_PREFIX: &str = "createos-local-disk-";
 /// makes the template of `size` bytes in `data_dir` and mounts it once,
 /// read-only, as the trial. `Err` says why not (and nothing is left).
 pub fn probe(data_dir: &Path, size: u64) -> Result<(), String> {
-    // Uid 0 of a user namespace (a container) cannot attach loop devices.
+    // Uid 0 of a user namespace (a container) cannot attach loop devices;
+    // it may mount with fuse2fs.
     if !crate::trees::id_map::ranges_here() {
-        return Err(
-            "the server is not the host's root (mounting a sandbox disk needs it)".to_string(),
-        );
+        if let Some(why) = crate::storage::fuse_disk::unusable() {
+            return Err(format!("the server is not the host's root and {why}"));
+        }
     }
     remove_template(data_dir);
     let template = template_of(data_dir);
@@ -146,8 +157,11 @@ pub fn probe(data_dir: &Path, size: u64) -> Result<(), String> {
     let made = if affordable { size } else { MIN_SANDBOX_DISK };
     let result = make_template(&template, made).and_then(|()| {
         std::fs::create_dir_all(&trial)?;
-        let mounted = mount_image(&template, &trial, true);
-        if mounted.is_ok() {
+        let mut mounted = mount_image(&template, &trial, true);
+        if mounted.is_ok() && crate::storage::fuse_disk::serves(&trial) {
+            mounted = crate::storage::fuse_disk::detach_within(&trial, PROOF_WAIT)
+                .map_err(std::io::Error::other);
+        } else if mounted.is_ok() {
             let _ = unmount(&trial);
         }
         let _ = std::fs::remove_dir(&trial);
@@ -366,7 +380,14 @@ fn format(image: &Path) -> std::io::Result<()> {
             // (`node_modules`, a 100 000-level directory chain) run
             // out of space, not of inodes, first.
             .args(["-i", "4096"])
-            .args(["-E", "nodiscard,lazy_itable_init=1", "-L", "sandbox"])
+            // The root directory belongs to the server's uid (root's, or
+            // the ordinary user's that mounts it with fuse2fs).
+            .args([
+                "-E",
+                "nodiscard,lazy_itable_init=1,root_owner",
+                "-L",
+                "sandbox",
+            ])
             .arg(image),
         "mkfs.ext4",
     )
@@ -460,7 +481,11 @@ fn mount_disk(root: &Path, image: &Path) -> std::io::Result<()> {
     match result {
         Ok(()) => {
             let _ = std::fs::remove_dir(root.join("lost+found"));
-            crate::trees::deathguard::unmount_on_death(root, image);
+            // A fuse2fs disk's daemon was announced to the death guard
+            // when it started.
+            if !crate::storage::fuse_disk::serves(root) {
+                crate::trees::deathguard::unmount_on_death(root, image);
+            }
             Ok(())
         }
         Err(e) => {
@@ -477,6 +502,9 @@ fn mount_disk(root: &Path, image: &Path) -> std::io::Result<()> {
 /// that detaches itself once unmounted: with system calls
 /// ([`loop_device::mount`]), else with `mount -o loop`.
 fn mount_image(image: &Path, at: &Path, read_only: bool) -> std::io::Result<()> {
+    if !crate::trees::id_map::ranges_here() {
+        return crate::storage::fuse_disk::mount(image, at, read_only);
+    }
     let direct = loop_device::mount(image, at, read_only);
     if direct.is_ok() {
         return direct;
@@ -498,6 +526,11 @@ fn mount_image(image: &Path, at: &Path, read_only: bool) -> std::io::Result<()> 
 /// Unmounts what is mounted on `at` (lazily: a descriptor still open keeps
 /// it until closed).
 fn unmount(at: &Path) -> std::io::Result<()> {
+    // A server that is not root mounts only with fuse2fs, and unmounts
+    // with fusermount (also a predecessor's disk the death guard left).
+    if crate::storage::fuse_disk::serves(at) || !crate::trees::id_map::ranges_here() {
+        return crate::storage::fuse_disk::unmount(at);
+    }
     let path = std::ffi::CString::new(at.as_os_str().as_encoded_bytes())?;
     // SAFETY: a plain system call on a NUL-terminated path we own.
     let done = unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) };
@@ -686,10 +719,35 @@ pub fn detach(root: &Path) -> bool {
     if !image.exists() {
         return false;
     }
-    let _ = unmount(root);
+    if crate::storage::fuse_disk::serves(root) {
+        // Unproven here (its callers only clean up): the daemon is given
+        // a moment to exit and be reaped.
+        let _ = crate::storage::fuse_disk::detach_within(root, std::time::Duration::from_secs(2));
+    } else {
+        let _ = unmount(root);
+    }
     let _ = std::fs::remove_file(&image);
     crate::trees::deathguard::forget_unmount(root, &image);
     true
+}
+
+/// How sandboxes' disks are made on this host, in words, for `sandbox
+/// describe`: a loop device as root, fuse2fs otherwise, or "no disk
+/// quota" with why and the fix.
+pub fn describe_here() -> String {
+    if crate::trees::id_map::ranges_here() {
+        return "an ext4 disk of its own per sandbox (a loop device; --sandbox-disk sets its size)"
+            .to_string();
+    }
+    match crate::storage::fuse_disk::unusable() {
+        None => "an ext4 disk of its own per sandbox, mounted with fuse2fs (a daemon of the \
+                 engine; --sandbox-disk sets its size)"
+            .to_string(),
+        Some(why) => format!(
+            "no disk quota: sandboxes write to the data directory's file system without a size \
+             limit ({why})"
+        ),
+    }
 }
 
 /// How long [`detach_proven`] waits, at most, for a disk to be proven
@@ -748,8 +806,8 @@ pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), Str
 /// in this mount namespace, loop devices backed by the image (removed or
 /// not). Empty when nothing does; `Err` when it could not be read.
 pub fn remains(root: &Path, image: &Path) -> std::io::Result<Vec<String>> {
-    let mut left = Vec::new();
-    let escaped = mountinfo_escaped(root);
+    let mut left = crate::storage::fuse_disk::remains(root);
+    let escaped = crate::util::mountinfo_escaped(root);
     for line in std::fs::read_to_string("/proc/self/mountinfo")?.lines() {
         if line.split(' ').nth(4) == Some(escaped.as_str()) {
             left.push(format!("mounted on {}", root.display()));
@@ -779,7 +837,7 @@ pub fn remains(root: &Path, image: &Path) -> std::io::Result<Vec<String>> {
 /// The processes whose mount namespace still has a mount on `root` (for
 /// the message of a disk that stays attached).
 fn holders(root: &Path) -> Vec<String> {
-    let escaped = mountinfo_escaped(root);
+    let escaped = crate::util::mountinfo_escaped(root);
     crate::trees::procfs::all_pids()
         .into_iter()
         .filter(|pid| {
@@ -793,22 +851,6 @@ fn holders(root: &Path) -> Vec<String> {
             format!("{pid} {}", name.trim())
         })
         .collect()
-}
-
-/// `path` as `/proc/self/mountinfo` writes it (space, tab, newline and
-/// backslash in octal).
-fn mountinfo_escaped(path: &Path) -> String {
-    let mut out = String::new();
-    for c in path.to_string_lossy().chars() {
-        match c {
-            ' ' => out.push_str("\\040"),
-            '\t' => out.push_str("\\011"),
-            '\n' => out.push_str("\\012"),
-            '\\' => out.push_str("\\134"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// Parses a size such as `2G`, `512M`, `65536K` or `1073741824` (binary

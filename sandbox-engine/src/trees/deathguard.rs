@@ -34,7 +34,11 @@
 //!
 //! - a sandbox disk (see [`crate::storage::disk`]) is unmounted and its image
 //!   removed, so that a killed server does not leave loop devices behind;
-//!   the template the disks are copied from is removed.
+//!   the template the disks are copied from is removed; a disk a server
+//!   that is not root mounted with fuse2fs (see
+//!   [`crate::storage::fuse_disk`]) is unmounted lazily with `fusermount`,
+//!   its daemon killed (only if its pid still has the start time it had)
+//!   and its image removed.
 //!
 //! Why not bwrap's `--die-with-parent` for every tree: a one-shot
 //! command's outer bwrap exits when the command exits, and
@@ -75,6 +79,14 @@ for key in "${!live[@]}"; do
         done ;;
     rm) case $pid in /dev/shm/createos-local-etc-*) rm -rf -- "$pid" ;; esac ;;
     um) case $id in */.disks/*.img) umount -l -- "$pid" && rm -f -- "$id" ;; esac ;;
+    fu) read -r start root image <<<"$id"
+        case $image in */.disks/*.img|*/.disks/template.ext4) ;; *) continue ;; esac
+        fusermount -u -z "$root"
+        if read -r stat < "/proc/$pid/stat"; then
+          set -- ${stat##*) }
+          [ "${20}" = "$start" ] && kill -KILL "$pid"
+        fi
+        case $image in *.img) rm -f -- "$image" ;; esac ;;
     rf) case $pid in */.disks/template.ext4|/dev/shm/createos-local-disk-*.ext4) rm -f -- "$pid" ;; esac ;;
   esac
 done 2>/dev/null
@@ -200,6 +212,40 @@ pub fn unmount_on_death(root: &std::path::Path, image: &std::path::Path) -> bool
 /// Withdraws [`unmount_on_death`] (the disk was detached).
 pub fn forget_unmount(root: &std::path::Path, image: &std::path::Path) {
     if let Some(l) = disk_line('-', root, image) {
+        send(&l);
+    }
+}
+
+fn fuse_line(
+    op: char,
+    pid: i32,
+    starttime: u64,
+    root: &std::path::Path,
+    image: &std::path::Path,
+) -> Option<String> {
+    let (r, i) = (root.to_str()?, image.to_str()?);
+    let plain = |p: &str| !p.contains(char::is_whitespace) && !p.contains("..");
+    (plain(r) && plain(i) && i.contains("/.disks/"))
+        .then(|| format!("{op} fu {pid} {starttime} {r} {i}\n"))
+}
+
+/// Asks the guard, if this process dies first, to unmount the fuse2fs
+/// disk on `root` (`fusermount -u -z`), kill its daemon `pid` (only while
+/// that pid has the start time `starttime`) and remove its `image` (a
+/// sandbox's `*.img`). `false` for paths with white space, or without a
+/// guard.
+pub fn end_fuse_on_death(
+    pid: i32,
+    starttime: u64,
+    root: &std::path::Path,
+    image: &std::path::Path,
+) -> bool {
+    fuse_line('+', pid, starttime, root, image).is_some_and(|l| send(&l))
+}
+
+/// Withdraws [`end_fuse_on_death`] (the daemon was reaped).
+pub fn forget_fuse(pid: i32, starttime: u64, root: &std::path::Path, image: &std::path::Path) {
+    if let Some(l) = fuse_line('-', pid, starttime, root, image) {
         send(&l);
     }
 }

@@ -68,6 +68,19 @@ impl Engine {
         user: Option<(u32, u32)>,
         cgroup_procs: Option<&Path>,
     ) -> Engine {
+        Engine::start_with_env(tag, args, nofile, user, cgroup_procs, &[])
+    }
+
+    /// [`start_in`](Engine::start_in) with `env` added to the engine's
+    /// environment.
+    pub fn start_with_env(
+        tag: &str,
+        args: &[&str],
+        nofile: Option<u64>,
+        user: Option<(u32, u32)>,
+        cgroup_procs: Option<&Path>,
+        env: &[(&str, &str)],
+    ) -> Engine {
         let data = std::env::temp_dir().join(format!("cl-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data);
         std::fs::create_dir_all(&data).expect("data dir");
@@ -89,6 +102,7 @@ impl Engine {
             .arg(&data)
             .args(args)
             .env("CREATEOS_API_KEY", KEY)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         if let Some(procs) = cgroup_procs {

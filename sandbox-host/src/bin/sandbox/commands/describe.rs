@@ -39,6 +39,10 @@ pub fn run(global: &Global) -> Result<u8> {
                 sandbox_engine::trees::id_map::describe_here()
             );
         }
+        println!(
+            "embedded engine disk: {}",
+            sandbox_engine::storage::disk::describe_here()
+        );
         if sandbox_engine::trees::process_limits::memory_limit_offered_here() {
             println!(
                 "embedded engine memory: limited per sandbox by what it uses (its cgroup memory \
