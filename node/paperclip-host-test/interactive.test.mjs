@@ -261,24 +261,26 @@ test("a login lease acquired as Paperclip's sign-in acquires it (requestedExpire
   await handle.stop();
 });
 
-test("stop ends a login terminal's whole tree with proof: no process is left", async () => {
-  const handle = await startWorker();
-  const lease = await leaseWithStandIn(handle);
-  const session = await handle.openLoginPtySession({ ...scope(lease), loginCommandKey: "claude", sessionHome: sessionHome() });
-  session.write("sleep 301 & sleep 302\n");
-  for (let i = 0; (await processesMatching(handle, lease, "sleep 30")).length < 2; i++) {
-    assert.ok(i < 100, "the two sleeps started");
-    await sleep(50);
-  }
-  session.kill();
-  // Ended by the worker on request, with proof: no exit code of its own.
-  assert.deepEqual(await session.wait(), { exitCode: null });
-  await session.close();
-  assert.deepEqual(await processesMatching(handle, lease, "sleep 30"), [], "the background sleep went with the tree");
-  assert.deepEqual(await processesMatching(handle, lease, "bash --norc"), []);
-  await destroy(handle, lease);
-  await handle.stop();
-});
+for (const driver of ["createos", "daytona"]) {
+  test(`stop ends a ${driver} login terminal's whole tree with proof: no process is left`, async () => {
+    const handle = await startWorker({ driver });
+    const lease = await leaseWithStandIn(handle, {}, driver);
+    const session = await handle.openLoginPtySession({ ...scope(lease, driver), loginCommandKey: "claude", sessionHome: sessionHome() });
+    session.write("sleep 301 & sleep 302\n");
+    for (let i = 0; (await processesMatching(handle, lease, "sleep 30", driver)).length < 2; i++) {
+      assert.ok(i < 100, "the two sleeps started");
+      await sleep(50);
+    }
+    session.kill();
+    // Ended by the worker on request, with proof: no exit code of its own.
+    assert.deepEqual(await session.wait(), { exitCode: null });
+    await session.close();
+    assert.deepEqual(await processesMatching(handle, lease, "sleep 30", driver), [], "the background sleep went with the tree");
+    assert.deepEqual(await processesMatching(handle, lease, "bash --norc", driver), []);
+    await destroy(handle, lease, driver);
+    await handle.stop();
+  });
+}
 
 test("bad login opens are refused before anything runs: a command key outside the map, a home of another shape, an unknown lease", async () => {
   const handle = await startWorker();
@@ -358,7 +360,7 @@ test("a duplex channel: cat echoes 10 MB of random bytes byte-exact; a process e
   await handle.stop();
 });
 
-test("a Daytona duplex channel: frames written together all reach the command, cat echoes 1 MB byte-exact while a command runs on the lease, an exit is its code", async () => {
+test("a Daytona duplex channel: frames written together all reach the command, cat echoes 10 MB byte-exact while a command runs on the lease, an exit is its code", async () => {
   const handle = await startWorker({ driver: "daytona" });
   const daytona = params("daytona");
   const lease = await handle.call("environmentAcquireLease", { ...daytona, runId: `run-${randomUUID()}` });
@@ -383,7 +385,7 @@ test("a Daytona duplex channel: frames written together all reach the command, c
     receivedBytes += chunk.byteLength;
   });
   const run = handle.call("environmentExecute", { ...daytona, lease, command: "sh", args: ["-c", "echo begin; sleep 1; echo end"] }, 60_000);
-  const payload = randomBytes(1024 * 1024);
+  const payload = randomBytes(10 * 1024 * 1024);
   const frame = 64 * 1024;
   for (let at = 0; at < payload.length; at += frame) {
     while (at - receivedBytes > 2 * frame) await sleep(5);

@@ -200,12 +200,24 @@ pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError
 /// machine and every process of its uid; its disk too when `disk`), off
 /// the runtime's threads. `Ok(true)` when it had a machine; `Err` says
 /// what may still run or exist.
+/// A failed proof is also said on stderr, quiet or not: the client's
+/// 500 may reach its user without the reason (a provider component does
+/// not pass a response body on).
 pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<bool, String> {
-    state
+    let at = root.clone();
+    let proof = state
         .supervision
         .spawn_blocking(move || crate::sandboxes::teardown::end_sandbox(&root, disk))
         .await
-        .map_err(|e| format!("the proof that the sandbox is gone could not be made: {e}"))?
+        .map_err(|e| format!("the proof that the sandbox is gone could not be made: {e}"))
+        .and_then(|proof| proof);
+    if let Err(why) = &proof {
+        eprintln!(
+            "createos-local: the sandbox at {} is not proven gone: {why}",
+            at.display()
+        );
+    }
+    proof
 }
 
 /// Removes the root of a deleted sandbox. The root is first renamed to
