@@ -4,10 +4,14 @@
  * each `provider-error` case as the error Paperclip's host sees.
  *
  * Rules this module keeps:
- * - A receipt becomes Paperclip's lease status word: `paused` and
- *   `idle-pause` (left running until the service pauses it once idle,
- *   contract 0.7.0) -> `stopped`, `deleted` and `already-gone` ->
- *   `destroyed` (each is a confirmed end).
+ * - A receipt becomes Paperclip's lease status word: `paused` ->
+ *   `stopped`, `deleted` and `already-gone` -> `destroyed` (each is a
+ *   confirmed end). `idle-pause` (the sandbox left running until the
+ *   service pauses it once idle, contract 0.7.0) is no receipt at all:
+ *   Paperclip reads a receipt as "execution has ended" and grants the run
+ *   continuation on it, while what the run's commands left in the
+ *   background still runs until the pause. The release returns nothing,
+ *   which Paperclip supports and which grants no such authority.
  * - A resume that the component reports `expired` becomes
  *   `{providerLeaseId: null, metadata: {expired: true}}`.
  * - `cleanup-failed` during acquire with a sandbox id carries that id
@@ -170,10 +174,14 @@ export function toResumeResult(outcome: WitResumeOutcome, companyId: string): Pa
   return { providerLeaseId: null, metadata: { expired: true, reason: outcome.val } };
 }
 
-/** `termination-receipt` -> Paperclip's receipt. */
-export function toReceipt(receipt: WitTerminationReceipt): PaperclipReceipt {
-  const reusable = receipt.action === "paused" || receipt.action === "idle-pause";
-  const state = reusable ? "stopped" : "destroyed";
+/**
+ * `termination-receipt` -> Paperclip's receipt, or none for an idle pause:
+ * its sandbox may still run what the commands left in the background, and
+ * Paperclip's receipt says that execution has ended.
+ */
+export function toReceipt(receipt: WitTerminationReceipt): PaperclipReceipt | undefined {
+  if (receipt.action === "idle-pause") return undefined;
+  const state = receipt.action === "paused" ? "stopped" : "destroyed";
   return { providerLeaseId: receipt.sandboxId, state };
 }
 
