@@ -633,6 +633,28 @@ async fn fork_bombs_are_bounded() {
     assert!(h.server.shutdown().await.all_exited());
 }
 
+/// Issue 40 item 2 (memory): when the host runs out of memory, the OOM
+/// killer takes a sandbox's processes (its commands, what they left in the
+/// background, the machine holding them) before the server, whose proofs
+/// must outlive them. The server (this test process) keeps its own score.
+#[tokio::test]
+async fn sandbox_processes_are_the_oom_killers_first_choice() {
+    let h = confined().await;
+    let sb = h.sandbox().await;
+    let own = std::fs::read_to_string("/proc/self/oom_score_adj").unwrap();
+    assert_ne!(own.trim(), "1000", "the server keeps its own score");
+    // The command, a process it put in the background, and the machine's
+    // init (the bwrap that holds the sandbox's namespaces).
+    let r = h
+        .exec(
+            &sb,
+            "sleep 613 & cat /proc/self/oom_score_adj /proc/$!/oom_score_adj /proc/1/oom_score_adj",
+        )
+        .await;
+    assert_eq!(r["stdout"], "1000\n1000\n1000\n", "{r}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
 /// Issue 10 item 2 ("keep what agents need") and issue 11: a writable
 /// workspace and `$HOME`, `/usr` tools, `bash -lc` with the sandbox's own
 /// profile (not the host's login scripts), and files written through the

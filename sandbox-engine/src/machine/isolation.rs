@@ -313,6 +313,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
             }
             // Join the sandbox's pids and memory groups.
             join_groups(groups_raw)?;
+            crate::trees::process_limits::first_for_the_oom_killer();
             if confined {
                 set_limits()?;
             } else {

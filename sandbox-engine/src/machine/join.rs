@@ -433,6 +433,7 @@ impl Launch {
         // group before anything forks.
         crate::trees::process_limits::join_groups([self.group, self.memory])?;
         crate::trees::process_limits::set_limits()?;
+        crate::trees::process_limits::first_for_the_oom_killer();
         // SAFETY: system calls on descriptors and memory this child owns.
         unsafe {
             check(libc::prctl(

@@ -793,6 +793,7 @@ fn start(bwrap: &Path, root: &Path) -> std::io::Result<(i32, u64, Arc<AtomicBool
                 rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())?;
             }
             crate::trees::process_limits::join_groups(groups_raw)?;
+            crate::trees::process_limits::first_for_the_oom_killer();
             // Not for a server that is not root: the limit in force when
             // a user namespace is made also caps, at the host's level,
             // the processes of the user that made it, all sandboxes

@@ -258,6 +258,36 @@ pub(crate) fn set_limits() -> std::io::Result<()> {
     Ok(())
 }
 
+/// What every sandbox process has in `/proc/self/oom_score_adj`: the
+/// most the kernel allows, so that when the host runs out of memory (all
+/// sandboxes' memory limits together may pass it, and where no memory
+/// group is offered nothing limits a sandbox) the OOM killer takes a
+/// sandbox's processes before the server, whose proofs must outlive
+/// them, and before anything else of the host.
+pub const SANDBOX_OOM_SCORE_ADJ: i32 = 1000;
+
+/// Puts the calling process (and what it forks) first in the OOM killer's
+/// choice ([`SANDBOX_OOM_SCORE_ADJ`]); async-signal-safe: runs between
+/// fork and exec. Raising one's own score needs no privilege; where the
+/// host still refuses it (no `/proc`, a seccomp filter) the process keeps
+/// the server's score: a weaker defence, not a reason to refuse the start.
+///
+/// A process whose uid was just changed (std's `Command::uid` does it
+/// before `pre_exec`) is not dumpable, which makes its `/proc/self` files
+/// root's: it is made dumpable again first, which the `execve` that
+/// follows would do anyway for an ordinary program.
+pub(crate) fn first_for_the_oom_killer() {
+    use rustix::fs::{open, Mode, OFlags};
+    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable);
+    if let Ok(fd) = open(
+        c"/proc/self/oom_score_adj",
+        OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        let _ = rustix::io::write(&fd, b"1000");
+    }
+}
+
 /// The memory limit set by [`set_sandbox_memory`] (0: the default).
 static SANDBOX_MEMORY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
