@@ -122,6 +122,14 @@ if ! grep -q '^hello$' <<<"$said" || ! grep -q '^sandbox: weaker model here: nam
   echo "host-kinds: sandbox run did not run the command and name the weaker model" >&2
   failed=1
 fi
+# Its sandboxes get no disk of their own there (fusermount's setuid root
+# does not reach past that user namespace): `describe` says so, with the fix.
+disk=$(cd /tmp && "${no_userns[@]}" env -i HOME=/tmp PATH=/usr/bin:/bin "$repo/target/debug/sandbox" describe 2>&1 | grep -o 'disk: [^|]*' | head -n 1 || true)
+echo "  [user namespaces refused: sandbox describe] $disk" >&2
+if ! grep -q '^disk: no disk quota: .*fix: run the engine on the host' <<<"$disk"; then
+  echo "host-kinds: sandbox describe did not say that sandboxes get no disk quota here, with the fix" >&2
+  failed=1
+fi
 
 if [ -s "$skips" ]; then
   echo "host-kinds: tests skipped, so their host kind was not exercised:" >&2

@@ -94,6 +94,16 @@ fn fuse2fs() -> Option<PathBuf> {
     }
 }
 
+/// Whether `helper` is setuid but not owned by root as this process sees
+/// it: a file of the host's root seen from a user namespace that does not
+/// map it is owned by the overflow uid (65534), and the kernel runs it
+/// without its setuid bit. (A helper that is not setuid at all is left to
+/// the mount's own probe.)
+fn setuid_root_lost(helper: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(helper).is_ok_and(|m| m.mode() & 0o4000 != 0 && m.uid() != 0)
+}
+
 /// Why this server (not root) cannot give sandboxes a fuse2fs disk here,
 /// with the command that fixes it; `None` when it can.
 pub fn unusable() -> Option<String> {
@@ -108,6 +118,15 @@ pub fn unusable() -> Option<String> {
              (as root)"
                 .to_string(),
         );
+    }
+    if let Some(fusermount) = tool("fusermount").filter(|f| setuid_root_lost(f)) {
+        return Some(format!(
+            "fusermount cannot mount here: {} is not owned by root as this server sees it (a \
+             user namespace that does not map the host's root, as in a rootless container), so \
+             its setuid root does not apply; fix: run the engine on the host, as root (a loop \
+             device per sandbox) or as an ordinary user (fuse2fs)",
+            fusermount.display()
+        ));
     }
     if let Err(e) = std::fs::OpenOptions::new()
         .read(true)
