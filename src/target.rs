@@ -1,5 +1,5 @@
 //! A target: one provider component and how to get a backend for it. The
-//! kit drives the component only through the host ([`SandboxRuntime`]), so
+//! kit drives the component only through the host ([`SandboxRuntime`](sandbox_host::SandboxRuntime)), so
 //! any component built for the contract can be a target.
 
 use std::collections::HashMap;

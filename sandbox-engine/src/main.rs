@@ -32,7 +32,7 @@ struct Cli {
     /// The API key clients must send in X-Api-Key (or as a Bearer token on
     /// the Daytona face). Prefer the environment variable or
     /// --api-key-file: a key given as --api-key is readable by every user of
-    /// this host in /proc/<pid>/cmdline.
+    /// this host in `/proc/<pid>/cmdline`.
     #[arg(long, env = "CREATEOS_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Read the API key from this file (its first line; the file should be

@@ -8,7 +8,7 @@
 //! - [`types`]: the contract's data types, used as the provider's own;
 //! - [`platform`]: HTTP, clocks, randomness, live output, cancellation and
 //!   the host's interaction events as a trait, so a provider's protocol runs natively in unit tests
-//!   ([`testing::FakePlatform`] with the `testing` feature);
+//!   (`testing::FakePlatform` with the `testing` feature);
 //! - `wasi_platform`: that trait over the WASI imports (in the component);
 //! - [`config`]: config objects, budgets and what `validate-config` says;
 //! - [`Operation`]: one operation's state, set up once by the export;

@@ -1,5 +1,5 @@
 //! The PostgreSQL lease store, for several hosts on several machines
-//! sharing one database. The lease operations are [`sql`](super::sql)'s;
+//! sharing one database. The lease operations are [`super::sql`]'s;
 //! this file holds the connection, the dialect and the migration lock.
 //!
 //! Every check-and-mark is one transaction that locks the lease row

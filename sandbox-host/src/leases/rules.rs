@@ -2,8 +2,8 @@
 //! what an operation demands of a lease before it may touch the sandbox.
 //!
 //! Pure: a store (SQLite today, another database later) reads the lease and
-//! the liveness of the hosts that marked it, asks [`decide`], and applies
-//! the [`Decision`] in the same transaction. Nothing here knows SQL.
+//! the liveness of the hosts that marked it, asks [`decide`](crate::leases::rules::decide), and applies
+//! the [`Decision`](crate::leases::rules::Decision) in the same transaction. Nothing here knows SQL.
 //!
 //! The rules:
 //! - An operation that uses the sandbox (execute, realize, resume) takes a

@@ -114,8 +114,8 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// never less: host records and heartbeats (every host of the store
     /// died with the machine), and the end of a use (the lease then reads
     /// as busy by a dead host, which sweep treats as possibly running). A
-    /// dialect may leave them unflushed; the next [`transaction`]
-    /// (Self::transaction) flushes them with its own. Never for a poison, a
+    /// dialect may leave them unflushed; the next [`transaction`](Self::transaction)
+    /// flushes them with its own. Never for a poison, a
     /// busy mark or a lease's state.
     fn lazy<T>(&self, body: impl FnOnce(&mut dyn Session) -> Result<T>) -> Result<T> {
         self.session(body)

@@ -1,7 +1,7 @@
 //! The SQLite lease store: every lease the host made, its state, and why;
 //! and the host instances that may hold a lease, with their heartbeats.
 //! One file; a poisoned lease stays poisoned across restarts until it is
-//! destroyed. The lease operations are [`sql`](super::sql)'s; this file
+//! destroyed. The lease operations are [`super::sql`]'s; this file
 //! holds the connection, the dialect and the move of older stores' tables.
 //!
 //! Every check-and-mark runs in one `BEGIN IMMEDIATE` transaction, so two

@@ -323,7 +323,7 @@ impl RequestPacer {
 }
 
 /// A request's place in the window. Dropping it (tests say
-/// [`Grant::settle`]) moves the place to the moment the answer came.
+/// `Grant::settle`) moves the place to the moment the answer came.
 pub(crate) struct Grant {
     pacer: RequestPacer,
     origin: String,

@@ -72,7 +72,7 @@ pub type TransportFuture =
 /// Carries a guest's HTTP request somewhere and brings back the answer.
 ///
 /// Implementations: [`NetworkTransport`](crate::NetworkTransport) (real
-/// network), [`ScriptedTransport`](crate::ScriptedTransport) (tests),
+/// network), `ScriptedTransport` (tests, feature `testing`),
 /// [`DenyAll`] (the default), and [`Guard`](crate::Guard), which wraps any of
 /// them with the allow-list, secret header, pacing and limits.
 ///

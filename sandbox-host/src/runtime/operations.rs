@@ -208,7 +208,7 @@ impl SandboxRuntime {
     /// `interact` (contract 0.6.0) on an active lease: runs one
     /// interactive process until it ends, taking `interaction`'s events
     /// (the caller sends them from any thread; it decides what may be
-    /// sent, see [`Interaction`](crate::Interaction)). Live output, the
+    /// sent, see [`crate::Interaction`]). Live output, the
     /// timeout, cancellation and poisoning are `execute`'s: a trap,
     /// `cleanup-failed`, or `output-lost` without a confirmed deletion of
     /// the process's tree poisons the lease.

@@ -108,7 +108,7 @@ where
 /// [`ProviderComponent::instantiate`](crate::ProviderComponent::instantiate).
 ///
 /// Every method returns `Err` for a trap or host failure (memory limit,
-/// deadline, guest panic — see [`trap_of`](crate::trap_of)); after one the
+/// deadline, guest panic — see [`crate::trap_of`]); after one the
 /// instance refuses further calls. The inner `Result` is the provider's
 /// typed answer.
 pub struct ProviderInstance {
