@@ -274,11 +274,14 @@ pub const SANDBOX_OOM_SCORE_ADJ: i32 = 1000;
 ///
 /// A process whose uid was just changed (std's `Command::uid` does it
 /// before `pre_exec`) is not dumpable, which makes its `/proc/self` files
-/// root's: it is made dumpable again first, which the `execve` that
-/// follows would do anyway for an ordinary program.
+/// root's: it is made dumpable only for the write and put back as it was,
+/// so that nothing of the sandbox's uid can attach to it before its
+/// `execve` (which then sets dumpability from the credentials, as always).
 pub(crate) fn first_for_the_oom_killer() {
     use rustix::fs::{open, Mode, OFlags};
-    let _ = rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::Dumpable);
+    use rustix::process::{dumpable_behavior, set_dumpable_behavior, DumpableBehavior};
+    let was = dumpable_behavior().unwrap_or(DumpableBehavior::NotDumpable);
+    let _ = set_dumpable_behavior(DumpableBehavior::Dumpable);
     if let Ok(fd) = open(
         c"/proc/self/oom_score_adj",
         OFlags::WRONLY | OFlags::CLOEXEC,
@@ -286,6 +289,7 @@ pub(crate) fn first_for_the_oom_killer() {
     ) {
         let _ = rustix::io::write(&fd, b"1000");
     }
+    let _ = set_dumpable_behavior(was);
 }
 
 /// The memory limit set by [`set_sandbox_memory`] (0: the default).
