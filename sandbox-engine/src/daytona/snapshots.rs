@@ -1,0 +1,232 @@
+//! The Daytona face's snapshots: `GET /snapshots` (a page of those this
+//! engine took) and `DELETE /snapshots/{name}`. A snapshot is taken by
+//! `POST /sandbox/{id}/snapshot` ([`super::sandboxes::snapshot`]) into the
+//! engine's template store ([`crate::storage::templates`]), the same store
+//! the CreateOS face's templates live in; the engine has one API key, so
+//! every snapshot in it is the key's own (organization `local`).
+
+use std::cmp::Ordering;
+use std::time::SystemTime;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::error::DaytonaError;
+use crate::http::state::Shared;
+
+/// Page size when `limit` is not given (the service's default).
+const DEFAULT_LIMIT: u64 = 100;
+
+/// Largest page `limit` may ask for (the service's maximum).
+const MAX_LIMIT: u64 = 200;
+
+/// `?page=&limit=&name=&sort=&order=` of `GET /snapshots`, as given: each
+/// is checked by [`ListRequest::parse`] so that a bad one is a 400 that
+/// names it.
+#[derive(Debug, Deserialize)]
+pub struct ListQuery {
+    page: Option<String>,
+    limit: Option<String>,
+    name: Option<String>,
+    sort: Option<String>,
+    order: Option<String>,
+}
+
+/// What a snapshot list is sorted by (the service's `sort` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SortField {
+    Name,
+    State,
+    LastUsedAt,
+    CreatedAt,
+}
+
+/// A checked `GET /snapshots` query.
+#[derive(Debug)]
+struct ListRequest {
+    page: u64,
+    limit: u64,
+    name: Option<String>,
+    sort: SortField,
+    descending: bool,
+}
+
+impl ListRequest {
+    fn parse(q: ListQuery) -> Result<Self, DaytonaError> {
+        let page = whole_number("page", q.page.as_deref(), 1, u64::MAX)?.unwrap_or(1);
+        let limit =
+            whole_number("limit", q.limit.as_deref(), 1, MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT);
+        let sort = match q.sort.as_deref() {
+            None | Some("lastUsedAt") => SortField::LastUsedAt,
+            Some("name") => SortField::Name,
+            Some("state") => SortField::State,
+            Some("createdAt") => SortField::CreatedAt,
+            Some(other) => {
+                return Err(DaytonaError::bad_request(format!(
+                    "sort must be one of name, state, lastUsedAt, createdAt (got {other:?})"
+                )))
+            }
+        };
+        let descending = match q.order.as_deref() {
+            None | Some("desc") => true,
+            Some("asc") => false,
+            Some(other) => {
+                return Err(DaytonaError::bad_request(format!(
+                    "order must be asc or desc (got {other:?})"
+                )))
+            }
+        };
+        Ok(Self {
+            page,
+            limit,
+            name: q.name.filter(|n| !n.is_empty()),
+            sort,
+            descending,
+        })
+    }
+}
+
+/// A query value that must be a whole number from `min` to `max`;
+/// `None` when absent.
+fn whole_number(
+    field: &str,
+    text: Option<&str>,
+    min: u64,
+    max: u64,
+) -> Result<Option<u64>, DaytonaError> {
+    let Some(text) = text else { return Ok(None) };
+    match text.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(Some(n)),
+        _ if max == u64::MAX => Err(DaytonaError::bad_request(format!(
+            "{field} must be a whole number of at least {min} (got {text:?})"
+        ))),
+        _ => Err(DaytonaError::bad_request(format!(
+            "{field} must be a whole number from {min} to {max} (got {text:?})"
+        ))),
+    }
+}
+
+/// One kept snapshot as the list sees it.
+struct Kept {
+    name: String,
+    created: SystemTime,
+    bytes: u64,
+}
+
+impl Kept {
+    fn cmp_by(&self, other: &Self, field: SortField) -> Ordering {
+        match field {
+            SortField::Name => self.name.cmp(&other.name),
+            // Every listed snapshot is `active`, and this engine records
+            // no use: both order as `createdAt`.
+            SortField::State | SortField::LastUsedAt | SortField::CreatedAt => self
+                .created
+                .cmp(&other.created)
+                .then_with(|| self.name.cmp(&other.name)),
+        }
+    }
+
+    /// The service's `SnapshotDto` fields for a snapshot of a sandbox's
+    /// files: `id` is the name (this engine keeps snapshots by name), the
+    /// resources are those a sandbox made from it gets, `size` is in GiB.
+    fn to_json(&self) -> Value {
+        let at = crate::util::rfc3339_of(self.created);
+        json!({
+            "id": self.name,
+            "organizationId": "local",
+            "general": false,
+            "name": self.name,
+            "state": "active",
+            "size": self.bytes as f64 / f64::from(1u32 << 30),
+            "entrypoint": null,
+            "cpu": 1,
+            "gpu": 0,
+            "mem": 1,
+            "disk": 3,
+            "errorReason": null,
+            "createdAt": at,
+            "updatedAt": at,
+            "lastUsedAt": null,
+        })
+    }
+}
+
+/// `GET /snapshots`: one page `{items, total, page, totalPages}` of the
+/// snapshots this engine took whose name contains `name` (any case),
+/// sorted by `sort` (default `lastUsedAt`) in `order` (default `desc`);
+/// a page past the last is empty. A bad `page`, `limit` (1–200), `sort`
+/// or `order` is a 400 naming it.
+pub async fn list(
+    State(state): State<Shared>,
+    Query(q): Query<ListQuery>,
+) -> Result<Response, DaytonaError> {
+    let wanted = ListRequest::parse(q)?;
+    let data_dir = state.data_dir.clone();
+    let kept =
+        crate::http::state::blocking(&state, move || crate::storage::templates::list(&data_dir))
+            .await?;
+    let needle = wanted.name.as_deref().map(str::to_lowercase);
+    let mut kept: Vec<Kept> = kept
+        .into_iter()
+        .filter(|(name, _, _)| {
+            needle
+                .as_deref()
+                .is_none_or(|n| name.to_lowercase().contains(n))
+        })
+        .map(|(name, created, bytes)| Kept {
+            name,
+            created,
+            bytes,
+        })
+        .collect();
+    kept.sort_by(|a, b| {
+        let by = a.cmp_by(b, wanted.sort);
+        if wanted.descending {
+            by.reverse()
+        } else {
+            by
+        }
+    });
+    let total = kept.len() as u64;
+    let items: Vec<Value> = kept
+        .iter()
+        .skip(usize::try_from((wanted.page - 1).saturating_mul(wanted.limit)).unwrap_or(usize::MAX))
+        .take(wanted.limit as usize)
+        .map(Kept::to_json)
+        .collect();
+    Ok((
+        StatusCode::OK,
+        Json(json!({
+            "items": items,
+            "total": total,
+            "page": wanted.page,
+            "totalPages": total.div_ceil(wanted.limit),
+        })),
+    )
+        .into_response())
+}
+
+/// `DELETE /snapshots/{name}`: a snapshot this engine took; sandboxes
+/// made from it keep their files.
+pub async fn delete(
+    State(state): State<Shared>,
+    Path(name): Path<String>,
+) -> Result<Response, DaytonaError> {
+    let (data_dir, n) = (state.data_dir.clone(), name.clone());
+    let deleted = crate::http::state::blocking(&state, move || {
+        crate::storage::templates::delete(&data_dir, &n)
+    })
+    .await?;
+    match deleted {
+        Ok(true) => Ok((StatusCode::OK, Json(json!({ "name": name }))).into_response()),
+        Ok(false) => Err(DaytonaError::not_found("snapshot")),
+        Err(e) => Err(crate::http::error::ApiError::internal(format!(
+            "snapshot {name:?} could not be deleted: {e}"
+        ))
+        .into()),
+    }
+}
