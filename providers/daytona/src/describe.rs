@@ -29,14 +29,14 @@ pub fn description() -> ProviderDescription {
             | Capabilities::DUPLEX_CHANNELS
             | Capabilities::TERMINAL_RESIZE
             // Egress as the network settings (no entry with a port), an
-            // image as the snapshot to start from, ports as preview URLs.
-            // Not `templates`: snapshots are captured and deleted, but the
-            // local engine's face lists none (no `GET /snapshots`), so
-            // `list-templates` is unproven. Not `idle-pause`: the engine's
-            // face runs no auto-stop timer.
+            // image as the snapshot to start from, ports as preview URLs,
+            // templates as snapshots of a stopped sandbox (`GET
+            // /snapshots` lists them). Not `idle-pause`: the engine's face
+            // runs no auto-stop timer.
             | Capabilities::EGRESS_POLICY
             | Capabilities::IMAGES
-            | Capabilities::PORTS,
+            | Capabilities::PORTS
+            | Capabilities::TEMPLATES,
         secrets: vec![SecretField {
             config_field: SECRET_FIELD.into(),
             header: SECRET_HEADER.into(),

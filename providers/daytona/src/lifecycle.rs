@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::execute;
 use crate::lease::{self, LeaseMetadata, ENVIRONMENT_LABEL, MARKER_LABEL, PROVIDER};
 use crate::policy::{self, Network};
+use crate::snapshots;
 use provider_sdk::acquire::AcquirePolicy;
 use provider_sdk::egress::Egress;
 use provider_sdk::errors::{
@@ -319,6 +320,36 @@ impl<'a> Provider<'a> for Daytona<'a> {
             template_ref,
             created_at: None,
         })
+    }
+
+    /// `GET /snapshots`, page after page ([`crate::snapshots`]): the
+    /// snapshots of this company and environment, oldest first.
+    fn list_templates(&mut self) -> Result<Vec<TemplateInfo>, ProviderError> {
+        let scope = templates::scope(self.op.ctx);
+        let mut listed = Vec::new();
+        for page in 1..=snapshots::MAX_PAGES {
+            let found = self
+                .call(
+                    Face::Api,
+                    Method::Get,
+                    &snapshots::page_path(&scope, page),
+                    None,
+                )
+                .and_then(|answer| snapshots::read_page(self.op.ctx, page, answer))
+                .map_err(|e| e.into_provider_error("list-templates"))?;
+            listed.extend(found.templates);
+            if !found.more {
+                return Ok(listed);
+            }
+        }
+        Err(invalid(
+            "list-templates",
+            &format!(
+                "the snapshot list goes on past {} pages of {}",
+                snapshots::MAX_PAGES,
+                snapshots::PAGE_SIZE
+            ),
+        ))
     }
 
     /// `DELETE /snapshots/{name}`; 404 is `already-gone`.
