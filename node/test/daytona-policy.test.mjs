@@ -5,7 +5,9 @@
 // is refused before anything is created, and the runner ingress is the
 // port's preview URL (as `ws:`: the engine serves it over plain http),
 // whose address reaches the sandbox's port with the returned headers and
-// only with them. Daytona declares no templates: no custom-image hooks.
+// only with them. Daytona declares templates (snapshots of a stopped
+// sandbox): the package has the custom-image hooks, whose flow runs in
+// test/templates.test.mjs.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -47,13 +49,19 @@ const sandbox = async (id) => backend.admin("GET", `/daytona/api/sandbox/${id}`)
   return response.json();
 });
 
-test("the manifest: runner ingress (ports), no custom-image flow (no templates)", () => {
+test("the manifest: runner ingress (ports), the custom-image flow (templates)", () => {
   const [driver] = daytonaManifest.environmentDrivers;
   assert.equal(driver.sandboxCapabilities.runnerWebSocketIngress, true);
-  assert.equal(driver.supportsInteractiveSetup, undefined);
-  assert.equal(driver.configSchema.properties.template, undefined);
+  assert.equal(driver.supportsInteractiveSetup, true);
+  assert.deepEqual(driver.interactiveSetupConnectionTypes, [], "no SSH connection is offered");
+  assert.equal(driver.supportsTemplateCapture, true);
+  assert.equal(driver.supportsTemplateDelete, true);
+  assert.deepEqual(driver.templateConfigBinding, { field: "template" });
+  assert.equal(driver.configSchema.properties.template.type, "string");
   assert.equal(typeof hooks.onEnvironmentRunnerIngressEndpoint, "function");
-  assert.equal(hooks.onEnvironmentStartInteractiveSetup, undefined);
+  for (const hook of ["onEnvironmentStartInteractiveSetup", "onEnvironmentGetInteractiveSetup", "onEnvironmentCaptureTemplate", "onEnvironmentCancelInteractiveSetup", "onEnvironmentDeleteTemplate"]) {
+    assert.equal(typeof hooks[hook], "function", hook);
+  }
 });
 
 test("acquire: the adapter's snapshot and the merged egress become the sandbox's", async () => {
