@@ -211,6 +211,7 @@ async fn a_stopped_daytona_sandbox_becomes_a_snapshot_others_start_from() {
 /// totalPages}` of the snapshots this engine took (`page`, `limit`, a
 /// partial `name`, `sort` and `order`), each `active` with its name,
 /// times and size; a bad query value is a 400 in the face's error body.
+/// `GET /snapshots/{id}` answers one.
 #[tokio::test]
 async fn the_daytona_face_lists_the_snapshots_it_took_a_page_at_a_time() {
     let h = Harness::start().await;
@@ -304,6 +305,7 @@ async fn the_daytona_face_lists_the_snapshots_it_took_a_page_at_a_time() {
         "?page=1.5",
         "?sort=size",
         "?order=up",
+        "?sourceSandboxId=x",
     ] {
         let (st, v) = list(bad).await;
         assert_eq!(st, StatusCode::BAD_REQUEST, "{bad}: {v}");
@@ -313,6 +315,31 @@ async fn the_daytona_face_lists_the_snapshots_it_took_a_page_at_a_time() {
             "{bad}: {v}"
         );
     }
+
+    // One snapshot by its id or name (the service's `GET /snapshots/{id}`,
+    // which its SDK resolves a name through before a delete).
+    let (st, v) = h
+        .daytona(Method::GET, format!("{api}/snapshots/list-a"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["name"].clone(), v["state"].clone()),
+        (json!("list-a"), json!("active"))
+    );
+    let id = v["id"].as_str().expect("an id").to_string();
+    let (st, v) = h
+        .daytona(Method::GET, format!("{api}/snapshots/{id}"), None)
+        .await;
+    assert_eq!(
+        (st, v["name"].clone()),
+        (StatusCode::OK, json!("list-a")),
+        "{v}"
+    );
+    let (st, v) = h
+        .daytona(Method::GET, format!("{api}/snapshots/never-taken"), None)
+        .await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    assert_eq!(v["statusCode"], 404, "{v}");
 
     // A deleted snapshot is no longer listed.
     let (st, v) = h

@@ -5,7 +5,7 @@
 //! `docs/daytona-api.md`.
 //!
 //! - API: `{base}/daytona/api/sandbox[/{id}[/start|/stop|/snapshot|/network-settings|/ports/{port}/preview-url|/toolbox-proxy-url]]`,
-//!   `{base}/daytona/api/snapshots` (list), `{base}/daytona/api/snapshots/{name}` (delete)
+//!   `{base}/daytona/api/snapshots` (list), `{base}/daytona/api/snapshots/{name}` (get, delete)
 //! - toolbox: `{toolboxProxyUrl}/{sandboxId}/process/...` and `.../files/...`,
 //!   where `toolboxProxyUrl` (in every Sandbox answer) is
 //!   `http://127.0.0.1:<toolbox port>/toolbox` when the server has a toolbox
@@ -118,7 +118,7 @@ pub fn api_routes() -> Router<Shared> {
         .route("/snapshots", get(snapshots::list))
         .route(
             "/snapshots/{name}",
-            axum::routing::delete(snapshots::delete),
+            get(snapshots::get_one).delete(snapshots::delete),
         )
         .route(
             "/sandbox/{id}/toolbox-proxy-url",

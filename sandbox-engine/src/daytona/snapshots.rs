@@ -1,5 +1,6 @@
 //! The Daytona face's snapshots: `GET /snapshots` (a page of those this
-//! engine took) and `DELETE /snapshots/{name}`. A snapshot is taken by
+//! engine took), `GET /snapshots/{id}` and `DELETE /snapshots/{id}` (an id
+//! is the snapshot's name here). A snapshot is taken by
 //! `POST /sandbox/{id}/snapshot` ([`super::sandboxes::snapshot`]) into the
 //! engine's template store ([`crate::storage::templates`]), the same store
 //! the CreateOS face's templates live in; the engine has one API key, so
@@ -34,6 +35,10 @@ pub struct ListQuery {
     name: Option<String>,
     sort: Option<String>,
     order: Option<String>,
+    /// The service's filter by the sandbox a snapshot was taken from,
+    /// which this engine does not record: refused, never ignored.
+    #[serde(rename = "sourceSandboxId")]
+    source_sandbox_id: Option<String>,
 }
 
 /// What a snapshot list is sorted by (the service's `sort` values).
@@ -57,6 +62,12 @@ struct ListRequest {
 
 impl ListRequest {
     fn parse(q: ListQuery) -> Result<Self, DaytonaError> {
+        if q.source_sandbox_id.is_some() {
+            return Err(DaytonaError::bad_request(
+                "sourceSandboxId is not served here: this engine does not record which sandbox \
+                 a snapshot was taken from (list without it)",
+            ));
+        }
         let page = whole_number("page", q.page.as_deref(), 1, u64::MAX)?.unwrap_or(1);
         let limit =
             whole_number("limit", q.limit.as_deref(), 1, MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT);
@@ -208,6 +219,28 @@ pub async fn list(
         })),
     )
         .into_response())
+}
+
+/// `GET /snapshots/{id}`: one snapshot this engine took, by its id or
+/// name (the same here); 404 for any other.
+pub async fn get_one(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+) -> Result<Response, DaytonaError> {
+    let data_dir = state.data_dir.clone();
+    let kept =
+        crate::http::state::blocking(&state, move || crate::storage::templates::list(&data_dir))
+            .await?;
+    let (name, created, bytes) = kept
+        .into_iter()
+        .find(|(name, _, _)| *name == id)
+        .ok_or_else(|| DaytonaError::not_found("snapshot"))?;
+    let kept = Kept {
+        name,
+        created,
+        bytes,
+    };
+    Ok((StatusCode::OK, Json(kept.to_json())).into_response())
 }
 
 /// `DELETE /snapshots/{name}`: a snapshot this engine took; sandboxes
