@@ -327,6 +327,10 @@ async fn the_daytona_face_lists_the_snapshots_it_took_a_page_at_a_time() {
         (json!("list-a"), json!("active"))
     );
     let id = v["id"].as_str().expect("an id").to_string();
+    assert!(
+        id.len() == 36 && id.split('-').count() == 5,
+        "a UUID, as the service's, not the name: {id}"
+    );
     let (st, v) = h
         .daytona(Method::GET, format!("{api}/snapshots/{id}"), None)
         .await;
@@ -348,6 +352,17 @@ async fn the_daytona_face_lists_the_snapshots_it_took_a_page_at_a_time() {
     assert_eq!(st, StatusCode::OK, "{v}");
     let (_, v) = list("?sort=createdAt&order=asc").await;
     assert_eq!(names(&v), ["list-a", "other-c"], "{v}");
+    // By its id, as the service's delete takes it.
+    let (st, v) = h
+        .daytona(Method::DELETE, format!("{api}/snapshots/{id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (_, v) = list("").await;
+    assert_eq!(names(&v), ["other-c"], "{v}");
+    let (st, _) = h
+        .daytona(Method::DELETE, format!("{api}/snapshots/{id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
     let (st, v) = h.daytona_delete(&setup).await;
     assert!(st.is_success(), "{v}");
     assert!(h.server.shutdown().await.all_exited());

@@ -1,10 +1,15 @@
 //! The Daytona face's snapshots: `GET /snapshots` (a page of those this
-//! engine took), `GET /snapshots/{id}` and `DELETE /snapshots/{id}` (an id
-//! is the snapshot's name here). A snapshot is taken by
-//! `POST /sandbox/{id}/snapshot` ([`super::sandboxes::snapshot`]) into the
-//! engine's template store ([`crate::storage::templates`]), the same store
-//! the CreateOS face's templates live in; the engine has one API key, so
-//! every snapshot in it is the key's own (organization `local`).
+//! engine took), `GET /snapshots/{id}` and `DELETE /snapshots/{id}`. A
+//! snapshot is taken by `POST /sandbox/{id}/snapshot`
+//! ([`super::sandboxes::snapshot`]) into the engine's template store
+//! ([`crate::storage::templates`]), the same store the CreateOS face's
+//! templates live in; the engine has one API key, so every snapshot in it
+//! is the key's own (organization `local`).
+//!
+//! As on the service, a snapshot's `id` is not its name: a UUID derived
+//! from the name and the time it was taken ([`snapshot_id`]), so that a
+//! client that deletes by name where the service wants an id fails here
+//! as it would there. `GET` and `DELETE` take either.
 
 use std::cmp::Ordering;
 use std::time::SystemTime;
@@ -128,7 +133,62 @@ struct Kept {
     bytes: u64,
 }
 
+/// The snapshots kept, oldest first.
+async fn kept(state: &Shared) -> Result<Vec<Kept>, DaytonaError> {
+    let data_dir = state.data_dir.clone();
+    let kept =
+        crate::http::state::blocking(state, move || crate::storage::templates::list(&data_dir))
+            .await?;
+    Ok(kept
+        .into_iter()
+        .map(|(name, created, bytes)| Kept {
+            name,
+            created,
+            bytes,
+        })
+        .collect())
+}
+
+/// The kept snapshot whose id or name is `id_or_name`; 404 otherwise.
+async fn find(state: &Shared, id_or_name: &str) -> Result<Kept, DaytonaError> {
+    kept(state)
+        .await?
+        .into_iter()
+        .find(|k| k.name == id_or_name || k.id() == id_or_name)
+        .ok_or_else(|| DaytonaError::not_found("snapshot"))
+}
+
+/// The id of snapshot `name` taken at `created`: UUID-shaped (version 4
+/// bits), from two SipHash-1-3 digests with fixed keys, so the same
+/// snapshot has the same id for as long as it is kept (and across restarts
+/// of the same build), and a snapshot taken again under the name gets
+/// another.
+pub fn snapshot_id(name: &str, created: SystemTime) -> String {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let at = created
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let digest =
+        |part: u8| BuildHasherDefault::<DefaultHasher>::default().hash_one((part, name, at));
+    let bits = (u128::from(digest(1)) << 64) | u128::from(digest(2));
+    let bits = (bits & !(0xf << 76) | (0x4 << 76)) & !(0x3 << 62) | (0x2 << 62);
+    let hex = format!("{bits:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
 impl Kept {
+    fn id(&self) -> String {
+        snapshot_id(&self.name, self.created)
+    }
+
     fn cmp_by(&self, other: &Self, field: SortField) -> Ordering {
         match field {
             SortField::Name => self.name.cmp(&other.name),
@@ -142,12 +202,12 @@ impl Kept {
     }
 
     /// The service's `SnapshotDto` fields for a snapshot of a sandbox's
-    /// files: `id` is the name (this engine keeps snapshots by name), the
-    /// resources are those a sandbox made from it gets, `size` is in GiB.
+    /// files: the resources are those a sandbox made from it gets, `size`
+    /// is in GiB.
     fn to_json(&self) -> Value {
         let at = crate::util::rfc3339_of(self.created);
         json!({
-            "id": self.name,
+            "id": self.id(),
             "organizationId": "local",
             "general": false,
             "name": self.name,
@@ -176,22 +236,14 @@ pub async fn list(
     Query(q): Query<ListQuery>,
 ) -> Result<Response, DaytonaError> {
     let wanted = ListRequest::parse(q)?;
-    let data_dir = state.data_dir.clone();
-    let kept =
-        crate::http::state::blocking(&state, move || crate::storage::templates::list(&data_dir))
-            .await?;
     let needle = wanted.name.as_deref().map(str::to_lowercase);
-    let mut kept: Vec<Kept> = kept
+    let mut kept: Vec<Kept> = kept(&state)
+        .await?
         .into_iter()
-        .filter(|(name, _, _)| {
+        .filter(|k| {
             needle
                 .as_deref()
-                .is_none_or(|n| name.to_lowercase().contains(n))
-        })
-        .map(|(name, created, bytes)| Kept {
-            name,
-            created,
-            bytes,
+                .is_none_or(|n| k.name.to_lowercase().contains(n))
         })
         .collect();
     kept.sort_by(|a, b| {
@@ -222,33 +274,22 @@ pub async fn list(
 }
 
 /// `GET /snapshots/{id}`: one snapshot this engine took, by its id or
-/// name (the same here); 404 for any other.
+/// its name; 404 for any other.
 pub async fn get_one(
     State(state): State<Shared>,
     Path(id): Path<String>,
 ) -> Result<Response, DaytonaError> {
-    let data_dir = state.data_dir.clone();
-    let kept =
-        crate::http::state::blocking(&state, move || crate::storage::templates::list(&data_dir))
-            .await?;
-    let (name, created, bytes) = kept
-        .into_iter()
-        .find(|(name, _, _)| *name == id)
-        .ok_or_else(|| DaytonaError::not_found("snapshot"))?;
-    let kept = Kept {
-        name,
-        created,
-        bytes,
-    };
+    let kept = find(&state, &id).await?;
     Ok((StatusCode::OK, Json(kept.to_json())).into_response())
 }
 
-/// `DELETE /snapshots/{name}`: a snapshot this engine took; sandboxes
-/// made from it keep their files.
+/// `DELETE /snapshots/{id}`: a snapshot this engine took, by its id or
+/// its name; sandboxes made from it keep their files.
 pub async fn delete(
     State(state): State<Shared>,
-    Path(name): Path<String>,
+    Path(id): Path<String>,
 ) -> Result<Response, DaytonaError> {
+    let name = find(&state, &id).await?.name;
     let (data_dir, n) = (state.data_dir.clone(), name.clone());
     let deleted = crate::http::state::blocking(&state, move || {
         crate::storage::templates::delete(&data_dir, &n)
@@ -261,5 +302,28 @@ pub async fn delete(
             "snapshot {name:?} could not be deleted: {e}"
         ))
         .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn an_id_is_a_uuid_of_the_name_and_its_time() {
+        let at = std::time::UNIX_EPOCH + Duration::from_nanos(1_765_000_000_123_456_789);
+        let id = snapshot_id("a.setup", at);
+        assert_eq!(id, snapshot_id("a.setup", at), "stable");
+        assert_eq!(id.len(), 36);
+        let parts: Vec<&str> = id.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(parts[2].starts_with('4'), "{id}");
+        assert!(matches!(&parts[3][..1], "8" | "9" | "a" | "b"), "{id}");
+        assert_ne!(id, snapshot_id("a.setup2", at));
+        assert_ne!(id, snapshot_id("a.setup", at + Duration::from_nanos(1)));
     }
 }
