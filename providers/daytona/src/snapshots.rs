@@ -73,6 +73,17 @@ pub fn read_page(ctx: &EnvironmentContext, page: u64, answer: Value) -> Result<P
     })
 }
 
+/// The templates of every page as one list, oldest first (by `createdAt`,
+/// RFC 3339 as the service writes it; the page order among equals), each
+/// once: a service that ignores `sort` or whose list moved between pages
+/// changes neither.
+pub fn oldest_first(mut listed: Vec<TemplateInfo>) -> Vec<TemplateInfo> {
+    let mut seen = std::collections::BTreeSet::new();
+    listed.retain(|t| seen.insert(t.template_ref.clone()));
+    listed.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+    listed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +150,23 @@ mod tests {
                 "{answer}"
             );
         }
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn the_pages_make_one_list_oldest_first_each_once() {
+        let info = |r: &str, at: &str| TemplateInfo {
+            name: r.into(),
+            template_ref: r.into(),
+            created_at: Some(at.into()),
+        };
+        let listed = oldest_first(vec![
+            info("c", "2026-12-07T10:00:03.000Z"),
+            info("a", "2026-12-07T10:00:01.000Z"),
+            info("c", "2026-12-07T10:00:03.000Z"),
+            info("b", "2026-12-07T10:00:01.000Z"),
+        ]);
+        let refs: Vec<&str> = listed.iter().map(|t| t.template_ref.as_str()).collect();
+        assert_eq!(refs, ["a", "b", "c"]);
     }
 
     #[wasm_bindgen_test(unsupported = test)]
