@@ -337,9 +337,9 @@ impl<'a> Provider<'a> for Daytona<'a> {
                 )
                 .and_then(|answer| snapshots::read_page(self.op.ctx, page, answer))
                 .map_err(|e| e.into_provider_error("list-templates"))?;
-            listed.extend(found.templates);
+            snapshots::add_page(&mut listed, found.templates);
             if !found.more {
-                return Ok(snapshots::oldest_first(listed));
+                return Ok(listed);
             }
         }
         Err(invalid(

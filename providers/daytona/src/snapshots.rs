@@ -73,15 +73,19 @@ pub fn read_page(ctx: &EnvironmentContext, page: u64, answer: Value) -> Result<P
     })
 }
 
-/// The templates of every page as one list, oldest first (by `createdAt`,
-/// RFC 3339 as the service writes it; the page order among equals), each
-/// once: a service that ignores `sort` or whose list moved between pages
-/// changes neither.
-pub fn oldest_first(mut listed: Vec<TemplateInfo>) -> Vec<TemplateInfo> {
-    let mut seen = std::collections::BTreeSet::new();
-    listed.retain(|t| seen.insert(t.template_ref.clone()));
-    listed.sort_by(|a, b| a.created_at.cmp(&b.created_at));
-    listed
+/// Adds a page's templates to those of the pages before, each once (a
+/// list that moved between pages may show one twice). The order stays
+/// the service's (`sort=createdAt&order=asc`): sorting here would cost the
+/// component a sort routine (about 10 KB) for services that honour it.
+pub fn add_page(listed: &mut Vec<TemplateInfo>, page: Vec<TemplateInfo>) {
+    for template in page {
+        if !listed
+            .iter()
+            .any(|t| t.template_ref == template.template_ref)
+        {
+            listed.push(template);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -153,18 +157,15 @@ mod tests {
     }
 
     #[wasm_bindgen_test(unsupported = test)]
-    fn the_pages_make_one_list_oldest_first_each_once() {
-        let info = |r: &str, at: &str| TemplateInfo {
+    fn the_pages_make_one_list_each_template_once() {
+        let info = |r: &str| TemplateInfo {
             name: r.into(),
             template_ref: r.into(),
-            created_at: Some(at.into()),
+            created_at: None,
         };
-        let listed = oldest_first(vec![
-            info("c", "2026-12-07T10:00:03.000Z"),
-            info("a", "2026-12-07T10:00:01.000Z"),
-            info("c", "2026-12-07T10:00:03.000Z"),
-            info("b", "2026-12-07T10:00:01.000Z"),
-        ]);
+        let mut listed = Vec::new();
+        add_page(&mut listed, vec![info("a"), info("b")]);
+        add_page(&mut listed, vec![info("b"), info("c")]);
         let refs: Vec<&str> = listed.iter().map(|t| t.template_ref.as_str()).collect();
         assert_eq!(refs, ["a", "b", "c"]);
     }
