@@ -111,6 +111,26 @@ test("the official Daytona SDK drives the local Daytona face", async (t) => {
   assert.equal(sandbox.state, "started");
   assert.equal((await sandbox.fs.downloadFile("/root/dir/one.txt")).toString(), "one\n");
 
+  // snapshots: one taken of the stopped sandbox is listed (paginated) and
+  // found by name, and the SDK's delete (by the id it resolves) removes it
+  await sandbox.stop();
+  const taken = await fetch(`${backend.url}/daytona/api/sandbox/${sandbox.id}/snapshot`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${backend.key}`, "content-type": "application/json" },
+    body: JSON.stringify({ name: "sdk-snap" }),
+  });
+  assert.equal(taken.status, 200, await taken.text());
+  const snapshots = await daytona.snapshot.list();
+  assert.deepEqual([snapshots.total, snapshots.page, snapshots.totalPages], [1, 1, 1]);
+  assert.equal(snapshots.items[0].name, "sdk-snap");
+  assert.equal(snapshots.items[0].state, "active");
+  assert.deepEqual((await daytona.snapshot.list(2, 1)).items, []);
+  const found = await daytona.snapshot.get("sdk-snap");
+  assert.equal(found.id, snapshots.items[0].id);
+  assert.notEqual(found.id, "sdk-snap", "an id, as the service's");
+  await daytona.snapshot.delete(found);
+  assert.equal((await daytona.snapshot.list()).total, 0);
+
   // delete: gone
   await sandbox.delete();
   await assert.rejects(daytona.get(sandbox.id), /not found|404/i);

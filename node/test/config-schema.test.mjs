@@ -2,7 +2,8 @@
 // list, the image per adapter, the idle window) reach Paperclip's form as
 // JSON Schema in each packed manifest (built from the component's
 // describe()), and that schema accepts and refuses exactly what the
-// component's own validate-config does. The schema is read with zod's
+// component's own validate-config does (Daytona's refuses an egress entry
+// with a port, which its allow-lists cannot carry). The schema is read with zod's
 // JSON Schema reader (zod is what Paperclip's SDK and shared package use).
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -39,6 +40,13 @@ const CASES = {
     configs: [
       [{}, true],
       [{ egressAllowlist: ["a.com", "10.0.0.0/8"] }, true],
+      [{ egressAllowlist: ["*.a.com", "10.1.2.3", "::1", "2001:db8::7", "2001:db8::/32"] }, true],
+      [{ egressAllowlist: ["*"] }, true],
+      // Daytona's allow-lists hold no port: an entry with one is refused by both.
+      [{ egressAllowlist: ["a.com:443"] }, false],
+      [{ egressAllowlist: ["a.com", "*.b.org:443"] }, false],
+      [{ egressAllowlist: ["10.1.2.3:8080"] }, false],
+      [{ egressAllowlist: ["[2001:db8::7]:443"] }, false],
       [{ egressAllowlist: [] }, false],
       [{ egressAllowlist: [""] }, false],
       [{ snapshotByAdapter: { claude_local: "snap" } }, true],

@@ -2,10 +2,12 @@
 // Daytona face: the run's adapter picks the snapshot (`snapshotByAdapter`),
 // the run's egress grants merged with the base list become the sandbox's
 // network settings, a base entry with a port (which Daytona cannot carry)
-// is refused before anything is created, and the runner ingress is the
-// port's preview URL (as `ws:`: the engine serves it over plain http),
-// whose address reaches the sandbox's port with the returned headers and
-// only with them. Daytona declares no templates: no custom-image hooks.
+// is refused by the config's validation before anything is created, and
+// the runner ingress is the port's preview URL (as `ws:`: the engine serves
+// it over plain http), whose address reaches the sandbox's port with the
+// returned headers and only with them. Daytona declares templates (snapshots of a stopped
+// sandbox): the package has the custom-image hooks, whose flow runs in
+// test/templates.test.mjs.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
@@ -47,13 +49,19 @@ const sandbox = async (id) => backend.admin("GET", `/daytona/api/sandbox/${id}`)
   return response.json();
 });
 
-test("the manifest: runner ingress (ports), no custom-image flow (no templates)", () => {
+test("the manifest: runner ingress (ports), the custom-image flow (templates)", () => {
   const [driver] = daytonaManifest.environmentDrivers;
   assert.equal(driver.sandboxCapabilities.runnerWebSocketIngress, true);
-  assert.equal(driver.supportsInteractiveSetup, undefined);
-  assert.equal(driver.configSchema.properties.template, undefined);
+  assert.equal(driver.supportsInteractiveSetup, true);
+  assert.deepEqual(driver.interactiveSetupConnectionTypes, [], "no SSH connection is offered");
+  assert.equal(driver.supportsTemplateCapture, true);
+  assert.equal(driver.supportsTemplateDelete, true);
+  assert.deepEqual(driver.templateConfigBinding, { field: "template" });
+  assert.equal(driver.configSchema.properties.template.type, "string");
   assert.equal(typeof hooks.onEnvironmentRunnerIngressEndpoint, "function");
-  assert.equal(hooks.onEnvironmentStartInteractiveSetup, undefined);
+  for (const hook of ["onEnvironmentStartInteractiveSetup", "onEnvironmentGetInteractiveSetup", "onEnvironmentCaptureTemplate", "onEnvironmentCancelInteractiveSetup", "onEnvironmentDeleteTemplate"]) {
+    assert.equal(typeof hooks[hook], "function", hook);
+  }
 });
 
 test("acquire: the adapter's snapshot and the merged egress become the sandbox's", async () => {
@@ -74,7 +82,7 @@ test("acquire: the adapter's snapshot and the merged egress become the sandbox's
   }
 });
 
-test("a base entry with a port, which Daytona cannot enforce, is refused before anything is created", async () => {
+test("a base entry with a port, which Daytona cannot enforce, is refused by validation before anything is created", async () => {
   await backend.clearRequests();
   await assert.rejects(
     hooks.onEnvironmentAcquireLease({
@@ -82,7 +90,11 @@ test("a base entry with a port, which Daytona cannot enforce, is refused before 
       runId: `run-${randomUUID()}`,
       executionWorkspaceSettings: { networkEgress: { allowFqdns: ["api.example.org"] } },
     }),
-    (error) => error.kind === "unsupported" && /names a port/.test(error.message),
+    (error) => {
+      assert.equal(error.kind, "invalid-config", error.message);
+      assert.match(error.message, /entry 'base\.example\.com:443' names a port/);
+      return true;
+    },
   );
   const creates = (await backend.requests()).filter((r) => r.method === "POST" && /\/sandbox$/.test(r.path));
   assert.deepEqual(creates, [], "no sandbox was created");

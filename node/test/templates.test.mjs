@@ -1,24 +1,31 @@
 // Issue 43 item 4: Paperclip's custom-image flow over the component's
-// templates (CreateOS declares `templates`), against the real
-// createos-local: a setup session is a lease; what the user put in it is
-// captured as a template; the reference, written into the config's
+// templates (both CreateOS and Daytona declare `templates`), against the
+// real createos-local: a setup session is a lease; what the user put in it
+// is captured as a template; the reference, written into the config's
 // `template` field as Paperclip's binding does, makes the next lease start
 // with those files; a paused lease from before the template is expired
 // before any request; cancel destroys the setup sandbox; delete removes
-// the template.
+// the template. The Daytona package runs the same flow on the engine's
+// Daytona face (a template is a snapshot of the stopped setup sandbox).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { startBackend } from "./support/backend.mjs";
-import { startPlugin, base, COMPANY } from "./support/plugin.mjs";
+import { createEnvironmentTestHarness } from "@paperclipai/plugin-sdk/testing";
+import { startPlugin, base, freshLedgerPath, COMPANY } from "./support/plugin.mjs";
+import { createPlugin } from "../dist/plugin.js";
 import { templateName, takeTemplate } from "../dist/setup-sessions.js";
 import manifest from "../dist/manifest.js";
+
+const daytonaComponent = new URL("../packages/daytona/dist/component/", import.meta.url).href;
+const { default: daytonaManifest } = await import("../packages/daytona/dist/manifest.js");
 
 let backend;
 let plugin;
 
 before(async () => {
-  backend = await startBackend();
+  // With the Daytona face's toolbox too (the Daytona package's flow).
+  backend = await startBackend({ toolbox: true });
   plugin = await startPlugin();
 });
 
@@ -123,4 +130,73 @@ test("a template of another environment is refused before any request; capture o
     (error) => error.kind === "invalid-request" && /Start a new setup session/.test(error.message),
   );
   assert.deepEqual(await backend.requests(), []);
+});
+
+test("the Daytona package: setup, customise, capture a snapshot, run from it, cancel, delete leaves the run's sandbox alone", async () => {
+  const plugin = createPlugin({ poolSize: 2, env: {}, rateLedgerPath: freshLedgerPath(), componentDir: daytonaComponent });
+  const hooks = plugin.definition;
+  const harness = createEnvironmentTestHarness({ manifest: daytonaManifest, environmentDriver: { driverKey: "daytona" } });
+  await hooks.setup({ ...harness.ctx, execution: { log: () => {} } });
+  const params = (config = {}) => ({
+    driverKey: "daytona",
+    companyId: COMPANY,
+    environmentId: "environment-d",
+    config: { apiUrl: backend.daytonaApiUrl, toolboxUrl: backend.toolboxUrl, apiKey: backend.key, timeoutMs: 120_000, ...config },
+  });
+  const daytona = async (path) => {
+    const response = await fetch(`${backend.daytonaApiUrl}${path}`, { headers: { authorization: `Bearer ${backend.key}` } });
+    return { status: response.status, body: await response.json() };
+  };
+  const snapshotNames = async () => (await daytona("/snapshots")).body.items.map((s) => s.name);
+  const run = async (lease, script, config) => {
+    const result = await hooks.onEnvironmentExecute({ ...params(config), lease, command: "sh", args: ["-c", script], timeoutMs: 60_000 });
+    assert.equal(result.exitCode, 0, result.stderr);
+    return result.stdout;
+  };
+  let lease;
+  let config;
+  try {
+    const sessionId = randomUUID();
+    const session = await hooks.onEnvironmentStartInteractiveSetup({ ...params(), sessionId, sourceTemplateRef: null });
+    assert.equal(session.status, "waiting_for_user");
+    const setupId = session.providerLeaseId;
+    const record = harness.getState(SETUP(setupId));
+    assert.equal(record.sessionId, sessionId);
+    assert.equal(JSON.stringify(record).includes(backend.key), false, "the record holds no key");
+
+    // The user's customisation, through the setup lease; then the capture (the provider stops the sandbox first).
+    await run({ providerLeaseId: setupId, metadata: record.leaseMetadata }, "mkdir -p /paperclip-workspace/tools && echo customised > /paperclip-workspace/tools/marker");
+    const captured = await hooks.onEnvironmentCaptureTemplate({
+      ...params(),
+      providerLeaseId: setupId,
+      setupMetadata: {},
+      templateLabel: `paperclip-${randomUUID()}-${sessionId.slice(0, 8)}`,
+    });
+    assert.equal(captured.templateKind, "provider_template");
+    assert.ok((await snapshotNames()).includes(captured.templateRef), "the engine keeps the snapshot");
+
+    // Cancel after promotion: the setup sandbox goes, the snapshot stays.
+    const cancelled = await hooks.onEnvironmentCancelInteractiveSetup({ ...params(), providerLeaseId: setupId, setupMetadata: {}, reason: "promoted" });
+    assert.equal(cancelled.status, "cancelled");
+    assert.equal((await daytona(`/sandbox/${setupId}`)).status, 404);
+    assert.ok((await snapshotNames()).includes(captured.templateRef));
+
+    // The binding's `template` field: a run's sandbox starts from the snapshot, with the user's files.
+    config = { template: captured.templateRef };
+    lease = await hooks.onEnvironmentAcquireLease({ ...params(config), runId: `run-${randomUUID()}` });
+    assert.equal(lease.metadata.template, captured.templateRef);
+    assert.equal((await daytona(`/sandbox/${lease.providerLeaseId}`)).body.snapshot, captured.templateRef);
+    assert.equal((await run(lease, "cat /paperclip-workspace/tools/marker", config)).trim(), "customised");
+
+    // Delete: the snapshot goes, the run's sandbox keeps its files.
+    const deleted = await hooks.onEnvironmentDeleteTemplate({ ...params(), templateRef: captured.templateRef, templateKind: "provider_template" });
+    assert.deepEqual(deleted, { deleted: true, metadata: { outcome: "deleted" } });
+    assert.equal((await snapshotNames()).includes(captured.templateRef), false);
+    assert.equal((await run(lease, "cat /paperclip-workspace/tools/marker", config)).trim(), "customised");
+    const again = await hooks.onEnvironmentDeleteTemplate({ ...params(), templateRef: captured.templateRef });
+    assert.deepEqual(again, { deleted: true, metadata: { outcome: "already-gone" } });
+  } finally {
+    if (lease) await hooks.onEnvironmentDestroyLease({ ...params(config), providerLeaseId: lease.providerLeaseId, leaseMetadata: lease.metadata });
+    await hooks.onShutdown();
+  }
 });

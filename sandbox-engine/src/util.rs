@@ -43,6 +43,13 @@ pub fn rfc3339(secs: i64) -> String {
     format_rfc3339(secs.max(0) as u64, 0)
 }
 
+/// A point in time as RFC 3339 UTC with milliseconds (times before 1970
+/// read as 1970).
+pub fn rfc3339_of(time: SystemTime) -> String {
+    let d = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    format_rfc3339(d.as_secs(), d.subsec_millis())
+}
+
 fn format_rfc3339(secs: u64, millis: u32) -> String {
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;

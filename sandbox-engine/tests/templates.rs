@@ -206,3 +206,164 @@ async fn a_stopped_daytona_sandbox_becomes_a_snapshot_others_start_from() {
     }
     assert!(h.server.shutdown().await.all_exited());
 }
+
+/// `GET /snapshots` as Daytona's: a page `{items, total, page,
+/// totalPages}` of the snapshots this engine took (`page`, `limit`, a
+/// partial `name`, `sort` and `order`), each `active` with its name,
+/// times and size; a bad query value is a 400 in the face's error body.
+/// `GET /snapshots/{id}` answers one.
+#[tokio::test]
+async fn the_daytona_face_lists_the_snapshots_it_took_a_page_at_a_time() {
+    let h = Harness::start().await;
+    let api = h.server.daytona_api_url();
+    let list = |query: &str| h.daytona(Method::GET, format!("{api}/snapshots{query}"), None);
+    let (st, v) = list("").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        v,
+        json!({ "items": [], "total": 0, "page": 1, "totalPages": 0 }),
+        "nothing taken yet"
+    );
+    let setup = h.daytona_sandbox().await;
+    let (_, v) = h
+        .daytona_execute(&setup, "bash -c 'echo set up > /tmp/ready.txt'")
+        .await;
+    assert_eq!(v["exitCode"], 0, "{v}");
+    let (st, v) = h
+        .daytona(Method::POST, format!("{api}/sandbox/{setup}/stop"), None)
+        .await;
+    assert!(st.is_success(), "{v}");
+    // Taken in an order that is not the names' order: the list's
+    // `createdAt` is when each was taken (not the sandbox's files' time).
+    for name in ["list-b", "list-a", "other-c"] {
+        let (st, v) = h
+            .daytona(
+                Method::POST,
+                format!("{api}/sandbox/{setup}/snapshot"),
+                Some(json!({ "name": name })),
+            )
+            .await;
+        assert_eq!(st, StatusCode::OK, "{name}: {v}");
+    }
+    let names = |v: &Value| -> Vec<String> {
+        v["items"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|i| i["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    let (st, v) = list("?sort=createdAt&order=asc").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(names(&v), ["list-b", "list-a", "other-c"], "{v}");
+    assert_eq!(
+        (v["total"].clone(), v["page"].clone()),
+        (json!(3), json!(1))
+    );
+    assert_eq!(v["totalPages"], 1, "{v}");
+    let item = &v["items"][0];
+    assert_eq!(item["state"], "active", "{item}");
+    assert_eq!(item["general"], false, "{item}");
+    for field in ["id", "createdAt", "updatedAt"] {
+        assert!(
+            item[field].as_str().is_some_and(|s| !s.is_empty()),
+            "{field}: {item}"
+        );
+    }
+    assert!(item["size"].is_number(), "{item}");
+
+    let (_, v) = list("?sort=createdAt&order=desc").await;
+    assert_eq!(names(&v), ["other-c", "list-a", "list-b"], "{v}");
+    let (_, v) = list("?sort=name&order=asc&limit=2&page=2").await;
+    assert_eq!(names(&v), ["other-c"], "{v}");
+    assert_eq!(
+        (
+            v["total"].clone(),
+            v["page"].clone(),
+            v["totalPages"].clone()
+        ),
+        (json!(3), json!(2), json!(2)),
+        "{v}"
+    );
+    let (_, v) = list("?sort=name&order=asc&limit=2").await;
+    assert_eq!(names(&v), ["list-a", "list-b"], "{v}");
+    let (_, v) = list("?page=9").await;
+    assert_eq!(names(&v), Vec::<String>::new(), "past the last page: {v}");
+    let (_, v) = list("?name=LIST&sort=name").await;
+    assert_eq!(names(&v), ["list-b", "list-a"], "partial name, desc: {v}");
+
+    for bad in [
+        "?limit=0",
+        "?limit=201",
+        "?limit=ten",
+        "?page=0",
+        "?page=-1",
+        "?page=1.5",
+        "?sort=size",
+        "?order=up",
+        "?sourceSandboxId=x",
+    ] {
+        let (st, v) = list(bad).await;
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{bad}: {v}");
+        assert_eq!(v["statusCode"], 400, "{bad}: {v}");
+        assert!(
+            v["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{bad}: {v}"
+        );
+    }
+
+    // One snapshot by its id or name (the service's `GET /snapshots/{id}`,
+    // which its SDK resolves a name through before a delete).
+    let (st, v) = h
+        .daytona(Method::GET, format!("{api}/snapshots/list-a"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(
+        (v["name"].clone(), v["state"].clone()),
+        (json!("list-a"), json!("active"))
+    );
+    let id = v["id"].as_str().expect("an id").to_string();
+    assert!(
+        id.len() == 36 && id.split('-').count() == 5,
+        "a UUID, as the service's, not the name: {id}"
+    );
+    let (st, v) = h
+        .daytona(Method::GET, format!("{api}/snapshots/{id}"), None)
+        .await;
+    assert_eq!(
+        (st, v["name"].clone()),
+        (StatusCode::OK, json!("list-a")),
+        "{v}"
+    );
+    let (st, v) = h
+        .daytona(Method::GET, format!("{api}/snapshots/never-taken"), None)
+        .await;
+    assert_eq!(st, StatusCode::NOT_FOUND, "{v}");
+    assert_eq!(v["statusCode"], 404, "{v}");
+
+    // A deleted snapshot is no longer listed.
+    let (st, v) = h
+        .daytona(Method::DELETE, format!("{api}/snapshots/list-b"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (_, v) = list("?sort=createdAt&order=asc").await;
+    assert_eq!(names(&v), ["list-a", "other-c"], "{v}");
+    // By its id, as the service's delete takes it.
+    let (st, v) = h
+        .daytona(Method::DELETE, format!("{api}/snapshots/{id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    let (_, v) = list("").await;
+    assert_eq!(names(&v), ["other-c"], "{v}");
+    let (st, _) = h
+        .daytona(Method::DELETE, format!("{api}/snapshots/{id}"), None)
+        .await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    let (st, v) = h.daytona_delete(&setup).await;
+    assert!(st.is_success(), "{v}");
+    assert!(h.server.shutdown().await.all_exited());
+}

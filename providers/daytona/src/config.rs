@@ -114,6 +114,7 @@ impl ProviderConfig for Config {
     /// Checks and normalises a config (no request).
     fn validate(json: &str) -> Validation<Config> {
         let mut object = ConfigObject::parse(json, KNOWN_FIELDS);
+        let egress_allowlist = without_ports(&mut object, "egressAllowlist");
         let config = Config {
             api: Base::read(&mut object, "apiUrl", DEFAULT_API_URL),
             toolbox: Base::read(&mut object, "toolboxUrl", DEFAULT_TOOLBOX_URL),
@@ -123,7 +124,7 @@ impl ProviderConfig for Config {
             budget: object.budget(),
             reuse_lease: object.flag("reuseLease"),
             snapshot_by_adapter: object.names_by_adapter("snapshotByAdapter"),
-            egress_allowlist: object.egress_list("egressAllowlist"),
+            egress_allowlist,
         };
         let normalized = json!({
             "apiUrl": config.api.url(),
@@ -149,6 +150,24 @@ impl ProviderConfig for Config {
     fn budget(&self) -> Option<OperationBudget> {
         Some(self.budget.contract())
     }
+}
+
+/// The egress list at `field`, each entry with a port named as an error:
+/// Daytona's network allow-lists allow every port of an address or domain,
+/// so a port could only be dropped (the schema `describe` gives refuses
+/// the same entries).
+fn without_ports(object: &mut ConfigObject, field: &str) -> Option<Egress> {
+    let list = object.egress_list(field);
+    if let Some(Egress::Allow(destinations)) = &list {
+        for destination in destinations.iter().filter(|d| d.port().is_some()) {
+            object.error(format!(
+                "{field}: entry '{}' names a port, which Daytona's network allow-lists cannot \
+                 carry (they allow every port of an address or domain): remove the port",
+                destination.entry
+            ));
+        }
+    }
+    list
 }
 
 #[cfg(test)]
@@ -203,6 +222,23 @@ mod tests {
         assert_eq!(Config::parse(&v.normalized.unwrap()), Ok(config));
         let bad = validate(r#"{"snapshotByAdapter":[],"egressAllowlist":["*","a.com"]}"#);
         assert_eq!(bad.errors.len(), 2, "{:?}", bad.errors);
+    }
+
+    #[wasm_bindgen_test(unsupported = test)]
+    fn an_egress_entry_with_a_port_is_refused() {
+        for list in [
+            r#"["a.com:443"]"#,
+            r#"["a.com","*.b.org:8443"]"#,
+            r#"["10.0.0.1:22"]"#,
+            r#"["[::1]:443"]"#,
+        ] {
+            let v = validate(&format!(r#"{{"egressAllowlist":{list}}}"#));
+            assert!(v.config.is_none(), "{list}");
+            assert_eq!(v.errors.len(), 1, "{list}: {:?}", v.errors);
+            assert!(v.errors[0].contains("names a port"), "{:?}", v.errors);
+        }
+        let ok = validate(r#"{"egressAllowlist":["a.com","::1","2001:db8::/32","10.0.0.0/8"]}"#);
+        assert!(ok.config.is_some(), "{:?}", ok.errors);
     }
 
     #[wasm_bindgen_test(unsupported = test)]

@@ -29,14 +29,14 @@ pub fn description() -> ProviderDescription {
             | Capabilities::DUPLEX_CHANNELS
             | Capabilities::TERMINAL_RESIZE
             // Egress as the network settings (no entry with a port), an
-            // image as the snapshot to start from, ports as preview URLs.
-            // Not `templates`: snapshots are captured and deleted, but the
-            // local engine's face lists none (no `GET /snapshots`), so
-            // `list-templates` is unproven. Not `idle-pause`: the engine's
-            // face runs no auto-stop timer.
+            // image as the snapshot to start from, ports as preview URLs,
+            // templates as snapshots of a stopped sandbox (`GET
+            // /snapshots` lists them). Not `idle-pause`: the engine's face
+            // runs no auto-stop timer.
             | Capabilities::EGRESS_POLICY
             | Capabilities::IMAGES
-            | Capabilities::PORTS,
+            | Capabilities::PORTS
+            | Capabilities::TEMPLATES,
         secrets: vec![SecretField {
             config_field: SECRET_FIELD.into(),
             header: SECRET_HEADER.into(),
@@ -61,6 +61,11 @@ pub fn description() -> ProviderDescription {
     }
 }
 
+/// What an `egressAllowlist` entry may look like in the schema: no port.
+/// Either no colon at all, or two or more (an IPv6 address or range), and
+/// no leading `[` (a bracketed IPv6 address comes with a port).
+pub const NO_PORT_PATTERN: &str = r"^(?:[^\[:][^:]*|(?:[^\[:][^:]*)?:[^:]*:.*)$";
+
 /// The JSON Schema of the config object.
 pub fn config_schema() -> String {
     json!({
@@ -83,7 +88,11 @@ pub fn config_schema() -> String {
             "snapshotByAdapter": {"type": "object", "additionalProperties": {"type": "string", "minLength": 1, "maxLength": 200},
                 "propertyNames": {"pattern": "^[A-Za-z0-9_-]{1,64}$"},
                 "description": "The snapshot per agent adapter type, before snapshot; a change expires reusable leases of that adapter"},
-            "egressAllowlist": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1},
+            // An entry with a port (`host:port`, `address:port`,
+            // `[v6]:port`: one colon, or a leading `[`) is refused, as
+            // validate-config does; bare IPv6 addresses have two colons or more.
+            "egressAllowlist": {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1,
+                    "pattern": NO_PORT_PATTERN},
                 "description": "What sandboxes may reach when a run asks for no policy: domains (*.example.com), addresses and address/prefix ranges, no ports; [\"*\"] for the default; a change expires reusable leases"}
         },
         "additionalProperties": true

@@ -14,7 +14,8 @@
 //! - [`lease`]: the lease metadata and the labels that tie a sandbox to it;
 //! - [`lifecycle`]: the provider's operations ([`lifecycle::Daytona`], the
 //!   SDK's `Provider`): acquire, resume, release, destroy, probe, realize,
-//!   execute, set-egress, open-port, capture/delete-template;
+//!   execute, set-egress, open-port, capture/list/delete-template;
+//! - [`snapshots`]: snapshots as templates, the listing a page at a time;
 //! - [`policy`]: egress as Daytona's network settings and the snapshot a
 //!   sandbox starts from (contract 0.7.0), decided before any request;
 //! - [`logs`]: the labelled stdout/stderr log stream;
@@ -36,3 +37,4 @@ pub mod lease;
 pub mod lifecycle;
 pub mod logs;
 pub mod policy;
+pub mod snapshots;

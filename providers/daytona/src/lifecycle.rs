@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::execute;
 use crate::lease::{self, LeaseMetadata, ENVIRONMENT_LABEL, MARKER_LABEL, PROVIDER};
 use crate::policy::{self, Network};
+use crate::snapshots;
 use provider_sdk::acquire::AcquirePolicy;
 use provider_sdk::egress::Egress;
 use provider_sdk::errors::{
@@ -321,14 +322,56 @@ impl<'a> Provider<'a> for Daytona<'a> {
         })
     }
 
-    /// `DELETE /snapshots/{name}`; 404 is `already-gone`.
+    /// `GET /snapshots`, page after page ([`crate::snapshots`]): the
+    /// snapshots of this company and environment, oldest first.
+    fn list_templates(&mut self) -> Result<Vec<TemplateInfo>, ProviderError> {
+        let scope = templates::scope(self.op.ctx);
+        let mut listed = Vec::new();
+        for page in 1..=snapshots::MAX_PAGES {
+            let found = self
+                .call(
+                    Face::Api,
+                    Method::Get,
+                    &snapshots::page_path(&scope, page),
+                    None,
+                )
+                .and_then(|answer| snapshots::read_page(self.op.ctx, page, answer))
+                .map_err(|e| e.into_provider_error("list-templates"))?;
+            snapshots::add_page(&mut listed, found.templates);
+            if !found.more {
+                return Ok(listed);
+            }
+        }
+        Err(invalid(
+            "list-templates",
+            &format!(
+                "the snapshot list goes on past {} pages of {}",
+                snapshots::MAX_PAGES,
+                snapshots::PAGE_SIZE
+            ),
+        ))
+    }
+
+    /// `GET /snapshots/{name}` for the snapshot's id, then `DELETE
+    /// /snapshots/{id}` (the service deletes by id; a name there is a 404
+    /// that would read as `already-gone` while the snapshot stays). A 404
+    /// at either step is `already-gone`.
     fn delete_template(&mut self, template_ref: &str) -> Result<TemplateDeletion, ProviderError> {
-        match self.call(
-            Face::Api,
-            Method::Delete,
-            &format!("/snapshots/{template_ref}"),
-            None,
-        ) {
+        let found = self
+            .call(
+                Face::Api,
+                Method::Get,
+                &format!("/snapshots/{template_ref}"),
+                None,
+            )
+            .and_then(http::object)
+            .and_then(|snapshot| http::id_field(&snapshot, "id"));
+        let id = match found {
+            Ok(id) => id,
+            Err(ApiError::Status(404)) => return Ok(TemplateDeletion::AlreadyGone),
+            Err(error) => return Err(error.into_provider_error("delete-template")),
+        };
+        match self.call(Face::Api, Method::Delete, &format!("/snapshots/{id}"), None) {
             Ok(_) => Ok(TemplateDeletion::Deleted),
             Err(ApiError::Status(404)) => Ok(TemplateDeletion::AlreadyGone),
             Err(error) => Err(error.into_provider_error("delete-template")),
@@ -744,6 +787,84 @@ mod tests {
             let mut lifecycle = Daytona::new(Operation::new(&mut platform, &ctx, config.clone()));
             assert!(lifecycle.wait_for("sb-1", "started").is_ok(), "{busy}");
             assert_eq!(platform.requests.len(), 3, "{busy}");
+        }
+    }
+
+    fn local_config() -> Config {
+        <Config as provider_sdk::config::ProviderConfig>::parse(
+            r#"{"apiUrl":"http://127.0.0.1:1/api","toolboxUrl":"http://127.0.0.1:2/toolbox"}"#,
+        )
+        .unwrap()
+    }
+
+    /// The service's `DELETE /snapshots/{id}` takes the snapshot's id, not
+    /// its name (a name there is a 404): the reference (the name) is
+    /// resolved through `GET /snapshots/{name}` first, and a 404 at either
+    /// step is `already-gone`; an answer without an id is
+    /// `invalid-response`, with nothing deleted.
+    #[wasm_bindgen_test(unsupported = test)]
+    fn a_template_is_deleted_by_the_id_its_name_resolves_to() {
+        let ctx = provider_sdk::testing::context("{}");
+        let template_ref = templates::reference(&ctx, "setup").unwrap();
+        let delete = |found: Answer, deleted: u16| {
+            let (name_path, id_path) = (
+                format!("/api/snapshots/{template_ref}"),
+                "/api/snapshots/3f2a9c1e-0000-4000-8000-00000000000a".to_string(),
+            );
+            let mut found = Some(found);
+            let mut platform = FakePlatform::new(move |req| match (&req.method, &req.path) {
+                (Method::Get, path) if *path == name_path => found.take().unwrap_or(Answer::Hang),
+                (Method::Delete, path) if *path == id_path => Answer::Full(deleted, b"".to_vec()),
+                (Method::Delete, _) => Answer::Full(404, br#"{"statusCode":404}"#.to_vec()),
+                _ => Answer::Full(500, b"{}".to_vec()),
+            });
+            let mut lifecycle = Daytona::new(Operation::new(&mut platform, &ctx, local_config()));
+            let outcome = lifecycle.delete_template(&template_ref);
+            (outcome, platform.calls())
+        };
+        let snapshot = || {
+            Answer::Full(
+                200,
+                format!(r#"{{"id":"3f2a9c1e-0000-4000-8000-00000000000a","name":"{template_ref}","state":"active"}}"#)
+                    .into_bytes(),
+            )
+        };
+        let (outcome, calls) = delete(snapshot(), 200);
+        assert!(
+            matches!(outcome, Ok(TemplateDeletion::Deleted)),
+            "{outcome:?}"
+        );
+        assert_eq!(
+            calls,
+            [
+                format!("GET /API/SNAPSHOTS/{}", template_ref.to_uppercase()),
+                "DELETE /API/SNAPSHOTS/3F2A9C1E-0000-4000-8000-00000000000A".to_string()
+            ]
+        );
+        let (outcome, calls) = delete(Answer::Full(404, br#"{"statusCode":404}"#.to_vec()), 200);
+        assert!(
+            matches!(outcome, Ok(TemplateDeletion::AlreadyGone)),
+            "{outcome:?}"
+        );
+        assert_eq!(calls.len(), 1, "nothing deleted: {calls:?}");
+        let (outcome, _) = delete(snapshot(), 404);
+        assert!(
+            matches!(outcome, Ok(TemplateDeletion::AlreadyGone)),
+            "{outcome:?}"
+        );
+        for bad in [
+            r#"{"name":"x"}"#,
+            r#"{"id":7}"#,
+            r#"{"id":""}"#,
+            "[]",
+            "not json",
+        ] {
+            let (outcome, calls) = delete(Answer::Full(200, bad.as_bytes().to_vec()), 200);
+            assert!(
+                matches!(outcome, Err(ProviderError::InvalidResponse(_))),
+                "{bad}: {outcome:?}"
+            );
+            assert_eq!(calls.len(), 1, "{bad}: nothing deleted: {calls:?}");
         }
     }
 

@@ -3,7 +3,10 @@
 //! face with real processes: an egress allow-list as network settings
 //! holds, holds again after a stop and start, and can be replaced; an
 //! entry with a port is refused before anything is made; two adapters get
-//! two snapshots; an opened port answers with its token only. Every
+//! two snapshots; an opened port answers with its token only; a template
+//! (a snapshot of the stopped sandbox) is listed in its environment only,
+//! starts a lease with its files, and its deletion leaves that lease
+//! alone. Every
 //! network destination is a server this test starts on the host's
 //! loopback.
 
@@ -151,5 +154,98 @@ fn two_adapters_get_two_snapshots_and_a_port_answers_with_its_token_only() {
     assert_eq!(status, 401, "{body}");
     for lease in [&claude, &codex] {
         local.runtime.destroy(&local.env, lease).unwrap().unwrap();
+    }
+}
+
+#[test]
+fn a_template_is_listed_starts_a_lease_with_its_files_and_its_deletion_leaves_that_lease_alone() {
+    let Some(local) = start(serde_json::json!({})) else {
+        return;
+    };
+    let runtime = &local.runtime;
+    let setup = local.acquire(&test_support::acquire("setup"));
+    sh(
+        &local,
+        &setup,
+        "echo made in setup > /paperclip-workspace/setup.txt",
+    );
+    let info = runtime
+        .capture_template(&local.env, &setup, "setup-1")
+        .unwrap()
+        .expect("captured");
+    assert_eq!(info.name, "setup-1");
+    let second = runtime
+        .capture_template(&local.env, &setup, "setup-2")
+        .unwrap()
+        .expect("captured again");
+    let listed = runtime.list_templates(&local.env).unwrap().expect("listed");
+    let listed: Vec<_> = listed
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_str(),
+                t.template_ref.as_str(),
+                t.created_at.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("setup-1", info.template_ref.as_str(), true),
+            ("setup-2", second.template_ref.as_str(), true)
+        ],
+        "oldest first, with their times"
+    );
+    // Another environment of the same key sees none of them, and can
+    // neither start from one nor delete it.
+    let other = runtime
+        .environment(
+            "company",
+            "env-daytona-policy-other",
+            &local.env.context().config,
+            &sandbox_host::Secrets::none().with("apiKey", KEY),
+        )
+        .unwrap();
+    assert!(runtime.list_templates(&other).unwrap().unwrap().is_empty());
+    let mut from_template = test_support::acquire("run");
+    from_template.template = Some(info.template_ref.clone());
+    assert!(matches!(
+        runtime.acquire(&other, &from_template).unwrap(),
+        Err(ProviderError::InvalidRequest(_))
+    ));
+    assert!(matches!(
+        runtime.delete_template(&other, &info.template_ref).unwrap(),
+        Err(ProviderError::InvalidRequest(_))
+    ));
+    let fork = local.acquire(&from_template);
+    assert_eq!(
+        sh(&local, &fork, "cat /paperclip-workspace/setup.txt"),
+        "made in setup\n"
+    );
+    for template in [&info, &second] {
+        let deleted = runtime
+            .delete_template(&local.env, &template.template_ref)
+            .unwrap()
+            .expect("deleted");
+        assert_eq!(deleted, TemplateDeletion::Deleted);
+    }
+    assert_eq!(
+        sh(&local, &fork, "cat /paperclip-workspace/setup.txt"),
+        "made in setup\n",
+        "the fork keeps its files"
+    );
+    let again = runtime
+        .delete_template(&local.env, &info.template_ref)
+        .unwrap()
+        .expect("answered");
+    assert_eq!(again, TemplateDeletion::AlreadyGone);
+    assert!(runtime
+        .list_templates(&local.env)
+        .unwrap()
+        .unwrap()
+        .is_empty());
+    for lease in [&setup, &fork] {
+        runtime.destroy(&local.env, lease).unwrap().unwrap();
     }
 }

@@ -5,7 +5,7 @@
 //! `docs/daytona-api.md`.
 //!
 //! - API: `{base}/daytona/api/sandbox[/{id}[/start|/stop|/snapshot|/network-settings|/ports/{port}/preview-url|/toolbox-proxy-url]]`,
-//!   `{base}/daytona/api/snapshots/{name}` (delete)
+//!   `{base}/daytona/api/snapshots` (list), `{base}/daytona/api/snapshots/{name}` (get, delete)
 //! - toolbox: `{toolboxProxyUrl}/{sandboxId}/process/...` and `.../files/...`,
 //!   where `toolboxProxyUrl` (in every Sandbox answer) is
 //!   `http://127.0.0.1:<toolbox port>/toolbox` when the server has a toolbox
@@ -29,6 +29,7 @@ pub mod files;
 pub mod interactive;
 pub mod log_socket;
 pub mod sandboxes;
+pub mod snapshots;
 pub mod toolbox;
 
 use axum::extract::DefaultBodyLimit;
@@ -114,9 +115,10 @@ pub fn api_routes() -> Router<Shared> {
             get(sandboxes::preview_url),
         )
         .route("/sandbox/{id}/snapshot", post(sandboxes::snapshot))
+        .route("/snapshots", get(snapshots::list))
         .route(
             "/snapshots/{name}",
-            axum::routing::delete(sandboxes::delete_snapshot),
+            get(snapshots::get_one).delete(snapshots::delete),
         )
         .route(
             "/sandbox/{id}/toolbox-proxy-url",

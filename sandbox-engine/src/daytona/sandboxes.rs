@@ -460,27 +460,6 @@ pub async fn snapshot(
     }
 }
 
-/// `DELETE /snapshots/{name}`: a snapshot this engine took; sandboxes
-/// made from it keep their files.
-pub async fn delete_snapshot(
-    State(state): State<Shared>,
-    Path(name): Path<String>,
-) -> Result<Response, DaytonaError> {
-    let (data_dir, n) = (state.data_dir.clone(), name.clone());
-    let deleted = crate::http::state::blocking(&state, move || {
-        crate::storage::templates::delete(&data_dir, &n)
-    })
-    .await?;
-    match deleted {
-        Ok(true) => Ok((StatusCode::OK, Json(json!({ "name": name }))).into_response()),
-        Ok(false) => Err(DaytonaError::not_found("snapshot")),
-        Err(e) => Err(crate::http::error::ApiError::internal(format!(
-            "snapshot {name:?} could not be deleted: {e}"
-        ))
-        .into()),
-    }
-}
-
 /// `GET /sandbox/{id}/ports/{port}/preview-url`: the port as a loopback
 /// URL and the token a request carries in `X-Daytona-Preview-Token` (a
 /// public sandbox's port needs none), see [`crate::network::ingress`].

@@ -48,7 +48,8 @@ pub fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
-/// The templates kept, by name, oldest first: `(name, created, bytes)`.
+/// The templates kept, by name, oldest first: `(name, created, bytes)`,
+/// `created` when [`capture`] made it.
 pub fn list(data_dir: &Path) -> Vec<(String, std::time::SystemTime, u64)> {
     let Ok(entries) = std::fs::read_dir(dir_of(data_dir)) else {
         return Vec::new();
@@ -175,15 +176,23 @@ pub fn capture(data_dir: &Path, name: &str, source: &Path) -> Result<(), Capture
         }
         Err(e) => return Err(CaptureError::Io(e)),
     }
-    let made = copy_tree(source, &target).and_then(|()| match range_of(source) {
-        Some(from) => remap_owners(&target, from, (0, 0)),
-        None => Ok(()),
-    });
+    let made = copy_tree(source, &target)
+        .and_then(|()| match range_of(source) {
+            Some(from) => remap_owners(&target, from, (0, 0)),
+            None => Ok(()),
+        })
+        .and_then(|()| stamp_created(&target));
     if let Err(e) = made {
         let _ = crate::storage::fstree::remove_tree(&target);
         return Err(CaptureError::Io(e));
     }
     Ok(())
+}
+
+/// Marks the template at `dir` as made now: its modification time is what
+/// [`list`] reports as created (the copy carries the source's time).
+fn stamp_created(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.set_modified(std::time::SystemTime::now())
 }
 
 /// Why a template was not captured.
