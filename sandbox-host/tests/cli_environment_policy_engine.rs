@@ -295,48 +295,50 @@ fn a_template_keeps_a_file_for_the_leases_made_from_it() {
     if !machines_here() {
         return;
     }
-    let engine = Engine::start(&createos, "cli-policy-template", "127.0.0.1", false);
-    let setup = engine.ok(&["lease", "acquire"]).trim().to_owned();
-    engine.sh(&setup, "echo kept-in-template > marker.txt");
-    let reference = engine
-        .ok(&["template", "create", &setup, "setup-1"])
-        .trim()
-        .to_owned();
-    // The setup lease was released once captured.
-    assert_eq!(engine.cli.lease_state(&setup), "released");
-    let listed = engine.ok(&["template", "list"]);
-    assert!(
-        listed.contains(&format!("setup-1  {reference}")),
-        "{listed}"
-    );
-
-    let forked = engine
-        .ok(&["lease", "acquire", "--template", &reference])
-        .trim()
-        .to_owned();
-    assert_eq!(engine.sh(&forked, "cat marker.txt"), "kept-in-template\n");
-    let deleted = engine.ok(&["template", "delete", &reference]);
-    assert!(deleted.contains("deleted"), "{deleted}");
-    assert_eq!(engine.ok(&["template", "list"]).trim(), "no templates");
-    // Deleting the template leaves the lease made from it alone.
-    assert_eq!(engine.sh(&forked, "cat marker.txt"), "kept-in-template\n");
-    let gone = engine.run(&["lease", "acquire", "--template", &reference]);
-    assert_eq!(gone.status.code(), Some(125), "{}", stderr(&gone));
-    engine.ok(&["lease", "destroy", &forked]);
-    drop(engine);
-
-    // Daytona claims no templates: refused in words, nothing asked.
-    let engine = Engine::start(&daytona, "cli-policy-template-daytona", "127.0.0.1", false);
-    for args in [
-        &["template", "list"][..],
-        &["lease", "acquire", "--template", "x"][..],
+    // CreateOS forks a paused sandbox; Daytona snapshots a stopped one.
+    for (provider, tag) in [
+        (&createos, "cli-policy-template"),
+        (&daytona, "cli-policy-template-daytona"),
     ] {
-        let refused = engine.run(args);
-        assert_eq!(refused.status.code(), Some(125), "{args:?}");
+        let engine = Engine::start(provider, tag, "127.0.0.1", false);
+        let setup = engine.ok(&["lease", "acquire"]).trim().to_owned();
+        engine.sh(&setup, "echo kept-in-template > marker.txt");
+        let reference = engine
+            .ok(&["template", "create", &setup, "setup-1"])
+            .trim()
+            .to_owned();
+        // The setup lease was released once captured.
+        assert_eq!(engine.cli.lease_state(&setup), "released", "{tag}");
+        let listed = engine.ok(&["template", "list"]);
         assert!(
-            stderr(&refused).contains("does not claim the capability `templates`"),
-            "{args:?}: {}",
-            stderr(&refused)
+            listed.contains(&format!("setup-1  {reference}")),
+            "{tag}: {listed}"
         );
+
+        let forked = engine
+            .ok(&["lease", "acquire", "--template", &reference])
+            .trim()
+            .to_owned();
+        assert_eq!(
+            engine.sh(&forked, "cat marker.txt"),
+            "kept-in-template\n",
+            "{tag}"
+        );
+        let deleted = engine.ok(&["template", "delete", &reference]);
+        assert!(deleted.contains("deleted"), "{tag}: {deleted}");
+        assert_eq!(
+            engine.ok(&["template", "list"]).trim(),
+            "no templates",
+            "{tag}"
+        );
+        // Deleting the template leaves the lease made from it alone.
+        assert_eq!(
+            engine.sh(&forked, "cat marker.txt"),
+            "kept-in-template\n",
+            "{tag}"
+        );
+        let gone = engine.run(&["lease", "acquire", "--template", &reference]);
+        assert_eq!(gone.status.code(), Some(125), "{tag}: {}", stderr(&gone));
+        engine.ok(&["lease", "destroy", &forked]);
     }
 }

@@ -258,6 +258,20 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
             "Cannot specify a snapshot when using a build info entry",
         ));
     }
+    // Another name is taken as it is (an image this engine does not
+    // have), but not one of its own snapshots that was deleted: that
+    // sandbox would start without the files it was asked for.
+    if let Some(name) = body
+        .snapshot
+        .as_deref()
+        .filter(|n| crate::storage::templates::was_deleted(&state.data_dir, n))
+    {
+        return Err(DaytonaError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("Snapshot {name} not found: it was deleted; nothing was created"),
+        ));
+    }
     if resources
         .iter()
         .flatten()

@@ -186,6 +186,8 @@ pub fn capture(data_dir: &Path, name: &str, source: &Path) -> Result<(), Capture
         let _ = crate::storage::fstree::remove_tree(&target);
         return Err(CaptureError::Io(e));
     }
+    // The name lives again: no longer one of the deleted.
+    let _ = std::fs::remove_file(deleted_dir_of(data_dir).join(name));
     Ok(())
 }
 
@@ -229,12 +231,33 @@ pub fn exists(data_dir: &Path, name: &str) -> bool {
     check_name(name).is_ok() && dir_of(data_dir).join(name).is_dir()
 }
 
+/// Where the engine at `data_dir` marks the templates it deleted: a face
+/// that takes unknown image names as they are (Daytona's `snapshot`) must
+/// still refuse the name of a template that is gone, or a sandbox asked
+/// of a deleted template would start empty, silently.
+fn deleted_dir_of(data_dir: &Path) -> PathBuf {
+    data_dir.join(".templates-deleted")
+}
+
+/// Whether `name` is a template this engine made and then deleted (and
+/// did not make again).
+pub fn was_deleted(data_dir: &Path, name: &str) -> bool {
+    check_name(name).is_ok()
+        && !exists(data_dir, name)
+        && deleted_dir_of(data_dir).join(name).exists()
+}
+
 /// Deletes template `name`; `Ok(false)` when there is none. Sandboxes
-/// made from it keep their own copies.
+/// made from it keep their own copies. The name is marked deleted first
+/// ([`was_deleted`]): a mark that cannot be written leaves the template
+/// in place.
 pub fn delete(data_dir: &Path, name: &str) -> std::io::Result<bool> {
     if !exists(data_dir, name) {
         return Ok(false);
     }
+    let marks = deleted_dir_of(data_dir);
+    std::fs::create_dir_all(&marks)?;
+    std::fs::File::create(marks.join(name))?;
     crate::storage::fstree::remove_tree(&dir_of(data_dir).join(name))?;
     Ok(true)
 }
