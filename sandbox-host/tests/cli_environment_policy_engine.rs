@@ -339,6 +339,13 @@ fn a_template_keeps_a_file_for_the_leases_made_from_it() {
         );
         let gone = engine.run(&["lease", "acquire", "--template", &reference]);
         assert_eq!(gone.status.code(), Some(125), "{tag}: {}", stderr(&gone));
+        assert!(
+            stderr(&gone).contains(&format!(
+                "the template {reference} may no longer exist (see `sandbox template list`)"
+            )),
+            "{tag}: {}",
+            stderr(&gone)
+        );
         engine.ok(&["lease", "destroy", &forked]);
     }
 }

@@ -95,14 +95,27 @@ pub fn acquire(
         }
         Err(error) => {
             eprintln!(
-                "sandbox: acquiring a lease failed: {}",
-                report::error_text(&error)
+                "sandbox: acquiring a lease failed: {}{}",
+                report::error_text(&error),
+                template_hint(request, &error)
             );
             Ok(match error {
                 ProviderError::CleanupFailed(_) => EXIT_CLEANUP_FAILED,
                 _ => EXIT_SANDBOX_ERROR,
             })
         }
+    }
+}
+
+/// What to check when the service refused to make a sandbox of a
+/// template: that the template still exists (a deleted one is the usual
+/// cause; the service answers 400 or 404 without saying so).
+fn template_hint(request: &AcquireRequest, error: &ProviderError) -> String {
+    match (&request.template, error) {
+        (Some(template), ProviderError::ApiRejected(r)) if matches!(r.status, 400 | 404) => {
+            format!("; the template {template} may no longer exist (see `sandbox template list`)")
+        }
+        _ => String::new(),
     }
 }
 
