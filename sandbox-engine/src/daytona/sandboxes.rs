@@ -765,7 +765,7 @@ fn survived(sb: &DaytonaSandbox, op: &str, survivors: &[i32]) -> DaytonaError {
 
 /// A sandbox whose end could not be proven (see [`crate::sandboxes::teardown`]): it
 /// stays, in `error`, with the reason.
-fn unproven(sb: &DaytonaSandbox, op: &str, why: &str) -> DaytonaError {
+fn unproven(sb: &DaytonaSandbox, op: &str, why: &dyn std::fmt::Display) -> DaytonaError {
     let reason = format!("{op}: the sandbox could not be proven gone: {why}");
     sb.set_state(SbState::Error, Some(reason.clone()));
     DaytonaError::internal(reason)

@@ -13,6 +13,7 @@ use super::error::{over_budget, ApiError};
 use crate::faults::Faults;
 use crate::machine::isolation::IsolationMode;
 use crate::sandboxes::store::Store;
+use crate::sandboxes::teardown::NotProvenGone;
 use crate::trees::budgets::Budgets;
 
 /// Everything handlers share.
@@ -203,13 +204,20 @@ pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError
 /// A failed proof is also said on stderr, quiet or not: the client's
 /// 500 may reach its user without the reason (a provider component does
 /// not pass a response body on).
-pub async fn prove_gone(state: &AppState, root: PathBuf, disk: bool) -> Result<bool, String> {
+pub async fn prove_gone(
+    state: &AppState,
+    root: PathBuf,
+    disk: bool,
+) -> Result<bool, NotProvenGone> {
     let at = root.clone();
     let proof = state
         .supervision
         .spawn_blocking(move || crate::sandboxes::teardown::end_sandbox(&root, disk))
         .await
-        .map_err(|e| format!("the proof that the sandbox is gone could not be made: {e}"))
+        .map_err(|e| NotProvenGone::NotMade {
+            root: at.clone(),
+            reason: e.to_string(),
+        })
         .and_then(|proof| proof);
     if let Err(why) = &proof {
         eprintln!(

@@ -18,8 +18,63 @@
 //! answers 500 with what may still run, keeps the sandbox (status `error`)
 //! and its record, and a retry tries again.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use crate::storage::disk::DiskStillInUse;
+use crate::trees::id_map::IdRange;
+
+/// Why a sandbox is not proven gone: what may still run or still hold its
+/// disk. Each says it in words, with what a person can check; the faces
+/// answer it as a 500 and keep the sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum NotProvenGone {
+    /// A sandbox without ids of its own: its machine's init, or a process
+    /// of its PID namespace, outlived the SIGKILL.
+    #[error(
+        "the sandbox's machine (host pid {init_pid}) or a process of it still runs after its \
+         SIGKILL; it may still run"
+    )]
+    MachineSurvived {
+        /// The sandbox's root.
+        root: PathBuf,
+        /// The host pid of its machine's init.
+        init_pid: i32,
+    },
+    /// Processes of the sandbox's own ids outlived its machine.
+    #[error(
+        "{} process(es) with the sandbox's {ids} still run after its machine was killed \
+         (host pids {pids:?}); they may still run",
+        .pids.len()
+    )]
+    ProcessesSurvived {
+        /// The sandbox's root.
+        root: PathBuf,
+        /// The sandbox's host ids.
+        ids: IdRange,
+        /// The host pids found with them.
+        pids: Vec<i32>,
+    },
+    /// The `/proc` scan could not be made: nothing is proven.
+    #[error("the sandbox's processes could not be listed ({source}); they may still run")]
+    Unlisted {
+        /// The sandbox's root.
+        root: PathBuf,
+        /// Why the scan failed (out of descriptors, for example).
+        source: std::io::Error,
+    },
+    /// Its processes are gone but its disk is still attached.
+    #[error(transparent)]
+    Disk(#[from] DiskStillInUse),
+    /// The proof itself did not run to its end (its thread was lost).
+    #[error("the proof that the sandbox at {} is gone could not be made: {reason}", .root.display())]
+    NotMade {
+        /// The sandbox's root.
+        root: PathBuf,
+        /// What stopped it.
+        reason: String,
+    },
+}
 
 /// How long a delete, a stop or a shutdown waits for the proof that a
 /// sandbox's processes are gone.
@@ -43,7 +98,7 @@ pub const DISK_PROOF_WAIT: Duration = crate::storage::disk::PROOF_WAIT;
 /// process of those ids that stays may belong to a sandbox of another
 /// engine that drew the same range (as [`crate::storage::records::verify`] reasons),
 /// so it makes the proof fail rather than being killed.
-pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
+pub fn end_processes(root: &Path, within: Duration) -> Result<bool, NotProvenGone> {
     let machine = crate::machine::end_now(root).is_some();
     let deadline = Instant::now() + within;
     // Without ids of its own (a server that is not root) a sandbox's
@@ -55,11 +110,10 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
         for ended in crate::machine::take_ended(root) {
             while !ended.is_gone() {
                 if Instant::now() >= deadline {
-                    return Err(format!(
-                        "the sandbox's machine (host pid {}) or a process of it still \
-                         runs after its SIGKILL; it may still run",
-                        ended.init_pid
-                    ));
+                    return Err(NotProvenGone::MachineSurvived {
+                        root: root.to_path_buf(),
+                        init_pid: ended.init_pid,
+                    });
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -73,18 +127,18 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
                 crate::trees::process_limits::remove_sandbox_groups_at(root, Some(ids.first));
                 return Ok(machine);
             }
-            Ok(left) => {
-                let pids: Vec<i32> = left.iter().map(|p| p.pid).collect();
-                format!(
-                    "{} process(es) with the sandbox's {ids} still run after its machine \
-                     was killed (host pids {pids:?})",
-                    left.len()
-                )
-            }
-            Err(e) => format!("the sandbox's processes could not be listed ({e})"),
+            Ok(left) => NotProvenGone::ProcessesSurvived {
+                root: root.to_path_buf(),
+                ids,
+                pids: left.iter().map(|p| p.pid).collect(),
+            },
+            Err(source) => NotProvenGone::Unlisted {
+                root: root.to_path_buf(),
+                source,
+            },
         };
         if Instant::now() >= deadline {
-            return Err(format!("{why}; they may still run"));
+            return Err(why);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -94,7 +148,7 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, String> {
 /// is set, the sandbox's disk detached and proven so
 /// ([`crate::storage::disk::detach_proven`], up to [`DISK_PROOF_WAIT`]).
 /// `Ok(true)` when the sandbox had a machine.
-pub fn end_sandbox(root: &Path, disk: bool) -> Result<bool, String> {
+pub fn end_sandbox(root: &Path, disk: bool) -> Result<bool, NotProvenGone> {
     // Read while its disk is mounted: the mount point under it belongs to
     // the server.
     let owner = crate::trees::host_processes::sandbox_uid(root);

@@ -761,7 +761,7 @@ pub const PROOF_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 /// once no process, no machine's mount namespace, holds the file system).
 /// `Ok` also for a root without a disk of its own; `Err` says what is
 /// left. The death guard keeps the disk on its list until then.
-pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), String> {
+pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), DiskStillInUse> {
     let Some(image) = image_of(root) else {
         return Ok(());
     };
@@ -780,26 +780,53 @@ pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), Str
         // attempt failed.
         let unmounted = unmount(root);
         if std::time::Instant::now() >= deadline {
-            let holders = holders(root);
-            let held = if holders.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " (mounted in the mount namespaces of {})",
-                    holders.join(", ")
-                )
-            };
-            let why = match unmounted {
-                Err(e) if left.contains("mounted") => format!(" (unmount: {e})"),
-                _ => String::new(),
-            };
-            return Err(format!(
-                "the disk of {} is still in use: {left}{held}{why}",
-                root.display()
-            ));
+            return Err(DiskStillInUse {
+                root: root.to_path_buf(),
+                unmount: unmounted.err().filter(|_| left.contains("mounted")),
+                holders: holders(root),
+                left,
+            });
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
+}
+
+/// A sandbox's disk not proven detached within the time given: what a
+/// delete, a shutdown or a successor answers instead of "gone".
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the disk of {} is still in use: {left}{}{}",
+    .root.display(),
+    held_text(.holders),
+    unmount_text(.unmount.as_ref())
+)]
+pub struct DiskStillInUse {
+    /// The sandbox root whose disk it is.
+    pub root: PathBuf,
+    /// What holds it, in words ("mounted on …", "attached to /dev/loopN"),
+    /// or why that could not be read.
+    pub left: String,
+    /// The processes whose mount namespaces still hold the mount.
+    pub holders: Vec<String>,
+    /// The unmount's own failure, where a mount is what is left.
+    pub unmount: Option<std::io::Error>,
+}
+
+fn held_text(holders: &[String]) -> String {
+    if holders.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (mounted in the mount namespaces of {})",
+            holders.join(", ")
+        )
+    }
+}
+
+fn unmount_text(unmount: Option<&std::io::Error>) -> String {
+    unmount
+        .map(|e| format!(" (unmount: {e})"))
+        .unwrap_or_default()
 }
 
 /// What holds the disk of `root` whose image is `image`: a mount on `root`

@@ -321,7 +321,7 @@ impl Records {
             || name == Some(format!("daytona-{}", record.id).as_str());
         let is_root = is_root && record.root.parent() == Some(record.data_dir.as_path());
         if is_root {
-            crate::storage::disk::detach_proven(&record.root, wait)?;
+            crate::storage::disk::detach_proven(&record.root, wait).map_err(|e| e.to_string())?;
         }
         let mut done = record.clone();
         done.deleted = true;
