@@ -477,18 +477,25 @@ fn copy_range(
 /// Mounts `image` on `root` (created if needed), tells the death guard,
 /// and removes the image (and the empty `root`) on failure.
 fn mount_disk(root: &Path, image: &Path) -> std::io::Result<()> {
+    // A loop device is announced to the death guard before it is attached:
+    // a server killed between the attach and the mount would otherwise
+    // leave it attached, known to no one (its successor has no record of
+    // a sandbox not created yet). A fuse2fs disk's daemon is announced
+    // when it starts.
+    let loop_disk = crate::trees::id_map::ranges_here();
+    if loop_disk {
+        crate::trees::deathguard::unmount_on_death(root, image);
+    }
     let result = std::fs::create_dir_all(root).and_then(|()| mount_image(image, root, false));
     match result {
         Ok(()) => {
             let _ = std::fs::remove_dir(root.join("lost+found"));
-            // A fuse2fs disk's daemon was announced to the death guard
-            // when it started.
-            if !crate::storage::fuse_disk::serves(root) {
-                crate::trees::deathguard::unmount_on_death(root, image);
-            }
             Ok(())
         }
         Err(e) => {
+            if loop_disk {
+                crate::trees::deathguard::forget_unmount(root, image);
+            }
             let _ = std::fs::remove_file(image);
             // Only an empty directory (never a mounted one) goes.
             let _ = std::fs::remove_dir(root);

@@ -32,8 +32,11 @@
 //!   server does not leave it in memory; only paths with the copy's name
 //!   prefix are ever removed.
 //!
-//! - a sandbox disk (see [`crate::storage::disk`]) is unmounted and its image
-//!   removed, so that a killed server does not leave loop devices behind;
+//! - a sandbox disk (see [`crate::storage::disk`]) is unmounted, every loop
+//!   device backed by its image detached (it is announced before its loop
+//!   device is attached, so a server killed between the two leaves none)
+//!   and its image removed, so that a killed server does not leave loop
+//!   devices behind;
 //!   the template the disks are copied from is removed; a disk a server
 //!   that is not root mounted with fuse2fs (see
 //!   [`crate::storage::fuse_disk`]) is unmounted lazily with `fusermount`,
@@ -54,6 +57,9 @@ use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
+
+/// Where the guard finds `umount`, `losetup` and `fusermount`.
+const GUARD_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// The guard's program: remember announced trees; on end-of-file kill them.
 const GUARD_SCRIPT: &str = r#"
@@ -78,7 +84,10 @@ for key in "${!live[@]}"; do
           case $line in *" --bind $id / "*) kill -KILL "${proc#/proc/}" ;; esac
         done ;;
     rm) case $pid in /dev/shm/createos-local-etc-*) rm -rf -- "$pid" ;; esac ;;
-    um) case $id in */.disks/*.img) umount -l -- "$pid" && rm -f -- "$id" ;; esac ;;
+    um) case $id in */.disks/*.img) ;; *) continue ;; esac
+        umount -l -- "$pid"
+        for dev in $(losetup -n -O NAME -j "$id"); do losetup -d "$dev"; done
+        rm -f -- "$id" ;;
     fu) read -r start root image <<<"$id"
         case $image in */.disks/*.img|*/.disks/template.ext4) ;; *) continue ;; esac
         fusermount -u -z "$root"
@@ -130,7 +139,7 @@ fn start_guard() -> std::io::Result<std::fs::File> {
     let mut cmd = Command::new("/bin/bash");
     cmd.args(["-c", GUARD_SCRIPT, "createos-local-guard"])
         .env_clear()
-        .env("PATH", "/usr/bin:/bin")
+        .env("PATH", GUARD_PATH)
         .stdin(Stdio::from(read))
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -202,9 +211,11 @@ fn disk_line(op: char, root: &std::path::Path, image: &std::path::Path) -> Optio
         .then(|| format!("{op} um {r} {i}\n"))
 }
 
-/// Asks the guard to unmount the sandbox disk mounted on `root` and remove
-/// its `image` if this process dies first (`false` for paths with white
-/// space, or without a guard).
+/// Asks the guard to unmount the sandbox disk mounted on `root`, detach
+/// the loop devices backed by its `image` and remove it if this process
+/// dies first (`false` for paths with white space, or without a guard).
+/// Asked before the disk is attached: what the guard finds not mounted or
+/// not attached it skips.
 pub fn unmount_on_death(root: &std::path::Path, image: &std::path::Path) -> bool {
     disk_line('+', root, image).is_some_and(|l| send(&l))
 }
@@ -303,4 +314,73 @@ impl Drop for Starting {
 /// Withdraws a tree that was verified gone.
 pub fn release(tree: Guarded) {
     send(&tree.line('-'));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A disk announced before its loop device was attached and never
+    /// mounted (the server was killed between the two): once the server
+    /// is gone, the guard detaches the loop device and removes the image.
+    #[test]
+    fn the_guard_detaches_the_loop_device_of_a_disk_never_mounted() {
+        if !crate::trees::id_map::ranges_here() {
+            test_support::skipped("attaching a loop device needs the host's root");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("guard-loop-{}", std::process::id()));
+        let (root, disks) = (dir.join("sb-1"), dir.join(".disks"));
+        std::fs::create_dir_all(&disks).unwrap();
+        let image = disks.join("sb-1.img");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(8 << 20)
+            .unwrap();
+        let attached = Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(&image)
+            .output()
+            .unwrap();
+        assert!(attached.status.success(), "{attached:?}");
+        let device = String::from_utf8(attached.stdout)
+            .unwrap()
+            .trim()
+            .to_owned();
+        let backed_by = |image: &std::path::Path| {
+            let out = Command::new("losetup")
+                .args(["-n", "-O", "NAME", "-j"])
+                .arg(image)
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        assert_eq!(backed_by(&image), device);
+
+        let mut guard = Command::new("/bin/bash")
+            .args(["-c", GUARD_SCRIPT, "createos-local-guard-test"])
+            .env_clear()
+            .env("PATH", GUARD_PATH)
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let line = disk_line('+', &root, &image).unwrap();
+        guard
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(line.as_bytes())
+            .unwrap();
+        // Its stdin closed: what a killed server leaves the guard.
+        assert!(guard.wait().unwrap().success());
+
+        let left = backed_by(&image);
+        if !left.is_empty() {
+            let _ = Command::new("losetup").args(["-d", &left]).status();
+        }
+        let image_left = image.exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(left, "", "the loop device was detached");
+        assert!(!image_left, "the image was removed");
+    }
 }
