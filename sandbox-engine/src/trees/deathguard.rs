@@ -372,7 +372,7 @@ mod tests {
             .write_all(line.as_bytes())
             .unwrap();
         // Its stdin closed: what a killed server leaves the guard.
-        assert!(guard.wait().unwrap().success());
+        let ended = guard.wait().unwrap();
 
         let left = backed_by(&image);
         if !left.is_empty() {
@@ -380,6 +380,7 @@ mod tests {
         }
         let image_left = image.exists();
         let _ = std::fs::remove_dir_all(&dir);
+        assert!(ended.success(), "the guard ended with {ended}");
         assert_eq!(left, "", "the loop device was detached");
         assert!(!image_left, "the image was removed");
     }
