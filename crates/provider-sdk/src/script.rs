@@ -139,6 +139,11 @@ pub fn quote(value: &str) -> String {
 /// read as an option. GNU env reads every leading `NAME=VALUE` word as an
 /// assignment, so a command whose name contains `=` is started through
 /// `/bin/bash -c 'exec -- "$@"' bash` instead, which takes it literally.
+/// Without variables the shell execs the command itself
+/// (`exec -- '<command>' ...`: bash's `exec` also searches `PATH`, takes
+/// the word after `--` literally, and exits 127 or 126 as `env` does when
+/// the command is missing or not executable), one program start fewer
+/// per command.
 pub fn build(request: &ExecuteRequest, stdin_path: Option<&str>) -> String {
     let mut script = command_script(&request.cwd, &request.env, &request.command, &request.args);
     script.push_str(" < ");
@@ -169,15 +174,19 @@ fn command_script(
         script.push_str(&quote(cwd));
         script.push_str(" || exit\n");
     }
-    script.push_str("exec env --");
-    for (name, value) in env {
-        script.push(' ');
-        script.push_str(name);
-        script.push('=');
-        script.push_str(&quote(value));
-    }
-    if command.contains('=') {
-        script.push_str(" /bin/bash -c 'exec -- \"$@\"' bash");
+    if env.is_empty() {
+        script.push_str("exec --");
+    } else {
+        script.push_str("exec env --");
+        for (name, value) in env {
+            script.push(' ');
+            script.push_str(name);
+            script.push('=');
+            script.push_str(&quote(value));
+        }
+        if command.contains('=') {
+            script.push_str(" /bin/bash -c 'exec -- \"$@\"' bash");
+        }
     }
     script.push(' ');
     script.push_str(&quote(command));
@@ -267,22 +276,60 @@ mod tests {
     // Runs a real bash: native only.
     #[test]
     fn commands_with_dashes_or_equals_are_taken_literally() {
-        let req = request("-l", &[]);
+        for env in [Vec::new(), vec![("V".to_owned(), "1".to_owned())]] {
+            let mut req = request("-l", &[]);
+            req.env = env.clone();
+            // A subshell: a script whose `exec` failed must not end the
+            // shell that reports its status.
+            assert_eq!(
+                run(&format!("({}) 2>/dev/null; echo $?", build(&req, None))),
+                "127\n",
+                "`-l` runs no login shell (env {env:?})"
+            );
+            let mut req = request("A=1", &[]);
+            req.env = env.clone();
+            let out = Command::new("/bin/bash")
+                .arg("-c")
+                .arg(build(&req, None))
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(127), "env {env:?}");
+            assert!(out.stdout.is_empty(), "env must not print the environment");
+        }
+    }
+
+    // Runs a real bash: native only.
+    #[test]
+    fn a_missing_or_unexecutable_command_exits_as_env_would() {
+        let file =
+            std::env::temp_dir().join(format!("createos-script-noexec-{}", std::process::id()));
+        std::fs::write(&file, "echo ran\n").unwrap();
+        for env in [Vec::new(), vec![("V".to_owned(), "1".to_owned())]] {
+            for (command, code) in [("no-such-command-here", 127), (file.to_str().unwrap(), 126)] {
+                let mut req = request(command, &[]);
+                req.env = env.clone();
+                let out = Command::new("/bin/bash")
+                    .arg("-c")
+                    .arg(build(&req, None))
+                    .output()
+                    .unwrap();
+                assert_eq!(out.status.code(), Some(code), "{command} with env {env:?}");
+                assert!(out.stdout.is_empty());
+            }
+        }
+        std::fs::remove_file(&file).ok();
+    }
+
+    #[test]
+    fn without_variables_the_shell_execs_the_command_itself() {
+        let req = request("echo", &["hi"]);
+        assert_eq!(build(&req, None), "exec -- 'echo' 'hi' < /dev/null");
+        let mut req = request("echo", &["hi"]);
+        req.env = vec![("V".into(), "1".into())];
         assert_eq!(
-            run(&format!(
-                "{} 2>/dev/null; echo $?",
-                build(&req, None).replace("exec ", "")
-            )),
-            "127\n"
+            build(&req, None),
+            "exec env -- V='1' 'echo' 'hi' < /dev/null"
         );
-        let req = request("A=1", &[]);
-        let out = Command::new("/bin/bash")
-            .arg("-c")
-            .arg(build(&req, None))
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        assert!(out.stdout.is_empty(), "env must not print the environment");
     }
 
     // Runs a real bash: native only.

@@ -56,6 +56,7 @@ proptest! {
         value in hostile(),
         cwd in name(),
         stdin in prop::collection::vec(any::<u8>(), 0..64),
+        with_env in any::<bool>(),
     ) {
         let root = scratch();
         let bin = root.join("bin");
@@ -74,17 +75,19 @@ proptest! {
             command: path.to_string_lossy().into_owned(),
             args: args.clone(),
             cwd: Some(dir.to_string_lossy().into_owned()),
-            env: vec![("PROP_VALUE".into(), value.clone())],
+            // Without variables the script takes another form (`exec --`).
+            env: if with_env { vec![("PROP_VALUE".into(), value.clone())] } else { Vec::new() },
             stdin: Some(stdin.clone()),
             timeout_ms: None,
             result_chars: None,
         };
         prop_assert!(script::validate(&request).is_ok());
         let script = script::build(&request, Some(&stdin_file.to_string_lossy()));
-        let out = Command::new("/bin/bash").arg("-c").arg(&script).output().unwrap();
+        let out = Command::new("/bin/bash").arg("-c").arg(&script).env_remove("PROP_VALUE").output().unwrap();
         prop_assert!(out.status.success(), "bash failed: {}", String::from_utf8_lossy(&out.stderr));
 
         let mut expected = Vec::new();
+        let value = if with_env { value } else { String::new() };
         for s in args.iter().chain([&value, &dir.to_string_lossy().into_owned()]) {
             expected.extend_from_slice(s.as_bytes());
             expected.push(0);

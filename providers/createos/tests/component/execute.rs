@@ -30,7 +30,7 @@ fn echo_runs_with_the_exact_requests_of_the_spec() {
             format!("GET {}?after=0", process_route("/connect")),
         ]
     );
-    assert_eq!(sent_script(&fake), "exec env -- 'echo' 'hello' < /dev/null");
+    assert_eq!(sent_script(&fake), "exec -- 'echo' 'hello' < /dev/null");
     let create = &fake.requests_to(&format!("POST /v1/sandboxes/{SANDBOX}/processes"))[0];
     assert_eq!(create.header("content-type"), Some("application/json"));
     assert_eq!(
@@ -107,7 +107,7 @@ fn stdin_is_staged_as_a_file_and_removed_afterwards() {
         puts[0].header("content-type"),
         Some("application/octet-stream")
     );
-    assert_eq!(sent_script(&fake), format!("exec env -- 'cat' < '{path}'"));
+    assert_eq!(sent_script(&fake), format!("exec -- 'cat' < '{path}'"));
     let calls = fake.calls();
     assert!(calls[0].starts_with("PUT "), "stdin first: {calls:?}");
     assert!(
