@@ -52,10 +52,13 @@ impl SqliteLeases {
     /// Opens (creating if needed) the store file at `path` and its parents.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(parent) = parent {
             std::fs::create_dir_all(parent)
                 .with_context(|| format!("creating {}", parent.display()))?;
         }
+        let wal = wal_path(path);
+        let wal_was_there = wal.exists();
         let conn = shared_sqlite::open_shared(path, "the lease store")?;
         // The WAL stays when the last connection closes, unmerged: what it
         // holds was flushed at its commits (lazy writes aside, see
@@ -64,7 +67,16 @@ impl SqliteLeases {
         // three flushes (the WAL, the store, and the directory when the
         // next process made the WAL again).
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-        Self::init(conn, path.display().to_string(), true)
+        let store = Self::init(conn, path.display().to_string(), true)?;
+        // SQLite's own directory flush is compiled out (it flushed the
+        // directory in every process, `.cargo/config.toml`): the WAL's
+        // name is made durable here, once, by the process that created it
+        // (the schema's transaction above wrote it). Every commit flushed
+        // into the WAL after this survives a machine crash.
+        if !wal_was_there {
+            sync_directory(parent.unwrap_or(Path::new(".")))?;
+        }
+        Ok(store)
     }
 
     /// A store that lives only in memory (tests, and the CLI's embedded
@@ -117,6 +129,25 @@ impl SqliteLeases {
     pub fn register_host(self: &Arc<Self>, liveness: Liveness) -> Result<HostInstance> {
         HostInstance::register(self.clone(), liveness)
     }
+}
+
+/// The write-ahead log SQLite keeps beside the store at `path`.
+fn wal_path(path: &Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    name.into()
+}
+
+/// Flushes `dir`'s entries (the names of the files in it) to the disk.
+fn sync_directory(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .with_context(|| {
+            format!(
+                "flushing the directory {} of the lease store",
+                dir.display()
+            )
+        })
 }
 
 /// Stores written before both SQL stores shared one schema keep their
@@ -205,10 +236,30 @@ impl Dialect for SqliteLeases {
         &self,
         body: impl FnOnce(&mut dyn Session) -> Result<Result<T>>,
     ) -> Result<T> {
-        let mut conn = self.conn();
         // Flushed at commit (with any lazy write before it), whatever the
         // last `lazy` left.
-        conn.pragma_update(None, "synchronous", "FULL")?;
+        self.transaction_at("FULL", body)
+    }
+
+    /// `NORMAL`: in WAL mode the commit is not flushed (SQLite refuses to
+    /// change the level inside a transaction, so it is set before).
+    fn unflushed_transaction<T>(
+        &self,
+        body: impl FnOnce(&mut dyn Session) -> Result<Result<T>>,
+    ) -> Result<T> {
+        self.transaction_at("NORMAL", body)
+    }
+}
+
+impl SqliteLeases {
+    /// One immediate transaction committed at flush level `synchronous`.
+    fn transaction_at<T>(
+        &self,
+        synchronous: &str,
+        body: impl FnOnce(&mut dyn Session) -> Result<Result<T>>,
+    ) -> Result<T> {
+        let mut conn = self.conn();
+        conn.pragma_update(None, "synchronous", synchronous)?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let outcome = body(&mut SqliteSession(&tx))?;
         tx.commit()?;
@@ -284,7 +335,7 @@ mod tests {
     use super::*;
     use crate::leases::backend::LeaseRefused;
     use crate::leases::rules::{LeaseState, Operation};
-    use crate::wasm::bindings::types::EnvironmentContext;
+    use crate::wasm::bindings::types::{EnvironmentContext, Lease};
 
     fn ctx() -> EnvironmentContext {
         EnvironmentContext {
@@ -326,6 +377,35 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 
+    /// SQLite's own directory flush (one per process) is compiled out, so
+    /// the store must flush the directory itself when it makes the WAL:
+    /// the WAL exists when `open` returns, before any lease is written.
+    #[test]
+    fn the_store_makes_its_wal_at_open_with_sqlites_directory_flush_compiled_out() {
+        let dir = std::env::temp_dir().join(format!("sandbox-dirsync-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("leases.sqlite");
+        let store = SqliteLeases::open(&path).unwrap();
+        assert!(
+            wal_path(&path).exists(),
+            "the WAL is made (and its name flushed) by open"
+        );
+        let options: Vec<String> = store
+            .conn()
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            options.iter().any(|o| o == "DISABLE_DIRSYNC"),
+            "built without LIBSQLITE3_FLAGS from .cargo/config.toml: {options:?}"
+        );
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Host records and ends of use skip the flush (`synchronous =
     /// NORMAL`); a poison, a busy mark and every transaction are flushed
     /// (`FULL`) whatever came before them.
@@ -362,6 +442,65 @@ mod tests {
             .unwrap();
         assert_eq!(seen, 2, "a transaction is flushed");
         drop(me);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// The first use of a lease flushes its busy mark; another use by the
+    /// same host while that mark stands (the CLI's command inside the use
+    /// it holds) commits without a flush, and once the last use ended the
+    /// next first use flushes again. A use by another host is always a
+    /// first use.
+    #[test]
+    fn only_the_first_of_a_hosts_uses_of_a_lease_is_flushed() {
+        let path = std::env::temp_dir().join(format!(
+            "sandbox-nested-use-{}.sqlite",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let store = Arc::new(SqliteLeases::open(&path).unwrap());
+        let level = |store: &SqliteLeases| -> i64 {
+            store
+                .conn()
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .unwrap()
+        };
+        let mut me = store.register_host(Liveness::DEFAULT).unwrap();
+        me.stop_heartbeat_for_test();
+        let mut other = store.register_host(Liveness::DEFAULT).unwrap();
+        other.stop_heartbeat_for_test();
+        let id = store.begin_acquire(&ctx(), "run", me.id()).unwrap().id;
+        let lease = Lease {
+            provider_lease_id: "sb-1".into(),
+            metadata: "{}".into(),
+            expires_at: None,
+        };
+        store.record_lease(&id, &lease, LeaseState::Active).unwrap();
+        store.end_use(&id, me.id()).unwrap();
+
+        store.begin(&id, Operation::Execute, &ctx(), me.id()).unwrap();
+        assert_eq!(level(&store), 2, "the first use is flushed");
+        let nested = store.begin(&id, Operation::Execute, &ctx(), me.id()).unwrap();
+        assert_eq!(level(&store), 1, "another use of this host's is not");
+        assert_eq!(nested.busy_owner.as_deref(), Some(me.id()));
+        let count: i64 = store
+            .conn()
+            .query_row(
+                "SELECT busy_count FROM sandbox_leases WHERE id = ?1",
+                [&id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(count, 2, "both uses are counted");
+        store.end_use(&id, me.id()).unwrap();
+        store.end_use(&id, me.id()).unwrap();
+        assert_eq!(store.get(&id).unwrap().unwrap().busy_owner, None);
+
+        store.begin(&id, Operation::Execute, &ctx(), me.id()).unwrap();
+        assert_eq!(level(&store), 2, "a first use after the last ended is flushed");
+        store.end_use(&id, me.id()).unwrap();
+        store.begin(&id, Operation::Execute, &ctx(), other.id()).unwrap();
+        assert_eq!(level(&store), 2, "another host's first use is flushed");
+        drop((me, other));
         std::fs::remove_file(&path).unwrap();
     }
 }
