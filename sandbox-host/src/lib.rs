@@ -70,7 +70,7 @@ pub use network::transport::{
     BodySender, ErrorCode, OutgoingRequest, ResponseBody, Transport, TransportFuture,
     TransportResponse,
 };
-pub use runtime::{action_name, policy_capabilities, Environment, SandboxRuntime};
+pub use runtime::{action_name, policy_capabilities, Environment, SandboxRuntime, UseGuard};
 #[cfg(any(test, feature = "testing"))]
 pub use testing::postgres::ThrowawayPostgres;
 #[cfg(any(test, feature = "testing"))]

@@ -22,6 +22,7 @@ mod relay;
 
 pub use environment::Environment;
 pub use environment_policy::policy_capabilities;
+pub use in_flight::UseGuard;
 pub use outcome::action_name;
 use outcome::declared_limit;
 

@@ -164,8 +164,32 @@ impl Dialect for PostgresLeases {
         &self,
         body: impl FnOnce(&mut dyn Session) -> Result<Result<T>>,
     ) -> Result<T> {
+        self.transaction_with("", body)
+    }
+
+    /// For this transaction only (`SET LOCAL`): the server answers the
+    /// commit before its WAL record is flushed.
+    fn unflushed_transaction<T>(
+        &self,
+        body: impl FnOnce(&mut dyn Session) -> Result<Result<T>>,
+    ) -> Result<T> {
+        self.transaction_with("SET LOCAL synchronous_commit = off", body)
+    }
+}
+
+impl PostgresLeases {
+    /// One transaction that runs `setting` (SQL, or nothing when empty)
+    /// before `body`.
+    fn transaction_with<T>(
+        &self,
+        setting: &str,
+        body: impl FnOnce(&mut dyn Session) -> Result<Result<T>>,
+    ) -> Result<T> {
         self.with_client(|client| {
             let mut tx = client.transaction()?;
+            if !setting.is_empty() {
+                tx.batch_execute(setting)?;
+            }
             let outcome = body(&mut PgSession(&mut tx))?;
             tx.commit()?;
             outcome

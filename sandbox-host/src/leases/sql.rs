@@ -93,7 +93,6 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// the row it read until the transaction ends (empty where the
     /// transaction already holds the whole store).
     const LOCK_ROW: &'static str;
-
     /// Whether the leases outlive this process.
     fn durable(&self) -> bool;
     /// A SQL expression for the time now, in milliseconds since the Unix
@@ -109,6 +108,17 @@ pub trait Dialect: Send + Sync + std::fmt::Debug {
     /// commits is on disk when it returns.
     fn transaction<T>(&self, body: impl FnOnce(&mut dyn Session) -> Result<Result<T>>)
         -> Result<T>;
+    /// Runs `body` like [`transaction`](Self::transaction), but its commit
+    /// may return before it is on disk. Only for a write whose loss in a
+    /// crash of the whole machine leaves the store as cautious as before:
+    /// another use by this host of a lease whose flushed mark already says
+    /// this host is using it.
+    fn unflushed_transaction<T>(
+        &self,
+        body: impl FnOnce(&mut dyn Session) -> Result<Result<T>>,
+    ) -> Result<T> {
+        self.transaction(body)
+    }
     /// Runs `body` like [`session`](Self::session), for writes whose loss
     /// in a crash of the whole machine leaves the store more cautious,
     /// never less: host records and heartbeats (every host of the store
@@ -334,11 +344,16 @@ impl<D: Dialect> LeaseStore for D {
         me: &str,
     ) -> Result<LeaseRecord> {
         let now = self.now();
-        self.transaction(|s| {
+        // `only_on_mine`: take another use of a lease this host is using
+        // already, and nothing else (`Ok(Ok(None))` before any write).
+        let check_and_mark = |s: &mut dyn Session,
+                              only_on_mine: bool|
+         -> Result<Result<Option<LeaseRecord>>> {
             let Some(record) = s.lease(id, D::LOCK_ROW)? else {
-                return Ok(Err(
-                    LeaseRefused(format!("no lease {id} in the lease store")).into()
-                ));
+                return Ok(Err(LeaseRefused(format!(
+                    "no lease {id} in the lease store"
+                ))
+                .into()));
             };
             if record.environment_id != ctx.environment_id
                 || record.company_id != ctx.company_id
@@ -355,6 +370,7 @@ impl<D: Dialect> LeaseStore for D {
                 busy = Some(Owner::Gone(None));
             }
             let closing = s.owner(record.closing_owner.clone(), me, &now)?;
+            let mine_already = busy == Some(Owner::Me);
             let decision = decide(
                 operation,
                 &LeaseView {
@@ -366,6 +382,14 @@ impl<D: Dialect> LeaseStore for D {
                     sandbox_recorded: record.lease.is_some(),
                 },
             );
+            let another_use = mine_already
+                && decision.change == Change::MarkBusy
+                && decision.poison.is_none()
+                && decision.unknown.is_none()
+                && decision.refuse.is_none();
+            if only_on_mine && !another_use {
+                return Ok(Ok(None));
+            }
             if let Some(reason) = &decision.poison {
                 s.execute(
                     &format!(
@@ -409,8 +433,23 @@ impl<D: Dialect> LeaseStore for D {
                 s.execute(&mark, &[Value::Text(id), Value::Text(me)])?;
             }
             let record = s.lease(id, "")?.context("the lease vanished")?;
-            Ok(Ok(record))
-        })
+            Ok(Ok(Some(record)))
+        };
+        // This host's mark is on the lease already (an operation it holds
+        // open, such as the CLI's workspace and command). That mark was
+        // flushed when the lease went from no use to one (every such mark
+        // is), so another use need not be: losing its count in a crash of
+        // the machine still leaves the lease busy by a host that died,
+        // which sweep treats as possibly running. Checked again inside the
+        // transaction; if the mark went meanwhile, the flushed way runs.
+        let peeked = self.session(|s| s.lease(id, ""))?;
+        if peeked.is_some_and(|r| r.busy_owner.as_deref() == Some(me)) {
+            if let Some(record) = self.unflushed_transaction(|s| check_and_mark(s, true))? {
+                return Ok(record);
+            }
+        }
+        self.transaction(|s| check_and_mark(s, false))?
+            .with_context(|| format!("lease {id} was checked but not marked"))
     }
 
     fn end_use(&self, id: &str, me: &str) -> Result<()> {

@@ -14,7 +14,7 @@ use crate::wasm::cancel::CancelToken;
 
 /// One operation using a lease: drops the store mark (if taken) and the
 /// cancel token when it ends.
-pub(super) struct UseGuard<'a> {
+pub struct UseGuard<'a> {
     pub(super) runtime: &'a SandboxRuntime,
     pub(super) id: String,
     pub(super) token: CancelToken,
@@ -49,6 +49,23 @@ impl Drop for UseGuard<'_> {
 }
 
 impl SandboxRuntime {
+    /// Holds lease `id` in use for `operation` until the guard drops, as
+    /// an operation does: a release or destroy of the lease meanwhile
+    /// cancels `token` and waits for the guard. The operations run while it
+    /// is held (the CLI's `realize-workspace` and `execute` of one command)
+    /// find this host's mark on the lease and add to it without another
+    /// flush of the lease store.
+    pub fn hold(
+        &self,
+        env: &Environment,
+        id: &str,
+        operation: Operation,
+        token: CancelToken,
+    ) -> Result<UseGuard<'_>> {
+        self.begin_use(env, id, operation, token)
+            .map(|(_, _, guard)| guard)
+    }
+
     /// Cancels every running command of this runtime (for example on Ctrl-C).
     pub fn cancel_all(&self) {
         let running = self.running.lock().unwrap_or_else(|e| e.into_inner());

@@ -12,7 +12,7 @@ use sandbox_host::types::{
 };
 use sandbox_host::{
     cleanup_text, loss_text, trap_of, CancelToken, Environment, LeaseRefused, LeaseState,
-    OUTPUT_SINK,
+    Operation, OUTPUT_SINK,
 };
 
 use crate::backend::{show_progress, Setup};
@@ -213,6 +213,11 @@ fn execute(
     args: &RunArgs,
     cancel: CancelToken,
 ) -> Result<u8> {
+    // One use of the lease around the workspace and the command: the
+    // lease store flushes its busy mark once, not once per operation.
+    let _in_use = setup
+        .runtime
+        .hold(env, lease_id, Operation::Execute, cancel.clone())?;
     let workspace = WorkspaceRequest {
         remote_path: args.cwd.clone(),
     };
