@@ -67,6 +67,13 @@ impl SqliteLeases {
         // three flushes (the WAL, the store, and the directory when the
         // next process made the WAL again).
         conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+        // Merged into the store once it holds this many pages (SQLite's
+        // default is 1000): every `sandbox` process that opens the store
+        // when no other has it open reads the whole WAL to rebuild its
+        // index, and a command writes about eight pages, so a WAL left to
+        // grow to 4 MiB cost each of them up to a thousand reads. A merge
+        // flushes twice, about once every eight commands.
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_PAGES)?;
         let store = Self::init(conn, path.display().to_string(), true)?;
         // SQLite's own directory flush is compiled out (it flushed the
         // directory in every process, `.cargo/config.toml`): the WAL's
@@ -130,6 +137,10 @@ impl SqliteLeases {
         HostInstance::register(self.clone(), liveness)
     }
 }
+
+/// How many pages the lease store's WAL holds before SQLite merges it
+/// into the store (`PRAGMA wal_autocheckpoint`).
+const WAL_PAGES: i64 = 64;
 
 /// The write-ahead log SQLite keeps beside the store at `path`.
 fn wal_path(path: &Path) -> std::path::PathBuf {
@@ -445,6 +456,45 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
     }
 
+    /// Each process that opens the store alone rebuilds the WAL's index by
+    /// reading every page the WAL holds: it is merged into the store long
+    /// before SQLite's default of a thousand pages.
+    #[test]
+    fn the_wal_stays_short() {
+        let path =
+            std::env::temp_dir().join(format!("sandbox-short-wal-{}.sqlite", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let store = Arc::new(SqliteLeases::open(&path).unwrap());
+        let mut me = store.register_host(Liveness::DEFAULT).unwrap();
+        me.stop_heartbeat_for_test();
+        let id = store.begin_acquire(&ctx(), "run", me.id()).unwrap().id;
+        let lease = Lease {
+            provider_lease_id: "sb-1".into(),
+            metadata: "{}".into(),
+            expires_at: None,
+        };
+        store.record_lease(&id, &lease, LeaseState::Active).unwrap();
+        store.end_use(&id, me.id()).unwrap();
+        let mut longest = 0;
+        for _ in 0..300 {
+            store
+                .begin(&id, Operation::Execute, &ctx(), me.id())
+                .unwrap();
+            store.end_use(&id, me.id()).unwrap();
+            // The pages in the WAL, as its index in the `-shm` file says
+            // (`mxFrame`, bytes 16..20 of the index's header, in this
+            // machine's byte order): read without merging anything.
+            let mut shm = std::ffi::OsString::from(path.as_os_str());
+            shm.push("-shm");
+            let header = std::fs::read(&shm).unwrap();
+            let pages = u32::from_ne_bytes(header[16..20].try_into().unwrap());
+            longest = longest.max(i64::from(pages));
+        }
+        assert!(longest <= WAL_PAGES + 16, "the WAL grew to {longest} pages");
+        drop(me);
+        std::fs::remove_file(&path).unwrap();
+    }
+
     /// The first use of a lease flushes its busy mark; another use by the
     /// same host while that mark stands (the CLI's command inside the use
     /// it holds) commits without a flush, and once the last use ended the
@@ -452,10 +502,8 @@ mod tests {
     /// first use.
     #[test]
     fn only_the_first_of_a_hosts_uses_of_a_lease_is_flushed() {
-        let path = std::env::temp_dir().join(format!(
-            "sandbox-nested-use-{}.sqlite",
-            std::process::id()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("sandbox-nested-use-{}.sqlite", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let store = Arc::new(SqliteLeases::open(&path).unwrap());
         let level = |store: &SqliteLeases| -> i64 {
@@ -477,9 +525,13 @@ mod tests {
         store.record_lease(&id, &lease, LeaseState::Active).unwrap();
         store.end_use(&id, me.id()).unwrap();
 
-        store.begin(&id, Operation::Execute, &ctx(), me.id()).unwrap();
+        store
+            .begin(&id, Operation::Execute, &ctx(), me.id())
+            .unwrap();
         assert_eq!(level(&store), 2, "the first use is flushed");
-        let nested = store.begin(&id, Operation::Execute, &ctx(), me.id()).unwrap();
+        let nested = store
+            .begin(&id, Operation::Execute, &ctx(), me.id())
+            .unwrap();
         assert_eq!(level(&store), 1, "another use of this host's is not");
         assert_eq!(nested.busy_owner.as_deref(), Some(me.id()));
         let count: i64 = store
@@ -495,10 +547,18 @@ mod tests {
         store.end_use(&id, me.id()).unwrap();
         assert_eq!(store.get(&id).unwrap().unwrap().busy_owner, None);
 
-        store.begin(&id, Operation::Execute, &ctx(), me.id()).unwrap();
-        assert_eq!(level(&store), 2, "a first use after the last ended is flushed");
+        store
+            .begin(&id, Operation::Execute, &ctx(), me.id())
+            .unwrap();
+        assert_eq!(
+            level(&store),
+            2,
+            "a first use after the last ended is flushed"
+        );
         store.end_use(&id, me.id()).unwrap();
-        store.begin(&id, Operation::Execute, &ctx(), other.id()).unwrap();
+        store
+            .begin(&id, Operation::Execute, &ctx(), other.id())
+            .unwrap();
         assert_eq!(level(&store), 2, "another host's first use is flushed");
         drop((me, other));
         std::fs::remove_file(&path).unwrap();
