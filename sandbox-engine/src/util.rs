@@ -1,5 +1,6 @@
-//! Small helpers: random ids, RFC 3339 timestamps, byte sizes and finding
-//! a program in `PATH` (no extra crates). Uses nothing else in the crate.
+//! Small helpers: random ids, RFC 3339 timestamps, byte sizes, finding
+//! a program in `PATH` and the pauses of a wait that polls ([`Backoff`])
+//! (no extra crates). Uses nothing else in the crate.
 
 use std::io::Read;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -212,6 +213,35 @@ pub(crate) fn mountinfo_escaped(path: &std::path::Path) -> String {
     out
 }
 
+/// The pauses between the checks of a wait that polls for something that
+/// usually happens within a millisecond or two (a tree gone, a disk
+/// detached, a machine's init reaped): 0.2 ms, doubling each time, never
+/// more than `max`. A fixed pause of several milliseconds made every such
+/// wait last at least that long, on the path of every sandbox's start and
+/// end (issue 41).
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    next: std::time::Duration,
+    max: std::time::Duration,
+}
+
+impl Backoff {
+    /// Pauses from 0.2 ms up to `max`.
+    pub fn up_to(max: std::time::Duration) -> Self {
+        Backoff {
+            next: std::time::Duration::from_micros(200).min(max),
+            max,
+        }
+    }
+
+    /// The pause before the next check.
+    pub fn next_pause(&mut self) -> std::time::Duration {
+        let pause = self.next;
+        self.next = (self.next * 2).min(self.max);
+        pause
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,5 +283,12 @@ mod tests {
     fn random_hex_has_the_right_length() {
         assert_eq!(random_hex(8).len(), 16);
         assert_ne!(random_hex(8), random_hex(8));
+    }
+
+    #[test]
+    fn a_backoff_starts_short_and_doubles_up_to_its_cap() {
+        let mut b = Backoff::up_to(std::time::Duration::from_millis(5));
+        let pauses: Vec<u128> = (0..8).map(|_| b.next_pause().as_micros()).collect();
+        assert_eq!(pauses, [200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
     }
 }

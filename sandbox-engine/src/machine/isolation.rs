@@ -599,24 +599,24 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     .await
     .map_err(|_| "bwrap probe timed out".to_string())?
     .map_err(|e| format!("bwrap probe failed: {e}"))?;
+    // Each wait below polls with pauses from 0.2 ms up to 10 ms: the
+    // probe is on the start path of every `sandbox run`.
+    let until = |seconds| std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let pauses = || crate::util::Backoff::up_to(std::time::Duration::from_millis(10));
     match machine {
         Some((Holder::Group(group), lease)) => {
             // The group empties as the command's last process exits.
-            for _ in 0..100 {
-                if group.is_empty() {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            let (deadline, mut pause) = (until(1), pauses());
+            while !group.is_empty() && std::time::Instant::now() < deadline {
+                tokio::time::sleep(pause.next_pause()).await;
             }
             group.remove_soon(lease);
         }
         Some((Holder::Anchor(mut proof), lease)) => {
             // The anchor says so once the command's last process is reaped.
-            for _ in 0..100 {
-                if proof.is_gone() {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            let (deadline, mut pause) = (until(1), pauses());
+            while !proof.is_gone() && std::time::Instant::now() < deadline {
+                tokio::time::sleep(pause.next_pause()).await;
             }
             drop(lease);
         }
@@ -627,11 +627,9 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     // its machine running for good.
     if crate::machine::end_now(probe_root).is_some() {
         let ended = crate::machine::take_ended(probe_root);
-        for _ in 0..200 {
-            if ended.iter().all(|m| m.is_gone()) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        let (deadline, mut pause) = (until(2), pauses());
+        while !ended.iter().all(|m| m.is_gone()) && std::time::Instant::now() < deadline {
+            tokio::time::sleep(pause.next_pause()).await;
         }
     }
     if out.status.success() {

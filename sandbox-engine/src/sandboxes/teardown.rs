@@ -101,6 +101,7 @@ pub const DISK_PROOF_WAIT: Duration = crate::storage::disk::PROOF_WAIT;
 pub fn end_processes(root: &Path, within: Duration) -> Result<bool, NotProvenGone> {
     let machine = crate::machine::end_now(root).is_some();
     let deadline = Instant::now() + within;
+    let mut pause = crate::util::Backoff::up_to(Duration::from_millis(5));
     // Without ids of its own (a server that is not root) a sandbox's
     // processes share the server's uid: its machine is what proves them
     // gone. Its init exits only once the kernel has ended every process
@@ -115,7 +116,7 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, NotProvenGon
                         init_pid: ended.init_pid,
                     });
                 }
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(pause.next_pause());
             }
         }
         crate::trees::process_limits::remove_sandbox_groups_at(root, None);
@@ -140,7 +141,7 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, NotProvenGon
         if Instant::now() >= deadline {
             return Err(why);
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(pause.next_pause());
     }
 }
 

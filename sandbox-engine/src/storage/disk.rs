@@ -773,6 +773,7 @@ pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), Dis
         return Ok(());
     };
     let deadline = std::time::Instant::now() + within;
+    let mut pause = crate::util::Backoff::up_to(std::time::Duration::from_millis(5));
     loop {
         let left = match remains(root, &image) {
             Ok(left) if left.is_empty() => {
@@ -794,7 +795,7 @@ pub fn detach_proven(root: &Path, within: std::time::Duration) -> Result<(), Dis
                 left,
             });
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(pause.next_pause());
     }
 }
 
