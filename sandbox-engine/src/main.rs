@@ -130,7 +130,7 @@ struct Cli {
     ingress: bool,
 }
 
-fn parse_output_budget(text: &str) -> Result<u64, String> {
+fn parse_output_budget(text: &str) -> Result<u64, sandbox_engine::util::InvalidSize> {
     sandbox_engine::sandboxes::output_budget::parse_budget(text)
 }
 

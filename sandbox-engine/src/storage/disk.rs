@@ -889,14 +889,28 @@ fn holders(root: &Path) -> Vec<String> {
 
 /// Parses a size such as `2G`, `512M`, `65536K` or `1073741824` (binary
 /// units; `0` = no disk of its own).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, DiskSizeError> {
     let bytes = crate::util::parse_bytes(text)?;
     if bytes != 0 && bytes < MIN_SANDBOX_DISK {
-        return Err(format!(
-            "size {text:?} is too small: a sandbox disk needs at least 16M (or 0 for none)"
-        ));
+        return Err(DiskSizeError::TooSmall {
+            text: text.to_string(),
+        });
     }
     Ok(bytes)
+}
+
+/// A sandbox disk size (`--sandbox-disk`) that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DiskSizeError {
+    /// Not a size at all.
+    #[error(transparent)]
+    Invalid(#[from] crate::util::InvalidSize),
+    /// Smaller than the smallest disk a sandbox can have.
+    #[error("size {text:?} is too small: a sandbox disk needs at least 16M (or 0 for none)")]
+    TooSmall {
+        /// The text as given.
+        text: String,
+    },
 }
 
 #[cfg(test)]
