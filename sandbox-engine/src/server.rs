@@ -407,7 +407,7 @@ impl ServerBuilder {
             std::thread::spawn(move || crate::storage::disk::probe(&dir, size))
         });
         let mut disk_probed = move || match disk_probe.take().map(|h| h.join()) {
-            Some(Ok(result)) => result,
+            Some(Ok(result)) => result.map_err(|e| e.to_string()),
             Some(Err(_)) => Err("the disk probe failed".to_string()),
             None => Err("no disk asked for".to_string()),
         };

@@ -322,7 +322,8 @@ pub async fn create_template(
     let name = body
         .name
         .ok_or_else(|| ApiError::bad_request("name is required"))?;
-    crate::storage::templates::check_name(&name).map_err(ApiError::bad_request)?;
+    crate::storage::templates::check_name(&name)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let id = body
         .sandbox_id
         .ok_or_else(|| ApiError::bad_request("sandbox_id is required"))?;

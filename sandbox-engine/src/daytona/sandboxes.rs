@@ -444,7 +444,8 @@ pub async fn snapshot(
     let name = body
         .name
         .ok_or_else(|| DaytonaError::bad_request("name is required"))?;
-    crate::storage::templates::check_name(&name).map_err(DaytonaError::bad_request)?;
+    crate::storage::templates::check_name(&name)
+        .map_err(|e| DaytonaError::bad_request(e.to_string()))?;
     let sb = daytona_sandbox(&state, &id)?;
     if sb.state() != SbState::Stopped {
         return Err(DaytonaError::conflict(format!(

@@ -178,7 +178,7 @@ pub fn unproven(state: &AppState, id: &str) -> Option<ApiError> {
     Some(ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "unconfirmed",
-        why,
+        why.to_string(),
     ))
 }
 
@@ -193,7 +193,13 @@ pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError
     let id = id.to_string();
     blocking(state, move || records.retry(&id))
         .await?
-        .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "unconfirmed", why))
+        .map_err(|why| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unconfirmed",
+                why.to_string(),
+            )
+        })
 }
 
 /// Ends what is left of the sandbox at `root` once its command trees are

@@ -137,12 +137,12 @@ pub const MEMORY_TEMPLATE_PREFIX: &str = "createos-local-disk-";
 /// Whether sandboxes can get a disk of their own here, and their template:
 /// makes the template of `size` bytes in `data_dir` and mounts it once,
 /// read-only, as the trial. `Err` says why not (and nothing is left).
-pub fn probe(data_dir: &Path, size: u64) -> Result<(), String> {
+pub fn probe(data_dir: &Path, size: u64) -> Result<(), NoSandboxDisks> {
     // Uid 0 of a user namespace (a container) cannot attach loop devices;
     // it may mount with fuse2fs.
     if !crate::trees::id_map::ranges_here() {
         if let Some(why) = crate::storage::fuse_disk::unusable() {
-            return Err(format!("the server is not the host's root and {why}"));
+            return Err(NoSandboxDisks::NoFuse { why });
         }
     }
     remove_template(data_dir);
@@ -170,7 +170,32 @@ pub fn probe(data_dir: &Path, size: u64) -> Result<(), String> {
     if result.is_err() || !affordable {
         remove_template(data_dir);
     }
-    result.map_err(|e| e.to_string())
+    result.map_err(|source| NoSandboxDisks::Trial {
+        data_dir: data_dir.to_path_buf(),
+        source,
+    })
+}
+
+/// Why the sandboxes of a server get no disk of their own (see [`probe`]):
+/// their files then go to the data directory's file system, measured
+/// against a budget instead.
+#[derive(Debug, thiserror::Error)]
+pub enum NoSandboxDisks {
+    /// A server that is not the host's root needs fuse2fs, which cannot
+    /// run here.
+    #[error("the server is not the host's root and {why}")]
+    NoFuse {
+        /// Why fuse2fs cannot run, with the command that fixes it.
+        why: String,
+    },
+    /// The template could not be made or its trial mount failed.
+    #[error("{source}")]
+    Trial {
+        /// The data directory the template was made in.
+        data_dir: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
 }
 
 /// Makes the template: a sparse file of `size` bytes with an empty ext4

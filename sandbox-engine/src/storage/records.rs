@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::storage::disk::DiskStillInUse;
 use crate::trees::deathguard::Guarded;
 use crate::trees::procfs::{self, ProcInfo};
 
@@ -241,7 +242,7 @@ impl Records {
                     disk_deadline.saturating_duration_since(Instant::now()),
                 ) {
                     Ok(()) => Verdict::Gone,
-                    Err(disk) => Verdict::Unconfirmed(disk),
+                    Err(disk) => Verdict::Unconfirmed(disk.to_string()),
                 },
                 unconfirmed => unconfirmed,
             };
@@ -314,14 +315,14 @@ impl Records {
     /// harmless, the next engine proves it again) and its files removed.
     /// `Err` says what still holds the disk after `wait`: the sandbox
     /// stays unconfirmed.
-    fn settle(&self, record: &Record, wait: Duration) -> Result<(), String> {
+    fn settle(&self, record: &Record, wait: Duration) -> Result<(), DiskStillInUse> {
         // Only a sandbox root (named after its id) is ever removed.
         let name = record.root.file_name().and_then(|n| n.to_str());
         let is_root = name == Some(record.id.as_str())
             || name == Some(format!("daytona-{}", record.id).as_str());
         let is_root = is_root && record.root.parent() == Some(record.data_dir.as_path());
         if is_root {
-            crate::storage::disk::detach_proven(&record.root, wait).map_err(|e| e.to_string())?;
+            crate::storage::disk::detach_proven(&record.root, wait)?;
         }
         let mut done = record.clone();
         done.deleted = true;
@@ -430,20 +431,14 @@ impl Records {
     /// What the API answers for `id`, which no live sandbox of this engine
     /// has: `None` for 404 (proven gone, or never issued on this state
     /// directory), else the reason it cannot be called gone.
-    pub fn unproven(&self, id: &str) -> Option<String> {
+    pub fn unproven(&self, id: &str) -> Option<Unproven> {
         if let Some(record) = lock(&self.unconfirmed).get(id) {
-            return Some(format!(
-                "sandbox {} belonged to an engine that ended before this one, and this engine \
-                 could not prove that its processes are gone; they may still run. A DELETE \
-                 tries again",
-                record.id
-            ));
+            return Some(Unproven::Predecessor {
+                id: record.id.clone(),
+            });
         }
         if !self.complete && !lock(&self.known).contains(id) && !lock(&self.own).contains_key(id) {
-            return Some(format!(
-                "this engine does not know sandbox {id}: an engine that kept no records may have \
-                 created it, so it cannot be called gone"
-            ));
+            return Some(Unproven::Unknown { id: id.to_string() });
         }
         None
     }
@@ -451,10 +446,10 @@ impl Records {
     /// A DELETE of a predecessor's sandbox not proven gone: verifies it
     /// again. `Ok(true)`: proven gone now; `Ok(false)`: not a sandbox this
     /// engine holds unproven; `Err`: still not proven.
-    pub fn retry(&self, id: &str) -> Result<bool, String> {
+    pub fn retry(&self, id: &str) -> Result<bool, StillUnproven> {
         let Some(record) = lock(&self.unconfirmed).get(id).cloned() else {
             return match self.unproven(id) {
-                Some(why) => Err(why),
+                Some(why) => Err(why.into()),
                 None => Ok(false),
             };
         };
@@ -464,17 +459,74 @@ impl Records {
                     lock(&self.unconfirmed).remove(id);
                     Ok(true)
                 }
-                Err(disk) => Err(format!(
-                    "sandbox {id} belonged to an engine that ended before this one; its \
-                     processes are gone but its disk is not proven detached: {disk}"
-                )),
+                Err(source) => Err(StillUnproven::Disk {
+                    id: id.to_string(),
+                    source,
+                }),
             },
-            Verdict::Unconfirmed(why) => Err(format!(
-                "sandbox {id} belonged to an engine that ended before this one and is still \
-                 not proven gone: {why}"
-            )),
+            Verdict::Unconfirmed(why) => Err(StillUnproven::Processes {
+                id: id.to_string(),
+                why,
+            }),
         }
     }
+}
+
+/// Why the API cannot call a sandbox id gone that no live sandbox of this
+/// engine has (see [`Records::unproven`]): the faces answer it 500
+/// `unconfirmed`, never 404.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unproven {
+    /// A predecessor's sandbox whose processes were not proven gone.
+    #[error(
+        "sandbox {id} belonged to an engine that ended before this one, and this engine could \
+         not prove that its processes are gone; they may still run. A DELETE tries again"
+    )]
+    Predecessor {
+        /// The sandbox's id.
+        id: String,
+    },
+    /// An id a state directory without a complete history cannot place.
+    #[error(
+        "this engine does not know sandbox {id}: an engine that kept no records may have \
+         created it, so it cannot be called gone"
+    )]
+    Unknown {
+        /// The id asked for.
+        id: String,
+    },
+}
+
+/// Why a DELETE of a predecessor's sandbox (see [`Records::retry`]) still
+/// cannot call it gone: it stays unconfirmed and a later DELETE tries
+/// again.
+#[derive(Debug, thiserror::Error)]
+pub enum StillUnproven {
+    /// Not a sandbox this engine holds unproven, and not one it can place.
+    #[error(transparent)]
+    Unproven(#[from] Unproven),
+    /// Its processes are gone; its disk is still attached.
+    #[error(
+        "sandbox {id} belonged to an engine that ended before this one; its processes are gone \
+         but its disk is not proven detached: {source}"
+    )]
+    Disk {
+        /// The sandbox's id.
+        id: String,
+        /// What still holds its disk.
+        source: DiskStillInUse,
+    },
+    /// Processes of it may still run.
+    #[error(
+        "sandbox {id} belonged to an engine that ended before this one and is still not proven \
+         gone: {why}"
+    )]
+    Processes {
+        /// The sandbox's id.
+        id: String,
+        /// What was found (the host pids, or why they could not be listed).
+        why: String,
+    },
 }
 
 /// Notes a tree the engine just started in the sandbox at `root` (a no-op

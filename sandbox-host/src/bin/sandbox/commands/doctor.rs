@@ -296,6 +296,7 @@ fn disk() -> Check {
                 &dir,
                 sandbox_engine::storage::disk::MIN_SANDBOX_DISK,
             )
+            .map_err(|e| e.to_string())
         });
     let _ = std::fs::remove_dir_all(&dir);
     match trial {
