@@ -76,7 +76,8 @@ fn egress_list(
             )))
         }
     };
-    crate::network::egress::Policy::parse_sandbox_list(&items).map_err(ApiError::bad_request)
+    crate::network::egress::Policy::parse_sandbox_list(&items)
+        .map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
 /// How long before its expiry a sandbox's delete starts, so that it is

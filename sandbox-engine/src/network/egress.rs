@@ -73,7 +73,7 @@ enum Admit {
 }
 
 /// Whose list a refusal names.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Whose {
     Engine,
     Sandbox,
@@ -88,6 +88,74 @@ impl Whose {
     }
 }
 
+/// An allow-list entry, or a sandbox's own list, that cannot be used: the
+/// operator's `--egress` stops the start, a sandbox's list is a 400.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadAllowList {
+    /// Neither a host pattern nor an address range.
+    #[error(
+        "egress entry {entry:?} is not a host pattern or an address range (any, host, \
+         host:port, *.domain, *.domain:port, 10.0.0.0/8)"
+    )]
+    NotAPattern {
+        /// The entry as given.
+        entry: String,
+    },
+    /// A sandbox's list longer than [`MAX_SANDBOX_ENTRIES`].
+    #[error(
+        "the egress allow-list has {count} entries; at most {MAX_SANDBOX_ENTRIES} are allowed"
+    )]
+    TooMany {
+        /// How many it has.
+        count: usize,
+    },
+    /// An entry with control characters.
+    #[error("egress entry {entry:?} holds control characters")]
+    ControlCharacters {
+        /// The entry as given.
+        entry: String,
+    },
+    /// An empty entry.
+    #[error("egress entries cannot be empty")]
+    Empty,
+    /// `*` (allow all) together with other entries.
+    #[error("egress entry \"*\" (allow all) cannot stand beside other entries")]
+    AllBesideOthers,
+}
+
+/// Why the proxy refuses a destination: the body of its `403 Forbidden`
+/// and the line in the server's log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Denied {
+    /// No entry of a list admits the host and port.
+    #[error("{host}:{port} is not in {}", .whose.list())]
+    NotListed {
+        /// The host asked for (lower case).
+        host: String,
+        port: u16,
+        whose: Whose,
+    },
+    /// The name resolved only to addresses outside a list's ranges.
+    #[error(
+        "{host}:{port} resolves to {ip}, outside every address range of {}",
+        .whose.list()
+    )]
+    OutsideRanges {
+        host: String,
+        port: u16,
+        ip: std::net::IpAddr,
+        whose: Whose,
+    },
+    /// A host-local address admitted only by a pattern or a wide range.
+    #[error(
+        "{host}:{port} is on the host's loopback; only an entry naming it exactly allows that"
+    )]
+    HostLocal { host: String, port: u16 },
+    /// The name resolved to no address at all.
+    #[error("{host}:{port} has no address")]
+    NoAddress { host: String, port: u16 },
+}
+
 /// An allow-list: the operator's (`--egress`, the ceiling of every
 /// sandbox) or a sandbox's own (which only narrows the operator's).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -99,7 +167,7 @@ impl Policy {
     /// Parses the operator's allow-list entries (see the module docs;
     /// an item may hold several, comma-separated); a clear error for an
     /// entry that is not a host pattern or an address range.
-    pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<Self, String> {
+    pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<Self, BadAllowList> {
         let mut out = Vec::new();
         for raw in entries {
             for e in raw.as_ref().split(',') {
@@ -119,23 +187,22 @@ impl Policy {
     /// reason: an empty entry, control characters, `*` beside other
     /// entries, more than [`MAX_SANDBOX_ENTRIES`], anything that is not a
     /// host pattern or an address range.
-    pub fn parse_sandbox_list<S: AsRef<str>>(items: &[S]) -> Result<Option<Self>, String> {
+    pub fn parse_sandbox_list<S: AsRef<str>>(items: &[S]) -> Result<Option<Self>, BadAllowList> {
         if items.len() > MAX_SANDBOX_ENTRIES {
-            return Err(format!(
-                "the egress allow-list has {} entries; at most {MAX_SANDBOX_ENTRIES} are allowed",
-                items.len()
-            ));
+            return Err(BadAllowList::TooMany { count: items.len() });
         }
         let mut entries = Vec::new();
         let mut star = false;
         for item in items {
             let raw = item.as_ref();
             if raw.chars().any(char::is_control) {
-                return Err(format!("egress entry {raw:?} holds control characters"));
+                return Err(BadAllowList::ControlCharacters {
+                    entry: raw.to_string(),
+                });
             }
             let e = raw.trim();
             if e.is_empty() {
-                return Err("egress entries cannot be empty".to_string());
+                return Err(BadAllowList::Empty);
             }
             if e == "*" {
                 star = true;
@@ -147,9 +214,7 @@ impl Policy {
             }
         }
         match (star, entries.is_empty()) {
-            (true, false) => {
-                Err("egress entry \"*\" (allow all) cannot stand beside other entries".to_string())
-            }
+            (true, false) => Err(BadAllowList::AllBesideOthers),
             (_, true) => Ok(None),
             (false, false) => Ok(Some(Self { entries })),
         }
@@ -195,7 +260,7 @@ impl Policy {
     }
 
     /// How `host:port` is admitted, or the reason it is not.
-    fn admit(&self, host: &str, port: u16, whose: Whose) -> Result<Admit, String> {
+    fn admit(&self, host: &str, port: u16, whose: Whose) -> Result<Admit, Denied> {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         let literal = host.parse::<std::net::IpAddr>().ok();
         let mut admitted = None;
@@ -223,7 +288,7 @@ impl Policy {
         match admitted {
             Some(a) => Ok(a),
             None if ranges && literal.is_none() => Ok(Admit::ByAddress),
-            None => Err(format!("{host}:{port} is not in {}", whose.list())),
+            None => Err(Denied::NotListed { host, port, whose }),
         }
     }
 
@@ -278,15 +343,12 @@ fn in_range(net: &ipnet::IpNet, ip: std::net::IpAddr) -> Option<Admit> {
     })
 }
 
-fn parse_entry(e: &str) -> Result<Entry, String> {
+fn parse_entry(e: &str) -> Result<Entry, BadAllowList> {
     if e.eq_ignore_ascii_case("any") {
         return Ok(Entry::Any);
     }
-    let bad = || {
-        format!(
-            "egress entry {e:?} is not a host pattern or an address range \
-             (any, host, host:port, *.domain, *.domain:port, 10.0.0.0/8)"
-        )
+    let bad = || BadAllowList::NotAPattern {
+        entry: e.to_string(),
     };
     if e.contains('/') {
         let net = e.parse::<ipnet::IpNet>().map_err(|_| bad())?;
@@ -443,7 +505,7 @@ impl<'a> Admission<'a> {
         own: Option<&'a Policy>,
         host: &str,
         port: u16,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Denied> {
         let mut lists = vec![(
             ceiling,
             ceiling.admit(host, port, Whose::Engine)?,
@@ -463,7 +525,7 @@ impl<'a> Admission<'a> {
         host: &str,
         port: u16,
         addrs: Vec<SocketAddr>,
-    ) -> Result<Vec<SocketAddr>, String> {
+    ) -> Result<Vec<SocketAddr>, Denied> {
         let mut kept = Vec::new();
         let mut outside = None;
         for addr in addrs {
@@ -478,11 +540,12 @@ impl<'a> Admission<'a> {
                     Some(a) => exact &= a == Admit::Exact,
                     None => {
                         admitted = false;
-                        outside = Some(format!(
-                            "{host}:{port} resolves to {}, outside every address range of {}",
-                            addr.ip(),
-                            whose.list()
-                        ));
+                        outside = Some(Denied::OutsideRanges {
+                            host: host.to_string(),
+                            port,
+                            ip: addr.ip(),
+                            whose: *whose,
+                        });
                     }
                 }
             }
@@ -490,15 +553,18 @@ impl<'a> Admission<'a> {
                 continue;
             }
             if !exact && host_local(addr.ip()) {
-                return Err(format!(
-                    "{host}:{port} is on the host's loopback; only an entry naming it exactly \
-                     allows that"
-                ));
+                return Err(Denied::HostLocal {
+                    host: host.to_string(),
+                    port,
+                });
             }
             kept.push(addr);
         }
         if kept.is_empty() {
-            return Err(outside.unwrap_or_else(|| format!("{host}:{port} has no address")));
+            return Err(outside.unwrap_or_else(|| Denied::NoAddress {
+                host: host.to_string(),
+                port,
+            }));
         }
         Ok(kept)
     }
@@ -649,8 +715,8 @@ async fn serve(
     // Refused by name before anything is resolved, where a list can tell.
     let admission = match Admission::by_name(ceiling, own, &host, port) {
         Ok(a) => a,
-        Err(reason) => {
-            let reason = deny(reason).await;
+        Err(denied) => {
+            let reason = deny(denied.to_string()).await;
             let _ = refuse(&mut conn, 403, "Forbidden", &reason).await;
             return;
         }
@@ -665,8 +731,8 @@ async fn serve(
     };
     let addrs = match admission.addresses(&host, port, addrs) {
         Ok(addrs) => addrs,
-        Err(reason) => {
-            let reason = deny(reason).await;
+        Err(denied) => {
+            let reason = deny(denied.to_string()).await;
             let _ = refuse(&mut conn, 403, "Forbidden", &reason).await;
             return;
         }
@@ -777,7 +843,8 @@ mod tests {
             .addresses("svc.example", 80, vec![addr("10.0.0.1:80")])
             .expect_err("outside");
         assert!(
-            err.contains("this sandbox's own egress allow-list"),
+            err.to_string()
+                .contains("this sandbox's own egress allow-list"),
             "{err}"
         );
         // `any` in the ceiling and a wide range of the sandbox's: not the
@@ -789,14 +856,17 @@ mod tests {
             .expect("by name")
             .addresses("127.0.0.1", 80, vec![addr("127.0.0.1:80")])
             .expect_err("loopback");
-        assert!(err.contains("loopback"), "{err}");
+        assert!(err.to_string().contains("loopback"), "{err}");
         // The sandbox's list cannot widen the ceiling.
         let ceiling = Policy::parse(&["example.com"]).expect("ceiling");
         let own = Policy::parse_sandbox_list(&["other.org"]).expect("own");
         let err = Admission::by_name(&ceiling, own.as_ref(), "other.org", 443)
             .err()
             .expect("refused");
-        assert!(err.contains("the engine's egress allow-list"), "{err}");
+        assert!(
+            err.to_string().contains("the engine's egress allow-list"),
+            "{err}"
+        );
     }
 
     #[test]
