@@ -434,7 +434,7 @@ impl ServerBuilder {
                             Err(_) => crate::storage::rootfs::fill_etc(&etc),
                         };
                         match filled {
-                            Ok(()) => probed,
+                            Ok(()) => probed.map_err(|e| e.to_string()),
                             Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
                         }
                     }

@@ -71,7 +71,7 @@ impl CreateBody {
                     self.rows.unwrap_or(d.rows.into()),
                 )
                 .map(Some)
-                .map_err(ApiError::bad_request)
+                .map_err(|e| ApiError::bad_request(e.to_string()))
             }
             Some(other) => Err(ApiError::bad_request(format!(
                 "kind {:?} is not known; it is \"process\" (pipes) or \"pty\" (a terminal)",

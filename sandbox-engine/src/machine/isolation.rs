@@ -570,9 +570,12 @@ pub fn bare_bwrap_command(
 
 /// Runs a trivial command under bwrap to see whether namespaces work here.
 /// Returns the bwrap path on success, or a reason on failure.
-pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
-    let bwrap = find_in_path("bwrap").ok_or_else(|| "bwrap not found in PATH".to_string())?;
-    prepare_root(probe_root).map_err(|e| format!("cannot prepare probe root: {e}"))?;
+pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, BwrapUnusable> {
+    let bwrap = find_in_path("bwrap").ok_or(BwrapUnusable::NotFound)?;
+    prepare_root(probe_root).map_err(|source| BwrapUnusable::ProbeRoot {
+        root: probe_root.to_path_buf(),
+        source,
+    })?;
     let spec = SpawnSpec {
         root: probe_root.to_path_buf(),
         cmd: "/bin/sh".to_string(),
@@ -583,7 +586,10 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
         marker: "probe".to_string(),
         terminal: None,
     };
-    let mut spawned = spawn(Some(&bwrap), &spec).map_err(|e| format!("cannot run bwrap: {e}"))?;
+    let mut spawned = spawn(Some(&bwrap), &spec).map_err(|source| BwrapUnusable::NotRun {
+        bwrap: bwrap.clone(),
+        source,
+    })?;
     // A machine command's group goes once the probe is done (the lease
     // with it, ending the probe's machine after its idle grace).
     let machine = spawned.machine.take();
@@ -597,8 +603,8 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
         spawned.child.wait_with_output(),
     )
     .await
-    .map_err(|_| "bwrap probe timed out".to_string())?
-    .map_err(|e| format!("bwrap probe failed: {e}"))?;
+    .map_err(|_| BwrapUnusable::TimedOut)?
+    .map_err(BwrapUnusable::NotWaited)?;
     match machine {
         Some((Holder::Group(group), lease)) => {
             // The group empties as the command's last process exits.
@@ -637,13 +643,51 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     if out.status.success() {
         Ok(bwrap)
     } else {
-        let err = String::from_utf8_lossy(&out.stderr);
-        Err(format!(
-            "bwrap probe failed ({}): {}",
-            out.status,
-            err.trim()
-        ))
+        Err(BwrapUnusable::Failed {
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
+}
+
+/// Why bubblewrap cannot isolate commands here (see [`probe_bwrap`]):
+/// the server then runs them as plain process groups only when the
+/// operator opted in, else it does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BwrapUnusable {
+    /// No `bwrap` in the server's `PATH`.
+    #[error("bwrap not found in PATH")]
+    NotFound,
+    /// The probe's root directory could not be made.
+    #[error("cannot prepare probe root: {source}")]
+    ProbeRoot {
+        /// The probe's root.
+        root: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// `bwrap` could not be started.
+    #[error("cannot run bwrap: {source}")]
+    NotRun {
+        /// The `bwrap` found.
+        bwrap: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The probe's command did not end within 20 s.
+    #[error("bwrap probe timed out")]
+    TimedOut,
+    /// The probe's command could not be waited for.
+    #[error("bwrap probe failed: {0}")]
+    NotWaited(std::io::Error),
+    /// The probe's command ran and failed: bwrap's own words.
+    #[error("bwrap probe failed ({status}): {stderr}")]
+    Failed {
+        /// How it ended.
+        status: std::process::ExitStatus,
+        /// What bwrap wrote to its stderr.
+        stderr: String,
+    },
 }
 
 /// Reads a pipe to its end in the background and discards the bytes.

@@ -257,6 +257,7 @@ fn user_namespaces() -> Check {
             rt.block_on(sandbox_engine::machine::isolation::probe_bwrap(
                 &dir.join("probe"),
             ))
+            .map_err(|e| e.to_string())
         });
     sandbox_engine::storage::rootfs::remove_etc(&dir);
     let _ = std::fs::remove_dir_all(&dir);
