@@ -429,7 +429,8 @@ pub async fn open_port(
     State(state): State<Shared>,
     Path((id, port)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let port = crate::http::limits::port(&port).map_err(ApiError::bad_request)?;
+    let port =
+        crate::http::limits::port(&port).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let sb = sandbox(&state, &id)?;
     if !state.ingress {
         return Err(ApiError::forbidden(crate::http::limits::INGRESS_OFF));
@@ -518,7 +519,7 @@ async fn destroy(state: &Shared, id: &str) -> Result<(), ApiError> {
     state.store.remove(id);
     remove_root(state, id, sb.root.clone())
         .await
-        .map_err(ApiError::internal)?;
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(())
 }
 

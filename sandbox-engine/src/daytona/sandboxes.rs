@@ -484,7 +484,8 @@ pub async fn preview_url(
     State(state): State<Shared>,
     Path((id, port)): Path<(String, String)>,
 ) -> Result<Response, DaytonaError> {
-    let port = crate::http::limits::port(&port).map_err(DaytonaError::bad_request)?;
+    let port =
+        crate::http::limits::port(&port).map_err(|e| DaytonaError::bad_request(e.to_string()))?;
     let sb = daytona_sandbox(&state, &id)?;
     if !state.ingress {
         return Err(
@@ -714,7 +715,7 @@ pub async fn delete(
     state.store.remove(sb.id());
     crate::http::state::remove_root(&state, sb.id(), sb.core.root.clone())
         .await
-        .map_err(DaytonaError::internal)?;
+        .map_err(|e| DaytonaError::internal(e.to_string()))?;
     let mut v = to_json(&state, &sb);
     v["state"] = json!("destroyed");
     v["desiredState"] = json!("destroyed");

@@ -242,7 +242,11 @@ pub async fn prove_gone(
 /// client waits for a DELETE. Shutdown waits for these removals. A
 /// failure is logged and the path is removed again at shutdown; `Err` only
 /// when no removal could be started.
-pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<(), String> {
+pub async fn remove_root(
+    state: &AppState,
+    id: &str,
+    root: PathBuf,
+) -> Result<(), RemovalNotStarted> {
     let trash = state.data_dir.join(format!(".removing-{id}"));
     crate::network::egress::set_sandbox_policy(&root, None);
     state.ports.close(&root);
@@ -275,14 +279,31 @@ pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<()
             state.store.removing(target, handle);
             Ok(())
         }
-        Err(e) => {
-            state.store.leave(target);
-            Err(format!(
-                "removing the files of sandbox {id} could not start ({e}); its processes are gone \
-                 and its files are removed at shutdown"
-            ))
+        Err(source) => {
+            state.store.leave(target.clone());
+            Err(RemovalNotStarted {
+                id: id.to_string(),
+                at: target,
+                source,
+            })
         }
     }
+}
+
+/// A deleted sandbox whose files could not start being removed (no
+/// thread to spare): its processes are gone, its files go at shutdown.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "removing the files of sandbox {id} could not start ({source}); its processes are gone and \
+     its files are removed at shutdown"
+)]
+pub struct RemovalNotStarted {
+    /// The sandbox's id.
+    pub id: String,
+    /// Where its files are (its root, or `.removing-<id>` beside it).
+    pub at: PathBuf,
+    /// Why no thread could start.
+    pub source: std::io::Error,
 }
 
 /// Drops finished processes beyond the retention (both faces: a Daytona
