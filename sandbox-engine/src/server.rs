@@ -411,6 +411,9 @@ impl ServerBuilder {
             Some(Err(_)) => Err("the disk probe failed".to_string()),
             None => Err("no disk asked for".to_string()),
         };
+        // What this server owns and hands down to its machines and
+        // commands; the probe's machine already belongs to it.
+        let mut registries = crate::machine::ServerRegistries::default();
         let (mode, bwrap, why) = match self.isolation {
             IsolationPreference::ProcessGroup => {
                 (IsolationMode::ProcessGroup, None, "requested".to_string())
@@ -425,7 +428,7 @@ impl ServerBuilder {
                         let filling = std::thread::Builder::new()
                             .name("createos-local-etc".into())
                             .spawn(move || crate::storage::rootfs::fill_etc(&into));
-                        let probed = isolation::probe_bwrap(&probe).await;
+                        let probed = isolation::probe_bwrap(&probe, &registries).await;
                         let filled = match filling {
                             Ok(thread) => thread.join().unwrap_or_else(|_| {
                                 Err(std::io::Error::other("the copying thread failed"))
@@ -477,10 +480,9 @@ impl ServerBuilder {
         let machines = mode == IsolationMode::Bwrap && crate::machine::enabled_here();
         // The policy applies where sandboxes are machines; elsewhere there
         // is no proxy, and none is registered.
-        crate::network::egress::set_policy(
-            &data_dir,
+        registries.egress = Arc::new(crate::network::egress::Policies::with_ceiling(
             (machines && self.egress.enabled()).then(|| self.egress.clone()),
-        );
+        ));
         if !self.quiet {
             match mode {
                 IsolationMode::Bwrap => eprintln!(
@@ -583,6 +585,7 @@ impl ServerBuilder {
         };
         let supervision = SupervisionRuntime::start(self.worker_threads)?;
         let state = Arc::new(AppState {
+            registries,
             supervision: supervision.handle(),
             api_key: self.api_key,
             faults: self.faults.clone(),

@@ -145,6 +145,7 @@ async fn start(
         journal,
         output_budget: Some(state.output_budget.clone()),
         terminal,
+        registries: state.registries.clone(),
     };
     Ok(Process::start(id, state.bwrap.clone(), &state.mode, req).await)
 }

@@ -242,7 +242,7 @@ async fn make_sandbox(
         return Err(ApiError::internal(format!("{why}; nothing was created")));
     }
     let sb = Arc::new(Sandbox::new(id, spec, root));
-    crate::network::egress::set_sandbox_policy(&sb.root, kept.egress);
+    state.registries.egress.set_sandbox(&sb.root, kept.egress);
     if let Some(window) = kept.auto_pause {
         sb.set_auto_pause(window);
     }
@@ -268,7 +268,7 @@ async fn make_sandbox(
     if state.transition_delay.is_zero() {
         sb.complete(0, Status::Running);
     }
-    let data = sb.to_json(&state.mode);
+    let data = sb.to_json(&state.mode, &state.registries.egress);
     if !state.transition_delay.is_zero() {
         finish_later(sb, 0, state.transition_delay, Status::Running, |_| {});
     }
@@ -290,7 +290,11 @@ pub async fn fork(
         })));
     }
     let kept = Kept {
-        egress: crate::network::egress::sandbox_policy(&source.root).map(|p| (*p).clone()),
+        egress: state
+            .registries
+            .egress
+            .sandbox(&source.root)
+            .map(|p| (*p).clone()),
         expiry: None,
         auto_pause: source.auto_pause(),
         forked_from: Some(source.id.clone()),
@@ -398,7 +402,7 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
-    Ok(ok(sb.to_json(&state.mode)))
+    Ok(ok(sb.to_json(&state.mode, &state.registries.egress)))
 }
 
 /// `PUT /sandboxes/{id}/egress`: replaces the sandbox's own egress list
@@ -415,8 +419,8 @@ pub async fn put_egress(
     if sb.status() == Status::Destroying {
         return Err(conflict("change the egress of", Status::Destroying));
     }
-    crate::network::egress::set_sandbox_policy(&sb.root, egress);
-    Ok(ok(sb.to_json(&state.mode)))
+    state.registries.egress.set_sandbox(&sb.root, egress);
+    Ok(ok(sb.to_json(&state.mode, &state.registries.egress)))
 }
 
 /// `POST /sandboxes/{id}/ports/{port}` (a `createos-local` extension):

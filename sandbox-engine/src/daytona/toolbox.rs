@@ -137,6 +137,7 @@ async fn start_process(
         journal,
         output_budget: Some(state.output_budget.clone()),
         terminal: None,
+        registries: state.registries.clone(),
     };
     let id = format!("proc-{}", crate::util::random_hex(8));
     let p = Process::start(id, state.bwrap.clone(), &state.mode, req).await;

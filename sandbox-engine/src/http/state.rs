@@ -74,6 +74,9 @@ pub struct AppState {
     pub records: Option<Arc<crate::storage::records::Records>>,
     /// Whether the data directory is the server's own temporary one.
     pub owned_data_dir: bool,
+    /// What this server owns that its machines and commands use (its
+    /// egress policies), handed down with each spawn.
+    pub registries: crate::machine::ServerRegistries,
 }
 
 /// Shared state handle.
@@ -248,7 +251,7 @@ pub async fn remove_root(
     root: PathBuf,
 ) -> Result<(), RemovalNotStarted> {
     let trash = state.data_dir.join(format!(".removing-{id}"));
-    crate::network::egress::set_sandbox_policy(&root, None);
+    state.registries.egress.set_sandbox(&root, None);
     state.ports.close(&root);
     // Its own disk goes first (a mount point cannot be renamed).
     let r = root.clone();

@@ -161,6 +161,9 @@ pub struct SpawnSpec {
     pub marker: String,
     /// A terminal of this size instead of pipes (see [`crate::machine::pty`]).
     pub terminal: Option<crate::machine::pty::Winsize>,
+    /// What the server that starts it owns: its machines' egress
+    /// policies.
+    pub registries: crate::machine::ServerRegistries,
 }
 
 /// A spawned command before its tree identity is known.
@@ -354,7 +357,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
 /// a pids group of its own or under an anchor ([`crate::machine::TreeProof`]).
 fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> {
     let uid = sandbox_uid(&spec.root);
-    let (door, lease) = crate::machine::join(bwrap, &spec.root)?;
+    let (door, lease) = crate::machine::join(bwrap, &spec.root, &spec.registries)?;
     let group = CommandGroup::create(&spec.root, uid, &spec.marker).transpose()?;
     let (command_group, group) = match group {
         Some((g, file)) => (Some(g), Some(file)),
@@ -372,7 +375,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
         None => Some(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?),
     };
     // Egress proxy variables first: the sandbox's own env may override.
-    let mut env = match crate::network::egress::policy_for(&spec.root) {
+    let mut env = match spec.registries.egress.ceiling() {
         Some(_) => crate::network::egress::proxy_env(),
         None => Vec::new(),
     };
@@ -562,6 +565,7 @@ pub fn bare_bwrap_command(
         env: base_env(&IsolationMode::Bwrap, root),
         marker: String::new(),
         terminal: None,
+        registries: crate::machine::ServerRegistries::default(),
     };
     let mut command = bwrap_command(bwrap, &spec, None);
     command.env_clear().envs(spec.env);
@@ -570,7 +574,10 @@ pub fn bare_bwrap_command(
 
 /// Runs a trivial command under bwrap to see whether namespaces work here.
 /// Returns the bwrap path on success, or a reason on failure.
-pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, BwrapUnusable> {
+pub async fn probe_bwrap(
+    probe_root: &Path,
+    registries: &crate::machine::ServerRegistries,
+) -> Result<PathBuf, BwrapUnusable> {
     let bwrap = find_in_path("bwrap").ok_or(BwrapUnusable::NotFound)?;
     prepare_root(probe_root).map_err(|source| BwrapUnusable::ProbeRoot {
         root: probe_root.to_path_buf(),
@@ -585,6 +592,7 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, BwrapUnusable> {
         env: base_env(&IsolationMode::Bwrap, probe_root),
         marker: "probe".to_string(),
         terminal: None,
+        registries: registries.clone(),
     };
     let mut spawned = spawn(Some(&bwrap), &spec).map_err(|source| BwrapUnusable::NotRun {
         bwrap: bwrap.clone(),

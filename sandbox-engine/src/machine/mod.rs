@@ -150,6 +150,17 @@ fn end(init_pid: i32, ns: u64) {
     }
 }
 
+/// What one server owns that its sandboxes' machines and commands use:
+/// made by the composition root ([`crate::server`]), kept in the server's
+/// state and handed down with each spawn ([`isolation::SpawnSpec`]). Two
+/// servers in one process never share one.
+#[derive(Debug, Clone, Default)]
+pub struct ServerRegistries {
+    /// The egress policies: the operator's ceiling and each sandbox's own
+    /// list.
+    pub egress: Arc<crate::network::egress::Policies>,
+}
+
 fn registry() -> &'static Mutex<HashMap<PathBuf, Machine>> {
     static MACHINES: OnceLock<Mutex<HashMap<PathBuf, Machine>>> = OnceLock::new();
     MACHINES.get_or_init(|| Mutex::new(HashMap::new()))
@@ -452,7 +463,11 @@ pub fn dial_into(root: &Path) -> crate::network::ingress::Dial {
 
 /// The way into the machine of the sandbox at `root` (started now if it
 /// is not running) and a lease on it.
-pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
+pub fn join(
+    bwrap: &Path,
+    root: &Path,
+    registries: &ServerRegistries,
+) -> std::io::Result<(Arc<Door>, Lease)> {
     let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(m) = machines.get_mut(root) {
         if m.alive() {
@@ -504,15 +519,21 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         pidfd,
         outer_reaped,
     };
-    if let Some(policy) = crate::network::egress::policy_for(root) {
+    if let Some(policy) = registries.egress.ceiling() {
         let name = root
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
         let listener = crate::machine::join::listener_in(&door, crate::network::egress::PROXY_PORT);
-        match listener
-            .and_then(|l| crate::network::egress::start_proxy(l, name, root.to_path_buf(), policy))
-        {
+        match listener.and_then(|l| {
+            crate::network::egress::start_proxy(
+                l,
+                name,
+                root.to_path_buf(),
+                policy,
+                registries.egress.clone(),
+            )
+        }) {
             Ok(task) => machine.proxy = Some(task),
             Err(e) => {
                 machine.kill();

@@ -397,6 +397,7 @@ mod tests {
             env: vec![],
             marker: "no-machine".into(),
             terminal: Some(Winsize::DEFAULT),
+            registries: Default::default(),
         };
         let refused =
             crate::machine::isolation::spawn(Some(std::path::Path::new("/bin/false")), &spec)

@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncWriteExt;
 
@@ -401,93 +401,83 @@ fn split_host_port(s: &str) -> Option<(String, Option<&str>)> {
     }
 }
 
-/// The policies in force: each server's (by its data directory, whose
-/// direct children are its sandboxes' roots) and each sandbox's own (by
-/// its root).
-#[derive(Default)]
-struct Policies {
-    engines: HashMap<PathBuf, Arc<Policy>>,
-    sandboxes: HashMap<PathBuf, Arc<Policy>>,
-}
-
-fn policies() -> std::sync::MutexGuard<'static, Policies> {
-    static P: OnceLock<Mutex<Policies>> = OnceLock::new();
-    P.get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+/// The policies in force in one server: the operator's ceiling and each
+/// sandbox's own list (by its root). The server owns it and hands it to
+/// its machines and its faces ([`crate::machine::ServerRegistries`]): two
+/// servers in one process never see each other's lists.
+#[derive(Debug, Default)]
+pub struct Policies {
+    /// The operator's list, where egress is on and sandboxes are machines.
+    ceiling: Option<Arc<Policy>>,
+    /// Each sandbox's own list, by its (canonical) root.
+    sandboxes: Mutex<HashMap<PathBuf, Arc<Policy>>>,
 }
 
 fn key(path: &Path) -> PathBuf {
     path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Sets the egress policy of the server whose data directory is
-/// `data_dir` (its sandboxes' roots are directly under it), or clears it
-/// (`None`: egress off). The server does this at start from
-/// [`crate::ServerBuilder::egress`].
-pub(crate) fn set_policy(data_dir: &Path, policy: Option<Policy>) {
-    let key = key(data_dir);
-    let mut all = policies();
-    match policy {
-        Some(policy) => {
-            all.engines.insert(key, Arc::new(policy));
-        }
-        None => {
-            all.engines.remove(&key);
+impl Policies {
+    /// The policies of a server whose operator's list is `ceiling`
+    /// (`None`: egress off). The server makes it at start from
+    /// [`crate::ServerBuilder::egress`].
+    pub fn with_ceiling(ceiling: Option<Policy>) -> Policies {
+        Policies {
+            ceiling: ceiling.map(Arc::new),
+            sandboxes: Mutex::default(),
         }
     }
-}
 
-/// The operator's policy (the ceiling) that applies to the sandbox at
-/// `root`, when egress is on.
-pub fn policy_for(root: &Path) -> Option<Arc<Policy>> {
-    let parent = root.parent()?;
-    policies()
-        .engines
-        .get(&key(parent))
-        .cloned()
-        .filter(|p| p.enabled())
-}
+    /// The operator's policy (the ceiling) that applies to every sandbox
+    /// of the server, when egress is on.
+    pub fn ceiling(&self) -> Option<Arc<Policy>> {
+        self.ceiling.clone().filter(|p| p.enabled())
+    }
 
-/// Sets the sandbox at `root`'s own list (`None`: none, the operator's
-/// list alone applies). New connections through its proxy follow it at
-/// once; a pause and resume keep it.
-pub fn set_sandbox_policy(root: &Path, policy: Option<Policy>) {
-    let key = key(root);
-    let mut all = policies();
-    match policy {
-        Some(policy) => {
-            all.sandboxes.insert(key, Arc::new(policy));
-        }
-        None => {
-            all.sandboxes.remove(&key);
+    fn sandboxes(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Policy>>> {
+        self.sandboxes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the sandbox at `root`'s own list (`None`: none, the operator's
+    /// list alone applies). New connections through its proxy follow it at
+    /// once; a pause and resume keep it.
+    pub fn set_sandbox(&self, root: &Path, policy: Option<Policy>) {
+        let key = key(root);
+        let mut all = self.sandboxes();
+        match policy {
+            Some(policy) => {
+                all.insert(key, Arc::new(policy));
+            }
+            None => {
+                all.remove(&key);
+            }
         }
     }
-}
 
-/// The sandbox at `root`'s own list, if it has one.
-pub fn sandbox_policy(root: &Path) -> Option<Arc<Policy>> {
-    policies().sandboxes.get(&key(root)).cloned()
-}
+    /// The sandbox at `root`'s own list, if it has one.
+    pub fn sandbox(&self, root: &Path) -> Option<Arc<Policy>> {
+        self.sandboxes().get(&key(root)).cloned()
+    }
 
-/// What the sandbox at `root` may reach, in words (its answer's
-/// `local_egress`).
-pub fn describe_for(root: &Path) -> String {
-    let own = sandbox_policy(root);
-    match (policy_for(root), own) {
-        (None, _) => "off: the engine's outbound network is off (start it with --egress to allow \
-                      destinations)"
-            .to_string(),
-        (Some(ceiling), None) => format!("the engine's {}", ceiling.describe()),
-        (Some(ceiling), Some(own)) if !own.enabled() => format!(
-            "nothing: this sandbox blocks all outbound network (the engine's {})",
-            ceiling.describe()
-        ),
-        (Some(ceiling), Some(own)) => format!(
-            "this sandbox's {}, within the engine's {}",
-            own.describe(),
-            ceiling.describe()
-        ),
+    /// What the sandbox at `root` may reach, in words (its answer's
+    /// `local_egress`).
+    pub fn describe_for(&self, root: &Path) -> String {
+        let own = self.sandbox(root);
+        match (self.ceiling(), own) {
+            (None, _) => "off: the engine's outbound network is off (start it with --egress to \
+                          allow destinations)"
+                .to_string(),
+            (Some(ceiling), None) => format!("the engine's {}", ceiling.describe()),
+            (Some(ceiling), Some(own)) if !own.enabled() => format!(
+                "nothing: this sandbox blocks all outbound network (the engine's {})",
+                ceiling.describe()
+            ),
+            (Some(ceiling), Some(own)) => format!(
+                "this sandbox's {}, within the engine's {}",
+                own.describe(),
+                ceiling.describe()
+            ),
+        }
     }
 }
 
@@ -592,6 +582,7 @@ pub fn start_proxy(
     sandbox: String,
     root: PathBuf,
     ceiling: Arc<Policy>,
+    policies: Arc<Policies>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let handle = tokio::runtime::Handle::try_current()
         .map_err(|_| std::io::Error::other("no runtime for the egress proxy"))?;
@@ -619,7 +610,7 @@ pub fn start_proxy(
             let sandbox = sandbox.clone();
             // The sandbox's own list as it is now: a replaced list holds
             // for every connection made after the replacement.
-            let own = sandbox_policy(&root);
+            let own = policies.sandbox(&root);
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 let mut conn = conn;
                 tokio::spawn(async move {
@@ -866,6 +857,24 @@ mod tests {
         assert!(
             err.to_string().contains("the engine's egress allow-list"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn each_server_has_policies_of_its_own() {
+        let one = Policies::with_ceiling(Some(Policy::parse(&["any"]).expect("ceiling")));
+        let other = Policies::default();
+        let root = Path::new("/nonexistent/sb-shared-name");
+        one.set_sandbox(root, Some(Policy::nothing()));
+        assert!(one.sandbox(root).is_some());
+        assert!(one.ceiling().is_some());
+        assert!(
+            other.sandbox(root).is_none(),
+            "a list leaked to another server"
+        );
+        assert!(
+            other.ceiling().is_none(),
+            "a ceiling leaked to another server"
         );
     }
 

@@ -343,7 +343,11 @@ impl Sandbox {
         self.expires_at.get().copied()
     }
 
-    pub fn to_json(&self, mode: &IsolationMode) -> Value {
+    pub fn to_json(
+        &self,
+        mode: &IsolationMode,
+        egress: &crate::network::egress::Policies,
+    ) -> Value {
         json!({
             "id": self.id,
             "expires_at": self.expiry().map(|secs| crate::util::rfc3339(secs as i64)),
@@ -353,8 +357,8 @@ impl Sandbox {
             "region": self.spec.region,
             "ingress_enabled": self.spec.ingress_enabled,
             "env_keys": self.spec.env.keys().collect::<Vec<_>>(),
-            "egress": crate::network::egress::sandbox_policy(&self.root).map(|p| p.entries()),
-            "local_egress": crate::network::egress::describe_for(&self.root),
+            "egress": egress.sandbox(&self.root).map(|p| p.entries()),
+            "local_egress": egress.describe_for(&self.root),
             "auto_pause_after_seconds": self.auto_pause().map(|d| d.as_secs()),
             "forked_from": self.forked_from.get(),
             "created_at": self.created_at,

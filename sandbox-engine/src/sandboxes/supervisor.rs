@@ -175,6 +175,9 @@ pub struct StartRequest {
     pub output_budget: Option<Arc<crate::sandboxes::output_budget::OutputBudget>>,
     /// A terminal of this size instead of pipes (a `pty` process).
     pub terminal: Option<Winsize>,
+    /// What the server that starts it owns (see
+    /// [`crate::machine::ServerRegistries`]).
+    pub registries: crate::machine::ServerRegistries,
 }
 
 /// The outcome of a terminate call.
@@ -241,6 +244,7 @@ impl Process {
             env: req.env.clone(),
             marker: marker.clone(),
             terminal: req.terminal,
+            registries: req.registries.clone(),
         };
         // The sandbox's OOM kills so far: one more by the time the command
         // ends by SIGKILL means the sandbox reached its memory limit. A

@@ -256,6 +256,7 @@ fn user_namespaces() -> Check {
         .and_then(|rt| {
             rt.block_on(sandbox_engine::machine::isolation::probe_bwrap(
                 &dir.join("probe"),
+                &sandbox_engine::machine::ServerRegistries::default(),
             ))
             .map_err(|e| e.to_string())
         });
