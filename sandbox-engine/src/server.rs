@@ -413,7 +413,10 @@ impl ServerBuilder {
         };
         // What this server owns and hands down to its machines and
         // commands; the probe's machine already belongs to it.
-        let mut registries = crate::machine::ServerRegistries::default();
+        let mut registries = crate::machine::ServerRegistries {
+            records: records.clone(),
+            ..Default::default()
+        };
         let (mode, bwrap, why) = match self.isolation {
             IsolationPreference::ProcessGroup => {
                 (IsolationMode::ProcessGroup, None, "requested".to_string())

@@ -159,6 +159,9 @@ pub struct ServerRegistries {
     /// The egress policies: the operator's ceiling and each sandbox's own
     /// list.
     pub egress: Arc<crate::network::egress::Policies>,
+    /// The durable records the trees of its sandboxes are noted in, when
+    /// it keeps them.
+    pub records: Option<Arc<crate::storage::records::Records>>,
 }
 
 fn registry() -> &'static Mutex<HashMap<PathBuf, Machine>> {
@@ -488,7 +491,9 @@ pub fn join(
     }
     let (init_pid, ns, outer_reaped) = start(bwrap, root)?;
     crate::trees::deathguard::watch(Guarded::Namespace { init_pid, ns });
-    crate::storage::records::note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
+    if let Some(records) = &registries.records {
+        records.note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
+    }
     let door = Door::open(init_pid);
     let door = match door {
         // Opened by pid: only valid if that pid is still the machine's init.

@@ -303,7 +303,9 @@ impl Process {
         proc.init_exit.store(init_exit.is_some(), Ordering::SeqCst);
         if let Some(guarded) = tree.guarded() {
             crate::trees::deathguard::watch(guarded);
-            crate::storage::records::note_tree(&req.root, &guarded, Some(&marker));
+            if let Some(records) = &req.registries.records {
+                records.note_tree(&req.root, &guarded, Some(&marker));
+            }
         }
         *lock(&proc.tree) = tree;
         if lock(&proc.tree).wake_holder() {

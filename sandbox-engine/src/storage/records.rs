@@ -47,7 +47,7 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -149,19 +149,14 @@ pub struct Records {
     unconfirmed: Mutex<HashMap<String, Record>>,
     /// Every id recorded on this state directory before this engine.
     known: Mutex<std::collections::HashSet<String>>,
+    /// This engine's recorded sandboxes by root, while it runs (for the
+    /// places that start trees and know only the root, see
+    /// [`Records::note_tree`]).
+    roots: Mutex<HashMap<PathBuf, String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The records open in this process, by sandbox root (for the places that
-/// start trees and know only the root, see [`note_tree`]).
-type OpenRoots = Mutex<HashMap<PathBuf, (Weak<Records>, String)>>;
-
-fn open_roots() -> &'static OpenRoots {
-    static OPEN: OnceLock<OpenRoots> = OnceLock::new();
-    OPEN.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 impl Records {
@@ -205,6 +200,7 @@ impl Records {
             own: Mutex::new(HashMap::new()),
             unconfirmed: Mutex::new(HashMap::new()),
             known: Mutex::new(Default::default()),
+            roots: Mutex::new(HashMap::new()),
         });
         let mut open = Vec::new();
         for record in records.read_all()? {
@@ -363,7 +359,7 @@ impl Records {
 
     /// Lets a successor open the state directory (the engine stopped).
     pub fn release(&self) {
-        lock(open_roots()).retain(|_, (records, _)| !std::ptr::eq(records.as_ptr(), self));
+        lock(&self.roots).clear();
         let _ = self.lock.unlock();
     }
 
@@ -390,7 +386,7 @@ impl Records {
         self.write(&record)?;
         own.insert(id.to_string(), record);
         drop(own);
-        lock(open_roots()).insert(root.to_path_buf(), (Arc::downgrade(self), id.to_string()));
+        lock(&self.roots).insert(root.to_path_buf(), id.to_string());
         Ok(())
     }
 
@@ -405,7 +401,7 @@ impl Records {
                      the next engine proves it gone again"
                 );
             }
-            lock(open_roots()).remove(&record.root);
+            lock(&self.roots).remove(&record.root);
             lock(&self.known).insert(id.to_string());
         }
     }
@@ -529,17 +525,20 @@ pub enum StillUnproven {
     },
 }
 
-/// Notes a tree the engine just started in the sandbox at `root` (a no-op
-/// when that sandbox is not recorded).
-pub fn note_tree(root: &Path, tree: &Guarded, marker: Option<&str>) {
-    let found = lock(open_roots()).get(root).cloned();
-    let Some((records, id)) = found else {
-        return;
-    };
-    let Some(records) = records.upgrade() else {
-        return;
-    };
-    let id_of = match *tree {
+impl Records {
+    /// Notes a tree the engine just started in the sandbox at `root` (a
+    /// no-op when that sandbox is not recorded, or the engine stopped).
+    pub fn note_tree(&self, root: &Path, tree: &Guarded, marker: Option<&str>) {
+        let Some(id) = lock(&self.roots).get(root).cloned() else {
+            return;
+        };
+        self.add_tree(&id, tree_id(tree, marker));
+    }
+}
+
+/// How a record names `tree`, a tree just started.
+fn tree_id(tree: &Guarded, marker: Option<&str>) -> TreeId {
+    match *tree {
         Guarded::Namespace { init_pid, ns } => {
             let start = procfs::stat(init_pid).map(|p| p.starttime);
             let identity = namespace_identity(init_pid);
@@ -560,8 +559,7 @@ pub fn note_tree(root: &Path, tree: &Guarded, marker: Option<&str>) {
                 marker.unwrap_or_default()
             ),
         },
-    };
-    records.add_tree(&id, id_of);
+    }
 }
 
 /// `(st_dev, st_ino)` of `/proc/PID/ns/pid`.
