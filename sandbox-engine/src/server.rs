@@ -530,7 +530,9 @@ impl ServerBuilder {
                 ),
             }
         }
-        // Each sandbox's own disk, where the host can mount one.
+        // Each sandbox's own disk, where the host can mount one; else a
+        // budget this server measures.
+        let mut disk_budget = None;
         let disk = if size == 0 {
             None
         } else {
@@ -548,10 +550,10 @@ impl ServerBuilder {
                             size.max(crate::storage::disk::MIN_SANDBOX_DISK) >> 20
                         );
                     }
-                    crate::storage::disk_budget::start(
+                    disk_budget = Some(crate::storage::disk_budget::DiskBudget::start(
                         &data_dir,
                         size.max(crate::storage::disk::MIN_SANDBOX_DISK),
-                    );
+                    ));
                     None
                 }
             }
@@ -589,6 +591,7 @@ impl ServerBuilder {
         let supervision = SupervisionRuntime::start(self.worker_threads)?;
         let state = Arc::new(AppState {
             registries,
+            disk_budget,
             supervision: supervision.handle(),
             api_key: self.api_key,
             faults: self.faults.clone(),
@@ -843,7 +846,9 @@ impl RunningServer {
         let state = self.state.clone();
         let data_dir = self.owned_data_dir.then(|| self.state.data_dir.clone());
         let etc_of = self.state.data_dir.clone();
-        crate::storage::disk_budget::stop(&etc_of);
+        if let Some(budget) = &self.state.disk_budget {
+            budget.stop();
+        }
         let _ = tokio::task::spawn_blocking(move || {
             state.store.finish_removals();
             let mut roots: Vec<PathBuf> =
@@ -916,7 +921,9 @@ impl Drop for RunningServer {
             let _ = crate::storage::disk::remove_tree(&root);
         }
         crate::storage::disk::remove_template(&self.state.data_dir);
-        crate::storage::disk_budget::stop(&self.state.data_dir);
+        if let Some(budget) = &self.state.disk_budget {
+            budget.stop();
+        }
         crate::storage::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
             let _ = crate::storage::disk::remove_tree(&self.state.data_dir);

@@ -77,6 +77,9 @@ pub struct AppState {
     /// What this server owns that its machines and commands use (its
     /// egress policies), handed down with each spawn.
     pub registries: crate::machine::ServerRegistries,
+    /// The sandboxes' disk budget, where they get no disk of their own
+    /// (see [`crate::storage::disk_budget`]).
+    pub disk_budget: Option<Arc<crate::storage::disk_budget::DiskBudget>>,
 }
 
 /// Shared state handle.

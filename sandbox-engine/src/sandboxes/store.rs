@@ -443,9 +443,12 @@ impl Store {
         &self,
         sb: &Arc<Sandbox>,
         budgets: &crate::trees::budgets::Budgets,
+        disk_budget: Option<&crate::storage::disk_budget::DiskBudget>,
     ) -> Result<Option<Admission>, crate::trees::budgets::Refusal> {
         crate::trees::budgets::admit_by_descriptors("process")?;
-        crate::storage::disk_budget::admit(&sb.root)?;
+        if let Some(disk_budget) = disk_budget {
+            disk_budget.admit(&sb.root)?;
+        }
         let _one_at_a_time = lock(&self.admitting);
         let (live, own) = self.live_processes(&sb.id);
         crate::trees::budgets::admit_process(budgets, live, own)?;
