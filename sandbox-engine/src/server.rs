@@ -906,13 +906,12 @@ impl Drop for RunningServer {
             for p in sb.processes() {
                 p.kill_now();
             }
-            crate::machine::end_now(&sb.root);
+            self.state.registries.machines.end_now(&sb.root);
             let _ = crate::storage::disk::remove_tree(&sb.root);
         }
-        for root in crate::machine::running() {
-            if root.starts_with(&self.state.data_dir) {
-                crate::machine::end_now(&root);
-            }
+        // The rest of this server's machines (its start-up probe's).
+        for root in self.state.registries.machines.running() {
+            self.state.registries.machines.end_now(&root);
         }
         // Removals of deleted sandboxes finish first (they work inside the
         // data directory removed below).
@@ -972,9 +971,8 @@ async fn terminate_all(state: &AppState) -> ShutdownReport {
         .iter()
         .map(|sb| (format!("sandbox {}", sb.id), sb.root.clone()))
         .collect();
-    // Only this server's: several servers may share the process.
-    for root in crate::machine::running() {
-        if root.starts_with(&state.data_dir) && !roots.iter().any(|(_, r)| *r == root) {
+    for root in state.registries.machines.running() {
+        if !roots.iter().any(|(_, r)| *r == root) {
             roots.push((format!("the machine of {}", root.display()), root));
         }
     }

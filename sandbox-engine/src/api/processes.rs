@@ -166,7 +166,12 @@ async fn start_registered(
 ) -> Result<Arc<Process>, ApiError> {
     let admission = state
         .store
-        .admit_process(sb, &state.budgets, state.disk_budget.as_deref())
+        .admit_process(
+            sb,
+            &state.budgets,
+            state.disk_budget.as_deref(),
+            &state.registries.machines,
+        )
         .map_err(over_budget)?;
     let _admission = admission.ok_or_else(|| {
         ApiError::conflict("sandbox is being deleted")

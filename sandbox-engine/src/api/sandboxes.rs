@@ -453,7 +453,7 @@ pub async fn open_port(
             &id,
             port,
             false,
-            crate::machine::dial_into(&sb.root),
+            crate::machine::dial_into(&state.registries.machines, &sb.root),
         )
         .map_err(|e| ApiError::internal(format!("port {port} could not be opened: {e}")))?;
     Ok(ok(json!({
@@ -576,16 +576,17 @@ pub async fn reap_idle(state: &Shared) {
 /// the current status when the sandbox is not running.
 fn begin_pause(state: &Shared, sb: Arc<Sandbox>) -> Result<(), Status> {
     let generation = sb.transition(&[Status::Running], Status::Pausing)?;
+    let machines = state.registries.machines.clone();
     finish_later(
         sb,
         generation,
         state.transition_delay,
         Status::Paused,
-        |sb| {
+        move |sb| {
             for p in sb.processes() {
                 p.freeze(true);
             }
-            crate::machine::freeze_sandbox(&sb.root, true);
+            machines.freeze_sandbox(&sb.root, true);
         },
     );
     Ok(())
@@ -610,13 +611,14 @@ pub async fn resume(
     let generation = sb
         .transition(&[Status::Paused], Status::Resuming)
         .map_err(|cur| conflict("resume", cur))?;
+    let machines = state.registries.machines.clone();
     finish_later(
         sb,
         generation,
         state.transition_delay,
         Status::Running,
-        |sb| {
-            crate::machine::freeze_sandbox(&sb.root, false);
+        move |sb| {
+            machines.freeze_sandbox(&sb.root, false);
             for p in sb.processes() {
                 p.freeze(false);
             }

@@ -501,7 +501,7 @@ pub async fn preview_url(
             sb.id(),
             port,
             sb.spec.public,
-            crate::machine::dial_into(&sb.core.root),
+            crate::machine::dial_into(&state.registries.machines, &sb.core.root),
         )
         .map_err(|e| {
             crate::http::error::ApiError::internal(format!("port {port} could not be opened: {e}"))

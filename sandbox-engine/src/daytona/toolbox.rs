@@ -108,7 +108,12 @@ async fn start_process(
     require_started(sb)?;
     let _admission = state
         .store
-        .admit_process(&sb.core, &state.budgets, state.disk_budget.as_deref())
+        .admit_process(
+            &sb.core,
+            &state.budgets,
+            state.disk_budget.as_deref(),
+            &state.registries.machines,
+        )
         .map_err(crate::http::error::over_budget)?
         .ok_or_else(|| DaytonaError::conflict("sandbox is stopping or being deleted"))?;
     let root = sb.core.root.clone();

@@ -222,9 +222,10 @@ pub async fn prove_gone(
     disk: bool,
 ) -> Result<bool, NotProvenGone> {
     let at = root.clone();
+    let machines = state.registries.machines.clone();
     let proof = state
         .supervision
-        .spawn_blocking(move || crate::sandboxes::teardown::end_sandbox(&root, disk))
+        .spawn_blocking(move || crate::sandboxes::teardown::end_sandbox(&machines, &root, disk))
         .await
         .map_err(|e| NotProvenGone::NotMade {
             root: at.clone(),

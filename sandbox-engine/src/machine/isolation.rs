@@ -639,8 +639,8 @@ pub async fn probe_bwrap(
     // The probe's machine ends now, not after the idle grace: nothing
     // records a probe, so an engine killed in those seconds would leave
     // its machine running for good.
-    if crate::machine::end_now(probe_root).is_some() {
-        let ended = crate::machine::take_ended(probe_root);
+    if registries.machines.end_now(probe_root).is_some() {
+        let ended = registries.machines.take_ended(probe_root);
         for _ in 0..200 {
             if ended.iter().all(|m| m.is_gone()) {
                 break;

@@ -410,11 +410,15 @@ impl Store {
     /// processes whose tree is not yet verified gone (processes being
     /// started included) or, where the kernel counts them (see
     /// [`crate::trees::budgets::sandbox_tasks`]) or a machine's scan finds
-    /// them ([`crate::machine::anchored_tasks`]), every task those
+    /// them ([`crate::machine::Machines::anchored_tasks`]), every task those
     /// processes started, whichever is more.
     /// Returns the count across every sandbox, and that of `sandbox`.
-    pub fn live_processes(&self, sandbox: &str) -> (usize, usize) {
-        let anchored = crate::machine::anchored_tasks();
+    pub fn live_processes(
+        &self,
+        sandbox: &str,
+        machines: &crate::machine::Machines,
+    ) -> (usize, usize) {
+        let anchored = machines.anchored_tasks();
         let mut total = 0;
         let mut own = 0;
         for sb in self.all() {
@@ -444,13 +448,14 @@ impl Store {
         sb: &Arc<Sandbox>,
         budgets: &crate::trees::budgets::Budgets,
         disk_budget: Option<&crate::storage::disk_budget::DiskBudget>,
+        machines: &crate::machine::Machines,
     ) -> Result<Option<Admission>, crate::trees::budgets::Refusal> {
         crate::trees::budgets::admit_by_descriptors("process")?;
         if let Some(disk_budget) = disk_budget {
             disk_budget.admit(&sb.root)?;
         }
         let _one_at_a_time = lock(&self.admitting);
-        let (live, own) = self.live_processes(&sb.id);
+        let (live, own) = self.live_processes(&sb.id, machines);
         crate::trees::budgets::admit_process(budgets, live, own)?;
         Ok(sb.admit())
     }
