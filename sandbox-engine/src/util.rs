@@ -15,6 +15,7 @@ pub fn random_hex(n: usize) -> String {
         .is_ok();
     if !ok {
         use std::sync::atomic::{AtomicU64, Ordering};
+        // Process-wide: ids must stay unique across every server of the process.
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)

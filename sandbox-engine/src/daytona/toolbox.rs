@@ -63,6 +63,7 @@ const EXECUTE_OUTPUT_CAP: usize = 8 * 1024 * 1024;
 const MAX_SESSION_ID: usize = 256;
 
 fn shell() -> &'static str {
+    // Process-wide: a fact of the host (which shell it has), looked up once.
     static SHELL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     SHELL.get_or_init(|| {
         if std::path::Path::new("/bin/bash").exists() {

@@ -325,6 +325,7 @@ impl TreeProof {
 /// are refused here, see [`user_namespaces_refused`]).
 pub fn tree_proof_here() -> Option<TreeProof> {
     use crate::trees::process_limits::TreeBackend;
+    // Process-wide: a fact of the host (its cgroups and namespaces), read once.
     static PROOF: OnceLock<Option<TreeProof>> = OnceLock::new();
     PROOF
         .get_or_init(|| {
@@ -417,6 +418,7 @@ const OTHER_NAMESPACES: libc::c_int = libc::CLONE_NEWPID
 /// `bwrap --disable-userns`). Its commands then run as its own uid with
 /// no capability (see [`crate::machine::bwrap_args`]).
 pub fn namespaces_without_user_here() -> bool {
+    // Process-wide: a fact of the host and of this process's namespaces, probed once.
     static HERE: OnceLock<bool> = OnceLock::new();
     *HERE.get_or_init(|| {
         user_namespaces_refused().is_some()
@@ -429,6 +431,7 @@ pub fn namespaces_without_user_here() -> bool {
 /// PID, network, IPC, UTS, mount), with what fixes it; `None` when it
 /// can. Tried once, in a forked child that makes them and exits.
 pub fn user_namespaces_refused() -> Option<String> {
+    // Process-wide: a fact of the host and of this process's namespaces, probed once.
     static WHY: OnceLock<Option<String>> = OnceLock::new();
     WHY.get_or_init(
         || match probe_unshare(libc::CLONE_NEWUSER | OTHER_NAMESPACES) {

@@ -250,6 +250,7 @@ pub fn remove_template(data_dir: &Path) {
 /// Serializes admission and creation of disks, so that two creations at
 /// once cannot both take the last room.
 fn creating() -> &'static Mutex<()> {
+    // Process-wide: it guards the free room of the file system, which all servers here share.
     static LOCK: Mutex<()> = Mutex::new(());
     &LOCK
 }

@@ -65,6 +65,8 @@ pub const GRACE: Duration = Duration::from_millis(500);
 
 /// The daemon serving each mounted disk, by mount point.
 fn daemons() -> &'static Mutex<HashMap<PathBuf, Daemon>> {
+    // Process-wide: this process's fuse2fs children, by mount point in its one mount
+    // namespace; whoever detaches a disk (a successor in this process too) reaps its daemon.
     static DAEMONS: OnceLock<Mutex<HashMap<PathBuf, Daemon>>> = OnceLock::new();
     DAEMONS.get_or_init(Default::default)
 }
