@@ -132,7 +132,68 @@ pub enum Verdict {
     /// No process of it is left (proven by a fresh scan).
     Gone,
     /// Not proven gone: why.
-    Unconfirmed(String),
+    Unconfirmed(Unconfirmed),
+}
+
+/// Why a predecessor's sandbox is not proven gone: what may still run or
+/// hold its disk, with the host pids a person can check (`ps -p PID`).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unconfirmed {
+    /// Processes of one of its recorded trees outlived the wait.
+    #[error("host pids {} still run in one of its process trees", pids_text(.pids))]
+    TreesRun {
+        /// Their host pids.
+        pids: Vec<i32>,
+    },
+    /// Its namespace's init is there but could not be read (out of
+    /// descriptors).
+    #[error("its init, host pid {init_pid}, could not be read")]
+    InitUnread {
+        /// The init's host pid.
+        init_pid: i32,
+    },
+    /// The scan of its trees could not be made.
+    #[error("its processes could not be listed ({source})")]
+    Unlisted {
+        /// Why (out of descriptors, for example).
+        source: Arc<std::io::Error>,
+    },
+    /// Processes of its own ids outlived the wait.
+    #[error("host pids {} still run as its {ids}", pids_text(.pids))]
+    IdsRun {
+        /// Its ids.
+        ids: crate::trees::id_map::IdRange,
+        /// Their host pids.
+        pids: Vec<i32>,
+    },
+    /// The scan of its ids could not be made.
+    #[error("the processes of its {ids} could not be listed ({source})")]
+    IdsUnlisted {
+        /// Its ids.
+        ids: crate::trees::id_map::IdRange,
+        /// Why.
+        source: Arc<std::io::Error>,
+    },
+    /// Its processes are gone; its disk is still attached.
+    #[error(transparent)]
+    Disk(Arc<DiskStillInUse>),
+}
+
+/// Two reasons are the same when they say the same (an I/O error has no
+/// equality of its own).
+impl PartialEq for Unconfirmed {
+    fn eq(&self, other: &Unconfirmed) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Unconfirmed {}
+
+fn pids_text(pids: &[i32]) -> String {
+    pids.iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The records of one engine (one state directory).
@@ -238,7 +299,7 @@ impl Records {
                     disk_deadline.saturating_duration_since(Instant::now()),
                 ) {
                     Ok(()) => Verdict::Gone,
-                    Err(disk) => Verdict::Unconfirmed(disk.to_string()),
+                    Err(disk) => Verdict::Unconfirmed(Unconfirmed::Disk(Arc::new(disk))),
                 },
                 unconfirmed => unconfirmed,
             };
@@ -521,7 +582,7 @@ pub enum StillUnproven {
         /// The sandbox's id.
         id: String,
         /// What was found (the host pids, or why they could not be listed).
-        why: String,
+        why: Unconfirmed,
     },
 }
 
@@ -610,9 +671,11 @@ fn init_alive(
 
 /// Live processes in the namespace `(dev, ino)` (`dev` unknown: by
 /// inode); `Err` when the scan could not be made (out of descriptors).
-fn in_namespace(dev: Option<u64>, ino: u64) -> Result<Vec<ProcInfo>, String> {
+fn in_namespace(dev: Option<u64>, ino: u64) -> Result<Vec<ProcInfo>, Unconfirmed> {
     Ok(procfs::try_live_in_namespace(ino)
-        .map_err(|e| format!("its processes could not be listed ({e})"))?
+        .map_err(|e| Unconfirmed::Unlisted {
+            source: Arc::new(e),
+        })?
         .into_iter()
         .filter(|p| dev.is_none() || namespace_identity(p.pid).is_none_or(|(d, _)| Some(d) == dev))
         .collect())
@@ -630,7 +693,7 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
         let mut outer: Option<ProcInfo> = None;
         loop {
             // `Err`: no scan could be made; that proves nothing.
-            let left: Result<Vec<ProcInfo>, String> = match tree {
+            let left: Result<Vec<ProcInfo>, Unconfirmed> = match tree {
                 TreeId::Namespace {
                     init_pid,
                     init_start,
@@ -667,7 +730,9 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                     {
                         // Its init could not be read (out of descriptors)
                         // but is there: not proven gone.
-                        Err(format!("its init, host pid {init_pid}, could not be read"))
+                        Err(Unconfirmed::InitUnread {
+                            init_pid: *init_pid,
+                        })
                     } else {
                         // Its init is gone: the kernel ends the rest and
                         // lets nothing new in. What is still seen under
@@ -697,7 +762,9 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                     let leader_alive =
                         procfs::stat(*leader).filter(|p| p.starttime == *start && !p.is_zombie());
                     match procfs::try_all_pids() {
-                        Err(e) => Err(format!("its processes could not be listed ({e})")),
+                        Err(e) => Err(Unconfirmed::Unlisted {
+                            source: Arc::new(e),
+                        }),
                         Ok(_) => {
                             let members: Vec<ProcInfo> = procfs::snapshot()
                                 .into_iter()
@@ -721,13 +788,9 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
             }
             if Instant::now() >= deadline {
                 return Verdict::Unconfirmed(match left {
-                    Ok(left) => {
-                        let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
-                        format!(
-                            "host pids {} still run in one of its process trees",
-                            pids.join(" ")
-                        )
-                    }
+                    Ok(left) => Unconfirmed::TreesRun {
+                        pids: left.iter().map(|p| p.pid).collect(),
+                    },
                     Err(why) => why,
                 });
             }
@@ -747,11 +810,14 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
             }
             if Instant::now() >= deadline {
                 return Verdict::Unconfirmed(match left {
-                    Ok(left) => {
-                        let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
-                        format!("host pids {} still run as its {ids}", pids.join(" "))
-                    }
-                    Err(e) => format!("the processes of its {ids} could not be listed ({e})"),
+                    Ok(left) => Unconfirmed::IdsRun {
+                        ids,
+                        pids: left.iter().map(|p| p.pid).collect(),
+                    },
+                    Err(e) => Unconfirmed::IdsUnlisted {
+                        ids,
+                        source: Arc::new(e),
+                    },
                 });
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -871,7 +937,9 @@ mod tests {
         let mut r = record(Vec::new());
         r.uid = Some(rustix::process::getuid().as_raw());
         match verify(&r, Duration::from_millis(100)) {
-            Verdict::Unconfirmed(why) => assert!(why.contains("still run as its uid"), "{why}"),
+            Verdict::Unconfirmed(why) => {
+                assert!(why.to_string().contains("still run as its uid"), "{why}")
+            }
             Verdict::Gone => panic!("called gone while processes of its uid run"),
         }
     }
