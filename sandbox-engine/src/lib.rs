@@ -26,6 +26,21 @@
 //! loopback origin with [`ServerBuilder::toolbox_port`]; the subset is
 //! recorded in `docs/daytona-api.md`.
 //!
+//! What one server owns is handed down from the composition root
+//! ([`server`]) through its shared state: the machines of its sandboxes
+//! ([`machine::Machines`]), its egress policies
+//! ([`network::egress::Policies`]), its records
+//! ([`storage::records::Records`]) and its disk budget
+//! ([`storage::disk_budget::DiskBudget`]), so two servers in one process
+//! share none of them. What stays process-wide is a fact of the host or of
+//! the process: the host's tree proof, namespaces, kernel capabilities,
+//! `/etc` entries and shell, each read once; the one thread every machine
+//! dies with ([`machine::lasting_spawner`]); the fuse2fs daemons, children
+//! of this process by mount point; the lock that admits disks against a
+//! file system's free room; the cursor of the host-wide id ranges; the
+//! fallback counter of random ids. ([`trees`] keeps its own process-wide
+//! facts, the death guard among them.)
+//!
 //! Limits worth knowing: no PTYs (`kind` is always `process`), no fork, no
 //! ingress, rate limiting only when asked for ([`ServerBuilder::rate_limit`]),
 //! no outbound network in bwrap mode, and the `shape` is only validated and

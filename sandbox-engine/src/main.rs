@@ -130,13 +130,35 @@ struct Cli {
     ingress: bool,
 }
 
-fn parse_output_budget(text: &str) -> Result<u64, String> {
+fn parse_output_budget(text: &str) -> Result<u64, sandbox_engine::util::InvalidSize> {
     sandbox_engine::sandboxes::output_budget::parse_budget(text)
 }
 
-fn parse_rate_limit(text: &str) -> Result<(u32, std::time::Duration), String> {
-    let invalid =
-        || format!("invalid rate limit {text:?}: expected REQUESTS/WINDOW_MS, for example 20/2000");
+/// Why the command line cannot start a server: said to the person who
+/// typed it.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    /// `--rate-limit` that is not `REQUESTS/WINDOW_MS`.
+    #[error("invalid rate limit {text:?}: expected REQUESTS/WINDOW_MS, for example 20/2000")]
+    RateLimit { text: String },
+    /// `--api-key-file` that cannot be read.
+    #[error("cannot read the API key file {}: {source}", .path.display())]
+    KeyFileUnreadable {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// `--api-key-file` whose first line is empty.
+    #[error("the API key file {} is empty", .path.display())]
+    KeyFileEmpty { path: std::path::PathBuf },
+    /// No key at all.
+    #[error("an API key is required: set CREATEOS_API_KEY, or pass --api-key-file FILE")]
+    NoKey,
+}
+
+fn parse_rate_limit(text: &str) -> Result<(u32, std::time::Duration), CliError> {
+    let invalid = || CliError::RateLimit {
+        text: text.to_string(),
+    };
     let (requests, window) = text.split_once('/').ok_or_else(invalid)?;
     let requests: u32 = requests
         .trim()
@@ -169,21 +191,21 @@ fn main() -> ExitCode {
 }
 
 /// The key from --api-key / CREATEOS_API_KEY or --api-key-file.
-fn api_key(cli: &Cli) -> Result<String, String> {
+fn api_key(cli: &Cli) -> Result<String, CliError> {
     if let Some(path) = &cli.api_key_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the API key file {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|source| CliError::KeyFileUnreadable {
+            path: path.clone(),
+            source,
+        })?;
         let key = text.lines().next().unwrap_or("").trim().to_string();
         if key.is_empty() {
-            return Err(format!("the API key file {} is empty", path.display()));
+            return Err(CliError::KeyFileEmpty { path: path.clone() });
         }
         return Ok(key);
     }
     match &cli.api_key {
         Some(key) if !key.is_empty() => Ok(key.clone()),
-        _ => Err(
-            "an API key is required: set CREATEOS_API_KEY, or pass --api-key-file FILE".to_string(),
-        ),
+        _ => Err(CliError::NoKey),
     }
 }
 

@@ -407,9 +407,15 @@ impl ServerBuilder {
             std::thread::spawn(move || crate::storage::disk::probe(&dir, size))
         });
         let mut disk_probed = move || match disk_probe.take().map(|h| h.join()) {
-            Some(Ok(result)) => result,
+            Some(Ok(result)) => result.map_err(|e| e.to_string()),
             Some(Err(_)) => Err("the disk probe failed".to_string()),
             None => Err("no disk asked for".to_string()),
+        };
+        // What this server owns and hands down to its machines and
+        // commands; the probe's machine already belongs to it.
+        let mut registries = crate::machine::ServerRegistries {
+            records: records.clone(),
+            ..Default::default()
         };
         let (mode, bwrap, why) = match self.isolation {
             IsolationPreference::ProcessGroup => {
@@ -425,7 +431,7 @@ impl ServerBuilder {
                         let filling = std::thread::Builder::new()
                             .name("createos-local-etc".into())
                             .spawn(move || crate::storage::rootfs::fill_etc(&into));
-                        let probed = isolation::probe_bwrap(&probe).await;
+                        let probed = isolation::probe_bwrap(&probe, &registries).await;
                         let filled = match filling {
                             Ok(thread) => thread.join().unwrap_or_else(|_| {
                                 Err(std::io::Error::other("the copying thread failed"))
@@ -434,7 +440,7 @@ impl ServerBuilder {
                             Err(_) => crate::storage::rootfs::fill_etc(&etc),
                         };
                         match filled {
-                            Ok(()) => probed,
+                            Ok(()) => probed.map_err(|e| e.to_string()),
                             Err(e) => Err(format!("cannot prepare the sandboxes' /etc: {e}")),
                         }
                     }
@@ -477,10 +483,9 @@ impl ServerBuilder {
         let machines = mode == IsolationMode::Bwrap && crate::machine::enabled_here();
         // The policy applies where sandboxes are machines; elsewhere there
         // is no proxy, and none is registered.
-        crate::network::egress::set_policy(
-            &data_dir,
+        registries.egress = Arc::new(crate::network::egress::Policies::with_ceiling(
             (machines && self.egress.enabled()).then(|| self.egress.clone()),
-        );
+        ));
         if !self.quiet {
             match mode {
                 IsolationMode::Bwrap => eprintln!(
@@ -525,7 +530,9 @@ impl ServerBuilder {
                 ),
             }
         }
-        // Each sandbox's own disk, where the host can mount one.
+        // Each sandbox's own disk, where the host can mount one; else a
+        // budget this server measures.
+        let mut disk_budget = None;
         let disk = if size == 0 {
             None
         } else {
@@ -543,10 +550,10 @@ impl ServerBuilder {
                             size.max(crate::storage::disk::MIN_SANDBOX_DISK) >> 20
                         );
                     }
-                    crate::storage::disk_budget::start(
+                    disk_budget = Some(crate::storage::disk_budget::DiskBudget::start(
                         &data_dir,
                         size.max(crate::storage::disk::MIN_SANDBOX_DISK),
-                    );
+                    ));
                     None
                 }
             }
@@ -583,6 +590,8 @@ impl ServerBuilder {
         };
         let supervision = SupervisionRuntime::start(self.worker_threads)?;
         let state = Arc::new(AppState {
+            registries,
+            disk_budget,
             supervision: supervision.handle(),
             api_key: self.api_key,
             faults: self.faults.clone(),
@@ -837,7 +846,9 @@ impl RunningServer {
         let state = self.state.clone();
         let data_dir = self.owned_data_dir.then(|| self.state.data_dir.clone());
         let etc_of = self.state.data_dir.clone();
-        crate::storage::disk_budget::stop(&etc_of);
+        if let Some(budget) = &self.state.disk_budget {
+            budget.stop();
+        }
         let _ = tokio::task::spawn_blocking(move || {
             state.store.finish_removals();
             let mut roots: Vec<PathBuf> =
@@ -895,13 +906,12 @@ impl Drop for RunningServer {
             for p in sb.processes() {
                 p.kill_now();
             }
-            crate::machine::end_now(&sb.root);
+            self.state.registries.machines.end_now(&sb.root);
             let _ = crate::storage::disk::remove_tree(&sb.root);
         }
-        for root in crate::machine::running() {
-            if root.starts_with(&self.state.data_dir) {
-                crate::machine::end_now(&root);
-            }
+        // The rest of this server's machines (its start-up probe's).
+        for root in self.state.registries.machines.running() {
+            self.state.registries.machines.end_now(&root);
         }
         // Removals of deleted sandboxes finish first (they work inside the
         // data directory removed below).
@@ -910,7 +920,9 @@ impl Drop for RunningServer {
             let _ = crate::storage::disk::remove_tree(&root);
         }
         crate::storage::disk::remove_template(&self.state.data_dir);
-        crate::storage::disk_budget::stop(&self.state.data_dir);
+        if let Some(budget) = &self.state.disk_budget {
+            budget.stop();
+        }
         crate::storage::rootfs::remove_etc(&self.state.data_dir);
         if self.owned_data_dir {
             let _ = crate::storage::disk::remove_tree(&self.state.data_dir);
@@ -959,9 +971,8 @@ async fn terminate_all(state: &AppState) -> ShutdownReport {
         .iter()
         .map(|sb| (format!("sandbox {}", sb.id), sb.root.clone()))
         .collect();
-    // Only this server's: several servers may share the process.
-    for root in crate::machine::running() {
-        if root.starts_with(&state.data_dir) && !roots.iter().any(|(_, r)| *r == root) {
+    for root in state.registries.machines.running() {
+        if !roots.iter().any(|(_, r)| *r == root) {
             roots.push((format!("the machine of {}", root.display()), root));
         }
     }

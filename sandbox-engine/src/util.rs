@@ -1,6 +1,7 @@
 //! Small helpers: random ids, RFC 3339 timestamps, byte sizes, finding
 //! a program in `PATH` and the pauses of a wait that polls ([`Backoff`])
-//! (no extra crates). Uses nothing else in the crate.
+//! (no crate but `thiserror` for a size it cannot read). Uses nothing
+//! else in the crate.
 
 use std::io::Read;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -15,6 +16,7 @@ pub fn random_hex(n: usize) -> String {
         .is_ok();
     if !ok {
         use std::sync::atomic::{AtomicU64, Ordering};
+        // Process-wide: ids must stay unique across every server of the process.
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -140,16 +142,35 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// A size that could not be read (`--sandbox-disk`, `--finished-output`):
+/// the text as given, and what a size looks like.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidSize {
+    /// Not a number with a binary unit.
+    #[error("invalid size {text:?}: expected a number with K, M, G or T, for example 2G")]
+    Unreadable {
+        /// The text as given.
+        text: String,
+    },
+    /// More bytes than a 64-bit count holds.
+    #[error("size {text:?} is too large")]
+    TooLarge {
+        /// The text as given.
+        text: String,
+    },
+}
+
 /// Parses a size such as `2G`, `512M`, `65536K` or `1073741824` (binary
 /// units, an optional `B` or `iB`).
-pub fn parse_bytes(text: &str) -> Result<u64, String> {
+pub fn parse_bytes(text: &str) -> Result<u64, InvalidSize> {
     let t = text.trim();
     let (digits, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => t.split_at(i),
         None => (t, ""),
     };
-    let invalid =
-        || format!("invalid size {text:?}: expected a number with K, M, G or T, for example 2G");
+    let invalid = || InvalidSize::Unreadable {
+        text: text.to_string(),
+    };
     let shift = match unit
         .trim()
         .to_ascii_uppercase()
@@ -166,7 +187,9 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let n: u64 = digits.parse().map_err(|_| invalid())?;
     n.checked_shl(shift)
         .filter(|b| b >> shift == n)
-        .ok_or_else(|| format!("size {text:?} is too large"))
+        .ok_or_else(|| InvalidSize::TooLarge {
+            text: text.to_string(),
+        })
 }
 
 /// The first `name` in the server's `PATH` (how the server finds bwrap).

@@ -100,7 +100,7 @@ pub async fn resize(
     let (Some(cols), Some(rows)) = (body.cols, body.rows) else {
         return Err(ApiError::bad_request("cols and rows are required"));
     };
-    let size = Winsize::new(cols, rows).map_err(ApiError::bad_request)?;
+    let size = Winsize::new(cols, rows).map_err(|e| ApiError::bad_request(e.to_string()))?;
     require_awake(&sb, "a resize")?;
     match p.resize(size) {
         Ok(()) => Ok(ok(

@@ -71,7 +71,7 @@ impl CreateBody {
                     self.rows.unwrap_or(d.rows.into()),
                 )
                 .map(Some)
-                .map_err(ApiError::bad_request)
+                .map_err(|e| ApiError::bad_request(e.to_string()))
             }
             Some(other) => Err(ApiError::bad_request(format!(
                 "kind {:?} is not known; it is \"process\" (pipes) or \"pty\" (a terminal)",
@@ -145,6 +145,7 @@ async fn start(
         journal,
         output_budget: Some(state.output_budget.clone()),
         terminal,
+        registries: state.registries.clone(),
     };
     Ok(Process::start(id, state.bwrap.clone(), &state.mode, req).await)
 }
@@ -165,7 +166,12 @@ async fn start_registered(
 ) -> Result<Arc<Process>, ApiError> {
     let admission = state
         .store
-        .admit_process(sb, &state.budgets)
+        .admit_process(
+            sb,
+            &state.budgets,
+            state.disk_budget.as_deref(),
+            &state.registries.machines,
+        )
         .map_err(over_budget)?;
     let _admission = admission.ok_or_else(|| {
         ApiError::conflict("sandbox is being deleted")

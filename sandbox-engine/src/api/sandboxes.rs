@@ -76,7 +76,8 @@ fn egress_list(
             )))
         }
     };
-    crate::network::egress::Policy::parse_sandbox_list(&items).map_err(ApiError::bad_request)
+    crate::network::egress::Policy::parse_sandbox_list(&items)
+        .map_err(|e| ApiError::bad_request(e.to_string()))
 }
 
 /// How long before its expiry a sandbox's delete starts, so that it is
@@ -241,7 +242,7 @@ async fn make_sandbox(
         return Err(ApiError::internal(format!("{why}; nothing was created")));
     }
     let sb = Arc::new(Sandbox::new(id, spec, root));
-    crate::network::egress::set_sandbox_policy(&sb.root, kept.egress);
+    state.registries.egress.set_sandbox(&sb.root, kept.egress);
     if let Some(window) = kept.auto_pause {
         sb.set_auto_pause(window);
     }
@@ -267,7 +268,7 @@ async fn make_sandbox(
     if state.transition_delay.is_zero() {
         sb.complete(0, Status::Running);
     }
-    let data = sb.to_json(&state.mode);
+    let data = sb.to_json(&state.mode, &state.registries.egress);
     if !state.transition_delay.is_zero() {
         finish_later(sb, 0, state.transition_delay, Status::Running, |_| {});
     }
@@ -289,7 +290,11 @@ pub async fn fork(
         })));
     }
     let kept = Kept {
-        egress: crate::network::egress::sandbox_policy(&source.root).map(|p| (*p).clone()),
+        egress: state
+            .registries
+            .egress
+            .sandbox(&source.root)
+            .map(|p| (*p).clone()),
         expiry: None,
         auto_pause: source.auto_pause(),
         forked_from: Some(source.id.clone()),
@@ -322,7 +327,8 @@ pub async fn create_template(
     let name = body
         .name
         .ok_or_else(|| ApiError::bad_request("name is required"))?;
-    crate::storage::templates::check_name(&name).map_err(ApiError::bad_request)?;
+    crate::storage::templates::check_name(&name)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let id = body
         .sandbox_id
         .ok_or_else(|| ApiError::bad_request("sandbox_id is required"))?;
@@ -396,7 +402,7 @@ pub async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let sb = sandbox(&state, &id)?;
-    Ok(ok(sb.to_json(&state.mode)))
+    Ok(ok(sb.to_json(&state.mode, &state.registries.egress)))
 }
 
 /// `PUT /sandboxes/{id}/egress`: replaces the sandbox's own egress list
@@ -413,8 +419,8 @@ pub async fn put_egress(
     if sb.status() == Status::Destroying {
         return Err(conflict("change the egress of", Status::Destroying));
     }
-    crate::network::egress::set_sandbox_policy(&sb.root, egress);
-    Ok(ok(sb.to_json(&state.mode)))
+    state.registries.egress.set_sandbox(&sb.root, egress);
+    Ok(ok(sb.to_json(&state.mode, &state.registries.egress)))
 }
 
 /// `POST /sandboxes/{id}/ports/{port}` (a `createos-local` extension):
@@ -427,7 +433,8 @@ pub async fn open_port(
     State(state): State<Shared>,
     Path((id, port)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let port = crate::http::limits::port(&port).map_err(ApiError::bad_request)?;
+    let port =
+        crate::http::limits::port(&port).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let sb = sandbox(&state, &id)?;
     if !state.ingress {
         return Err(ApiError::forbidden(crate::http::limits::INGRESS_OFF));
@@ -446,7 +453,7 @@ pub async fn open_port(
             &id,
             port,
             false,
-            crate::machine::dial_into(&sb.root),
+            crate::machine::dial_into(&state.registries.machines, &sb.root),
         )
         .map_err(|e| ApiError::internal(format!("port {port} could not be opened: {e}")))?;
     Ok(ok(json!({
@@ -516,7 +523,7 @@ async fn destroy(state: &Shared, id: &str) -> Result<(), ApiError> {
     state.store.remove(id);
     remove_root(state, id, sb.root.clone())
         .await
-        .map_err(ApiError::internal)?;
+        .map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(())
 }
 
@@ -569,16 +576,17 @@ pub async fn reap_idle(state: &Shared) {
 /// the current status when the sandbox is not running.
 fn begin_pause(state: &Shared, sb: Arc<Sandbox>) -> Result<(), Status> {
     let generation = sb.transition(&[Status::Running], Status::Pausing)?;
+    let machines = state.registries.machines.clone();
     finish_later(
         sb,
         generation,
         state.transition_delay,
         Status::Paused,
-        |sb| {
+        move |sb| {
             for p in sb.processes() {
                 p.freeze(true);
             }
-            crate::machine::freeze_sandbox(&sb.root, true);
+            machines.freeze_sandbox(&sb.root, true);
         },
     );
     Ok(())
@@ -603,13 +611,14 @@ pub async fn resume(
     let generation = sb
         .transition(&[Status::Paused], Status::Resuming)
         .map_err(|cur| conflict("resume", cur))?;
+    let machines = state.registries.machines.clone();
     finish_later(
         sb,
         generation,
         state.transition_delay,
         Status::Running,
-        |sb| {
-            crate::machine::freeze_sandbox(&sb.root, false);
+        move |sb| {
+            machines.freeze_sandbox(&sb.root, false);
             for p in sb.processes() {
                 p.freeze(false);
             }

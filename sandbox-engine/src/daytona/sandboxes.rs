@@ -77,8 +77,8 @@ struct Network {
 
 impl Network {
     /// The settings of the sandbox at `root` now.
-    fn of(root: &std::path::Path) -> Self {
-        let own = crate::network::egress::sandbox_policy(root);
+    fn of(egress: &crate::network::egress::Policies, root: &std::path::Path) -> Self {
+        let own = egress.sandbox(root);
         let entries = own.as_ref().map(|p| p.entries()).unwrap_or_default();
         let (ranges, domains) = entries.into_iter().partition(|e| e.contains('/'));
         Network {
@@ -164,7 +164,7 @@ pub fn daytona_sandbox(state: &AppState, id: &str) -> Result<Arc<DaytonaSandbox>
 pub fn to_json(state: &AppState, sb: &DaytonaSandbox) -> Value {
     let (st, error_reason, updated_at) = sb.state_detail();
     let spec = &sb.spec;
-    let network = Network::of(&sb.core.root);
+    let network = Network::of(&state.registries.egress, &sb.core.root);
     let mut v = json!({
         "id": sb.id(),
         "organizationId": "local",
@@ -176,10 +176,10 @@ pub fn to_json(state: &AppState, sb: &DaytonaSandbox) -> Value {
         "public": spec.public,
         "networkBlockAll": network.block_all
             || (state.mode.network() == "none"
-                && crate::network::egress::policy_for(&sb.core.root).is_none()),
+                && state.registries.egress.ceiling().is_none()),
         "networkAllowList": (!network.ranges.is_empty()).then(|| network.ranges.join(",")),
         "domainAllowList": (!network.domains.is_empty()).then(|| network.domains.join(",")),
-        "localEgress": crate::network::egress::describe_for(&sb.core.root),
+        "localEgress": state.registries.egress.describe_for(&sb.core.root),
         "target": spec.target,
         "cpu": spec.resources[0],
         "gpu": spec.resources[1],
@@ -382,7 +382,7 @@ pub async fn create(State(state): State<Shared>, body: Bytes) -> Result<Response
         build_info: body.build_info,
     };
     let sb = Arc::new(DaytonaSandbox::new(core.clone(), spec));
-    crate::network::egress::set_sandbox_policy(&core.root, network);
+    state.registries.egress.set_sandbox(&core.root, network);
     if let Err(existing) = state
         .store
         .insert_within(core.clone(), state.budgets.max_sandboxes)
@@ -419,8 +419,10 @@ pub async fn network_settings(
         ));
     }
     let sb = daytona_sandbox(&state, &id)?;
-    let policy = Network::of(&sb.core.root).with(change)?.policy()?;
-    crate::network::egress::set_sandbox_policy(&sb.core.root, policy);
+    let policy = Network::of(&state.registries.egress, &sb.core.root)
+        .with(change)?
+        .policy()?;
+    state.registries.egress.set_sandbox(&sb.core.root, policy);
     Ok(answer(&state, &sb))
 }
 
@@ -444,7 +446,8 @@ pub async fn snapshot(
     let name = body
         .name
         .ok_or_else(|| DaytonaError::bad_request("name is required"))?;
-    crate::storage::templates::check_name(&name).map_err(DaytonaError::bad_request)?;
+    crate::storage::templates::check_name(&name)
+        .map_err(|e| DaytonaError::bad_request(e.to_string()))?;
     let sb = daytona_sandbox(&state, &id)?;
     if sb.state() != SbState::Stopped {
         return Err(DaytonaError::conflict(format!(
@@ -483,7 +486,8 @@ pub async fn preview_url(
     State(state): State<Shared>,
     Path((id, port)): Path<(String, String)>,
 ) -> Result<Response, DaytonaError> {
-    let port = crate::http::limits::port(&port).map_err(DaytonaError::bad_request)?;
+    let port =
+        crate::http::limits::port(&port).map_err(|e| DaytonaError::bad_request(e.to_string()))?;
     let sb = daytona_sandbox(&state, &id)?;
     if !state.ingress {
         return Err(
@@ -497,7 +501,7 @@ pub async fn preview_url(
             sb.id(),
             port,
             sb.spec.public,
-            crate::machine::dial_into(&sb.core.root),
+            crate::machine::dial_into(&state.registries.machines, &sb.core.root),
         )
         .map_err(|e| {
             crate::http::error::ApiError::internal(format!("port {port} could not be opened: {e}"))
@@ -713,7 +717,7 @@ pub async fn delete(
     state.store.remove(sb.id());
     crate::http::state::remove_root(&state, sb.id(), sb.core.root.clone())
         .await
-        .map_err(DaytonaError::internal)?;
+        .map_err(|e| DaytonaError::internal(e.to_string()))?;
     let mut v = to_json(&state, &sb);
     v["state"] = json!("destroyed");
     v["desiredState"] = json!("destroyed");

@@ -63,6 +63,7 @@ const EXECUTE_OUTPUT_CAP: usize = 8 * 1024 * 1024;
 const MAX_SESSION_ID: usize = 256;
 
 fn shell() -> &'static str {
+    // Process-wide: a fact of the host (which shell it has), looked up once.
     static SHELL: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     SHELL.get_or_init(|| {
         if std::path::Path::new("/bin/bash").exists() {
@@ -108,7 +109,12 @@ async fn start_process(
     require_started(sb)?;
     let _admission = state
         .store
-        .admit_process(&sb.core, &state.budgets)
+        .admit_process(
+            &sb.core,
+            &state.budgets,
+            state.disk_budget.as_deref(),
+            &state.registries.machines,
+        )
         .map_err(crate::http::error::over_budget)?
         .ok_or_else(|| DaytonaError::conflict("sandbox is stopping or being deleted"))?;
     let root = sb.core.root.clone();
@@ -137,6 +143,7 @@ async fn start_process(
         journal,
         output_budget: Some(state.output_budget.clone()),
         terminal: None,
+        registries: state.registries.clone(),
     };
     let id = format!("proc-{}", crate::util::random_hex(8));
     let p = Process::start(id, state.bwrap.clone(), &state.mode, req).await;

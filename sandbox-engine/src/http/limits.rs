@@ -99,9 +99,19 @@ pub const INGRESS_OFF: &str = "ingress is off on this engine: nothing outside a 
      its ports; the operator enables it with `createos-local --ingress` (needs sandbox machines)";
 
 /// A port of a sandbox from a request path: 1–65535, or why not.
-pub fn port(text: &str) -> Result<u16, String> {
+pub fn port(text: &str) -> Result<u16, BadPort> {
     text.parse::<u16>()
         .ok()
         .filter(|p| *p != 0)
-        .ok_or_else(|| format!("port {text:?} is not a port number (1-65535)"))
+        .ok_or_else(|| BadPort {
+            text: text.to_string(),
+        })
+}
+
+/// A port in a request path that is not one (a 400 on both faces).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("port {text:?} is not a port number (1-65535)")]
+pub struct BadPort {
+    /// The path's text.
+    pub text: String,
 }

@@ -74,6 +74,12 @@ pub struct AppState {
     pub records: Option<Arc<crate::storage::records::Records>>,
     /// Whether the data directory is the server's own temporary one.
     pub owned_data_dir: bool,
+    /// What this server owns that its machines and commands use (its
+    /// egress policies), handed down with each spawn.
+    pub registries: crate::machine::ServerRegistries,
+    /// The sandboxes' disk budget, where they get no disk of their own
+    /// (see [`crate::storage::disk_budget`]).
+    pub disk_budget: Option<Arc<crate::storage::disk_budget::DiskBudget>>,
 }
 
 /// Shared state handle.
@@ -178,7 +184,7 @@ pub fn unproven(state: &AppState, id: &str) -> Option<ApiError> {
     Some(ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "unconfirmed",
-        why,
+        why.to_string(),
     ))
 }
 
@@ -193,7 +199,13 @@ pub async fn retry_unproven(state: &AppState, id: &str) -> Result<bool, ApiError
     let id = id.to_string();
     blocking(state, move || records.retry(&id))
         .await?
-        .map_err(|why| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "unconfirmed", why))
+        .map_err(|why| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "unconfirmed",
+                why.to_string(),
+            )
+        })
 }
 
 /// Ends what is left of the sandbox at `root` once its command trees are
@@ -210,9 +222,10 @@ pub async fn prove_gone(
     disk: bool,
 ) -> Result<bool, NotProvenGone> {
     let at = root.clone();
+    let machines = state.registries.machines.clone();
     let proof = state
         .supervision
-        .spawn_blocking(move || crate::sandboxes::teardown::end_sandbox(&root, disk))
+        .spawn_blocking(move || crate::sandboxes::teardown::end_sandbox(&machines, &root, disk))
         .await
         .map_err(|e| NotProvenGone::NotMade {
             root: at.clone(),
@@ -236,9 +249,13 @@ pub async fn prove_gone(
 /// client waits for a DELETE. Shutdown waits for these removals. A
 /// failure is logged and the path is removed again at shutdown; `Err` only
 /// when no removal could be started.
-pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<(), String> {
+pub async fn remove_root(
+    state: &AppState,
+    id: &str,
+    root: PathBuf,
+) -> Result<(), RemovalNotStarted> {
     let trash = state.data_dir.join(format!(".removing-{id}"));
-    crate::network::egress::set_sandbox_policy(&root, None);
+    state.registries.egress.set_sandbox(&root, None);
     state.ports.close(&root);
     // Its own disk goes first (a mount point cannot be renamed).
     let r = root.clone();
@@ -269,14 +286,31 @@ pub async fn remove_root(state: &AppState, id: &str, root: PathBuf) -> Result<()
             state.store.removing(target, handle);
             Ok(())
         }
-        Err(e) => {
-            state.store.leave(target);
-            Err(format!(
-                "removing the files of sandbox {id} could not start ({e}); its processes are gone \
-                 and its files are removed at shutdown"
-            ))
+        Err(source) => {
+            state.store.leave(target.clone());
+            Err(RemovalNotStarted {
+                id: id.to_string(),
+                at: target,
+                source,
+            })
         }
     }
+}
+
+/// A deleted sandbox whose files could not start being removed (no
+/// thread to spare): its processes are gone, its files go at shutdown.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "removing the files of sandbox {id} could not start ({source}); its processes are gone and \
+     its files are removed at shutdown"
+)]
+pub struct RemovalNotStarted {
+    /// The sandbox's id.
+    pub id: String,
+    /// Where its files are (its root, or `.removing-<id>` beside it).
+    pub at: PathBuf,
+    /// Why no thread could start.
+    pub source: std::io::Error,
 }
 
 /// Drops finished processes beyond the retention (both faces: a Daytona

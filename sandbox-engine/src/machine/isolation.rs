@@ -161,6 +161,9 @@ pub struct SpawnSpec {
     pub marker: String,
     /// A terminal of this size instead of pipes (see [`crate::machine::pty`]).
     pub terminal: Option<crate::machine::pty::Winsize>,
+    /// What the server that starts it owns: its machines' egress
+    /// policies.
+    pub registries: crate::machine::ServerRegistries,
 }
 
 /// A spawned command before its tree identity is known.
@@ -354,7 +357,7 @@ pub fn spawn(bwrap: Option<&Path>, spec: &SpawnSpec) -> std::io::Result<Spawned>
 /// a pids group of its own or under an anchor ([`crate::machine::TreeProof`]).
 fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> {
     let uid = sandbox_uid(&spec.root);
-    let (door, lease) = crate::machine::join(bwrap, &spec.root)?;
+    let (door, lease) = crate::machine::join(bwrap, &spec.root, &spec.registries)?;
     let group = CommandGroup::create(&spec.root, uid, &spec.marker).transpose()?;
     let (command_group, group) = match group {
         Some((g, file)) => (Some(g), Some(file)),
@@ -372,7 +375,7 @@ fn spawn_in_machine(bwrap: &Path, spec: &SpawnSpec) -> std::io::Result<Spawned> 
         None => Some(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?),
     };
     // Egress proxy variables first: the sandbox's own env may override.
-    let mut env = match crate::network::egress::policy_for(&spec.root) {
+    let mut env = match spec.registries.egress.ceiling() {
         Some(_) => crate::network::egress::proxy_env(),
         None => Vec::new(),
     };
@@ -562,6 +565,7 @@ pub fn bare_bwrap_command(
         env: base_env(&IsolationMode::Bwrap, root),
         marker: String::new(),
         terminal: None,
+        registries: crate::machine::ServerRegistries::default(),
     };
     let mut command = bwrap_command(bwrap, &spec, None);
     command.env_clear().envs(spec.env);
@@ -570,9 +574,15 @@ pub fn bare_bwrap_command(
 
 /// Runs a trivial command under bwrap to see whether namespaces work here.
 /// Returns the bwrap path on success, or a reason on failure.
-pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
-    let bwrap = find_in_path("bwrap").ok_or_else(|| "bwrap not found in PATH".to_string())?;
-    prepare_root(probe_root).map_err(|e| format!("cannot prepare probe root: {e}"))?;
+pub async fn probe_bwrap(
+    probe_root: &Path,
+    registries: &crate::machine::ServerRegistries,
+) -> Result<PathBuf, BwrapUnusable> {
+    let bwrap = find_in_path("bwrap").ok_or(BwrapUnusable::NotFound)?;
+    prepare_root(probe_root).map_err(|source| BwrapUnusable::ProbeRoot {
+        root: probe_root.to_path_buf(),
+        source,
+    })?;
     let spec = SpawnSpec {
         root: probe_root.to_path_buf(),
         cmd: "/bin/sh".to_string(),
@@ -582,8 +592,12 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
         env: base_env(&IsolationMode::Bwrap, probe_root),
         marker: "probe".to_string(),
         terminal: None,
+        registries: registries.clone(),
     };
-    let mut spawned = spawn(Some(&bwrap), &spec).map_err(|e| format!("cannot run bwrap: {e}"))?;
+    let mut spawned = spawn(Some(&bwrap), &spec).map_err(|source| BwrapUnusable::NotRun {
+        bwrap: bwrap.clone(),
+        source,
+    })?;
     // A machine command's group goes once the probe is done (the lease
     // with it, ending the probe's machine after its idle grace).
     let machine = spawned.machine.take();
@@ -597,8 +611,8 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
         spawned.child.wait_with_output(),
     )
     .await
-    .map_err(|_| "bwrap probe timed out".to_string())?
-    .map_err(|e| format!("bwrap probe failed: {e}"))?;
+    .map_err(|_| BwrapUnusable::TimedOut)?
+    .map_err(BwrapUnusable::NotWaited)?;
     // Each wait below polls with pauses from 0.2 ms up to 10 ms: the
     // probe is on the start path of every `sandbox run`.
     let until = |seconds| std::time::Instant::now() + std::time::Duration::from_secs(seconds);
@@ -625,8 +639,8 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     // The probe's machine ends now, not after the idle grace: nothing
     // records a probe, so an engine killed in those seconds would leave
     // its machine running for good.
-    if crate::machine::end_now(probe_root).is_some() {
-        let ended = crate::machine::take_ended(probe_root);
+    if registries.machines.end_now(probe_root).is_some() {
+        let ended = registries.machines.take_ended(probe_root);
         let (deadline, mut pause) = (until(2), pauses());
         while !ended.iter().all(|m| m.is_gone()) && std::time::Instant::now() < deadline {
             tokio::time::sleep(pause.next_pause()).await;
@@ -635,13 +649,51 @@ pub async fn probe_bwrap(probe_root: &Path) -> Result<PathBuf, String> {
     if out.status.success() {
         Ok(bwrap)
     } else {
-        let err = String::from_utf8_lossy(&out.stderr);
-        Err(format!(
-            "bwrap probe failed ({}): {}",
-            out.status,
-            err.trim()
-        ))
+        Err(BwrapUnusable::Failed {
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
     }
+}
+
+/// Why bubblewrap cannot isolate commands here (see [`probe_bwrap`]):
+/// the server then runs them as plain process groups only when the
+/// operator opted in, else it does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum BwrapUnusable {
+    /// No `bwrap` in the server's `PATH`.
+    #[error("bwrap not found in PATH")]
+    NotFound,
+    /// The probe's root directory could not be made.
+    #[error("cannot prepare probe root: {source}")]
+    ProbeRoot {
+        /// The probe's root.
+        root: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// `bwrap` could not be started.
+    #[error("cannot run bwrap: {source}")]
+    NotRun {
+        /// The `bwrap` found.
+        bwrap: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// The probe's command did not end within 20 s.
+    #[error("bwrap probe timed out")]
+    TimedOut,
+    /// The probe's command could not be waited for.
+    #[error("bwrap probe failed: {0}")]
+    NotWaited(std::io::Error),
+    /// The probe's command ran and failed: bwrap's own words.
+    #[error("bwrap probe failed ({status}): {stderr}")]
+    Failed {
+        /// How it ended.
+        status: std::process::ExitStatus,
+        /// What bwrap wrote to its stderr.
+        stderr: String,
+    },
 }
 
 /// Reads a pipe to its end in the background and discards the bytes.

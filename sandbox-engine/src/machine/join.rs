@@ -181,6 +181,7 @@ unsafe impl Sync for Launch {}
 
 /// The highest capability number of this kernel.
 fn last_cap() -> c_int {
+    // Process-wide: a fact of the kernel, read once.
     static LAST: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
     *LAST.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")

@@ -23,6 +23,7 @@ type Job = (Command, Sender<std::io::Result<Child>>);
 
 /// The lasting thread's queue, made with the thread on first use.
 fn queue() -> std::io::Result<Sender<Job>> {
+    // Process-wide: one thread per process, the parent every machine dies with.
     static QUEUE: OnceLock<Mutex<Option<Sender<Job>>>> = OnceLock::new();
     let mut slot = QUEUE
         .get_or_init(|| Mutex::new(None))

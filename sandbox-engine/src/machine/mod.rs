@@ -16,8 +16,8 @@
 //!
 //! Without a uid per sandbox (not root) a sandbox's processes are those
 //! of its machine's PID namespace and the namespaces nested in it
-//! ([`processes_of`]): pause ([`freeze_sandbox`]) and the delete's proof
-//! ([`take_ended`]) rest on that, never on the uid.
+//! ([`processes_of`]): pause ([`Machines::freeze_sandbox`]) and the delete's proof
+//! ([`Machines::take_ended`]) rest on that, never on the uid.
 //!
 //! # The machine
 //! The sandbox's usual bwrap command line (user, PID, network, IPC, UTS
@@ -29,7 +29,7 @@
 //! command joined meanwhile: a background process
 //! keeps its command's tree, and so the machine, alive until the process
 //! is deleted, the sandbox is deleted or the server shuts down. A delete,
-//! a stop or a shutdown ends it at once ([`end_now`]) and proves it gone
+//! a stop or a shutdown ends it at once ([`Machines::end_now`]) and proves it gone
 //! before answering ([`crate::sandboxes::teardown`]). The SIGKILL goes through a
 //! pidfd opened when the machine started, so it needs no new descriptor.
 //! The death guard kills it if the server dies (and keeps watching a
@@ -150,15 +150,63 @@ fn end(init_pid: i32, ns: u64) {
     }
 }
 
-fn registry() -> &'static Mutex<HashMap<PathBuf, Machine>> {
-    static MACHINES: OnceLock<Mutex<HashMap<PathBuf, Machine>>> = OnceLock::new();
-    MACHINES.get_or_init(|| Mutex::new(HashMap::new()))
+/// What one server owns that its sandboxes' machines and commands use:
+/// made by the composition root ([`crate::server`]), kept in the server's
+/// state and handed down with each spawn ([`isolation::SpawnSpec`]). Two
+/// servers in one process never share one.
+#[derive(Debug, Clone, Default)]
+pub struct ServerRegistries {
+    /// The egress policies: the operator's ceiling and each sandbox's own
+    /// list.
+    pub egress: Arc<crate::network::egress::Policies>,
+    /// The durable records the trees of its sandboxes are noted in, when
+    /// it keeps them.
+    pub records: Option<Arc<crate::storage::records::Records>>,
+    /// The machines of its sandboxes (its start-up probe's included).
+    pub machines: Arc<Machines>,
+}
+
+/// The machines of one server's sandboxes: those running, by sandbox
+/// root, and those ended and not yet proven gone. The server owns it
+/// ([`ServerRegistries`]); a lease holds it until the lease is dropped.
+#[derive(Default)]
+pub struct Machines {
+    running: Mutex<HashMap<PathBuf, Machine>>,
+    /// Machines of each sandbox that were ended (SIGKILL sent) and not yet
+    /// proven gone by the sandbox's delete or stop, as (init pid, PID
+    /// namespace): where a sandbox's processes share the server's uid,
+    /// its machines are what proves them gone, an idle one ended a moment
+    /// before the delete included.
+    ended: Mutex<Ended>,
+}
+
+impl std::fmt::Debug for Machines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never waits for the lock: a Debug print must not deadlock a
+        // thread that holds it.
+        let running = self
+            .running
+            .try_lock()
+            .map(|m| m.keys().cloned().collect::<Vec<_>>())
+            .ok();
+        f.debug_struct("Machines")
+            .field("running", &running)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Machines {
+    fn machines(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Machine>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// A command's hold on its sandbox's machine: the machine ends when the
 /// last lease is dropped.
 #[derive(Debug)]
 pub struct Lease {
+    /// The machines of the server that started it.
+    machines: Arc<Machines>,
     root: PathBuf,
     /// The host pid of the machine's init.
     init_pid: i32,
@@ -181,7 +229,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+        let mut machines = self.machines.machines();
         let armed = match machines.get_mut(&self.root) {
             Some(m) if m.ns == self.ns => {
                 m.leases = m.leases.saturating_sub(1);
@@ -192,14 +240,15 @@ impl Drop for Lease {
         drop(machines);
         let Some(generation) = armed else { return };
         let root = self.root.clone();
+        let all = self.machines.clone();
         let end_if_idle = move || {
-            let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+            let mut machines = all.machines();
             let idle = machines
                 .get(&root)
                 .is_some_and(|m| m.leases == 0 && m.generation == generation);
             if idle {
                 if let Some(m) = machines.remove(&root) {
-                    retire(&root, m);
+                    all.retire(&root, m);
                 }
             }
         };
@@ -211,13 +260,13 @@ impl Drop for Lease {
             });
         if timer.is_err() {
             // No thread for the timer: end the machine now.
-            let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+            let mut machines = self.machines.machines();
             if machines
                 .get(&self.root)
                 .is_some_and(|m| m.leases == 0 && m.generation == generation)
             {
                 if let Some(m) = machines.remove(&self.root) {
-                    retire(&self.root, m);
+                    self.machines.retire(&self.root, m);
                 }
             }
         }
@@ -276,6 +325,7 @@ impl TreeProof {
 /// are refused here, see [`user_namespaces_refused`]).
 pub fn tree_proof_here() -> Option<TreeProof> {
     use crate::trees::process_limits::TreeBackend;
+    // Process-wide: a fact of the host (its cgroups and namespaces), read once.
     static PROOF: OnceLock<Option<TreeProof>> = OnceLock::new();
     PROOF
         .get_or_init(|| {
@@ -368,6 +418,7 @@ const OTHER_NAMESPACES: libc::c_int = libc::CLONE_NEWPID
 /// `bwrap --disable-userns`). Its commands then run as its own uid with
 /// no capability (see [`crate::machine::bwrap_args`]).
 pub fn namespaces_without_user_here() -> bool {
+    // Process-wide: a fact of the host and of this process's namespaces, probed once.
     static HERE: OnceLock<bool> = OnceLock::new();
     *HERE.get_or_init(|| {
         user_namespaces_refused().is_some()
@@ -380,6 +431,7 @@ pub fn namespaces_without_user_here() -> bool {
 /// PID, network, IPC, UTS, mount), with what fixes it; `None` when it
 /// can. Tried once, in a forked child that makes them and exits.
 pub fn user_namespaces_refused() -> Option<String> {
+    // Process-wide: a fact of the host and of this process's namespaces, probed once.
     static WHY: OnceLock<Option<String>> = OnceLock::new();
     WHY.get_or_init(
         || match probe_unshare(libc::CLONE_NEWUSER | OTHER_NAMESPACES) {
@@ -431,11 +483,12 @@ pub fn describe_model() -> String {
 /// `root`: a socket made in its machine's network namespace, from the
 /// machine running at that moment; an error saying so when none runs
 /// (nothing can listen in a sandbox without one).
-pub fn dial_into(root: &Path) -> crate::network::ingress::Dial {
+pub fn dial_into(machines: &Arc<Machines>, root: &Path) -> crate::network::ingress::Dial {
     let root = root.to_path_buf();
+    let machines = machines.clone();
     std::sync::Arc::new(move || {
         let door = {
-            let machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+            let machines = machines.machines();
             machines
                 .get(&root)
                 .filter(|m| m.alive())
@@ -452,8 +505,13 @@ pub fn dial_into(root: &Path) -> crate::network::ingress::Dial {
 
 /// The way into the machine of the sandbox at `root` (started now if it
 /// is not running) and a lease on it.
-pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
-    let mut machines = registry().lock().unwrap_or_else(|p| p.into_inner());
+pub fn join(
+    bwrap: &Path,
+    root: &Path,
+    registries: &ServerRegistries,
+) -> std::io::Result<(Arc<Door>, Lease)> {
+    let all = &registries.machines;
+    let mut machines = all.machines();
     if let Some(m) = machines.get_mut(root) {
         if m.alive() {
             m.leases += 1;
@@ -461,6 +519,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
             return Ok((
                 m.door.clone(),
                 Lease {
+                    machines: all.clone(),
                     root: root.to_path_buf(),
                     init_pid: m.init_pid,
                     ns: m.ns,
@@ -468,12 +527,14 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
             ));
         }
         if let Some(m) = machines.remove(root) {
-            retire(root, m);
+            all.retire(root, m);
         }
     }
     let (init_pid, ns, outer_reaped) = start(bwrap, root)?;
     crate::trees::deathguard::watch(Guarded::Namespace { init_pid, ns });
-    crate::storage::records::note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
+    if let Some(records) = &registries.records {
+        records.note_tree(root, &Guarded::Namespace { init_pid, ns }, None);
+    }
     let door = Door::open(init_pid);
     let door = match door {
         // Opened by pid: only valid if that pid is still the machine's init.
@@ -504,15 +565,21 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
         pidfd,
         outer_reaped,
     };
-    if let Some(policy) = crate::network::egress::policy_for(root) {
+    if let Some(policy) = registries.egress.ceiling() {
         let name = root
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_default();
         let listener = crate::machine::join::listener_in(&door, crate::network::egress::PROXY_PORT);
-        match listener
-            .and_then(|l| crate::network::egress::start_proxy(l, name, root.to_path_buf(), policy))
-        {
+        match listener.and_then(|l| {
+            crate::network::egress::start_proxy(
+                l,
+                name,
+                root.to_path_buf(),
+                policy,
+                registries.egress.clone(),
+            )
+        }) {
             Ok(task) => machine.proxy = Some(task),
             Err(e) => {
                 machine.kill();
@@ -526,6 +593,7 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
     Ok((
         door,
         Lease {
+            machines: all.clone(),
             root: root.to_path_buf(),
             init_pid,
             ns,
@@ -533,19 +601,18 @@ pub fn join(bwrap: &Path, root: &Path) -> std::io::Result<(Arc<Door>, Lease)> {
     ))
 }
 
-/// Ends the machine of the sandbox at `root` now, whatever its leases:
-/// the sandbox is being deleted or stopped and every command tree of it
-/// was verified gone. SIGKILL to its init (the kernel ends its PID
-/// namespace). Returns the init's pid, for the caller's proof
-/// ([`crate::sandboxes::teardown`]); `None` when no machine was running.
-pub fn end_now(root: &Path) -> Option<(i32, u64)> {
-    let m = registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(root)?;
-    let ended = (m.init_pid, m.ns);
-    retire(root, m);
-    Some(ended)
+impl Machines {
+    /// Ends the machine of the sandbox at `root` now, whatever its leases:
+    /// the sandbox is being deleted or stopped and every command tree of it
+    /// was verified gone. SIGKILL to its init (the kernel ends its PID
+    /// namespace). Returns the init's pid, for the caller's proof
+    /// ([`crate::sandboxes::teardown`]); `None` when no machine was running.
+    pub fn end_now(&self, root: &Path) -> Option<(i32, u64)> {
+        let m = self.machines().remove(root)?;
+        let ended = (m.init_pid, m.ns);
+        self.retire(root, m);
+        Some(ended)
+    }
 }
 
 /// A machine that was ended (SIGKILL sent) and is still to be proven gone.
@@ -574,52 +641,44 @@ impl EndedMachine {
 /// Ended machines by sandbox root.
 type Ended = HashMap<PathBuf, Vec<EndedMachine>>;
 
-/// Machines of each sandbox that were ended (SIGKILL sent) and not yet
-/// proven gone by the sandbox's delete or stop, as (init pid, PID
-/// namespace): where a sandbox's processes share the server's uid, its
-/// machines are what proves them gone, an idle one ended a moment before
-/// the delete included.
-fn ended() -> &'static Mutex<Ended> {
-    static ENDED: OnceLock<Mutex<Ended>> = OnceLock::new();
-    ENDED.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// Ends machine `m` of the sandbox at `root` and notes it for the proof.
-fn retire(root: &Path, m: Machine) {
-    // A paused sandbox's machine is frozen in its cgroup v2 group: its
-    // init dies of the SIGKILL, but its outer bwrap, frozen, would never
-    // run to exit (and a machine is gone only once that is reaped). The
-    // group is thawed first; the kill follows at once.
-    crate::trees::process_limits::freeze_sandbox(root, false);
-    m.kill();
-    let mut ended = ended().lock().unwrap_or_else(|p| p.into_inner());
-    // Those already gone need no proof any more.
-    for list in ended.values_mut() {
-        list.retain(|e| {
-            !e.outer_reaped.load(Ordering::Acquire)
-                || procfs::stat(e.init_pid).is_some_and(|p| !p.is_zombie())
-                    && procfs::pid_namespace(e.init_pid) == Some(e.ns)
-        });
+impl Machines {
+    /// Ends machine `m` of the sandbox at `root` and notes it for the proof.
+    fn retire(&self, root: &Path, m: Machine) {
+        // A paused sandbox's machine is frozen in its cgroup v2 group: its
+        // init dies of the SIGKILL, but its outer bwrap, frozen, would never
+        // run to exit (and a machine is gone only once that is reaped). The
+        // group is thawed first; the kill follows at once.
+        crate::trees::process_limits::freeze_sandbox(root, false);
+        m.kill();
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        // Those already gone need no proof any more.
+        for list in ended.values_mut() {
+            list.retain(|e| {
+                !e.outer_reaped.load(Ordering::Acquire)
+                    || procfs::stat(e.init_pid).is_some_and(|p| !p.is_zombie())
+                        && procfs::pid_namespace(e.init_pid) == Some(e.ns)
+            });
+        }
+        ended.retain(|_, list| !list.is_empty());
+        ended
+            .entry(root.to_path_buf())
+            .or_default()
+            .push(EndedMachine {
+                init_pid: m.init_pid,
+                ns: m.ns,
+                outer_reaped: m.outer_reaped.clone(),
+            });
     }
-    ended.retain(|_, list| !list.is_empty());
-    ended
-        .entry(root.to_path_buf())
-        .or_default()
-        .push(EndedMachine {
-            init_pid: m.init_pid,
-            ns: m.ns,
-            outer_reaped: m.outer_reaped.clone(),
-        });
-}
 
-/// The machines of the sandbox at `root` ended so far and not yet taken,
-/// each to be proven gone by the caller ([`EndedMachine::is_gone`]).
-pub fn take_ended(root: &Path) -> Vec<EndedMachine> {
-    ended()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(root)
-        .unwrap_or_default()
+    /// The machines of the sandbox at `root` ended so far and not yet taken,
+    /// each to be proven gone by the caller ([`EndedMachine::is_gone`]).
+    pub fn take_ended(&self, root: &Path) -> Vec<EndedMachine> {
+        self.ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(root)
+            .unwrap_or_default()
+    }
 }
 
 /// Every live process of the machine whose PID namespace is `ns`: its
@@ -640,98 +699,89 @@ pub fn processes_of(ns: u64) -> Vec<crate::trees::procfs::ProcInfo> {
     procfs::descendants(snap, members, true)
 }
 
-/// The tasks (processes and threads) each running machine holds besides
-/// its init and holder, by sandbox root, where commands' trees are held
-/// by anchors (no pids group counts them): one `/proc` scan for every
-/// machine. Empty elsewhere (a pids group counts them, see
-/// [`crate::trees::budgets::sandbox_tasks`]). The anchors themselves are
-/// not counted (the server cannot read their namespace).
-pub fn anchored_tasks() -> HashMap<PathBuf, usize> {
-    if tree_proof_here() != Some(TreeProof::Anchor) {
-        return HashMap::new();
-    }
-    let machines: HashMap<u64, PathBuf> = registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .map(|(root, m)| (m.ns, root.clone()))
-        .collect();
-    if machines.is_empty() {
-        return HashMap::new();
-    }
-    let mut tasks: HashMap<PathBuf, usize> = HashMap::new();
-    for ns in machines.keys() {
-        let threads: usize = processes_of(*ns)
+impl Machines {
+    /// The tasks (processes and threads) each running machine holds besides
+    /// its init and holder, by sandbox root, where commands' trees are held
+    /// by anchors (no pids group counts them): one `/proc` scan for every
+    /// machine. Empty elsewhere (a pids group counts them, see
+    /// [`crate::trees::budgets::sandbox_tasks`]). The anchors themselves are
+    /// not counted (the server cannot read their namespace).
+    pub fn anchored_tasks(&self) -> HashMap<PathBuf, usize> {
+        if tree_proof_here() != Some(TreeProof::Anchor) {
+            return HashMap::new();
+        }
+        let machines: HashMap<u64, PathBuf> = self
+            .machines()
             .iter()
-            .map(|p| {
-                std::fs::read_dir(format!("/proc/{}/task", p.pid))
-                    .map(|d| d.count())
-                    .unwrap_or(1)
-            })
-            .sum();
-        tasks.insert(machines[ns].clone(), threads.saturating_sub(2));
-    }
-    tasks
-}
-
-/// Stops or continues everything of the sandbox at `root` (a pause or a
-/// resume): every process of its own ids where it has them (a root
-/// server, [`crate::trees::host_processes::freeze_ids`]), else every
-/// process of its machine ([`freeze`]).
-pub fn freeze_sandbox(root: &Path, stop: bool) {
-    // cgroup v2: the kernel freezes the sandbox's whole group.
-    if crate::trees::process_limits::freeze_sandbox(root, stop) {
-        return;
-    }
-    match crate::trees::host_processes::sandbox_ids(root) {
-        Some(ids) => {
-            crate::trees::host_processes::freeze_ids(ids, stop);
-        }
-        None => freeze(root, stop),
-    }
-}
-
-/// Stops (`SIGSTOP`) or continues every process of the sandbox at `root`'s
-/// running machine ([`processes_of`]); stopping repeats until every one
-/// found is stopped (bounded at 100 rounds). Nothing when no machine runs.
-pub fn freeze(root: &Path, stop: bool) {
-    let Some(ns) = registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(root)
-        .map(|m| m.ns)
-    else {
-        return;
-    };
-    use crate::trees::host_processes::signal_verified;
-    if !stop {
-        for p in processes_of(ns) {
-            signal_verified(&p, rustix::process::Signal::CONT);
-        }
-        return;
-    }
-    for _ in 0..100 {
-        let running: Vec<_> = processes_of(ns)
-            .into_iter()
-            .filter(|p| !matches!(p.state, 'T' | 't'))
+            .map(|(root, m)| (m.ns, root.clone()))
             .collect();
-        if running.is_empty() {
+        if machines.is_empty() {
+            return HashMap::new();
+        }
+        let mut tasks: HashMap<PathBuf, usize> = HashMap::new();
+        for ns in machines.keys() {
+            let threads: usize = processes_of(*ns)
+                .iter()
+                .map(|p| {
+                    std::fs::read_dir(format!("/proc/{}/task", p.pid))
+                        .map(|d| d.count())
+                        .unwrap_or(1)
+                })
+                .sum();
+            tasks.insert(machines[ns].clone(), threads.saturating_sub(2));
+        }
+        tasks
+    }
+
+    /// Stops or continues everything of the sandbox at `root` (a pause or a
+    /// resume): every process of its own ids where it has them (a root
+    /// server, [`crate::trees::host_processes::freeze_ids`]), else every
+    /// process of its machine ([`Machines::freeze`]).
+    pub fn freeze_sandbox(&self, root: &Path, stop: bool) {
+        // cgroup v2: the kernel freezes the sandbox's whole group.
+        if crate::trees::process_limits::freeze_sandbox(root, stop) {
             return;
         }
-        for p in &running {
-            signal_verified(p, rustix::process::Signal::STOP);
+        match crate::trees::host_processes::sandbox_ids(root) {
+            Some(ids) => {
+                crate::trees::host_processes::freeze_ids(ids, stop);
+            }
+            None => self.freeze(root, stop),
         }
     }
-}
 
-/// The roots of the sandboxes whose machine runs.
-pub fn running() -> Vec<PathBuf> {
-    registry()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .keys()
-        .cloned()
-        .collect()
+    /// Stops (`SIGSTOP`) or continues every process of the sandbox at `root`'s
+    /// running machine ([`processes_of`]); stopping repeats until every one
+    /// found is stopped (bounded at 100 rounds). Nothing when no machine runs.
+    pub fn freeze(&self, root: &Path, stop: bool) {
+        let Some(ns) = self.machines().get(root).map(|m| m.ns) else {
+            return;
+        };
+        use crate::trees::host_processes::signal_verified;
+        if !stop {
+            for p in processes_of(ns) {
+                signal_verified(&p, rustix::process::Signal::CONT);
+            }
+            return;
+        }
+        for _ in 0..100 {
+            let running: Vec<_> = processes_of(ns)
+                .into_iter()
+                .filter(|p| !matches!(p.state, 'T' | 't'))
+                .collect();
+            if running.is_empty() {
+                return;
+            }
+            for p in &running {
+                signal_verified(p, rustix::process::Signal::STOP);
+            }
+        }
+    }
+
+    /// The roots of the sandboxes whose machine runs.
+    pub fn running(&self) -> Vec<PathBuf> {
+        self.machines().keys().cloned().collect()
+    }
 }
 
 /// Starts the machine's bwrap and reads its init's host pid and PID

@@ -52,20 +52,28 @@ pub struct Winsize {
     pub rows: u16,
 }
 
+/// A terminal size a request asked for that no terminal has (a 400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{side} is {value}; a terminal has 1 to {MAX_SIDE} {side}")]
+pub struct BadTerminalSize {
+    /// Which side: `cols` or `rows`.
+    pub side: &'static str,
+    /// The number asked for.
+    pub value: u64,
+}
+
 impl Winsize {
     /// The size of a terminal created without one: 80 columns, 24 rows.
     pub const DEFAULT: Winsize = Winsize { cols: 80, rows: 24 };
 
     /// A size from request fields, or why it is refused (a message for
     /// people).
-    pub fn new(cols: u64, rows: u64) -> Result<Winsize, String> {
-        let check = |name: &str, v: u64| {
-            if (1..=MAX_SIDE).contains(&v) {
-                Ok(v as u16)
+    pub fn new(cols: u64, rows: u64) -> Result<Winsize, BadTerminalSize> {
+        let check = |side: &'static str, value: u64| {
+            if (1..=MAX_SIDE).contains(&value) {
+                Ok(value as u16)
             } else {
-                Err(format!(
-                    "{name} is {v}; a terminal has 1 to {MAX_SIDE} {name}"
-                ))
+                Err(BadTerminalSize { side, value })
             }
         };
         Ok(Winsize {
@@ -371,7 +379,7 @@ mod tests {
         );
         for (c, r) in [(0, 24), (80, 0), (MAX_SIDE + 1, 24), (80, u64::MAX)] {
             let why = Winsize::new(c, r).expect_err("refused");
-            assert!(why.contains("a terminal has 1 to"), "{why}");
+            assert!(why.to_string().contains("a terminal has 1 to"), "{why}");
         }
     }
 
@@ -389,6 +397,7 @@ mod tests {
             env: vec![],
             marker: "no-machine".into(),
             terminal: Some(Winsize::DEFAULT),
+            registries: Default::default(),
         };
         let refused =
             crate::machine::isolation::spawn(Some(std::path::Path::new("/bin/false")), &spec)

@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use tokio::io::AsyncWriteExt;
 
@@ -73,7 +73,7 @@ enum Admit {
 }
 
 /// Whose list a refusal names.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Whose {
     Engine,
     Sandbox,
@@ -88,6 +88,74 @@ impl Whose {
     }
 }
 
+/// An allow-list entry, or a sandbox's own list, that cannot be used: the
+/// operator's `--egress` stops the start, a sandbox's list is a 400.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadAllowList {
+    /// Neither a host pattern nor an address range.
+    #[error(
+        "egress entry {entry:?} is not a host pattern or an address range (any, host, \
+         host:port, *.domain, *.domain:port, 10.0.0.0/8)"
+    )]
+    NotAPattern {
+        /// The entry as given.
+        entry: String,
+    },
+    /// A sandbox's list longer than [`MAX_SANDBOX_ENTRIES`].
+    #[error(
+        "the egress allow-list has {count} entries; at most {MAX_SANDBOX_ENTRIES} are allowed"
+    )]
+    TooMany {
+        /// How many it has.
+        count: usize,
+    },
+    /// An entry with control characters.
+    #[error("egress entry {entry:?} holds control characters")]
+    ControlCharacters {
+        /// The entry as given.
+        entry: String,
+    },
+    /// An empty entry.
+    #[error("egress entries cannot be empty")]
+    Empty,
+    /// `*` (allow all) together with other entries.
+    #[error("egress entry \"*\" (allow all) cannot stand beside other entries")]
+    AllBesideOthers,
+}
+
+/// Why the proxy refuses a destination: the body of its `403 Forbidden`
+/// and the line in the server's log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Denied {
+    /// No entry of a list admits the host and port.
+    #[error("{host}:{port} is not in {}", .whose.list())]
+    NotListed {
+        /// The host asked for (lower case).
+        host: String,
+        port: u16,
+        whose: Whose,
+    },
+    /// The name resolved only to addresses outside a list's ranges.
+    #[error(
+        "{host}:{port} resolves to {ip}, outside every address range of {}",
+        .whose.list()
+    )]
+    OutsideRanges {
+        host: String,
+        port: u16,
+        ip: std::net::IpAddr,
+        whose: Whose,
+    },
+    /// A host-local address admitted only by a pattern or a wide range.
+    #[error(
+        "{host}:{port} is on the host's loopback; only an entry naming it exactly allows that"
+    )]
+    HostLocal { host: String, port: u16 },
+    /// The name resolved to no address at all.
+    #[error("{host}:{port} has no address")]
+    NoAddress { host: String, port: u16 },
+}
+
 /// An allow-list: the operator's (`--egress`, the ceiling of every
 /// sandbox) or a sandbox's own (which only narrows the operator's).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -99,7 +167,7 @@ impl Policy {
     /// Parses the operator's allow-list entries (see the module docs;
     /// an item may hold several, comma-separated); a clear error for an
     /// entry that is not a host pattern or an address range.
-    pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<Self, String> {
+    pub fn parse<S: AsRef<str>>(entries: &[S]) -> Result<Self, BadAllowList> {
         let mut out = Vec::new();
         for raw in entries {
             for e in raw.as_ref().split(',') {
@@ -119,23 +187,22 @@ impl Policy {
     /// reason: an empty entry, control characters, `*` beside other
     /// entries, more than [`MAX_SANDBOX_ENTRIES`], anything that is not a
     /// host pattern or an address range.
-    pub fn parse_sandbox_list<S: AsRef<str>>(items: &[S]) -> Result<Option<Self>, String> {
+    pub fn parse_sandbox_list<S: AsRef<str>>(items: &[S]) -> Result<Option<Self>, BadAllowList> {
         if items.len() > MAX_SANDBOX_ENTRIES {
-            return Err(format!(
-                "the egress allow-list has {} entries; at most {MAX_SANDBOX_ENTRIES} are allowed",
-                items.len()
-            ));
+            return Err(BadAllowList::TooMany { count: items.len() });
         }
         let mut entries = Vec::new();
         let mut star = false;
         for item in items {
             let raw = item.as_ref();
             if raw.chars().any(char::is_control) {
-                return Err(format!("egress entry {raw:?} holds control characters"));
+                return Err(BadAllowList::ControlCharacters {
+                    entry: raw.to_string(),
+                });
             }
             let e = raw.trim();
             if e.is_empty() {
-                return Err("egress entries cannot be empty".to_string());
+                return Err(BadAllowList::Empty);
             }
             if e == "*" {
                 star = true;
@@ -147,9 +214,7 @@ impl Policy {
             }
         }
         match (star, entries.is_empty()) {
-            (true, false) => {
-                Err("egress entry \"*\" (allow all) cannot stand beside other entries".to_string())
-            }
+            (true, false) => Err(BadAllowList::AllBesideOthers),
             (_, true) => Ok(None),
             (false, false) => Ok(Some(Self { entries })),
         }
@@ -195,7 +260,7 @@ impl Policy {
     }
 
     /// How `host:port` is admitted, or the reason it is not.
-    fn admit(&self, host: &str, port: u16, whose: Whose) -> Result<Admit, String> {
+    fn admit(&self, host: &str, port: u16, whose: Whose) -> Result<Admit, Denied> {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
         let literal = host.parse::<std::net::IpAddr>().ok();
         let mut admitted = None;
@@ -223,7 +288,7 @@ impl Policy {
         match admitted {
             Some(a) => Ok(a),
             None if ranges && literal.is_none() => Ok(Admit::ByAddress),
-            None => Err(format!("{host}:{port} is not in {}", whose.list())),
+            None => Err(Denied::NotListed { host, port, whose }),
         }
     }
 
@@ -278,15 +343,12 @@ fn in_range(net: &ipnet::IpNet, ip: std::net::IpAddr) -> Option<Admit> {
     })
 }
 
-fn parse_entry(e: &str) -> Result<Entry, String> {
+fn parse_entry(e: &str) -> Result<Entry, BadAllowList> {
     if e.eq_ignore_ascii_case("any") {
         return Ok(Entry::Any);
     }
-    let bad = || {
-        format!(
-            "egress entry {e:?} is not a host pattern or an address range \
-             (any, host, host:port, *.domain, *.domain:port, 10.0.0.0/8)"
-        )
+    let bad = || BadAllowList::NotAPattern {
+        entry: e.to_string(),
     };
     if e.contains('/') {
         let net = e.parse::<ipnet::IpNet>().map_err(|_| bad())?;
@@ -339,93 +401,83 @@ fn split_host_port(s: &str) -> Option<(String, Option<&str>)> {
     }
 }
 
-/// The policies in force: each server's (by its data directory, whose
-/// direct children are its sandboxes' roots) and each sandbox's own (by
-/// its root).
-#[derive(Default)]
-struct Policies {
-    engines: HashMap<PathBuf, Arc<Policy>>,
-    sandboxes: HashMap<PathBuf, Arc<Policy>>,
-}
-
-fn policies() -> std::sync::MutexGuard<'static, Policies> {
-    static P: OnceLock<Mutex<Policies>> = OnceLock::new();
-    P.get_or_init(Mutex::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
+/// The policies in force in one server: the operator's ceiling and each
+/// sandbox's own list (by its root). The server owns it and hands it to
+/// its machines and its faces ([`crate::machine::ServerRegistries`]): two
+/// servers in one process never see each other's lists.
+#[derive(Debug, Default)]
+pub struct Policies {
+    /// The operator's list, where egress is on and sandboxes are machines.
+    ceiling: Option<Arc<Policy>>,
+    /// Each sandbox's own list, by its (canonical) root.
+    sandboxes: Mutex<HashMap<PathBuf, Arc<Policy>>>,
 }
 
 fn key(path: &Path) -> PathBuf {
     path.canonicalize().unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Sets the egress policy of the server whose data directory is
-/// `data_dir` (its sandboxes' roots are directly under it), or clears it
-/// (`None`: egress off). The server does this at start from
-/// [`crate::ServerBuilder::egress`].
-pub(crate) fn set_policy(data_dir: &Path, policy: Option<Policy>) {
-    let key = key(data_dir);
-    let mut all = policies();
-    match policy {
-        Some(policy) => {
-            all.engines.insert(key, Arc::new(policy));
-        }
-        None => {
-            all.engines.remove(&key);
+impl Policies {
+    /// The policies of a server whose operator's list is `ceiling`
+    /// (`None`: egress off). The server makes it at start from
+    /// [`crate::ServerBuilder::egress`].
+    pub fn with_ceiling(ceiling: Option<Policy>) -> Policies {
+        Policies {
+            ceiling: ceiling.map(Arc::new),
+            sandboxes: Mutex::default(),
         }
     }
-}
 
-/// The operator's policy (the ceiling) that applies to the sandbox at
-/// `root`, when egress is on.
-pub fn policy_for(root: &Path) -> Option<Arc<Policy>> {
-    let parent = root.parent()?;
-    policies()
-        .engines
-        .get(&key(parent))
-        .cloned()
-        .filter(|p| p.enabled())
-}
+    /// The operator's policy (the ceiling) that applies to every sandbox
+    /// of the server, when egress is on.
+    pub fn ceiling(&self) -> Option<Arc<Policy>> {
+        self.ceiling.clone().filter(|p| p.enabled())
+    }
 
-/// Sets the sandbox at `root`'s own list (`None`: none, the operator's
-/// list alone applies). New connections through its proxy follow it at
-/// once; a pause and resume keep it.
-pub fn set_sandbox_policy(root: &Path, policy: Option<Policy>) {
-    let key = key(root);
-    let mut all = policies();
-    match policy {
-        Some(policy) => {
-            all.sandboxes.insert(key, Arc::new(policy));
-        }
-        None => {
-            all.sandboxes.remove(&key);
+    fn sandboxes(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Policy>>> {
+        self.sandboxes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the sandbox at `root`'s own list (`None`: none, the operator's
+    /// list alone applies). New connections through its proxy follow it at
+    /// once; a pause and resume keep it.
+    pub fn set_sandbox(&self, root: &Path, policy: Option<Policy>) {
+        let key = key(root);
+        let mut all = self.sandboxes();
+        match policy {
+            Some(policy) => {
+                all.insert(key, Arc::new(policy));
+            }
+            None => {
+                all.remove(&key);
+            }
         }
     }
-}
 
-/// The sandbox at `root`'s own list, if it has one.
-pub fn sandbox_policy(root: &Path) -> Option<Arc<Policy>> {
-    policies().sandboxes.get(&key(root)).cloned()
-}
+    /// The sandbox at `root`'s own list, if it has one.
+    pub fn sandbox(&self, root: &Path) -> Option<Arc<Policy>> {
+        self.sandboxes().get(&key(root)).cloned()
+    }
 
-/// What the sandbox at `root` may reach, in words (its answer's
-/// `local_egress`).
-pub fn describe_for(root: &Path) -> String {
-    let own = sandbox_policy(root);
-    match (policy_for(root), own) {
-        (None, _) => "off: the engine's outbound network is off (start it with --egress to allow \
-                      destinations)"
-            .to_string(),
-        (Some(ceiling), None) => format!("the engine's {}", ceiling.describe()),
-        (Some(ceiling), Some(own)) if !own.enabled() => format!(
-            "nothing: this sandbox blocks all outbound network (the engine's {})",
-            ceiling.describe()
-        ),
-        (Some(ceiling), Some(own)) => format!(
-            "this sandbox's {}, within the engine's {}",
-            own.describe(),
-            ceiling.describe()
-        ),
+    /// What the sandbox at `root` may reach, in words (its answer's
+    /// `local_egress`).
+    pub fn describe_for(&self, root: &Path) -> String {
+        let own = self.sandbox(root);
+        match (self.ceiling(), own) {
+            (None, _) => "off: the engine's outbound network is off (start it with --egress to \
+                          allow destinations)"
+                .to_string(),
+            (Some(ceiling), None) => format!("the engine's {}", ceiling.describe()),
+            (Some(ceiling), Some(own)) if !own.enabled() => format!(
+                "nothing: this sandbox blocks all outbound network (the engine's {})",
+                ceiling.describe()
+            ),
+            (Some(ceiling), Some(own)) => format!(
+                "this sandbox's {}, within the engine's {}",
+                own.describe(),
+                ceiling.describe()
+            ),
+        }
     }
 }
 
@@ -443,7 +495,7 @@ impl<'a> Admission<'a> {
         own: Option<&'a Policy>,
         host: &str,
         port: u16,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, Denied> {
         let mut lists = vec![(
             ceiling,
             ceiling.admit(host, port, Whose::Engine)?,
@@ -463,7 +515,7 @@ impl<'a> Admission<'a> {
         host: &str,
         port: u16,
         addrs: Vec<SocketAddr>,
-    ) -> Result<Vec<SocketAddr>, String> {
+    ) -> Result<Vec<SocketAddr>, Denied> {
         let mut kept = Vec::new();
         let mut outside = None;
         for addr in addrs {
@@ -478,11 +530,12 @@ impl<'a> Admission<'a> {
                     Some(a) => exact &= a == Admit::Exact,
                     None => {
                         admitted = false;
-                        outside = Some(format!(
-                            "{host}:{port} resolves to {}, outside every address range of {}",
-                            addr.ip(),
-                            whose.list()
-                        ));
+                        outside = Some(Denied::OutsideRanges {
+                            host: host.to_string(),
+                            port,
+                            ip: addr.ip(),
+                            whose: *whose,
+                        });
                     }
                 }
             }
@@ -490,15 +543,18 @@ impl<'a> Admission<'a> {
                 continue;
             }
             if !exact && host_local(addr.ip()) {
-                return Err(format!(
-                    "{host}:{port} is on the host's loopback; only an entry naming it exactly \
-                     allows that"
-                ));
+                return Err(Denied::HostLocal {
+                    host: host.to_string(),
+                    port,
+                });
             }
             kept.push(addr);
         }
         if kept.is_empty() {
-            return Err(outside.unwrap_or_else(|| format!("{host}:{port} has no address")));
+            return Err(outside.unwrap_or_else(|| Denied::NoAddress {
+                host: host.to_string(),
+                port,
+            }));
         }
         Ok(kept)
     }
@@ -526,6 +582,7 @@ pub fn start_proxy(
     sandbox: String,
     root: PathBuf,
     ceiling: Arc<Policy>,
+    policies: Arc<Policies>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let handle = tokio::runtime::Handle::try_current()
         .map_err(|_| std::io::Error::other("no runtime for the egress proxy"))?;
@@ -553,7 +610,7 @@ pub fn start_proxy(
             let sandbox = sandbox.clone();
             // The sandbox's own list as it is now: a replaced list holds
             // for every connection made after the replacement.
-            let own = sandbox_policy(&root);
+            let own = policies.sandbox(&root);
             let Ok(slot) = slots.clone().try_acquire_owned() else {
                 let mut conn = conn;
                 tokio::spawn(async move {
@@ -649,8 +706,8 @@ async fn serve(
     // Refused by name before anything is resolved, where a list can tell.
     let admission = match Admission::by_name(ceiling, own, &host, port) {
         Ok(a) => a,
-        Err(reason) => {
-            let reason = deny(reason).await;
+        Err(denied) => {
+            let reason = deny(denied.to_string()).await;
             let _ = refuse(&mut conn, 403, "Forbidden", &reason).await;
             return;
         }
@@ -665,8 +722,8 @@ async fn serve(
     };
     let addrs = match admission.addresses(&host, port, addrs) {
         Ok(addrs) => addrs,
-        Err(reason) => {
-            let reason = deny(reason).await;
+        Err(denied) => {
+            let reason = deny(denied.to_string()).await;
             let _ = refuse(&mut conn, 403, "Forbidden", &reason).await;
             return;
         }
@@ -777,7 +834,8 @@ mod tests {
             .addresses("svc.example", 80, vec![addr("10.0.0.1:80")])
             .expect_err("outside");
         assert!(
-            err.contains("this sandbox's own egress allow-list"),
+            err.to_string()
+                .contains("this sandbox's own egress allow-list"),
             "{err}"
         );
         // `any` in the ceiling and a wide range of the sandbox's: not the
@@ -789,14 +847,35 @@ mod tests {
             .expect("by name")
             .addresses("127.0.0.1", 80, vec![addr("127.0.0.1:80")])
             .expect_err("loopback");
-        assert!(err.contains("loopback"), "{err}");
+        assert!(err.to_string().contains("loopback"), "{err}");
         // The sandbox's list cannot widen the ceiling.
         let ceiling = Policy::parse(&["example.com"]).expect("ceiling");
         let own = Policy::parse_sandbox_list(&["other.org"]).expect("own");
         let err = Admission::by_name(&ceiling, own.as_ref(), "other.org", 443)
             .err()
             .expect("refused");
-        assert!(err.contains("the engine's egress allow-list"), "{err}");
+        assert!(
+            err.to_string().contains("the engine's egress allow-list"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn each_server_has_policies_of_its_own() {
+        let one = Policies::with_ceiling(Some(Policy::parse(&["any"]).expect("ceiling")));
+        let other = Policies::default();
+        let root = Path::new("/nonexistent/sb-shared-name");
+        one.set_sandbox(root, Some(Policy::nothing()));
+        assert!(one.sandbox(root).is_some());
+        assert!(one.ceiling().is_some());
+        assert!(
+            other.sandbox(root).is_none(),
+            "a list leaked to another server"
+        );
+        assert!(
+            other.ceiling().is_none(),
+            "a ceiling leaked to another server"
+        );
     }
 
     #[test]

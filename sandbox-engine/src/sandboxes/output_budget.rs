@@ -35,7 +35,7 @@ pub(crate) trait KeepsOutput: Send + Sync {
 pub const DEFAULT_FINISHED_OUTPUT: usize = 64 << 20;
 
 /// Parses a budget such as `64M`, `1G` or `1048576` (binary units).
-pub fn parse_budget(text: &str) -> Result<u64, String> {
+pub fn parse_budget(text: &str) -> Result<u64, crate::util::InvalidSize> {
     crate::util::parse_bytes(text)
 }
 

@@ -343,7 +343,11 @@ impl Sandbox {
         self.expires_at.get().copied()
     }
 
-    pub fn to_json(&self, mode: &IsolationMode) -> Value {
+    pub fn to_json(
+        &self,
+        mode: &IsolationMode,
+        egress: &crate::network::egress::Policies,
+    ) -> Value {
         json!({
             "id": self.id,
             "expires_at": self.expiry().map(|secs| crate::util::rfc3339(secs as i64)),
@@ -353,8 +357,8 @@ impl Sandbox {
             "region": self.spec.region,
             "ingress_enabled": self.spec.ingress_enabled,
             "env_keys": self.spec.env.keys().collect::<Vec<_>>(),
-            "egress": crate::network::egress::sandbox_policy(&self.root).map(|p| p.entries()),
-            "local_egress": crate::network::egress::describe_for(&self.root),
+            "egress": egress.sandbox(&self.root).map(|p| p.entries()),
+            "local_egress": egress.describe_for(&self.root),
             "auto_pause_after_seconds": self.auto_pause().map(|d| d.as_secs()),
             "forked_from": self.forked_from.get(),
             "created_at": self.created_at,
@@ -406,11 +410,15 @@ impl Store {
     /// processes whose tree is not yet verified gone (processes being
     /// started included) or, where the kernel counts them (see
     /// [`crate::trees::budgets::sandbox_tasks`]) or a machine's scan finds
-    /// them ([`crate::machine::anchored_tasks`]), every task those
+    /// them ([`crate::machine::Machines::anchored_tasks`]), every task those
     /// processes started, whichever is more.
     /// Returns the count across every sandbox, and that of `sandbox`.
-    pub fn live_processes(&self, sandbox: &str) -> (usize, usize) {
-        let anchored = crate::machine::anchored_tasks();
+    pub fn live_processes(
+        &self,
+        sandbox: &str,
+        machines: &crate::machine::Machines,
+    ) -> (usize, usize) {
+        let anchored = machines.anchored_tasks();
         let mut total = 0;
         let mut own = 0;
         for sb in self.all() {
@@ -439,11 +447,15 @@ impl Store {
         &self,
         sb: &Arc<Sandbox>,
         budgets: &crate::trees::budgets::Budgets,
+        disk_budget: Option<&crate::storage::disk_budget::DiskBudget>,
+        machines: &crate::machine::Machines,
     ) -> Result<Option<Admission>, crate::trees::budgets::Refusal> {
         crate::trees::budgets::admit_by_descriptors("process")?;
-        crate::storage::disk_budget::admit(&sb.root)?;
+        if let Some(disk_budget) = disk_budget {
+            disk_budget.admit(&sb.root)?;
+        }
         let _one_at_a_time = lock(&self.admitting);
-        let (live, own) = self.live_processes(&sb.id);
+        let (live, own) = self.live_processes(&sb.id, machines);
         crate::trees::budgets::admit_process(budgets, live, own)?;
         Ok(sb.admit())
     }

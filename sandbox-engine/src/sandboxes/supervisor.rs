@@ -175,6 +175,9 @@ pub struct StartRequest {
     pub output_budget: Option<Arc<crate::sandboxes::output_budget::OutputBudget>>,
     /// A terminal of this size instead of pipes (a `pty` process).
     pub terminal: Option<Winsize>,
+    /// What the server that starts it owns (see
+    /// [`crate::machine::ServerRegistries`]).
+    pub registries: crate::machine::ServerRegistries,
 }
 
 /// The outcome of a terminate call.
@@ -241,6 +244,7 @@ impl Process {
             env: req.env.clone(),
             marker: marker.clone(),
             terminal: req.terminal,
+            registries: req.registries.clone(),
         };
         // The sandbox's OOM kills so far: one more by the time the command
         // ends by SIGKILL means the sandbox reached its memory limit. A
@@ -299,7 +303,9 @@ impl Process {
         proc.init_exit.store(init_exit.is_some(), Ordering::SeqCst);
         if let Some(guarded) = tree.guarded() {
             crate::trees::deathguard::watch(guarded);
-            crate::storage::records::note_tree(&req.root, &guarded, Some(&marker));
+            if let Some(records) = &req.registries.records {
+                records.note_tree(&req.root, &guarded, Some(&marker));
+            }
         }
         *lock(&proc.tree) = tree;
         if lock(&proc.tree).wake_holder() {

@@ -21,6 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::machine::Machines;
 use crate::storage::disk::DiskStillInUse;
 use crate::trees::id_map::IdRange;
 
@@ -98,8 +99,12 @@ pub const DISK_PROOF_WAIT: Duration = crate::storage::disk::PROOF_WAIT;
 /// process of those ids that stays may belong to a sandbox of another
 /// engine that drew the same range (as [`crate::storage::records::verify`] reasons),
 /// so it makes the proof fail rather than being killed.
-pub fn end_processes(root: &Path, within: Duration) -> Result<bool, NotProvenGone> {
-    let machine = crate::machine::end_now(root).is_some();
+pub fn end_processes(
+    machines: &Machines,
+    root: &Path,
+    within: Duration,
+) -> Result<bool, NotProvenGone> {
+    let machine = machines.end_now(root).is_some();
     let deadline = Instant::now() + within;
     let mut pause = crate::util::Backoff::up_to(Duration::from_millis(5));
     // Without ids of its own (a server that is not root) a sandbox's
@@ -108,7 +113,7 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, NotProvenGon
     // of its PID namespace, nested namespaces included; a fresh scan
     // confirms that none is left in it.
     let Some(ids) = crate::trees::host_processes::sandbox_ids(root) else {
-        for ended in crate::machine::take_ended(root) {
+        for ended in machines.take_ended(root) {
             while !ended.is_gone() {
                 if Instant::now() >= deadline {
                     return Err(NotProvenGone::MachineSurvived {
@@ -149,11 +154,11 @@ pub fn end_processes(root: &Path, within: Duration) -> Result<bool, NotProvenGon
 /// is set, the sandbox's disk detached and proven so
 /// ([`crate::storage::disk::detach_proven`], up to [`DISK_PROOF_WAIT`]).
 /// `Ok(true)` when the sandbox had a machine.
-pub fn end_sandbox(root: &Path, disk: bool) -> Result<bool, NotProvenGone> {
+pub fn end_sandbox(machines: &Machines, root: &Path, disk: bool) -> Result<bool, NotProvenGone> {
     // Read while its disk is mounted: the mount point under it belongs to
     // the server.
     let owner = crate::trees::host_processes::sandbox_uid(root);
-    let machine = end_processes(root, PROOF_WAIT)?;
+    let machine = end_processes(machines, root, PROOF_WAIT)?;
     if disk {
         crate::storage::disk::detach_proven(root, DISK_PROOF_WAIT)?;
         // The sandbox ends here (a delete or a shutdown, not a stop): its

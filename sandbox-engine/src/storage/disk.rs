@@ -137,12 +137,12 @@ pub const MEMORY_TEMPLATE_PREFIX: &str = "createos-local-disk-";
 /// Whether sandboxes can get a disk of their own here, and their template:
 /// makes the template of `size` bytes in `data_dir` and mounts it once,
 /// read-only, as the trial. `Err` says why not (and nothing is left).
-pub fn probe(data_dir: &Path, size: u64) -> Result<(), String> {
+pub fn probe(data_dir: &Path, size: u64) -> Result<(), NoSandboxDisks> {
     // Uid 0 of a user namespace (a container) cannot attach loop devices;
     // it may mount with fuse2fs.
     if !crate::trees::id_map::ranges_here() {
         if let Some(why) = crate::storage::fuse_disk::unusable() {
-            return Err(format!("the server is not the host's root and {why}"));
+            return Err(NoSandboxDisks::NoFuse { why });
         }
     }
     remove_template(data_dir);
@@ -170,7 +170,32 @@ pub fn probe(data_dir: &Path, size: u64) -> Result<(), String> {
     if result.is_err() || !affordable {
         remove_template(data_dir);
     }
-    result.map_err(|e| e.to_string())
+    result.map_err(|source| NoSandboxDisks::Trial {
+        data_dir: data_dir.to_path_buf(),
+        source,
+    })
+}
+
+/// Why the sandboxes of a server get no disk of their own (see [`probe`]):
+/// their files then go to the data directory's file system, measured
+/// against a budget instead.
+#[derive(Debug, thiserror::Error)]
+pub enum NoSandboxDisks {
+    /// A server that is not the host's root needs fuse2fs, which cannot
+    /// run here.
+    #[error("the server is not the host's root and {why}")]
+    NoFuse {
+        /// Why fuse2fs cannot run, with the command that fixes it.
+        why: String,
+    },
+    /// The template could not be made or its trial mount failed.
+    #[error("{source}")]
+    Trial {
+        /// The data directory the template was made in.
+        data_dir: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
 }
 
 /// Makes the template: a sparse file of `size` bytes with an empty ext4
@@ -225,6 +250,7 @@ pub fn remove_template(data_dir: &Path) {
 /// Serializes admission and creation of disks, so that two creations at
 /// once cannot both take the last room.
 fn creating() -> &'static Mutex<()> {
+    // Process-wide: it guards the free room of the file system, which all servers here share.
     static LOCK: Mutex<()> = Mutex::new(());
     &LOCK
 }
@@ -890,14 +916,28 @@ fn holders(root: &Path) -> Vec<String> {
 
 /// Parses a size such as `2G`, `512M`, `65536K` or `1073741824` (binary
 /// units; `0` = no disk of its own).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, DiskSizeError> {
     let bytes = crate::util::parse_bytes(text)?;
     if bytes != 0 && bytes < MIN_SANDBOX_DISK {
-        return Err(format!(
-            "size {text:?} is too small: a sandbox disk needs at least 16M (or 0 for none)"
-        ));
+        return Err(DiskSizeError::TooSmall {
+            text: text.to_string(),
+        });
     }
     Ok(bytes)
+}
+
+/// A sandbox disk size (`--sandbox-disk`) that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DiskSizeError {
+    /// Not a size at all.
+    #[error(transparent)]
+    Invalid(#[from] crate::util::InvalidSize),
+    /// Smaller than the smallest disk a sandbox can have.
+    #[error("size {text:?} is too small: a sandbox disk needs at least 16M (or 0 for none)")]
+    TooSmall {
+        /// The text as given.
+        text: String,
+    },
 }
 
 #[cfg(test)]

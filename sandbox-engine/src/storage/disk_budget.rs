@@ -17,7 +17,8 @@
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often every sandbox root under a budget is measured.
@@ -26,87 +27,87 @@ pub const INTERVAL: Duration = Duration::from_secs(2);
 /// The code of a command refused over a sandbox's disk budget.
 pub const DISK_BUDGET: &str = "disk_budget";
 
-struct DataDir {
+/// The disk budget of one server's sandboxes: the budget, and the last
+/// measured usage of each sandbox root of its data directory. The server
+/// owns it ([`DiskBudget::start`]); its measuring thread ends with
+/// [`DiskBudget::stop`] or once the server dropped it.
+#[derive(Debug)]
+pub struct DiskBudget {
+    /// The data directory whose sandbox roots are measured.
+    data_dir: PathBuf,
     /// Bytes each sandbox may take.
     budget: u64,
     /// The last measured usage of each sandbox root, in bytes.
-    usage: HashMap<PathBuf, u64>,
-    /// Which [`start`] measures it (a later server of the same data
-    /// directory starts its own thread; the earlier one then ends).
-    generation: u64,
+    usage: Mutex<HashMap<PathBuf, u64>>,
+    /// Set by [`DiskBudget::stop`] (a shutdown).
+    stopped: AtomicBool,
 }
 
-fn budgets() -> &'static Mutex<HashMap<PathBuf, DataDir>> {
-    static BUDGETS: OnceLock<Mutex<HashMap<PathBuf, DataDir>>> = OnceLock::new();
-    BUDGETS.get_or_init(Default::default)
-}
-
-/// Puts every sandbox of `data_dir` under a budget of `budget` bytes and
-/// starts measuring them (until [`stop`]).
-pub fn start(data_dir: &Path, budget: u64) {
-    static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let generation = GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let data_dir = data_dir.to_path_buf();
-    budgets().lock().unwrap_or_else(|p| p.into_inner()).insert(
-        data_dir.clone(),
-        DataDir {
+impl DiskBudget {
+    /// Puts every sandbox of `data_dir` under a budget of `budget` bytes
+    /// and starts measuring them (until [`DiskBudget::stop`]).
+    pub fn start(data_dir: &Path, budget: u64) -> Arc<DiskBudget> {
+        let this = Arc::new(DiskBudget {
+            data_dir: data_dir.to_path_buf(),
             budget,
-            usage: HashMap::new(),
-            generation,
-        },
-    );
-    let _ = std::thread::Builder::new()
-        .name("createos-local-disk-budget".into())
-        .spawn(move || loop {
-            let measured = measure_all(&data_dir);
-            {
-                let mut all = budgets().lock().unwrap_or_else(|p| p.into_inner());
-                let Some(dir) = all
-                    .get_mut(&data_dir)
-                    .filter(|d| d.generation == generation)
-                else {
+            usage: Mutex::new(HashMap::new()),
+            stopped: AtomicBool::new(false),
+        });
+        let measured = Arc::downgrade(&this);
+        let _ = std::thread::Builder::new()
+            .name("createos-local-disk-budget".into())
+            .spawn(move || loop {
+                let Some(this) = measured.upgrade().filter(|b| !b.stopped()) else {
                     return;
                 };
-                dir.usage = measured;
-            }
-            std::thread::sleep(INTERVAL);
-        });
-}
-
-/// Stops measuring the sandboxes of `data_dir` (a shutdown).
-pub fn stop(data_dir: &Path) {
-    budgets()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(data_dir);
-}
-
-/// `Err` (429 `disk_budget`) while the sandbox whose root is `root` was
-/// last measured over its budget.
-pub fn admit(root: &Path) -> Result<(), crate::trees::budgets::Refusal> {
-    let Some(data_dir) = root.parent() else {
-        return Ok(());
-    };
-    let all = budgets().lock().unwrap_or_else(|p| p.into_inner());
-    let Some(dir) = all.get(data_dir) else {
-        return Ok(());
-    };
-    let used = dir.usage.get(root).copied().unwrap_or(0);
-    if used <= dir.budget {
-        return Ok(());
+                let usage = measure_all(&this.data_dir);
+                *this.usage.lock().unwrap_or_else(|p| p.into_inner()) = usage;
+                drop(this);
+                std::thread::sleep(INTERVAL);
+            });
+        this
     }
-    Err(crate::trees::budgets::Refusal {
-        code: DISK_BUDGET,
-        message: format!(
-            "this sandbox's files take {} MiB, over its disk budget of {} MiB (--sandbox-disk; \
-             this host gives sandboxes no disk of their own, see the server's startup line); no \
-             command was started: shrink its files through the Files API (a PUT of an empty body \
-             truncates one) or delete the sandbox, then retry (usage is measured every {} s)",
-            used >> 20,
-            dir.budget >> 20,
-            INTERVAL.as_secs()
-        ),
-    })
+
+    fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Stops measuring (a shutdown): nothing is refused any more.
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+        self.usage.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// `Err` (429 `disk_budget`) while the sandbox whose root is `root`
+    /// was last measured over its budget.
+    pub fn admit(&self, root: &Path) -> Result<(), crate::trees::budgets::Refusal> {
+        if self.stopped() {
+            return Ok(());
+        }
+        let used = self
+            .usage
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(root)
+            .copied()
+            .unwrap_or(0);
+        if used <= self.budget {
+            return Ok(());
+        }
+        Err(crate::trees::budgets::Refusal {
+            code: DISK_BUDGET,
+            message: format!(
+                "this sandbox's files take {} MiB, over its disk budget of {} MiB \
+                 (--sandbox-disk; this host gives sandboxes no disk of their own, see the \
+                 server's startup line); no command was started: shrink its files through the \
+                 Files API (a PUT of an empty body truncates one) or delete the sandbox, then \
+                 retry (usage is measured every {} s)",
+                used >> 20,
+                self.budget >> 20,
+                INTERVAL.as_secs()
+            ),
+        })
+    }
 }
 
 /// The usage of every sandbox root directly under `data_dir` (names not
@@ -165,6 +166,33 @@ pub fn usage_of(root: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_server_keeps_its_own_budget() {
+        let dir = std::env::temp_dir().join(format!(
+            "disk-budget-two-{}-{}",
+            std::process::id(),
+            crate::util::random_hex(4)
+        ));
+        let root = dir.join("sb-a");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("f"), vec![1u8; 1 << 20]).unwrap();
+        let one = DiskBudget::start(&dir, 0);
+        let other = DiskBudget::start(&dir, 0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while one.admit(&root).is_ok() || other.admit(&root).is_ok() {
+            assert!(std::time::Instant::now() < deadline, "never measured");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        other.stop();
+        assert!(other.admit(&root).is_ok(), "a stopped budget refuses");
+        assert!(
+            one.admit(&root).is_err(),
+            "another server's stop ended this one's budget"
+        );
+        one.stop();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn usage_counts_blocks_once_per_inode() {

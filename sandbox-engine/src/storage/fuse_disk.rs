@@ -65,6 +65,8 @@ pub const GRACE: Duration = Duration::from_millis(500);
 
 /// The daemon serving each mounted disk, by mount point.
 fn daemons() -> &'static Mutex<HashMap<PathBuf, Daemon>> {
+    // Process-wide: this process's fuse2fs children, by mount point in its one mount
+    // namespace; whoever detaches a disk (a successor in this process too) reaps its daemon.
     static DAEMONS: OnceLock<Mutex<HashMap<PathBuf, Daemon>>> = OnceLock::new();
     DAEMONS.get_or_init(Default::default)
 }
@@ -301,7 +303,7 @@ pub fn remains(at: &Path) -> Vec<String> {
 
 /// Unmounts the disk on `at` and waits up to `within` for its daemon to
 /// exit; `Err` says what is left.
-pub fn detach_within(at: &Path, within: Duration) -> Result<(), String> {
+pub fn detach_within(at: &Path, within: Duration) -> Result<(), FuseDiskStillInUse> {
     let deadline = Instant::now() + within;
     loop {
         let unmounted = unmount(at);
@@ -310,18 +312,31 @@ pub fn detach_within(at: &Path, within: Duration) -> Result<(), String> {
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "the disk on {} is still in use: {}{}",
-                at.display(),
-                left.join(", "),
-                unmounted
-                    .err()
-                    .map(|e| format!(" ({e})"))
-                    .unwrap_or_default()
-            ));
+            return Err(FuseDiskStillInUse {
+                at: at.to_path_buf(),
+                left,
+                unmount: unmounted.err(),
+            });
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A fuse2fs disk not detached within the time given: what is left of it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the disk on {} is still in use: {}{}",
+    .at.display(),
+    .left.join(", "),
+    .unmount.as_ref().map(|e| format!(" ({e})")).unwrap_or_default()
+)]
+pub struct FuseDiskStillInUse {
+    /// Where the disk is mounted.
+    pub at: PathBuf,
+    /// What holds it, in words ("its fuse2fs daemon PID still runs").
+    pub left: Vec<String>,
+    /// The unmount's own failure, if it failed.
+    pub unmount: Option<std::io::Error>,
 }
 
 /// Whether something is mounted on `at` in this mount namespace.

@@ -47,11 +47,12 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::storage::disk::DiskStillInUse;
 use crate::trees::deathguard::Guarded;
 use crate::trees::procfs::{self, ProcInfo};
 
@@ -131,7 +132,68 @@ pub enum Verdict {
     /// No process of it is left (proven by a fresh scan).
     Gone,
     /// Not proven gone: why.
-    Unconfirmed(String),
+    Unconfirmed(Unconfirmed),
+}
+
+/// Why a predecessor's sandbox is not proven gone: what may still run or
+/// hold its disk, with the host pids a person can check (`ps -p PID`).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Unconfirmed {
+    /// Processes of one of its recorded trees outlived the wait.
+    #[error("host pids {} still run in one of its process trees", pids_text(.pids))]
+    TreesRun {
+        /// Their host pids.
+        pids: Vec<i32>,
+    },
+    /// Its namespace's init is there but could not be read (out of
+    /// descriptors).
+    #[error("its init, host pid {init_pid}, could not be read")]
+    InitUnread {
+        /// The init's host pid.
+        init_pid: i32,
+    },
+    /// The scan of its trees could not be made.
+    #[error("its processes could not be listed ({source})")]
+    Unlisted {
+        /// Why (out of descriptors, for example).
+        source: Arc<std::io::Error>,
+    },
+    /// Processes of its own ids outlived the wait.
+    #[error("host pids {} still run as its {ids}", pids_text(.pids))]
+    IdsRun {
+        /// Its ids.
+        ids: crate::trees::id_map::IdRange,
+        /// Their host pids.
+        pids: Vec<i32>,
+    },
+    /// The scan of its ids could not be made.
+    #[error("the processes of its {ids} could not be listed ({source})")]
+    IdsUnlisted {
+        /// Its ids.
+        ids: crate::trees::id_map::IdRange,
+        /// Why.
+        source: Arc<std::io::Error>,
+    },
+    /// Its processes are gone; its disk is still attached.
+    #[error(transparent)]
+    Disk(Arc<DiskStillInUse>),
+}
+
+/// Two reasons are the same when they say the same (an I/O error has no
+/// equality of its own).
+impl PartialEq for Unconfirmed {
+    fn eq(&self, other: &Unconfirmed) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Unconfirmed {}
+
+fn pids_text(pids: &[i32]) -> String {
+    pids.iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The records of one engine (one state directory).
@@ -148,19 +210,14 @@ pub struct Records {
     unconfirmed: Mutex<HashMap<String, Record>>,
     /// Every id recorded on this state directory before this engine.
     known: Mutex<std::collections::HashSet<String>>,
+    /// This engine's recorded sandboxes by root, while it runs (for the
+    /// places that start trees and know only the root, see
+    /// [`Records::note_tree`]).
+    roots: Mutex<HashMap<PathBuf, String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The records open in this process, by sandbox root (for the places that
-/// start trees and know only the root, see [`note_tree`]).
-type OpenRoots = Mutex<HashMap<PathBuf, (Weak<Records>, String)>>;
-
-fn open_roots() -> &'static OpenRoots {
-    static OPEN: OnceLock<OpenRoots> = OnceLock::new();
-    OPEN.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 impl Records {
@@ -204,6 +261,7 @@ impl Records {
             own: Mutex::new(HashMap::new()),
             unconfirmed: Mutex::new(HashMap::new()),
             known: Mutex::new(Default::default()),
+            roots: Mutex::new(HashMap::new()),
         });
         let mut open = Vec::new();
         for record in records.read_all()? {
@@ -241,7 +299,7 @@ impl Records {
                     disk_deadline.saturating_duration_since(Instant::now()),
                 ) {
                     Ok(()) => Verdict::Gone,
-                    Err(disk) => Verdict::Unconfirmed(disk),
+                    Err(disk) => Verdict::Unconfirmed(Unconfirmed::Disk(Arc::new(disk))),
                 },
                 unconfirmed => unconfirmed,
             };
@@ -314,14 +372,14 @@ impl Records {
     /// harmless, the next engine proves it again) and its files removed.
     /// `Err` says what still holds the disk after `wait`: the sandbox
     /// stays unconfirmed.
-    fn settle(&self, record: &Record, wait: Duration) -> Result<(), String> {
+    fn settle(&self, record: &Record, wait: Duration) -> Result<(), DiskStillInUse> {
         // Only a sandbox root (named after its id) is ever removed.
         let name = record.root.file_name().and_then(|n| n.to_str());
         let is_root = name == Some(record.id.as_str())
             || name == Some(format!("daytona-{}", record.id).as_str());
         let is_root = is_root && record.root.parent() == Some(record.data_dir.as_path());
         if is_root {
-            crate::storage::disk::detach_proven(&record.root, wait).map_err(|e| e.to_string())?;
+            crate::storage::disk::detach_proven(&record.root, wait)?;
         }
         let mut done = record.clone();
         done.deleted = true;
@@ -362,7 +420,7 @@ impl Records {
 
     /// Lets a successor open the state directory (the engine stopped).
     pub fn release(&self) {
-        lock(open_roots()).retain(|_, (records, _)| !std::ptr::eq(records.as_ptr(), self));
+        lock(&self.roots).clear();
         let _ = self.lock.unlock();
     }
 
@@ -389,7 +447,7 @@ impl Records {
         self.write(&record)?;
         own.insert(id.to_string(), record);
         drop(own);
-        lock(open_roots()).insert(root.to_path_buf(), (Arc::downgrade(self), id.to_string()));
+        lock(&self.roots).insert(root.to_path_buf(), id.to_string());
         Ok(())
     }
 
@@ -404,7 +462,7 @@ impl Records {
                      the next engine proves it gone again"
                 );
             }
-            lock(open_roots()).remove(&record.root);
+            lock(&self.roots).remove(&record.root);
             lock(&self.known).insert(id.to_string());
         }
     }
@@ -430,20 +488,14 @@ impl Records {
     /// What the API answers for `id`, which no live sandbox of this engine
     /// has: `None` for 404 (proven gone, or never issued on this state
     /// directory), else the reason it cannot be called gone.
-    pub fn unproven(&self, id: &str) -> Option<String> {
+    pub fn unproven(&self, id: &str) -> Option<Unproven> {
         if let Some(record) = lock(&self.unconfirmed).get(id) {
-            return Some(format!(
-                "sandbox {} belonged to an engine that ended before this one, and this engine \
-                 could not prove that its processes are gone; they may still run. A DELETE \
-                 tries again",
-                record.id
-            ));
+            return Some(Unproven::Predecessor {
+                id: record.id.clone(),
+            });
         }
         if !self.complete && !lock(&self.known).contains(id) && !lock(&self.own).contains_key(id) {
-            return Some(format!(
-                "this engine does not know sandbox {id}: an engine that kept no records may have \
-                 created it, so it cannot be called gone"
-            ));
+            return Some(Unproven::Unknown { id: id.to_string() });
         }
         None
     }
@@ -451,10 +503,10 @@ impl Records {
     /// A DELETE of a predecessor's sandbox not proven gone: verifies it
     /// again. `Ok(true)`: proven gone now; `Ok(false)`: not a sandbox this
     /// engine holds unproven; `Err`: still not proven.
-    pub fn retry(&self, id: &str) -> Result<bool, String> {
+    pub fn retry(&self, id: &str) -> Result<bool, StillUnproven> {
         let Some(record) = lock(&self.unconfirmed).get(id).cloned() else {
             return match self.unproven(id) {
-                Some(why) => Err(why),
+                Some(why) => Err(why.into()),
                 None => Ok(false),
             };
         };
@@ -464,30 +516,90 @@ impl Records {
                     lock(&self.unconfirmed).remove(id);
                     Ok(true)
                 }
-                Err(disk) => Err(format!(
-                    "sandbox {id} belonged to an engine that ended before this one; its \
-                     processes are gone but its disk is not proven detached: {disk}"
-                )),
+                Err(source) => Err(StillUnproven::Disk {
+                    id: id.to_string(),
+                    source,
+                }),
             },
-            Verdict::Unconfirmed(why) => Err(format!(
-                "sandbox {id} belonged to an engine that ended before this one and is still \
-                 not proven gone: {why}"
-            )),
+            Verdict::Unconfirmed(why) => Err(StillUnproven::Processes {
+                id: id.to_string(),
+                why,
+            }),
         }
     }
 }
 
-/// Notes a tree the engine just started in the sandbox at `root` (a no-op
-/// when that sandbox is not recorded).
-pub fn note_tree(root: &Path, tree: &Guarded, marker: Option<&str>) {
-    let found = lock(open_roots()).get(root).cloned();
-    let Some((records, id)) = found else {
-        return;
-    };
-    let Some(records) = records.upgrade() else {
-        return;
-    };
-    let id_of = match *tree {
+/// Why the API cannot call a sandbox id gone that no live sandbox of this
+/// engine has (see [`Records::unproven`]): the faces answer it 500
+/// `unconfirmed`, never 404.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unproven {
+    /// A predecessor's sandbox whose processes were not proven gone.
+    #[error(
+        "sandbox {id} belonged to an engine that ended before this one, and this engine could \
+         not prove that its processes are gone; they may still run. A DELETE tries again"
+    )]
+    Predecessor {
+        /// The sandbox's id.
+        id: String,
+    },
+    /// An id a state directory without a complete history cannot place.
+    #[error(
+        "this engine does not know sandbox {id}: an engine that kept no records may have \
+         created it, so it cannot be called gone"
+    )]
+    Unknown {
+        /// The id asked for.
+        id: String,
+    },
+}
+
+/// Why a DELETE of a predecessor's sandbox (see [`Records::retry`]) still
+/// cannot call it gone: it stays unconfirmed and a later DELETE tries
+/// again.
+#[derive(Debug, thiserror::Error)]
+pub enum StillUnproven {
+    /// Not a sandbox this engine holds unproven, and not one it can place.
+    #[error(transparent)]
+    Unproven(#[from] Unproven),
+    /// Its processes are gone; its disk is still attached.
+    #[error(
+        "sandbox {id} belonged to an engine that ended before this one; its processes are gone \
+         but its disk is not proven detached: {source}"
+    )]
+    Disk {
+        /// The sandbox's id.
+        id: String,
+        /// What still holds its disk.
+        source: DiskStillInUse,
+    },
+    /// Processes of it may still run.
+    #[error(
+        "sandbox {id} belonged to an engine that ended before this one and is still not proven \
+         gone: {why}"
+    )]
+    Processes {
+        /// The sandbox's id.
+        id: String,
+        /// What was found (the host pids, or why they could not be listed).
+        why: Unconfirmed,
+    },
+}
+
+impl Records {
+    /// Notes a tree the engine just started in the sandbox at `root` (a
+    /// no-op when that sandbox is not recorded, or the engine stopped).
+    pub fn note_tree(&self, root: &Path, tree: &Guarded, marker: Option<&str>) {
+        let Some(id) = lock(&self.roots).get(root).cloned() else {
+            return;
+        };
+        self.add_tree(&id, tree_id(tree, marker));
+    }
+}
+
+/// How a record names `tree`, a tree just started.
+fn tree_id(tree: &Guarded, marker: Option<&str>) -> TreeId {
+    match *tree {
         Guarded::Namespace { init_pid, ns } => {
             let start = procfs::stat(init_pid).map(|p| p.starttime);
             let identity = namespace_identity(init_pid);
@@ -508,8 +620,7 @@ pub fn note_tree(root: &Path, tree: &Guarded, marker: Option<&str>) {
                 marker.unwrap_or_default()
             ),
         },
-    };
-    records.add_tree(&id, id_of);
+    }
 }
 
 /// `(st_dev, st_ino)` of `/proc/PID/ns/pid`.
@@ -560,9 +671,11 @@ fn init_alive(
 
 /// Live processes in the namespace `(dev, ino)` (`dev` unknown: by
 /// inode); `Err` when the scan could not be made (out of descriptors).
-fn in_namespace(dev: Option<u64>, ino: u64) -> Result<Vec<ProcInfo>, String> {
+fn in_namespace(dev: Option<u64>, ino: u64) -> Result<Vec<ProcInfo>, Unconfirmed> {
     Ok(procfs::try_live_in_namespace(ino)
-        .map_err(|e| format!("its processes could not be listed ({e})"))?
+        .map_err(|e| Unconfirmed::Unlisted {
+            source: Arc::new(e),
+        })?
         .into_iter()
         .filter(|p| dev.is_none() || namespace_identity(p.pid).is_none_or(|(d, _)| Some(d) == dev))
         .collect())
@@ -580,7 +693,7 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
         let mut outer: Option<ProcInfo> = None;
         loop {
             // `Err`: no scan could be made; that proves nothing.
-            let left: Result<Vec<ProcInfo>, String> = match tree {
+            let left: Result<Vec<ProcInfo>, Unconfirmed> = match tree {
                 TreeId::Namespace {
                     init_pid,
                     init_start,
@@ -617,7 +730,9 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                     {
                         // Its init could not be read (out of descriptors)
                         // but is there: not proven gone.
-                        Err(format!("its init, host pid {init_pid}, could not be read"))
+                        Err(Unconfirmed::InitUnread {
+                            init_pid: *init_pid,
+                        })
                     } else {
                         // Its init is gone: the kernel ends the rest and
                         // lets nothing new in. What is still seen under
@@ -647,7 +762,9 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
                     let leader_alive =
                         procfs::stat(*leader).filter(|p| p.starttime == *start && !p.is_zombie());
                     match procfs::try_all_pids() {
-                        Err(e) => Err(format!("its processes could not be listed ({e})")),
+                        Err(e) => Err(Unconfirmed::Unlisted {
+                            source: Arc::new(e),
+                        }),
                         Ok(_) => {
                             let members: Vec<ProcInfo> = procfs::snapshot()
                                 .into_iter()
@@ -671,13 +788,9 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
             }
             if Instant::now() >= deadline {
                 return Verdict::Unconfirmed(match left {
-                    Ok(left) => {
-                        let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
-                        format!(
-                            "host pids {} still run in one of its process trees",
-                            pids.join(" ")
-                        )
-                    }
+                    Ok(left) => Unconfirmed::TreesRun {
+                        pids: left.iter().map(|p| p.pid).collect(),
+                    },
                     Err(why) => why,
                 });
             }
@@ -697,11 +810,14 @@ pub fn verify(record: &Record, wait: Duration) -> Verdict {
             }
             if Instant::now() >= deadline {
                 return Verdict::Unconfirmed(match left {
-                    Ok(left) => {
-                        let pids: Vec<String> = left.iter().map(|p| p.pid.to_string()).collect();
-                        format!("host pids {} still run as its {ids}", pids.join(" "))
-                    }
-                    Err(e) => format!("the processes of its {ids} could not be listed ({e})"),
+                    Ok(left) => Unconfirmed::IdsRun {
+                        ids,
+                        pids: left.iter().map(|p| p.pid).collect(),
+                    },
+                    Err(e) => Unconfirmed::IdsUnlisted {
+                        ids,
+                        source: Arc::new(e),
+                    },
                 });
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -821,7 +937,9 @@ mod tests {
         let mut r = record(Vec::new());
         r.uid = Some(rustix::process::getuid().as_raw());
         match verify(&r, Duration::from_millis(100)) {
-            Verdict::Unconfirmed(why) => assert!(why.contains("still run as its uid"), "{why}"),
+            Verdict::Unconfirmed(why) => {
+                assert!(why.to_string().contains("still run as its uid"), "{why}")
+            }
             Verdict::Gone => panic!("called gone while processes of its uid run"),
         }
     }

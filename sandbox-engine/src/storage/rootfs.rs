@@ -126,6 +126,7 @@ const ETC_FILES: &[(&str, &str)] = &[
 /// is refused rather than run as the server's own uid.
 fn allocate_owner() -> std::io::Result<Option<(u32, u32)>> {
     use std::sync::atomic::{AtomicU32, Ordering};
+    // Process-wide: a cursor where the search starts; the ranges are claimed host-wide.
     static NEXT: OnceLock<AtomicU32> = OnceLock::new();
     if !crate::trees::id_map::ranges_here() {
         return Ok(None);
@@ -342,6 +343,7 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
 /// The host `/etc` entries to copy (existing ones only, patterns
 /// expanded), computed once.
 pub fn etc_from_host() -> &'static [PathBuf] {
+    // Process-wide: a fact of the host (its `/etc`), read once.
     static LIST: OnceLock<Vec<PathBuf>> = OnceLock::new();
     LIST.get_or_init(|| {
         let etc = Path::new("/etc");

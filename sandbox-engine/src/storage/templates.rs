@@ -31,7 +31,7 @@ pub fn dir_of(data_dir: &Path) -> PathBuf {
 
 /// Checks a template name: 1 to 64 of `a-z A-Z 0-9 . _ -`, not starting
 /// with `.`.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), BadTemplateName> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
@@ -41,11 +41,21 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "template name {name:?} must be 1 to 64 letters, digits, '.', '_' or '-', not \
-             starting with '.'"
-        ))
+        Err(BadTemplateName {
+            name: name.to_string(),
+        })
     }
+}
+
+/// A template name [`check_name`] refuses (a 400 on both faces).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "template name {name:?} must be 1 to 64 letters, digits, '.', '_' or '-', not starting \
+     with '.'"
+)]
+pub struct BadTemplateName {
+    /// The name as given.
+    pub name: String,
 }
 
 /// The templates kept, by name, oldest first: `(name, created, bytes)`,
@@ -154,7 +164,7 @@ pub fn fork_into(source: &Path, root: &Path) -> std::io::Result<()> {
 /// on: a name in use, too many templates, a copy that failed (nothing is
 /// left of it).
 pub fn capture(data_dir: &Path, name: &str, source: &Path) -> Result<(), CaptureError> {
-    check_name(name).map_err(CaptureError::Refused)?;
+    check_name(name).map_err(|e| CaptureError::Refused(e.to_string()))?;
     let dir = dir_of(data_dir);
     std::fs::create_dir_all(&dir).map_err(CaptureError::Io)?;
     {

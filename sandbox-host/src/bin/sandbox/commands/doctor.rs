@@ -256,7 +256,9 @@ fn user_namespaces() -> Check {
         .and_then(|rt| {
             rt.block_on(sandbox_engine::machine::isolation::probe_bwrap(
                 &dir.join("probe"),
+                &sandbox_engine::machine::ServerRegistries::default(),
             ))
+            .map_err(|e| e.to_string())
         });
     sandbox_engine::storage::rootfs::remove_etc(&dir);
     let _ = std::fs::remove_dir_all(&dir);
@@ -296,6 +298,7 @@ fn disk() -> Check {
                 &dir,
                 sandbox_engine::storage::disk::MIN_SANDBOX_DISK,
             )
+            .map_err(|e| e.to_string())
         });
     let _ = std::fs::remove_dir_all(&dir);
     match trial {
