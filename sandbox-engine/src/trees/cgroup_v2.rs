@@ -43,120 +43,288 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// `statfs` magic of a cgroup2 file system.
-const CGROUP2_MAGIC: i64 = 0x6367_7270;
+use crate::trees::host::{self, Host};
 
 /// The controllers a sandbox group is limited by, where offered.
 pub(crate) const CONTROLLERS: [&str; 3] = ["pids", "memory", "cpu"];
 
+/// Where the server reads its own cgroup.
+const OWN_CGROUP: &str = "/proc/self/cgroup";
+
+/// Where a cgroup2 file system is looked for: a pure v2 host, then a
+/// hybrid one.
+const MOUNTS: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"];
+
+/// The files a kernel new enough for this backend has in every group:
+/// `cgroup.kill` (5.14), `cgroup.freeze` (5.2) and `cgroup.events`.
+const NEEDED: [&str; 3] = ["cgroup.kill", "cgroup.freeze", "cgroup.events"];
+
+/// Why the server has no cgroup v2 group to hold command trees in (then
+/// another backend is chosen: see [`crate::trees::process_limits`]).
+#[derive(Debug, thiserror::Error)]
+pub enum NoDelegatedGroup {
+    /// The server's own cgroup could not be read.
+    #[error("the server's own cgroup could not be read from {} ({source})", .path.display())]
+    OwnGroupUnread {
+        /// The file read (`/proc/self/cgroup`).
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server is in no cgroup v2 group (a cgroup v1 only host).
+    #[error("{} names no cgroup v2 group for the server (no `0::` line)", .path.display())]
+    NotInV2 {
+        /// The file read (`/proc/self/cgroup`).
+        path: PathBuf,
+    },
+    /// The server's cgroup v2 line is not a path inside the hierarchy.
+    #[error(
+        "{} names the server's cgroup v2 group as `{line}`, which is not an absolute path \
+         inside the hierarchy; it is not used",
+        .path.display()
+    )]
+    Malformed {
+        /// The file read (`/proc/self/cgroup`).
+        path: PathBuf,
+        /// The line as read.
+        line: String,
+    },
+    /// No cgroup2 file system where one is looked for.
+    #[error("no cgroup2 file system is mounted at {}", .tried.join(" or "))]
+    NoMount {
+        /// The places looked at.
+        tried: Vec<String>,
+    },
+    /// The server may not make groups in its own or move processes.
+    #[error(
+        "the server may not write its cgroup {} (make groups in it, move processes through its \
+         cgroup.procs); run it in a group delegated to it (`systemd-run --user --scope -p \
+         Delegate=yes ...`)",
+        .group.display()
+    )]
+    NotWritable {
+        /// The server's group.
+        group: PathBuf,
+    },
+    /// The kernel is too old for this backend.
+    #[error(
+        "{} has no {file}: the kernel is older than this backend needs (cgroup.kill came with \
+         Linux 5.14, cgroup.freeze with 5.2)",
+        .group.display()
+    )]
+    KernelTooOld {
+        /// The group looked at (the server's new subtree, removed again).
+        group: PathBuf,
+        /// The missing control file.
+        file: &'static str,
+    },
+    /// The server's subtree could not be made, or the server not moved
+    /// into it.
+    #[error("the server's cgroup subtree {} could not be made ({source})", .path.display())]
+    NotMade {
+        /// The group or control file that failed.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Why a controller does not limit the sandbox groups of a delegated
+/// group (listed as not enforced in the startup line and `describe`).
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerNotEnabled {
+    /// The delegated group does not offer it.
+    #[error(
+        "the delegated group {} offers no {controller} controller (its cgroup.controllers)",
+        .group.display()
+    )]
+    NotOffered {
+        /// The delegated group.
+        group: PathBuf,
+        /// The controller.
+        controller: &'static str,
+    },
+    /// The group holds processes that are not the server's, and cgroup
+    /// v2 enables no controller below a group that holds processes.
+    #[error(
+        "{} holds processes of others, so no controller can be enabled below it (cgroup v2's \
+         no-internal-processes rule); start the engine alone in its group (`systemd-run --user \
+         --scope -p Delegate=yes ...`)",
+        .group.display()
+    )]
+    HoldsOthers {
+        /// The group whose `cgroup.subtree_control` refused it.
+        group: PathBuf,
+        /// The controller.
+        controller: &'static str,
+    },
+    /// The kernel refused it for another reason.
+    #[error("enabling {controller} in {} failed: {source}", .group.display())]
+    Refused {
+        /// The group whose `cgroup.subtree_control` refused it.
+        group: PathBuf,
+        /// The controller.
+        controller: &'static str,
+        /// The kernel's answer.
+        source: std::io::Error,
+    },
+}
+
 /// A server's subtree in its delegated group.
 #[derive(Debug)]
 pub struct Delegated {
+    /// The host it lives on.
+    host: &'static dyn Host,
     /// The delegated group (the server's own when it started).
     group: PathBuf,
     /// This server's subtree in it.
     engine: PathBuf,
     /// Each of [`CONTROLLERS`]: enabled for sandbox groups, or why not.
-    controllers: Vec<(&'static str, Result<(), String>)>,
-}
-
-fn is_cgroup2(dir: &Path) -> bool {
-    // `f_type` is `i64` here, another integer type on other targets.
-    #[allow(clippy::unnecessary_cast)]
-    rustix::fs::statfs(dir).is_ok_and(|s| s.f_type as i64 == CGROUP2_MAGIC)
+    controllers: Vec<(&'static str, Result<(), ControllerNotEnabled>)>,
 }
 
 /// The server's own group on the cgroup2 mount, when it may write it
 /// (make groups in it, move processes through it). Reads only.
 pub fn own_writable_group() -> Option<PathBuf> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let mount = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+    writable_group_on(&host::REAL).ok()
+}
+
+/// [`own_writable_group`] on `host`, or why there is none.
+pub(crate) fn writable_group_on(host: &dyn Host) -> Result<PathBuf, NoDelegatedGroup> {
+    let path = PathBuf::from(OWN_CGROUP);
+    let own = host
+        .read(&path)
+        .map_err(|source| NoDelegatedGroup::OwnGroupUnread {
+            path: path.clone(),
+            source,
+        })?;
+    let line = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .ok_or_else(|| NoDelegatedGroup::NotInV2 { path: path.clone() })?;
+    let relative = Path::new(line.trim());
+    let inside = relative.is_absolute()
+        && relative.components().all(|c| {
+            matches!(
+                c,
+                std::path::Component::RootDir | std::path::Component::Normal(_)
+            )
+        });
+    if !inside {
+        return Err(NoDelegatedGroup::Malformed {
+            path,
+            line: line.to_string(),
+        });
+    }
+    let mount = MOUNTS
         .into_iter()
         .map(Path::new)
-        .find(|m| is_cgroup2(m))?;
-    let group = mount.join(path.trim().trim_start_matches('/'));
-    use rustix::fs::{access, Access};
-    let writable = access(&group, Access::WRITE_OK | Access::EXEC_OK).is_ok()
-        && access(group.join("cgroup.procs"), Access::WRITE_OK).is_ok();
-    writable.then_some(group)
+        .find(|m| host.is_cgroup2_mount(m))
+        .ok_or_else(|| NoDelegatedGroup::NoMount {
+            tried: MOUNTS.iter().map(|m| m.to_string()).collect(),
+        })?;
+    let group = mount.join(relative.strip_prefix("/").unwrap_or(relative));
+    let writable = host.may_write_dir(&group) && host.may_write_file(&group.join("cgroup.procs"));
+    if !writable {
+        return Err(NoDelegatedGroup::NotWritable { group });
+    }
+    Ok(group)
 }
 
 /// Whether the group at `group` offers `controller` (its
 /// `cgroup.controllers`).
 pub fn offers(group: &Path, controller: &str) -> bool {
-    std::fs::read_to_string(group.join("cgroup.controllers"))
+    offers_on(&host::REAL, group, controller)
+}
+
+fn offers_on(host: &dyn Host, group: &Path, controller: &str) -> bool {
+    host.read(&group.join("cgroup.controllers"))
         .is_ok_and(|c| c.split_whitespace().any(|c| c == controller))
 }
 
 /// This server's subtree, made on first use (the server moved into its
-/// `server/` leaf, controllers enabled); `None` where the server has no
-/// writable cgroup v2 group, or the kernel lacks `cgroup.kill` (5.14) or
+/// `server/` leaf, controllers enabled), or why there is none: no
+/// writable cgroup v2 group, or a kernel without `cgroup.kill` (5.14) or
 /// `cgroup.freeze` (5.2).
-pub fn here() -> Option<&'static Delegated> {
-    MADE.get_or_init(|| Delegated::make().ok()).as_ref()
+pub(crate) fn here() -> Result<&'static Delegated, &'static NoDelegatedGroup> {
+    MADE.get_or_init(|| Delegated::make(&host::REAL)).as_ref()
 }
 
 /// This server's subtree if [`here`] has made it already (never makes
 /// it: for cleanups, which have nothing to do otherwise).
 pub(crate) fn here_if_made() -> Option<&'static Delegated> {
-    MADE.get().and_then(Option::as_ref)
+    MADE.get().and_then(|made| made.as_ref().ok())
 }
 
-static MADE: OnceLock<Option<Delegated>> = OnceLock::new();
+static MADE: OnceLock<Result<Delegated, NoDelegatedGroup>> = OnceLock::new();
 
 impl Delegated {
-    fn make() -> std::io::Result<Delegated> {
-        let group = own_writable_group().ok_or_else(|| std::io::Error::other("none"))?;
-        remove_stale(&group);
-        let engine = group.join(format!("createos-local-{}", std::process::id()));
-        if engine.exists() {
+    /// Makes the server's subtree on `host` (see the module docs).
+    pub(crate) fn make(host: &'static dyn Host) -> Result<Delegated, NoDelegatedGroup> {
+        let group = writable_group_on(host)?;
+        remove_stale(host, &group);
+        let own = host.own_pid();
+        let engine = group.join(format!("createos-local-{own}"));
+        if host.exists(&engine) {
             // A server of an earlier boot or pid namespace with our pid.
-            remove_tree(&engine);
+            remove_tree(host, &engine);
         }
-        std::fs::create_dir(&engine)?;
+        let not_made = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| NoDelegatedGroup::NotMade { path, source }
+        };
+        host.create_dir(&engine).map_err(not_made(&engine))?;
         let made = (|| {
-            for file in ["cgroup.kill", "cgroup.freeze", "cgroup.events"] {
-                if !engine.join(file).is_file() {
-                    return Err(std::io::Error::other(format!("no {file}")));
+            for file in NEEDED {
+                if !host.is_file(&engine.join(file)) {
+                    return Err(NoDelegatedGroup::KernelTooOld {
+                        group: engine.clone(),
+                        file,
+                    });
                 }
             }
             let server = engine.join("server");
-            std::fs::create_dir(&server)?;
+            host.create_dir(&server).map_err(not_made(&server))?;
             // The whole server (every thread) into its leaf.
-            let own = std::process::id();
-            std::fs::write(server.join("cgroup.procs"), own.to_string())?;
+            let procs = server.join("cgroup.procs");
+            host.write(&procs, &own.to_string())
+                .map_err(not_made(&procs))?;
             // And its helpers already forked in the delegated group (the
             // death guard): a process left there blocks every controller
             // (v2's no-internal-processes rule: enabling one is EBUSY).
-            for pid in members(&group).unwrap_or_default() {
-                let child = crate::trees::procfs::stat(pid).is_some_and(|p| p.ppid as u32 == own);
-                if child {
-                    std::fs::write(server.join("cgroup.procs"), pid.to_string())?;
+            for pid in members_on(host, &group).unwrap_or_default() {
+                if host.parent_of(pid).is_some_and(|p| p as u32 == own) {
+                    host.write(&procs, &pid.to_string())
+                        .map_err(not_made(&procs))?;
                 }
             }
             Ok(())
         })();
         if let Err(e) = made {
-            remove_tree(&engine);
+            remove_tree(host, &engine);
             return Err(e);
         }
-        let offered = std::fs::read_to_string(group.join("cgroup.controllers")).unwrap_or_default();
+        let offered = host
+            .read(&group.join("cgroup.controllers"))
+            .unwrap_or_default();
         let offered: Vec<&str> = offered.split_whitespace().collect();
         let controllers = CONTROLLERS
             .into_iter()
-            .map(|c| {
-                let enabled = if !offered.contains(&c) {
-                    Err(format!(
-                        "the delegated group offers no {c} controller (its cgroup.controllers)"
-                    ))
+            .map(|controller| {
+                let enabled = if !offered.contains(&controller) {
+                    Err(ControllerNotEnabled::NotOffered {
+                        group: group.clone(),
+                        controller,
+                    })
                 } else {
-                    enable(&group, c).and_then(|()| enable(&engine, c))
+                    enable(host, &group, controller)
+                        .and_then(|()| enable(host, &engine, controller))
                 };
-                (c, enabled)
+                (controller, enabled)
             })
             .collect();
         Ok(Delegated {
+            host,
             group,
             engine,
             controllers,
@@ -168,6 +336,11 @@ impl Delegated {
         &self.group
     }
 
+    /// The host it lives on.
+    pub(crate) fn host(&self) -> &'static dyn Host {
+        self.host
+    }
+
     /// Whether `controller` limits each sandbox group.
     pub fn enforces(&self, controller: &str) -> bool {
         self.controllers
@@ -176,11 +349,11 @@ impl Delegated {
     }
 
     /// Why `controller` does not limit sandbox groups (`None` when it does).
-    pub fn why_not(&self, controller: &str) -> Option<String> {
+    pub fn why_not(&self, controller: &str) -> Option<&ControllerNotEnabled> {
         self.controllers
             .iter()
             .find(|(c, _)| *c == controller)
-            .and_then(|(_, r)| r.clone().err())
+            .and_then(|(_, r)| r.as_ref().err())
     }
 
     /// The group of the sandbox whose root is `root`.
@@ -190,13 +363,14 @@ impl Delegated {
 
     /// The sandbox's group (made, with its limits, on first use).
     pub(crate) fn sandbox(&self, root: &Path, limits: &Limits) -> std::io::Result<PathBuf> {
+        let host = self.host;
         let dir = self.sandbox_dir(root);
-        match std::fs::create_dir(&dir) {
+        match host.create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(dir),
             Err(e) => return Err(e),
         }
-        let write = |file: &str, value: String| std::fs::write(dir.join(file), value);
+        let write = |file: &str, value: String| host.write(&dir.join(file), &value);
         let set = (|| {
             if self.enforces("pids") {
                 write("pids.max", limits.tasks.to_string())?;
@@ -204,7 +378,7 @@ impl Delegated {
             if self.enforces("memory") {
                 write("memory.max", limits.memory.to_string())?;
                 // Swap counts toward the limit, as on cgroup v1: none.
-                if dir.join("memory.swap.max").is_file() {
+                if host.is_file(&dir.join("memory.swap.max")) {
                     write("memory.swap.max", "0".to_string())?;
                 }
                 // An OOM kill ends the sandbox's process that grew, not
@@ -217,7 +391,7 @@ impl Delegated {
             Ok(())
         })();
         if let Err(e) = set {
-            let _ = std::fs::remove_dir(&dir);
+            let _ = host.remove_dir(&dir);
             return Err(e);
         }
         Ok(dir)
@@ -231,12 +405,12 @@ impl Delegated {
         limits: &Limits,
     ) -> std::io::Result<std::fs::File> {
         let dir = self.sandbox(root, limits)?.join("machine");
-        match std::fs::create_dir(&dir) {
+        match self.host.create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }
-        open_procs(&dir)
+        self.host.open_for_writing(&dir.join("cgroup.procs"))
     }
 
     /// A new group for one command of the sandbox, and its `cgroup.procs`
@@ -248,11 +422,13 @@ impl Delegated {
         limits: &Limits,
     ) -> std::io::Result<(PathBuf, std::fs::File)> {
         let sandbox = self.sandbox(root, limits)?;
-        let dir = crate::util::new_unique_dir(&sandbox, &format!("cmd-{marker}"))?;
-        match open_procs(&dir) {
+        let dir = self
+            .host
+            .create_unique_dir(&sandbox, &format!("cmd-{marker}"))?;
+        match self.host.open_for_writing(&dir.join("cgroup.procs")) {
             Ok(procs) => Ok((dir, procs)),
             Err(e) => {
-                let _ = std::fs::remove_dir(&dir);
+                let _ = self.host.remove_dir(&dir);
                 Err(e)
             }
         }
@@ -266,20 +442,17 @@ impl Delegated {
     /// freezes each registered command's group, as it stops each command
     /// elsewhere). `false` when the sandbox has no group.
     pub(crate) fn freeze_sandbox(&self, root: &Path, stop: bool) -> bool {
-        let Ok(entries) = std::fs::read_dir(self.sandbox_dir(root)) else {
+        let Ok(groups) = self.host.subdirs(&self.sandbox_dir(root)) else {
             return false;
         };
-        let groups: Vec<PathBuf> = entries
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .map(|e| e.path())
-            .collect();
         for g in &groups {
-            let _ = std::fs::write(g.join("cgroup.freeze"), if stop { "1" } else { "0" });
+            let _ = self
+                .host
+                .write(&g.join("cgroup.freeze"), if stop { "1" } else { "0" });
         }
         if stop {
             for g in &groups {
-                wait_frozen(g);
+                wait_frozen(self.host, g);
             }
         }
         true
@@ -291,7 +464,10 @@ impl Delegated {
         if !self.enforces("memory") {
             return None;
         }
-        let events = std::fs::read_to_string(self.sandbox_dir(root).join("memory.events")).ok()?;
+        let events = self
+            .host
+            .read(&self.sandbox_dir(root).join("memory.events"))
+            .ok()?;
         events
             .lines()
             .find_map(|l| l.strip_prefix("oom_kill "))
@@ -301,13 +477,17 @@ impl Delegated {
     /// The tasks (threads) the sandbox's command groups hold, launchers
     /// not counted.
     pub(crate) fn command_tasks(&self, root: &Path) -> Option<usize> {
-        let dir = self.sandbox_dir(root);
         let mut tasks = 0;
-        for entry in std::fs::read_dir(dir).ok()?.flatten() {
-            if !entry.file_name().to_string_lossy().starts_with("cmd-") {
+        for group in self.host.subdirs(&self.sandbox_dir(root)).ok()? {
+            if !group
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("cmd-"))
+            {
                 continue;
             }
-            let threads = std::fs::read_to_string(entry.path().join("cgroup.threads"))
+            let threads = self
+                .host
+                .read(&group.join("cgroup.threads"))
                 .map(|t| t.split_whitespace().count())
                 .unwrap_or(0);
             tasks += threads.saturating_sub(1);
@@ -321,8 +501,8 @@ impl Delegated {
         let dir = self.sandbox_dir(root);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         loop {
-            remove_tree(&dir);
-            if !dir.exists() || std::time::Instant::now() > deadline {
+            remove_tree(self.host, &dir);
+            if !self.host.exists(&dir) || std::time::Instant::now() > deadline {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -374,31 +554,35 @@ fn key(root: &Path) -> String {
     format!("{name}-{hash:08x}")
 }
 
-fn enable(dir: &Path, controller: &str) -> Result<(), String> {
-    std::fs::write(dir.join("cgroup.subtree_control"), format!("+{controller}")).map_err(|e| {
-        if e.raw_os_error() == Some(libc::EBUSY) {
-            format!(
-                "{} holds processes of others, so no controller can be enabled below it (cgroup \
-                 v2's no-internal-processes rule); start the engine alone in its group \
-                 (`systemd-run --user --scope -p Delegate=yes ...`)",
-                dir.display()
-            )
+/// Enables `controller` for the groups below `dir` (its
+/// `cgroup.subtree_control`), or says why the kernel refused.
+fn enable(
+    host: &dyn Host,
+    dir: &Path,
+    controller: &'static str,
+) -> Result<(), ControllerNotEnabled> {
+    host.write(
+        &dir.join("cgroup.subtree_control"),
+        &format!("+{controller}"),
+    )
+    .map_err(|source| {
+        let group = dir.to_path_buf();
+        if source.raw_os_error() == Some(libc::EBUSY) {
+            ControllerNotEnabled::HoldsOthers { group, controller }
         } else {
-            format!("enabling {controller} in {} failed: {e}", dir.display())
+            ControllerNotEnabled::Refused {
+                group,
+                controller,
+                source,
+            }
         }
     })
 }
 
-fn open_procs(dir: &Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(dir.join("cgroup.procs"))
-}
-
 /// The pids the kernel lists in the group at `dir`. `Err` when it cannot
 /// be read: `NotFound` once the group is removed.
-pub(crate) fn members(dir: &Path) -> std::io::Result<Vec<i32>> {
-    let list = std::fs::read_to_string(dir.join("cgroup.procs"))?;
+pub(crate) fn members_on(host: &dyn Host, dir: &Path) -> std::io::Result<Vec<i32>> {
+    let list = host.read(&dir.join("cgroup.procs"))?;
     Ok(list
         .split_whitespace()
         .filter_map(|p| p.parse::<i32>().ok())
@@ -408,37 +592,40 @@ pub(crate) fn members(dir: &Path) -> std::io::Result<Vec<i32>> {
 /// Whether the group at `dir` is empty, as the kernel says it
 /// (`populated 0` in `cgroup.events`, which counts its descendants too),
 /// or gone. A file that cannot be read proves nothing.
-pub(crate) fn is_empty(dir: &Path) -> bool {
-    match std::fs::read_to_string(dir.join("cgroup.events")) {
+pub(crate) fn is_empty_on(host: &dyn Host, dir: &Path) -> bool {
+    match host.read(&dir.join("cgroup.events")) {
         Ok(events) => events.lines().any(|l| l == "populated 0"),
-        Err(e) => e.kind() == std::io::ErrorKind::NotFound && !dir.exists(),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound && !host.exists(dir),
     }
 }
 
 /// Kills every process of the group at `dir` and its descendants
 /// (`cgroup.kill`: forks racing the kill included).
-pub(crate) fn kill(dir: &Path) -> bool {
-    std::fs::write(dir.join("cgroup.kill"), "1").is_ok()
+pub(crate) fn kill_on(host: &dyn Host, dir: &Path) -> bool {
+    host.write(&dir.join("cgroup.kill"), "1").is_ok()
 }
 
 /// Freezes (`cgroup.freeze` 1) or thaws the group at `dir`; on a freeze,
 /// waits up to 2 s for `frozen 1`. `false` when it cannot be written.
-pub(crate) fn freeze(dir: &Path, stop: bool) -> bool {
-    if std::fs::write(dir.join("cgroup.freeze"), if stop { "1" } else { "0" }).is_err() {
+pub(crate) fn freeze_on(host: &dyn Host, dir: &Path, stop: bool) -> bool {
+    if host
+        .write(&dir.join("cgroup.freeze"), if stop { "1" } else { "0" })
+        .is_err()
+    {
         return false;
     }
     if stop {
-        wait_frozen(dir);
+        wait_frozen(host, dir);
     }
     true
 }
 
 /// Waits up to 2 s for `frozen 1` in the `cgroup.events` of the group at
 /// `dir` (the kernel freezes its members asynchronously).
-fn wait_frozen(dir: &Path) {
+fn wait_frozen(host: &dyn Host, dir: &Path) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     while std::time::Instant::now() < deadline {
-        match std::fs::read_to_string(dir.join("cgroup.events")) {
+        match host.read(&dir.join("cgroup.events")) {
             Ok(events) if !events.lines().any(|l| l == "frozen 1") => {}
             _ => return,
         }
@@ -448,36 +635,29 @@ fn wait_frozen(dir: &Path) {
 
 /// Removes the group at `dir` and every group below it (deepest first);
 /// a group that still has members stays.
-fn remove_tree(dir: &Path) {
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                remove_tree(&e.path());
-            }
-        }
+fn remove_tree(host: &dyn Host, dir: &Path) {
+    for below in host.subdirs(dir).unwrap_or_default() {
+        remove_tree(host, &below);
     }
-    let _ = std::fs::remove_dir(dir);
+    let _ = host.remove_dir(dir);
 }
 
 /// Subtrees of servers that are gone (`createos-local-<pid>` with no
 /// process of that pid, and `populated 0` in its `cgroup.events`):
 /// removed. A live pid's subtree is never touched (a server that made it
 /// a moment ago has not moved in yet).
-fn remove_stale(group: &Path) {
-    let Ok(entries) = std::fs::read_dir(group) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix("createos-local-")
+fn remove_stale(host: &dyn Host, group: &Path) {
+    for path in host.subdirs(group).unwrap_or_default() {
+        let Some(pid) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("createos-local-"))
             .and_then(|p| p.parse::<i32>().ok())
         else {
             continue;
         };
-        let path = e.path();
-        if !Path::new(&format!("/proc/{pid}")).exists() && is_empty(&path) {
-            remove_tree(&path);
+        if !host.exists(Path::new(&format!("/proc/{pid}"))) && is_empty_on(host, &path) {
+            remove_tree(host, &path);
         }
     }
 }

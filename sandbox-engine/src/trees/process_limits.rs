@@ -29,11 +29,13 @@ use std::path::{Path, PathBuf};
 
 use crate::trees::cgroup_v1;
 use crate::trees::cgroup_v2;
+use crate::trees::host::{self, Host};
 
 pub(crate) use crate::trees::cgroup_v1::remove_sandbox_groups;
 pub use crate::trees::cgroup_v1::{
-    memory_cgroup_base, pids_cgroup_base, pids_offered_here, total_tasks,
+    memory_cgroup_base, pids_cgroup_base, pids_offered_here, total_tasks, NoPidsGroup,
 };
+pub use crate::trees::cgroup_v2::{ControllerNotEnabled, NoDelegatedGroup};
 
 /// How this host holds a sandbox machine's command trees (see the
 /// module docs).
@@ -54,12 +56,49 @@ impl TreeBackend {
     /// a writable cgroup v2 group (the server moves itself into a leaf of
     /// it the first time this is asked), else none.
     pub fn here() -> TreeBackend {
-        if pids_cgroup_base().is_some() {
-            TreeBackend::CgroupV1Pids
-        } else if let Some(d) = cgroup_v2::here() {
-            TreeBackend::CgroupV2Delegated(d)
-        } else {
-            TreeBackend::NoCgroup
+        chosen_here().0
+    }
+
+    /// Why [`TreeBackend::here`] is the backend in force, in words: what
+    /// this host offered, and what it lacked for the backends before it.
+    pub fn why_here() -> &'static str {
+        &chosen_here().1
+    }
+
+    /// The choice of [`TreeBackend::here`], from the answers of the two
+    /// cgroup backends: the v1 pids base (made already), and the v2
+    /// subtree, made only when v1 is not there (making it moves the
+    /// server). With why, in words.
+    fn choose<'a>(
+        v1: Result<&Path, &NoPidsGroup>,
+        v2: impl FnOnce() -> Result<&'static cgroup_v2::Delegated, &'a NoDelegatedGroup>,
+    ) -> (TreeBackend, String) {
+        let no_v1 = match v1 {
+            Ok(base) => {
+                return (
+                    TreeBackend::CgroupV1Pids,
+                    format!(
+                        "a cgroup v1 pids group per command under {}: the server is the host's \
+                         root and the host has a v1 pids hierarchy",
+                        base.display()
+                    ),
+                )
+            }
+            Err(why) => why.to_string(),
+        };
+        match v2() {
+            Ok(d) => (
+                TreeBackend::CgroupV2Delegated(d),
+                format!(
+                    "a cgroup v2 group per command in {}, which the server may write (no v1 \
+                     pids groups: {no_v1})",
+                    d.group().display()
+                ),
+            ),
+            Err(no_v2) => (
+                TreeBackend::NoCgroup,
+                format!("a subreaper per command, no cgroup: {no_v1}; and {no_v2}"),
+            ),
         }
     }
 
@@ -80,6 +119,12 @@ impl TreeBackend {
             Offered::NoCgroup
         }
     }
+}
+
+/// The backend in force and why, chosen once (see [`TreeBackend::here`]).
+fn chosen_here() -> &'static (TreeBackend, String) {
+    static CHOSEN: std::sync::OnceLock<(TreeBackend, String)> = std::sync::OnceLock::new();
+    CHOSEN.get_or_init(|| TreeBackend::choose(cgroup_v1::pids_base_here(), cgroup_v2::here))
 }
 
 /// [`TreeBackend::offered_here`]: a backend without touching the host.
@@ -124,6 +169,37 @@ enum Kind {
 pub struct CommandGroup {
     dir: PathBuf,
     kind: Kind,
+    host: &'static dyn Host,
+}
+
+/// Why a command group is not proven empty: what may still run in it.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupNotEmpty {
+    /// Processes are still in the group.
+    #[error(
+        "{} process(es) still run in the command group {} (host pids {pids:?}); they may still \
+         run",
+        .pids.len(),
+        .group.display()
+    )]
+    Survivors {
+        /// The group's directory.
+        group: PathBuf,
+        /// The live pids the kernel lists in it (cgroup v2: empty when
+        /// only groups below it are populated).
+        pids: Vec<i32>,
+    },
+    /// The group could not be read: nothing is proven.
+    #[error(
+        "the command group {} could not be read ({source}); its processes may still run",
+        .group.display()
+    )]
+    Unread {
+        /// The group's directory.
+        group: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 impl CommandGroup {
@@ -145,6 +221,7 @@ impl CommandGroup {
                         CommandGroup {
                             dir,
                             kind: Kind::V1Pids,
+                            host: &host::REAL,
                         },
                         file,
                     )
@@ -156,6 +233,7 @@ impl CommandGroup {
                         CommandGroup {
                             dir,
                             kind: Kind::V2,
+                            host: d.host(),
                         },
                         file,
                     )
@@ -171,6 +249,7 @@ impl CommandGroup {
         CommandGroup {
             dir,
             kind: Kind::V1Pids,
+            host: &host::REAL,
         }
     }
 
@@ -184,21 +263,46 @@ impl CommandGroup {
     /// no member), anything else proves nothing.
     pub(crate) fn pids(&self) -> std::io::Result<Vec<i32>> {
         match self.kind {
-            Kind::V1Pids => cgroup_v1::command_group_pids(&self.dir),
-            Kind::V2 => cgroup_v2::members(&self.dir),
+            Kind::V1Pids => cgroup_v1::command_group_pids_on(self.host, &self.dir),
+            Kind::V2 => cgroup_v2::members_on(self.host, &self.dir),
         }
     }
 
-    /// Whether the group is proven empty now: cgroup v1, a fresh member
-    /// list with no live process (or the group removed); cgroup v2, the
-    /// kernel's `populated 0`. A list that cannot be read proves nothing.
+    /// Whether the group is proven empty now (see [`CommandGroup::proof`]).
     pub(crate) fn is_empty(&self) -> bool {
+        self.proof().is_ok()
+    }
+
+    /// The proof that the group is empty now, or what may still run in
+    /// it: cgroup v1, a fresh member list with no live process (or the
+    /// group removed); cgroup v2, the kernel's `populated 0` (or the group
+    /// removed). A list that cannot be read proves nothing.
+    pub(crate) fn proof(&self) -> Result<(), GroupNotEmpty> {
+        let host = self.host;
+        let unread = |source| GroupNotEmpty::Unread {
+            group: self.dir.clone(),
+            source,
+        };
+        let survivors = |pids: Vec<i32>| GroupNotEmpty::Survivors {
+            group: self.dir.clone(),
+            pids: pids.into_iter().filter(|p| !host.is_dead(*p)).collect(),
+        };
         match self.kind {
-            Kind::V1Pids => match cgroup_v1::command_group_pids(&self.dir) {
-                Ok(pids) => pids.into_iter().all(crate::trees::procfs::is_dead),
-                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+            Kind::V1Pids => match cgroup_v1::command_group_pids_on(host, &self.dir) {
+                Ok(pids) if pids.iter().all(|p| host.is_dead(*p)) => Ok(()),
+                Ok(pids) => Err(survivors(pids)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(unread(e)),
             },
-            Kind::V2 => cgroup_v2::is_empty(&self.dir),
+            Kind::V2 => {
+                if cgroup_v2::is_empty_on(host, &self.dir) {
+                    return Ok(());
+                }
+                match cgroup_v2::members_on(host, &self.dir) {
+                    Ok(pids) => Err(survivors(pids)),
+                    Err(e) => Err(unread(e)),
+                }
+            }
         }
     }
 
@@ -207,9 +311,9 @@ impl CommandGroup {
     /// `cgroup.kill` (every member, racing forks included).
     pub(crate) fn kill(&self) {
         match self.kind {
-            Kind::V1Pids => cgroup_v1::stop_forks(&self.dir),
+            Kind::V1Pids => cgroup_v1::stop_forks_on(self.host, &self.dir),
             Kind::V2 => {
-                cgroup_v2::kill(&self.dir);
+                cgroup_v2::kill_on(self.host, &self.dir);
             }
         }
     }
@@ -218,7 +322,7 @@ impl CommandGroup {
     /// `cgroup.freeze`); `false` where the caller must stop its members
     /// with signals (cgroup v1 pids has no freezer).
     pub(crate) fn freeze(&self, stop: bool) -> bool {
-        self.kind == Kind::V2 && cgroup_v2::freeze(&self.dir, stop)
+        self.kind == Kind::V2 && cgroup_v2::freeze_on(self.host, &self.dir, stop)
     }
 
     /// Removes the emptied group (see [`remove_command_group_soon`]).
@@ -228,7 +332,7 @@ impl CommandGroup {
 
     /// Removes the group now (a spawn that failed: nothing joined it).
     pub(crate) fn forget(&self) {
-        let _ = std::fs::remove_dir(&self.dir);
+        let _ = self.host.remove_dir(&self.dir);
     }
 }
 
@@ -412,7 +516,7 @@ pub fn describe() -> String {
             Some(why) => format!("{instead}: NOT enforced ({why})"),
         };
         return format!(
-            "{}; {}; {}",
+            "{}; {}; {}; command trees held by {}",
             limit(
                 "pids",
                 format!("pids.max {MAX_PROCESSES} tasks per sandbox, and RLIMIT_NPROC"),
@@ -431,6 +535,7 @@ pub fn describe() -> String {
                 format!("cpu.max {} CPU(s) per sandbox", sandbox_cpus()),
                 "cpu NOT limited; cpu.max",
             ),
+            TreeBackend::why_here(),
         );
     }
     let processes = match pids_cgroup_base() {
@@ -444,7 +549,11 @@ pub fn describe() -> String {
         ),
         None => "memory NOT limited (no cgroup memory controller this server can use)".to_string(),
     };
-    format!("{processes}; {memory}; cpu NOT limited (no cgroup cpu controller in use)")
+    format!(
+        "{processes}; {memory}; cpu NOT limited (no cgroup cpu controller in use); command trees \
+         held by {}",
+        TreeBackend::why_here()
+    )
 }
 
 /// Removes the groups of the sandbox at `root` (its cgroup v2 groups, and
