@@ -335,3 +335,110 @@ pub(crate) fn oom_kills(uid: u32) -> Option<u64> {
 pub(crate) fn memory_offered_here() -> bool {
     host::REAL.is_host_root() && host::REAL.is_file(&Path::new(MEMORY).join("cgroup.procs"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::trees::host::{Change, FakeHost};
+
+    const BASE: &str = "/sys/fs/cgroup/pids/createos-local";
+
+    /// A root server's host with the v1 pids hierarchy and the engine's
+    /// base group made.
+    fn pids_host() -> &'static FakeHost {
+        let h = FakeHost::new().leak();
+        h.root(true)
+            .file(&format!("{BASE}/pids.max"), "max")
+            .new_group_files(&[("tasks", ""), ("cgroup.procs", ""), ("pids.max", "max")]);
+        h
+    }
+
+    /// A command's group is made in its sandbox's, which is capped at the
+    /// sandbox's task limit before anything can join it; the launcher
+    /// joins through `tasks` (see [`JOIN_FILE`]).
+    #[test]
+    fn a_sandbox_is_capped_before_its_first_command_joins() {
+        let h = pids_host();
+        let uid = 0x4000_0000;
+        let (cmd, _tasks) =
+            command_cgroup_on(h, Path::new(BASE), uid, "m1", 2048).expect("a command group");
+        let sandbox = PathBuf::from(format!("{BASE}/sandbox-{uid}"));
+        assert_eq!(cmd.parent(), Some(sandbox.as_path()));
+        let capped = h.position(&Change::Write(sandbox.join("pids.max"), "2048".into()));
+        let joined = h.position(&Change::Open(cmd.join("tasks")));
+        assert!(capped < joined, "{:#?}", h.changes());
+        assert_eq!(
+            h.text(&sandbox.join("pids.max").to_string_lossy())
+                .as_deref(),
+            Some("2048")
+        );
+    }
+
+    /// The memory base is the server's own memory group: what
+    /// `/proc/self/cgroup` says is input, and a line that is not a path
+    /// inside the hierarchy, or none, gives no base (never a group
+    /// elsewhere, never a panic).
+    #[test]
+    fn the_memory_base_follows_the_servers_own_group_and_refuses_a_malformed_one() {
+        let on = |own: &str, root: bool| {
+            let h = FakeHost::new().leak();
+            h.root(root)
+                .file("/sys/fs/cgroup/memory/cgroup.procs", "")
+                .file("/proc/self/cgroup", own);
+            (memory_base_on(h), h)
+        };
+        let (base, _) = on("12:pids:/x\n5:memory:/system.slice/engine.service\n", true);
+        assert_eq!(
+            base.as_deref(),
+            Some(Path::new(
+                "/sys/fs/cgroup/memory/system.slice/engine.service/createos-local"
+            ))
+        );
+        let (base, _) = on("5:cpu,memory:/\n", true);
+        assert_eq!(
+            base.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/memory/createos-local"))
+        );
+        for own in [
+            "",
+            "garbage",
+            "5:memory",
+            "5:memory:/../../../etc\n",
+            "0::/x\n",
+        ] {
+            let (base, h) = on(own, true);
+            assert_eq!(base, None, "{own:?}");
+            assert!(h.changes().is_empty(), "{own:?}: {:#?}", h.changes());
+        }
+        let (base, _) = on("5:memory:/system.slice\n", false);
+        assert_eq!(
+            base, None,
+            "a server that is not root got a v1 memory group"
+        );
+    }
+
+    /// Why a host gives no pids groups, in words and typed.
+    #[test]
+    fn no_pids_group_says_why() {
+        let h = FakeHost::new().leak();
+        assert!(matches!(pids_base_on(h), Err(NoPidsGroup::NotRoot)));
+        assert!(!pids_offered_on(h));
+        h.root(true);
+        let e = pids_base_on(h).expect_err("no hierarchy");
+        assert!(matches!(e, NoPidsGroup::NoHierarchy { .. }), "{e:?}");
+        assert!(
+            e.to_string().contains("/sys/fs/cgroup/pids/cgroup.procs"),
+            "{e}"
+        );
+        h.file("/sys/fs/cgroup/pids/cgroup.procs", "");
+        assert!(pids_offered_on(h));
+        // The kernel refuses the cap (no `pids.max` in the new group).
+        let e = pids_base_on(h).expect_err("no pids.max");
+        assert!(
+            matches!(&e, NoPidsGroup::NotMade { path, .. } if path.ends_with("pids.max")),
+            "{e:?}"
+        );
+    }
+}

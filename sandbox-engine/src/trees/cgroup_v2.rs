@@ -663,7 +663,292 @@ fn remove_stale(host: &dyn Host, group: &Path) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::trees::host::{Change, FakeHost};
+
+    /// The server's delegated group on the double.
+    pub(crate) const GROUP: &str = "/sys/fs/cgroup/user.slice/engine.scope";
+    /// This server's subtree in it (the double's pid is 4242).
+    const ENGINE: &str = "/sys/fs/cgroup/user.slice/engine.scope/createos-local-4242";
+
+    /// The control files a kernel puts in every new cgroup v2 group.
+    pub(crate) const KERNEL_FILES: [(&str, &str); 12] = [
+        ("cgroup.procs", ""),
+        ("cgroup.threads", ""),
+        ("cgroup.kill", ""),
+        ("cgroup.freeze", "0"),
+        ("cgroup.events", "populated 0\nfrozen 0\n"),
+        ("cgroup.controllers", ""),
+        ("cgroup.subtree_control", ""),
+        ("pids.max", "max"),
+        ("memory.max", "max"),
+        ("memory.swap.max", "max"),
+        ("memory.oom.group", "0"),
+        ("cpu.max", "max 100000"),
+    ];
+
+    /// A host where the server (pid 4242, not root) runs in [`GROUP`] on
+    /// a pure cgroup v2 host, the group delegated to it (writable) and
+    /// offering `offered`; in it too: its death guard (4300, its child)
+    /// and a process of someone else (4400).
+    pub(crate) fn delegated_host(offered: &str) -> &'static FakeHost {
+        let h = FakeHost::new().leak();
+        h.file("/proc/self/cgroup", "0::/user.slice/engine.scope\n")
+            .cgroup2_mount("/sys/fs/cgroup")
+            .file(&format!("{GROUP}/cgroup.procs"), "4242\n4300\n4400\n")
+            .file(&format!("{GROUP}/cgroup.controllers"), offered)
+            .file(&format!("{GROUP}/cgroup.subtree_control"), "")
+            .writable(GROUP)
+            .writable(&format!("{GROUP}/cgroup.procs"))
+            .process(4242, 1)
+            .process(4300, 4242)
+            .process(4400, 1)
+            .new_group_files(&KERNEL_FILES);
+        h
+    }
+
+    fn write(path: &str, value: &str) -> Change {
+        Change::Write(PathBuf::from(path), value.to_string())
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            tasks: 2048,
+            memory: 256 << 20,
+            cpus: 1,
+        }
+    }
+
+    /// cgroup v2 allows processes only in leaves of a subtree with
+    /// controllers: the server (and its death guard, never another's
+    /// process) must be in its `server/` leaf before a controller is
+    /// enabled, each controller enabled in the delegated group and then
+    /// in the server's subtree, all before the first sandbox group is
+    /// made; then that group gets its limits.
+    #[test]
+    fn the_server_moves_into_its_leaf_and_enables_its_controllers_before_any_sandbox_group() {
+        let h = delegated_host("cpu memory pids io\n");
+        let d = Delegated::make(h).expect("a delegated group");
+        assert_eq!(d.group(), Path::new(GROUP));
+        let procs = format!("{ENGINE}/server/cgroup.procs");
+        let moved = h.position(&write(&procs, "4242"));
+        h.position(&write(&procs, "4300"));
+        assert!(
+            !h.changes().contains(&write(&procs, "4400")),
+            "another's process was moved into the server's leaf: {:#?}",
+            h.changes()
+        );
+        let root = Path::new("/data/sandboxes/sb-1");
+        let sandbox = d.sandbox(root, &limits()).expect("the sandbox group");
+        let made = h.position(&Change::CreateDir(sandbox.clone()));
+        for c in ["pids", "memory", "cpu"] {
+            assert!(d.enforces(c), "{c}: {:?}", d.why_not(c));
+            let in_group = h.position(&write(
+                &format!("{GROUP}/cgroup.subtree_control"),
+                &format!("+{c}"),
+            ));
+            let in_engine = h.position(&write(
+                &format!("{ENGINE}/cgroup.subtree_control"),
+                &format!("+{c}"),
+            ));
+            assert!(moved < in_group, "{c} enabled before the server moved");
+            assert!(in_group < in_engine, "{c} enabled below before above");
+            assert!(
+                in_engine < made,
+                "the sandbox group was made before {c} was enabled"
+            );
+        }
+        assert!(!d.enforces("io"), "io is not one of ours");
+        let text = |f: &str| h.text(&sandbox.join(f).to_string_lossy());
+        assert_eq!(text("pids.max").as_deref(), Some("2048"));
+        assert_eq!(text("memory.max").as_deref(), Some("268435456"));
+        assert_eq!(text("memory.swap.max").as_deref(), Some("0"));
+        assert_eq!(text("cpu.max").as_deref(), Some("100000 100000"));
+        // A command's group is made below the sandbox's, and its launcher
+        // joins through its cgroup.procs.
+        let (cmd, _procs) = d.command(root, "m1", &limits()).expect("a command group");
+        assert_eq!(cmd.parent(), Some(sandbox.as_path()));
+        h.position(&Change::Open(cmd.join("cgroup.procs")));
+    }
+
+    /// A controller the delegated group does not offer is not enforced,
+    /// says why (naming the group), and its limit is never written.
+    #[test]
+    fn a_controller_not_offered_says_why_and_is_never_written() {
+        let h = delegated_host("pids\n");
+        let d = Delegated::make(h).expect("a delegated group");
+        assert!(d.enforces("pids"));
+        let why = d.why_not("memory").expect("memory is not offered");
+        assert!(
+            matches!(why, ControllerNotEnabled::NotOffered { group, controller: "memory" } if group == Path::new(GROUP)),
+            "{why:?}"
+        );
+        let said = why.to_string();
+        assert!(said.contains(GROUP) && said.contains("memory"), "{said}");
+        let sandbox = d
+            .sandbox(Path::new("/data/sb-2"), &limits())
+            .expect("the sandbox group");
+        let written: Vec<Change> = h
+            .changes()
+            .into_iter()
+            .filter(|c| matches!(c, Change::Write(p, _) if p.starts_with(&sandbox)))
+            .collect();
+        assert_eq!(
+            written,
+            vec![write(&sandbox.join("pids.max").to_string_lossy(), "2048")]
+        );
+    }
+
+    /// The kernel's refusals become typed answers in words: `EBUSY` (a
+    /// group that holds processes of others) says so with the command
+    /// that fixes it; another errno is passed on. No Rust names.
+    #[test]
+    fn a_refused_controller_is_a_typed_answer_in_words() {
+        let h = delegated_host("pids memory cpu\n");
+        h.refuse_writes(&format!("{GROUP}/cgroup.subtree_control"), libc::EBUSY);
+        let d = Delegated::make(h).expect("a delegated group");
+        let why = d.why_not("pids").expect("pids refused");
+        assert!(
+            matches!(why, ControllerNotEnabled::HoldsOthers { group, controller: "pids" } if group == Path::new(GROUP)),
+            "{why:?}"
+        );
+        let said = why.to_string();
+        assert!(said.contains(GROUP), "{said}");
+        assert!(said.contains("Delegate=yes"), "{said}");
+
+        let h = delegated_host("pids memory cpu\n");
+        h.refuse_writes(&format!("{ENGINE}/cgroup.subtree_control"), libc::EACCES);
+        let d = Delegated::make(h).expect("a delegated group");
+        let why = d.why_not("memory").expect("memory refused");
+        assert!(
+            matches!(why, ControllerNotEnabled::Refused { group, controller: "memory", source } if group == Path::new(ENGINE) && source.raw_os_error() == Some(libc::EACCES)),
+            "{why:?}"
+        );
+        let said = why.to_string();
+        assert!(said.contains(ENGINE) && said.contains("memory"), "{said}");
+        for debug_name in ["Refused", "Os {", "kind:", "Some("] {
+            assert!(!said.contains(debug_name), "{said}");
+        }
+    }
+
+    /// What `/proc/self/cgroup` says is input: a missing file, no cgroup
+    /// v2 line, or a path that is not inside the hierarchy (`..` would
+    /// climb out of the mount) is a typed answer, never a panic or a
+    /// group outside the mount; nothing is made.
+    #[test]
+    fn a_malformed_own_cgroup_is_a_typed_error_and_nothing_is_made() {
+        type Expected = fn(&NoDelegatedGroup) -> bool;
+        let cases: [(&str, Expected); 6] = [
+            ("", |e| matches!(e, NoDelegatedGroup::NotInV2 { .. })),
+            ("12:pids:/user.slice\n", |e| {
+                matches!(e, NoDelegatedGroup::NotInV2 { .. })
+            }),
+            (
+                "0::user.slice\n",
+                |e| matches!(e, NoDelegatedGroup::Malformed { line, .. } if line == "user.slice"),
+            ),
+            ("0::/../../etc\n", |e| {
+                matches!(e, NoDelegatedGroup::Malformed { .. })
+            }),
+            ("0::/user.slice/../..\n", |e| {
+                matches!(e, NoDelegatedGroup::Malformed { .. })
+            }),
+            ("0::\n", |e| matches!(e, NoDelegatedGroup::Malformed { .. })),
+        ];
+        for (own, expected) in cases {
+            let h = delegated_host("pids\n");
+            h.file("/proc/self/cgroup", own);
+            let e = Delegated::make(h).expect_err(own);
+            assert!(expected(&e), "{own:?}: {e:?}");
+            assert!(e.to_string().contains("/proc/self/cgroup"), "{e}");
+            assert!(
+                !h.changes()
+                    .iter()
+                    .any(|c| matches!(c, Change::CreateDir(_))),
+                "{own:?} made a group: {:#?}",
+                h.changes()
+            );
+        }
+
+        let h = FakeHost::new().leak();
+        let e = writable_group_on(h).expect_err("no /proc/self/cgroup");
+        assert!(
+            matches!(e, NoDelegatedGroup::OwnGroupUnread { .. }),
+            "{e:?}"
+        );
+    }
+
+    /// A group that is fine but not this server's to write, or a host
+    /// without a cgroup2 mount, says which.
+    #[test]
+    fn no_mount_and_no_write_access_say_which() {
+        let h = FakeHost::new().leak();
+        h.file("/proc/self/cgroup", "0::/user.slice/engine.scope\n")
+            .file(&format!("{GROUP}/cgroup.procs"), "4242\n");
+        let e = writable_group_on(h).expect_err("no cgroup2 mount");
+        assert!(matches!(e, NoDelegatedGroup::NoMount { .. }), "{e:?}");
+        assert!(e.to_string().contains("/sys/fs/cgroup/unified"), "{e}");
+        h.cgroup2_mount("/sys/fs/cgroup");
+        let e = writable_group_on(h).expect_err("not writable");
+        assert!(
+            matches!(&e, NoDelegatedGroup::NotWritable { group } if group == Path::new(GROUP)),
+            "{e:?}"
+        );
+        // The directory alone is not enough: moving processes needs its
+        // cgroup.procs.
+        h.writable(GROUP);
+        assert!(writable_group_on(h).is_err());
+        h.writable(&format!("{GROUP}/cgroup.procs"));
+        assert_eq!(writable_group_on(h).expect("writable"), Path::new(GROUP));
+    }
+
+    /// A kernel without `cgroup.kill` (older than 5.14) cannot prove a
+    /// tree gone this way: the backend is refused, saying which file is
+    /// missing, and the subtree it began is removed.
+    #[test]
+    fn a_kernel_without_cgroup_kill_is_refused_and_its_subtree_removed() {
+        let h = delegated_host("pids\n");
+        let old: Vec<(&str, &str)> = KERNEL_FILES
+            .iter()
+            .copied()
+            .filter(|(f, _)| *f != "cgroup.kill")
+            .collect();
+        h.new_group_files(&old);
+        let e = Delegated::make(h).expect_err("no cgroup.kill");
+        assert!(
+            matches!(&e, NoDelegatedGroup::KernelTooOld { file: "cgroup.kill", group } if group == Path::new(ENGINE)),
+            "{e:?}"
+        );
+        assert!(
+            h.position(&Change::CreateDir(ENGINE.into()))
+                < h.position(&Change::RemoveDir(ENGINE.into()))
+        );
+        assert!(!h.has_dir(ENGINE), "the subtree was left");
+    }
+
+    /// The subtree of a server that is gone (no such pid, the kernel says
+    /// it is empty) is removed at start; a live server's, or one still
+    /// populated, is kept.
+    #[test]
+    fn only_a_dead_servers_empty_subtree_is_removed() {
+        let h = delegated_host("pids\n");
+        let dead = format!("{GROUP}/createos-local-777");
+        let busy = format!("{GROUP}/createos-local-778");
+        let live = format!("{GROUP}/createos-local-888");
+        h.file(&format!("{dead}/cgroup.events"), "populated 0\n")
+            .file(&format!("{dead}/sandbox-x/cgroup.events"), "populated 0\n")
+            .file(&format!("{busy}/cgroup.events"), "populated 1\n")
+            .file(&format!("{live}/cgroup.events"), "populated 0\n")
+            .dir("/proc/888");
+        Delegated::make(h).expect("a delegated group");
+        assert!(!h.has_dir(&dead), "a dead server's subtree stayed");
+        assert!(h.has_dir(&busy), "a populated subtree was removed");
+        assert!(h.has_dir(&live), "a live server's subtree was removed");
+    }
+
     #[test]
     fn a_sandboxs_key_is_its_name_and_its_whole_path() {
         let a = super::key(std::path::Path::new("/data/one/sb-1"));

@@ -618,3 +618,204 @@ pub(crate) fn command_tasks(root: &Path) -> Option<usize> {
 pub(crate) fn memory_cgroup_tasks(uid: u32) -> Option<std::fs::File> {
     cgroup_v1::memory_cgroup_tasks(uid, sandbox_memory())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::trees::cgroup_v2::tests::{delegated_host, GROUP};
+    use crate::trees::host::{Change, FakeHost};
+
+    /// The choice [`TreeBackend::here`] makes, made on `h`.
+    fn chosen_on(h: &'static FakeHost) -> (TreeBackend, String) {
+        let v1 = cgroup_v1::pids_base_on(h);
+        TreeBackend::choose(v1.as_deref(), || {
+            let made: &'static Result<cgroup_v2::Delegated, NoDelegatedGroup> =
+                Box::leak(Box::new(cgroup_v2::Delegated::make(h)));
+            made.as_ref()
+        })
+    }
+
+    /// Whether anything was made or moved in the delegated cgroup v2
+    /// group.
+    fn touched_v2(h: &FakeHost) -> bool {
+        h.changes().iter().any(|c| match c {
+            Change::Write(p, _) | Change::CreateDir(p) | Change::Open(p) => p.starts_with(GROUP),
+            Change::RemoveDir(_) => false,
+        })
+    }
+
+    /// A hybrid host: the cgroup v1 pids hierarchy beside the delegated
+    /// v2 group of [`delegated_host`].
+    fn hybrid_host() -> &'static FakeHost {
+        let h = delegated_host("pids memory cpu\n");
+        h.file("/sys/fs/cgroup/pids/cgroup.procs", "")
+            .file("/proc/sys/kernel/pid_max", "4194304\n")
+            .writable("/sys/fs/cgroup/pids");
+        h
+    }
+
+    /// Root with a cgroup v1 pids hierarchy: pids groups, capped together
+    /// at half of `pid_max`, and the v2 group is never touched (making
+    /// it would move the server).
+    #[test]
+    fn root_with_a_v1_pids_hierarchy_gets_pids_groups() {
+        let h = hybrid_host();
+        h.root(true);
+        let (backend, why) = chosen_on(h);
+        assert!(
+            matches!(backend, TreeBackend::CgroupV1Pids),
+            "{backend:?}: {why}"
+        );
+        assert!(why.contains("/sys/fs/cgroup/pids/createos-local"), "{why}");
+        assert_eq!(
+            h.text("/sys/fs/cgroup/pids/createos-local/pids.max")
+                .as_deref(),
+            Some("2097152")
+        );
+        assert!(
+            !touched_v2(h),
+            "the v2 group was touched: {:#?}",
+            h.changes()
+        );
+    }
+
+    /// Root on a pure cgroup v2 host: its own group, and the reason says
+    /// why not v1.
+    #[test]
+    fn root_on_pure_v2_gets_its_own_group() {
+        let h = delegated_host("pids memory cpu\n");
+        h.root(true);
+        let (backend, why) = chosen_on(h);
+        let TreeBackend::CgroupV2Delegated(d) = backend else {
+            panic!("{backend:?}: {why}");
+        };
+        assert_eq!(d.group(), Path::new(GROUP));
+        assert!(why.contains(GROUP), "{why}");
+        assert!(why.contains("no cgroup v1 pids hierarchy"), "{why}");
+    }
+
+    /// An ordinary user never gets cgroup v1 groups (they are root's),
+    /// even where the host has the hierarchy: its delegated v2 group.
+    #[test]
+    fn an_ordinary_user_with_a_delegated_group_gets_it() {
+        let h = hybrid_host();
+        let (backend, why) = chosen_on(h);
+        let TreeBackend::CgroupV2Delegated(d) = backend else {
+            panic!("{backend:?}: {why}");
+        };
+        assert_eq!(d.group(), Path::new(GROUP));
+        assert!(why.contains("not the host's root"), "{why}");
+        assert!(
+            !h.changes()
+                .iter()
+                .any(|c| matches!(c, Change::CreateDir(p) if p.starts_with("/sys/fs/cgroup/pids"))),
+            "a v1 group was made: {:#?}",
+            h.changes()
+        );
+    }
+
+    /// An ordinary user whose group it may not write: no cgroup, the
+    /// anchor, and the reason names the group and the fix.
+    #[test]
+    fn an_ordinary_user_without_a_writable_group_gets_the_anchor() {
+        let h = FakeHost::new().leak();
+        h.file("/proc/self/cgroup", "0::/user.slice/session-2.scope\n")
+            .cgroup2_mount("/sys/fs/cgroup")
+            .file(
+                "/sys/fs/cgroup/user.slice/session-2.scope/cgroup.procs",
+                "4242\n",
+            );
+        let (backend, why) = chosen_on(h);
+        assert!(
+            matches!(backend, TreeBackend::NoCgroup),
+            "{backend:?}: {why}"
+        );
+        assert!(why.contains("not the host's root"), "{why}");
+        assert!(
+            why.contains("may not write its cgroup /sys/fs/cgroup/user.slice/session-2.scope"),
+            "{why}"
+        );
+        assert!(why.contains("Delegate=yes"), "{why}");
+        assert!(h.changes().is_empty(), "{:#?}", h.changes());
+    }
+
+    fn group_on(h: &'static FakeHost, dir: &str, kind: Kind) -> CommandGroup {
+        CommandGroup {
+            dir: PathBuf::from(dir),
+            kind,
+            host: h,
+        }
+    }
+
+    /// cgroup v1: after the kill (no more forks: `pids.max` 0) a group
+    /// whose member list still has a live process is not proven empty,
+    /// and the answer names the live pids (a dead member does not count);
+    /// a list that cannot be read proves nothing; a removed group is
+    /// empty.
+    #[test]
+    fn a_v1_group_with_a_live_member_after_the_kill_is_not_proven_empty() {
+        let dir = "/sys/fs/cgroup/pids/createos-local/sandbox-1/cmd-m-1";
+        let h = FakeHost::new().leak();
+        h.file(&format!("{dir}/cgroup.procs"), "12\n34\n")
+            .file(&format!("{dir}/pids.max"), "2048")
+            .process(12, 1);
+        let group = group_on(h, dir, Kind::V1Pids);
+        group.kill();
+        assert_eq!(h.text(&format!("{dir}/pids.max")).as_deref(), Some("0"));
+        let e = group.proof().expect_err("12 still runs");
+        assert!(
+            matches!(&e, GroupNotEmpty::Survivors { pids, group } if pids == &[12] && group == Path::new(dir)),
+            "{e:?}"
+        );
+        let said = e.to_string();
+        assert!(said.contains("[12]") && said.contains(dir), "{said}");
+        assert!(!group.is_empty());
+
+        h.file(&format!("{dir}/cgroup.procs"), "34\n");
+        assert!(group.proof().is_ok(), "only a dead member is left");
+
+        h.dir(&format!("{dir}/cgroup.procs"));
+        let e = group.proof().expect_err("a list that cannot be read");
+        assert!(matches!(e, GroupNotEmpty::Unread { .. }), "{e:?}");
+        assert!(!group.is_empty());
+
+        let gone = group_on(
+            h,
+            "/sys/fs/cgroup/pids/createos-local/sandbox-1/cmd-gone",
+            Kind::V1Pids,
+        );
+        assert!(gone.proof().is_ok(), "a removed group holds nothing");
+    }
+
+    /// cgroup v2: the kill is `cgroup.kill`; the kernel's `populated`
+    /// decides, and a populated group's answer names its members.
+    #[test]
+    fn a_v2_group_still_populated_after_the_kill_is_not_proven_empty() {
+        let dir = "/sys/fs/cgroup/user.slice/engine.scope/createos-local-4242/sandbox-a/cmd-m-1";
+        let h = FakeHost::new().leak();
+        h.file(&format!("{dir}/cgroup.procs"), "55\n")
+            .file(&format!("{dir}/cgroup.kill"), "")
+            .file(&format!("{dir}/cgroup.events"), "populated 1\nfrozen 0\n")
+            .process(55, 1);
+        let group = group_on(h, dir, Kind::V2);
+        group.kill();
+        h.position(&Change::Write(
+            format!("{dir}/cgroup.kill").into(),
+            "1".into(),
+        ));
+        let e = group.proof().expect_err("the kernel says populated");
+        assert!(
+            matches!(&e, GroupNotEmpty::Survivors { pids, .. } if pids == &[55]),
+            "{e:?}"
+        );
+        // The kernel's word is the proof, not the member list: a group
+        // whose own list is empty but whose descendants are populated is
+        // not empty.
+        h.file(&format!("{dir}/cgroup.procs"), "");
+        assert!(!group.is_empty());
+        h.file(&format!("{dir}/cgroup.events"), "populated 0\nfrozen 0\n");
+        assert!(group.proof().is_ok());
+    }
+}
