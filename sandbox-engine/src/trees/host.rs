@@ -2,8 +2,10 @@
 //! and actions the cgroup logic of [`crate::trees::process_limits`],
 //! [`crate::trees::cgroup_v1`] and [`crate::trees::cgroup_v2`] needs
 //! (reading and writing the control files, making and removing groups,
-//! who the server is and whether a process still runs), behind one narrow
-//! trait, [`Host`].
+//! who the server is and whether a process still runs), and the `/proc`
+//! scan that proves a sandbox's processes gone
+//! ([`crate::trees::host_processes::live_of_ids_checked`]), behind one
+//! narrow trait, [`Host`].
 //!
 //! [`RealHost`] is the host itself: each method is the system call the
 //! backends made directly before the seam, nothing more. Under
@@ -12,10 +14,12 @@
 //! group), the answers a test gives it (root or not, which mounts are
 //! cgroup2, which paths the server may write, which pids run, which
 //! writes the kernel refuses and with what error), and a log of every
-//! change it was asked for, in order. With it the backends' choices (which
-//! backend a host gets and why, which controllers are enabled before a
-//! group is made, what a group's proof says) are tested without root and
-//! on any kind of host; the real paths stay covered by the integration
+//! change it was asked for, in order; its `/proc` lists the processes a
+//! test gives it (uid, state, a `stat` that can or cannot be read) and
+//! fails a listing or a read when told. With it the backends' choices
+//! (which backend a host gets and why, which controllers are enabled
+//! before a group is made, what a group's proof says) and the scan's
+//! verdicts are tested without root and on any kind of host; the real paths stay covered by the integration
 //! tests (`tests/trees.rs`, `tests/machine_cgroup_v2*.rs`).
 //!
 //! The paths themselves (where the cgroup mounts are, which file is which)
@@ -24,6 +28,8 @@
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
+
+use crate::trees::procfs::ProcInfo;
 
 /// What the tree backends ask of the host. Paths are absolute; the
 /// meaning of each file is the caller's.
@@ -67,6 +73,11 @@ pub(crate) trait Host: Send + Sync + std::fmt::Debug {
     fn parent_of(&self, pid: i32) -> Option<i32>;
     /// Whether `pid` runs no more (see [`crate::trees::procfs::is_dead`]).
     fn is_dead(&self, pid: i32) -> bool;
+    /// Every pid `/proc` lists now, or why it could not be listed (see
+    /// [`crate::trees::procfs::try_all_pids`]).
+    fn pids(&self) -> io::Result<Vec<i32>>;
+    /// What `/proc/PID/stat` says of `pid`; `None` when it cannot be read.
+    fn stat(&self, pid: i32) -> Option<ProcInfo>;
 }
 
 /// The host itself.
@@ -153,6 +164,14 @@ impl Host for RealHost {
     fn is_dead(&self, pid: i32) -> bool {
         crate::trees::procfs::is_dead(pid)
     }
+
+    fn pids(&self) -> io::Result<Vec<i32>> {
+        crate::trees::procfs::try_all_pids()
+    }
+
+    fn stat(&self, pid: i32) -> Option<ProcInfo> {
+        crate::trees::procfs::stat(pid)
+    }
 }
 
 #[cfg(test)]
@@ -165,6 +184,8 @@ mod fake {
     use std::io;
     use std::path::{Path, PathBuf};
     use std::sync::{Mutex, MutexGuard};
+
+    use crate::trees::procfs::ProcInfo;
 
     /// A change the code under test asked the host for, in order.
     #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,6 +217,9 @@ mod fake {
         running: BTreeSet<i32>,
         changes: Vec<Change>,
         unique: u32,
+        stats: BTreeMap<i32, ProcInfo>,
+        refused_reads: BTreeMap<PathBuf, i32>,
+        unlisted: Option<i32>,
     }
 
     /// A programmable host: see the module docs.
@@ -289,6 +313,42 @@ mod fake {
             self
         }
 
+        /// A process as `/proc` shows it: listed (`/proc/PID`), its
+        /// `status` with `uid` and `state`, and its `stat` (`None`: its
+        /// `stat` cannot be read).
+        pub(crate) fn proc_entry(&self, pid: i32, uid: u32, state: char, stat: bool) -> &FakeHost {
+            self.file(
+                &format!("/proc/{pid}/status"),
+                &format!("Name:\tx\nState:\t{state} (x)\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"),
+            );
+            if stat {
+                self.state().stats.insert(
+                    pid,
+                    ProcInfo {
+                        pid,
+                        ppid: 1,
+                        pgid: pid,
+                        sid: pid,
+                        state,
+                        starttime: 100,
+                    },
+                );
+            }
+            self
+        }
+
+        /// Every read of `path` fails with `errno`.
+        pub(crate) fn refuse_reads(&self, path: &str, errno: i32) -> &FakeHost {
+            self.state().refused_reads.insert(path.into(), errno);
+            self
+        }
+
+        /// Listing `/proc` fails with `errno`.
+        pub(crate) fn refuse_listing(&self, errno: i32) -> &FakeHost {
+            self.state().unlisted = Some(errno);
+            self
+        }
+
         /// The text of the file at `path`, if any.
         pub(crate) fn text(&self, path: &str) -> Option<String> {
             self.state().files.get(Path::new(path)).cloned()
@@ -327,6 +387,9 @@ mod fake {
     impl super::Host for FakeHost {
         fn read(&self, path: &Path) -> io::Result<String> {
             let s = self.state();
+            if let Some(errno) = s.refused_reads.get(path) {
+                return Err(io::Error::from_raw_os_error(*errno));
+            }
             if s.dirs.contains(path) {
                 return Err(io::Error::other(format!(
                     "{} is a directory",
@@ -462,6 +525,22 @@ mod fake {
 
         fn is_dead(&self, pid: i32) -> bool {
             !self.state().running.contains(&pid)
+        }
+
+        fn pids(&self) -> io::Result<Vec<i32>> {
+            let s = self.state();
+            if let Some(errno) = s.unlisted {
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+            Ok(s.dirs
+                .iter()
+                .filter(|d| d.parent() == Some(Path::new("/proc")))
+                .filter_map(|d| d.file_name()?.to_str()?.parse().ok())
+                .collect())
+        }
+
+        fn stat(&self, pid: i32) -> Option<ProcInfo> {
+            self.state().stats.get(&pid).cloned()
         }
     }
 }

@@ -17,9 +17,11 @@
 //! command). No other file reads the server's uid or the cgroup layout
 //! (`tests/layers.rs` checks it).
 //!
-//! The host seam, [`host`]: the backends read and write the cgroup file
-//! systems and `/proc`, make and remove groups, and ask who the server is
-//! and which processes run only through the narrow [`host::Host`] trait
+//! The host seam, [`host`]: the backends (and the `/proc` scan that
+//! proves a sandbox's processes gone, [`host_processes`]) read and write
+//! the cgroup file systems and `/proc`, make and remove groups, and ask
+//! who the server is and which processes run only through the narrow
+//! [`host::Host`] trait
 //! (as youki's `libcontainer` keeps its system calls behind a `Syscall`
 //! trait). [`host::RealHost`] does what the backends did directly before;
 //! under `#[cfg(test)]` a double, `host::FakeHost`, plays any kind of
