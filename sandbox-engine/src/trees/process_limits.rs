@@ -172,6 +172,16 @@ pub struct CommandGroup {
     host: &'static dyn Host,
 }
 
+/// What a look at a command group decided ([`CommandGroup::is_empty`]).
+enum Look {
+    /// Proven empty.
+    Empty,
+    /// Something may run in it; the member list read, if it was.
+    Held(Option<Vec<i32>>),
+    /// Its member list could not be read: nothing is proven.
+    Unread(std::io::Error),
+}
+
 /// Why a command group is not proven empty: what may still run in it.
 #[derive(Debug, thiserror::Error)]
 pub enum GroupNotEmpty {
@@ -268,41 +278,52 @@ impl CommandGroup {
         }
     }
 
-    /// Whether the group is proven empty now (see [`CommandGroup::proof`]).
+    /// Whether the group is proven empty now (see [`CommandGroup::proof`]):
+    /// asked every 100 ms while a command's tree lives, so it stops at
+    /// what decides (the first live member on cgroup v1, the kernel's
+    /// `populated` on cgroup v2) and never lists the survivors.
     pub(crate) fn is_empty(&self) -> bool {
-        self.proof().is_ok()
+        matches!(self.look(), Look::Empty)
     }
 
     /// The proof that the group is empty now, or what may still run in
-    /// it: cgroup v1, a fresh member list with no live process (or the
-    /// group removed); cgroup v2, the kernel's `populated 0` (or the group
-    /// removed). A list that cannot be read proves nothing.
-    pub(crate) fn proof(&self) -> Result<(), GroupNotEmpty> {
-        let host = self.host;
+    /// it (the live pids the kernel lists in it): cgroup v1, a fresh
+    /// member list with no live process (or the group removed); cgroup
+    /// v2, the kernel's `populated 0` (or the group removed). A list that
+    /// cannot be read proves nothing.
+    pub fn proof(&self) -> Result<(), GroupNotEmpty> {
         let unread = |source| GroupNotEmpty::Unread {
             group: self.dir.clone(),
             source,
         };
-        let survivors = |pids: Vec<i32>| GroupNotEmpty::Survivors {
-            group: self.dir.clone(),
-            pids: pids.into_iter().filter(|p| !host.is_dead(*p)).collect(),
-        };
+        match self.look() {
+            Look::Empty => Ok(()),
+            Look::Unread(source) => Err(unread(source)),
+            Look::Held(listed) => match listed.map_or_else(|| self.pids(), Ok) {
+                Ok(pids) => Err(GroupNotEmpty::Survivors {
+                    group: self.dir.clone(),
+                    pids: pids
+                        .into_iter()
+                        .filter(|p| !self.host.is_dead(*p))
+                        .collect(),
+                }),
+                Err(source) => Err(unread(source)),
+            },
+        }
+    }
+
+    /// What a fresh look at the group decides, as cheaply as it can.
+    fn look(&self) -> Look {
+        let host = self.host;
         match self.kind {
             Kind::V1Pids => match cgroup_v1::command_group_pids_on(host, &self.dir) {
-                Ok(pids) if pids.iter().all(|p| host.is_dead(*p)) => Ok(()),
-                Ok(pids) => Err(survivors(pids)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(unread(e)),
+                Ok(pids) if pids.iter().all(|p| host.is_dead(*p)) => Look::Empty,
+                Ok(pids) => Look::Held(Some(pids)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Look::Empty,
+                Err(e) => Look::Unread(e),
             },
-            Kind::V2 => {
-                if cgroup_v2::is_empty_on(host, &self.dir) {
-                    return Ok(());
-                }
-                match cgroup_v2::members_on(host, &self.dir) {
-                    Ok(pids) => Err(survivors(pids)),
-                    Err(e) => Err(unread(e)),
-                }
-            }
+            Kind::V2 if cgroup_v2::is_empty_on(host, &self.dir) => Look::Empty,
+            Kind::V2 => Look::Held(None),
         }
     }
 
