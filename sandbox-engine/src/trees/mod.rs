@@ -21,9 +21,9 @@
 //! proves a sandbox's processes gone, [`host_processes`]) read and write
 //! the cgroup file systems and `/proc`, make and remove groups, and ask
 //! who the server is and which processes run only through the narrow
-//! [`host::Host`] trait
-//! (as youki's `libcontainer` keeps its system calls behind a `Syscall`
-//! trait). [`host::RealHost`] does what the backends did directly before;
+//! [`host::Host`] trait (as youki's `libcontainer` keeps its system calls
+//! behind a `Syscall` trait). [`host::RealHost`] does what the backends
+//! did directly before;
 //! under `#[cfg(test)]` a double, `host::FakeHost`, plays any kind of
 //! host (root or not, cgroup v1 or v2, a delegated group or none, a
 //! kernel that refuses a write) and logs every change asked of it, so

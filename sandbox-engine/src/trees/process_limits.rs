@@ -187,8 +187,8 @@ enum Look {
 pub enum GroupNotEmpty {
     /// Processes are still in the group.
     #[error(
-        "{} process(es) still run in the command group {} (host pids {pids:?}); they may still \
-         run",
+        "{} process(es) still run in the command group {} (host pids {pids:?}): the command's \
+         tree is not proven gone",
         .pids.len(),
         .group.display()
     )]
