@@ -6,6 +6,7 @@ use std::path::Path;
 
 use rustix::process::{Pid, Signal};
 
+use crate::trees::host::{self, Host};
 use crate::trees::id_map::IdRange;
 use crate::trees::procfs::{self, ProcInfo};
 
@@ -42,9 +43,14 @@ pub fn live_of_ids(ids: IdRange) -> Vec<ProcInfo> {
 /// [`live_of_ids`] as a proof: a scan that could not be made (out of
 /// descriptors, `/proc` unreadable) is an error, never an empty list.
 pub fn live_of_ids_checked(ids: IdRange) -> std::io::Result<Vec<ProcInfo>> {
+    live_of_ids_on(&host::REAL, ids)
+}
+
+/// [`live_of_ids_checked`] on `host`.
+pub(crate) fn live_of_ids_on(host: &dyn Host, ids: IdRange) -> std::io::Result<Vec<ProcInfo>> {
     let mut live = Vec::new();
-    for pid in procfs::try_all_pids()? {
-        let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+    for pid in host.pids()? {
+        let status = match host.read(Path::new(&format!("/proc/{pid}/status"))) {
             Ok(s) => s,
             Err(e) if procfs::gone(&e) => continue,
             Err(e) => return Err(e),
@@ -59,11 +65,11 @@ pub fn live_of_ids_checked(ids: IdRange) -> std::io::Result<Vec<ProcInfo>> {
         if matches!(state, Some('Z') | Some('X')) {
             continue;
         }
-        if let Some(p) = procfs::stat(pid) {
+        if let Some(p) = host.stat(pid) {
             if !p.is_zombie() {
                 live.push(p);
             }
-        } else if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        } else if host.exists(Path::new(&format!("/proc/{pid}"))) {
             return Err(std::io::Error::other(format!(
                 "process {pid} of the sandbox could not be read"
             )));
@@ -137,5 +143,69 @@ pub fn signal_verified(p: &ProcInfo, sig: Signal) -> bool {
             rustix::process::pidfd_send_signal(&pidfd, sig).is_ok()
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trees::host::FakeHost;
+
+    /// A sandbox's range of host ids (the first range).
+    const IDS: IdRange = IdRange {
+        first: 0x4000_0000,
+        count: 65_536,
+    };
+
+    fn pids(live: &[ProcInfo]) -> Vec<i32> {
+        live.iter().map(|p| p.pid).collect()
+    }
+
+    /// The proof that a sandbox's processes are gone counts every live
+    /// process of its ids and only those: not another uid's (one past
+    /// the range included), not a zombie, not one that ended between the
+    /// listing and the read of its status.
+    #[test]
+    fn the_scan_finds_the_live_processes_of_the_ids_and_only_those() {
+        let h = FakeHost::new();
+        h.proc_entry(10, IDS.first, 'S', true)
+            .proc_entry(11, IDS.first + 65_535, 'R', true)
+            .proc_entry(12, 1000, 'S', true)
+            .proc_entry(13, IDS.first + 65_536, 'S', true)
+            .proc_entry(14, IDS.first, 'Z', true)
+            .dir("/proc/16");
+        let live = live_of_ids_on(&h, IDS).expect("a scan");
+        assert_eq!(pids(&live), vec![10, 11]);
+    }
+
+    /// A scan that could not be made proves nothing: `/proc` that cannot
+    /// be listed, a status that cannot be read (out of descriptors), or a
+    /// process of the ids whose `stat` cannot be read while it is still
+    /// there are errors, never a shorter list. A status gone with its
+    /// process (`ESRCH`) is no error.
+    #[test]
+    fn a_scan_that_cannot_be_made_is_an_error_never_a_shorter_list() {
+        let h = FakeHost::new();
+        h.proc_entry(10, IDS.first, 'S', true)
+            .refuse_listing(libc::EMFILE);
+        assert!(
+            live_of_ids_on(&h, IDS).is_err(),
+            "an unlisted /proc proved nothing gone"
+        );
+
+        let h = FakeHost::new();
+        h.proc_entry(10, IDS.first, 'S', true)
+            .proc_entry(11, IDS.first, 'S', true)
+            .refuse_reads("/proc/11/status", libc::EMFILE);
+        let e = live_of_ids_on(&h, IDS).expect_err("a status that cannot be read");
+        assert_eq!(e.raw_os_error(), Some(libc::EMFILE));
+        h.refuse_reads("/proc/11/status", libc::ESRCH);
+        assert_eq!(pids(&live_of_ids_on(&h, IDS).expect("a scan")), vec![10]);
+
+        let h = FakeHost::new();
+        h.proc_entry(10, IDS.first, 'S', true)
+            .proc_entry(12, IDS.first, 'S', false);
+        let e = live_of_ids_on(&h, IDS).expect_err("a stat that cannot be read");
+        assert!(e.to_string().contains("process 12"), "{e}");
     }
 }

@@ -17,6 +17,19 @@
 //! command). No other file reads the server's uid or the cgroup layout
 //! (`tests/layers.rs` checks it).
 //!
+//! The host seam, [`host`]: the backends (and the `/proc` scan that
+//! proves a sandbox's processes gone, [`host_processes`]) read and write
+//! the cgroup file systems and `/proc`, make and remove groups, and ask
+//! who the server is and which processes run only through the narrow
+//! [`host::Host`] trait (as youki's `libcontainer` keeps its system calls
+//! behind a `Syscall` trait). [`host::RealHost`] does what the backends
+//! did directly before;
+//! under `#[cfg(test)]` a double, `host::FakeHost`, plays any kind of
+//! host (root or not, cgroup v1 or v2, a delegated group or none, a
+//! kernel that refuses a write) and logs every change asked of it, so
+//! each folder's unit tests beside the code prove the backend choice, the
+//! order of a group's set-up and the typed answers without root.
+//!
 //! The lowest folder of the engine: it uses only [`crate::util`]. Every
 //! other folder may use it.
 
@@ -26,6 +39,7 @@ pub mod cgroup_v1;
 pub mod cgroup_v2;
 pub mod deathguard;
 pub mod fds;
+pub(crate) mod host;
 pub mod host_processes;
 pub mod id_map;
 pub mod process_limits;

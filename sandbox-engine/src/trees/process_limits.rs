@@ -29,11 +29,13 @@ use std::path::{Path, PathBuf};
 
 use crate::trees::cgroup_v1;
 use crate::trees::cgroup_v2;
+use crate::trees::host::{self, Host};
 
 pub(crate) use crate::trees::cgroup_v1::remove_sandbox_groups;
 pub use crate::trees::cgroup_v1::{
-    memory_cgroup_base, pids_cgroup_base, pids_offered_here, total_tasks,
+    memory_cgroup_base, pids_cgroup_base, pids_offered_here, total_tasks, NoPidsGroup,
 };
+pub use crate::trees::cgroup_v2::{ControllerNotEnabled, NoDelegatedGroup};
 
 /// How this host holds a sandbox machine's command trees (see the
 /// module docs).
@@ -54,12 +56,49 @@ impl TreeBackend {
     /// a writable cgroup v2 group (the server moves itself into a leaf of
     /// it the first time this is asked), else none.
     pub fn here() -> TreeBackend {
-        if pids_cgroup_base().is_some() {
-            TreeBackend::CgroupV1Pids
-        } else if let Some(d) = cgroup_v2::here() {
-            TreeBackend::CgroupV2Delegated(d)
-        } else {
-            TreeBackend::NoCgroup
+        chosen_here().0
+    }
+
+    /// Why [`TreeBackend::here`] is the backend in force, in words: what
+    /// this host offered, and what it lacked for the backends before it.
+    pub fn why_here() -> &'static str {
+        &chosen_here().1
+    }
+
+    /// The choice of [`TreeBackend::here`], from the answers of the two
+    /// cgroup backends: the v1 pids base (made already), and the v2
+    /// subtree, made only when v1 is not there (making it moves the
+    /// server). With why, in words.
+    fn choose<'a>(
+        v1: Result<&Path, &NoPidsGroup>,
+        v2: impl FnOnce() -> Result<&'static cgroup_v2::Delegated, &'a NoDelegatedGroup>,
+    ) -> (TreeBackend, String) {
+        let no_v1 = match v1 {
+            Ok(base) => {
+                return (
+                    TreeBackend::CgroupV1Pids,
+                    format!(
+                        "a cgroup v1 pids group per command under {}: the server is the host's \
+                         root and the host has a v1 pids hierarchy",
+                        base.display()
+                    ),
+                )
+            }
+            Err(why) => why.to_string(),
+        };
+        match v2() {
+            Ok(d) => (
+                TreeBackend::CgroupV2Delegated(d),
+                format!(
+                    "a cgroup v2 group per command in {}, which the server may write (no v1 \
+                     pids groups: {no_v1})",
+                    d.group().display()
+                ),
+            ),
+            Err(no_v2) => (
+                TreeBackend::NoCgroup,
+                format!("a subreaper per command, no cgroup: {no_v1}; and {no_v2}"),
+            ),
         }
     }
 
@@ -80,6 +119,12 @@ impl TreeBackend {
             Offered::NoCgroup
         }
     }
+}
+
+/// The backend in force and why, chosen once (see [`TreeBackend::here`]).
+fn chosen_here() -> &'static (TreeBackend, String) {
+    static CHOSEN: std::sync::OnceLock<(TreeBackend, String)> = std::sync::OnceLock::new();
+    CHOSEN.get_or_init(|| TreeBackend::choose(cgroup_v1::pids_base_here(), cgroup_v2::here))
 }
 
 /// [`TreeBackend::offered_here`]: a backend without touching the host.
@@ -124,6 +169,47 @@ enum Kind {
 pub struct CommandGroup {
     dir: PathBuf,
     kind: Kind,
+    host: &'static dyn Host,
+}
+
+/// What a look at a command group decided ([`CommandGroup::is_empty`]).
+enum Look {
+    /// Proven empty.
+    Empty,
+    /// Something may run in it; the member list read, if it was.
+    Held(Option<Vec<i32>>),
+    /// Its member list could not be read: nothing is proven.
+    Unread(std::io::Error),
+}
+
+/// Why a command group is not proven empty: what may still run in it.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupNotEmpty {
+    /// Processes are still in the group.
+    #[error(
+        "{} process(es) still run in the command group {} (host pids {pids:?}): the command's \
+         tree is not proven gone",
+        .pids.len(),
+        .group.display()
+    )]
+    Survivors {
+        /// The group's directory.
+        group: PathBuf,
+        /// The live pids the kernel lists in it (cgroup v2: empty when
+        /// only groups below it are populated).
+        pids: Vec<i32>,
+    },
+    /// The group could not be read: nothing is proven.
+    #[error(
+        "the command group {} could not be read ({source}); its processes may still run",
+        .group.display()
+    )]
+    Unread {
+        /// The group's directory.
+        group: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 impl CommandGroup {
@@ -145,6 +231,7 @@ impl CommandGroup {
                         CommandGroup {
                             dir,
                             kind: Kind::V1Pids,
+                            host: &host::REAL,
                         },
                         file,
                     )
@@ -156,6 +243,7 @@ impl CommandGroup {
                         CommandGroup {
                             dir,
                             kind: Kind::V2,
+                            host: d.host(),
                         },
                         file,
                     )
@@ -171,6 +259,7 @@ impl CommandGroup {
         CommandGroup {
             dir,
             kind: Kind::V1Pids,
+            host: &host::REAL,
         }
     }
 
@@ -184,21 +273,57 @@ impl CommandGroup {
     /// no member), anything else proves nothing.
     pub(crate) fn pids(&self) -> std::io::Result<Vec<i32>> {
         match self.kind {
-            Kind::V1Pids => cgroup_v1::command_group_pids(&self.dir),
-            Kind::V2 => cgroup_v2::members(&self.dir),
+            Kind::V1Pids => cgroup_v1::command_group_pids_on(self.host, &self.dir),
+            Kind::V2 => cgroup_v2::members_on(self.host, &self.dir),
         }
     }
 
-    /// Whether the group is proven empty now: cgroup v1, a fresh member
-    /// list with no live process (or the group removed); cgroup v2, the
-    /// kernel's `populated 0`. A list that cannot be read proves nothing.
+    /// Whether the group is proven empty now (see [`CommandGroup::proof`]):
+    /// asked every 100 ms while a command's tree lives, so it stops at
+    /// what decides (the first live member on cgroup v1, the kernel's
+    /// `populated` on cgroup v2) and never lists the survivors.
     pub(crate) fn is_empty(&self) -> bool {
-        match self.kind {
-            Kind::V1Pids => match cgroup_v1::command_group_pids(&self.dir) {
-                Ok(pids) => pids.into_iter().all(crate::trees::procfs::is_dead),
-                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        matches!(self.look(), Look::Empty)
+    }
+
+    /// The proof that the group is empty now, or what may still run in
+    /// it (the live pids the kernel lists in it): cgroup v1, a fresh
+    /// member list with no live process (or the group removed); cgroup
+    /// v2, the kernel's `populated 0` (or the group removed). A list that
+    /// cannot be read proves nothing.
+    pub fn proof(&self) -> Result<(), GroupNotEmpty> {
+        let unread = |source| GroupNotEmpty::Unread {
+            group: self.dir.clone(),
+            source,
+        };
+        match self.look() {
+            Look::Empty => Ok(()),
+            Look::Unread(source) => Err(unread(source)),
+            Look::Held(listed) => match listed.map_or_else(|| self.pids(), Ok) {
+                Ok(pids) => Err(GroupNotEmpty::Survivors {
+                    group: self.dir.clone(),
+                    pids: pids
+                        .into_iter()
+                        .filter(|p| !self.host.is_dead(*p))
+                        .collect(),
+                }),
+                Err(source) => Err(unread(source)),
             },
-            Kind::V2 => cgroup_v2::is_empty(&self.dir),
+        }
+    }
+
+    /// What a fresh look at the group decides, as cheaply as it can.
+    fn look(&self) -> Look {
+        let host = self.host;
+        match self.kind {
+            Kind::V1Pids => match cgroup_v1::command_group_pids_on(host, &self.dir) {
+                Ok(pids) if pids.iter().all(|p| host.is_dead(*p)) => Look::Empty,
+                Ok(pids) => Look::Held(Some(pids)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Look::Empty,
+                Err(e) => Look::Unread(e),
+            },
+            Kind::V2 if cgroup_v2::is_empty_on(host, &self.dir) => Look::Empty,
+            Kind::V2 => Look::Held(None),
         }
     }
 
@@ -207,9 +332,9 @@ impl CommandGroup {
     /// `cgroup.kill` (every member, racing forks included).
     pub(crate) fn kill(&self) {
         match self.kind {
-            Kind::V1Pids => cgroup_v1::stop_forks(&self.dir),
+            Kind::V1Pids => cgroup_v1::stop_forks_on(self.host, &self.dir),
             Kind::V2 => {
-                cgroup_v2::kill(&self.dir);
+                cgroup_v2::kill_on(self.host, &self.dir);
             }
         }
     }
@@ -218,7 +343,7 @@ impl CommandGroup {
     /// `cgroup.freeze`); `false` where the caller must stop its members
     /// with signals (cgroup v1 pids has no freezer).
     pub(crate) fn freeze(&self, stop: bool) -> bool {
-        self.kind == Kind::V2 && cgroup_v2::freeze(&self.dir, stop)
+        self.kind == Kind::V2 && cgroup_v2::freeze_on(self.host, &self.dir, stop)
     }
 
     /// Removes the emptied group (see [`remove_command_group_soon`]).
@@ -228,7 +353,7 @@ impl CommandGroup {
 
     /// Removes the group now (a spawn that failed: nothing joined it).
     pub(crate) fn forget(&self) {
-        let _ = std::fs::remove_dir(&self.dir);
+        let _ = self.host.remove_dir(&self.dir);
     }
 }
 
@@ -412,7 +537,7 @@ pub fn describe() -> String {
             Some(why) => format!("{instead}: NOT enforced ({why})"),
         };
         return format!(
-            "{}; {}; {}",
+            "{}; {}; {}; command trees held by {}",
             limit(
                 "pids",
                 format!("pids.max {MAX_PROCESSES} tasks per sandbox, and RLIMIT_NPROC"),
@@ -431,6 +556,7 @@ pub fn describe() -> String {
                 format!("cpu.max {} CPU(s) per sandbox", sandbox_cpus()),
                 "cpu NOT limited; cpu.max",
             ),
+            TreeBackend::why_here(),
         );
     }
     let processes = match pids_cgroup_base() {
@@ -444,7 +570,11 @@ pub fn describe() -> String {
         ),
         None => "memory NOT limited (no cgroup memory controller this server can use)".to_string(),
     };
-    format!("{processes}; {memory}; cpu NOT limited (no cgroup cpu controller in use)")
+    format!(
+        "{processes}; {memory}; cpu NOT limited (no cgroup cpu controller in use); command trees \
+         held by {}",
+        TreeBackend::why_here()
+    )
 }
 
 /// Removes the groups of the sandbox at `root` (its cgroup v2 groups, and
@@ -508,4 +638,205 @@ pub(crate) fn command_tasks(root: &Path) -> Option<usize> {
 /// without a v1 memory hierarchy (see [`memory_cgroup_base`]).
 pub(crate) fn memory_cgroup_tasks(uid: u32) -> Option<std::fs::File> {
     cgroup_v1::memory_cgroup_tasks(uid, sandbox_memory())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::trees::cgroup_v2::tests::{delegated_host, GROUP};
+    use crate::trees::host::{Change, FakeHost};
+
+    /// The choice [`TreeBackend::here`] makes, made on `h`.
+    fn chosen_on(h: &'static FakeHost) -> (TreeBackend, String) {
+        let v1 = cgroup_v1::pids_base_on(h);
+        TreeBackend::choose(v1.as_deref(), || {
+            let made: &'static Result<cgroup_v2::Delegated, NoDelegatedGroup> =
+                Box::leak(Box::new(cgroup_v2::Delegated::make(h)));
+            made.as_ref()
+        })
+    }
+
+    /// Whether anything was made or moved in the delegated cgroup v2
+    /// group.
+    fn touched_v2(h: &FakeHost) -> bool {
+        h.changes().iter().any(|c| match c {
+            Change::Write(p, _) | Change::CreateDir(p) | Change::Open(p) => p.starts_with(GROUP),
+            Change::RemoveDir(_) => false,
+        })
+    }
+
+    /// A hybrid host: the cgroup v1 pids hierarchy beside the delegated
+    /// v2 group of [`delegated_host`].
+    fn hybrid_host() -> &'static FakeHost {
+        let h = delegated_host("pids memory cpu\n");
+        h.file("/sys/fs/cgroup/pids/cgroup.procs", "")
+            .file("/proc/sys/kernel/pid_max", "4194304\n")
+            .writable("/sys/fs/cgroup/pids");
+        h
+    }
+
+    /// Root with a cgroup v1 pids hierarchy: pids groups, capped together
+    /// at half of `pid_max`, and the v2 group is never touched (making
+    /// it would move the server).
+    #[test]
+    fn root_with_a_v1_pids_hierarchy_gets_pids_groups() {
+        let h = hybrid_host();
+        h.root(true);
+        let (backend, why) = chosen_on(h);
+        assert!(
+            matches!(backend, TreeBackend::CgroupV1Pids),
+            "{backend:?}: {why}"
+        );
+        assert!(why.contains("/sys/fs/cgroup/pids/createos-local"), "{why}");
+        assert_eq!(
+            h.text("/sys/fs/cgroup/pids/createos-local/pids.max")
+                .as_deref(),
+            Some("2097152")
+        );
+        assert!(
+            !touched_v2(h),
+            "the v2 group was touched: {:#?}",
+            h.changes()
+        );
+    }
+
+    /// Root on a pure cgroup v2 host: its own group, and the reason says
+    /// why not v1.
+    #[test]
+    fn root_on_pure_v2_gets_its_own_group() {
+        let h = delegated_host("pids memory cpu\n");
+        h.root(true);
+        let (backend, why) = chosen_on(h);
+        let TreeBackend::CgroupV2Delegated(d) = backend else {
+            panic!("{backend:?}: {why}");
+        };
+        assert_eq!(d.group(), Path::new(GROUP));
+        assert!(why.contains(GROUP), "{why}");
+        assert!(why.contains("no cgroup v1 pids hierarchy"), "{why}");
+    }
+
+    /// An ordinary user never gets cgroup v1 groups (they are root's),
+    /// even where the host has the hierarchy: its delegated v2 group.
+    #[test]
+    fn an_ordinary_user_with_a_delegated_group_gets_it() {
+        let h = hybrid_host();
+        let (backend, why) = chosen_on(h);
+        let TreeBackend::CgroupV2Delegated(d) = backend else {
+            panic!("{backend:?}: {why}");
+        };
+        assert_eq!(d.group(), Path::new(GROUP));
+        assert!(why.contains("not the host's root"), "{why}");
+        assert!(
+            !h.changes()
+                .iter()
+                .any(|c| matches!(c, Change::CreateDir(p) if p.starts_with("/sys/fs/cgroup/pids"))),
+            "a v1 group was made: {:#?}",
+            h.changes()
+        );
+    }
+
+    /// An ordinary user whose group it may not write: no cgroup, the
+    /// anchor, and the reason names the group and the fix.
+    #[test]
+    fn an_ordinary_user_without_a_writable_group_gets_the_anchor() {
+        let h = FakeHost::new().leak();
+        h.file("/proc/self/cgroup", "0::/user.slice/session-2.scope\n")
+            .cgroup2_mount("/sys/fs/cgroup")
+            .file(
+                "/sys/fs/cgroup/user.slice/session-2.scope/cgroup.procs",
+                "4242\n",
+            );
+        let (backend, why) = chosen_on(h);
+        assert!(
+            matches!(backend, TreeBackend::NoCgroup),
+            "{backend:?}: {why}"
+        );
+        assert!(why.contains("not the host's root"), "{why}");
+        assert!(
+            why.contains("may not write its cgroup /sys/fs/cgroup/user.slice/session-2.scope"),
+            "{why}"
+        );
+        assert!(why.contains("Delegate=yes"), "{why}");
+        assert!(h.changes().is_empty(), "{:#?}", h.changes());
+    }
+
+    fn group_on(h: &'static FakeHost, dir: &str, kind: Kind) -> CommandGroup {
+        CommandGroup {
+            dir: PathBuf::from(dir),
+            kind,
+            host: h,
+        }
+    }
+
+    /// cgroup v1: after the kill (no more forks: `pids.max` 0) a group
+    /// whose member list still has a live process is not proven empty,
+    /// and the answer names the live pids (a dead member does not count);
+    /// a list that cannot be read proves nothing; a removed group is
+    /// empty.
+    #[test]
+    fn a_v1_group_with_a_live_member_after_the_kill_is_not_proven_empty() {
+        let dir = "/sys/fs/cgroup/pids/createos-local/sandbox-1/cmd-m-1";
+        let h = FakeHost::new().leak();
+        h.file(&format!("{dir}/cgroup.procs"), "12\n34\n")
+            .file(&format!("{dir}/pids.max"), "2048")
+            .process(12, 1);
+        let group = group_on(h, dir, Kind::V1Pids);
+        group.kill();
+        assert_eq!(h.text(&format!("{dir}/pids.max")).as_deref(), Some("0"));
+        let e = group.proof().expect_err("12 still runs");
+        assert!(
+            matches!(&e, GroupNotEmpty::Survivors { pids, group } if pids == &[12] && group == Path::new(dir)),
+            "{e:?}"
+        );
+        let said = e.to_string();
+        assert!(said.contains("[12]") && said.contains(dir), "{said}");
+        assert!(!group.is_empty());
+
+        h.file(&format!("{dir}/cgroup.procs"), "34\n");
+        assert!(group.proof().is_ok(), "only a dead member is left");
+
+        h.dir(&format!("{dir}/cgroup.procs"));
+        let e = group.proof().expect_err("a list that cannot be read");
+        assert!(matches!(e, GroupNotEmpty::Unread { .. }), "{e:?}");
+        assert!(!group.is_empty());
+
+        let gone = group_on(
+            h,
+            "/sys/fs/cgroup/pids/createos-local/sandbox-1/cmd-gone",
+            Kind::V1Pids,
+        );
+        assert!(gone.proof().is_ok(), "a removed group holds nothing");
+    }
+
+    /// cgroup v2: the kill is `cgroup.kill`; the kernel's `populated`
+    /// decides, and a populated group's answer names its members.
+    #[test]
+    fn a_v2_group_still_populated_after_the_kill_is_not_proven_empty() {
+        let dir = "/sys/fs/cgroup/user.slice/engine.scope/createos-local-4242/sandbox-a/cmd-m-1";
+        let h = FakeHost::new().leak();
+        h.file(&format!("{dir}/cgroup.procs"), "55\n")
+            .file(&format!("{dir}/cgroup.kill"), "")
+            .file(&format!("{dir}/cgroup.events"), "populated 1\nfrozen 0\n")
+            .process(55, 1);
+        let group = group_on(h, dir, Kind::V2);
+        group.kill();
+        h.position(&Change::Write(
+            format!("{dir}/cgroup.kill").into(),
+            "1".into(),
+        ));
+        let e = group.proof().expect_err("the kernel says populated");
+        assert!(
+            matches!(&e, GroupNotEmpty::Survivors { pids, .. } if pids == &[55]),
+            "{e:?}"
+        );
+        // The kernel's word is the proof, not the member list: a group
+        // whose own list is empty but whose descendants are populated is
+        // not empty.
+        h.file(&format!("{dir}/cgroup.procs"), "");
+        assert!(!group.is_empty());
+        h.file(&format!("{dir}/cgroup.events"), "populated 0\nfrozen 0\n");
+        assert!(group.proof().is_ok());
+    }
 }
