@@ -31,7 +31,6 @@ start() {
 }
 # in_env NAME CMD...: CMD with engine NAME's variables, set by the shell
 # itself (an `env` in front would be one more program start on our side).
-ENV_none=
 in_env() {
   local vars=ENV_$1
   shift
@@ -42,44 +41,10 @@ in_env() {
 }
 start new "$BIN" "$PROVIDER"
 if [ -n "${BASE_BIN:-}" ]; then start base "$BASE_BIN" "${BASE_PROVIDER:?set with BASE_BIN}"; fi
-BARE=(bwrap --unshare-user --unshare-pid --unshare-net --unshare-ipc --unshare-uts
-      --ro-bind / / --proc /proc --dev /dev true)
-if [ "$(id -u)" = 0 ]; then
-  BARE=(setpriv --reuid 65534 --regid 65534 --clear-groups "${BARE[@]}")
-fi
-# Wall time of "$@" in ms, read from bash's own clock (no `date` started
-# around the command, which added a few ms to both sides).
-ms() {
-  local t0=$EPOCHREALTIME t1
-  "$@" > /dev/null
-  t1=$EPOCHREALTIME
-  echo "scale=2; (${t1/./} - ${t0/./}) / 1000" | bc
-}
-median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
-ratio() { echo "scale=2; $1 / $2" | bc; }
-if [ -n "${BASE_BIN:-}" ]; then
-  echo "| round | \`lease exec -- true\` | ratio | base build | ratio | bare \`bwrap true\` | load |"
-  echo "|---|---|---|---|---|---|---|"
-else
-  echo "| round | \`lease exec -- true\` | bare \`bwrap true\` | ratio | load |"
-  echo "|---|---|---|---|---|"
-fi
-for round in $(seq 1 "$ROUNDS"); do
-  : > "$DIR/t.new"; : > "$DIR/t.base"; : > "$DIR/t.bare"
-  for _ in $(seq 1 "$N"); do
-    ms in_env new "$BIN" lease exec "$LEASE_new" -- true >> "$DIR/t.new"
-    if [ -n "${BASE_BIN:-}" ]; then
-      ms in_env base "$BASE_BIN" lease exec "$LEASE_base" -- true >> "$DIR/t.base"
-    fi
-    ms in_env none "${BARE[@]}" >> "$DIR/t.bare"  # the same subshell as ours
-  done
-  e=$(median < "$DIR/t.new"); b=$(median < "$DIR/t.bare"); load=$(cut -d' ' -f1 /proc/loadavg)
-  if [ -n "${BASE_BIN:-}" ]; then
-    o=$(median < "$DIR/t.base")
-    echo "| $round | $e ms | $(ratio "$e" "$b")x | $o ms | $(ratio "$o" "$b")x | $b ms | $load |"
-  else
-    echo "| $round | $e ms | $b ms | $(ratio "$e" "$b")x | $load |"
-  fi
-done
+# shellcheck source=side_by_side.sh
+source "$(dirname "$0")/side_by_side.sh"
+ours() { in_env new "$BIN" lease exec "$LEASE_new" -- true; }
+base() { in_env base "$BASE_BIN" lease exec "$LEASE_base" -- true; }
+compare "lease exec -- true"
 env $ENV_new "$BIN" lease destroy "$LEASE_new" > /dev/null
 if [ -n "${BASE_BIN:-}" ]; then env $ENV_base "$BASE_BIN" lease destroy "$LEASE_base" > /dev/null; fi
