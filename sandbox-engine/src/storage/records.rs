@@ -263,6 +263,7 @@ impl Records {
             known: Mutex::new(Default::default()),
             roots: Mutex::new(HashMap::new()),
         });
+        records.recover_interrupted_writes();
         let mut open = Vec::new();
         for record in records.read_all()? {
             if record.deleted {
@@ -337,6 +338,36 @@ impl Records {
             out.push(record);
         }
         Ok(out)
+    }
+
+    /// A record whose write a killed engine did not finish is a temporary
+    /// file beside the records (see [`write_atomic`]). One that holds a
+    /// whole record takes its place when there is none (the sandbox's
+    /// creation got that far, so it is proven gone like any other); a
+    /// partial one goes (its creation stopped before the record, so
+    /// nothing of it ran). Run while this engine holds the lock: no
+    /// writer of them is alive.
+    fn recover_interrupted_writes(&self) {
+        let Ok(entries) = std::fs::read_dir(self.dir.join("sandboxes")) else {
+            return;
+        };
+        for path in entries.flatten().map(|e| e.path()) {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !(name.starts_with('.') && name.contains(".json.tmp-")) {
+                continue;
+            }
+            let whole = std::fs::read(&path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Record>(&bytes).ok());
+            match whole {
+                Some(record) if !self.path_of(&record.id).exists() => {
+                    let _ = std::fs::rename(&path, self.path_of(&record.id));
+                }
+                _ => {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
     }
 
     fn path_of(&self, id: &str) -> PathBuf {
@@ -982,6 +1013,44 @@ mod tests {
         assert_eq!(records.unproven("sb-one"), None);
         assert!(!root.exists());
         assert!(!dir.join("state/sandboxes/sb-one.json").exists());
+        drop(records);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// An engine killed while it wrote a record leaves the temporary file:
+    /// a whole record is proven gone like any other (and then goes), a
+    /// partial one is removed, and nothing of either stays.
+    #[test]
+    fn a_record_write_cut_short_by_a_kill_leaves_nothing_behind() {
+        let dir = std::env::temp_dir().join(format!("records-test-{}", crate::util::random_hex(4)));
+        // Made by the engine: a complete history, so a proven sandbox's
+        // record goes rather than staying marked deleted.
+        drop(Records::open(&dir).unwrap());
+        let whole = Record {
+            id: "sb-cut".into(),
+            face: Face::CreateOs,
+            root: dir.join("data/sb-cut"),
+            data_dir: dir.join("data"),
+            owned_data_dir: false,
+            uid: None,
+            trees: Vec::new(),
+            deleted: false,
+        };
+        let sandboxes = dir.join("sandboxes");
+        std::fs::write(
+            sandboxes.join(".sb-cut.json.tmp-0a1b"),
+            serde_json::to_vec(&whole).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(sandboxes.join(".sb-half.json.tmp-2c3d"), b"{\"id\":\"sb-ha").unwrap();
+        let records = Records::open(&dir).unwrap();
+        let left: Vec<_> = std::fs::read_dir(&sandboxes)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(left.is_empty(), "left in the records: {left:?}");
+        assert_eq!(records.unproven("sb-cut"), None, "proven gone: a 404");
         drop(records);
         let _ = std::fs::remove_dir_all(&dir);
     }
