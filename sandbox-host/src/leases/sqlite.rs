@@ -358,6 +358,29 @@ mod tests {
         }
     }
 
+    /// The store's flush level now (`PRAGMA synchronous`: 1 `NORMAL`, 2
+    /// `FULL`), which is what its last commit used.
+    fn flush_level(store: &SqliteLeases) -> i64 {
+        store
+            .conn()
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// A new active lease of sandbox `sb-1`, acquired by `me` and no
+    /// longer in use.
+    fn idle_lease(store: &SqliteLeases, me: &str) -> String {
+        let id = store.begin_acquire(&ctx(), "run", me).unwrap().id;
+        let lease = Lease {
+            provider_lease_id: "sb-1".into(),
+            metadata: "{}".into(),
+            expires_at: None,
+        };
+        store.record_lease(&id, &lease, LeaseState::Active).unwrap();
+        store.end_use(&id, me).unwrap();
+        id
+    }
+
     /// A store written before host instances existed keeps a mark as a
     /// bare pid; that mark must count as a dead host's, never as "mine".
     #[test]
@@ -427,12 +450,7 @@ mod tests {
             std::env::temp_dir().join(format!("sandbox-lazy-store-{}.sqlite", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let store = Arc::new(SqliteLeases::open(&path).unwrap());
-        let level = |store: &SqliteLeases| -> i64 {
-            store
-                .conn()
-                .query_row("PRAGMA synchronous", [], |r| r.get(0))
-                .unwrap()
-        };
+        let level = flush_level;
         let mut me = store.register_host(Liveness::DEFAULT).unwrap();
         // No heartbeat (a lazy write) between the checks below.
         me.stop_heartbeat_for_test();
@@ -467,14 +485,7 @@ mod tests {
         let store = Arc::new(SqliteLeases::open(&path).unwrap());
         let mut me = store.register_host(Liveness::DEFAULT).unwrap();
         me.stop_heartbeat_for_test();
-        let id = store.begin_acquire(&ctx(), "run", me.id()).unwrap().id;
-        let lease = Lease {
-            provider_lease_id: "sb-1".into(),
-            metadata: "{}".into(),
-            expires_at: None,
-        };
-        store.record_lease(&id, &lease, LeaseState::Active).unwrap();
-        store.end_use(&id, me.id()).unwrap();
+        let id = idle_lease(&store, me.id());
         let mut longest = 0;
         for _ in 0..300 {
             store
@@ -506,24 +517,12 @@ mod tests {
             std::env::temp_dir().join(format!("sandbox-nested-use-{}.sqlite", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let store = Arc::new(SqliteLeases::open(&path).unwrap());
-        let level = |store: &SqliteLeases| -> i64 {
-            store
-                .conn()
-                .query_row("PRAGMA synchronous", [], |r| r.get(0))
-                .unwrap()
-        };
+        let level = flush_level;
         let mut me = store.register_host(Liveness::DEFAULT).unwrap();
         me.stop_heartbeat_for_test();
         let mut other = store.register_host(Liveness::DEFAULT).unwrap();
         other.stop_heartbeat_for_test();
-        let id = store.begin_acquire(&ctx(), "run", me.id()).unwrap().id;
-        let lease = Lease {
-            provider_lease_id: "sb-1".into(),
-            metadata: "{}".into(),
-            expires_at: None,
-        };
-        store.record_lease(&id, &lease, LeaseState::Active).unwrap();
-        store.end_use(&id, me.id()).unwrap();
+        let id = idle_lease(&store, me.id());
 
         store
             .begin(&id, Operation::Execute, &ctx(), me.id())
