@@ -34,6 +34,21 @@ fn binary(args: &[&str]) -> (Child, String) {
     (child, base)
 }
 
+/// The successor engine, stopped with SIGTERM however the test ends: a
+/// failed assertion left it running, its sandboxes' disks mounted.
+struct Successor(Child);
+
+impl Drop for Successor {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.0.id().to_string()])
+                .status();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// A sandbox of the predecessor: its face (true: Daytona) and id.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Known {
@@ -333,7 +348,8 @@ async fn an_engine_killed_under_load_leaves_nothing_its_successor_does_not_prove
     // The successor on the same state directory and port.
     let port = base.rsplit(':').next().unwrap().to_string();
     let second_args = args(&port);
-    let (mut second, base2) = binary(&second_args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (second, base2) = binary(&second_args.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut second = Successor(second);
     assert_eq!(base2, base);
     let mut gone: BTreeSet<String> = BTreeSet::new();
     let mut answered_unconfirmed: BTreeSet<String> = BTreeSet::new();
@@ -471,9 +487,9 @@ async fn an_engine_killed_under_load_leaves_nothing_its_successor_does_not_prove
         }
     }
     let _ = Command::new("kill")
-        .args(["-TERM", &second.id().to_string()])
+        .args(["-TERM", &second.0.id().to_string()])
         .status();
-    let status = second.wait().unwrap();
+    let status = second.0.wait().unwrap();
     assert!(status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
