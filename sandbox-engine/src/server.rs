@@ -94,6 +94,7 @@ pub struct ServerBuilder {
     rate_limit: Option<(u32, Duration)>,
     connections: ConnectionLimits,
     allow_unconfined: bool,
+    prove_isolation_at_start: bool,
     toolbox_addr: Option<SocketAddr>,
     retention: crate::sandboxes::store::Retention,
     finished_output: usize,
@@ -121,6 +122,7 @@ impl Default for ServerBuilder {
             rate_limit: None,
             connections: ConnectionLimits::default(),
             allow_unconfined: false,
+            prove_isolation_at_start: true,
             toolbox_addr: None,
             retention: crate::sandboxes::store::Retention::default(),
             finished_output: crate::sandboxes::output_budget::DEFAULT_FINISHED_OUTPUT,
@@ -360,6 +362,21 @@ impl ServerBuilder {
         self
     }
 
+    /// Whether bubblewrap is proven to work before the server answers
+    /// (default): a probe runs a command in a machine of its own at start,
+    /// and a server where it fails refuses to start. With `false` and
+    /// [`IsolationPreference::RequireBwrap`], only `bwrap` in `PATH` is
+    /// checked at start and the first sandbox's command proves the rest:
+    /// where bubblewrap cannot confine it, that command is refused (503,
+    /// with the same words and fix as the refusal to start) and nothing
+    /// runs. For a server that exists for one sandbox (`sandbox run`),
+    /// whose first command follows at once: its start no longer pays for
+    /// a machine of its own (issue 41 item 2).
+    pub fn prove_isolation_at_start(mut self, prove: bool) -> Self {
+        self.prove_isolation_at_start = prove;
+        self
+    }
+
     /// Detects isolation, binds, and starts serving on the current tokio
     /// runtime.
     pub async fn start(self) -> std::io::Result<RunningServer> {
@@ -423,6 +440,10 @@ impl ServerBuilder {
             }
             pref => {
                 let probe = data_dir.join(".bwrap-probe");
+                // Without a probe, the first sandbox's launcher proves
+                // bubblewrap works (see `prove_isolation_at_start`).
+                let probing =
+                    self.prove_isolation_at_start || pref != IsolationPreference::RequireBwrap;
                 // The host's /etc is copied while bubblewrap is probed
                 // (the probe needs the loader's files alone).
                 let result = match crate::storage::rootfs::begin_etc(&data_dir) {
@@ -431,7 +452,14 @@ impl ServerBuilder {
                         let filling = std::thread::Builder::new()
                             .name("createos-local-etc".into())
                             .spawn(move || crate::storage::rootfs::fill_etc(&into));
-                        let probed = isolation::probe_bwrap(&probe, &registries).await;
+                        let probed = if probing {
+                            isolation::probe_bwrap(&probe, &registries)
+                                .await
+                                .inspect(|_| registries.isolation.note())
+                        } else {
+                            crate::util::find_in_path("bwrap")
+                                .ok_or(isolation::BwrapUnusable::NotFound)
+                        };
                         let filled = match filling {
                             Ok(thread) => thread.join().unwrap_or_else(|_| {
                                 Err(std::io::Error::other("the copying thread failed"))
@@ -461,21 +489,7 @@ impl ServerBuilder {
                         if owned {
                             let _ = crate::storage::disk::remove_tree(&data_dir);
                         }
-                        // bwrap is there but may not make namespaces:
-                        // the fix is the host's, not an install.
-                        let hint = match (
-                            crate::util::find_in_path("bwrap"),
-                            crate::machine::user_namespaces_refused(),
-                        ) {
-                            (Some(_), Some(why)) => format!(
-                                "{why}; or opt in to running commands with NO isolation \
-                                 (--isolation process-group)"
-                            ),
-                            _ => isolation::INSTALL_HINT.to_string(),
-                        };
-                        return Err(Error::other(format!(
-                            "commands cannot be confined here: {e}; {hint}"
-                        )));
+                        return Err(Error::other(isolation::cannot_confine(&e)));
                     }
                 }
             }
@@ -999,13 +1013,20 @@ pub struct BackgroundServer {
     faults: Faults,
     mode: IsolationMode,
     toolbox_url: String,
+    proof: Arc<isolation::IsolationProof>,
     stop: Option<std::sync::mpsc::Sender<std::sync::mpsc::Sender<ShutdownReport>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// What the server thread reports once it listens: address, faults,
 /// isolation and toolbox URL.
-type Ready = (SocketAddr, Faults, IsolationMode, String);
+type Ready = (
+    SocketAddr,
+    Faults,
+    IsolationMode,
+    String,
+    Arc<isolation::IsolationProof>,
+);
 
 /// A [`BackgroundServer`] still starting on its thread (see
 /// [`BackgroundServer::spawn`]): [`StartingServer::wait`] gives the running
@@ -1022,7 +1043,7 @@ impl StartingServer {
     /// Blocks until the server listens (or failed to start).
     pub fn wait(mut self) -> std::io::Result<BackgroundServer> {
         let ready = self.ready.take().map(|r| r.recv());
-        let (addr, faults, mode, toolbox_url) = match ready {
+        let (addr, faults, mode, toolbox_url, proof) = match ready {
             Some(Ok(r)) => r?,
             _ => {
                 return Err(std::io::Error::other(
@@ -1035,6 +1056,7 @@ impl StartingServer {
             faults,
             mode,
             toolbox_url,
+            proof,
             stop: self.stop.take(),
             thread: self.thread.take(),
         })
@@ -1099,6 +1121,7 @@ impl BackgroundServer {
                         server.faults().clone(),
                         server.isolation().clone(),
                         server.toolbox_url().to_string(),
+                        server.state.registries.isolation.clone(),
                     );
                     let _ = ready_tx.send(Ok(info));
                     // Wait for a shutdown request (or the handle being dropped).
@@ -1147,6 +1170,14 @@ impl BackgroundServer {
     /// The isolation mode in force.
     pub fn isolation(&self) -> &IsolationMode {
         &self.mode
+    }
+
+    /// Why bubblewrap could not confine this server's first command, when
+    /// it was started without proving it
+    /// ([`ServerBuilder::prove_isolation_at_start`]) and that command was
+    /// refused: the words and fix of a refusal to start.
+    pub fn isolation_refused(&self) -> Option<String> {
+        self.proof.refused()
     }
 
     /// Shuts down (blocking) and returns the report.

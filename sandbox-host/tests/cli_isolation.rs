@@ -72,6 +72,68 @@ fn without_bubblewrap_run_is_refused_with_the_install_hint() {
     );
 }
 
+/// Issue 41 item 2: `sandbox run`'s engine starts without a probe machine
+/// and its first command proves that bubblewrap confines commands. Where
+/// a `bwrap` is found but cannot make namespaces (here one that fails as
+/// bubblewrap does when user namespaces are refused), that command is
+/// refused, on both providers, with the same words and fix as a refusal
+/// to start, and nothing runs; `sandbox engine`, which probes at start,
+/// refuses to start with them.
+#[test]
+fn a_bwrap_that_cannot_confine_refuses_runs_first_command_and_the_engines_start() {
+    let dir = std::env::temp_dir().join(format!("sandbox-cli-failing-bwrap-{}", unique()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let bwrap = dir.join("bwrap");
+    std::fs::write(
+        &bwrap,
+        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n",
+    )
+    .expect("write the failing bwrap");
+    std::fs::set_permissions(&bwrap, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let path = format!("{}:/usr/bin:/bin", dir.display());
+    let createos = provider();
+    let daytona = createos.with_file_name("daytona_provider.wasm");
+    for provider in [&createos, &daytona] {
+        let target = format!("/usr/sandbox-cli-unconfined-{}", unique());
+        let output = sandbox(provider)
+            .env("PATH", &path)
+            .args(["run", "--", "/bin/sh", "-c", &format!("touch {target}")])
+            .output()
+            .expect("run sandbox");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(125), "{stderr}");
+        assert!(
+            stderr.contains("refused to run the command, nothing was run")
+                && stderr.contains("commands cannot be confined here")
+                && stderr.contains("--isolation process-group"),
+            "{}: {stderr}",
+            provider.display()
+        );
+        assert!(
+            !Path::new(&target).exists(),
+            "{target} was created unconfined"
+        );
+    }
+    let engine = sandbox(&createos)
+        .env("PATH", &path)
+        .arg("engine")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sandbox engine");
+    let stderr = String::from_utf8_lossy(&engine.stderr);
+    assert!(!engine.status.success(), "{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&engine.stdout).contains("export "),
+        "it must not serve"
+    );
+    assert!(
+        stderr.contains("commands cannot be confined here"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Issue 10 item 3: `kill -9` of the CLI (no cleanup code runs) leaves no
 /// sandboxed process: neither the command nor what it started in the
 /// background.

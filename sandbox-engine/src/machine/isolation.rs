@@ -140,6 +140,72 @@ pub enum IsolationPreference {
 pub const INSTALL_HINT: &str = "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), \
      or opt in to running commands with NO isolation (--isolation process-group)";
 
+/// Why commands cannot be confined here (`why`: bubblewrap's failure), with
+/// the fix: the same words whether the server refuses to start (its probe
+/// failed) or refuses a sandbox's first command (see [`IsolationProof`]).
+pub fn cannot_confine(why: &str) -> String {
+    // bwrap is there but may not make namespaces: the fix is the host's,
+    // not an install.
+    let hint = match (
+        find_in_path("bwrap"),
+        crate::machine::user_namespaces_refused(),
+    ) {
+        (Some(_), Some(why)) => format!(
+            "{why}; or opt in to running commands with NO isolation \
+             (--isolation process-group)"
+        ),
+        _ => INSTALL_HINT.to_string(),
+    };
+    format!("commands cannot be confined here: {why}; {hint}")
+}
+
+/// Whether bubblewrap has confined a command for one server yet: its
+/// start-up probe ([`probe_bwrap`]) proves it, or, for a server started
+/// without one ([`crate::ServerBuilder::prove_isolation_at_start`]), the
+/// first launcher that made its namespaces. Until then a launcher that
+/// fails is reported as [`cannot_confine`] (and kept, for an embedder to
+/// show), not as a passing failure to retry. Nothing runs unconfined either
+/// way: in bwrap mode every command goes through bubblewrap, and one that
+/// cannot start never runs.
+#[derive(Debug, Default)]
+pub struct IsolationProof {
+    proven: std::sync::atomic::AtomicBool,
+    refused: std::sync::Mutex<Option<String>>,
+}
+
+impl IsolationProof {
+    /// Whether a command has been confined.
+    pub fn is_proven(&self) -> bool {
+        self.proven.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Notes that bubblewrap made a command's namespaces.
+    pub fn note(&self) {
+        self.proven
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// A launcher failed before any command was confined: the refusal
+    /// ([`cannot_confine`] of bubblewrap's words), kept and returned.
+    pub fn refuse(&self, why: &str) -> String {
+        let text = cannot_confine(why);
+        *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(text.clone());
+        text
+    }
+
+    /// The refusal of the first command, when bubblewrap could not confine
+    /// it and none was confined before.
+    pub fn refused(&self) -> Option<String> {
+        if self.is_proven() {
+            return None;
+        }
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
 pub use crate::storage::rootfs::prepare_root;
 
 /// Everything needed to start one command.

@@ -164,6 +164,8 @@ pub struct ServerRegistries {
     pub records: Option<Arc<crate::storage::records::Records>>,
     /// The machines of its sandboxes (its start-up probe's included).
     pub machines: Arc<Machines>,
+    /// Whether bubblewrap has confined a command for it yet.
+    pub isolation: Arc<crate::machine::isolation::IsolationProof>,
 }
 
 /// The machines of one server's sandboxes: those running, by sandbox

@@ -257,7 +257,12 @@ impl Process {
         let spawned = match isolation::spawn(bwrap.as_deref(), &spec) {
             Ok(s) => s,
             Err(e) => {
-                if bwrap.is_some() || is_resource_error(&e) {
+                if bwrap.is_some() && !req.registries.isolation.is_proven() {
+                    // No command was confined yet: bubblewrap may not
+                    // work here at all.
+                    *lock(&proc.server_failure) =
+                        Some(req.registries.isolation.refuse(&e.to_string()));
+                } else if bwrap.is_some() || is_resource_error(&e) {
                     // The launcher itself could not run: the server's
                     // failure, never the command's result.
                     *lock(&proc.server_failure) = Some(start_failure(&e));
@@ -296,6 +301,14 @@ impl Process {
             }
             _ => (Tree::group(outer_pid, &marker), None),
         };
+        // A machine joined, or bwrap's namespace reported: bubblewrap
+        // confines commands here.
+        if matches!(
+            tree,
+            Tree::Cgroup { .. } | Tree::Anchored { .. } | Tree::Namespace { .. }
+        ) {
+            req.registries.isolation.note();
+        }
         let shown_pid = match &tree {
             Tree::Namespace { init_pid, .. } => *init_pid,
             _ => outer_pid,
@@ -360,6 +373,7 @@ impl Process {
         .flatten()
         .collect();
         let p = proc.clone();
+        let proof = req.registries.isolation.clone();
         tokio::spawn(async move {
             let status = child.wait().await;
             let _ = reaped_tx.send(true);
@@ -381,7 +395,19 @@ impl Process {
                 }
             }
             if confined {
-                if let Some(why) = p.launcher_failure(&exit) {
+                if let Some(line) = p.launcher_failure(&exit) {
+                    let why = if proof.is_proven() {
+                        format!(
+                            "the server could not start the command in the sandbox ({line}); \
+                             nothing ran. A sandbox at its limit of {} tasks cannot start \
+                             more: end some of its processes, then retry",
+                            crate::trees::process_limits::MAX_PROCESSES
+                        )
+                    } else {
+                        // No command was confined yet: bubblewrap may not
+                        // work here at all.
+                        proof.refuse(&line)
+                    };
                     *lock(&p.server_failure) = Some(why);
                 }
             }
@@ -550,8 +576,8 @@ impl Process {
 
     /// Whether the launcher failed before the command ran (issue 24 item
     /// 7): bwrap exits 1 after printing its own error (`bwrap: ...`). Such
-    /// an exit is the server's failure, not the command's result: the
-    /// message for the 5xx answer. A command that prints such a line
+    /// an exit is the server's failure, not the command's result: bwrap's
+    /// line, for the 5xx answer. A command that prints such a line
     /// itself and exits the same way is taken for one; that can only
     /// misreport its own result. In a sandbox machine the launcher is the
     /// server's own fork ([`mod@crate::machine::join`]): its failures before the
@@ -579,15 +605,7 @@ impl Process {
         LAUNCHERS
             .iter()
             .any(|(c, prefix)| c == code && text.starts_with(prefix))
-            .then(|| {
-                format!(
-                    "the server could not start the command in the sandbox ({}); nothing ran. \
-                     A sandbox at its limit of {} tasks cannot start more: end some of its \
-                     processes, then retry",
-                    text.lines().next().unwrap_or("").trim(),
-                    crate::trees::process_limits::MAX_PROCESSES
-                )
-            })
+            .then(|| text.lines().next().unwrap_or("").trim().to_string())
     }
 
     /// When the leader's exit was recorded (RFC 3339, millisecond

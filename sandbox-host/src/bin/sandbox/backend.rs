@@ -116,6 +116,21 @@ impl Setup {
         None
     }
 
+    /// Why the embedded engine refused the sandbox's first command: it
+    /// starts without a probe and that command proves bubblewrap works
+    /// (`prove_isolation_at_start(false)`); where bubblewrap cannot
+    /// confine it, the refusal and its fix, which the provider's error
+    /// (an HTTP 503) does not carry. `None` with another backend.
+    #[cfg(feature = "local-backend")]
+    pub fn isolation_refused(&self) -> Option<String> {
+        self.local.as_ref()?.server.isolation_refused()
+    }
+
+    #[cfg(not(feature = "local-backend"))]
+    pub fn isolation_refused(&self) -> Option<String> {
+        None
+    }
+
     /// The provider and the durable lease store: `--store` (a PostgreSQL
     /// URL several hosts share, or a file), else the SQLite file in the
     /// data directory. A wrong URL, an unreachable database or a newer
@@ -599,7 +614,11 @@ impl EmbeddedEngine {
             // This process's own engine serves its one command: one thread
             // per runtime hands the output on with fewer wake-ups (a 50 MB
             // run on 2 cores: 150 -> 136 ms). `sandbox engine` keeps two.
-            None => builder = builder.worker_threads(1),
+            // Its first command, which follows at once, proves that
+            // bubblewrap confines commands here instead of a probe machine
+            // of its own (issue 41 item 2); `sandbox engine` probes at
+            // start, so that an operator learns of a refusal at once.
+            None => builder = builder.worker_threads(1).prove_isolation_at_start(false),
         }
         let server = sandbox_engine::BackgroundServer::spawn(builder).context(
             "the embedded local backend refused to start, nothing was run \

@@ -58,10 +58,13 @@ pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
             return Ok(EXIT_CLEANUP_FAILED);
         }
         Err(error) => {
-            eprintln!(
-                "sandbox: acquiring a sandbox failed: {}",
-                report::error_text(&error)
-            );
+            match setup.isolation_refused() {
+                Some(why) => eprintln!("sandbox: {}", refused_text(&why)),
+                None => eprintln!(
+                    "sandbox: acquiring a sandbox failed: {}",
+                    report::error_text(&error)
+                ),
+            }
             return Ok(EXIT_SANDBOX_ERROR);
         }
     };
@@ -70,6 +73,12 @@ pub fn run(setup: &Setup, global: &Global, args: &RunArgs) -> Result<u8> {
     }
     let code = execute_and_settle(setup, &env, &record.id, args, cancel, true);
     Ok(code)
+}
+
+/// The embedded engine's refusal of the first command (see
+/// [`Setup::isolation_refused`]), for people.
+fn refused_text(why: &str) -> String {
+    format!("the embedded local backend refused to run the command, nothing was run: {why}")
 }
 
 /// `lease exec`: execute on an existing lease; the lease stays active
@@ -355,10 +364,13 @@ fn execute(
             }
         }
         Ok(Err(error)) => {
-            eprintln!(
-                "sandbox: the command could not run: {}",
-                report::error_text(&error)
-            );
+            match setup.isolation_refused() {
+                Some(why) => eprintln!("sandbox: {}", refused_text(&why)),
+                None => eprintln!(
+                    "sandbox: the command could not run: {}",
+                    report::error_text(&error)
+                ),
+            }
             EXIT_SANDBOX_ERROR
         }
         Err(error) => {
