@@ -20,7 +20,7 @@
  *   it. They never hold the key (every message passes through `redact`) nor
  *   a provider response body (the component never reports one).
  */
-import { PLUGIN_RPC_ERROR_CODES } from "@paperclipai/plugin-sdk";
+import { PLUGIN_RPC_ERROR_CODES } from "@paperclipai/plugin-sdk/protocol";
 import type {
   WitCleanupCause,
   WitCleanupFailure,

@@ -47,7 +47,9 @@ import { runnerPath, runnerPort, toRunnerIngress } from "./runner-ingress.js";
 import { SetupStore, takeTemplate, templateName, TEMPLATE_FIELD, TEMPLATE_KIND, type SetupRecord } from "./setup-sessions.js";
 import { AsyncResource } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
-import { decodeChannelBytes, definePlugin, type PluginContext } from "@paperclipai/plugin-sdk";
+import type { PluginContext } from "@paperclipai/plugin-sdk";
+import { decodeChannelBytes } from "@paperclipai/plugin-sdk/protocol";
+import { definePlugin } from "./sdk.js";
 import type {
   PluginEnvironmentAcquireLeaseParams,
   PluginEnvironmentDestroyLeaseParams,

@@ -23,7 +23,7 @@
  *   operator keeps a secret in when the config holds none. The variable a
  *   provider names in `describe()` is never read.
  */
-import { runWorker } from "@paperclipai/plugin-sdk";
+import { runWorker } from "./sdk.js";
 import { createPlugin } from "./plugin.js";
 import { parseRateLimit, RATE_LIMIT_ENV, RATE_LIMIT_ENV_ALIAS } from "./rate-ledger.js";
 import { parseSecretEnv, parseTrustedOrigins, SECRET_ENV_SETTING, TRUSTED_ORIGINS_SETTING } from "./secrets.js";
