@@ -25,6 +25,12 @@ ENGINE=
 trap '[ -n "$ENGINE" ] && { kill -TERM "$ENGINE" 2>/dev/null; wait "$ENGINE" 2>/dev/null; }; rm -rf "$DIR"' EXIT
 
 export SANDBOX_DATA_DIR=$DIR/data SANDBOX_PROVIDER=$PROVIDER
+# An operator limit far above what the bench sends, instead of CreateOS's
+# declared 300 requests per 60 s (a round sends about 350): the commands
+# then never wait for the budget, while every request still pays for the
+# shared ledger (as Node's bench:manager does). With the declared limit a
+# third round waited about 55 s for the window.
+export SANDBOX_RATE_LIMIT=${SANDBOX_RATE_LIMIT:-1000000/1000}
 "$BIN" engine > "$DIR/engine.out" 2> "$DIR/engine.err" &
 ENGINE=$!
 for _ in $(seq 1 100); do grep -q '^export ' "$DIR/engine.out" && break; sleep 0.1; done
