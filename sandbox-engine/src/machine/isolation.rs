@@ -712,6 +712,13 @@ pub async fn probe_bwrap(
             tokio::time::sleep(pause.next_pause()).await;
         }
     }
+    // Its groups go with it, as a deleted sandbox's do: every server start
+    // left one empty cgroup v1 pids group behind (a group of a live
+    // process is not removed).
+    crate::trees::process_limits::remove_sandbox_groups_at(
+        probe_root,
+        crate::trees::host_processes::sandbox_ids(probe_root).map(|ids| ids.first),
+    );
     if out.status.success() {
         Ok(bwrap)
     } else {

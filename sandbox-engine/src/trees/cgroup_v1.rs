@@ -151,8 +151,9 @@ pub(crate) fn remove_sandbox_groups(uid: u32) {
 /// [`total_tasks`], and `createos-local/sandbox-<uid>/` caps one sandbox at
 /// its task limit (nested namespaces and threads included). `None`
 /// elsewhere (not root, cgroup v2 only, no pids controller): then only
-/// `RLIMIT_NPROC` per sandbox uid applies. Empty groups stay (one per
-/// sandbox uid, reused when the uid is).
+/// `RLIMIT_NPROC` per sandbox uid applies. A sandbox's group is removed
+/// once its processes are proven gone (its delete; the start-up probe's
+/// end for the probe's).
 pub fn pids_cgroup_base() -> Option<&'static Path> {
     pids_base_here().ok()
 }
