@@ -10,10 +10,10 @@
 # deterministic command's output is compared with the bare one's by
 # SHA-256.
 # Run from the repository root after `cargo build --release -p
-# sandbox-host` and ./build.sh. SANDBOX_BIN, N, ROUNDS.
+# sandbox-host` and ./build.sh. SANDBOX_BIN, COMPONENTS, N, ROUNDS.
 set -euo pipefail
 BIN=${SANDBOX_BIN:-target/release/sandbox}
-COMPONENTS=target/wasm32-wasip2/release
+COMPONENTS=${COMPONENTS:-target/wasm32-wasip2/release}
 N=${N:-5}
 ROUNDS=${ROUNDS:-3}
 DIR=$(mktemp -d)
@@ -28,35 +28,16 @@ BYTES=50657895
 # The exactness check: deterministic text, its base64 compared whole.
 EXACT='seq 1 3000000 | base64'
 
-# source: the same namespaces as side_by_side.sh's baseline.
+# The baseline: side_by_side.sh's bubblewrap running the script.
 # shellcheck source=side_by_side.sh
 source "$(dirname "$0")/side_by_side.sh"
 unset 'BARE[${#BARE[@]}-1]'
 bare_sh() { ( exec "${BARE[@]}" /bin/sh -c "$1" ); }
 
-# start NAME PROVIDER: an engine and a held lease; sets ENV_NAME, LEASE_NAME.
-start() {
-  local name=$1 provider=$2 data=$DIR/$1
-  SANDBOX_DATA_DIR=$data SANDBOX_PROVIDER=$provider "$BIN" engine > "$DIR/$name.out" 2> "$DIR/$name.err" &
-  PIDS+=($!)
-  for _ in $(seq 1 100); do grep -q '^export ' "$DIR/$name.out" && break; sleep 0.1; done
-  local vars="SANDBOX_DATA_DIR=$data $(sed -n 's/^export //p' "$DIR/$name.out")"
-  printf -v "ENV_$name" '%s' "$vars"
-  local lease
-  lease=$(env $vars "$BIN" lease acquire)
-  printf -v "LEASE_$name" '%s' "$lease"
-  env $vars "$BIN" lease exec "$lease" -- true
-}
-in_env() {
-  local vars=ENV_$1
-  shift
-  (
-    for v in ${!vars}; do export "${v?}"; done
-    exec "$@"
-  )
-}
-start createos "$COMPONENTS/createos_provider.wasm"
-start daytona "$COMPONENTS/daytona_provider.wasm"
+# shellcheck source=held_lease.sh
+source "$(dirname "$0")/held_lease.sh"
+start createos "$BIN" "$COMPONENTS/createos_provider.wasm"
+start daytona "$BIN" "$COMPONENTS/daytona_provider.wasm"
 createos() { in_env createos "$BIN" lease exec "$LEASE_createos" -- /bin/sh -c "$1"; }
 daytona() { in_env daytona "$BIN" lease exec "$LEASE_daytona" -- /bin/sh -c "$1"; }
 run() { ( export SANDBOX_DATA_DIR=$DIR/run; exec "$BIN" run -- /bin/sh -c "$1" ); }
