@@ -257,9 +257,13 @@ impl Process {
         let spawned = match isolation::spawn(bwrap.as_deref(), &spec) {
             Ok(s) => s,
             Err(e) => {
-                if bwrap.is_some() && !req.registries.isolation.is_proven() {
+                if bwrap.is_some()
+                    && !req.registries.isolation.is_proven()
+                    && !is_resource_error(&e)
+                {
                     // No command was confined yet: bubblewrap may not
-                    // work here at all.
+                    // work here at all (a host out of descriptors,
+                    // processes or memory says so below instead).
                     *lock(&proc.server_failure) =
                         Some(req.registries.isolation.refuse(&e.to_string()));
                 } else if bwrap.is_some() || is_resource_error(&e) {
