@@ -597,6 +597,11 @@ pub fn ordinary_user(who: &str) -> Option<(u32, u32)> {
         return None;
     }
     let id = |flag: &str| id_of("sandbox-ci", flag);
+    // One `useradd` at a time: two tests of one binary that both found no
+    // user ran it together, and the second rewrote /etc/passwd with a new
+    // uid and gave the user a second range of subordinate ids.
+    static MAKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _making = MAKING.lock().unwrap_or_else(|p| p.into_inner());
     if id("-u").is_none() {
         let made = std::process::Command::new("useradd")
             .args(["-m", "sandbox-ci"])
