@@ -9,7 +9,6 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use base64::Engine;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -454,13 +453,15 @@ fn data_line(out: &mut Vec<u8>, f: &Frame, terminal: bool) {
         "{{\"type\":\"data\",\"seq\":{},\"stream\":\"{stream}\",\"data_base64\":\"",
         f.seq
     );
-    let engine = &base64::engine::general_purpose::STANDARD;
-    let encoded = base64::encoded_len(f.data.len(), true).unwrap_or(0);
+    let engine = &base64_simd::STANDARD;
+    let encoded = engine.encoded_length(f.data.len());
     out.reserve(head.len() + encoded + 3);
     out.extend_from_slice(head.as_bytes());
     let start = out.len();
     out.resize(start + encoded, 0);
-    let written = engine.encode_slice(&f.data, &mut out[start..]).unwrap_or(0);
+    let written = engine
+        .encode(&f.data, base64_simd::Out::from_slice(&mut out[start..]))
+        .len();
     out.truncate(start + written);
     out.extend_from_slice(b"\"}\n");
 }
