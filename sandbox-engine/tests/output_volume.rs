@@ -135,3 +135,28 @@ async fn a_reader_that_never_reads_does_not_keep_the_command_past_its_deletion()
     drop(resp);
     assert!(h.server.shutdown().await.all_exited());
 }
+
+/// A command that writes a fast stream in small pieces (4000 lines of 101
+/// bytes, one `write` each) reaches its follower in far fewer frames than
+/// writes, every byte in order: after short reads the engine's reader
+/// lets the output gather instead of handing on one chunk per write
+/// (issue 41 item 3). Chunk by chunk, such a stream cost every step after
+/// the pipe (the journal, `/connect`, the client) a wake-up per write.
+#[tokio::test]
+async fn a_fast_stream_of_small_writes_reaches_the_reader_in_large_chunks() {
+    let (h, sb) = Harness::with_sandbox().await;
+    let line = "x".repeat(100);
+    let pid = h
+        .spawn(
+            &sb,
+            &format!("for i in $(seq 1 4000); do echo {line}; done"),
+        )
+        .await;
+    let frames = frames(open(&h, &sb, &pid, 0).await).await;
+    let out = stream_bytes(&frames, "stdout", 0);
+    assert_eq!(out, format!("{line}\n").repeat(4000).into_bytes());
+    assert_eq!(exit_frame(&frames)["exit_code"], 0);
+    let data = frames.iter().filter(|f| f["type"] == "data").count();
+    assert!(data <= 400, "{data} output frames for 4000 writes");
+    assert!(h.server.shutdown().await.all_exited());
+}

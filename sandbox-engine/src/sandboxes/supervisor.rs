@@ -904,6 +904,16 @@ async fn room(proc: &Process, reaped: &mut watch::Receiver<bool>) -> bool {
     }
 }
 
+/// The buffer of a command's output pipe, and the most one read takes.
+const OUTPUT_PIPE_BYTES: usize = 256 * 1024;
+/// A read shorter than this is short (see [`spawn_reader`]).
+const SMALL_READ: usize = 16 * 1024;
+/// After this many short reads in a row, the reader pauses
+/// [`SMALL_READ_PAUSE`].
+const SHORT_READS_BEFORE_PAUSE: u32 = 2;
+/// How long the reader lets output gather after a short read.
+const SMALL_READ_PAUSE: Duration = Duration::from_millis(1);
+
 /// Reads one output pipe into the journal.
 ///
 /// Until the leader is reaped, chunks are read as they come. Once it is
@@ -917,6 +927,17 @@ async fn room(proc: &Process, reaped: &mut watch::Receiver<bool>) -> bool {
 /// (written by orphans after the exit) is discarded, but still read to the
 /// end so that those writers do not die of `SIGPIPE`.
 ///
+/// Pacing: what a read returns is handed on at once, so a line printed
+/// alone reaches a follower without delay; but after two short reads in a
+/// row (less than [`SMALL_READ`] each) the reader pauses
+/// [`SMALL_READ_PAUSE`] before the next, so a command writing a fast stream
+/// in small pieces is read (and
+/// sent, and written by the client) in large chunks, not in one chunk per
+/// write. Read as it came, such a stream stayed in small chunks at every
+/// step after the pipe and cost its readers up to three times the CPU per
+/// byte (BENCHMARKS.md, issue 41 item 3). A pipe that fills in the pause
+/// makes the command wait, as any full pipe does.
+///
 /// Backpressure: before each read the reader waits for room in the
 /// journal (see [`room`]); meanwhile the pipe fills and the command blocks
 /// on write. Once the leader is reaped, what is left is drained anyway (at
@@ -929,12 +950,23 @@ fn spawn_reader(
 ) -> oneshot::Receiver<()> {
     let (drained_tx, drained_rx) = oneshot::channel();
     tokio::spawn(async move {
+        let _ = rustix::pipe::fcntl_setpipe_size(&fd, OUTPUT_PIPE_BYTES);
         let Ok(pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
             let _ = drained_tx.send(());
             return;
         };
-        let mut buf = vec![0u8; 64 * 1024];
+        let mut buf = vec![0u8; OUTPUT_PIPE_BYTES];
+        // Short reads in a row.
+        let mut short = 0;
         let at_eof = loop {
+            if short >= SHORT_READS_BEFORE_PAUSE {
+                short = 0;
+                tokio::select! {
+                    biased;
+                    _ = reaped.wait_for(|r| *r) => break false,
+                    _ = tokio::time::sleep(SMALL_READ_PAUSE) => {}
+                }
+            }
             if !room(&proc, &mut reaped).await {
                 break false;
             }
@@ -947,7 +979,10 @@ fn spawn_reader(
                     }
                     match pipe.try_read(&mut buf) {
                         Ok(0) => break true,
-                        Ok(n) => proc.push(stream, Bytes::copy_from_slice(&buf[..n])),
+                        Ok(n) => {
+                            proc.push(stream, Bytes::copy_from_slice(&buf[..n]));
+                            short = if n < SMALL_READ { short + 1 } else { 0 };
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                         Err(_) => break true,
