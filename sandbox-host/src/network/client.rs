@@ -1,6 +1,9 @@
 //! The real network transport, on wasmtime-wasi-http's hyper client.
 
+use std::future::Future;
 use std::io::ErrorKind;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use http_body_util::{BodyExt, Full};
 use wasmtime_wasi_http::p2::bindings::http::types::DnsErrorPayload;
@@ -48,18 +51,62 @@ impl Transport for NetworkTransport {
             let (response, connection) = default_send_request(outgoing, Some(options))
                 .await
                 .map_err(error_code)?;
-            // The connection task drives the response body; it ends when the
-            // body is finished or dropped.
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
             let (parts, body) = response.into_parts();
+            let body = DrivenBody {
+                body: Box::pin(body),
+                connection: Some(Box::pin(connection)),
+            };
             Ok(TransportResponse {
                 status: parts.status,
                 headers: parts.headers,
                 body: ResponseBody::new(body.map_err(error_code)),
             })
         })
+    }
+}
+
+/// A response body that drives its own connection: each poll of the body
+/// first lets the connection read from the socket, on the thread that
+/// reads the body. A connection spawned as a task of its own handed every
+/// frame from a runtime thread to the reading thread and back (the body
+/// asks for the next frame only once it has taken one): two thread wake-ups
+/// per frame, most of the CPU of a fast output stream (BENCHMARKS.md, issue
+/// 41 item 3). Nothing reads the socket while the body is not polled: the
+/// server then waits (backpressure). Dropping the body closes the
+/// connection.
+struct DrivenBody<B, C> {
+    body: Pin<Box<B>>,
+    /// `None` once the connection has ended (its error, if any, reaches
+    /// the body as the body's own error).
+    connection: Option<Pin<Box<C>>>,
+}
+
+impl<B, C> http_body::Body for DrivenBody<B, C>
+where
+    B: http_body::Body,
+    C: Future<Output = Result<(), HttpError>>,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<B::Data>, B::Error>>> {
+        if let Some(connection) = self.connection.as_mut() {
+            if connection.as_mut().poll(cx).is_ready() {
+                self.connection = None;
+            }
+        }
+        self.body.as_mut().poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
