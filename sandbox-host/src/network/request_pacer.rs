@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
+use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::shared_sqlite;
@@ -184,6 +185,11 @@ impl RequestPacer {
         let conn = shared_sqlite::open_shared(path, "the request pacer's ledger")?;
         // The ledger only matters while requests run: no fsync needed.
         conn.pragma_update(None, "synchronous", "OFF")?;
+        // The WAL stays when the last connection closes (SQLite merges it
+        // at its automatic checkpoints). Merging and deleting it at every
+        // close made each short-lived `sandbox` process write the ledger
+        // twice more and make its WAL and index files again.
+        conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS request_starts (
                  origin TEXT NOT NULL,
@@ -601,6 +607,21 @@ mod tests {
             let expected = case["waitMs"].as_u64().map(Duration::from_millis);
             assert_eq!(wait, expected, "{}", case["name"]);
         }
+    }
+
+    /// The ledger's WAL is left for the next process when the last
+    /// connection closes, not merged and deleted (which cost every
+    /// short-lived `sandbox` process two writes and two new files).
+    #[test]
+    fn the_ledgers_wal_stays_when_the_last_connection_closes() {
+        let dir = std::env::temp_dir().join(format!("sandbox-pacer-wal-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let path = dir.join("rate-budget.sqlite");
+        drop(RequestPacer::open(&path).unwrap());
+        assert!(dir.join("rate-budget.sqlite-wal").exists());
+        drop(RequestPacer::open(&path).unwrap());
+        assert!(dir.join("rate-budget.sqlite-wal").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     const TEN_PER_SECOND: RateLimit = RateLimit {
