@@ -137,16 +137,24 @@ impl Setup {
     /// schema fail here, before any sandbox is created.
     pub fn for_stored_leases(global: &Global) -> Result<Self> {
         let dir = data_dir(global);
-        let store: Arc<dyn LeaseStore> = match &global.store {
-            Some(url) => open_store(url)?,
-            None => Arc::new(SqliteLeases::open(dir.join("leases.sqlite"))?),
-        };
-        // One request budget per API origin for every `sandbox` process
-        // sharing this data directory.
-        let pacer = RequestPacer::open(&dir.join("rate-budget.sqlite"))?;
-        Ok(Setup {
-            runtime: runtime(global, store)?.with_request_pacer(pacer),
-            local: None,
+        // The component loads (reads, checks its digest, maps its compiled
+        // code) on a thread of its own while the stores open: the two cost
+        // about the same, and a command on a held lease waited for both in
+        // turn (BENCHMARKS.md, issue 41 item 1).
+        std::thread::scope(|scope| {
+            let component = scope.spawn(|| load_component(global));
+            let stores = open_stores(global, &dir);
+            let component = component
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            // A store that cannot be opened is reported first, as when
+            // the stores opened before the component loaded.
+            let (store, pacer) = stores?;
+            let component = component?;
+            Ok(Setup {
+                runtime: runtime_of(component, global, store)?.with_request_pacer(pacer),
+                local: None,
+            })
         })
     }
 
@@ -704,6 +712,18 @@ fn load_component(global: &Global) -> Result<ProviderComponent> {
 
 fn runtime(global: &Global, store: Arc<dyn LeaseStore>) -> Result<SandboxRuntime> {
     runtime_of(load_component(global)?, global, store)
+}
+
+/// The lease store (`--store`, or the data directory's SQLite file) and
+/// the request budget every `sandbox` process sharing the data directory
+/// spends, one per API origin.
+fn open_stores(global: &Global, dir: &Path) -> Result<(Arc<dyn LeaseStore>, RequestPacer)> {
+    let store: Arc<dyn LeaseStore> = match &global.store {
+        Some(url) => open_store(url)?,
+        None => Arc::new(SqliteLeases::open(dir.join("leases.sqlite"))?),
+    };
+    let pacer = RequestPacer::open(&dir.join("rate-budget.sqlite"))?;
+    Ok((store, pacer))
 }
 
 /// The runtime of an already loaded `component`.
