@@ -400,6 +400,38 @@ async fn a_command_cannot_read_host_secrets() {
     assert!(h.server.shutdown().await.all_exited());
 }
 
+/// Issue 41 item 2: the directories of links of `/etc` (`ssl/certs`,
+/// `alternatives`) are bound from the host rather than copied: a sandbox
+/// sees the host's entries there, resolves through them (`awk` is a link
+/// into `alternatives` on Debian), and cannot write there.
+#[tokio::test]
+async fn a_command_sees_the_hosts_certificates_and_alternatives_read_only() {
+    let h = confined().await;
+    let sb = h.sandbox().await;
+    for dir in sandbox_engine::storage::rootfs::etc_bound_from_host() {
+        let d = dir.display();
+        let r = h.exec(&sb, &format!("ls -A {d}; touch {d}/x")).await;
+        let mut host: Vec<String> = std::fs::read_dir(dir)
+            .expect("host dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        host.sort();
+        let mut inside: Vec<&str> = r["stdout"].as_str().expect("stdout").lines().collect();
+        inside.sort();
+        assert_eq!(inside, host, "{d}: {r}");
+        assert!(
+            r["stderr"]
+                .as_str()
+                .unwrap_or("")
+                .contains("Read-only file system"),
+            "{d}: {r}"
+        );
+    }
+    let r = h.exec(&sb, "awk 'BEGIN { print 6 * 7 }'").await;
+    assert_eq!(r["stdout"], "42\n", "{r}");
+    assert!(h.server.shutdown().await.all_exited());
+}
+
 /// The home directory of the user this test (and so the server) runs
 /// as: `HOME`, else `/root`.
 fn host_home() -> String {

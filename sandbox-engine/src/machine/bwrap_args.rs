@@ -94,6 +94,12 @@ pub(crate) fn bwrap_args(root: &Path, cwd: &str, status_fd: Option<i32>) -> Vec<
             .to_string(),
         "/etc".to_string(),
     ]);
+    // The directories of links bound rather than copied (see
+    // `ETC_BOUND_FROM_HOST`), over their empty mount points in the copy.
+    for host in crate::storage::rootfs::etc_bound_from_host() {
+        let h = host.display().to_string();
+        args.extend(["--ro-bind".to_string(), h.clone(), h]);
+    }
     // A fresh `/dev` (device nodes bound from the host), made read-only
     // once populated, and a small `/dev/shm`: both are tmpfs, which the
     // kernel sizes at half the host's RAM by default, so a writable one

@@ -24,7 +24,10 @@
 //! certificates, the dynamic loader's cache, `alternatives` (the targets of
 //! `/usr/bin/awk`, `java`, ...), time zone, locale aliases and the
 //! configuration some runtimes keep in `/etc` (`java-*`, `python3*`,
-//! `perl`). Everything else of the host's `/etc` (`shadow`, `ssh`,
+//! `perl`); of these, the two directories of links (`ssl/certs`,
+//! `alternatives`) are bound read-only from the host over empty mount
+//! points in the copy rather than copied ([`ETC_BOUND_FROM_HOST`]).
+//! Everything else of the host's `/etc` (`shadow`, `ssh`,
 //! `sudoers`, `gitconfig`, `npmrc`, `pip.conf`, `environment`, ...) is
 //! absent.
 
@@ -86,6 +89,17 @@ pub const ETC_FROM_HOST: &[&str] = &[
     "python3*",
     "maven",
 ];
+
+/// Directories of [`ETC_FROM_HOST`] that hold hundreds of links each
+/// (`ssl/certs` the certificates' hash names, `alternatives` the targets of
+/// `/usr/bin/awk`, `java`, ...): where the host's is a real directory, it
+/// is bound read-only into every sandbox at that place in its `/etc`
+/// ([`etc_bound_from_host`]) instead of being copied. Copying their some
+/// 700 links was most of the copy's time, on the path of every server's
+/// start (about 15 ms of a `sandbox run`'s 60, issue 41 item 2); binding
+/// them costs a sandbox's machine one mount each. The sandbox sees the
+/// same links, read-only, either way.
+pub const ETC_BOUND_FROM_HOST: &[&str] = &["ssl/certs", "alternatives"];
 
 /// Directories every sandbox root starts with, and their modes.
 const SANDBOX_DIRS: &[(&str, u32)] = &[
@@ -250,7 +264,28 @@ pub fn begin_etc(data_dir: &Path) -> std::io::Result<PathBuf> {
         std::fs::write(etc.join(name), content)?;
     }
     copy_from_host(&etc, true)?;
+    // The mount points of the bound directories: the copy is read-only
+    // once bound as `/etc`, so bwrap could not make them.
+    for host in etc_bound_from_host() {
+        if let Ok(rel) = host.strip_prefix("/etc") {
+            std::fs::create_dir_all(etc.join(rel))?;
+        }
+    }
     Ok(etc)
+}
+
+/// The entries of [`ETC_BOUND_FROM_HOST`] that are real directories on
+/// this host (not links), as host paths, computed once.
+pub fn etc_bound_from_host() -> &'static [PathBuf] {
+    // Process-wide: a fact of the host (its `/etc`), read once.
+    static LIST: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    LIST.get_or_init(|| {
+        ETC_BOUND_FROM_HOST
+            .iter()
+            .map(|rel| Path::new("/etc").join(rel))
+            .filter(|host| std::fs::symlink_metadata(host).is_ok_and(|m| m.file_type().is_dir()))
+            .collect()
+    })
 }
 
 /// The rest of [`prepare_etc`] after [`begin_etc`]: the host's entries
@@ -267,6 +302,9 @@ fn copy_from_host(etc: &Path, loader: bool) -> std::io::Result<()> {
             continue;
         };
         if rel.to_str().is_some_and(|r| r.starts_with("ld.so")) != loader {
+            continue;
+        }
+        if etc_bound_from_host().contains(host) {
             continue;
         }
         let copy = etc.join(rel);
@@ -394,6 +432,12 @@ mod tests {
         if is_tmpfs(Path::new(MEMORY_DIR)) {
             assert!(etc.starts_with(MEMORY_DIR), "{}", etc.display());
             assert!(is_tmpfs(&etc));
+        }
+        // The directories of links are mount points, not copies.
+        for host in etc_bound_from_host() {
+            let point = etc.join(host.strip_prefix("/etc").expect("under /etc"));
+            assert!(point.is_dir(), "{}", point.display());
+            assert_eq!(std::fs::read_dir(&point).expect("read").count(), 0);
         }
         // A second server start on the same data directory replaces it.
         let again = prepare_etc(&data).expect("prepare again");
