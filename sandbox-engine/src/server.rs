@@ -104,6 +104,7 @@ pub struct ServerBuilder {
     ingress: bool,
     min_auto_pause: Duration,
     sandbox_disk: Option<u64>,
+    kept_disks: Option<PathBuf>,
     state_dir: Option<PathBuf>,
     worker_threads: usize,
 }
@@ -132,6 +133,7 @@ impl Default for ServerBuilder {
             ingress: false,
             min_auto_pause: Duration::from_secs(*crate::api::sandboxes::AUTO_PAUSE_RANGE.start()),
             sandbox_disk: None,
+            kept_disks: None,
             state_dir: None,
             worker_threads: DEFAULT_WORKER_THREADS,
         }
@@ -362,6 +364,14 @@ impl ServerBuilder {
         self
     }
 
+    /// A directory where the empty file system the sandboxes' disks are
+    /// copied from is kept between servers (default: none, each server
+    /// formats its own at start). See [`crate::storage::disk::kept_template`].
+    pub fn keep_disk_templates_in(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.kept_disks = Some(dir.into());
+        self
+    }
+
     /// Whether bubblewrap is proven to work before the server answers
     /// (default): a probe runs a command in a machine of its own at start,
     /// and a server where it fails refuses to start. With `false` and
@@ -421,7 +431,8 @@ impl ServerBuilder {
         });
         let mut disk_probe = (size != 0).then(|| {
             let dir = data_dir.clone();
-            std::thread::spawn(move || crate::storage::disk::probe(&dir, size))
+            let kept = self.kept_disks.clone();
+            std::thread::spawn(move || crate::storage::disk::probe(&dir, size, kept.as_deref()))
         });
         let mut disk_probed = move || match disk_probe.take().map(|h| h.join()) {
             Some(Ok(result)) => result.map_err(|e| e.to_string()),

@@ -135,9 +135,10 @@ pub fn template_of(data_dir: &Path) -> PathBuf {
 pub const MEMORY_TEMPLATE_PREFIX: &str = "createos-local-disk-";
 
 /// Whether sandboxes can get a disk of their own here, and their template:
-/// makes the template of `size` bytes in `data_dir` and mounts it once,
-/// read-only, as the trial. `Err` says why not (and nothing is left).
-pub fn probe(data_dir: &Path, size: u64) -> Result<(), NoSandboxDisks> {
+/// makes the template of `size` bytes in `data_dir` (from the one kept in
+/// `kept`, if any, see [`kept_template`]) and mounts it once, read-only,
+/// as the trial. `Err` says why not (and nothing is left).
+pub fn probe(data_dir: &Path, size: u64, kept: Option<&Path>) -> Result<(), NoSandboxDisks> {
     // Uid 0 of a user namespace (a container) cannot attach loop devices;
     // it may mount with fuse2fs.
     if !crate::trees::id_map::ranges_here() {
@@ -155,18 +156,33 @@ pub fn probe(data_dir: &Path, size: u64) -> Result<(), NoSandboxDisks> {
     let free = rustix::fs::statvfs(data_dir).map_or(0, |s| s.f_bavail.saturating_mul(s.f_frsize));
     let affordable = free >= size.saturating_add(RESERVE);
     let made = if affordable { size } else { MIN_SANDBOX_DISK };
-    let result = make_template(&template, made).and_then(|()| {
-        std::fs::create_dir_all(&trial)?;
-        let mut mounted = mount_image(&template, &trial, true);
-        if mounted.is_ok() && crate::storage::fuse_disk::serves(&trial) {
-            mounted = crate::storage::fuse_disk::detach_within(&trial, PROOF_WAIT)
-                .map_err(std::io::Error::other);
-        } else if mounted.is_ok() {
-            let _ = unmount(&trial);
+    // The trial of a template; also whether it was a copy of a kept one.
+    let try_template = || {
+        let mut copied = false;
+        let result = make_template(&template, made, kept, &mut copied).and_then(|()| {
+            std::fs::create_dir_all(&trial)?;
+            let mut mounted = mount_image(&template, &trial, true);
+            if mounted.is_ok() && crate::storage::fuse_disk::serves(&trial) {
+                mounted = crate::storage::fuse_disk::detach_within(&trial, PROOF_WAIT)
+                    .map_err(std::io::Error::other);
+            } else if mounted.is_ok() {
+                let _ = unmount(&trial);
+            }
+            let _ = std::fs::remove_dir(&trial);
+            mounted
+        });
+        (result, copied)
+    };
+    let result = match (try_template(), kept) {
+        // A kept file system that does not mount is not kept: made (and
+        // kept) anew.
+        ((Err(_), true), Some(dir)) => {
+            let _ = std::fs::remove_file(kept_template(dir, made));
+            remove_template(data_dir);
+            try_template().0
         }
-        let _ = std::fs::remove_dir(&trial);
-        mounted
-    });
+        ((result, _), _) => result,
+    };
     if result.is_err() || !affordable {
         remove_template(data_dir);
     }
@@ -199,33 +215,124 @@ pub enum NoSandboxDisks {
 }
 
 /// Makes the template: a sparse file of `size` bytes with an empty ext4
-/// file system, removed by the death guard if the server dies.
-fn make_template(template: &Path, size: u64) -> std::io::Result<()> {
+/// file system (a copy of the one kept in `kept`, see [`fill_template`]),
+/// removed by the death guard if the server dies.
+fn make_template(
+    template: &Path,
+    size: u64,
+    kept: Option<&Path>,
+    copied: &mut bool,
+) -> std::io::Result<()> {
     if let Some(dir) = template.parent() {
         disks_dir(dir)?;
     }
     let memory = Path::new(crate::storage::rootfs::MEMORY_DIR);
-    let file = if crate::storage::rootfs::is_tmpfs(memory) {
+    if crate::storage::rootfs::is_tmpfs(memory) {
         let file = memory.join(format!(
             "{MEMORY_TEMPLATE_PREFIX}{}-{}.ext4",
             std::process::id(),
             crate::util::random_hex(8)
         ));
-        create_sparse(&file, size)?;
+        // Removed even if the server dies while it is being filled.
         crate::trees::deathguard::remove_file_on_death(&file);
-        if let Err(e) = std::os::unix::fs::symlink(&file, template) {
-            if std::fs::remove_file(&file).is_ok() {
+        let linked = fill_template(&file, size, kept)
+            .and_then(|filled| std::os::unix::fs::symlink(&file, template).map(|()| filled));
+        match linked {
+            Ok(filled) => *copied = filled,
+            Err(e) => {
+                let _ = std::fs::remove_file(&file);
                 crate::trees::deathguard::forget_file_removal(&file);
+                return Err(e);
             }
-            return Err(e);
         }
-        file
     } else {
-        create_sparse(template, size)?;
-        template.to_path_buf()
-    };
+        match fill_template(template, size, kept) {
+            Ok(filled) => *copied = filled,
+            Err(e) => {
+                let _ = std::fs::remove_file(template);
+                return Err(e);
+            }
+        }
+    }
     crate::trees::deathguard::remove_file_on_death(template);
-    format(&file)
+    Ok(())
+}
+
+/// Which formatting a kept file system was made with: part of its name,
+/// so that one made by another version of [`format`] is never used.
+const KEPT_FORMAT: &str = "ext4-i4096-nojournal-1";
+
+/// Where an empty file system of `size` bytes is kept in `dir` between
+/// servers ([`crate::ServerBuilder::keep_disk_templates_in`]): the CLI's
+/// own engines keep theirs in its data directory, so that a `sandbox
+/// run` copies about 1 MiB instead of running `mkfs.ext4` (3 to 6 ms of
+/// its start, issue 41 item 2). It is only ever copied, never mounted or
+/// written in place; the copy is what the start-up trial mounts, and one
+/// that fails there is removed and made anew. Only the newest size is
+/// kept (the default size follows the free disk space).
+pub fn kept_template(dir: &Path, size: u64) -> PathBuf {
+    dir.join(format!("empty-{KEPT_FORMAT}-{size}.img"))
+}
+
+/// Fills the new file `file` with an empty file system of `size` bytes:
+/// a copy of the one kept in `kept` when it holds one this server could
+/// have made (a regular file of that size, this user's, for this user
+/// alone), else [`format`]ted here and then kept there for the next
+/// server (written beside it and renamed, so no server copies half of
+/// one). Keeping is best effort: a failure leaves nothing kept. Returns
+/// whether `file` is a copy of a kept one.
+fn fill_template(file: &Path, size: u64, kept: Option<&Path>) -> std::io::Result<bool> {
+    let Some(dir) = kept else {
+        create_sparse(file, size)?;
+        return format(file).map(|()| false);
+    };
+    let keep = kept_template(dir, size);
+    let usable = std::fs::symlink_metadata(&keep).is_ok_and(|m| {
+        m.file_type().is_file()
+            && m.len() == size
+            && m.uid() == rustix::process::geteuid().as_raw()
+            && m.mode() & 0o077 == 0
+    });
+    if usable {
+        copy_sparse(&keep, file)?;
+        return restrict(file).map(|()| true);
+    }
+    create_sparse(file, size)?;
+    format(file)?;
+    let _ = store_kept(file, dir, &keep);
+    Ok(false)
+}
+
+/// Keeps a copy of the file system `file` as `keep` in `dir` (see
+/// [`fill_template`]), removing the other sizes kept there.
+fn store_kept(file: &Path, dir: &Path, keep: &Path) -> std::io::Result<()> {
+    disks_dir(dir)?;
+    let partial = dir.join(format!(
+        ".partial-{}-{}",
+        std::process::id(),
+        crate::util::random_hex(4)
+    ));
+    let stored = copy_sparse(file, &partial)
+        .and_then(|()| restrict(&partial))
+        .and_then(|()| std::fs::rename(&partial, keep));
+    if stored.is_err() {
+        let _ = std::fs::remove_file(&partial);
+        return stored;
+    }
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if path != keep && name.to_string_lossy().starts_with("empty-") {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    Ok(())
+}
+
+/// Makes `file` readable and writable by its owner alone.
+fn restrict(file: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600))
 }
 
 /// Removes the template of `data_dir` (see [`template_of`]), if any: the
@@ -943,6 +1050,51 @@ pub enum DiskSizeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 41 item 2: the empty file system is kept between servers: the
+    /// first formats it and keeps a copy (this user's alone), the next
+    /// copies it (the same bytes: `mkfs.ext4` would give a new UUID), and
+    /// a kept one that does not mount is made anew. Where this host gives
+    /// sandboxes no disk, there is nothing to keep.
+    #[test]
+    fn a_kept_file_system_is_copied_by_the_next_server_and_a_broken_one_made_anew() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("kept-disk-{}", crate::util::random_hex(6)));
+        let server = |name: &str| {
+            let dir = base.join(name);
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            dir
+        };
+        let (first, second, third) = (server("a"), server("b"), server("c"));
+        let kept = base.join("kept");
+        if let Err(why) = probe(&first, MIN_SANDBOX_DISK, None) {
+            eprintln!("skipped: sandboxes get no disk here ({why})");
+            let _ = std::fs::remove_dir_all(&base);
+            return;
+        }
+        remove_template(&first);
+        let keep = kept_template(&kept, MIN_SANDBOX_DISK);
+        let read = |path: &Path| std::fs::read(path).expect("read");
+
+        probe(&first, MIN_SANDBOX_DISK, Some(&kept)).expect("first");
+        let mode = std::fs::metadata(&keep).expect("kept").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(read(&template_of(&first)), read(&keep));
+
+        probe(&second, MIN_SANDBOX_DISK, Some(&kept)).expect("second");
+        assert_eq!(read(&template_of(&second)), read(&template_of(&first)));
+
+        std::fs::write(&keep, vec![0u8; MIN_SANDBOX_DISK as usize]).expect("break it");
+        probe(&third, MIN_SANDBOX_DISK, Some(&kept)).expect("third");
+        let made = read(&template_of(&third));
+        assert!(made.iter().any(|b| *b != 0), "made anew");
+        assert_eq!(read(&keep), made, "and kept");
+
+        for dir in [&first, &second, &third] {
+            remove_template(dir);
+        }
+        std::fs::remove_dir_all(&base).expect("cleanup");
+    }
 
     #[test]
     fn sizes_parse_in_binary_units() {

@@ -297,6 +297,7 @@ fn disk() -> Check {
             sandbox_engine::storage::disk::probe(
                 &dir,
                 sandbox_engine::storage::disk::MIN_SANDBOX_DISK,
+                None,
             )
             .map_err(|e| e.to_string())
         });
