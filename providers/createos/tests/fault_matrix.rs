@@ -881,7 +881,13 @@ fn run_cell(row: &Row, fault: Fault) -> Cell {
         Op::Acquire | Op::Probe => {
             let (outcome_text, result): (String, Result<String, ProviderError>) =
                 if row.op == Op::Acquire {
-                    let request = test_support::acquire("run-1");
+                    // In a subdirectory of the workspace, so that acquire
+                    // makes it with `mkdir` (the workspace root alone is
+                    // made by writing the marker).
+                    let request = AcquireRequest {
+                        requested_cwd: Some("work".into()),
+                        ..test_support::acquire("run-1")
+                    };
                     let outcome = outcome!(instance.acquire_lease(&ctx, &request));
                     (format!("{outcome:?}"), outcome.map(|lease| lease.metadata))
                 } else {

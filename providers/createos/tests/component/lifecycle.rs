@@ -85,6 +85,33 @@ fn acquire_creates_waits_prepares_and_marks() {
     assert!(fake.sandbox_calls("DELETE", "") == 0);
 }
 
+/// Issue 41 item 2: where the working directory is the workspace root
+/// (no `requested_cwd`), writing the marker makes it (the Files API creates
+/// a file's parents): acquire runs no `mkdir`.
+#[test]
+fn acquire_in_the_workspace_root_makes_it_by_writing_the_marker() {
+    let fake = Fake::new();
+    let request = AcquireRequest {
+        requested_cwd: None,
+        ..acquire_request()
+    };
+    let lease = fake
+        .instance()
+        .acquire_lease(&ctx(), &request)
+        .unwrap()
+        .unwrap();
+    assert!(fake
+        .requests_to(&format!("POST {}/exec", sandbox_path()))
+        .is_empty());
+    let marker = &fake.requests_to(&format!("PUT {}/files", sandbox_path()))[0];
+    assert_eq!(
+        query_param(marker, "path"),
+        "/paperclip-workspace/.paperclip-lease-marker"
+    );
+    let metadata: Value = serde_json::from_str(&lease.metadata).unwrap();
+    assert_eq!(metadata["cwd"], "/paperclip-workspace");
+}
+
 /// Contract 0.2.0 (`host.record-sandbox`): the provider reports the new
 /// sandbox's id as soon as the creation answer names it, before any other
 /// request, so a host that dies mid-acquire can still delete it.
