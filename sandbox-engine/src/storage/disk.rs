@@ -259,7 +259,7 @@ fn make_template(
 }
 
 /// Which formatting a kept file system was made with: part of its name,
-/// so that one made by another version of [`format`] is never used.
+/// so that one made by another version of [`format()`] is never used.
 const KEPT_FORMAT: &str = "ext4-i4096-nojournal-1";
 
 /// Where an empty file system of `size` bytes is kept in `dir` between
@@ -277,7 +277,7 @@ pub fn kept_template(dir: &Path, size: u64) -> PathBuf {
 /// Fills the new file `file` with an empty file system of `size` bytes:
 /// a copy of the one kept in `kept` when it holds one this server could
 /// have made (a regular file of that size, this user's, for this user
-/// alone), else [`format`]ted here and then kept there for the next
+/// alone), else made here by [`format()`] and then kept there for the next
 /// server (written beside it and renamed, so no server copies half of
 /// one). Keeping is best effort: a failure leaves nothing kept. Returns
 /// whether `file` is a copy of a kept one.
