@@ -339,6 +339,14 @@ fn execute(
             EXIT_INTERRUPTED
         }
         Ok(Err(ProviderError::CleanupFailed(failure))) => {
+            if let Some(why) = setup.isolation_refused() {
+                // The embedded engine refused to launch its first command:
+                // its own proof that nothing ran in it, where the provider
+                // saw only a 503 to the command's creation (the lease is
+                // poisoned all the same and its sandbox destroyed).
+                eprintln!("sandbox: {}", refused_text(&why));
+                return Ok(EXIT_SANDBOX_ERROR);
+            }
             if let (Some(partial), false) = (&failure.partial, streamed) {
                 let _ = print_output(&partial.stdout, &partial.stderr);
             }
@@ -568,7 +576,15 @@ fn settle(setup: &Setup, env: &Environment, lease_id: &str, release: bool) -> Re
 
 fn destroy_poisoned(setup: &Setup, env: &Environment, lease_id: &str) -> Result<u8> {
     match setup.runtime.destroy(env, lease_id) {
-        Ok(Ok(_)) => eprintln!("sandbox: the poisoned sandbox was destroyed"),
+        Ok(Ok(_)) => {
+            eprintln!("sandbox: the poisoned sandbox was destroyed");
+            // Nothing ran in the embedded engine that refused its first
+            // command (see `execute`), and its sandbox is gone: the run
+            // failed, it did not leave anything unconfirmed.
+            if setup.isolation_refused().is_some() {
+                return Ok(EXIT_SANDBOX_ERROR);
+            }
+        }
         Ok(Err(error)) => eprintln!(
             "sandbox: destroying the poisoned sandbox failed ({}); it stays poisoned for `sandbox lease sweep`",
             report::error_text(&error)
