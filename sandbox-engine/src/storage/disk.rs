@@ -159,7 +159,8 @@ pub fn probe(data_dir: &Path, size: u64, kept: Option<&Path>) -> Result<(), NoSa
     // The trial of a template; also whether it was a copy of a kept one.
     let try_template = || {
         let mut copied = false;
-        let result = make_template(&template, made, kept, &mut copied).and_then(|()| {
+        let result = make_template(&template, made, kept).and_then(|was_copied| {
+            copied = was_copied;
             std::fs::create_dir_all(&trial)?;
             let mut mounted = mount_image(&template, &trial, true);
             if mounted.is_ok() && crate::storage::fuse_disk::serves(&trial) {
@@ -216,18 +217,14 @@ pub enum NoSandboxDisks {
 
 /// Makes the template: a sparse file of `size` bytes with an empty ext4
 /// file system (a copy of the one kept in `kept`, see [`fill_template`]),
-/// removed by the death guard if the server dies.
-fn make_template(
-    template: &Path,
-    size: u64,
-    kept: Option<&Path>,
-    copied: &mut bool,
-) -> std::io::Result<()> {
+/// removed by the death guard if the server dies. Returns whether it is
+/// such a copy.
+fn make_template(template: &Path, size: u64, kept: Option<&Path>) -> std::io::Result<bool> {
     if let Some(dir) = template.parent() {
         disks_dir(dir)?;
     }
     let memory = Path::new(crate::storage::rootfs::MEMORY_DIR);
-    if crate::storage::rootfs::is_tmpfs(memory) {
+    let copied = if crate::storage::rootfs::is_tmpfs(memory) {
         let file = memory.join(format!(
             "{MEMORY_TEMPLATE_PREFIX}{}-{}.ext4",
             std::process::id(),
@@ -237,25 +234,17 @@ fn make_template(
         crate::trees::deathguard::remove_file_on_death(&file);
         let linked = fill_template(&file, size, kept)
             .and_then(|filled| std::os::unix::fs::symlink(&file, template).map(|()| filled));
-        match linked {
-            Ok(filled) => *copied = filled,
-            Err(e) => {
-                let _ = std::fs::remove_file(&file);
-                crate::trees::deathguard::forget_file_removal(&file);
-                return Err(e);
-            }
-        }
+        linked.inspect_err(|_| {
+            let _ = std::fs::remove_file(&file);
+            crate::trees::deathguard::forget_file_removal(&file);
+        })?
     } else {
-        match fill_template(template, size, kept) {
-            Ok(filled) => *copied = filled,
-            Err(e) => {
-                let _ = std::fs::remove_file(template);
-                return Err(e);
-            }
-        }
-    }
+        fill_template(template, size, kept).inspect_err(|_| {
+            let _ = std::fs::remove_file(template);
+        })?
+    };
     crate::trees::deathguard::remove_file_on_death(template);
-    Ok(())
+    Ok(copied)
 }
 
 /// Which formatting a kept file system was made with: part of its name,
